@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Measures what libgpufrac.so adds to the driver's hot paths on the simulated GPU: builds, runs
+# bench/limiter_bench (direct and through the limiter, in the same run, 5 repetitions) and prints
+# the medians and the difference. Usage: bench/run_limiter_bench.sh [extra benchmark flags]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build.sh >/dev/null
+build=$PWD/build
+work=$(mktemp -d)
+trap 'rm -rf "$work"; rm -f /dev/shm/simgpu.$(id -u).bench-$$ /dev/shm/gpufrac.bench-$$.*' EXIT
+export LD_LIBRARY_PATH=$build/lib/simgpu SIMGPU_NAMESPACE=bench-$$ SIMGPU_CONFIG=1xH100-80GB
+uuid=$("$build/bin/cuda_probe" uuid | sed -n 's/^uuid=//p')
+printf 'gpufrac-limits 1\nworkload bench-%s\ngpu %s limit %s context 0\n' $$ "$uuid" \
+  $((64 << 30)) >"$work/limits"
+chmod 0444 "$work/limits"
+export GPUFRAC_LIMIT_FILE=$work/limits GPUFRAC_BENCH_LIMITER=$build/lib/libgpufrac.so
+"$build/bin/limiter_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+  --benchmark_out="$work/out.json" --benchmark_out_format=json "$@" >&2
+python3 - "$work/out.json" <<'PY'
+import json, sys
+rows = {}
+for b in json.load(open(sys.argv[1]))["benchmarks"]:
+    if b.get("aggregate_name") != "median":
+        continue
+    name = b["run_name"]  # e.g. BM_AllocFree/1/1000
+    parts = name.split("/")
+    path = "limiter" if parts[1] == "1" else "direct"
+    key = "/".join([parts[0]] + parts[2:])
+    rows.setdefault(key, {})[path] = b["real_time"]
+print(f"{'benchmark':28} {'direct ns':>10} {'limiter ns':>11} {'added ns':>9} {'ratio':>6}")
+for key, r in rows.items():
+    d, l = r.get("direct"), r.get("limiter")
+    if d is None or l is None:
+        continue
+    print(f"{key:28} {d:10.1f} {l:11.1f} {l - d:9.1f} {l / d:6.2f}")
+PY

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Configures and builds gpufrac into ./build (installing build dependencies first).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)"

@@ -1,0 +1,231 @@
+// Our own declarations of the CUDA driver API subset gpufrac calls or interposes: real signatures,
+// real enum values, real struct layouts (64-bit Linux). The build never needs the CUDA toolkit;
+// tests/unit/abi_check_test.cc compares these with a real cuda.h whenever one is installed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gpufrac::abi {
+
+using cuuint64_t = std::uint64_t;
+using CUdeviceptr = unsigned long long;  // CUdeviceptr_v2 on 64-bit hosts
+using CUdevice = int;
+using CUmemGenericAllocationHandle = unsigned long long;
+
+struct CUctx_st;
+struct CUstream_st;
+struct CUmod_st;
+struct CUfunc_st;
+struct CUmemPoolHandle_st;
+struct CUarray_st;
+struct CUmipmappedArray_st;
+using CUcontext = CUctx_st*;
+using CUstream = CUstream_st*;
+using CUmodule = CUmod_st*;
+using CUfunction = CUfunc_st*;
+using CUmemoryPool = CUmemPoolHandle_st*;
+using CUarray = CUarray_st*;
+using CUmipmappedArray = CUmipmappedArray_st*;
+
+enum CUresult : int {
+  CUDA_SUCCESS = 0,
+  CUDA_ERROR_INVALID_VALUE = 1,
+  CUDA_ERROR_OUT_OF_MEMORY = 2,
+  CUDA_ERROR_NOT_INITIALIZED = 3,
+  CUDA_ERROR_DEINITIALIZED = 4,
+  CUDA_ERROR_STUB_LIBRARY = 34,
+  CUDA_ERROR_NO_DEVICE = 100,
+  CUDA_ERROR_INVALID_DEVICE = 101,
+  CUDA_ERROR_INVALID_IMAGE = 200,
+  CUDA_ERROR_INVALID_CONTEXT = 201,
+  CUDA_ERROR_INVALID_PTX = 218,
+  CUDA_ERROR_FILE_NOT_FOUND = 301,
+  CUDA_ERROR_SHARED_OBJECT_INIT_FAILED = 303,
+  CUDA_ERROR_OPERATING_SYSTEM = 304,
+  CUDA_ERROR_INVALID_HANDLE = 400,
+  CUDA_ERROR_NOT_FOUND = 500,
+  CUDA_ERROR_NOT_READY = 600,
+  CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+  CUDA_ERROR_LAUNCH_FAILED = 719,
+  CUDA_ERROR_NOT_PERMITTED = 800,
+  CUDA_ERROR_NOT_SUPPORTED = 801,
+  CUDA_ERROR_UNKNOWN = 999,
+};
+
+enum CUdevice_attribute : int {
+  CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
+  CU_DEVICE_ATTRIBUTE_WARP_SIZE = 10,
+  CU_DEVICE_ATTRIBUTE_CLOCK_RATE = 13,
+  CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+  CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
+  CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID = 34,
+  CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41,
+  CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT = 51,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+  CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY = 83,
+  CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
+  CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
+};
+
+// cuGetProcAddress flags and query results (CUDA 11.3+ / 12.0+).
+enum CUdriverProcAddress_flags : int {
+  CU_GET_PROC_ADDRESS_DEFAULT = 0,
+  CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1 << 0,
+  CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 1 << 1,
+};
+enum CUdriverProcAddressQueryResult : int {
+  CU_GET_PROC_ADDRESS_SUCCESS = 0,
+  CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1,
+  CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT = 2,
+};
+
+enum CUmemLocationType : int {
+  CU_MEM_LOCATION_TYPE_INVALID = 0x0,
+  CU_MEM_LOCATION_TYPE_DEVICE = 0x1,
+  CU_MEM_LOCATION_TYPE_HOST = 0x2,
+  CU_MEM_LOCATION_TYPE_HOST_NUMA = 0x3,
+  CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT = 0x4,
+};
+enum CUmemAllocationType : int {
+  CU_MEM_ALLOCATION_TYPE_INVALID = 0x0,
+  CU_MEM_ALLOCATION_TYPE_PINNED = 0x1,
+};
+enum CUmemAllocationHandleType : int {
+  CU_MEM_HANDLE_TYPE_NONE = 0x0,
+  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 0x1,
+};
+
+struct CUmemLocation {
+  CUmemLocationType type;
+  int id;
+};
+
+struct CUmemAllocationProp {
+  CUmemAllocationType type;
+  CUmemAllocationHandleType requestedHandleTypes;
+  CUmemLocation location;
+  void* win32HandleMetaData;
+  struct {
+    unsigned char compressionType;
+    unsigned char gpuDirectRDMACapable;
+    unsigned short usage;
+    unsigned char reserved[4];
+  } allocFlags;
+};
+
+struct CUmemPoolProps {
+  CUmemAllocationType allocType;
+  CUmemAllocationHandleType handleTypes;
+  CUmemLocation location;
+  void* win32SecurityAttributes;
+  size_t maxSize;
+  unsigned short usage;
+  unsigned char reserved[54];
+};
+
+enum CUarray_format : int {
+  CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,
+  CU_AD_FORMAT_UNSIGNED_INT16 = 0x02,
+  CU_AD_FORMAT_UNSIGNED_INT32 = 0x03,
+  CU_AD_FORMAT_SIGNED_INT8 = 0x08,
+  CU_AD_FORMAT_SIGNED_INT16 = 0x09,
+  CU_AD_FORMAT_SIGNED_INT32 = 0x0a,
+  CU_AD_FORMAT_HALF = 0x10,
+  CU_AD_FORMAT_FLOAT = 0x20,
+};
+
+struct CUDA_ARRAY_DESCRIPTOR {
+  size_t Width;
+  size_t Height;
+  CUarray_format Format;
+  unsigned int NumChannels;
+};
+
+struct CUDA_ARRAY3D_DESCRIPTOR {
+  size_t Width;
+  size_t Height;
+  size_t Depth;
+  CUarray_format Format;
+  unsigned int NumChannels;
+  unsigned int Flags;
+};
+
+struct CUuuid {
+  char bytes[16];
+};
+
+struct CUexecAffinityParam;  // only passed through, never inspected
+struct CUctxCreateParams;    // only passed through, never inspected
+
+// Function types, named after the exported symbol (the versioned name the driver exports).
+using cuInit_t = CUresult (*)(unsigned int flags);
+using cuDriverGetVersion_t = CUresult (*)(int* version);
+using cuDeviceGet_t = CUresult (*)(CUdevice* device, int ordinal);
+using cuDeviceGetCount_t = CUresult (*)(int* count);
+using cuDeviceGetName_t = CUresult (*)(char* name, int len, CUdevice dev);
+using cuDeviceGetUuid_t = CUresult (*)(CUuuid* uuid, CUdevice dev);
+using cuDeviceGetUuid_v2_t = CUresult (*)(CUuuid* uuid, CUdevice dev);
+using cuDeviceTotalMem_v2_t = CUresult (*)(size_t* bytes, CUdevice dev);
+using cuDeviceGetAttribute_t = CUresult (*)(int* pi, CUdevice_attribute attrib, CUdevice dev);
+using cuCtxCreate_v2_t = CUresult (*)(CUcontext* pctx, unsigned int flags, CUdevice dev);
+using cuCtxCreate_v3_t = CUresult (*)(CUcontext* pctx, CUexecAffinityParam* params, int numParams,
+                                      unsigned int flags, CUdevice dev);
+using cuCtxCreate_v4_t = CUresult (*)(CUcontext* pctx, CUctxCreateParams* params,
+                                      unsigned int flags, CUdevice dev);
+using cuCtxDestroy_v2_t = CUresult (*)(CUcontext ctx);
+using cuCtxGetCurrent_t = CUresult (*)(CUcontext* pctx);
+using cuCtxSetCurrent_t = CUresult (*)(CUcontext ctx);
+using cuCtxGetDevice_t = CUresult (*)(CUdevice* device);
+using cuCtxPushCurrent_v2_t = CUresult (*)(CUcontext ctx);
+using cuCtxPopCurrent_v2_t = CUresult (*)(CUcontext* pctx);
+using cuCtxSynchronize_t = CUresult (*)();
+using cuDevicePrimaryCtxRetain_t = CUresult (*)(CUcontext* pctx, CUdevice dev);
+using cuDevicePrimaryCtxRelease_v2_t = CUresult (*)(CUdevice dev);
+using cuDevicePrimaryCtxReset_v2_t = CUresult (*)(CUdevice dev);
+using cuMemAlloc_v2_t = CUresult (*)(CUdeviceptr* dptr, size_t bytesize);
+using cuMemFree_v2_t = CUresult (*)(CUdeviceptr dptr);
+using cuMemAllocPitch_v2_t = CUresult (*)(CUdeviceptr* dptr, size_t* pitch, size_t widthInBytes,
+                                          size_t height, unsigned int elementSizeBytes);
+using cuMemAllocManaged_t = CUresult (*)(CUdeviceptr* dptr, size_t bytesize, unsigned int flags);
+using cuMemAllocAsync_t = CUresult (*)(CUdeviceptr* dptr, size_t bytesize, CUstream stream);
+using cuMemAllocFromPoolAsync_t = CUresult (*)(CUdeviceptr* dptr, size_t bytesize,
+                                               CUmemoryPool pool, CUstream stream);
+using cuMemFreeAsync_t = CUresult (*)(CUdeviceptr dptr, CUstream stream);
+using cuMemPoolCreate_t = CUresult (*)(CUmemoryPool* pool, const CUmemPoolProps* props);
+using cuMemPoolDestroy_t = CUresult (*)(CUmemoryPool pool);
+using cuDeviceGetDefaultMemPool_t = CUresult (*)(CUmemoryPool* pool, CUdevice dev);
+using cuDeviceGetMemPool_t = CUresult (*)(CUmemoryPool* pool, CUdevice dev);
+using cuMemCreate_t = CUresult (*)(CUmemGenericAllocationHandle* handle, size_t size,
+                                   const CUmemAllocationProp* prop, unsigned long long flags);
+using cuMemRelease_t = CUresult (*)(CUmemGenericAllocationHandle handle);
+using cuArrayCreate_v2_t = CUresult (*)(CUarray* handle, const CUDA_ARRAY_DESCRIPTOR* desc);
+using cuArray3DCreate_v2_t = CUresult (*)(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc);
+using cuArrayDestroy_t = CUresult (*)(CUarray handle);
+using cuMipmappedArrayCreate_t = CUresult (*)(CUmipmappedArray* handle,
+                                              const CUDA_ARRAY3D_DESCRIPTOR* desc,
+                                              unsigned int numLevels);
+using cuMipmappedArrayDestroy_t = CUresult (*)(CUmipmappedArray handle);
+using cuMemGetInfo_v2_t = CUresult (*)(size_t* free, size_t* total);
+using cuMemGetAddressRange_v2_t = CUresult (*)(CUdeviceptr* base, size_t* size, CUdeviceptr dptr);
+using cuLaunchKernel_t = CUresult (*)(CUfunction f, unsigned int gridX, unsigned int gridY,
+                                      unsigned int gridZ, unsigned int blockX, unsigned int blockY,
+                                      unsigned int blockZ, unsigned int sharedMemBytes,
+                                      CUstream stream, void** kernelParams, void** extra);
+using cuStreamCreate_t = CUresult (*)(CUstream* stream, unsigned int flags);
+using cuStreamDestroy_v2_t = CUresult (*)(CUstream stream);
+using cuStreamSynchronize_t = CUresult (*)(CUstream stream);
+using cuModuleLoadData_t = CUresult (*)(CUmodule* module, const void* image);
+using cuModuleUnload_t = CUresult (*)(CUmodule module);
+using cuModuleGetFunction_t = CUresult (*)(CUfunction* fn, CUmodule module, const char* name);
+using cuGetErrorString_t = CUresult (*)(CUresult error, const char** str);
+using cuGetErrorName_t = CUresult (*)(CUresult error, const char** str);
+// cuGetProcAddress is the CUDA 11.3-11.8 form; CUDA 12.0 added the status out-parameter (_v2).
+using cuGetProcAddress_t = CUresult (*)(const char* symbol, void** pfn, int cudaVersion,
+                                        cuuint64_t flags);
+using cuGetProcAddress_v2_t = CUresult (*)(const char* symbol, void** pfn, int cudaVersion,
+                                           cuuint64_t flags,
+                                           CUdriverProcAddressQueryResult* symbolStatus);
+
+}  // namespace gpufrac::abi

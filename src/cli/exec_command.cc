@@ -1,0 +1,210 @@
+// `gpufrac exec`: validates the request against the GPU, writes a read-only limit file, creates the
+// workload's shared budget, then runs the command with the limiter preloaded and only that GPU
+// visible, and cleans up after it, passing its exit status through.
+#include "cli/exec_command.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "common/status.h"
+#include "common/units.h"
+#include "gpu/devices.h"
+#include "limiter/budget.h"
+#include "limiter/limit_config.h"
+
+namespace gpufrac::cli {
+namespace {
+
+constexpr int kExitBadInput = 2;
+constexpr int kExitFailure = 1;
+// Used when the GPU model is not in the catalogue: a CUDA 12 context on a recent GPU.
+constexpr uint64_t kDefaultContextBytes = uint64_t{512} << 20;
+
+int Fail(int code, const std::string& message) {
+  std::fprintf(stderr, "gpufrac exec: %s\n", message.c_str());
+  return code;
+}
+
+// libgpufrac.so: $GPUFRAC_LIBRARY, else ../lib/libgpufrac.so next to this executable.
+std::string LimiterPath(const std::string& self_path) {
+  if (const char* env = getenv("GPUFRAC_LIBRARY"); env && *env) return env;
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  std::string dir = n > 0 ? std::string(exe, static_cast<size_t>(n)) : self_path;
+  dir = dir.substr(0, dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/'));
+  return dir + "/../lib/libgpufrac.so";
+}
+
+std::string RandomSuffix() {
+  std::random_device rd;
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%08x%08x", rd(), rd());
+  return buf;
+}
+
+// Creates a private directory holding the limit file, which is written read-only.
+StatusOr<std::string> WriteLimitFile(const limiter::LimitConfig& config, std::string* dir_out) {
+  const char* base = getenv("XDG_RUNTIME_DIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/gpufrac-exec-XXXXXX";
+  if (!mkdtemp(tmpl.data())) {
+    return UnavailableError("cannot create a directory for the limit file under " + tmpl + ": " +
+                            std::strerror(errno));
+  }
+  *dir_out = tmpl;
+  std::string path = tmpl + "/limits";
+  char text[limiter::kMaxLimitFileBytes];
+  size_t len = limiter::FormatLimitConfig(config, text, sizeof(text));
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+  if (len == 0 || fd < 0 || write(fd, text, len) != static_cast<ssize_t>(len)) {
+    if (fd >= 0) close(fd);
+    return UnavailableError("cannot write limit file " + path + ": " + std::strerror(errno));
+  }
+  close(fd);
+  return path;
+}
+
+void PrependEnv(const char* name, const std::string& value, char sep) {
+  const char* old = getenv(name);
+  std::string v = value;
+  if (old && *old) v += std::string(1, sep) + old;
+  setenv(name, v.c_str(), 1);
+}
+
+pid_t g_child = 0;
+void Forward(int sig) {
+  if (g_child > 0) kill(g_child, sig);
+}
+
+// Runs `argv` with the limiter's environment and waits for it. Returns the shell-style status.
+int RunChild(const ExecOptions& o, const std::string& limiter, const std::string& limit_file,
+             const std::string& uuid) {
+  pid_t pid = fork();
+  if (pid < 0) return Fail(kExitFailure, std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    PrependEnv("LD_PRELOAD", limiter, ':');
+    setenv("GPUFRAC_LIMIT_FILE", limit_file.c_str(), 1);
+    setenv("CUDA_VISIBLE_DEVICES", uuid.c_str(), 1);
+    if (o.quiet) setenv("GPUFRAC_QUIET", "1", 1);
+    std::vector<char*> argv;
+    for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    int err = errno;
+    std::fprintf(stderr, "gpufrac exec: cannot run %s: %s\n", argv[0], std::strerror(err));
+    _exit(err == ENOENT ? 127 : 126);
+  }
+  // The terminal sends Ctrl-C and Ctrl-\ to the child itself; other signals are passed on, so
+  // that gpufrac stays to clean up after the child.
+  g_child = pid;
+  signal(SIGINT, SIG_IGN);
+  signal(SIGQUIT, SIG_IGN);
+  signal(SIGTERM, Forward);
+  signal(SIGHUP, Forward);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return kExitFailure;
+}
+
+}  // namespace
+
+CLI::App* AddExecCommand(CLI::App& app, ExecOptions& o) {
+  CLI::App* cmd = app.add_subcommand(
+      "exec", "Run a command under a GPU memory limit on one GPU (no service needed)");
+  cmd->add_option("--gpu-memory", o.gpu_memory,
+                  "Memory limit, binary units: 4G, 4GiB, 512Mi, 4096M (bare number = bytes)");
+  cmd->add_option("--gpu-fraction", o.gpu_fraction,
+                  "Memory limit as a share of the GPU's memory, 0 < F <= 1 (e.g. 0.25)");
+  cmd->add_option("--gpu", o.gpu, "GPU index or UUID (default 0)");
+  cmd->add_flag("--quiet", o.quiet, "Do not print a line when the command hits its limit");
+  cmd->add_option("command", o.command, "The command and its arguments, after --");
+  cmd->footer("Example: gpufrac exec --gpu-memory 4G -- python train.py");
+  return cmd;
+}
+
+int RunExec(const ExecOptions& o, const std::string& self_path) {
+  if (o.gpu_memory.empty() == o.gpu_fraction.empty()) {
+    return Fail(kExitBadInput, "give exactly one of --gpu-memory SIZE or --gpu-fraction F");
+  }
+  if (o.command.empty()) {
+    return Fail(kExitBadInput,
+                "missing the command to run, e.g. gpufrac exec --gpu-memory 4G -- python x.py");
+  }
+  auto devices = gpu::ListDevices();
+  if (!devices.ok()) return Fail(kExitFailure, devices.status().message());
+  auto device = gpu::FindDevice(*devices, o.gpu);
+  if (!device.ok()) return Fail(kExitBadInput, "--gpu: " + device.status().message());
+
+  uint64_t limit = 0;
+  if (!o.gpu_memory.empty()) {
+    auto size = ParseSize(o.gpu_memory);
+    if (!size.ok()) return Fail(kExitBadInput, "--gpu-memory: " + size.status().message());
+    limit = *size;
+  } else {
+    auto share = ParseFraction(o.gpu_fraction, /*allow_one=*/true);
+    if (!share.ok()) return Fail(kExitBadInput, "--gpu-fraction: " + share.status().message());
+    limit = static_cast<uint64_t>(*share * static_cast<double>(device->memory_total));
+  }
+  if (limit > device->memory_total) {
+    return Fail(kExitBadInput, FormatSize(limit) + " is more than GPU " +
+                                   std::to_string(device->index) + " (" + device->name +
+                                   ") has: " + FormatSize(device->memory_total));
+  }
+  uint64_t context = device->model ? device->model->context_bytes : kDefaultContextBytes;
+  if (limit <= context) {
+    return Fail(kExitBadInput, FormatSize(limit) + " cannot hold even the CUDA context on " +
+                                   device->name + " (about " + FormatSize(context) +
+                                   "); ask for more");
+  }
+
+  const std::string limiter_path = LimiterPath(self_path);
+  if (access(limiter_path.c_str(), R_OK) != 0) {
+    return Fail(kExitFailure, "cannot find the limiter library " + limiter_path +
+                                  " (build it, or point GPUFRAC_LIBRARY at libgpufrac.so)");
+  }
+
+  limiter::LimitConfig config{};
+  std::snprintf(config.workload, sizeof(config.workload), "exec-%d-%s",
+                static_cast<int>(getpid()), RandomSuffix().c_str());
+  config.quiet = o.quiet;
+  config.gpu_count = 1;
+  limiter::GpuLimit& g = config.gpus[0];
+  std::snprintf(g.uuid, sizeof(g.uuid), "%s", device->uuid.c_str());
+  if (!limiter::ParseUuid(g.uuid, g.uuid_bytes)) {
+    return Fail(kExitFailure, "the driver reported an unreadable UUID " + device->uuid);
+  }
+  g.limit_bytes = limit;
+  g.context_bytes = context;
+
+  std::string dir;
+  auto file = WriteLimitFile(config, &dir);
+  if (!file.ok()) return Fail(kExitFailure, file.status().message());
+  char budget_name[160], err[400];
+  limiter::BudgetName(config.workload, g.uuid, budget_name, sizeof(budget_name));
+  limiter::Budget budget;
+  int rc;
+  if (!budget.Open(budget_name, limit, context, err, sizeof(err))) {
+    rc = Fail(kExitFailure, err);
+  } else {
+    rc = RunChild(o, limiter_path, *file, device->uuid);
+    limiter::Budget::Unlink(budget_name);
+  }
+  unlink(file->c_str());
+  rmdir(dir.c_str());
+  return rc;
+}
+
+}  // namespace gpufrac::cli

@@ -1,0 +1,26 @@
+// `gpufrac exec`: run one command under the memory limiter on one GPU, with no service running.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+
+namespace gpufrac::cli {
+
+struct ExecOptions {
+  std::string gpu_memory;    // --gpu-memory SIZE
+  std::string gpu_fraction;  // --gpu-fraction F
+  std::string gpu = "0";     // --gpu INDEX|UUID
+  bool quiet = false;        // --quiet: no over-limit message from the limiter
+  std::vector<std::string> command;
+};
+
+// Registers the subcommand on `app`; `options` must outlive parsing.
+CLI::App* AddExecCommand(CLI::App& app, ExecOptions& options);
+
+// Runs the command and returns the exit status gpufrac should exit with: the command's own, 128+N
+// if a signal N ended it, 2 for bad input (after printing one line), 1 for other failures.
+int RunExec(const ExecOptions& options, const std::string& self_path);
+
+}  // namespace gpufrac::cli

@@ -1,0 +1,31 @@
+// The gpufrac command line: parses the subcommand and hands over to its implementation.
+#include <cstdio>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "cli/exec_command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpufrac: share NVIDIA GPUs safely (memory limits, placement, MIG)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("gpufrac ") + GPUFRAC_VERSION);
+
+  gpufrac::cli::ExecOptions exec;
+  CLI::App* exec_cmd = gpufrac::cli::AddExecCommand(app, exec);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line saying what to fix; usage errors exit with 2.
+    std::fprintf(stderr, "gpufrac: %s (see gpufrac --help)\n", e.what());
+    return 2;
+  }
+  if (exec_cmd->parsed()) return gpufrac::cli::RunExec(exec, argv[0]);
+  return 2;
+}

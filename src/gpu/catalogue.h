@@ -1,0 +1,43 @@
+// GPU model catalogue: the static facts gpufrac needs about each NVIDIA model it knows (memory as
+// NVML reports it, SM count, compute capability, estimated per-context memory). Pure constexpr
+// data with no heap and no exceptions, so it can be linked into the simulated driver.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace gpufrac::gpu {
+
+struct GpuModel {
+  // Our short name, used in configuration (`SIMGPU_CONFIG=2xH100-80GB`) and on the command line.
+  std::string_view short_name;
+  // The name NVML reports (nvmlDeviceGetName) and the CUDA driver reports (cuDeviceGetName).
+  // Points at a string literal, so `nvml_name.data()` is NUL-terminated.
+  std::string_view nvml_name;
+  std::string_view architecture;  // "Turing", "Ampere", "Ada", "Hopper", "Blackwell"
+  // Total device memory exactly as NVML / cuDeviceTotalMem report it on the real card: a little
+  // less than the marketing size on HBM3 parts, because the driver withholds some of it.
+  std::uint64_t memory_bytes;
+  int sm_count;
+  int compute_major;
+  int compute_minor;
+  // The PCI product id (the "device" half of NVML's pciDeviceId, vendor 0x10de), SXM variant
+  // where several exist.
+  std::uint16_t pci_device_id;
+  int max_clock_khz;  // boost SM clock, as CU_DEVICE_ATTRIBUTE_CLOCK_RATE reports it
+  // Device memory one CUDA context takes (code, stacks, heaps, driver bookkeeping). An estimate
+  // per architecture, to be replaced by measurements on each real model.
+  std::uint64_t context_bytes;
+};
+
+// Every model in the catalogue, in a fixed order.
+std::span<const GpuModel> AllModels();
+
+// The model whose short name matches, ignoring ASCII case; nullptr if none does.
+const GpuModel* FindModel(std::string_view short_name);
+
+// The model whose NVML name matches exactly (as nvmlDeviceGetName returns it); nullptr if none.
+const GpuModel* FindModelByNvmlName(std::string_view nvml_name);
+
+}  // namespace gpufrac::gpu

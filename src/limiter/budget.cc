@@ -1,0 +1,374 @@
+// The lock-free shared budget (see budget.h for the protocol and its invariants).
+#include "limiter/budget.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+namespace gpufrac::limiter {
+namespace {
+
+constexpr uint64_t kMagic = 0x6770756672616331ull;  // "gpufrac1"
+constexpr uint32_t kVersion = 1;
+
+// Value fields: signed 40 bits. Sequence numbers: 14 bits. Lanes: 10 bits.
+constexpr int kValueBits = 40;
+constexpr uint64_t kValueMask = (uint64_t{1} << kValueBits) - 1;
+constexpr uint32_t kSeqMask = (1u << 14) - 1;
+constexpr int kLaneShift = 40;
+constexpr int kGlobalSeqShift = 50;
+constexpr int kRecordSeqShift = 40;
+static_assert(kBudgetLanes == 1024, "the tag holds a 10-bit lane number");
+
+int64_t Value(uint64_t word) {
+  return static_cast<int64_t>(word << (64 - kValueBits)) >> (64 - kValueBits);
+}
+uint32_t RecordSeq(uint64_t word) { return static_cast<uint32_t>(word >> kRecordSeqShift) & kSeqMask; }
+uint64_t Record(int64_t value, uint32_t seq) {
+  return (static_cast<uint64_t>(value) & kValueMask) |
+         (static_cast<uint64_t>(seq & kSeqMask) << kRecordSeqShift);
+}
+int TagLane(uint64_t global) { return static_cast<int>((global >> kLaneShift) & 1023); }
+uint32_t TagSeq(uint64_t global) { return static_cast<uint32_t>(global >> kGlobalSeqShift) & kSeqMask; }
+uint64_t Global(int64_t used, int lane, uint32_t seq) {
+  return (static_cast<uint64_t>(used) & kValueMask) | (static_cast<uint64_t>(lane) << kLaneShift) |
+         (static_cast<uint64_t>(seq & kSeqMask) << kGlobalSeqShift);
+}
+
+// Lane owner word: state (2 bits) | pid (22 bits) | start ticks (40 bits).
+enum LaneState : uint64_t { kFree = 0, kActive = 1, kIdle = 2, kReaping = 3 };
+uint64_t Owner(LaneState state, const ProcessId& id) {
+  return state | (static_cast<uint64_t>(id.pid) & 0x3fffff) << 2 |
+         (id.start_ticks & kValueMask) << 24;
+}
+LaneState StateOf(uint64_t owner) { return static_cast<LaneState>(owner & 3); }
+ProcessId IdentityOf(uint64_t owner) {
+  return ProcessId{static_cast<pid_t>((owner >> 2) & 0x3fffff), owner >> 24};
+}
+bool SameProcess(uint64_t owner, const ProcessId& id) {
+  return (owner & ~uint64_t{3}) == (Owner(kFree, id) & ~uint64_t{3});
+}
+
+// The kernel sets this bit in a robust futex word when its owner dies (linux/futex.h).
+constexpr int kFutexOwnerDied = 0x40000000;
+int FutexWord(const pthread_mutex_t* m) {
+  // glibc keeps the futex word first in pthread_mutex_t on every Linux ABI.
+  return __atomic_load_n(reinterpret_cast<const int*>(m), __ATOMIC_ACQUIRE);
+}
+
+// Remembers the liveness of the processes met during one reclaim pass, so that a process with
+// many lanes costs one /proc read.
+class LivenessCache {
+ public:
+  bool Alive(const ProcessId& id) {
+    for (int i = 0; i < n_; ++i) {
+      if (ids_[i].pid == id.pid && ids_[i].start_ticks == id.start_ticks) return alive_[i];
+    }
+    bool alive = IsAlive(id);
+    if (n_ < kSize) {
+      ids_[n_] = id;
+      alive_[n_++] = alive;
+    }
+    return alive;
+  }
+
+ private:
+  static constexpr int kSize = 32;
+  ProcessId ids_[kSize];
+  bool alive_[kSize];
+  int n_ = 0;
+};
+
+void SleepBriefly() {
+  struct timespec ts = {0, 1000000};
+  nanosleep(&ts, nullptr);
+}
+
+}  // namespace
+
+Budget::~Budget() {
+  if (seg_) munmap(seg_, sizeof(BudgetSegment));
+}
+
+bool Budget::Map(int fd, char* err, size_t err_len) {
+  void* p = mmap(nullptr, sizeof(BudgetSegment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    snprintf(err, err_len, "cannot map budget segment: %s", strerror(errno));
+    return false;
+  }
+  seg_ = static_cast<BudgetSegment*>(p);
+  return true;
+}
+
+bool Budget::Open(const char* name, uint64_t limit, uint64_t context_bytes, char* err,
+                  size_t err_len) {
+  if (limit == 0 || limit > kMaxBudgetBytes) {
+    snprintf(err, err_len, "budget limit must be between 1 byte and 512 GiB");
+    return false;
+  }
+  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST) return Attach(name, err, err_len);
+    snprintf(err, err_len, "cannot create budget segment %s: %s", name, strerror(errno));
+    return false;
+  }
+  if (ftruncate(fd, sizeof(BudgetSegment)) != 0 || !Map(fd, err, err_len)) {
+    if (!seg_) snprintf(err, err_len, "cannot size budget segment %s: %s", name, strerror(errno));
+    close(fd);
+    shm_unlink(name);
+    return false;
+  }
+  close(fd);
+  // The file starts zeroed: every lane free, nothing in use, the tag naming lane 0's sequence 0,
+  // which counts as committed.
+  seg_->magic = kMagic;
+  seg_->version = kVersion;
+  seg_->limit = limit;
+  seg_->context_bytes = context_bytes;
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  for (auto& m : seg_->member_alive) pthread_mutex_init(&m, &attr);
+  pthread_mutexattr_destroy(&attr);
+  seg_->ready.store(1, std::memory_order_release);
+  return true;
+}
+
+bool Budget::Attach(const char* name, char* err, size_t err_len) {
+  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    snprintf(err, err_len, "cannot open budget segment %s: %s", name, strerror(errno));
+    return false;
+  }
+  // The creator may still be sizing and initialising it.
+  for (int tries = 0;; ++tries) {
+    struct stat st;
+    if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == sizeof(BudgetSegment)) break;
+    if (tries == 2000) {
+      close(fd);
+      snprintf(err, err_len, "budget segment %s has the wrong size (another gpufrac version?)",
+               name);
+      return false;
+    }
+    SleepBriefly();
+  }
+  bool mapped = Map(fd, err, err_len);
+  close(fd);
+  if (!mapped) return false;
+  for (int tries = 0; seg_->ready.load(std::memory_order_acquire) != 1; ++tries) {
+    if (tries == 2000) break;
+    SleepBriefly();
+  }
+  if (seg_->ready.load(std::memory_order_acquire) != 1 || seg_->magic != kMagic ||
+      seg_->version != kVersion) {
+    snprintf(err, err_len, "budget segment %s is not a gpufrac v%u budget", name, kVersion);
+    munmap(seg_, sizeof(BudgetSegment));
+    seg_ = nullptr;
+    return false;
+  }
+  return true;
+}
+
+bool Budget::Unlink(const char* name) { return shm_unlink(name) == 0; }
+
+uint64_t Budget::used() const {
+  int64_t v = Value(seg_->global.load(std::memory_order_acquire));
+  return v > 0 ? static_cast<uint64_t>(v) : 0;
+}
+
+int64_t Budget::HeldBy(const ProcessId& id) const {
+  int64_t held = 0;
+  uint32_t hwm = seg_->lane_high_water.load(std::memory_order_acquire);
+  for (uint32_t i = 0; i < hwm; ++i) {
+    uint64_t owner = seg_->lanes[i].owner.load(std::memory_order_acquire);
+    if (StateOf(owner) != kFree && SameProcess(owner, id)) {
+      held += Value(seg_->lanes[i].committed.load(std::memory_order_acquire));
+    }
+  }
+  return held;
+}
+
+// Finishes the commit of the operation that `global_word` names, if its lane has not yet.
+void Budget::HelpCommit(uint64_t global_word) {
+  BudgetLane& lane = seg_->lanes[TagLane(global_word)];
+  uint32_t seq = TagSeq(global_word);
+  uint64_t committed = lane.committed.load(std::memory_order_acquire);
+  if (RecordSeq(committed) == seq) return;
+  uint64_t pending = lane.pending.load(std::memory_order_acquire);
+  // Only while the operation is still the newest in `global` are these two reads about it: that
+  // rules out a lane that has since moved on (and wrapped its sequence numbers).
+  if (RecordSeq(pending) != seq ||
+      seg_->global.load(std::memory_order_acquire) != global_word) {
+    return;
+  }
+  uint64_t done = Record(Value(committed) + Value(pending), seq);
+  lane.committed.compare_exchange_strong(committed, done, std::memory_order_acq_rel);
+}
+
+bool Budget::Apply(int lane_index, int64_t delta, bool check_limit) {
+  BudgetLane& lane = seg_->lanes[lane_index];
+  uint64_t committed = lane.committed.load(std::memory_order_acquire);
+  uint32_t seq = (RecordSeq(committed) + 1) & kSeqMask;
+  lane.pending.store(Record(delta, seq), std::memory_order_release);
+  const int64_t limit = static_cast<int64_t>(seg_->limit);
+  uint64_t global = seg_->global.load(std::memory_order_acquire);
+  for (;;) {
+    HelpCommit(global);
+    int64_t used = Value(global);
+    if (check_limit && delta > 0 && used + delta > limit) return false;
+    if (seg_->global.compare_exchange_weak(global, Global(used + delta, lane_index, seq),
+                                           std::memory_order_acq_rel,
+                                           std::memory_order_acquire)) {
+      break;
+    }
+  }
+  // Fold the operation into the lane, unless a helper already did.
+  committed = lane.committed.load(std::memory_order_acquire);
+  if (RecordSeq(committed) != seq) {
+    lane.committed.compare_exchange_strong(committed, Record(Value(committed) + delta, seq),
+                                           std::memory_order_acq_rel);
+  }
+  return true;
+}
+
+bool Budget::Reserve(int lane, const ProcessId& self, uint64_t bytes) {
+  if (bytes > kMaxBudgetBytes) return false;
+  if (MemberDied()) Reclaim(self);
+  if (Apply(lane, static_cast<int64_t>(bytes), true)) return true;
+  // Over the limit: what dead processes still hold may be the difference.
+  if (Reclaim(self) == 0) return false;
+  return Apply(lane, static_cast<int64_t>(bytes), true);
+}
+
+void Budget::Release(int lane, uint64_t bytes) {
+  Apply(lane, -static_cast<int64_t>(bytes), false);
+}
+
+bool Budget::MemberDied() const {
+  uint32_t hwm = seg_->member_high_water.load(std::memory_order_acquire);
+  for (uint32_t m = 0; m < hwm; ++m) {
+    if (FutexWord(&seg_->member_alive[m]) & kFutexOwnerDied) return true;
+  }
+  return false;
+}
+
+int Budget::JoinMember(const ProcessId& self) {
+  for (int m = 0; m < kBudgetMembers; ++m) {
+    uint64_t expected = 0;
+    if (!seg_->member_owner[m].compare_exchange_strong(expected, Owner(kActive, self),
+                                                       std::memory_order_acq_rel)) {
+      continue;
+    }
+    AdoptMember(m);
+    uint32_t hwm = seg_->member_high_water.load(std::memory_order_acquire);
+    while (hwm < static_cast<uint32_t>(m + 1) &&
+           !seg_->member_high_water.compare_exchange_weak(hwm, m + 1, std::memory_order_acq_rel)) {
+    }
+    return m;
+  }
+  return -1;
+}
+
+void Budget::AdoptMember(int m) {
+  if (pthread_mutex_lock(&seg_->member_alive[m]) == EOWNERDEAD) {
+    pthread_mutex_consistent(&seg_->member_alive[m]);
+  }
+}
+
+void Budget::HandOverMember(int m) { pthread_mutex_unlock(&seg_->member_alive[m]); }
+
+int Budget::AcquireLane(const ProcessId& self) {
+  for (int pass = 0; pass < 2; ++pass) {
+    uint32_t hwm = seg_->lane_high_water.load(std::memory_order_acquire);
+    // An idle lane of our own process first: what it holds is ours anyway.
+    for (uint32_t i = 0; i < hwm; ++i) {
+      uint64_t idle = Owner(kIdle, self);
+      if (seg_->lanes[i].owner.compare_exchange_strong(idle, Owner(kActive, self),
+                                                       std::memory_order_acq_rel)) {
+        return static_cast<int>(i);
+      }
+    }
+    for (int i = 0; i < kBudgetLanes; ++i) {
+      uint64_t free_owner = 0;
+      if (!seg_->lanes[i].owner.compare_exchange_strong(free_owner, Owner(kActive, self),
+                                                        std::memory_order_acq_rel)) {
+        continue;
+      }
+      uint32_t h = seg_->lane_high_water.load(std::memory_order_acquire);
+      while (h < static_cast<uint32_t>(i + 1) &&
+             !seg_->lane_high_water.compare_exchange_weak(h, i + 1, std::memory_order_acq_rel)) {
+      }
+      return i;
+    }
+    if (pass == 0) Reclaim(self);
+  }
+  return -1;
+}
+
+void Budget::IdleLane(int lane, const ProcessId& self) {
+  uint64_t active = Owner(kActive, self);
+  seg_->lanes[lane].owner.compare_exchange_strong(active, Owner(kIdle, self),
+                                                  std::memory_order_acq_rel);
+}
+
+// Finishes or discards the dead owner's operation in flight, then returns what the lane holds.
+void Budget::ReclaimLane(int index) {
+  BudgetLane& lane = seg_->lanes[index];
+  uint64_t committed = lane.committed.load(std::memory_order_acquire);
+  uint64_t pending = lane.pending.load(std::memory_order_acquire);
+  if (RecordSeq(pending) == ((RecordSeq(committed) + 1) & kSeqMask)) {
+    // Every swap of `global` first commits the operation its tag names, so an operation that
+    // reached `global` is either committed already or still named by the tag.
+    uint64_t global = seg_->global.load(std::memory_order_acquire);
+    if (TagLane(global) == index && TagSeq(global) == RecordSeq(pending)) HelpCommit(global);
+  }
+  int64_t held = Value(lane.committed.load(std::memory_order_acquire));
+  if (held != 0) Apply(index, -held, false);
+}
+
+uint64_t Budget::Reclaim(const ProcessId& self) {
+  LivenessCache liveness;
+  int64_t released = 0;
+  uint32_t hwm = seg_->lane_high_water.load(std::memory_order_acquire);
+  for (uint32_t i = 0; i < hwm; ++i) {
+    BudgetLane& lane = seg_->lanes[i];
+    uint64_t owner = lane.owner.load(std::memory_order_acquire);
+    // A reaper that died mid-way leaves the lane in kReaping under its own identity.
+    if (StateOf(owner) == kFree || SameProcess(owner, self)) continue;
+    if (liveness.Alive(IdentityOf(owner))) continue;
+    if (!lane.owner.compare_exchange_strong(owner, Owner(kReaping, self),
+                                            std::memory_order_acq_rel)) {
+      continue;
+    }
+    int64_t before = Value(lane.committed.load(std::memory_order_acquire));
+    ReclaimLane(static_cast<int>(i));
+    released += before;
+    lane.owner.store(kFree, std::memory_order_release);
+  }
+  uint32_t members = seg_->member_high_water.load(std::memory_order_acquire);
+  for (uint32_t m = 0; m < members; ++m) {
+    uint64_t owner = seg_->member_owner[m].load(std::memory_order_acquire);
+    if (owner == 0 || SameProcess(owner, self) || liveness.Alive(IdentityOf(owner))) continue;
+    // Taking the dead member's mutex makes this reclaimer its only cleaner. It is marked "owner
+    // died" unless the process ended while handing it from one thread to another.
+    int r = pthread_mutex_trylock(&seg_->member_alive[m]);
+    if (r == EOWNERDEAD) {
+      pthread_mutex_consistent(&seg_->member_alive[m]);
+    } else if (r != 0) {
+      continue;
+    }
+    // Another reclaimer may have freed the slot and a new process joined it meanwhile.
+    seg_->member_owner[m].compare_exchange_strong(owner, 0, std::memory_order_acq_rel);
+    pthread_mutex_unlock(&seg_->member_alive[m]);
+  }
+  return released > 0 ? static_cast<uint64_t>(released) : 0;
+}
+
+}  // namespace gpufrac::limiter

@@ -1,0 +1,122 @@
+// The shared memory budget of one workload on one GPU: every process of the workload maps the
+// same segment, reserves bytes in it before the driver allocates, and can never, even briefly,
+// hold more than the limit together with the others.
+//
+// How it stays exact without locks, including when a process is killed at any instruction:
+//  - `global` is one 64-bit word: the bytes in use (signed 40 bits) and a tag naming the last
+//    operation that changed it (lane, sequence number). Reserving is one compare-and-swap on it.
+//  - Each thread owns a lane (a cache line) recording what its process holds (`committed`, a
+//    running sum with the lane's sequence number) and the operation it is doing (`pending`).
+//  - An operation writes `pending`, swaps `global` (tagging it), then folds itself into
+//    `committed`. Before anyone swaps `global`, they first finish ("help") the commit of the
+//    operation named by the current tag. So at any moment at most one operation is in global but
+//    not yet in its lane, and the tag names it.
+//  - When a process dies, a survivor finishes or discards its in-flight operation (it reached
+//    `global` exactly when the tag still names it) and then releases what its lanes hold.
+//  - Death is noticed without system calls: each member process holds a robust, process-shared
+//    mutex in the segment, and the kernel marks it "owner died" when the process ends, however it
+//    ends. Reserve reads those words (one per member process, packed together) and only then, on
+//    that rare event, confirms the death through /proc and reclaims.
+// Hot paths (Reserve/Release/used) are heap-free and syscall-free; Reserve/Release are O(1) except
+// for the dead-member check, which reads one 4-byte word per member process.
+#pragma once
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "limiter/process_identity.h"
+
+namespace gpufrac::limiter {
+
+constexpr int kBudgetLanes = 1024;
+// Largest limit a budget can hold (the in-use counter is a signed 40-bit field).
+constexpr uint64_t kMaxBudgetBytes = (uint64_t{1} << 39) - 1;
+
+struct alignas(64) BudgetLane {
+  std::atomic<uint64_t> owner;      // state (2 bits) | pid (22 bits) | start ticks (40 bits)
+  std::atomic<uint64_t> committed;  // bytes held (signed 40 bits) | sequence (14 bits)
+  std::atomic<uint64_t> pending;    // delta in flight (signed 40 bits) | sequence (14 bits)
+};
+
+constexpr int kBudgetMembers = 256;
+
+struct BudgetSegment {
+  uint64_t magic;
+  std::atomic<uint32_t> ready;
+  uint32_t version;
+  uint64_t limit;
+  uint64_t context_bytes;
+  char workload[64];
+  char uuid[48];
+  alignas(64) std::atomic<uint64_t> global;
+  alignas(64) std::atomic<uint32_t> lane_high_water;
+  std::atomic<uint32_t> member_high_water;
+  // A member's mutex is locked by a thread of the member process for as long as it lives.
+  alignas(64) pthread_mutex_t member_alive[kBudgetMembers];
+  std::atomic<uint64_t> member_owner[kBudgetMembers];  // packed identity, 0 = free
+  BudgetLane lanes[kBudgetLanes];
+};
+
+class Budget {
+ public:
+  Budget() = default;
+  Budget(const Budget&) = delete;
+  Budget& operator=(const Budget&) = delete;
+  ~Budget();
+
+  // Maps the segment `name`, creating it with `limit`/`context_bytes` if it does not exist yet. An
+  // existing segment keeps the limit it was created with (a rewritten limit file cannot raise it).
+  // Returns false with a reason in `err`.
+  bool Open(const char* name, uint64_t limit, uint64_t context_bytes, char* err, size_t err_len);
+  // Maps an existing segment only.
+  bool Attach(const char* name, char* err, size_t err_len);
+  static bool Unlink(const char* name);
+  bool is_open() const { return seg_ != nullptr; }
+
+  // Registers process `self` as a member; the calling thread locks the member's liveness mutex
+  // and must keep it locked for as long as it lives (see HandOverMember). Returns the member index,
+  // or -1 if the segment has no free member slot.
+  int JoinMember(const ProcessId& self);
+  // The thread holding member `m`'s mutex is exiting: unlocks it so that another thread of the same
+  // process can take it over with AdoptMember.
+  void HandOverMember(int m);
+  void AdoptMember(int m);
+
+  // Takes a lane for the calling thread of process `self` (reusing an idle lane of the same
+  // process first). Returns -1 if all lanes are taken by live processes.
+  int AcquireLane(const ProcessId& self);
+  // Hands a lane back to its process when its thread exits; what it holds stays charged.
+  void IdleLane(int lane, const ProcessId& self);
+
+  // Reserves `bytes` through `lane`; false (and nothing reserved) if that would pass the limit,
+  // even after reclaiming what dead member processes held.
+  bool Reserve(int lane, const ProcessId& self, uint64_t bytes);
+  // True if some member process has died since it was last reclaimed (a few plain loads).
+  bool MemberDied() const;
+  // Releases `bytes` previously reserved by any lane of the same process.
+  void Release(int lane, uint64_t bytes);
+
+  // Releases everything held by lanes of processes that are no longer alive and frees their lanes
+  // and member slots. Returns the bytes released.
+  uint64_t Reclaim(const ProcessId& self);
+
+  uint64_t limit() const { return seg_->limit; }
+  uint64_t context_bytes() const { return seg_->context_bytes; }
+  // Bytes held by the workload now (never negative).
+  uint64_t used() const;
+  // Bytes held through lanes of process `id` (for tests and diagnostics).
+  int64_t HeldBy(const ProcessId& id) const;
+
+ private:
+  bool Map(int fd, char* err, size_t err_len);
+  bool Apply(int lane, int64_t delta, bool check_limit);
+  void HelpCommit(uint64_t global_word);
+  void ReclaimLane(int lane);
+
+  BudgetSegment* seg_ = nullptr;
+};
+
+}  // namespace gpufrac::limiter

@@ -1,0 +1,109 @@
+// Context memory: each CUDA context takes device memory of its own (code, stacks, heaps) before the
+// program allocates anything. It is charged as the per-context amount the launcher wrote into the
+// limit file (a per-GPU-model estimate): per created context, and once for the primary context
+// while it is retained.
+#include "limiter/hooks.h"
+
+using namespace gpufrac::abi;
+using namespace gpufrac::limiter;
+
+namespace {
+
+template <typename Create>
+CUresult ChargedContext(CUcontext* pctx, CUdevice dev, Create create) {
+  int gpu = pctx ? GpuForOrdinal(dev) : -1;
+  uint64_t bytes = gpu >= 0 ? g_rt.gpus[gpu].budget.context_bytes() : 0;
+  if (bytes == 0) return create();
+  if (!Charge(gpu, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = create();
+  if (r != CUDA_SUCCESS) {
+    Uncharge(gpu, bytes);
+    return r;
+  }
+  g_rt.objects.Insert(reinterpret_cast<uint64_t>(*pctx), ChargeRecord{bytes, gpu});
+  return r;
+}
+
+// Drops one primary-context reference; the charge goes with the last one.
+void ReleasePrimary(int gpu, bool all) {
+  GpuState& gs = g_rt.gpus[gpu];
+  int refs = gs.primary_ctx_refs.load();
+  int left;
+  do {
+    if (refs == 0) return;  // retained before the limiter saw it
+    left = all ? 0 : refs - 1;
+  } while (!gs.primary_ctx_refs.compare_exchange_weak(refs, left));
+  if (left == 0) Uncharge(gpu, gs.budget.context_bytes());
+}
+
+}  // namespace
+
+extern "C" CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  auto real = Real_cuCtxCreate_v2();
+  if (!Active()) return Bypass(real, pctx, flags, dev);
+  return ChargedContext(pctx, dev, [&] { return real(pctx, flags, dev); });
+}
+
+extern "C" CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params, int count,
+                                   unsigned int flags, CUdevice dev) {
+  auto real = Real_cuCtxCreate_v3();
+  if (!Active()) return Bypass(real, pctx, params, count, flags, dev);
+  return ChargedContext(pctx, dev, [&] { return real(pctx, params, count, flags, dev); });
+}
+
+extern "C" CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags,
+                                   CUdevice dev) {
+  auto real = Real_cuCtxCreate_v4();
+  if (!Active()) return Bypass(real, pctx, params, flags, dev);
+  return ChargedContext(pctx, dev, [&] { return real(pctx, params, flags, dev); });
+}
+
+extern "C" CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  auto real = Real_cuCtxDestroy_v2();
+  if (!Active()) return Bypass(real, ctx);
+  ChargeRecord charge;
+  bool charged = g_rt.objects.Take(reinterpret_cast<uint64_t>(ctx), &charge);
+  CUresult r = real(ctx);
+  if (charged) {
+    if (r == CUDA_SUCCESS) {
+      Uncharge(charge.gpu, charge.bytes);
+    } else {
+      g_rt.objects.Insert(reinterpret_cast<uint64_t>(ctx), charge);
+    }
+  }
+  return r;
+}
+
+extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  auto real = Real_cuDevicePrimaryCtxRetain();
+  if (!Active()) return Bypass(real, pctx, dev);
+  int gpu = pctx ? GpuForOrdinal(dev) : -1;
+  if (gpu < 0 || g_rt.gpus[gpu].budget.context_bytes() == 0) return real(pctx, dev);
+  GpuState& gs = g_rt.gpus[gpu];
+  // The first reference creates the context, so it is charged before the driver runs.
+  if (gs.primary_ctx_refs.fetch_add(1) == 0 && !Charge(gpu, gs.budget.context_bytes())) {
+    gs.primary_ctx_refs.fetch_sub(1);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  CUresult r = real(pctx, dev);
+  if (r != CUDA_SUCCESS) ReleasePrimary(gpu, false);
+  return r;
+}
+
+extern "C" CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  auto real = Real_cuDevicePrimaryCtxRelease_v2();
+  if (!Active()) return Bypass(real, dev);
+  CUresult r = real(dev);
+  int gpu = GpuForOrdinal(dev);
+  if (r == CUDA_SUCCESS && gpu >= 0) ReleasePrimary(gpu, false);
+  return r;
+}
+
+extern "C" CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  auto real = Real_cuDevicePrimaryCtxReset_v2();
+  if (!Active()) return Bypass(real, dev);
+  CUresult r = real(dev);
+  int gpu = GpuForOrdinal(dev);
+  if (r == CUDA_SUCCESS && gpu >= 0) ReleasePrimary(gpu, true);
+  return r;
+}

@@ -1,0 +1,181 @@
+// How programs reach the hooks: finding the real driver entry points, and the three paths programs
+// use to find driver functions — direct linking (our exports come first under LD_PRELOAD),
+// dlopen + dlsym (dlsym is interposed here) and cuGetProcAddress (the driver picks the variant
+// for the requested version and flags; we swap in the hook for exactly that variant).
+#include <dlfcn.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "limiter/hooks.h"
+
+using namespace gpufrac::abi;
+
+namespace gpufrac::limiter {
+
+void* g_real[kSymbolCount];
+std::atomic<bool> g_resolved[2];
+
+namespace {
+
+struct Entry {
+  const char* name;
+  Library lib;
+  void* hook;  // null for entry points we call but do not interpose
+  bool optional;
+};
+
+// Constant-initialised (relocations only): no constructor runs for it.
+const Entry kEntries[kSymbolCount] = {
+#define GPUFRAC_HOOK_ENTRY(lib, sym, type, opt) \
+  {#sym, Library::lib, reinterpret_cast<void*>(&::sym), opt != 0},
+#define GPUFRAC_CALL_ENTRY(lib, sym, type, opt) {#sym, Library::lib, nullptr, opt != 0},
+    GPUFRAC_HOOKS(GPUFRAC_HOOK_ENTRY) GPUFRAC_CALLS(GPUFRAC_CALL_ENTRY)
+#undef GPUFRAC_HOOK_ENTRY
+#undef GPUFRAC_CALL_ENTRY
+};
+
+// Stand-ins for entry points the installed driver lacks: the call fails the way a missing symbol
+// would, instead of jumping to null. Every CUDA and NVML function returns an int status.
+int MissingCuda() { return CUDA_ERROR_NOT_FOUND; }
+int MissingNvml() { return NVML_ERROR_FUNCTION_NOT_FOUND; }
+
+pthread_mutex_t g_resolve_lock = PTHREAD_MUTEX_INITIALIZER;
+
+}  // namespace
+
+using DlsymFn = void* (*)(void*, const char*);
+extern "C" {
+__attribute__((visibility("hidden"))) DlsymFn gpufrac_real_dlsym = nullptr;
+}
+
+// glibc 2.34 moved dlsym into libc under a new version; older ones keep the original version.
+static DlsymFn RealDlsym() {
+  if (!gpufrac_real_dlsym) {
+    for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"}) {
+      if (void* p = dlvsym(RTLD_NEXT, "dlsym", version)) {
+        gpufrac_real_dlsym = reinterpret_cast<DlsymFn>(p);
+        break;
+      }
+    }
+  }
+  return gpufrac_real_dlsym;
+}
+
+__attribute__((constructor(101))) static void ResolveDlsymEarly() { RealDlsym(); }
+
+void ResolveLibrary(Library lib) {
+  pthread_mutex_lock(&g_resolve_lock);
+  if (!g_resolved[static_cast<int>(lib)].load(std::memory_order_acquire)) {
+    const char* soname = lib == Library::Cuda ? "libcuda.so.1" : "libnvidia-ml.so.1";
+    void* handle = dlopen(soname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+    if (!handle) handle = dlopen(soname, RTLD_NOW | RTLD_GLOBAL);
+    char missing[512] = "";
+    for (int i = 0; i < kSymbolCount; ++i) {
+      if (kEntries[i].lib != lib) continue;
+      g_real[i] = handle ? RealDlsym()(handle, kEntries[i].name) : nullptr;
+      if (g_real[i]) continue;
+      g_real[i] = reinterpret_cast<void*>(lib == Library::Cuda ? &MissingCuda : &MissingNvml);
+      if (!kEntries[i].optional && strlen(missing) + strlen(kEntries[i].name) + 3 < sizeof(missing)) {
+        if (missing[0]) strcat(missing, ", ");
+        strcat(missing, kEntries[i].name);
+      }
+    }
+    if (handle && missing[0] && g_rt.mode != Mode::kPassThrough) {
+      char line[700];
+      int n = snprintf(line, sizeof(line),
+                       "gpufrac: warning: %s lacks %s; those calls fail as unsupported\n", soname,
+                       missing);
+      if (n > 0) {
+        ssize_t ignored = write(STDERR_FILENO, line, strnlen(line, sizeof(line)));
+        (void)ignored;
+      }
+    }
+    g_resolved[static_cast<int>(lib)].store(true, std::memory_order_release);
+  }
+  pthread_mutex_unlock(&g_resolve_lock);
+}
+
+// The hook standing in for real entry point `real`, or `real` itself if we do not interpose it.
+static void* HookForReal(void* real) {
+  for (int i = 0; i < kHookCount; ++i) {
+    if (g_real[i] == real) return kEntries[i].hook;
+  }
+  return real;
+}
+
+static bool MayBeDriverName(const char* name) {
+  return name && ((name[0] == 'c' && name[1] == 'u') ||
+                  (name[0] == 'n' && name[1] == 'v' && name[2] == 'm' && name[3] == 'l'));
+}
+
+}  // namespace gpufrac::limiter
+
+using namespace gpufrac::limiter;
+
+// dlsym for every handle but RTLD_NEXT (see the entry stub below).
+extern "C" __attribute__((visibility("hidden"))) void* gpufrac_dlsym_lookup(void* handle,
+                                                                           const char* name) {
+  void* found = RealDlsym()(handle, name);
+  if (!found || g_rt.mode == Mode::kPassThrough || !MayBeDriverName(name)) return found;
+  for (int i = 0; i < kHookCount; ++i) {
+    if (strcmp(name, kEntries[i].name) == 0) return kEntries[i].hook;
+  }
+  return found;
+}
+
+// The exported dlsym. RTLD_NEXT means "after the caller's object", which glibc works out from the
+// return address; so for RTLD_NEXT we jump into the real dlsym without a frame of our own.
+#if defined(__x86_64__)
+asm(R"(
+  .text
+  .globl dlsym
+  .type dlsym, @function
+dlsym:
+  cmpq $-1, %rdi
+  jne gpufrac_dlsym_lookup
+  movq gpufrac_real_dlsym(%rip), %rax
+  testq %rax, %rax
+  je gpufrac_dlsym_lookup
+  jmp *%rax
+  .size dlsym, .-dlsym
+)");
+#elif defined(__aarch64__)
+asm(R"(
+  .text
+  .globl dlsym
+  .type dlsym, %function
+dlsym:
+  cmn x0, #1
+  b.ne gpufrac_dlsym_lookup
+  adrp x16, gpufrac_real_dlsym
+  ldr x16, [x16, :lo12:gpufrac_real_dlsym]
+  cbz x16, gpufrac_dlsym_lookup
+  br x16
+  .size dlsym, .-dlsym
+)");
+#else
+extern "C" __attribute__((visibility("default"))) void* dlsym(void* handle, const char* name) {
+  return gpufrac_dlsym_lookup(handle, name);
+}
+#endif
+
+extern "C" CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version,
+                                        cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
+  CUresult r = Real_cuGetProcAddress_v2()(symbol, pfn, cuda_version, flags, status);
+  if (r == CUDA_SUCCESS && pfn && *pfn && g_rt.mode != Mode::kPassThrough) {
+    *pfn = HookForReal(*pfn);
+  }
+  return r;
+}
+
+extern "C" CUresult cuGetProcAddress(const char* symbol, void** pfn, int cuda_version,
+                                     cuuint64_t flags) {
+  CUresult r = Real_cuGetProcAddress()(symbol, pfn, cuda_version, flags);
+  if (r == CUDA_SUCCESS && pfn && *pfn && g_rt.mode != Mode::kPassThrough) {
+    *pfn = HookForReal(*pfn);
+  }
+  return r;
+}

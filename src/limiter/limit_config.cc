@@ -1,0 +1,259 @@
+// Heap-free reader and writer of the limit file (see limit_config.h for the format).
+#include "limiter/limit_config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+namespace gpufrac::limiter {
+namespace {
+
+bool IsIdChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '_' || c == '.';
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Splits one line into at most `max` whitespace-separated tokens, NUL-terminating them in place.
+int Tokenize(char* line, char** tokens, int max) {
+  int n = 0;
+  char* p = line;
+  while (*p) {
+    while (*p == ' ' || *p == '\t' || *p == '\r') ++p;
+    if (!*p || *p == '#') break;
+    if (n == max) return max + 1;
+    tokens[n++] = p;
+    while (*p && *p != ' ' && *p != '\t' && *p != '\r') ++p;
+    if (*p) *p++ = '\0';
+  }
+  return n;
+}
+
+bool ParseU64(const char* s, uint64_t* out) {
+  if (!*s) return false;
+  uint64_t v = 0;
+  for (; *s; ++s) {
+    if (*s < '0' || *s > '9') return false;
+    uint64_t d = static_cast<uint64_t>(*s - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return true;
+}
+
+bool CopyBounded(const char* src, char* dst, size_t cap) {
+  size_t n = strlen(src);
+  if (n > cap) return false;
+  memcpy(dst, src, n + 1);
+  return true;
+}
+
+}  // namespace
+
+bool ParseUuid(const char* text, unsigned char out[16]) {
+  if (strncmp(text, "GPU-", 4) == 0 || strncmp(text, "MIG-", 4) == 0) text += 4;
+  int nibbles = 0;
+  for (const char* p = text; *p; ++p) {
+    if (*p == '-') continue;
+    int v = HexValue(*p);
+    if (v < 0 || nibbles == 32) return false;
+    if (nibbles % 2 == 0) {
+      out[nibbles / 2] = static_cast<unsigned char>(v << 4);
+    } else {
+      out[nibbles / 2] |= static_cast<unsigned char>(v);
+    }
+    ++nibbles;
+  }
+  return nibbles == 32;
+}
+
+bool BudgetName(const char* workload, const char* uuid, char* buf, size_t buf_len) {
+  int n = snprintf(buf, buf_len, "/gpufrac.%s.%s", workload, uuid);
+  return n > 0 && static_cast<size_t>(n) < buf_len;
+}
+
+bool ParseLimitConfig(const char* text, size_t len, LimitConfig* out, char* err, size_t err_len) {
+  memset(out, 0, sizeof(*out));
+  char line[512];
+  bool have_header = false;
+  int line_no = 0;
+  size_t pos = 0;
+  while (pos < len) {
+    ++line_no;
+    size_t end = pos;
+    while (end < len && text[end] != '\n') ++end;
+    size_t n = end - pos;
+    if (n >= sizeof(line)) {
+      snprintf(err, err_len, "line %d is longer than %zu characters", line_no, sizeof(line) - 1);
+      return false;
+    }
+    memcpy(line, text + pos, n);
+    line[n] = '\0';
+    pos = end + 1;
+
+    char* tok[8];
+    int count = Tokenize(line, tok, 7);
+    if (count == 0) continue;
+    if (count > 7) {
+      snprintf(err, err_len, "line %d has too many fields", line_no);
+      return false;
+    }
+    if (!have_header) {
+      if (count != 2 || strcmp(tok[0], "gpufrac-limits") != 0) {
+        snprintf(err, err_len, "line %d: expected the header 'gpufrac-limits 1'", line_no);
+        return false;
+      }
+      if (strcmp(tok[1], "1") != 0) {
+        snprintf(err, err_len, "line %d: unsupported limit file version %s (this build reads 1)",
+                 line_no, tok[1]);
+        return false;
+      }
+      have_header = true;
+      continue;
+    }
+    if (strcmp(tok[0], "workload") == 0 && count == 2) {
+      bool valid = tok[1][0] != '\0';
+      for (const char* p = tok[1]; *p; ++p) valid = valid && IsIdChar(*p);
+      if (!valid || !CopyBounded(tok[1], out->workload, kMaxWorkloadIdLen)) {
+        snprintf(err, err_len,
+                 "line %d: workload id must be 1-%zu letters, digits, '-', '_' or '.'", line_no,
+                 kMaxWorkloadIdLen);
+        return false;
+      }
+    } else if (strcmp(tok[0], "quiet") == 0 && count == 2 &&
+               (strcmp(tok[1], "0") == 0 || strcmp(tok[1], "1") == 0)) {
+      out->quiet = tok[1][0] == '1';
+    } else if (strcmp(tok[0], "gpu") == 0 && (count == 4 || count == 6)) {
+      if (out->gpu_count == kMaxLimitedGpus) {
+        snprintf(err, err_len, "line %d: more than %d gpu lines", line_no, kMaxLimitedGpus);
+        return false;
+      }
+      GpuLimit& g = out->gpus[out->gpu_count];
+      if (!CopyBounded(tok[1], g.uuid, kMaxUuidLen) || !ParseUuid(tok[1], g.uuid_bytes)) {
+        snprintf(err, err_len, "line %d: '%s' is not a GPU or MIG UUID", line_no, tok[1]);
+        return false;
+      }
+      for (int i = 0; i < out->gpu_count; ++i) {
+        if (memcmp(out->gpus[i].uuid_bytes, g.uuid_bytes, 16) == 0) {
+          snprintf(err, err_len, "line %d: GPU %s is listed twice", line_no, tok[1]);
+          return false;
+        }
+      }
+      if (strcmp(tok[2], "limit") != 0 || !ParseU64(tok[3], &g.limit_bytes) ||
+          g.limit_bytes == 0) {
+        snprintf(err, err_len, "line %d: expected 'limit <bytes>' with bytes > 0", line_no);
+        return false;
+      }
+      if (count == 6 && (strcmp(tok[4], "context") != 0 || !ParseU64(tok[5], &g.context_bytes))) {
+        snprintf(err, err_len, "line %d: expected 'context <bytes>'", line_no);
+        return false;
+      }
+      // Budgets are signed 44-bit quantities in shared memory (see budget.h).
+      if (g.limit_bytes >= (uint64_t{1} << 42) || g.context_bytes >= (uint64_t{1} << 42)) {
+        snprintf(err, err_len, "line %d: limit or context larger than 4 TiB", line_no);
+        return false;
+      }
+      ++out->gpu_count;
+    } else {
+      snprintf(err, err_len, "line %d: unknown or malformed directive '%s'", line_no, tok[0]);
+      return false;
+    }
+  }
+  if (!have_header) {
+    snprintf(err, err_len, "the file is empty (expected 'gpufrac-limits 1')");
+    return false;
+  }
+  if (out->workload[0] == '\0') {
+    snprintf(err, err_len, "no 'workload' line");
+    return false;
+  }
+  if (out->gpu_count == 0) {
+    snprintf(err, err_len, "no 'gpu' line");
+    return false;
+  }
+  return true;
+}
+
+bool LoadLimitFile(const char* path, LimitConfig* out, char* err, size_t err_len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(err, err_len, "cannot open limit file %s: %s", path, strerror(errno));
+    return false;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    snprintf(err, err_len, "limit file %s is not a regular file", path);
+    return false;
+  }
+  // A file this process could rewrite is no limit at all. Root may write anything, so the check
+  // only applies to other users.
+  bool writable = (st.st_mode & S_IWOTH) || ((st.st_mode & S_IWGRP) && st.st_gid == getegid()) ||
+                  ((st.st_mode & S_IWUSR) && st.st_uid == geteuid());
+  if (writable && geteuid() != 0) {
+    close(fd);
+    snprintf(err, err_len,
+             "limit file %s is writable by this workload; the launcher must make it read-only",
+             path);
+    return false;
+  }
+  char buf[kMaxLimitFileBytes];
+  size_t len = 0;
+  while (len < sizeof(buf)) {
+    ssize_t r = read(fd, buf + len, sizeof(buf) - len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      close(fd);
+      snprintf(err, err_len, "cannot read limit file %s: %s", path, strerror(errno));
+      return false;
+    }
+    if (r == 0) break;
+    len += static_cast<size_t>(r);
+  }
+  close(fd);
+  if (len == sizeof(buf)) {
+    snprintf(err, err_len, "limit file %s is larger than %zu bytes", path, sizeof(buf) - 1);
+    return false;
+  }
+  char reason[256];
+  if (!ParseLimitConfig(buf, len, out, reason, sizeof(reason))) {
+    snprintf(err, err_len, "limit file %s: %s", path, reason);
+    return false;
+  }
+  return true;
+}
+
+size_t FormatLimitConfig(const LimitConfig& config, char* buf, size_t buf_len) {
+  size_t used = 0;
+  auto append = [&](int n) {
+    if (n < 0 || used + static_cast<size_t>(n) >= buf_len) return false;
+    used += static_cast<size_t>(n);
+    return true;
+  };
+  if (!append(snprintf(buf, buf_len, "gpufrac-limits 1\nworkload %s\nquiet %d\n", config.workload,
+                       config.quiet ? 1 : 0))) {
+    return 0;
+  }
+  for (int i = 0; i < config.gpu_count; ++i) {
+    const GpuLimit& g = config.gpus[i];
+    if (!append(snprintf(buf + used, buf_len - used, "gpu %s limit %llu context %llu\n", g.uuid,
+                         static_cast<unsigned long long>(g.limit_bytes),
+                         static_cast<unsigned long long>(g.context_bytes)))) {
+      return 0;
+    }
+  }
+  return used;
+}
+
+}  // namespace gpufrac::limiter

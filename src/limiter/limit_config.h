@@ -1,0 +1,59 @@
+// The limit file: what a launcher writes and libgpufrac reads to learn a workload's per-GPU memory
+// limits. Parsing and formatting are heap-free so that the same code runs inside the limiter.
+//
+// Format (text, one directive per line, '#' starts a comment):
+//   gpufrac-limits 1
+//   workload <id>                  letters, digits, '-', '_', '.'; names the shared budgets
+//   quiet 0|1                      1 silences the over-limit message
+//   gpu <uuid> limit <bytes> context <bytes>
+// <uuid> is the device's GPU-... or MIG-... UUID. Every field is required except quiet/context.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gpufrac::limiter {
+
+constexpr int kMaxLimitedGpus = 16;
+constexpr size_t kMaxWorkloadIdLen = 63;
+constexpr size_t kMaxUuidLen = 47;
+constexpr size_t kMaxLimitFileBytes = 8192;
+
+// Where the limiter looks: inside a container the fixed path wins, so that a workload cannot point
+// the limiter elsewhere; otherwise the environment variable names the file.
+constexpr const char* kLimitFileEnv = "GPUFRAC_LIMIT_FILE";
+constexpr const char* kContainerLimitFile = "/etc/gpufrac/limits";
+
+struct GpuLimit {
+  char uuid[kMaxUuidLen + 1];
+  unsigned char uuid_bytes[16];  // the 16 bytes the driver reports, parsed from uuid
+  uint64_t limit_bytes;
+  uint64_t context_bytes;
+};
+
+struct LimitConfig {
+  char workload[kMaxWorkloadIdLen + 1];
+  bool quiet;
+  int gpu_count;
+  GpuLimit gpus[kMaxLimitedGpus];
+};
+
+// Parses `text` (length `len`). On failure returns false and writes a one-line reason naming the
+// line into `err`.
+bool ParseLimitConfig(const char* text, size_t len, LimitConfig* out, char* err, size_t err_len);
+
+// Reads and parses the file at `path`. Refuses a file the calling user could write (a workload must
+// not be able to raise its own limit). Returns false with a reason in `err`.
+bool LoadLimitFile(const char* path, LimitConfig* out, char* err, size_t err_len);
+
+// Writes `config` in the format above into `buf`; returns the length, or 0 if it does not fit.
+size_t FormatLimitConfig(const LimitConfig& config, char* buf, size_t buf_len);
+
+// Parses "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" or "MIG-..." (or bare hex with dashes) into
+// 16 bytes. Returns false if it is not 32 hex digits.
+bool ParseUuid(const char* text, unsigned char out[16]);
+
+// Name of the shared-memory budget for one workload on one GPU ("/gpufrac.<workload>.<uuid>").
+bool BudgetName(const char* workload, const char* uuid, char* buf, size_t buf_len);
+
+}  // namespace gpufrac::limiter

@@ -1,0 +1,96 @@
+// The limiter's process-wide state and the helpers every hook uses: the configuration read at load
+// time, the real driver entry points, the budget per limited GPU, each thread's budget lane, and
+// the tables that remember what each allocation was charged.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "abi/cuda_abi.h"
+#include "abi/nvml_abi.h"
+#include "limiter/alloc_table.h"
+#include "limiter/budget.h"
+#include "limiter/hook_table.h"
+#include "limiter/limit_config.h"
+#include "limiter/process_identity.h"
+
+#define GPUFRAC_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace gpufrac::limiter {
+
+namespace abi = ::gpufrac::abi;
+
+enum class Library : int { Cuda = 0, Nvml = 1 };
+
+enum SymbolId : int {
+#define GPUFRAC_ID(lib, sym, type, opt) kId_##sym,
+  GPUFRAC_HOOKS(GPUFRAC_ID) kHookCount,
+  kFirstCall = kHookCount - 1,
+  GPUFRAC_CALLS(GPUFRAC_ID) kSymbolCount
+#undef GPUFRAC_ID
+};
+
+// --- real entry points (interpose.cc) ---
+extern void* g_real[kSymbolCount];
+extern std::atomic<bool> g_resolved[2];
+void ResolveLibrary(Library lib);
+
+#define GPUFRAC_REAL(lib, sym, type, opt)                                                \
+  inline abi::type Real_##sym() {                                                       \
+    if (__builtin_expect(!g_resolved[static_cast<int>(Library::lib)].load(               \
+                             std::memory_order_acquire), 0)) {                          \
+      ResolveLibrary(Library::lib);                                                     \
+    }                                                                                   \
+    return reinterpret_cast<abi::type>(g_real[kId_##sym]);                              \
+  }
+GPUFRAC_HOOKS(GPUFRAC_REAL)
+GPUFRAC_CALLS(GPUFRAC_REAL)
+#undef GPUFRAC_REAL
+
+// --- configuration and budgets (runtime.cc) ---
+enum class Mode : int {
+  kPassThrough,  // no limit file: touch nothing
+  kActive,       // limits in force
+  kBroken,       // a limit file exists but is unusable: CUDA must not start
+};
+
+struct GpuState {
+  Budget budget;
+  std::atomic<int> member{-1};  // this process's member slot in the budget
+  std::atomic<bool> needs_anchor{false};
+  std::atomic<int> primary_ctx_refs{0};
+};
+
+struct Runtime {
+  Mode mode = Mode::kPassThrough;
+  LimitConfig config;
+  char error[600];
+  GpuState gpus[kMaxLimitedGpus];
+  AllocTable pointers;  // device pointers (all cuMemAlloc* kinds, pools, managed)
+  AllocTable objects;   // arrays, mipmapped arrays, contexts, memory pools
+  AllocTable handles;   // cuMemCreate handles
+};
+extern Runtime g_rt;
+
+inline bool Active() { return g_rt.mode == Mode::kActive; }
+
+// Device ordinal -> index into g_rt.config.gpus, or -1 when that device has no limit.
+int GpuForOrdinal(abi::CUdevice dev);
+// The limited GPU of the calling thread's current context, or -1.
+int GpuForCurrentContext();
+// The GPU whose NVML handle is `device`, or -1.
+int GpuForNvmlDevice(abi::nvmlDevice_t device);
+
+// Reserves `bytes` on `gpu` for the calling thread's process. On refusal prints the over-limit
+// line (unless quiet) and returns false.
+bool Charge(int gpu, uint64_t bytes);
+void Uncharge(int gpu, uint64_t bytes);
+
+// The memory figures a workload sees for `gpu`, given what the device itself reports free.
+void VirtualMemory(int gpu, uint64_t physical_free, uint64_t* total, uint64_t* free,
+                   uint64_t* used);
+
+// Writes the broken-configuration message to stderr (once per process).
+void ReportBroken();
+
+}  // namespace gpufrac::limiter

@@ -1,0 +1,41 @@
+// The simulated machine's configuration, read from the environment: which GPU models it has
+// (SIMGPU_CONFIG), which independent machine a process joins (SIMGPU_NAMESPACE) and the driver
+// version it claims (SIMGPU_DRIVER_VERSION).
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+
+#include "gpu/catalogue.h"
+
+namespace gpufrac::simgpu {
+
+inline constexpr int kMaxDevices = 16;
+inline constexpr std::string_view kDefaultConfig = "1xH100-80GB";
+inline constexpr std::string_view kDefaultNamespace = "default";
+inline constexpr int kDefaultDriverVersion = 12080;  // CUDA 12.8
+
+struct MachineConfig {
+  int device_count = 0;
+  std::array<const gpu::GpuModel*, kMaxDevices> models{};  // by physical index
+};
+
+// Parses a comma-separated list of `[Nx]MODEL` items, e.g. "2xH100-80GB,1xA30-24GB" or "L4".
+// Model names are the catalogue's short names, in any case. On failure returns false and says
+// why in `error`.
+bool ParseMachineConfig(std::string_view text, MachineConfig* config, std::string* error);
+
+// The canonical text for `config`: "2xH100-80GB,1xA30-24GB".
+std::string FormatMachineConfig(const MachineConfig& config);
+
+// SIMGPU_CONFIG, or kDefaultConfig when unset or empty.
+std::string ConfigTextFromEnv();
+
+// SIMGPU_NAMESPACE, or kDefaultNamespace when unset or empty.
+std::string NamespaceFromEnv();
+
+// SIMGPU_DRIVER_VERSION (e.g. 13000), or kDefaultDriverVersion when unset or not a number.
+int DriverVersionFromEnv();
+
+}  // namespace gpufrac::simgpu

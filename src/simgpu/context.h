@@ -1,0 +1,62 @@
+// CUDA contexts of the simulated driver and each thread's context stack. A context belongs to
+// one device, costs the model's context_bytes of device memory while active, and owns the
+// allocations, streams, modules and arrays created while it was current.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "abi/cuda_abi.h"
+#include "gpu/catalogue.h"
+
+namespace gpufrac::simgpu {
+
+struct Context {
+  static constexpr std::uint32_t kMagic = 0x43747821;
+
+  std::uint32_t magic = kMagic;
+  int ordinal = 0;   // CUdevice, as this process numbers devices
+  int physical = 0;  // index in the shared machine
+  const gpu::GpuModel* model = nullptr;
+  bool primary = false;
+  double kernel_ns_per_thread = 0;
+
+  // True while the context holds its memory and resources. Read without the driver lock on hot
+  // paths; changed only with the driver lock held.
+  std::atomic<bool> active{false};
+  // Guarded by the driver lock.
+  bool destroyed = false;    // a non-primary context after cuCtxDestroy
+  int primary_refcount = 0;  // cuDevicePrimaryCtxRetain minus Release
+
+  // Simulated completion times (CLOCK_MONOTONIC ns) of the legacy default stream and of all work
+  // queued in the context.
+  std::atomic<std::uint64_t> legacy_done_ns{0};
+  std::atomic<std::uint64_t> all_done_ns{0};
+};
+
+inline abi::CUcontext ToHandle(Context* context) {
+  return reinterpret_cast<abi::CUcontext>(context);
+}
+inline Context* ContextFromHandle(abi::CUcontext handle) {
+  return reinterpret_cast<Context*>(handle);
+}
+
+// The top of the calling thread's context stack (kept apart from the rest of the stack so the
+// hot paths read one trivially-initialised thread-local).
+extern thread_local constinit Context* t_current_context;
+
+inline Context* CurrentContext() { return t_current_context; }
+
+// cuCtxPushCurrent: `context` becomes current, the previous one is kept beneath it.
+void PushContext(Context* context);
+
+// cuCtxPopCurrent: removes and returns the current context (nullptr if the stack is empty).
+Context* PopContext();
+
+// cuCtxSetCurrent: replaces the current context; nullptr pops it.
+void SetCurrentContext(Context* context);
+
+// Empties the calling thread's stack (used in a forked child, whose contexts are its parent's).
+void ForgetThreadContexts();
+
+}  // namespace gpufrac::simgpu

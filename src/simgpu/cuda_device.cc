@@ -1,0 +1,129 @@
+// Driver entry points that describe devices: count, handles, names, UUIDs, memory, attributes.
+#include <algorithm>
+#include <cstring>
+#include <string_view>
+
+#include "simgpu/cuda_exports.h"
+#include "simgpu/driver.h"
+
+namespace {
+
+namespace abi = gpufrac::abi;
+namespace simgpu = gpufrac::simgpu;
+using abi::CUresult;
+
+// The device behind `ordinal`, or the error the driver reports.
+CUresult GetDevice(abi::CUdevice ordinal, const simgpu::VisibleDevice** device) {
+  simgpu::Driver* driver;
+  if (CUresult result = simgpu::GetDriver(&driver); result != abi::CUDA_SUCCESS) return result;
+  if (!driver->ValidOrdinal(ordinal)) return abi::CUDA_ERROR_INVALID_DEVICE;
+  *device = &driver->devices[ordinal];
+  return abi::CUDA_SUCCESS;
+}
+
+CUresult CopyUuid(abi::CUuuid* uuid, abi::CUdevice ordinal) {
+  const simgpu::VisibleDevice* device;
+  if (CUresult result = GetDevice(ordinal, &device); result != abi::CUDA_SUCCESS) return result;
+  if (uuid == nullptr) return abi::CUDA_ERROR_INVALID_VALUE;
+  std::memcpy(uuid->bytes, device->uuid.data(), sizeof(uuid->bytes));
+  return abi::CUDA_SUCCESS;
+}
+
+// PCI bus numbers spread like those of an 8- or 16-GPU server; the device (slot) number is 0.
+int PciBusId(int physical) { return 0x10 + 0x0e * physical; }
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuDeviceGetCount(int* count) {
+  simgpu::Driver* driver;
+  if (CUresult result = simgpu::GetDriver(&driver); result != abi::CUDA_SUCCESS) return result;
+  if (count == nullptr) return abi::CUDA_ERROR_INVALID_VALUE;
+  *count = driver->device_count();
+  return abi::CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(abi::CUdevice* device, int ordinal) {
+  const simgpu::VisibleDevice* visible;
+  if (CUresult result = GetDevice(ordinal, &visible); result != abi::CUDA_SUCCESS) return result;
+  if (device == nullptr) return abi::CUDA_ERROR_INVALID_VALUE;
+  *device = ordinal;
+  return abi::CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetName(char* name, int length, abi::CUdevice ordinal) {
+  const simgpu::VisibleDevice* device;
+  if (CUresult result = GetDevice(ordinal, &device); result != abi::CUDA_SUCCESS) return result;
+  if (name == nullptr || length <= 0) return abi::CUDA_ERROR_INVALID_VALUE;
+  const std::string_view text = device->model->nvml_name;
+  const std::size_t copied = std::min(text.size(), static_cast<std::size_t>(length) - 1);
+  std::memcpy(name, text.data(), copied);
+  name[copied] = '\0';
+  return abi::CUDA_SUCCESS;
+}
+
+// Without MIG both report the GPU's UUID (the _v2 form differs only for MIG instances).
+CUresult cuDeviceGetUuid(abi::CUuuid* uuid, abi::CUdevice ordinal) {
+  return CopyUuid(uuid, ordinal);
+}
+
+CUresult cuDeviceGetUuid_v2(abi::CUuuid* uuid, abi::CUdevice ordinal) {
+  return CopyUuid(uuid, ordinal);
+}
+
+CUresult cuDeviceTotalMem_v2(size_t* bytes, abi::CUdevice ordinal) {
+  const simgpu::VisibleDevice* device;
+  if (CUresult result = GetDevice(ordinal, &device); result != abi::CUDA_SUCCESS) return result;
+  if (bytes == nullptr) return abi::CUDA_ERROR_INVALID_VALUE;
+  *bytes = device->model->memory_bytes;
+  return abi::CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetAttribute(int* value, abi::CUdevice_attribute attribute,
+                              abi::CUdevice ordinal) {
+  const simgpu::VisibleDevice* device;
+  if (CUresult result = GetDevice(ordinal, &device); result != abi::CUDA_SUCCESS) return result;
+  if (value == nullptr) return abi::CUDA_ERROR_INVALID_VALUE;
+  const gpufrac::gpu::GpuModel& model = *device->model;
+  switch (attribute) {
+    case abi::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      *value = 1024;
+      break;
+    case abi::CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+      *value = 32;
+      break;
+    case abi::CU_DEVICE_ATTRIBUTE_CLOCK_RATE:
+      *value = model.max_clock_khz;
+      break;
+    case abi::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+      *value = model.sm_count;
+      break;
+    case abi::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+      *value = PciBusId(device->physical);
+      break;
+    case abi::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
+      *value = 0;
+      break;
+    case abi::CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT:
+      *value = 32;
+      break;
+    case abi::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+      *value = model.compute_major;
+      break;
+    case abi::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+      *value = model.compute_minor;
+      break;
+    case abi::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+    case abi::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+    case abi::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    case abi::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+      *value = 1;
+      break;
+    default:
+      return abi::CUDA_ERROR_INVALID_VALUE;
+  }
+  return abi::CUDA_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,227 @@
+// cuInit, the process's lifetime hooks (fork, exit) and the driver's resource bookkeeping.
+#include "simgpu/driver.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
+#include <new>
+
+#include "simgpu/abi_extras.h"
+#include "simgpu/memory_ledger.h"
+#include "simgpu/process_identity.h"
+#include "simgpu/visible_devices.h"
+
+namespace gpufrac::simgpu {
+
+using abi::CUresult;
+
+constinit std::atomic<Driver*> g_driver{nullptr};
+
+namespace {
+
+std::mutex g_init_mu;
+bool g_init_done = false;  // guarded by g_init_mu
+CUresult g_init_result = abi::CUDA_SUCCESS;
+
+bool IsHostBacked(AllocationKind kind) {
+  return kind == AllocationKind::kManaged || kind == AllocationKind::kHostPool;
+}
+
+CUresult Complain(const std::string& message, CUresult result) {
+  std::fprintf(stderr, "simgpu: cuInit: %s\n", message.c_str());
+  return result;
+}
+
+CUresult Initialize() {
+  std::string error;
+  SharedMachine* machine = AttachSharedMachineFromEnv(&error);
+  if (machine == nullptr) return Complain(error, abi::CUDA_ERROR_UNKNOWN);
+
+  // Memory left behind by dead processes is returned before this one starts counting.
+  ReclaimDeadProcesses(*machine, /*self_is_stale=*/true);
+  ProcessSlot* slot = ClaimSlot(*machine, CurrentProcessIdentity());
+  if (slot == nullptr) {
+    return Complain("all " + std::to_string(kMaxProcessSlots) + " process slots are in use",
+                    abi::CUDA_ERROR_OUT_OF_MEMORY);
+  }
+
+  std::vector<std::string> uuids;
+  for (int i = 0; i < machine->device_count; ++i) {
+    Uuid uuid;
+    std::copy(std::begin(machine->devices[i].uuid), std::end(machine->devices[i].uuid),
+              uuid.begin());
+    uuids.push_back(FormatGpuUuid(uuid));
+  }
+  auto* driver = new Driver;
+  driver->machine = machine;
+  driver->slot = slot;
+  for (int physical : ParseVisibleDevices(std::getenv("CUDA_VISIBLE_DEVICES"), uuids)) {
+    const SharedDevice& shared = machine->devices[physical];
+    VisibleDevice device{.physical = physical, .model = DeviceModel(shared)};
+    if (device.model == nullptr) {
+      ReleaseSlot(*machine, *slot);
+      delete driver;
+      return Complain(std::string("unknown GPU model ") + shared.model,
+                      abi::CUDA_ERROR_UNKNOWN);
+    }
+    std::copy(std::begin(shared.uuid), std::end(shared.uuid), device.uuid.begin());
+    driver->devices.push_back(device);
+  }
+  driver->primary_contexts.assign(driver->devices.size(), nullptr);
+  driver->default_pools.assign(driver->devices.size(), nullptr);
+  g_driver.store(driver, std::memory_order_release);
+  // Like the real driver, an empty device list still initialises (cuDeviceGetCount reports 0).
+  return driver->devices.empty() ? abi::CUDA_ERROR_NO_DEVICE : abi::CUDA_SUCCESS;
+}
+
+// A forked child starts with no driver: the parent's contexts and memory are not its own.
+// Only async-signal-safe work here; the parent's Driver object is simply abandoned.
+void ForgetDriverInChild() {
+  g_driver.store(nullptr, std::memory_order_relaxed);
+  new (&g_init_mu) std::mutex;  // another parent thread may have held it across fork()
+  g_init_done = false;
+  ForgetThreadContexts();
+  ForgetPerThreadStreams();
+}
+
+__attribute__((constructor)) void RegisterForkHandler() {
+  ::pthread_atfork(nullptr, nullptr, &ForgetDriverInChild);
+}
+
+// At exit (or dlclose) the process's memory goes back to the machine at once, as when a real
+// CUDA process exits; later calls from lingering threads fail with CUDA_ERROR_DEINITIALIZED.
+__attribute__((destructor)) void DetachAtExit() {
+  Driver* driver = g_driver.load(std::memory_order_acquire);
+  if (driver == nullptr) return;
+  std::lock_guard lock(driver->mu);
+  if (driver->slot != nullptr) {
+    ReleaseSlot(*driver->machine, *driver->slot);
+    driver->slot = nullptr;
+  }
+}
+
+}  // namespace
+
+CUresult InitializeDriver(unsigned int flags) {
+  if (flags != 0) return abi::CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(g_init_mu);
+  if (!g_init_done) {
+    g_init_result = Initialize();
+    g_init_done = true;
+  }
+  return g_init_result;
+}
+
+CUresult ReviveCurrentContext(Driver* driver, Context* context) {
+  std::lock_guard lock(driver->mu);
+  if (context->active.load(std::memory_order_relaxed)) return abi::CUDA_SUCCESS;
+  if (context->primary) {
+    if (context->primary_refcount > 0) return driver->ActivateContextLocked(context);
+    return abi::CUDA_ERROR_INVALID_CONTEXT;
+  }
+  return kCudaErrorContextIsDestroyed;
+}
+
+CUresult Driver::ChargeLocked(int ordinal, std::uint64_t bytes) {
+  if (slot == nullptr) return abi::CUDA_ERROR_DEINITIALIZED;
+  if (bytes == 0) return abi::CUDA_SUCCESS;
+  return Charge(*machine, *slot, devices[ordinal].physical, bytes)
+             ? abi::CUDA_SUCCESS
+             : abi::CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+void Driver::ReleaseLocked(int ordinal, std::uint64_t bytes) {
+  if (bytes == 0 || slot == nullptr) return;
+  Release(*machine, *slot, devices[ordinal].physical, bytes);
+}
+
+CUresult Driver::AllocateLocked(const Allocation& spec, abi::CUdeviceptr* base) {
+  Allocation allocation = spec;
+  if (CUresult result = ChargeLocked(spec.ordinal, spec.charged); result != abi::CUDA_SUCCESS) {
+    return result;
+  }
+  abi::CUdeviceptr address = 0;
+  if (IsHostBacked(spec.kind)) {
+    void* memory = ::mmap(nullptr, spec.size, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (memory != MAP_FAILED) {
+      allocation.host_mapping = memory;
+      address = reinterpret_cast<abi::CUdeviceptr>(memory);
+    }
+  } else if (spec.kind == AllocationKind::kLegacy32) {
+    address = allocations.PlaceLegacy32(spec.size);
+  } else {
+    address = allocations.PlaceDevice(spec.size);
+  }
+  if (address == 0) {
+    ReleaseLocked(spec.ordinal, spec.charged);
+    return abi::CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  allocations.Insert(address, allocation);
+  *base = address;
+  return abi::CUDA_SUCCESS;
+}
+
+CUresult Driver::FreeLocked(abi::CUdeviceptr base) {
+  Allocation allocation;
+  if (!allocations.Remove(base, &allocation)) return abi::CUDA_ERROR_INVALID_VALUE;
+  ReleaseLocked(allocation.ordinal, allocation.charged);
+  if (allocation.host_mapping != nullptr) ::munmap(allocation.host_mapping, allocation.size);
+  return abi::CUDA_SUCCESS;
+}
+
+CUresult Driver::ActivateContextLocked(Context* context) {
+  if (CUresult result = ChargeLocked(context->ordinal, context->model->context_bytes);
+      result != abi::CUDA_SUCCESS) {
+    return result;
+  }
+  context->active.store(true, std::memory_order_release);
+  return abi::CUDA_SUCCESS;
+}
+
+void Driver::TeardownContextLocked(Context* context) {
+  for (const Allocation& allocation : allocations.RemoveContext(context)) {
+    ReleaseLocked(allocation.ordinal, allocation.charged);
+    if (allocation.host_mapping != nullptr) ::munmap(allocation.host_mapping, allocation.size);
+  }
+  for (auto it = arrays.begin(); it != arrays.end();) {
+    ArrayObject* array = *it;
+    if (array->context != context) {
+      ++it;
+      continue;
+    }
+    ReleaseLocked(context->ordinal, array->bytes);
+    delete array;
+    it = arrays.erase(it);
+  }
+  for (auto it = streams.begin(); it != streams.end();) {
+    Stream* stream = *it;
+    if (stream->context != context) {
+      ++it;
+      continue;
+    }
+    stream->magic = 0;
+    free_streams.push_back(stream);
+    it = streams.erase(it);
+  }
+  for (auto it = modules.begin(); it != modules.end();) {
+    Module* module = *it;
+    if (module->context != context) {
+      ++it;
+      continue;
+    }
+    // Unloaded modules and their functions are kept (marked dead) so that a stale CUfunction
+    // fails cleanly instead of touching freed memory.
+    module->magic = 0;
+    for (auto& function : module->functions) function->magic = 0;
+    it = modules.erase(it);
+  }
+  ReleaseLocked(context->ordinal, context->model->context_bytes);
+  context->active.store(false, std::memory_order_release);
+}
+
+}  // namespace gpufrac::simgpu

@@ -1,0 +1,103 @@
+// Process-local state of the simulated CUDA driver: the devices this process sees, its slot in
+// the shared machine, and every object it has created. One instance, published by cuInit.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "abi/cuda_abi.h"
+#include "gpu/catalogue.h"
+#include "simgpu/allocation_table.h"
+#include "simgpu/context.h"
+#include "simgpu/memory_objects.h"
+#include "simgpu/module.h"
+#include "simgpu/shared_machine.h"
+#include "simgpu/stream.h"
+#include "simgpu/uuid.h"
+
+namespace gpufrac::simgpu {
+
+struct VisibleDevice {
+  int physical = 0;
+  const gpu::GpuModel* model = nullptr;
+  Uuid uuid{};
+};
+
+struct Driver {
+  // Fixed after cuInit.
+  SharedMachine* machine = nullptr;
+  std::vector<VisibleDevice> devices;  // by CUDA ordinal (after CUDA_VISIBLE_DEVICES)
+
+  std::mutex mu;
+  // Everything below is guarded by `mu`.
+  ProcessSlot* slot = nullptr;  // nullptr once the process has started exiting
+  AllocationTable allocations;
+  std::unordered_set<Context*> contexts;   // every context ever made; never freed, so stale
+                                           // handles stay safe to inspect
+  std::vector<Context*> primary_contexts;  // by ordinal; created on first retain
+  std::unordered_set<Stream*> streams;     // live created streams
+  std::vector<Stream*> free_streams;       // destroyed stream objects, reused
+  std::unordered_set<Module*> modules;     // loaded modules
+  std::unordered_set<ArrayObject*> arrays;
+  std::vector<MemPool*> default_pools;  // by ordinal; created on first use
+  std::unordered_set<MemPool*> pools;   // every pool not destroyed, default ones included
+  std::unordered_map<abi::CUmemGenericAllocationHandle, PhysicalAllocation> physical;
+  abi::CUmemGenericAllocationHandle next_physical_handle = 0x100000;
+
+  int device_count() const { return static_cast<int>(devices.size()); }
+  bool ValidOrdinal(abi::CUdevice ordinal) const {
+    return ordinal >= 0 && ordinal < device_count();
+  }
+
+  // Charges `bytes` of device memory to this process (reclaiming dead processes' memory if the
+  // device is full). CUDA_ERROR_OUT_OF_MEMORY if they do not fit, CUDA_ERROR_DEINITIALIZED once
+  // the process is exiting. Caller holds `mu`.
+  abi::CUresult ChargeLocked(int ordinal, std::uint64_t bytes);
+  void ReleaseLocked(int ordinal, std::uint64_t bytes);
+
+  // Places, charges and records an allocation described by `spec` (size, charge, device,
+  // context, kind); host-accessible kinds get real anonymous memory. Caller holds `mu`.
+  abi::CUresult AllocateLocked(const Allocation& spec, abi::CUdeviceptr* base);
+  // Frees the allocation starting at `base`; CUDA_ERROR_INVALID_VALUE if there is none.
+  abi::CUresult FreeLocked(abi::CUdeviceptr base);
+
+  // Makes a context hold its memory again: charges context_bytes and marks it active.
+  abi::CUresult ActivateContextLocked(Context* context);
+  // Frees everything the context owns (allocations, arrays, streams, modules) and its own
+  // memory, and marks it inactive.
+  void TeardownContextLocked(Context* context);
+};
+
+// The published driver; nullptr before a successful-enough cuInit (or in a forked child).
+extern constinit std::atomic<Driver*> g_driver;
+
+// cuInit: reads the environment, joins the shared machine and publishes the driver. The outcome
+// of the first call sticks, as with the real driver.
+abi::CUresult InitializeDriver(unsigned int flags);
+
+// The driver, or CUDA_ERROR_NOT_INITIALIZED.
+inline abi::CUresult GetDriver(Driver** driver) {
+  *driver = g_driver.load(std::memory_order_acquire);
+  return *driver != nullptr ? abi::CUDA_SUCCESS : abi::CUDA_ERROR_NOT_INITIALIZED;
+}
+
+// Slow path of GetDriverAndContext: the current context is not active (destroyed, released, or
+// a primary context reset while still retained, which comes back to life on use).
+abi::CUresult ReviveCurrentContext(Driver* driver, Context* context);
+
+// The driver and the calling thread's current context, ready for use; the error a context-bound
+// driver call returns otherwise.
+inline abi::CUresult GetDriverAndContext(Driver** driver, Context** context) {
+  if (abi::CUresult result = GetDriver(driver); result != abi::CUDA_SUCCESS) return result;
+  *context = CurrentContext();
+  if (*context == nullptr) return abi::CUDA_ERROR_INVALID_CONTEXT;
+  if ((*context)->active.load(std::memory_order_acquire)) return abi::CUDA_SUCCESS;
+  return ReviveCurrentContext(*driver, *context);
+}
+
+}  // namespace gpufrac::simgpu

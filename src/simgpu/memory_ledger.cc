@@ -1,0 +1,95 @@
+// Lock-free device memory accounting shared by all processes of a simulated machine.
+#include "simgpu/memory_ledger.h"
+
+namespace gpufrac::simgpu {
+namespace {
+
+// Owner encoding: start time above a 23-bit pid (Linux pids are at most 2^22). A reclaimer
+// parks a slot at kReclaiming while it drains the slot's counters.
+constexpr int kPidBits = 23;
+constexpr std::uint64_t kFreeOwner = 0;
+constexpr std::uint64_t kReclaiming = ~std::uint64_t{0};
+
+std::uint64_t PackOwner(const ProcessIdentity& identity) {
+  return (identity.start_time << kPidBits) | static_cast<std::uint64_t>(identity.pid);
+}
+
+ProcessIdentity UnpackOwner(std::uint64_t owner) {
+  return ProcessIdentity{.pid = static_cast<int>(owner & ((1u << kPidBits) - 1)),
+                         .start_time = owner >> kPidBits};
+}
+
+// Moves the slot's holdings back to the devices. The caller owns the slot exclusively.
+void DrainSlot(SharedMachine& machine, ProcessSlot& slot) {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    const std::uint64_t held = slot.used_bytes[d].exchange(0, std::memory_order_relaxed);
+    if (held != 0) machine.devices[d].used_bytes.fetch_sub(held, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
+
+bool TryCharge(SharedMachine& machine, ProcessSlot& slot, int device, std::uint64_t bytes) {
+  SharedDevice& shared = machine.devices[device];
+  std::uint64_t used = shared.used_bytes.load(std::memory_order_relaxed);
+  do {
+    if (bytes > shared.total_bytes - used) return false;
+  } while (!shared.used_bytes.compare_exchange_weak(used, used + bytes,
+                                                     std::memory_order_relaxed));
+  // Device first, slot second: a process killed in between leaks these bytes until the
+  // namespace is removed, rather than letting a reclaimer subtract bytes never added.
+  slot.used_bytes[device].fetch_add(bytes, std::memory_order_relaxed);
+  return true;
+}
+
+bool Charge(SharedMachine& machine, ProcessSlot& slot, int device, std::uint64_t bytes) {
+  if (TryCharge(machine, slot, device, bytes)) return true;
+  if (ReclaimDeadProcesses(machine, /*self_is_stale=*/false) == 0) return false;
+  return TryCharge(machine, slot, device, bytes);
+}
+
+void Release(SharedMachine& machine, ProcessSlot& slot, int device, std::uint64_t bytes) {
+  slot.used_bytes[device].fetch_sub(bytes, std::memory_order_relaxed);
+  machine.devices[device].used_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+std::uint64_t UsedBytes(const SharedMachine& machine, int device) {
+  return machine.devices[device].used_bytes.load(std::memory_order_relaxed);
+}
+
+int ReclaimDeadProcesses(SharedMachine& machine, bool self_is_stale) {
+  const ProcessIdentity self = CurrentProcessIdentity();
+  int reclaimed = 0;
+  for (ProcessSlot& slot : machine.slots) {
+    std::uint64_t owner = slot.owner.load(std::memory_order_acquire);
+    if (owner == kFreeOwner || owner == kReclaiming) continue;
+    const ProcessIdentity identity = UnpackOwner(owner);
+    const bool stale = identity == self ? self_is_stale : !IsProcessAlive(identity);
+    if (!stale) continue;
+    if (!slot.owner.compare_exchange_strong(owner, kReclaiming, std::memory_order_acq_rel)) {
+      continue;  // another process is reclaiming it
+    }
+    DrainSlot(machine, slot);
+    slot.owner.store(kFreeOwner, std::memory_order_release);
+    ++reclaimed;
+  }
+  return reclaimed;
+}
+
+ProcessSlot* ClaimSlot(SharedMachine& machine, const ProcessIdentity& self) {
+  const std::uint64_t packed = PackOwner(self);
+  for (ProcessSlot& slot : machine.slots) {
+    std::uint64_t expected = kFreeOwner;
+    if (slot.owner.compare_exchange_strong(expected, packed, std::memory_order_acq_rel)) {
+      return &slot;
+    }
+  }
+  return nullptr;
+}
+
+void ReleaseSlot(SharedMachine& machine, ProcessSlot& slot) {
+  DrainSlot(machine, slot);
+  slot.owner.store(kFreeOwner, std::memory_order_release);
+}
+
+}  // namespace gpufrac::simgpu

@@ -1,0 +1,36 @@
+// Who holds how much device memory: charging and releasing bytes on a device's shared counter
+// and the owning process's slot, claiming and releasing process slots, and reclaiming the memory
+// of processes that died without releasing it (as the real driver does when a process exits).
+#pragma once
+
+#include <cstdint>
+
+#include "simgpu/process_identity.h"
+#include "simgpu/shared_machine.h"
+
+namespace gpufrac::simgpu {
+
+// Charges `bytes` of physical device `device` to `slot` if they fit; lock-free, no syscalls.
+bool TryCharge(SharedMachine& machine, ProcessSlot& slot, int device, std::uint64_t bytes);
+
+// TryCharge, and if the device is full, reclaims dead processes' memory and tries once more.
+bool Charge(SharedMachine& machine, ProcessSlot& slot, int device, std::uint64_t bytes);
+
+// Returns bytes charged earlier by TryCharge/Charge.
+void Release(SharedMachine& machine, ProcessSlot& slot, int device, std::uint64_t bytes);
+
+// Bytes of `device` held by all processes.
+std::uint64_t UsedBytes(const SharedMachine& machine, int device);
+
+// Frees the slots (and their memory) of owners that are no longer alive. With
+// `self_is_stale`, slots bearing the caller's own identity are freed too: they belong to an
+// earlier program image of this process (exec keeps pid and start time). Returns how many.
+int ReclaimDeadProcesses(SharedMachine& machine, bool self_is_stale);
+
+// Takes a free slot for `self`; nullptr if all are taken by live processes.
+ProcessSlot* ClaimSlot(SharedMachine& machine, const ProcessIdentity& self);
+
+// Returns everything the slot holds to the devices and frees the slot.
+void ReleaseSlot(SharedMachine& machine, ProcessSlot& slot);
+
+}  // namespace gpufrac::simgpu

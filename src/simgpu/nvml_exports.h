@@ -1,0 +1,34 @@
+// C declarations of every symbol the simulated libnvidia-ml exports, with the types of src/abi:
+// a definition whose signature drifts from the ABI fails to compile.
+#pragma once
+
+#include <type_traits>
+
+#include "abi/nvml_abi.h"
+#include "simgpu/export.h"
+
+// SIMGPU_NVML_ENTRY_POINT(exported symbol)
+#define SIMGPU_NVML_ENTRY_POINTS(X)     \
+  X(nvmlInit_v2)                        \
+  X(nvmlInitWithFlags)                  \
+  X(nvmlShutdown)                       \
+  X(nvmlErrorString)                    \
+  X(nvmlSystemGetDriverVersion)         \
+  X(nvmlSystemGetCudaDriverVersion)     \
+  X(nvmlDeviceGetCount_v2)              \
+  X(nvmlDeviceGetHandleByIndex_v2)      \
+  X(nvmlDeviceGetHandleByUUID)          \
+  X(nvmlDeviceGetIndex)                 \
+  X(nvmlDeviceGetName)                  \
+  X(nvmlDeviceGetUUID)                  \
+  X(nvmlDeviceGetMemoryInfo)            \
+  X(nvmlDeviceGetMemoryInfo_v2)
+
+#define SIMGPU_DECLARE_NVML_ENTRY_POINT(symbol) \
+  SIMGPU_EXPORT std::remove_pointer_t<::gpufrac::abi::symbol##_t> symbol;
+
+extern "C" {
+SIMGPU_NVML_ENTRY_POINTS(SIMGPU_DECLARE_NVML_ENTRY_POINT)
+}
+
+#undef SIMGPU_DECLARE_NVML_ENTRY_POINT

@@ -1,0 +1,81 @@
+// NVML initialisation and the device records behind nvmlDevice_t handles.
+#include "simgpu/nvml_state.h"
+
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+
+#include "simgpu/uuid.h"
+
+namespace gpufrac::simgpu {
+namespace {
+
+std::mutex g_mu;
+std::atomic<int> g_references{0};
+SharedMachine* g_machine = nullptr;  // set once, guarded by g_mu until then
+NvmlDevice g_devices[kMaxDevices];
+unsigned int g_device_count = 0;
+
+}  // namespace
+
+abi::nvmlReturn_t NvmlInit() {
+  std::lock_guard lock(g_mu);
+  if (g_machine == nullptr) {
+    std::string error;
+    SharedMachine* machine = AttachSharedMachineFromEnv(&error);
+    if (machine == nullptr) {
+      std::fprintf(stderr, "simgpu: nvmlInit: %s\n", error.c_str());
+      return abi::NVML_ERROR_UNKNOWN;
+    }
+    for (int i = 0; i < machine->device_count; ++i) {
+      NvmlDevice& device = g_devices[i];
+      device.index = static_cast<unsigned int>(i);
+      device.model = DeviceModel(machine->devices[i]);
+      if (device.model == nullptr) {
+        std::fprintf(stderr, "simgpu: nvmlInit: unknown GPU model %s\n", machine->devices[i].model);
+        return abi::NVML_ERROR_UNKNOWN;
+      }
+      Uuid uuid;
+      std::copy(std::begin(machine->devices[i].uuid), std::end(machine->devices[i].uuid),
+                uuid.begin());
+      device.uuid = FormatGpuUuid(uuid);
+    }
+    g_device_count = static_cast<unsigned int>(machine->device_count);
+    g_machine = machine;
+  }
+  g_references.fetch_add(1, std::memory_order_release);
+  return abi::NVML_SUCCESS;
+}
+
+abi::nvmlReturn_t NvmlShutdown() {
+  std::lock_guard lock(g_mu);
+  if (g_references.load(std::memory_order_relaxed) == 0) return abi::NVML_ERROR_UNINITIALIZED;
+  g_references.fetch_sub(1, std::memory_order_release);
+  return abi::NVML_SUCCESS;
+}
+
+abi::nvmlReturn_t NvmlCheckInit() {
+  return g_references.load(std::memory_order_acquire) > 0 ? abi::NVML_SUCCESS
+                                                          : abi::NVML_ERROR_UNINITIALIZED;
+}
+
+SharedMachine& NvmlMachine() { return *g_machine; }
+
+unsigned int NvmlDeviceCount() { return g_device_count; }
+
+const NvmlDevice* NvmlDeviceAt(unsigned int index) {
+  return index < g_device_count ? &g_devices[index] : nullptr;
+}
+
+const NvmlDevice* NvmlDeviceFromHandle(abi::nvmlDevice_t handle) {
+  for (unsigned int i = 0; i < g_device_count; ++i) {
+    if (NvmlHandle(&g_devices[i]) == handle) return &g_devices[i];
+  }
+  return nullptr;
+}
+
+abi::nvmlDevice_t NvmlHandle(const NvmlDevice* device) {
+  return reinterpret_cast<abi::nvmlDevice_t>(const_cast<NvmlDevice*>(device));
+}
+
+}  // namespace gpufrac::simgpu

@@ -1,0 +1,37 @@
+// Process-local state of the simulated NVML: the init reference count and the devices of the
+// shared machine. NVML sees every device (it ignores CUDA_VISIBLE_DEVICES, like the real one).
+#pragma once
+
+#include <string>
+
+#include "abi/nvml_abi.h"
+#include "gpu/catalogue.h"
+#include "simgpu/config.h"
+#include "simgpu/shared_machine.h"
+
+namespace gpufrac::simgpu {
+
+struct NvmlDevice {
+  unsigned int index = 0;
+  const gpu::GpuModel* model = nullptr;
+  std::string uuid;  // "GPU-..."
+};
+
+// nvmlInit: joins the shared machine (first call) and counts the reference.
+abi::nvmlReturn_t NvmlInit();
+// nvmlShutdown: drops a reference; NVML_ERROR_UNINITIALIZED if there is none.
+abi::nvmlReturn_t NvmlShutdown();
+
+// NVML_ERROR_UNINITIALIZED unless at least one nvmlInit is outstanding.
+abi::nvmlReturn_t NvmlCheckInit();
+
+SharedMachine& NvmlMachine();
+unsigned int NvmlDeviceCount();
+// The device by index; nullptr when out of range.
+const NvmlDevice* NvmlDeviceAt(unsigned int index);
+
+// Handles are pointers to the NvmlDevice records; nullptr for anything else.
+const NvmlDevice* NvmlDeviceFromHandle(abi::nvmlDevice_t handle);
+abi::nvmlDevice_t NvmlHandle(const NvmlDevice* device);
+
+}  // namespace gpufrac::simgpu

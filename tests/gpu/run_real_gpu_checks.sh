@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Real-GPU checks of the limiter (needs an NVIDIA GPU, an existing build in ./build and PyTorch,
+# CuPy and JAX): runs each framework under `gpufrac exec`, checks nvidia-smi inside the workload
+# shows the limit, and runs two workloads on one GPU at once. Prints PASS/FAIL lines; record the
+# output in docs/real-gpu-checks.md.
+set -u
+cd "$(dirname "$0")/../.."
+gpufrac=${GPUFRAC:-$PWD/build/bin/gpufrac}
+limit=$((4 << 30))
+fails=0
+check() {  # check NAME COMMAND...
+  local name=$1; shift
+  local out
+  out=$("$@" 2>&1); local rc=$?
+  echo "$out" | sed "s/^/  [$name] /"
+  if [ $rc -eq 0 ]; then echo "PASS $name"; else echo "FAIL $name (exit $rc)"; fails=$((fails + 1)); fi
+}
+nvidia-smi -L || { echo "no NVIDIA GPU"; exit 2; }
+for fw in torch cupy jax; do
+  check "$fw" "$gpufrac" exec --gpu-memory 4G -- python3 tests/gpu/frameworks_check.py "$fw" $limit
+done
+check nvidia-smi bash -c "total=\$('$gpufrac' exec --gpu-memory 4G -- nvidia-smi \
+  --query-gpu=memory.total --format=csv,noheader,nounits | head -1); echo total_mib=\$total; \
+  [ \"\$total\" = 4096 ]"
+# Two workloads on one GPU at the same time, each filling its own limit.
+check two-workloads bash -c "
+  '$gpufrac' exec --gpu-memory 3G -- python3 tests/gpu/frameworks_check.py torch $((3 << 30)) & a=\$!
+  '$gpufrac' exec --gpu-memory 5G -- python3 tests/gpu/frameworks_check.py torch $((5 << 30)) & b=\$!
+  wait \$a; ra=\$?; wait \$b; rb=\$?; [ \$ra -eq 0 ] && [ \$rb -eq 0 ]"
+echo "failures=$fails"
+[ $fails -eq 0 ]

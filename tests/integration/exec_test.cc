@@ -1,0 +1,98 @@
+// `gpufrac exec` end to end on a simulated GPU: the command sees exactly its limit, exit statuses
+// pass through, and bad input is one line on stderr with exit status 2.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "harness.h"
+
+namespace gpufrac::testing {
+namespace {
+
+constexpr long long kMiB = 1ll << 20;
+constexpr long long kGiB = 1ll << 30;
+
+class ExecTest : public ::testing::Test {
+ protected:
+  ExecTest() : machine_("2xA100-40GB") {}
+  RunResult Exec(std::vector<std::string> args) {
+    args.insert(args.begin(), {BuildPath("bin/gpufrac"), "exec"});
+    return Run(args, machine_.Env());
+  }
+  SimMachine machine_;
+};
+
+TEST_F(ExecTest, TheCommandSeesItsLimit) {
+  RunResult r = Exec({"--gpu-memory", "4G", "--", ProbePath(), "info"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.GetInt("total"), 4 * kGiB);
+  EXPECT_EQ(r.GetInt("device_total"), 4 * kGiB);
+}
+
+TEST_F(ExecTest, AllSizeSpellingsMeanBinaryUnits) {
+  for (const char* size : {"4G", "4GiB", "4096M", "4096Mi", "4294967296"}) {
+    SCOPED_TRACE(size);
+    RunResult r = Exec({"--gpu-memory", size, "--", ProbePath(), "info"});
+    EXPECT_EQ(r.GetInt("total"), 4 * kGiB) << r.err;
+  }
+  RunResult r = Exec({"--gpu-memory", "512Mi", "--", ProbePath(), "info"});
+  EXPECT_EQ(r.GetInt("total"), 512 * kMiB) << r.err;
+}
+
+TEST_F(ExecTest, AFractionIsAShareOfTheGpusMemory) {
+  RunResult r = Exec({"--gpu-fraction", "0.25", "--gpu", "1", "--", ProbePath(), "info"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.GetInt("total"), 40960 * kMiB / 4);
+}
+
+TEST_F(ExecTest, OnlyTheChosenGpuIsVisible) {
+  std::string uuid1 = machine_.Uuid(1);
+  RunResult r = Exec({"--gpu-memory", "1G", "--gpu", "1", "--", ProbePath(), "uuid"});
+  EXPECT_EQ(r.Get("uuid"), uuid1) << r.err;
+}
+
+TEST_F(ExecTest, OverTheLimitIsAnOrdinaryOutOfMemoryError) {
+  RunResult r = Exec({"--gpu-memory", "2G", "--", ProbePath(), "alloc", "mem",
+                      std::to_string(2 * kGiB)});
+  EXPECT_EQ(r.GetInt("alloc"), 2);  // the context takes part of the 2 GiB
+  EXPECT_NE(r.err.find("out of GPU memory"), std::string::npos) << r.err;
+  RunResult quiet = Exec({"--gpu-memory", "2G", "--quiet", "--", ProbePath(), "alloc", "mem",
+                          std::to_string(2 * kGiB)});
+  EXPECT_EQ(quiet.GetInt("alloc"), 2);
+  EXPECT_EQ(quiet.err.find("out of GPU memory"), std::string::npos) << quiet.err;
+}
+
+TEST_F(ExecTest, PassesTheExitStatusThrough) {
+  EXPECT_EQ(Exec({"--gpu-memory", "1G", "--", "sh", "-c", "exit 7"}).status, 7);
+  EXPECT_EQ(Exec({"--gpu-memory", "1G", "--", "sh", "-c", "kill -TERM $$"}).status, 128 + 15);
+  EXPECT_EQ(Exec({"--gpu-memory", "1G", "--", "/nonexistent/cmd"}).status, 127);
+}
+
+TEST_F(ExecTest, BadInputIsOneLineAndExitStatusTwo) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  } cases[] = {
+      {{"--gpu-memory", "4X", "--", "true"}, "unknown size unit"},
+      {{"--gpu-memory", "0", "--", "true"}, "greater than zero"},
+      {{"--gpu-memory", "-1G", "--", "true"}, "--gpu-memory"},
+      {{"--gpu-memory", "41G", "--", "true"}, "is more than GPU 0"},
+      {{"--gpu-memory", "100M", "--", "true"}, "cannot hold even the CUDA context"},
+      {{"--gpu-fraction", "1.5", "--", "true"}, "--gpu-fraction"},
+      {{"--gpu-fraction", "0", "--", "true"}, "--gpu-fraction"},
+      {{"--gpu-memory", "1G", "--gpu", "7", "--", "true"}, "--gpu"},
+      {{"--gpu-memory", "1G"}, "missing the command"},
+      {{"--", "true"}, "exactly one of --gpu-memory"},
+      {{"--gpu-memory", "1G", "--gpu-fraction", "0.5", "--", "true"}, "exactly one of"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args[0] + " " + c.args[1]);
+    RunResult r = Exec(c.args);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace gpufrac::testing

@@ -1,0 +1,301 @@
+// libgpufrac.so end to end: cuda_probe processes on a simulated GPU, run under the limiter the way
+// a launcher runs workloads. Covers the three access paths, every charged allocation kind and its
+// free, the virtualised numbers, racing processes, SIGKILL clean-up, broken and tampered configs.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "progs/race_shared.h"
+
+namespace gpufrac::testing {
+namespace {
+
+constexpr unsigned long long kMiB = 1ull << 20;
+constexpr unsigned long long kGiB = 1ull << 30;
+
+class LimiterTest : public ::testing::Test {
+ protected:
+  LimiterTest() : machine_("1xH100-80GB"), uuid_(machine_.Uuid()) {}
+
+  RunResult Probe(const Workload& w, std::vector<std::string> args) {
+    args.insert(args.begin(), ProbePath());
+    return Run(args, Merge(machine_.Env(), w.Env()));
+  }
+
+  SimMachine machine_;
+  std::string uuid_;
+};
+
+TEST_F(LimiterTest, SimulatedDeviceIsVisible) {
+  ASSERT_EQ(uuid_.rfind("GPU-", 0), 0u) << uuid_;
+}
+
+TEST_F(LimiterTest, WithoutAConfigurationEverythingPassesThrough) {
+  auto env = Merge(machine_.Env(), {{"LD_PRELOAD", BuildPath("lib/libgpufrac.so")}});
+  RunResult info = Run({ProbePath(), "info"}, env);
+  ASSERT_EQ(info.status, 0) << info.err;
+  EXPECT_EQ(info.GetInt("total"), 81559ll * kMiB);  // the whole simulated H100
+  RunResult r = Run({ProbePath(), "resolve"}, env);
+  EXPECT_EQ(r.Get("gpa.cuMemAlloc.12000.default"), "cuMemAlloc_v2@libcuda.so.1");
+  EXPECT_EQ(r.Get("dlsym.cuMemAlloc_v2"), "cuMemAlloc_v2@libcuda.so.1");
+}
+
+TEST_F(LimiterTest, EveryAccessPathSeesAndEnforcesTheLimit) {
+  Workload w(uuid_, kGiB);
+  for (const char* path : {"linked", "dlsym", "procaddr"}) {
+    SCOPED_TRACE(path);
+    RunResult info = Probe(w, {"--path", path, "info"});
+    ASSERT_EQ(info.status, 0) << info.err;
+    EXPECT_EQ(info.GetInt("total"), static_cast<long long>(kGiB));
+    EXPECT_EQ(info.GetInt("device_total"), static_cast<long long>(kGiB));
+    EXPECT_EQ(info.GetInt("free"), static_cast<long long>(kGiB));
+
+    RunResult over = Probe(w, {"--path", path, "alloc", "mem", std::to_string(kGiB + 1)});
+    EXPECT_EQ(over.GetInt("alloc"), 2) << "CUDA_ERROR_OUT_OF_MEMORY expected";
+    EXPECT_NE(over.err.find("gpufrac: out of GPU memory on " + uuid_), std::string::npos)
+        << over.err;
+    EXPECT_NE(over.err.find("limit of 1.00 GiB"), std::string::npos) << over.err;
+
+    RunResult fits = Probe(w, {"--path", path, "alloc", "mem", std::to_string(kGiB)});
+    EXPECT_EQ(fits.GetInt("alloc"), 0);
+    EXPECT_EQ(fits.GetInt("charged"), static_cast<long long>(kGiB));
+    EXPECT_EQ(fits.GetInt("after"), 0);
+  }
+}
+
+TEST_F(LimiterTest, CuGetProcAddressHonoursVersionAndStreamFlags) {
+  Workload w(uuid_, kGiB);
+  RunResult r = Probe(w, {"resolve"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.Get("dlsym.cuGetProcAddress_v2"), "cuGetProcAddress_v2@libgpufrac.so");
+  EXPECT_EQ(r.Get("dlsym.cuMemAlloc_v2"), "cuMemAlloc_v2@libgpufrac.so");
+  EXPECT_EQ(r.Get("dlsym.cuDeviceGet"), "cuDeviceGet@libcuda.so.1");  // not hooked
+  EXPECT_EQ(r.Get("gpa.cuMemAlloc.12000.default"), "cuMemAlloc_v2@libgpufrac.so");
+  // CUDA < 3.2 gets the legacy 32-bit entry point, which the limiter does not pretend to be.
+  EXPECT_EQ(r.Get("gpa.cuMemAlloc.3000.default"), "cuMemAlloc@libcuda.so.1");
+  EXPECT_EQ(r.Get("gpa.cuMemGetInfo.12000.default"), "cuMemGetInfo_v2@libgpufrac.so");
+  EXPECT_EQ(r.Get("gpa.cuMemAllocAsync.12000.default"), "cuMemAllocAsync@libgpufrac.so");
+  EXPECT_EQ(r.Get("gpa.cuMemAllocAsync.12000.ptsz"), "cuMemAllocAsync_ptsz@libgpufrac.so");
+  EXPECT_EQ(r.GetInt("gpa.cuMemAllocAsync.11000.default.rc"), 500);  // CUDA_ERROR_NOT_FOUND
+  EXPECT_EQ(r.GetInt("gpa.cuMemAllocAsync.11000.default.status"), 2);  // VERSION_NOT_SUFFICIENT
+  EXPECT_EQ(r.Get("gpa.cuGetProcAddress.12000.default"), "cuGetProcAddress_v2@libgpufrac.so");
+  EXPECT_EQ(r.Get("gpa.cuGetProcAddress.11030.default"), "cuGetProcAddress@libgpufrac.so");
+  EXPECT_EQ(r.Get("gpa.cuDeviceGet.12000.default"), "cuDeviceGet@libcuda.so.1");
+}
+
+struct KindCase {
+  const char* kind;
+  unsigned long long bytes;
+  unsigned long long expected_charge;
+};
+
+TEST_F(LimiterTest, EachAllocationKindIsChargedAndReleased) {
+  Workload w(uuid_, kGiB, 100 * kMiB);
+  const KindCase cases[] = {
+      {"mem", 64 * kMiB, 64 * kMiB},
+      {"pitch", 64 * kMiB, 64 * kMiB},  // 65536-byte rows need no padding
+      {"managed", 64 * kMiB, 64 * kMiB},
+      {"async", 64 * kMiB, 64 * kMiB},
+      {"async_ptsz", 64 * kMiB, 64 * kMiB},
+      {"pool", 64 * kMiB, 64 * kMiB},
+      {"vmm", 64 * kMiB, 64 * kMiB},
+      {"array", 64 * kMiB, 64 * kMiB},
+      {"array3d", 64 * kMiB, 64 * kMiB},
+      {"mipmap", 64 * kMiB, 80 * kMiB},  // two levels: full size plus a quarter
+      {"ctx", 0, 100 * kMiB},            // a created context costs the context charge
+      {"hostpool", 64 * kMiB, 0},        // host memory is not device memory
+      {"vmmhost", 64 * kMiB, 0},
+      {"vmmnuma", 64 * kMiB, 0},
+  };
+  for (const KindCase& c : cases) {
+    SCOPED_TRACE(c.kind);
+    RunResult r = Probe(w, {"alloc", c.kind, std::to_string(c.bytes)});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.GetInt("alloc"), 0) << r.out;
+    EXPECT_EQ(r.GetInt("charged"), static_cast<long long>(c.expected_charge)) << r.out;
+    EXPECT_EQ(r.GetInt("free"), 0);
+    EXPECT_EQ(r.GetInt("after"), 0) << "the free must release the whole charge";
+  }
+  // Every kind is refused past the limit (the primary context holds 100 MiB of it).
+  for (const char* kind : {"mem", "pitch", "managed", "async", "pool", "vmm", "array", "mipmap"}) {
+    SCOPED_TRACE(kind);
+    RunResult r = Probe(w, {"alloc", kind, std::to_string(960 * kMiB)});
+    EXPECT_EQ(r.GetInt("alloc"), 2) << r.out;
+  }
+}
+
+TEST_F(LimiterTest, ContextMemoryCountsAgainstTheLimit) {
+  Workload w(uuid_, kGiB, 200 * kMiB);
+  RunResult info = Probe(w, {"info"});
+  EXPECT_EQ(info.GetInt("free"), static_cast<long long>(kGiB - 200 * kMiB));
+  RunResult fill = Probe(w, {"fill", std::to_string(100 * kMiB)});
+  EXPECT_EQ(fill.GetInt("count"), 8);
+  EXPECT_EQ(fill.GetInt("last"), 2);
+}
+
+TEST_F(LimiterTest, NvmlReportsTheLimitAndTheWorkloadsUse) {
+  Workload w(uuid_, 4 * kGiB, 300 * kMiB);
+  RunResult r = Probe(w, {"nvml"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* v : {"nvml", "nvml2"}) {
+    SCOPED_TRACE(v);
+    EXPECT_EQ(r.GetInt(std::string(v) + ".total"), static_cast<long long>(4 * kGiB));
+    EXPECT_EQ(r.GetInt(std::string(v) + ".used"), static_cast<long long>(300 * kMiB));
+    EXPECT_EQ(r.GetInt(std::string(v) + ".free"), static_cast<long long>(4 * kGiB - 300 * kMiB));
+  }
+}
+
+TEST(LimiterPhysicalTest, ReportedFreeNeverExceedsWhatTheDeviceHasFree) {
+  SimMachine machine("1xT4");
+  std::string uuid = machine.Uuid();
+  Workload w(uuid, 14 * kGiB);
+  // Someone outside the workload takes most of the card.
+  std::string seen;
+  pid_t other = Start({ProbePath(), "hold", std::to_string(12 * kGiB)}, machine.Env(), "hold=",
+                      &seen);
+  ASSERT_NE(seen.find("hold=0"), std::string::npos) << seen;
+  RunResult r = Run({ProbePath(), "info"}, Merge(machine.Env(), w.Env()));
+  kill(other, SIGKILL);
+  waitpid(other, nullptr, 0);
+  EXPECT_EQ(r.GetInt("total"), static_cast<long long>(14 * kGiB));
+  EXPECT_GT(r.GetInt("free"), 0);
+  EXPECT_LT(r.GetInt("free"), static_cast<long long>(15360 * kMiB - 12 * kGiB));
+}
+
+TEST_F(LimiterTest, EightRacingProcessesNeverHoldMoreThanTheLimit) {
+  constexpr int kProcesses = 8, kRounds = 100;
+  const unsigned long long limit = 1000 * kMiB, each = 300 * kMiB;
+  Workload w(uuid_, limit);
+  std::string shm = "/gpufrac-race-" + std::to_string(getpid());
+  int fd = shm_open(shm.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, sizeof(RaceShared)), 0);
+  auto* shared = static_cast<RaceShared*>(
+      mmap(nullptr, sizeof(RaceShared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  close(fd);
+  pthread_barrierattr_t attr;
+  pthread_barrierattr_init(&attr);
+  pthread_barrierattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_barrier_init(&shared->barrier, &attr, kProcesses);
+
+  std::vector<pid_t> pids;
+  auto env = Merge(machine_.Env(), w.Env());
+  for (int p = 0; p < kProcesses; ++p) {
+    pids.push_back(Start({ProbePath(), "race", shm, std::to_string(p), std::to_string(each),
+                          std::to_string(kRounds)},
+                         env, "init=", nullptr));
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  EXPECT_LE(shared->max_live_bytes.load(), static_cast<long long>(limit));
+  for (int round = 0; round < kRounds; ++round) {
+    // Exactly floor(1000 / 300) = 3 fit: never more (the limit holds), never fewer (no charge
+    // leaks from one round to the next).
+    ASSERT_EQ(shared->successes[round].load(), 3) << "round " << round;
+  }
+  EXPECT_EQ(w.Used(), 0u);
+  munmap(shared, sizeof(RaceShared));
+  shm_unlink(shm.c_str());
+}
+
+TEST_F(LimiterTest, AProcessKilledWithSigkillLeavesNoCharge) {
+  Workload w(uuid_, 1000 * kMiB);
+  auto env = Merge(machine_.Env(), w.Env());
+  std::string seen;
+  pid_t holder = Start({ProbePath(), "hold", std::to_string(700 * kMiB)}, env, "hold=", &seen);
+  ASSERT_NE(seen.find("hold=0"), std::string::npos) << seen;
+  EXPECT_EQ(w.Used(), 700 * kMiB);
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  // The next process of the workload sees the memory back, and can allocate it.
+  RunResult info = Probe(w, {"info"});
+  EXPECT_EQ(info.GetInt("free"), static_cast<long long>(1000 * kMiB));
+  RunResult again = Probe(w, {"alloc", "mem", std::to_string(1000 * kMiB)});
+  EXPECT_EQ(again.GetInt("alloc"), 0);
+  EXPECT_EQ(w.Used(), 0u);
+}
+
+TEST_F(LimiterTest, KilledHolderIsReclaimedByTheNextAllocation) {
+  Workload w(uuid_, 1000 * kMiB);
+  auto env = Merge(machine_.Env(), w.Env());
+  std::string seen;
+  pid_t holder = Start({ProbePath(), "hold", std::to_string(900 * kMiB)}, env, "hold=", &seen);
+  ASSERT_NE(seen.find("hold=0"), std::string::npos) << seen;
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  RunResult r = Probe(w, {"alloc", "mem", std::to_string(800 * kMiB)});
+  EXPECT_EQ(r.GetInt("alloc"), 0) << r.err;
+}
+
+TEST_F(LimiterTest, AnUnusableConfigurationStopsCudaWithAClearMessage) {
+  auto env = Merge(machine_.Env(), {{"LD_PRELOAD", BuildPath("lib/libgpufrac.so")},
+                                    {"GPUFRAC_LIMIT_FILE", "/nonexistent/limits"}});
+  RunResult missing = Run({ProbePath(), "info"}, env);
+  EXPECT_EQ(missing.GetInt("init"), 3);  // CUDA_ERROR_NOT_INITIALIZED
+  EXPECT_NE(missing.err.find("gpufrac: cannot open limit file /nonexistent/limits"),
+            std::string::npos)
+      << missing.err;
+  EXPECT_NE(missing.err.find("CUDA is disabled"), std::string::npos);
+
+  char path[] = "/tmp/gpufrac-bad-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_EQ(write(fd, "gpufrac-limits 1\nworkload w\ngpu nonsense limit 5\n", 49), 49);
+  close(fd);
+  chmod(path, 0444);
+  env["GPUFRAC_LIMIT_FILE"] = path;
+  RunResult bad = Run({ProbePath(), "info"}, env);
+  EXPECT_EQ(bad.GetInt("init"), 3);
+  EXPECT_NE(bad.err.find("line 3: 'nonsense' is not a GPU or MIG UUID"), std::string::npos)
+      << bad.err;
+  unlink(path);
+}
+
+TEST_F(LimiterTest, AWorkloadCannotRaiseItsOwnLimit) {
+  Workload w(uuid_, kGiB);
+  Workload bigger(uuid_, 8 * kGiB);
+  // 1. Pointing the limiter at another file, and setting variables, after start: no effect.
+  RunResult r = Probe(w, {"setenv-alloc", bigger.path(), std::to_string(2 * kGiB)});
+  EXPECT_EQ(r.GetInt("alloc"), 2);
+  // 2. Rewriting the workload's own limit file once the budget exists: the budget keeps the
+  //    limit it was created with.
+  ASSERT_EQ(Probe(w, {"info"}).GetInt("total"), static_cast<long long>(kGiB));
+  chmod(w.path().c_str(), 0644);
+  FILE* f = fopen(w.path().c_str(), "w");
+  fprintf(f, "gpufrac-limits 1\nworkload %s\ngpu %s limit %llu\n", w.id().c_str(), uuid_.c_str(),
+          8 * kGiB);
+  fclose(f);
+  chmod(w.path().c_str(), 0444);
+  RunResult after = Probe(w, {"alloc", "mem", std::to_string(2 * kGiB)});
+  EXPECT_EQ(after.GetInt("alloc"), 2);
+  EXPECT_EQ(Probe(w, {"info"}).GetInt("total"), static_cast<long long>(kGiB));
+}
+
+TEST_F(LimiterTest, TwoWorkloadsOnOneGpuStayWithinTheirOwnLimits) {
+  Workload small(uuid_, kGiB), large(uuid_, 3 * kGiB);
+  std::string seen;
+  pid_t holder = Start({ProbePath(), "hold", std::to_string(900 * kMiB)},
+                       Merge(machine_.Env(), small.Env()), "hold=", &seen);
+  ASSERT_NE(seen.find("hold=0"), std::string::npos);
+  RunResult l = Probe(large, {"fill", std::to_string(100 * kMiB)});
+  RunResult s = Probe(small, {"fill", std::to_string(100 * kMiB)});
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  EXPECT_EQ(l.GetInt("count"), 30);  // the neighbour's use does not count against it
+  EXPECT_EQ(s.GetInt("count"), 1);   // 900 MiB held elsewhere in the workload + 100 MiB
+}
+
+}  // namespace
+}  // namespace gpufrac::testing

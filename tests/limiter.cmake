@@ -1,0 +1,39 @@
+# Tests of the limiter: unit tests of its pieces, and end-to-end runs of cuda_probe under
+# libgpufrac.so on the simulated GPU.
+
+# cuda_probe links the driver directly (the direct-link path). No RPATH: which libcuda.so.1 it
+# gets is up to LD_LIBRARY_PATH, so the same binary runs on the simulator and on a real GPU.
+add_executable(cuda_probe progs/cuda_probe.cc)
+target_include_directories(cuda_probe PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+target_link_libraries(cuda_probe PRIVATE simgpu_cuda ${CMAKE_DL_LIBS} rt Threads::Threads)
+set_target_properties(cuda_probe PROPERTIES SKIP_BUILD_RPATH ON)
+
+gpufrac_test(limiter_config_test unit SOURCES unit/limiter_config_test.cc LIBS gpufrac_budget)
+gpufrac_test(limiter_budget_test unit SOURCES unit/limiter_budget_test.cc LIBS gpufrac_budget)
+gpufrac_test(limiter_alloc_table_test unit SOURCES unit/limiter_alloc_table_test.cc
+             LIBS gpufrac_budget)
+gpufrac_test(limiter_exports_test unit SOURCES unit/limiter_exports_test.cc LIBS gpufrac_abi
+             ${CMAKE_DL_LIBS})
+add_dependencies(limiter_exports_test gpufrac)
+
+add_library(gpufrac_test_harness STATIC integration/harness.cc)
+target_include_directories(gpufrac_test_harness PUBLIC ${PROJECT_SOURCE_DIR}/tests
+                           ${PROJECT_SOURCE_DIR}/tests/integration)
+target_link_libraries(gpufrac_test_harness PUBLIC gpufrac_budget)
+target_compile_definitions(gpufrac_test_harness PRIVATE
+  GPUFRAC_BUILD_DIR="${CMAKE_BINARY_DIR}" GPUFRAC_SIMGPU_DIR="${GPUFRAC_SIMGPU_DIR}")
+
+gpufrac_test(limiter_test integration SOURCES integration/limiter_test.cc
+             LIBS gpufrac_test_harness)
+add_dependencies(limiter_test cuda_probe gpufrac simgpu_cuda simgpu_nvml)
+
+gpufrac_test(exec_test integration SOURCES integration/exec_test.cc LIBS gpufrac_test_harness)
+add_dependencies(exec_test cuda_probe gpufrac gpufrac_main simgpu_cuda simgpu_nvml)
+
+# Our ABI declarations against the real cuda.h, wherever the CUDA toolkit is installed.
+find_path(GPUFRAC_CUDA_INCLUDE cuda.h PATHS /usr/local/cuda/include NO_DEFAULT_PATH)
+gpufrac_test(abi_check_test unit SOURCES unit/abi_check_test.cc LIBS gpufrac_abi)
+if(GPUFRAC_CUDA_INCLUDE)
+  target_include_directories(abi_check_test PRIVATE ${GPUFRAC_CUDA_INCLUDE})
+  target_compile_definitions(abi_check_test PRIVATE GPUFRAC_HAVE_CUDA_H=1)
+endif()

@@ -1,0 +1,415 @@
+// cuda_probe: a small CUDA driver API program the limiter tests run (unchanged on simulated and
+// real GPUs). It reaches the driver by one of the three paths programs use — direct linking,
+// dlopen+dlsym, or cuGetProcAddress — and prints what it observed as key=value lines.
+//
+//   cuda_probe [--path linked|dlsym|procaddr] [--cuda-version N] ACTION [ARGS]
+//   actions: uuid | info | nvml | alloc KIND BYTES | fill BYTES | hold BYTES
+//            | race SHM INDEX BYTES ROUNDS | setenv-alloc FILE BYTES | resolve
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "abi/cuda_abi.h"
+#include "abi/nvml_abi.h"
+#include "progs/race_shared.h"
+
+using namespace gpufrac::abi;
+
+// Every driver function the probe calls: (field, exported symbol, base name for cuGetProcAddress,
+// per-thread-stream variant).
+#define PROBE_FUNCTIONS(X)                                                    \
+  X(cuInit, cuInit, "cuInit", false)                                          \
+  X(cuDeviceGet, cuDeviceGet, "cuDeviceGet", false)                           \
+  X(cuDeviceGetUuid_v2, cuDeviceGetUuid_v2, "cuDeviceGetUuid", false)         \
+  X(cuDeviceTotalMem_v2, cuDeviceTotalMem_v2, "cuDeviceTotalMem", false)      \
+  X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", false) \
+  X(cuCtxSetCurrent, cuCtxSetCurrent, "cuCtxSetCurrent", false)               \
+  X(cuCtxCreate_v2, cuCtxCreate_v2, "cuCtxCreate", false)                     \
+  X(cuCtxDestroy_v2, cuCtxDestroy_v2, "cuCtxDestroy", false)                  \
+  X(cuMemGetInfo_v2, cuMemGetInfo_v2, "cuMemGetInfo", false)                  \
+  X(cuMemAlloc_v2, cuMemAlloc_v2, "cuMemAlloc", false)                        \
+  X(cuMemFree_v2, cuMemFree_v2, "cuMemFree", false)                           \
+  X(cuMemAllocPitch_v2, cuMemAllocPitch_v2, "cuMemAllocPitch", false)         \
+  X(cuMemAllocManaged, cuMemAllocManaged, "cuMemAllocManaged", false)         \
+  X(cuMemAllocAsync, cuMemAllocAsync, "cuMemAllocAsync", false)               \
+  X(cuMemAllocAsync_ptsz, cuMemAllocAsync_ptsz, "cuMemAllocAsync", true)      \
+  X(cuMemFreeAsync, cuMemFreeAsync, "cuMemFreeAsync", false)                  \
+  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", false) \
+  X(cuMemPoolCreate, cuMemPoolCreate, "cuMemPoolCreate", false)               \
+  X(cuMemPoolDestroy, cuMemPoolDestroy, "cuMemPoolDestroy", false)            \
+  X(cuMemCreate, cuMemCreate, "cuMemCreate", false)                           \
+  X(cuMemRelease, cuMemRelease, "cuMemRelease", false)                        \
+  X(cuArrayCreate_v2, cuArrayCreate_v2, "cuArrayCreate", false)               \
+  X(cuArray3DCreate_v2, cuArray3DCreate_v2, "cuArray3DCreate", false)         \
+  X(cuArrayDestroy, cuArrayDestroy, "cuArrayDestroy", false)                  \
+  X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, "cuMipmappedArrayCreate", false) \
+  X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", false) \
+  X(cuStreamSynchronize, cuStreamSynchronize, "cuStreamSynchronize", false)
+
+// Direct-link declarations with the ABI types (the _ptsz variant shares its base type).
+using cuMemAllocAsync_ptsz_t = cuMemAllocAsync_t;
+#define PROBE_TYPEDEF(field, sym, base, ptsz) using field##_fn = std::remove_pointer_t<field##_t>;
+PROBE_FUNCTIONS(PROBE_TYPEDEF)
+extern "C" {
+#define PROBE_DECLARE(field, sym, base, ptsz) field##_fn sym;
+PROBE_FUNCTIONS(PROBE_DECLARE)
+}
+
+namespace {
+
+struct Api {
+#define PROBE_FIELD(field, sym, base, ptsz) field##_t field = nullptr;
+  PROBE_FUNCTIONS(PROBE_FIELD)
+};
+
+Api g;
+void* g_cuda = nullptr;
+
+[[noreturn]] void Die(const char* what) {
+  std::fprintf(stderr, "cuda_probe: %s\n", what);
+  std::exit(3);
+}
+
+void LoadLinked() {
+#define PROBE_LINK(field, sym, base, ptsz) g.field = &::sym;
+  PROBE_FUNCTIONS(PROBE_LINK)
+}
+
+void LoadDlsym() {
+  g_cuda = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!g_cuda) Die("dlopen libcuda.so.1 failed");
+#define PROBE_DLSYM(field, sym, base, ptsz) g.field = reinterpret_cast<field##_t>(dlsym(g_cuda, #sym));
+  PROBE_FUNCTIONS(PROBE_DLSYM)
+}
+
+void LoadProcAddress(int version) {
+  g_cuda = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!g_cuda) Die("dlopen libcuda.so.1 failed");
+  auto gpa = reinterpret_cast<cuGetProcAddress_v2_t>(dlsym(g_cuda, "cuGetProcAddress_v2"));
+  if (!gpa) Die("no cuGetProcAddress_v2");
+#define PROBE_GPA(field, sym, base, ptsz)                                                     \
+  {                                                                                         \
+    void* p = nullptr;                                                                      \
+    CUdriverProcAddressQueryResult st;                                                      \
+    gpa(base, &p, version,                                                                  \
+        ptsz ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_DEFAULT, \
+        &st);                                                                               \
+    g.field = reinterpret_cast<field##_t>(p);                                               \
+  }
+  PROBE_FUNCTIONS(PROBE_GPA)
+}
+
+unsigned long long ParseBytes(const char* s) { return std::strtoull(s, nullptr, 0); }
+
+void Check(CUresult r, const char* what) {
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuda_probe: %s failed with %d\n", what, static_cast<int>(r));
+    std::exit(4);
+  }
+}
+
+CUdevice g_dev = 0;
+
+// cuInit, device 0, and its primary context made current.
+void Setup() {
+  CUresult r = g.cuInit(0);
+  std::printf("init=%d\n", static_cast<int>(r));
+  if (r != CUDA_SUCCESS) {
+    std::fflush(stdout);
+    std::exit(5);
+  }
+  Check(g.cuDeviceGet(&g_dev, 0), "cuDeviceGet");
+  CUcontext ctx;
+  Check(g.cuDevicePrimaryCtxRetain(&ctx, g_dev), "cuDevicePrimaryCtxRetain");
+  Check(g.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+}
+
+unsigned long long Used() {
+  size_t free = 0, total = 0;
+  Check(g.cuMemGetInfo_v2(&free, &total), "cuMemGetInfo");
+  return total - free;
+}
+
+void PrintInfo() {
+  size_t free = 0, total = 0, device_total = 0;
+  Check(g.cuMemGetInfo_v2(&free, &total), "cuMemGetInfo");
+  Check(g.cuDeviceTotalMem_v2(&device_total, g_dev), "cuDeviceTotalMem");
+  std::printf("free=%zu total=%zu device_total=%zu\n", free, total, device_total);
+}
+
+// Allocates one object of `kind`, reports the charge it caused, frees it, reports again.
+int Alloc(const std::string& kind, unsigned long long bytes) {
+  unsigned long long before = Used();
+  CUresult r = CUDA_ERROR_INVALID_VALUE, fr = CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr ptr = 0;
+  unsigned long long during = 0;
+  auto measure = [&] { during = Used(); };
+  if (kind == "mem") {
+    r = g.cuMemAlloc_v2(&ptr, bytes);
+    if (r == CUDA_SUCCESS) measure(), fr = g.cuMemFree_v2(ptr);
+  } else if (kind == "pitch") {
+    size_t pitch = 0;
+    r = g.cuMemAllocPitch_v2(&ptr, &pitch, bytes / 1024, 1024, 4);
+    std::printf("pitch=%zu\n", pitch);
+    if (r == CUDA_SUCCESS) measure(), fr = g.cuMemFree_v2(ptr);
+  } else if (kind == "managed") {
+    r = g.cuMemAllocManaged(&ptr, bytes, 1 /*CU_MEM_ATTACH_GLOBAL*/);
+    if (r == CUDA_SUCCESS) measure(), fr = g.cuMemFree_v2(ptr);
+  } else if (kind == "async" || kind == "async_ptsz") {
+    auto fn = kind == "async" ? g.cuMemAllocAsync : g.cuMemAllocAsync_ptsz;
+    r = fn(&ptr, bytes, nullptr);
+    if (r == CUDA_SUCCESS) {
+      measure();
+      fr = g.cuMemFreeAsync(ptr, nullptr);
+      g.cuStreamSynchronize(nullptr);
+    }
+  } else if (kind == "pool" || kind == "hostpool") {
+    CUmemPoolProps props{};
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = kind == "pool" ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
+    props.location.id = kind == "pool" ? g_dev : 0;
+    CUmemoryPool pool;
+    Check(g.cuMemPoolCreate(&pool, &props), "cuMemPoolCreate");
+    r = g.cuMemAllocFromPoolAsync(&ptr, bytes, pool, nullptr);
+    if (r == CUDA_SUCCESS) {
+      measure();
+      fr = g.cuMemFreeAsync(ptr, nullptr);
+      g.cuStreamSynchronize(nullptr);
+    }
+    g.cuMemPoolDestroy(pool);
+  } else if (kind == "vmm" || kind == "vmmhost" || kind == "vmmnuma") {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = kind == "vmm"       ? CU_MEM_LOCATION_TYPE_DEVICE
+                         : kind == "vmmhost" ? CU_MEM_LOCATION_TYPE_HOST
+                                             : CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    prop.location.id = kind == "vmm" ? g_dev : 0;
+    CUmemGenericAllocationHandle h;
+    r = g.cuMemCreate(&h, bytes, &prop, 0);
+    if (r == CUDA_SUCCESS) measure(), fr = g.cuMemRelease(h);
+  } else if (kind == "array") {
+    CUDA_ARRAY_DESCRIPTOR d{bytes / 4 / 1024, 1024, CU_AD_FORMAT_FLOAT, 1};
+    CUarray a;
+    r = g.cuArrayCreate_v2(&a, &d);
+    if (r == CUDA_SUCCESS) measure(), fr = g.cuArrayDestroy(a);
+  } else if (kind == "array3d") {
+    CUDA_ARRAY3D_DESCRIPTOR d{bytes / 4 / 64 / 16, 64, 16, CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
+    CUarray a;
+    r = g.cuArray3DCreate_v2(&a, &d);
+    if (r == CUDA_SUCCESS) measure(), fr = g.cuArrayDestroy(a);
+  } else if (kind == "mipmap") {
+    // Two levels of a 2D float array: the second level is a quarter of the first.
+    CUDA_ARRAY3D_DESCRIPTOR d{bytes / 4 / 1024, 1024, 0, CU_AD_FORMAT_FLOAT, 1, 0};
+    CUmipmappedArray m;
+    r = g.cuMipmappedArrayCreate(&m, &d, 2);
+    if (r == CUDA_SUCCESS) measure(), fr = g.cuMipmappedArrayDestroy(m);
+  } else if (kind == "ctx") {
+    CUcontext c;
+    r = g.cuCtxCreate_v2(&c, 0, g_dev);
+    if (r == CUDA_SUCCESS) measure(), fr = g.cuCtxDestroy_v2(c);
+  } else {
+    Die("unknown allocation kind");
+  }
+  unsigned long long after = Used();
+  std::printf("alloc=%d charged=%llu free=%d after=%lld\n", static_cast<int>(r),
+              r == CUDA_SUCCESS ? during - before : 0ull, static_cast<int>(fr),
+              static_cast<long long>(after) - static_cast<long long>(before));
+  return 0;
+}
+
+int Fill(unsigned long long chunk) {
+  int count = 0;
+  CUresult r;
+  CUdeviceptr p;
+  while ((r = g.cuMemAlloc_v2(&p, chunk)) == CUDA_SUCCESS) ++count;
+  std::printf("count=%d last=%d\n", count, static_cast<int>(r));
+  return 0;
+}
+
+int Hold(unsigned long long bytes) {
+  CUdeviceptr p;
+  CUresult r = g.cuMemAlloc_v2(&p, bytes);
+  std::printf("hold=%d\n", static_cast<int>(r));
+  std::fflush(stdout);
+  if (r == CUDA_SUCCESS) pause();
+  return 0;
+}
+
+int Race(const char* shm, int index, unsigned long long bytes, int rounds) {
+  int fd = shm_open(shm, O_RDWR, 0);
+  if (fd < 0) Die("shm_open");
+  auto* s = static_cast<gpufrac::testing::RaceShared*>(mmap(
+      nullptr, sizeof(gpufrac::testing::RaceShared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  close(fd);
+  (void)index;
+  for (int round = 0; round < rounds; ++round) {
+    pthread_barrier_wait(&s->barrier);  // everyone allocates at once
+    CUdeviceptr p;
+    CUresult r = g.cuMemAlloc_v2(&p, bytes);
+    if (r == CUDA_SUCCESS) {
+      s->successes[round].fetch_add(1);
+      int64_t live = s->live_bytes.fetch_add(static_cast<int64_t>(bytes)) + bytes;
+      int64_t max = s->max_live_bytes.load();
+      while (live > max && !s->max_live_bytes.compare_exchange_weak(max, live)) {
+      }
+    } else if (r != CUDA_ERROR_OUT_OF_MEMORY) {
+      Die("unexpected allocation error in race");
+    }
+    pthread_barrier_wait(&s->barrier);  // everyone holds what they got
+    if (r == CUDA_SUCCESS) {
+      s->live_bytes.fetch_sub(static_cast<int64_t>(bytes));
+      Check(g.cuMemFree_v2(p), "cuMemFree");
+    }
+    pthread_barrier_wait(&s->barrier);  // everything is freed before the next round
+  }
+  std::printf("race=done\n");
+  return 0;
+}
+
+// Which object a function pointer lives in and under which name (for the resolution test).
+void Describe(const char* label, void* p) {
+  Dl_info info{};
+  if (!p || !dladdr(p, &info)) {
+    std::printf("%s=none\n", label);
+    return;
+  }
+  const char* lib = info.dli_fname ? std::strrchr(info.dli_fname, '/') : nullptr;
+  std::printf("%s=%s@%s\n", label, info.dli_sname ? info.dli_sname : "?",
+              lib ? lib + 1 : (info.dli_fname ? info.dli_fname : "?"));
+}
+
+// How cuGetProcAddress and dlsym resolve a few names across versions and stream flags.
+int Resolve() {
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!cuda) Die("dlopen libcuda.so.1 failed");
+  auto gpa = reinterpret_cast<cuGetProcAddress_v2_t>(dlsym(cuda, "cuGetProcAddress_v2"));
+  Describe("dlsym.cuGetProcAddress_v2", reinterpret_cast<void*>(gpa));
+  Describe("dlsym.cuMemAlloc_v2", dlsym(cuda, "cuMemAlloc_v2"));
+  Describe("dlsym.cuDeviceGet", dlsym(cuda, "cuDeviceGet"));
+  struct Query {
+    const char* name;
+    int version;
+    cuuint64_t flags;
+  } queries[] = {
+      {"cuMemAlloc", 12000, CU_GET_PROC_ADDRESS_DEFAULT},
+      {"cuMemAlloc", 3000, CU_GET_PROC_ADDRESS_DEFAULT},
+      {"cuMemGetInfo", 12000, CU_GET_PROC_ADDRESS_DEFAULT},
+      {"cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_DEFAULT},
+      {"cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM},
+      {"cuMemAllocAsync", 11000, CU_GET_PROC_ADDRESS_DEFAULT},
+      {"cuGetProcAddress", 12000, CU_GET_PROC_ADDRESS_DEFAULT},
+      {"cuGetProcAddress", 11030, CU_GET_PROC_ADDRESS_DEFAULT},
+      {"cuDeviceGet", 12000, CU_GET_PROC_ADDRESS_DEFAULT},
+  };
+  for (const Query& q : queries) {
+    void* p = nullptr;
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+    CUresult r = gpa(q.name, &p, q.version, q.flags, &st);
+    char label[128];
+    std::snprintf(label, sizeof(label), "gpa.%s.%d.%s", q.name, q.version,
+                  q.flags == CU_GET_PROC_ADDRESS_DEFAULT ? "default" : "ptsz");
+    std::printf("%s.rc=%d %s.status=%d\n", label, static_cast<int>(r), label, static_cast<int>(st));
+    Describe(label, p);
+  }
+  return 0;
+}
+
+void PrintNvml() {
+  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  if (!nvml) Die("dlopen libnvidia-ml.so.1 failed");
+  auto init = reinterpret_cast<nvmlInit_v2_t>(dlsym(nvml, "nvmlInit_v2"));
+  auto by_uuid = reinterpret_cast<nvmlDeviceGetHandleByUUID_t>(dlsym(nvml, "nvmlDeviceGetHandleByUUID"));
+  auto info1 = reinterpret_cast<nvmlDeviceGetMemoryInfo_t>(dlsym(nvml, "nvmlDeviceGetMemoryInfo"));
+  auto info2 =
+      reinterpret_cast<nvmlDeviceGetMemoryInfo_v2_t>(dlsym(nvml, "nvmlDeviceGetMemoryInfo_v2"));
+  if (!init || !by_uuid || !info1 || !info2 || init() != NVML_SUCCESS) Die("NVML unusable");
+  // NVML ignores CUDA_VISIBLE_DEVICES: find CUDA device 0 by its UUID.
+  CUuuid uuid;
+  Check(g.cuDeviceGetUuid_v2(&uuid, g_dev), "cuDeviceGetUuid");
+  char text[64];
+  const unsigned char* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  std::snprintf(text, sizeof(text),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  nvmlDevice_t dev;
+  if (by_uuid(text, &dev) != NVML_SUCCESS) Die("nvmlDeviceGetHandleByUUID failed");
+  nvmlMemory_t m1{};
+  nvmlMemory_v2_t m2{};
+  m2.version = kNvmlMemoryV2Version;
+  if (info1(dev, &m1) != NVML_SUCCESS || info2(dev, &m2) != NVML_SUCCESS) Die("memory info");
+  std::printf("nvml.total=%llu nvml.free=%llu nvml.used=%llu\n", m1.total, m1.free, m1.used);
+  std::printf("nvml2.total=%llu nvml2.free=%llu nvml2.used=%llu\n", m2.total, m2.free, m2.used);
+}
+
+void PrintUuid() {
+  CUuuid uuid;
+  Check(g.cuDeviceGetUuid_v2(&uuid, g_dev), "cuDeviceGetUuid");
+  const unsigned char* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  std::printf("uuid=GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x\n",
+              b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+              b[13], b[14], b[15]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::string path = "linked";
+  int version = 12000;
+  int i = 1;
+  for (; i < argc && std::strncmp(argv[i], "--", 2) == 0; i += 2) {
+    if (i + 1 >= argc) Die("option without value");
+    if (std::strcmp(argv[i], "--path") == 0) path = argv[i + 1];
+    if (std::strcmp(argv[i], "--cuda-version") == 0) version = std::atoi(argv[i + 1]);
+  }
+  if (i >= argc) Die("missing action");
+  std::string action = argv[i];
+  if (action == "resolve") return Resolve();
+  if (path == "linked") {
+    LoadLinked();
+  } else if (path == "dlsym") {
+    LoadDlsym();
+  } else if (path == "procaddr") {
+    LoadProcAddress(version);
+  } else {
+    Die("unknown --path");
+  }
+  Setup();
+  auto arg = [&](int k) {
+    if (i + k >= argc) Die("missing argument");
+    return argv[i + k];
+  };
+  if (action == "uuid") {
+    PrintUuid();
+  } else if (action == "info") {
+    PrintInfo();
+  } else if (action == "nvml") {
+    PrintInfo();
+    PrintNvml();
+  } else if (action == "alloc") {
+    return Alloc(arg(1), ParseBytes(arg(2)));
+  } else if (action == "fill") {
+    return Fill(ParseBytes(arg(1)));
+  } else if (action == "hold") {
+    return Hold(ParseBytes(arg(1)));
+  } else if (action == "race") {
+    return Race(arg(1), std::atoi(arg(2)), ParseBytes(arg(3)), std::atoi(arg(4)));
+  } else if (action == "setenv-alloc") {
+    // A workload pointing the limiter at another limit file after it started: no effect.
+    setenv("GPUFRAC_LIMIT_FILE", arg(1), 1);
+    setenv("GPUFRAC_LIMIT_BYTES", "1099511627776", 1);
+    CUdeviceptr p;
+    std::printf("alloc=%d\n", static_cast<int>(g.cuMemAlloc_v2(&p, ParseBytes(arg(2)))));
+  } else {
+    Die("unknown action");
+  }
+  return 0;
+}

@@ -1,0 +1,195 @@
+// The shared budget: exact limit under concurrency, nothing left behind by processes killed at any
+// instruction, PID reuse not mistaken for life, and a limit that cannot be raised after creation.
+#include "limiter/budget.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace gpufrac::limiter {
+namespace {
+
+class BudgetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    name_ = "/gpufrac-test." + std::to_string(getpid()) + "." +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    Budget::Unlink(name_.c_str());
+    ASSERT_TRUE(ReadProcessId(getpid(), &self_));
+  }
+  void TearDown() override { Budget::Unlink(name_.c_str()); }
+
+  void Open(Budget& b, uint64_t limit) {
+    char err[256];
+    ASSERT_TRUE(b.Open(name_.c_str(), limit, 0, err, sizeof(err))) << err;
+  }
+
+  std::string name_;
+  ProcessId self_;
+};
+
+TEST_F(BudgetTest, ReservesExactlyUpToTheLimit) {
+  Budget b;
+  Open(b, 1000);
+  ASSERT_GE(b.JoinMember(self_), 0);
+  int lane = b.AcquireLane(self_);
+  ASSERT_GE(lane, 0);
+  EXPECT_TRUE(b.Reserve(lane, self_, 600));
+  EXPECT_TRUE(b.Reserve(lane, self_, 400));
+  EXPECT_EQ(b.used(), 1000u);
+  EXPECT_FALSE(b.Reserve(lane, self_, 1));
+  EXPECT_EQ(b.used(), 1000u);  // a refused reservation leaves nothing behind
+  b.Release(lane, 400);
+  EXPECT_TRUE(b.Reserve(lane, self_, 400));
+  b.Release(lane, 1000);
+  EXPECT_EQ(b.used(), 0u);
+  EXPECT_EQ(b.HeldBy(self_), 0);
+}
+
+TEST_F(BudgetTest, AnExistingBudgetKeepsItsLimit) {
+  Budget first, second;
+  Open(first, 1000);
+  char err[256];
+  ASSERT_TRUE(second.Open(name_.c_str(), 1u << 30, 0, err, sizeof(err))) << err;
+  EXPECT_EQ(second.limit(), 1000u);
+}
+
+TEST_F(BudgetTest, ThreadsNeverHoldMoreThanTheLimitTogether) {
+  Budget b;
+  Open(b, 10000);
+  ASSERT_GE(b.JoinMember(self_), 0);
+  std::atomic<int64_t> held{0}, max_held{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      int lane = b.AcquireLane(self_);
+      ASSERT_GE(lane, 0);
+      std::mt19937 rng(t);
+      for (int i = 0; i < 20000; ++i) {
+        uint64_t n = 1 + rng() % 3000;
+        if (!b.Reserve(lane, self_, n)) continue;
+        int64_t now = held.fetch_add(n) + n;
+        int64_t m = max_held.load();
+        while (now > m && !max_held.compare_exchange_weak(m, now)) {
+        }
+        held.fetch_sub(n);
+        b.Release(lane, n);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_LE(max_held.load(), 10000);
+  EXPECT_GT(max_held.load(), 5000);  // the budget was really contended
+  EXPECT_EQ(b.used(), 0u);
+}
+
+TEST_F(BudgetTest, ReclaimsWhatAKilledProcessHeld) {
+  Budget b;
+  Open(b, 1000);
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    Budget c;
+    char err[256];
+    ProcessId me;
+    if (!c.Attach(name_.c_str(), err, sizeof(err)) || !ReadProcessId(getpid(), &me)) _exit(1);
+    c.JoinMember(me);
+    int lane = c.AcquireLane(me);
+    if (lane < 0 || !c.Reserve(lane, me, 700)) _exit(2);
+    char x = 1;
+    if (write(ready[1], &x, 1) != 1) _exit(3);
+    pause();
+    _exit(0);
+  }
+  char x;
+  ASSERT_EQ(read(ready[0], &x, 1), 1);
+  EXPECT_EQ(b.used(), 700u);
+  EXPECT_FALSE(b.MemberDied());
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  // The kernel marked the dead member's mutex: noticed without a system call.
+  EXPECT_TRUE(b.MemberDied());
+  ASSERT_GE(b.JoinMember(self_), 0);
+  int lane = b.AcquireLane(self_);
+  ASSERT_GE(lane, 0);
+  EXPECT_TRUE(b.Reserve(lane, self_, 1000));
+  EXPECT_FALSE(b.MemberDied());
+  b.Release(lane, 1000);
+  EXPECT_EQ(b.used(), 0u);
+  close(ready[0]);
+  close(ready[1]);
+}
+
+// Processes killed at arbitrary instructions of the protocol (mid-reservation, mid-commit,
+// mid-release) must leave the budget exact once they are reclaimed.
+TEST_F(BudgetTest, KillsAtAnyInstructionLeaveNoCharge) {
+  Budget b;
+  Open(b, 1 << 20);
+  std::mt19937 rng(42);
+  for (int round = 0; round < 30; ++round) {
+    std::vector<pid_t> children;
+    for (int c = 0; c < 4; ++c) {
+      pid_t pid = fork();
+      if (pid == 0) {
+        Budget cb;
+        char err[256];
+        ProcessId me;
+        if (!cb.Attach(name_.c_str(), err, sizeof(err)) || !ReadProcessId(getpid(), &me)) _exit(1);
+        cb.JoinMember(me);
+        int lanes[2] = {cb.AcquireLane(me), -1};
+        std::thread second([&] {
+          lanes[1] = cb.AcquireLane(me);
+          for (uint64_t i = 0;; ++i) {
+            if (cb.Reserve(lanes[1], me, 64 + i % 512)) cb.Release(lanes[1], 64 + i % 512);
+          }
+        });
+        for (uint64_t i = 0;; ++i) {
+          if (cb.Reserve(lanes[0], me, 100 + i % 1000)) cb.Release(lanes[0], 100 + i % 1000);
+          if (i % 7 == 0) cb.Reserve(lanes[0], me, 3);  // keeps a little, so there is a charge
+        }
+      }
+      children.push_back(pid);
+    }
+    usleep(2000 + rng() % 20000);
+    for (pid_t pid : children) kill(pid, SIGKILL);
+    for (pid_t pid : children) waitpid(pid, nullptr, 0);
+    b.Reclaim(self_);
+    ASSERT_EQ(b.used(), 0u) << "round " << round;
+  }
+}
+
+TEST_F(BudgetTest, PidReuseIsNotMistakenForLife) {
+  Budget b;
+  Open(b, 1000);
+  // A lane whose owner has a live PID (ours) but another start time: the process that charged it
+  // is gone and its PID was reused.
+  ProcessId ghost{getpid(), self_.start_ticks + 12345};
+  int lane = b.AcquireLane(ghost);
+  ASSERT_GE(lane, 0);
+  ASSERT_TRUE(b.Reserve(lane, ghost, 800));
+  EXPECT_EQ(b.Reclaim(self_), 800u);
+  EXPECT_EQ(b.used(), 0u);
+}
+
+TEST_F(BudgetTest, AThreadsLaneOutlivesTheThread) {
+  Budget b;
+  Open(b, 1000);
+  int lane = b.AcquireLane(self_);
+  ASSERT_TRUE(b.Reserve(lane, self_, 300));
+  b.IdleLane(lane, self_);
+  // Our own idle lane is reused, with what it holds, and is not reclaimed while we live.
+  EXPECT_EQ(b.AcquireLane(self_), lane);
+  EXPECT_EQ(b.Reclaim(self_), 0u);
+  EXPECT_EQ(b.HeldBy(self_), 300);
+}
+
+}  // namespace
+}  // namespace gpufrac::limiter

@@ -1,0 +1,146 @@
+// The limit file: what the launcher writes is what the limiter reads, and every malformed file is
+// refused with a reason naming the line.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include "limiter/limit_config.h"
+
+namespace gpufrac::limiter {
+namespace {
+
+constexpr const char* kUuid = "GPU-5349d0a2-1b3c-4d5e-8f90-a1b2c3d4e5f6";
+
+std::string ParseError(const std::string& text) {
+  LimitConfig c;
+  char err[256] = "";
+  EXPECT_FALSE(ParseLimitConfig(text.data(), text.size(), &c, err, sizeof(err))) << text;
+  return err;
+}
+
+TEST(LimitConfigTest, RoundTripsThroughTheFormat) {
+  LimitConfig c{};
+  std::strcpy(c.workload, "job-42");
+  c.quiet = true;
+  c.gpu_count = 2;
+  std::strcpy(c.gpus[0].uuid, kUuid);
+  c.gpus[0].limit_bytes = uint64_t{4} << 30;
+  c.gpus[0].context_bytes = uint64_t{512} << 20;
+  std::strcpy(c.gpus[1].uuid, "MIG-11111111-2222-3333-4444-555555555555");
+  c.gpus[1].limit_bytes = 1000;
+  char buf[1024];
+  size_t n = FormatLimitConfig(c, buf, sizeof(buf));
+  ASSERT_GT(n, 0u);
+
+  LimitConfig back;
+  char err[256];
+  ASSERT_TRUE(ParseLimitConfig(buf, n, &back, err, sizeof(err))) << err;
+  EXPECT_STREQ(back.workload, "job-42");
+  EXPECT_TRUE(back.quiet);
+  ASSERT_EQ(back.gpu_count, 2);
+  EXPECT_STREQ(back.gpus[0].uuid, kUuid);
+  EXPECT_EQ(back.gpus[0].limit_bytes, uint64_t{4} << 30);
+  EXPECT_EQ(back.gpus[0].context_bytes, uint64_t{512} << 20);
+  EXPECT_EQ(back.gpus[0].uuid_bytes[0], 0x53);
+  EXPECT_EQ(back.gpus[0].uuid_bytes[15], 0xf6);
+  EXPECT_EQ(back.gpus[1].limit_bytes, 1000u);
+  EXPECT_EQ(back.gpus[1].context_bytes, 0u);
+}
+
+TEST(LimitConfigTest, CommentsAndBlankLinesAreIgnored) {
+  std::string text = "# written by a launcher\ngpufrac-limits 1\n\nworkload w  # trailing\n"
+                     "gpu " + std::string(kUuid) + " limit 10\n";
+  LimitConfig c;
+  char err[256];
+  ASSERT_TRUE(ParseLimitConfig(text.data(), text.size(), &c, err, sizeof(err))) << err;
+  EXPECT_EQ(c.gpus[0].limit_bytes, 10u);
+}
+
+TEST(LimitConfigTest, RefusesMalformedFilesNamingTheLine) {
+  const std::string gpu = "gpu " + std::string(kUuid) + " limit 10\n";
+  EXPECT_NE(ParseError("").find("empty"), std::string::npos);
+  EXPECT_NE(ParseError("gpufrac-limits 2\n").find("unsupported limit file version 2"),
+            std::string::npos);
+  EXPECT_NE(ParseError("workload w\n").find("line 1"), std::string::npos);
+  EXPECT_NE(ParseError("gpufrac-limits 1\n" + gpu).find("no 'workload'"), std::string::npos);
+  EXPECT_NE(ParseError("gpufrac-limits 1\nworkload w\n").find("no 'gpu'"), std::string::npos);
+  EXPECT_NE(ParseError("gpufrac-limits 1\nworkload a/b\n" + gpu).find("line 2"),
+            std::string::npos);
+  EXPECT_NE(ParseError("gpufrac-limits 1\nworkload w\ngpu GPU-xyz limit 10\n")
+                .find("line 3: 'GPU-xyz' is not a GPU or MIG UUID"),
+            std::string::npos);
+  EXPECT_NE(ParseError("gpufrac-limits 1\nworkload w\ngpu " + std::string(kUuid) + " limit -5\n")
+                .find("line 3"),
+            std::string::npos);
+  EXPECT_NE(ParseError("gpufrac-limits 1\nworkload w\ngpu " + std::string(kUuid) + " limit 0\n")
+                .find("bytes > 0"),
+            std::string::npos);
+  EXPECT_NE(ParseError("gpufrac-limits 1\nworkload w\n" + gpu + gpu).find("listed twice"),
+            std::string::npos);
+  EXPECT_NE(ParseError("gpufrac-limits 1\nworkload w\nlimit 5\n" + gpu).find("unknown"),
+            std::string::npos);
+  EXPECT_NE(ParseError("gpufrac-limits 1\nworkload w\ngpu " + std::string(kUuid) +
+                       " limit 99999999999999999999\n")
+                .find("line 3"),
+            std::string::npos);
+}
+
+TEST(LimitConfigTest, LoadReportsMissingFileAndDirectory) {
+  LimitConfig c;
+  char err[512];
+  EXPECT_FALSE(LoadLimitFile("/nonexistent/gpufrac/limits", &c, err, sizeof(err)));
+  EXPECT_NE(std::string(err).find("cannot open limit file /nonexistent/gpufrac/limits"),
+            std::string::npos);
+  EXPECT_FALSE(LoadLimitFile("/tmp", &c, err, sizeof(err)));
+  EXPECT_NE(std::string(err).find("not a regular file"), std::string::npos);
+}
+
+TEST(LimitConfigTest, LoadRefusesAFileTheWorkloadCouldRewrite) {
+  char path[] = "/tmp/gpufrac-limits-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  std::string text = "gpufrac-limits 1\nworkload w\ngpu " + std::string(kUuid) + " limit 10\n";
+  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  LimitConfig c;
+  char err[512];
+  // Owner-writable by the user who reads it. Root may read anything, so as root the check is run
+  // in a child that becomes an ordinary user owning the file.
+  ASSERT_EQ(chmod(path, 0644), 0);
+  if (geteuid() == 0) {
+    ASSERT_EQ(chown(path, 65534, 65534), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+      if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+      bool loaded = LoadLimitFile(path, &c, err, sizeof(err));
+      _exit(loaded ? 1 : (std::strstr(err, "writable by this workload") ? 0 : 2));
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "1: loaded a writable file, 2: wrong message";
+  } else {
+    EXPECT_FALSE(LoadLimitFile(path, &c, err, sizeof(err)));
+    EXPECT_NE(std::string(err).find("writable by this workload"), std::string::npos);
+  }
+  ASSERT_EQ(chmod(path, 0444), 0);
+  EXPECT_TRUE(LoadLimitFile(path, &c, err, sizeof(err))) << err;
+  unlink(path);
+}
+
+TEST(LimitConfigTest, ParsesUuidsWithOrWithoutPrefix) {
+  unsigned char a[16], b[16];
+  ASSERT_TRUE(ParseUuid(kUuid, a));
+  ASSERT_TRUE(ParseUuid("5349d0a2-1b3c-4d5e-8f90-a1b2c3d4e5f6", b));
+  EXPECT_EQ(std::memcmp(a, b, 16), 0);
+  EXPECT_FALSE(ParseUuid("GPU-5349d0a2", a));
+  EXPECT_FALSE(ParseUuid("GPU-5349d0a2-1b3c-4d5e-8f90-a1b2c3d4e5f6ff", a));
+}
+
+}  // namespace
+}  // namespace gpufrac::limiter
