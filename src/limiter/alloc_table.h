@@ -24,6 +24,7 @@ struct ChargeRecord {
 
 class AllocTable {
  public:
+  constexpr AllocTable() = default;
   // `capacity` must be a power of two.
   bool Init(size_t capacity) {
     void* p = mmap(nullptr, capacity * sizeof(Slot), PROT_READ | PROT_WRITE,

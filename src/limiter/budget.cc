@@ -92,8 +92,9 @@ void SleepBriefly() {
 
 }  // namespace
 
-Budget::~Budget() {
+void Budget::Close() {
   if (seg_) munmap(seg_, sizeof(BudgetSegment));
+  seg_ = nullptr;
 }
 
 bool Budget::Map(int fd, char* err, size_t err_len) {

@@ -62,10 +62,12 @@ struct BudgetSegment {
 
 class Budget {
  public:
-  Budget() = default;
+  constexpr Budget() = default;
   Budget(const Budget&) = delete;
   Budget& operator=(const Budget&) = delete;
-  ~Budget();
+  // No destructor: inside the limiter the mapping must outlive every hook call, atexit handlers
+  // included. Launchers and tests unmap with Close().
+  void Close();
 
   // Maps the segment `name`, creating it with `limit`/`context_bytes` if it does not exist yet. An
   // existing segment keeps the limit it was created with (a rewritten limit file cannot raise it).

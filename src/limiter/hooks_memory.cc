@@ -211,7 +211,12 @@ extern "C" CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* pr
 extern "C" CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   auto real = Real_cuMemPoolDestroy();
   if (!Active()) return Bypass(real, pool);
-  return Released(g_rt.objects, Key(pool), [&] { return real(pool); });
+  // A pool itself is charged nothing (its allocations are): only forget where it allocates.
+  ChargeRecord record;
+  bool known = g_rt.objects.Take(Key(pool), &record);
+  CUresult r = real(pool);
+  if (r != CUDA_SUCCESS && known) g_rt.objects.Insert(Key(pool), record);
+  return r;
 }
 
 extern "C" CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,

@@ -12,7 +12,8 @@
 
 namespace gpufrac::limiter {
 
-Runtime g_rt;
+// Constant-initialised, so it is ready before any constructor (ours included) runs.
+constinit Runtime g_rt;
 
 namespace {
 

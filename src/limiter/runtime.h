@@ -63,8 +63,8 @@ struct GpuState {
 
 struct Runtime {
   Mode mode = Mode::kPassThrough;
-  LimitConfig config;
-  char error[600];
+  LimitConfig config{};
+  char error[600]{};
   GpuState gpus[kMaxLimitedGpus];
   AllocTable pointers;  // device pointers (all cuMemAlloc* kinds, pools, managed)
   AllocTable objects;   // arrays, mipmapped arrays, contexts, memory pools

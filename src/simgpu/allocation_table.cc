@@ -25,8 +25,8 @@ std::uint64_t AlignUp(std::uint64_t value) { return (value + kAlignment - 1) & ~
 AllocationTable::AllocationTable() {
   // Reserving (not committing) the range keeps host mappings, e.g. managed memory, out of it.
   for (std::uint64_t bytes = kDeviceRegionBytes; bytes >= kMinDeviceRegionBytes; bytes /= 2) {
-    void* base = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                        -1, 0);
+    void* base =
+        ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base != MAP_FAILED) {
       device_.begin = AlignUp(reinterpret_cast<std::uint64_t>(base));
       device_.end = reinterpret_cast<std::uint64_t>(base) + bytes;

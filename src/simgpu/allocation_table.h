@@ -47,8 +47,7 @@ class AllocationTable {
   bool Remove(abi::CUdeviceptr base, Allocation* removed);
 
   // The allocation containing `address`; false if none does.
-  bool FindContaining(abi::CUdeviceptr address, abi::CUdeviceptr* base,
-                      Allocation* found) const;
+  bool FindContaining(abi::CUdeviceptr address, abi::CUdeviceptr* base, Allocation* found) const;
 
   // Removes and returns every allocation made in `context`.
   std::vector<Allocation> RemoveContext(const Context* context);

@@ -56,8 +56,8 @@ bool ParseMachineConfig(std::string_view text, MachineConfig* config, std::strin
         if (!known.empty()) known += ", ";
         known += m.short_name;
       }
-      *error = "unknown GPU model \"" + std::string(name) + "\" in SIMGPU_CONFIG (known: " +
-               known + ")";
+      *error =
+          "unknown GPU model \"" + std::string(name) + "\" in SIMGPU_CONFIG (known: " + known + ")";
       return false;
     }
     if (count < 1 || count > kMaxDevices - config->device_count) {

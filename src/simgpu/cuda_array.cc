@@ -43,9 +43,8 @@ struct Extent {
 };
 
 // Validates a descriptor; false for CUDA_ERROR_INVALID_VALUE.
-bool ToExtent(std::size_t width, std::size_t height, std::size_t depth,
-              abi::CUarray_format format, unsigned int channels, unsigned int flags,
-              Extent* extent) {
+bool ToExtent(std::size_t width, std::size_t height, std::size_t depth, abi::CUarray_format format,
+              unsigned int channels, unsigned int flags, Extent* extent) {
   const int channel_bytes = BytesPerChannel(format);
   if (channel_bytes == 0 || (channels != 1 && channels != 2 && channels != 4) || width == 0) {
     return false;
@@ -60,16 +59,16 @@ std::uint64_t LevelBytes(const Extent& extent, int level) {
   const auto shrink = [level](std::uint64_t size) {
     return size == 0 ? 1 : std::max<std::uint64_t>(1, size >> level);
   };
-  const std::uint64_t depth = extent.layered ? std::max<std::uint64_t>(extent.depth, 1)
-                                             : shrink(extent.depth);
+  const std::uint64_t depth =
+      extent.layered ? std::max<std::uint64_t>(extent.depth, 1) : shrink(extent.depth);
   const unsigned __int128 bytes = static_cast<unsigned __int128>(shrink(extent.width)) *
                                   shrink(extent.height) * depth * extent.element_bytes;
   return bytes > kTooBig ? kTooBig : static_cast<std::uint64_t>(bytes);
 }
 
 int MaxLevels(const Extent& extent) {
-  std::uint64_t largest = std::max({extent.width, extent.height,
-                                    extent.layered ? std::uint64_t{0} : extent.depth});
+  std::uint64_t largest =
+      std::max({extent.width, extent.height, extent.layered ? std::uint64_t{0} : extent.depth});
   int levels = 0;
   while (largest > 0) {
     ++levels;
@@ -156,8 +155,7 @@ CUresult cuArray3DCreate_v2(abi::CUarray* handle, const abi::CUDA_ARRAY3D_DESCRI
 }
 
 CUresult cuMipmappedArrayCreate(abi::CUmipmappedArray* handle,
-                                const abi::CUDA_ARRAY3D_DESCRIPTOR* desc,
-                                unsigned int levels) {
+                                const abi::CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned int levels) {
   Extent extent;
   if (handle == nullptr || desc == nullptr ||
       !ToExtent(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels,

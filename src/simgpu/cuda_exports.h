@@ -12,8 +12,8 @@
 #define SIMGPU_DECLARE_PTSZ_0(symbol, type)
 #define SIMGPU_DECLARE_PTSZ_1(symbol, type) \
   SIMGPU_EXPORT std::remove_pointer_t<::gpufrac::type> symbol##_ptsz;
-#define SIMGPU_ENTRY_POINT(base, symbol, type, version, ptsz) \
-  SIMGPU_EXPORT std::remove_pointer_t<::gpufrac::type> symbol;  \
+#define SIMGPU_ENTRY_POINT(base, symbol, type, version, ptsz)  \
+  SIMGPU_EXPORT std::remove_pointer_t<::gpufrac::type> symbol; \
   SIMGPU_DECLARE_PTSZ_##ptsz(symbol, type)
 
 extern "C" {

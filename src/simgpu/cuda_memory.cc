@@ -20,8 +20,7 @@ using simgpu::Driver;
 constexpr std::uint64_t kPitchAlignment = 512;
 
 // Allocates `size` bytes on the current context's device.
-CUresult AllocateInCurrentContext(std::uint64_t size, AllocationKind kind,
-                                  abi::CUdeviceptr* base) {
+CUresult AllocateInCurrentContext(std::uint64_t size, AllocationKind kind, abi::CUdeviceptr* base) {
   Driver* driver;
   Context* context;
   if (CUresult result = simgpu::GetDriverAndContext(&driver, &context);
@@ -82,8 +81,8 @@ CUresult cuMemAllocPitch_v2(abi::CUdeviceptr* base, size_t* pitch, size_t width_
       (element_bytes != 4 && element_bytes != 8 && element_bytes != 16)) {
     return abi::CUDA_ERROR_INVALID_VALUE;
   }
-  const std::uint64_t padded = (width_bytes + kPitchAlignment - 1) / kPitchAlignment *
-                               kPitchAlignment;
+  const std::uint64_t padded =
+      (width_bytes + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
   if (padded < width_bytes || height > UINT64_MAX / padded) {
     return abi::CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -116,8 +115,7 @@ CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
 }
 
 // Works from any context (device pointers are unique across the process).
-CUresult cuMemGetAddressRange_v2(abi::CUdeviceptr* base, size_t* size,
-                                 abi::CUdeviceptr address) {
+CUresult cuMemGetAddressRange_v2(abi::CUdeviceptr* base, size_t* size, abi::CUdeviceptr address) {
   Driver* driver;
   if (CUresult result = simgpu::GetDriver(&driver); result != abi::CUDA_SUCCESS) return result;
   abi::CUdeviceptr found_base = 0;

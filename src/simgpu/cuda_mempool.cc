@@ -16,9 +16,8 @@ using simgpu::MemPool;
 MemPool* DefaultPoolLocked(Driver* driver, int ordinal) {
   MemPool*& pool = driver->default_pools[ordinal];
   if (pool == nullptr) {
-    pool = new MemPool{.location = abi::CU_MEM_LOCATION_TYPE_DEVICE,
-                       .ordinal = ordinal,
-                       .is_default = true};
+    pool = new MemPool{
+        .location = abi::CU_MEM_LOCATION_TYPE_DEVICE, .ordinal = ordinal, .is_default = true};
     driver->pools.insert(pool);
   }
   return pool;
@@ -137,6 +136,7 @@ CUresult cuMemPoolDestroy(abi::CUmemoryPool handle) {
     return abi::CUDA_ERROR_INVALID_VALUE;
   }
   driver->pools.erase(pool);
+  driver->destroyed_pools.push_back(pool);
   pool->magic = 0;
   return abi::CUDA_SUCCESS;
 }
@@ -155,8 +155,8 @@ CUresult cuMemAllocFromPoolAsync(abi::CUdeviceptr* base, size_t bytes, abi::CUme
   return AllocateAsync(base, bytes, pool, stream, /*per_thread_default=*/false);
 }
 
-CUresult cuMemAllocFromPoolAsync_ptsz(abi::CUdeviceptr* base, size_t bytes,
-                                      abi::CUmemoryPool pool, abi::CUstream stream) {
+CUresult cuMemAllocFromPoolAsync_ptsz(abi::CUdeviceptr* base, size_t bytes, abi::CUmemoryPool pool,
+                                      abi::CUstream stream) {
   if (pool == nullptr) return abi::CUDA_ERROR_INVALID_VALUE;
   return AllocateAsync(base, bytes, pool, stream, /*per_thread_default=*/true);
 }

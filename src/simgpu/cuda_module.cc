@@ -51,7 +51,7 @@ CUresult cuModuleLoadData(abi::CUmodule* handle, const void* image) {
   return abi::CUDA_SUCCESS;
 }
 
-// The module object stays allocated (marked unloaded) so stale function handles fail cleanly.
+// The module object is kept (marked unloaded) so stale function handles fail cleanly.
 CUresult cuModuleUnload(abi::CUmodule handle) {
   simgpu::Driver* driver;
   if (CUresult result = simgpu::GetDriver(&driver); result != abi::CUDA_SUCCESS) return result;
@@ -61,6 +61,7 @@ CUresult cuModuleUnload(abi::CUmodule handle) {
   module->magic = 0;
   for (auto& function : module->functions) function->magic = 0;
   driver->modules.erase(module);
+  driver->unloaded_modules.push_back(module);
   return abi::CUDA_SUCCESS;
 }
 

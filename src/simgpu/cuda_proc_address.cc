@@ -4,8 +4,8 @@
 #include <string_view>
 
 #include "simgpu/abi_extras.h"
-#include "simgpu/cuda_exports.h"
 #include "simgpu/config.h"
+#include "simgpu/cuda_exports.h"
 
 namespace {
 
@@ -69,8 +69,8 @@ CUresult Lookup(const char* symbol, void** function, int cuda_version, abi::cuui
     }
     return abi::CUDA_ERROR_NOT_FOUND;
   }
-  *function = per_thread && best->per_thread_symbol != nullptr ? best->per_thread_symbol
-                                                               : best->symbol;
+  *function =
+      per_thread && best->per_thread_symbol != nullptr ? best->per_thread_symbol : best->symbol;
   if (status != nullptr) *status = abi::CU_GET_PROC_ADDRESS_SUCCESS;
   return abi::CUDA_SUCCESS;
 }

@@ -21,8 +21,7 @@ constexpr unsigned int kMaxGridX = 0x7fffffff;
 constexpr unsigned int kMaxGridYZ = 65535;
 
 bool IsSpecialStream(abi::CUstream stream) {
-  return stream == nullptr || stream == simgpu::kStreamLegacy ||
-         stream == simgpu::kStreamPerThread;
+  return stream == nullptr || stream == simgpu::kStreamLegacy || stream == simgpu::kStreamPerThread;
 }
 
 CUresult Launch(abi::CUfunction function, unsigned int grid_x, unsigned int grid_y,
@@ -39,8 +38,8 @@ CUresult Launch(abi::CUfunction function, unsigned int grid_x, unsigned int grid
   if (kernel == nullptr || kernel->magic != simgpu::Function::kMagic) {
     return abi::CUDA_ERROR_INVALID_HANDLE;
   }
-  if (grid_x == 0 || grid_y == 0 || grid_z == 0 || block_x == 0 || block_y == 0 ||
-      block_z == 0 || grid_x > kMaxGridX || grid_y > kMaxGridYZ || grid_z > kMaxGridYZ ||
+  if (grid_x == 0 || grid_y == 0 || grid_z == 0 || block_x == 0 || block_y == 0 || block_z == 0 ||
+      grid_x > kMaxGridX || grid_y > kMaxGridYZ || grid_z > kMaxGridYZ ||
       block_x > kMaxThreadsPerBlock || block_y > kMaxThreadsPerBlock || block_z > kMaxBlockZ ||
       static_cast<std::uint64_t>(block_x) * block_y * block_z > kMaxThreadsPerBlock ||
       (params != nullptr && extra != nullptr)) {
@@ -139,16 +138,16 @@ CUresult cuLaunchKernel(abi::CUfunction function, unsigned int grid_x, unsigned 
                         unsigned int grid_z, unsigned int block_x, unsigned int block_y,
                         unsigned int block_z, unsigned int /*shared_bytes*/, abi::CUstream stream,
                         void** params, void** extra) {
-  return Launch(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, stream, params,
-                extra, /*per_thread_default=*/false);
+  return Launch(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, stream, params, extra,
+                /*per_thread_default=*/false);
 }
 
 CUresult cuLaunchKernel_ptsz(abi::CUfunction function, unsigned int grid_x, unsigned int grid_y,
                              unsigned int grid_z, unsigned int block_x, unsigned int block_y,
                              unsigned int block_z, unsigned int /*shared_bytes*/,
                              abi::CUstream stream, void** params, void** extra) {
-  return Launch(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, stream, params,
-                extra, /*per_thread_default=*/true);
+  return Launch(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, stream, params, extra,
+                /*per_thread_default=*/true);
 }
 
 }  // extern "C"

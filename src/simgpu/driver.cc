@@ -65,8 +65,7 @@ CUresult Initialize() {
     if (device.model == nullptr) {
       ReleaseSlot(*machine, *slot);
       delete driver;
-      return Complain(std::string("unknown GPU model ") + shared.model,
-                      abi::CUDA_ERROR_UNKNOWN);
+      return Complain(std::string("unknown GPU model ") + shared.model, abi::CUDA_ERROR_UNKNOWN);
     }
     std::copy(std::begin(shared.uuid), std::end(shared.uuid), device.uuid.begin());
     driver->devices.push_back(device);
@@ -78,10 +77,14 @@ CUresult Initialize() {
   return driver->devices.empty() ? abi::CUDA_ERROR_NO_DEVICE : abi::CUDA_SUCCESS;
 }
 
+// The parent's driver in a forked child: abandoned, but kept reachable (leak checkers).
+Driver* g_parent_driver = nullptr;
+
 // A forked child starts with no driver: the parent's contexts and memory are not its own.
-// Only async-signal-safe work here; the parent's Driver object is simply abandoned.
 void ForgetDriverInChild() {
-  g_driver.store(nullptr, std::memory_order_relaxed);
+  if (Driver* parent = g_driver.exchange(nullptr, std::memory_order_relaxed)) {
+    g_parent_driver = parent;
+  }
   new (&g_init_mu) std::mutex;  // another parent thread may have held it across fork()
   g_init_done = false;
   ForgetThreadContexts();
@@ -129,9 +132,8 @@ CUresult ReviveCurrentContext(Driver* driver, Context* context) {
 CUresult Driver::ChargeLocked(int ordinal, std::uint64_t bytes) {
   if (slot == nullptr) return abi::CUDA_ERROR_DEINITIALIZED;
   if (bytes == 0) return abi::CUDA_SUCCESS;
-  return Charge(*machine, *slot, devices[ordinal].physical, bytes)
-             ? abi::CUDA_SUCCESS
-             : abi::CUDA_ERROR_OUT_OF_MEMORY;
+  return Charge(*machine, *slot, devices[ordinal].physical, bytes) ? abi::CUDA_SUCCESS
+                                                                   : abi::CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 void Driver::ReleaseLocked(int ordinal, std::uint64_t bytes) {
@@ -214,10 +216,9 @@ void Driver::TeardownContextLocked(Context* context) {
       ++it;
       continue;
     }
-    // Unloaded modules and their functions are kept (marked dead) so that a stale CUfunction
-    // fails cleanly instead of touching freed memory.
     module->magic = 0;
     for (auto& function : module->functions) function->magic = 0;
+    unloaded_modules.push_back(module);
     it = modules.erase(it);
   }
   ReleaseLocked(context->ordinal, context->model->context_bytes);

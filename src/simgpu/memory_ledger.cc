@@ -34,8 +34,7 @@ bool TryCharge(SharedMachine& machine, ProcessSlot& slot, int device, std::uint6
   std::uint64_t used = shared.used_bytes.load(std::memory_order_relaxed);
   do {
     if (bytes > shared.total_bytes - used) return false;
-  } while (!shared.used_bytes.compare_exchange_weak(used, used + bytes,
-                                                     std::memory_order_relaxed));
+  } while (!shared.used_bytes.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
   // Device first, slot second: a process killed in between leaks these bytes until the
   // namespace is removed, rather than letting a reclaimer subtract bytes never added.
   slot.used_bytes[device].fetch_add(bytes, std::memory_order_relaxed);

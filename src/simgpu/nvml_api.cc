@@ -20,10 +20,10 @@ struct DriverRelease {
   const char* driver_version;
 };
 constexpr DriverRelease kDriverReleases[] = {
-    {13000, "580.65.06"},  {12090, "575.57.08"},  {12080, "570.124.06"}, {12060, "560.35.03"},
-    {12050, "555.42.06"},  {12040, "550.54.15"},  {12030, "545.23.08"},  {12020, "535.104.05"},
-    {12010, "530.30.02"},  {12000, "525.60.13"},  {11080, "520.61.05"},  {11070, "515.43.04"},
-    {11060, "510.39.01"},  {11040, "470.57.02"},  {0, "460.27.04"},
+    {13000, "580.65.06"}, {12090, "575.57.08"}, {12080, "570.124.06"}, {12060, "560.35.03"},
+    {12050, "555.42.06"}, {12040, "550.54.15"}, {12030, "545.23.08"},  {12020, "535.104.05"},
+    {12010, "530.30.02"}, {12000, "525.60.13"}, {11080, "520.61.05"},  {11070, "515.43.04"},
+    {11060, "510.39.01"}, {11040, "470.57.02"}, {0, "460.27.04"},
 };
 
 const char* DriverVersionText(int cuda_version) {
@@ -55,8 +55,8 @@ nvmlReturn_t GetDevice(abi::nvmlDevice_t handle, const simgpu::NvmlDevice** devi
 
 // Total, free and used bytes as the CUDA driver sees them. Memory of processes that died
 // without freeing it is reclaimed first, as the real driver frees it when a process exits.
-void MemoryOf(const simgpu::NvmlDevice& device, unsigned long long* total,
-              unsigned long long* free, unsigned long long* used) {
+void MemoryOf(const simgpu::NvmlDevice& device, unsigned long long* total, unsigned long long* free,
+              unsigned long long* used) {
   simgpu::SharedMachine& machine = simgpu::NvmlMachine();
   simgpu::ReclaimDeadProcesses(machine, /*self_is_stale=*/false);
   *total = machine.devices[device.index].total_bytes;

@@ -8,20 +8,20 @@
 #include "simgpu/export.h"
 
 // SIMGPU_NVML_ENTRY_POINT(exported symbol)
-#define SIMGPU_NVML_ENTRY_POINTS(X)     \
-  X(nvmlInit_v2)                        \
-  X(nvmlInitWithFlags)                  \
-  X(nvmlShutdown)                       \
-  X(nvmlErrorString)                    \
-  X(nvmlSystemGetDriverVersion)         \
-  X(nvmlSystemGetCudaDriverVersion)     \
-  X(nvmlDeviceGetCount_v2)              \
-  X(nvmlDeviceGetHandleByIndex_v2)      \
-  X(nvmlDeviceGetHandleByUUID)          \
-  X(nvmlDeviceGetIndex)                 \
-  X(nvmlDeviceGetName)                  \
-  X(nvmlDeviceGetUUID)                  \
-  X(nvmlDeviceGetMemoryInfo)            \
+#define SIMGPU_NVML_ENTRY_POINTS(X) \
+  X(nvmlInit_v2)                    \
+  X(nvmlInitWithFlags)              \
+  X(nvmlShutdown)                   \
+  X(nvmlErrorString)                \
+  X(nvmlSystemGetDriverVersion)     \
+  X(nvmlSystemGetCudaDriverVersion) \
+  X(nvmlDeviceGetCount_v2)          \
+  X(nvmlDeviceGetHandleByIndex_v2)  \
+  X(nvmlDeviceGetHandleByUUID)      \
+  X(nvmlDeviceGetIndex)             \
+  X(nvmlDeviceGetName)              \
+  X(nvmlDeviceGetUUID)              \
+  X(nvmlDeviceGetMemoryInfo)        \
   X(nvmlDeviceGetMemoryInfo_v2)
 
 #define SIMGPU_DECLARE_NVML_ENTRY_POINT(symbol) \

@@ -22,9 +22,7 @@ namespace {
 constexpr std::uint32_t kMagic = 0x53494d47;  // "SIMG"
 constexpr std::uint32_t kLayoutVersion = 1;
 
-std::string ErrnoText(const char* what) {
-  return std::string(what) + ": " + std::strerror(errno);
-}
+std::string ErrnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 // Builds the device table. The segment is fresh zero-filled memory or a half-initialised one
 // whose creator died; both are overwritten completely before `magic` is published.
@@ -53,8 +51,8 @@ void InitialiseMachine(SharedMachine* machine, std::string_view name_space,
 std::string SharedMemoryName(std::string_view name_space) {
   std::string name = "/simgpu." + std::to_string(::getuid()) + ".";
   for (char c : name_space.substr(0, 200)) {
-    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                       (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '.' || c == '_' || c == '-';
     name += plain ? c : '_';
   }
   return name;
@@ -122,7 +120,8 @@ bool RemoveSharedMachine(std::string_view name_space) {
 }
 
 const gpu::GpuModel* DeviceModel(const SharedDevice& device) {
-  return gpu::FindModel(std::string_view(device.model, ::strnlen(device.model, sizeof(device.model))));
+  return gpu::FindModel(
+      std::string_view(device.model, ::strnlen(device.model, sizeof(device.model))));
 }
 
 }  // namespace gpufrac::simgpu

@@ -17,7 +17,7 @@ class ExecTest : public ::testing::Test {
   ExecTest() : machine_("2xA100-40GB") {}
   RunResult Exec(std::vector<std::string> args) {
     args.insert(args.begin(), {BuildPath("bin/gpufrac"), "exec"});
-    return Run(args, machine_.Env());
+    return RunCommand(args, machine_.Env());
   }
   SimMachine machine_;
 };

@@ -105,7 +105,7 @@ std::map<std::string, std::string> SimMachine::Env() const {
 std::string SimMachine::Uuid(int index) const {
   auto env = Env();
   env["CUDA_VISIBLE_DEVICES"] = std::to_string(index);
-  return Run({ProbePath(), "uuid"}, env).Get("uuid");
+  return RunCommand({ProbePath(), "uuid"}, env).Get("uuid");
 }
 
 Workload::Workload(const std::string& uuid, unsigned long long limit, unsigned long long context)
@@ -139,10 +139,12 @@ unsigned long long Workload::Used() const {
   limiter::BudgetName(id_.c_str(), uuid_.c_str(), name, sizeof(name));
   limiter::Budget b;
   if (!b.Attach(name, err, sizeof(err))) return ~0ull;
-  return b.used();
+  unsigned long long used = b.used();
+  b.Close();
+  return used;
 }
 
-RunResult Run(const std::vector<std::string>& argv,
+RunResult RunCommand(const std::vector<std::string>& argv,
               const std::map<std::string, std::string>& env) {
   // Files rather than pipes: no deadlock however much the child prints.
   char out_path[] = "/tmp/gpufrac-out-XXXXXX";

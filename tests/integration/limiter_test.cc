@@ -29,7 +29,7 @@ class LimiterTest : public ::testing::Test {
 
   RunResult Probe(const Workload& w, std::vector<std::string> args) {
     args.insert(args.begin(), ProbePath());
-    return Run(args, Merge(machine_.Env(), w.Env()));
+    return RunCommand(args, Merge(machine_.Env(), w.Env()));
   }
 
   SimMachine machine_;
@@ -42,10 +42,10 @@ TEST_F(LimiterTest, SimulatedDeviceIsVisible) {
 
 TEST_F(LimiterTest, WithoutAConfigurationEverythingPassesThrough) {
   auto env = Merge(machine_.Env(), {{"LD_PRELOAD", BuildPath("lib/libgpufrac.so")}});
-  RunResult info = Run({ProbePath(), "info"}, env);
+  RunResult info = RunCommand({ProbePath(), "info"}, env);
   ASSERT_EQ(info.status, 0) << info.err;
   EXPECT_EQ(info.GetInt("total"), 81559ll * kMiB);  // the whole simulated H100
-  RunResult r = Run({ProbePath(), "resolve"}, env);
+  RunResult r = RunCommand({ProbePath(), "resolve"}, env);
   EXPECT_EQ(r.Get("gpa.cuMemAlloc.12000.default"), "cuMemAlloc_v2@libcuda.so.1");
   EXPECT_EQ(r.Get("dlsym.cuMemAlloc_v2"), "cuMemAlloc_v2@libcuda.so.1");
 }
@@ -164,7 +164,7 @@ TEST(LimiterPhysicalTest, ReportedFreeNeverExceedsWhatTheDeviceHasFree) {
   pid_t other = Start({ProbePath(), "hold", std::to_string(12 * kGiB)}, machine.Env(), "hold=",
                       &seen);
   ASSERT_NE(seen.find("hold=0"), std::string::npos) << seen;
-  RunResult r = Run({ProbePath(), "info"}, Merge(machine.Env(), w.Env()));
+  RunResult r = RunCommand({ProbePath(), "info"}, Merge(machine.Env(), w.Env()));
   kill(other, SIGKILL);
   waitpid(other, nullptr, 0);
   EXPECT_EQ(r.GetInt("total"), static_cast<long long>(14 * kGiB));
@@ -243,7 +243,7 @@ TEST_F(LimiterTest, KilledHolderIsReclaimedByTheNextAllocation) {
 TEST_F(LimiterTest, AnUnusableConfigurationStopsCudaWithAClearMessage) {
   auto env = Merge(machine_.Env(), {{"LD_PRELOAD", BuildPath("lib/libgpufrac.so")},
                                     {"GPUFRAC_LIMIT_FILE", "/nonexistent/limits"}});
-  RunResult missing = Run({ProbePath(), "info"}, env);
+  RunResult missing = RunCommand({ProbePath(), "info"}, env);
   EXPECT_EQ(missing.GetInt("init"), 3);  // CUDA_ERROR_NOT_INITIALIZED
   EXPECT_NE(missing.err.find("gpufrac: cannot open limit file /nonexistent/limits"),
             std::string::npos)
@@ -256,7 +256,7 @@ TEST_F(LimiterTest, AnUnusableConfigurationStopsCudaWithAClearMessage) {
   close(fd);
   chmod(path, 0444);
   env["GPUFRAC_LIMIT_FILE"] = path;
-  RunResult bad = Run({ProbePath(), "info"}, env);
+  RunResult bad = RunCommand({ProbePath(), "info"}, env);
   EXPECT_EQ(bad.GetInt("init"), 3);
   EXPECT_NE(bad.err.find("line 3: 'nonsense' is not a GPU or MIG UUID"), std::string::npos)
       << bad.err;

@@ -2,8 +2,10 @@
 // instruction, PID reuse not mistaken for life, and a limit that cannot be raised after creation.
 #include "limiter/budget.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -65,20 +67,35 @@ TEST_F(BudgetTest, ThreadsNeverHoldMoreThanTheLimitTogether) {
   Budget b;
   Open(b, 10000);
   ASSERT_GE(b.JoinMember(self_), 0);
-  std::atomic<int64_t> held{0}, max_held{0};
+  // Each thread holds up to 8 reservations of up to 3000 bytes: together they ask for far more
+  // than the limit, so it is hit constantly.
+  std::atomic<int64_t> held{0}, max_held{0}, refused{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
       int lane = b.AcquireLane(self_);
       ASSERT_GE(lane, 0);
       std::mt19937 rng(t);
+      std::vector<uint64_t> mine;
       for (int i = 0; i < 20000; ++i) {
-        uint64_t n = 1 + rng() % 3000;
-        if (!b.Reserve(lane, self_, n)) continue;
-        int64_t now = held.fetch_add(n) + n;
-        int64_t m = max_held.load();
-        while (now > m && !max_held.compare_exchange_weak(m, now)) {
+        if (mine.size() < 8 && rng() % 2 == 0) {
+          uint64_t n = 1 + rng() % 3000;
+          if (!b.Reserve(lane, self_, n)) {
+            refused++;
+            continue;
+          }
+          mine.push_back(n);
+          int64_t now = held.fetch_add(n) + n;
+          int64_t m = max_held.load();
+          while (now > m && !max_held.compare_exchange_weak(m, now)) {
+          }
+        } else if (!mine.empty()) {
+          held.fetch_sub(mine.back());
+          b.Release(lane, mine.back());
+          mine.pop_back();
         }
+      }
+      for (uint64_t n : mine) {
         held.fetch_sub(n);
         b.Release(lane, n);
       }
@@ -86,7 +103,8 @@ TEST_F(BudgetTest, ThreadsNeverHoldMoreThanTheLimitTogether) {
   }
   for (auto& th : threads) th.join();
   EXPECT_LE(max_held.load(), 10000);
-  EXPECT_GT(max_held.load(), 5000);  // the budget was really contended
+  EXPECT_GT(max_held.load(), 7000);  // the limit was approached...
+  EXPECT_GT(refused.load(), 0);      // ...and enforced
   EXPECT_EQ(b.used(), 0u);
 }
 
@@ -164,6 +182,59 @@ TEST_F(BudgetTest, KillsAtAnyInstructionLeaveNoCharge) {
     b.Reclaim(self_);
     ASSERT_EQ(b.used(), 0u) << "round " << round;
   }
+}
+
+// The same, made exhaustive: a process is single-stepped through a reservation and a release and
+// killed after 0, 1, 2, ... instructions, until it gets to the end. Every kill point must leave
+// the budget exact after reclaiming.
+TEST_F(BudgetTest, AKillAtEveryInstructionLeavesNoCharge) {
+  Budget b;
+  Open(b, 1 << 20);
+  // The child says when it got through both; only the steps before that matter.
+  int done[2];
+  ASSERT_EQ(pipe2(done, O_NONBLOCK), 0);
+  bool finished = false;
+  for (int steps = 0; !finished; ++steps) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      Budget cb;
+      char err[256];
+      ProcessId me;
+      if (!cb.Attach(name_.c_str(), err, sizeof(err)) || !ReadProcessId(getpid(), &me)) _exit(1);
+      cb.JoinMember(me);
+      int lane = cb.AcquireLane(me);
+      if (lane < 0 || !cb.Reserve(lane, me, 100)) _exit(2);
+      char x = 1;
+      if (write(done[1], &x, 0) != 0) _exit(4);  // binds write() now, not while being stepped
+      if (ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) != 0) _exit(3);
+      raise(SIGSTOP);
+      cb.Reserve(lane, me, 5000);
+      cb.Release(lane, 3000);
+      if (write(done[1], &x, 1) != 1) _exit(4);
+      pause();
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 3) GTEST_SKIP() << "ptrace is not permitted";
+    ASSERT_TRUE(WIFSTOPPED(status)) << "child failed to set up: " << status;
+    for (int i = 0; i < steps; ++i) {
+      ASSERT_EQ(ptrace(PTRACE_SINGLESTEP, pid, nullptr, nullptr), 0);
+      ASSERT_EQ(waitpid(pid, &status, 0), pid);
+      char x;
+      if (read(done[0], &x, 1) == 1) {
+        finished = true;
+        break;
+      }
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    b.Reclaim(self_);
+    ASSERT_EQ(b.used(), 0u) << "killed after " << steps << " instructions";
+    ASSERT_LT(steps, 100000) << "the child never finished";
+    if (finished) RecordProperty("instructions", steps);
+  }
+  close(done[0]);
+  close(done[1]);
 }
 
 TEST_F(BudgetTest, PidReuseIsNotMistakenForLife) {
