@@ -16,6 +16,7 @@ chmod 0444 "$work/limits"
 export GPUFRAC_LIMIT_FILE=$work/limits GPUFRAC_BENCH_LIMITER=$build/lib/libgpufrac.so
 "$build/bin/limiter_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
   --benchmark_out="$work/out.json" --benchmark_out_format=json "$@" >&2
+cp "$work/out.json" "${BENCH_JSON:-/dev/null}" 2>/dev/null || true
 python3 - "$work/out.json" <<'PY'
 import json, sys
 rows = {}

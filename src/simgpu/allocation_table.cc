@@ -28,6 +28,8 @@ AllocationTable::AllocationTable() {
     void* base =
         ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base != MAP_FAILED) {
+      reserved_ = base;
+      reserved_bytes_ = bytes;
       device_.begin = AlignUp(reinterpret_cast<std::uint64_t>(base));
       device_.end = reinterpret_cast<std::uint64_t>(base) + bytes;
       break;
@@ -35,6 +37,10 @@ AllocationTable::AllocationTable() {
   }
   device_.cursor = device_.begin;
   legacy32_ = Region{.begin = kLegacyBegin, .end = kLegacyEnd, .cursor = kLegacyBegin};
+}
+
+AllocationTable::~AllocationTable() {
+  if (reserved_ != nullptr) ::munmap(reserved_, reserved_bytes_);
 }
 
 abi::CUdeviceptr AllocationTable::Place(Region& region, std::uint64_t size) {

@@ -33,6 +33,7 @@ struct Allocation {
 class AllocationTable {
  public:
   AllocationTable();
+  ~AllocationTable();
   AllocationTable(const AllocationTable&) = delete;
   AllocationTable& operator=(const AllocationTable&) = delete;
 
@@ -62,6 +63,8 @@ class AllocationTable {
   abi::CUdeviceptr Place(Region& region, std::uint64_t size);
 
   std::map<abi::CUdeviceptr, Allocation> by_base_;
+  void* reserved_ = nullptr;  // the PROT_NONE mapping behind device_
+  std::uint64_t reserved_bytes_ = 0;
   Region device_;
   Region legacy32_;
 };

@@ -28,10 +28,18 @@ struct Context {
   bool destroyed = false;    // a non-primary context after cuCtxDestroy
   int primary_refcount = 0;  // cuDevicePrimaryCtxRetain minus Release
 
-  // Simulated completion times (CLOCK_MONOTONIC ns) of the legacy default stream and of all work
-  // queued in the context.
+  // Simulated completion times (CLOCK_MONOTONIC ns): of the legacy default stream, of all work
+  // on blocking streams (the legacy one included), and of all work on non-blocking streams.
   std::atomic<std::uint64_t> legacy_done_ns{0};
-  std::atomic<std::uint64_t> all_done_ns{0};
+  std::atomic<std::uint64_t> blocking_done_ns{0};
+  std::atomic<std::uint64_t> non_blocking_done_ns{0};
+
+  // When everything queued in the context will have completed.
+  std::uint64_t AllDoneNs() const {
+    const std::uint64_t blocking = blocking_done_ns.load(std::memory_order_relaxed);
+    const std::uint64_t non_blocking = non_blocking_done_ns.load(std::memory_order_relaxed);
+    return blocking > non_blocking ? blocking : non_blocking;
+  }
 };
 
 inline abi::CUcontext ToHandle(Context* context) {

@@ -1,7 +1,6 @@
-// Driver entry points for CUDA arrays and mipmapped arrays. An array charges its texel bytes
-// (width * max(height,1) * max(depth,1) * channels * channel size, every mip level summed, each
-// level halving the dimensions) to the current context's device; real layouts add tiling
-// padding that is not simulated.
+// Driver entry points for CUDA arrays and mipmapped arrays. An array charges its texel bytes to
+// the current context's device: width * max(height,1) * max(depth,1) * element size, summed over
+// mip levels that halve each dimension (real layouts add tiling padding, not simulated).
 #include <algorithm>
 
 #include "simgpu/abi_extras.h"

@@ -153,7 +153,7 @@ CUresult cuCtxSynchronize() {
       result != abi::CUDA_SUCCESS) {
     return result;
   }
-  simgpu::WaitUntil(context->all_done_ns.load(std::memory_order_relaxed));
+  simgpu::WaitUntil(context->AllDoneNs());
   return abi::CUDA_SUCCESS;
 }
 

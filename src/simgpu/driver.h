@@ -45,8 +45,8 @@ struct Driver {
   std::unordered_set<Module*> modules;     // loaded modules
   std::vector<Module*> unloaded_modules;   // kept, so stale function handles fail cleanly
   std::unordered_set<ArrayObject*> arrays;
-  std::vector<MemPool*> default_pools;  // by ordinal; created on first use
-  std::unordered_set<MemPool*> pools;   // every pool not destroyed, default ones included
+  std::vector<MemPool*> default_pools;    // by ordinal; created on first use
+  std::unordered_set<MemPool*> pools;     // every pool not destroyed, default ones included
   std::vector<MemPool*> destroyed_pools;  // kept: their allocations may still be freed
   std::unordered_map<abi::CUmemGenericAllocationHandle, PhysicalAllocation> physical;
   abi::CUmemGenericAllocationHandle next_physical_handle = 0x100000;

@@ -1,7 +1,6 @@
-// Simulated GPU time. A kernel takes a modelled duration; each stream keeps the time its queued
-// work completes, so a launch returns at once (as on real hardware) and synchronisation sleeps
-// until the stream's completion time. Model: 2 us + grid*block threads / (SMs * 2048) us, i.e.
-// a fixed launch latency plus one pass of the kernel's threads over every SM at full occupancy.
+// Simulated GPU time: a kernel takes a modelled duration and each stream keeps the time its
+// queued work completes, so launches return at once (as on real hardware) and synchronisation
+// sleeps until then. Model: 2 us + grid*block threads / (SMs * 2048) us.
 #pragma once
 
 #include <time.h>
@@ -11,6 +10,9 @@
 
 namespace gpufrac::simgpu {
 
+// A fixed launch latency, plus one pass of the kernel's threads over every SM at full occupancy.
+// 2048 resident threads per SM is the limit of V100, A100, H100 and B200; the model uses it for
+// every GPU (T4's SMs hold 1024 and L4's 1536), which is close enough for scheduling tests.
 inline constexpr std::uint64_t kKernelLaunchLatencyNs = 2000;
 inline constexpr int kResidentThreadsPerSm = 2048;
 

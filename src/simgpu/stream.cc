@@ -9,7 +9,7 @@ namespace {
 
 // The per-thread default streams of the calling thread, one per context it has used recently.
 // A thread rarely alternates between more contexts than this; an evicted entry loses only its
-// completion time, which cuCtxSynchronize still covers through Context::all_done_ns.
+// completion time, which cuCtxSynchronize still covers through Context::blocking_done_ns.
 constexpr int kPerThreadStreamCache = 4;
 struct PerThreadStream {
   const Context* context = nullptr;
@@ -35,33 +35,34 @@ abi::CUresult ResolveStream(Context* context, abi::CUstream handle, bool per_thr
                             StreamQueue* queue) {
   if (handle == nullptr) handle = per_thread_default ? kStreamPerThread : kStreamLegacy;
   if (handle == kStreamLegacy) {
-    *queue = StreamQueue{.done = &context->legacy_done_ns, .legacy = true};
+    *queue = StreamQueue{.done = &context->legacy_done_ns, .legacy = true, .blocking = true};
     return abi::CUDA_SUCCESS;
   }
   if (handle == kStreamPerThread) {
     // The per-thread default stream is a blocking stream.
-    *queue = StreamQueue{.done = PerThreadStreamOf(context), .waits_legacy = true};
+    *queue = StreamQueue{.done = PerThreadStreamOf(context), .blocking = true};
     return abi::CUDA_SUCCESS;
   }
   Stream* stream = reinterpret_cast<Stream*>(handle);
   if (stream->magic != Stream::kMagic || stream->context != context) {
     return abi::CUDA_ERROR_INVALID_HANDLE;
   }
-  *queue = StreamQueue{.done = &stream->done_ns,
-                       .waits_legacy = (stream->flags & kStreamNonBlocking) == 0};
+  *queue =
+      StreamQueue{.done = &stream->done_ns, .blocking = (stream->flags & kStreamNonBlocking) == 0};
   return abi::CUDA_SUCCESS;
 }
 
 void EnqueueWork(Context* context, const StreamQueue& queue, std::uint64_t duration_ns) {
   const std::uint64_t now = NowNs();
-  std::uint64_t after = 0;
-  if (queue.legacy) {
-    after = context->all_done_ns.load(std::memory_order_relaxed);
-  } else if (queue.waits_legacy) {
-    after = context->legacy_done_ns.load(std::memory_order_relaxed);
+  if (!queue.blocking) {
+    AtomicMax(context->non_blocking_done_ns, Enqueue(*queue.done, now, 0, duration_ns));
+    return;
   }
-  const std::uint64_t end = Enqueue(*queue.done, now, after, duration_ns);
-  AtomicMax(context->all_done_ns, end);
+  // The legacy stream and the blocking streams wait for each other.
+  const std::uint64_t after = queue.legacy
+                                  ? context->blocking_done_ns.load(std::memory_order_relaxed)
+                                  : context->legacy_done_ns.load(std::memory_order_relaxed);
+  AtomicMax(context->blocking_done_ns, Enqueue(*queue.done, now, after, duration_ns));
 }
 
 void ForgetPerThreadStreams() {

@@ -25,8 +25,8 @@ inline abi::CUstream ToHandle(Stream* stream) { return reinterpret_cast<abi::CUs
 // Where work queued on a stream handle goes and what it must wait for.
 struct StreamQueue {
   std::atomic<std::uint64_t>* done = nullptr;  // the stream's completion time
-  bool legacy = false;        // the legacy default stream: waits for all blocking streams
-  bool waits_legacy = false;  // a blocking stream: waits for the legacy default stream
+  bool legacy = false;    // the legacy default stream: waits for all blocking streams
+  bool blocking = false;  // the legacy stream or one that waits for it
 };
 
 // Resolves a stream handle used in `context`. `per_thread_default` says what NULL means (true in
