@@ -47,6 +47,7 @@ enum CUresult : int {
   CUDA_ERROR_NOT_FOUND = 500,
   CUDA_ERROR_NOT_READY = 600,
   CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+  CUDA_ERROR_CONTEXT_IS_DESTROYED = 709,
   CUDA_ERROR_LAUNCH_FAILED = 719,
   CUDA_ERROR_NOT_PERMITTED = 800,
   CUDA_ERROR_NOT_SUPPORTED = 801,
@@ -156,6 +157,15 @@ struct CUuuid {
   char bytes[16];
 };
 
+// Flag and handle values.
+inline const CUstream CU_STREAM_LEGACY = reinterpret_cast<CUstream>(0x1);
+inline const CUstream CU_STREAM_PER_THREAD = reinterpret_cast<CUstream>(0x2);
+constexpr unsigned int CU_STREAM_NON_BLOCKING = 0x1;
+constexpr unsigned int CU_CTX_FLAGS_MASK = 0xFF;
+constexpr unsigned int CU_MEM_ATTACH_GLOBAL = 0x1;
+constexpr unsigned int CU_MEM_ATTACH_HOST = 0x2;
+constexpr unsigned int CUDA_ARRAY3D_LAYERED = 0x01;
+
 struct CUexecAffinityParam;  // only passed through, never inspected
 struct CUctxCreateParams;    // only passed through, never inspected
 
@@ -221,6 +231,11 @@ using cuModuleUnload_t = CUresult (*)(CUmodule module);
 using cuModuleGetFunction_t = CUresult (*)(CUfunction* fn, CUmodule module, const char* name);
 using cuGetErrorString_t = CUresult (*)(CUresult error, const char** str);
 using cuGetErrorName_t = CUresult (*)(CUresult error, const char** str);
+// The legacy 32-bit entry points (before CUDA 3.2), still exported by every driver.
+using CUdeviceptr_v1 = unsigned int;
+using cuMemAlloc_t = CUresult (*)(CUdeviceptr_v1* dptr, unsigned int bytesize);
+using cuMemFree_t = CUresult (*)(CUdeviceptr_v1 dptr);
+using cuMemGetInfo_t = CUresult (*)(unsigned int* free, unsigned int* total);
 // cuGetProcAddress is the CUDA 11.3-11.8 form; CUDA 12.0 added the status out-parameter (_v2).
 using cuGetProcAddress_t = CUresult (*)(const char* symbol, void** pfn, int cudaVersion,
                                         cuuint64_t flags);

@@ -98,9 +98,8 @@ uint64_t ElementBytes(CUarray_format format, unsigned channels) {
   return per_channel * (channels ? channels : 1);
 }
 
-constexpr unsigned kArrayLayered = 0x01;  // CUDA_ARRAY3D_LAYERED: Depth counts layers
-
-// Bytes of a (mipmapped) array: each level halves width, height and (unless layered) depth.
+// Bytes of a (mipmapped) array: each level halves width, height and depth (unless layered:
+// then Depth counts layers).
 uint64_t ArrayBytes(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels) {
   uint64_t total = 0;
   uint64_t w = d.Width, h = d.Height, depth = d.Depth;
@@ -108,7 +107,7 @@ uint64_t ArrayBytes(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels) {
     total += (w ? w : 1) * (h ? h : 1) * (depth ? depth : 1) * ElementBytes(d.Format, d.NumChannels);
     w = w > 1 ? w / 2 : 1;
     if (h) h = h > 1 ? h / 2 : 1;
-    if (depth && !(d.Flags & kArrayLayered)) depth = depth > 1 ? depth / 2 : 1;
+    if (depth && !(d.Flags & CUDA_ARRAY3D_LAYERED)) depth = depth > 1 ? depth / 2 : 1;
   }
   return total;
 }

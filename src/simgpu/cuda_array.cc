@@ -3,7 +3,6 @@
 // mip levels that halve each dimension (real layouts add tiling padding, not simulated).
 #include <algorithm>
 
-#include "simgpu/abi_extras.h"
 #include "simgpu/cuda_exports.h"
 #include "simgpu/driver.h"
 
@@ -48,7 +47,7 @@ bool ToExtent(std::size_t width, std::size_t height, std::size_t depth, abi::CUa
   if (channel_bytes == 0 || (channels != 1 && channels != 2 && channels != 4) || width == 0) {
     return false;
   }
-  const bool layered = (flags & simgpu::kArray3DLayered) != 0;
+  const bool layered = (flags & abi::CUDA_ARRAY3D_LAYERED) != 0;
   if (depth > 0 && height == 0 && !layered) return false;
   *extent = Extent{width, height, depth, channel_bytes * static_cast<int>(channels), layered};
   return true;

@@ -1,6 +1,5 @@
 // Driver entry points for contexts: creation and destruction, the per-thread context stack,
 // synchronisation, and the refcounted primary context of each device.
-#include "simgpu/abi_extras.h"
 #include "simgpu/cuda_exports.h"
 #include "simgpu/driver.h"
 #include "simgpu/sim_time.h"
@@ -27,7 +26,7 @@ Context* NewContextLocked(Driver* driver, int ordinal, bool primary) {
 CUresult CreateContext(abi::CUcontext* handle, unsigned int flags, abi::CUdevice ordinal) {
   Driver* driver;
   if (CUresult result = simgpu::GetDriver(&driver); result != abi::CUDA_SUCCESS) return result;
-  if (handle == nullptr || (flags & ~simgpu::kCtxFlagsMask) != 0) {
+  if (handle == nullptr || (flags & ~abi::CU_CTX_FLAGS_MASK) != 0) {
     return abi::CUDA_ERROR_INVALID_VALUE;
   }
   if (!driver->ValidOrdinal(ordinal)) return abi::CUDA_ERROR_INVALID_DEVICE;
@@ -53,7 +52,7 @@ CUresult CheckUsable(Driver* driver, Context* context) {
   if (context->primary) {
     return context->primary_refcount > 0 ? abi::CUDA_SUCCESS : abi::CUDA_ERROR_INVALID_CONTEXT;
   }
-  return context->destroyed ? simgpu::kCudaErrorContextIsDestroyed : abi::CUDA_SUCCESS;
+  return context->destroyed ? abi::CUDA_ERROR_CONTEXT_IS_DESTROYED : abi::CUDA_SUCCESS;
 }
 
 }  // namespace

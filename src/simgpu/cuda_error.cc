@@ -2,7 +2,6 @@
 // messages for every code the simulated driver can return.
 #include <string_view>
 
-#include "simgpu/abi_extras.h"
 #include "simgpu/cuda_exports.h"
 
 namespace {
@@ -39,7 +38,7 @@ constexpr ErrorText kErrors[] = {
     {abi::CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
      "an illegal memory access was encountered"},
     {abi::CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
-    {gpufrac::simgpu::kCudaErrorContextIsDestroyed, "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+    {gpufrac::abi::CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED",
      "context is destroyed"},
     {abi::CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
     {abi::CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},

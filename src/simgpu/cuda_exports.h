@@ -6,7 +6,6 @@
 #include <type_traits>
 
 #include "abi/cuda_abi.h"
-#include "simgpu/abi_extras.h"
 #include "simgpu/export.h"
 
 #define SIMGPU_DECLARE_PTSZ_0(symbol, type)

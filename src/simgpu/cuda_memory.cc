@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <climits>
 
-#include "simgpu/abi_extras.h"
 #include "simgpu/cuda_exports.h"
 #include "simgpu/driver.h"
 #include "simgpu/memory_ledger.h"
@@ -94,7 +93,7 @@ CUresult cuMemAllocPitch_v2(abi::CUdeviceptr* base, size_t* pitch, size_t width_
 // Host-accessible memory (a real anonymous mapping) charged in full to the current device, as
 // if it had migrated there.
 CUresult cuMemAllocManaged(abi::CUdeviceptr* base, size_t bytes, unsigned int flags) {
-  if (flags != simgpu::kMemAttachGlobal && flags != simgpu::kMemAttachHost) {
+  if (flags != abi::CU_MEM_ATTACH_GLOBAL && flags != abi::CU_MEM_ATTACH_HOST) {
     Driver* driver;
     if (CUresult result = simgpu::GetDriver(&driver); result != abi::CUDA_SUCCESS) return result;
     return abi::CUDA_ERROR_INVALID_VALUE;
@@ -133,15 +132,15 @@ CUresult cuMemGetAddressRange_v2(abi::CUdeviceptr* base, size_t* size, abi::CUde
 
 // Legacy (pre-CUDA 3.2) entry points with 32-bit pointers and sizes.
 
-CUresult cuMemAlloc(simgpu::legacy::CUdeviceptr_v1* base, unsigned int bytes) {
+CUresult cuMemAlloc(abi::CUdeviceptr_v1* base, unsigned int bytes) {
   if (base == nullptr) return AllocateInCurrentContext(bytes, AllocationKind::kLegacy32, nullptr);
   abi::CUdeviceptr wide = 0;
   CUresult result = AllocateInCurrentContext(bytes, AllocationKind::kLegacy32, &wide);
-  if (result == abi::CUDA_SUCCESS) *base = static_cast<simgpu::legacy::CUdeviceptr_v1>(wide);
+  if (result == abi::CUDA_SUCCESS) *base = static_cast<abi::CUdeviceptr_v1>(wide);
   return result;
 }
 
-CUresult cuMemFree(simgpu::legacy::CUdeviceptr_v1 base) { return Free(base); }
+CUresult cuMemFree(abi::CUdeviceptr_v1 base) { return Free(base); }
 
 // Sizes above 4 GiB do not fit the legacy types; they are clamped to UINT_MAX.
 CUresult cuMemGetInfo(unsigned int* free, unsigned int* total) {

@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <string_view>
 
-#include "simgpu/abi_extras.h"
 #include "simgpu/config.h"
 #include "simgpu/cuda_exports.h"
 

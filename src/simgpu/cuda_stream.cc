@@ -1,7 +1,6 @@
 // Driver entry points for streams and kernel launches. A launch validates its arguments, adds the
 // kernel's modelled duration to the stream (see sim_time.h) and returns; synchronisation waits
 // for the simulated completion time.
-#include "simgpu/abi_extras.h"
 #include "simgpu/cuda_exports.h"
 #include "simgpu/driver.h"
 #include "simgpu/sim_time.h"
@@ -21,7 +20,7 @@ constexpr unsigned int kMaxGridX = 0x7fffffff;
 constexpr unsigned int kMaxGridYZ = 65535;
 
 bool IsSpecialStream(abi::CUstream stream) {
-  return stream == nullptr || stream == simgpu::kStreamLegacy || stream == simgpu::kStreamPerThread;
+  return stream == nullptr || stream == abi::CU_STREAM_LEGACY || stream == abi::CU_STREAM_PER_THREAD;
 }
 
 CUresult Launch(abi::CUfunction function, unsigned int grid_x, unsigned int grid_y,
@@ -93,7 +92,7 @@ CUresult cuStreamCreate(abi::CUstream* handle, unsigned int flags) {
       result != abi::CUDA_SUCCESS) {
     return result;
   }
-  if (handle == nullptr || (flags & ~simgpu::kStreamNonBlocking) != 0) {
+  if (handle == nullptr || (flags & ~abi::CU_STREAM_NON_BLOCKING) != 0) {
     return abi::CUDA_ERROR_INVALID_VALUE;
   }
   std::lock_guard lock(driver->mu);

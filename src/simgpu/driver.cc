@@ -10,7 +10,6 @@
 #include <iterator>
 #include <new>
 
-#include "simgpu/abi_extras.h"
 #include "simgpu/memory_ledger.h"
 #include "simgpu/process_identity.h"
 #include "simgpu/visible_devices.h"
@@ -126,7 +125,7 @@ CUresult ReviveCurrentContext(Driver* driver, Context* context) {
     if (context->primary_refcount > 0) return driver->ActivateContextLocked(context);
     return abi::CUDA_ERROR_INVALID_CONTEXT;
   }
-  return kCudaErrorContextIsDestroyed;
+  return abi::CUDA_ERROR_CONTEXT_IS_DESTROYED;
 }
 
 CUresult Driver::ChargeLocked(int ordinal, std::uint64_t bytes) {

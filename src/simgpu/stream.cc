@@ -1,7 +1,6 @@
 // Stream handle resolution and simulated work queueing.
 #include "simgpu/stream.h"
 
-#include "simgpu/abi_extras.h"
 #include "simgpu/sim_time.h"
 
 namespace gpufrac::simgpu {
@@ -33,12 +32,12 @@ std::atomic<std::uint64_t>* PerThreadStreamOf(const Context* context) {
 
 abi::CUresult ResolveStream(Context* context, abi::CUstream handle, bool per_thread_default,
                             StreamQueue* queue) {
-  if (handle == nullptr) handle = per_thread_default ? kStreamPerThread : kStreamLegacy;
-  if (handle == kStreamLegacy) {
+  if (handle == nullptr) handle = per_thread_default ? abi::CU_STREAM_PER_THREAD : abi::CU_STREAM_LEGACY;
+  if (handle == abi::CU_STREAM_LEGACY) {
     *queue = StreamQueue{.done = &context->legacy_done_ns, .legacy = true, .blocking = true};
     return abi::CUDA_SUCCESS;
   }
-  if (handle == kStreamPerThread) {
+  if (handle == abi::CU_STREAM_PER_THREAD) {
     // The per-thread default stream is a blocking stream.
     *queue = StreamQueue{.done = PerThreadStreamOf(context), .blocking = true};
     return abi::CUDA_SUCCESS;
@@ -48,7 +47,7 @@ abi::CUresult ResolveStream(Context* context, abi::CUstream handle, bool per_thr
     return abi::CUDA_ERROR_INVALID_HANDLE;
   }
   *queue =
-      StreamQueue{.done = &stream->done_ns, .blocking = (stream->flags & kStreamNonBlocking) == 0};
+      StreamQueue{.done = &stream->done_ns, .blocking = (stream->flags & abi::CU_STREAM_NON_BLOCKING) == 0};
   return abi::CUDA_SUCCESS;
 }
 

@@ -227,11 +227,11 @@ TEST_F(SimGpuMemoryTest, ManagedMemoryIsHostAccessibleAndCharged) {
 TEST_F(SimGpuMemoryTest, LegacyEntryPointsUse32BitPointers) {
   RunInChild("1xH100-80GB", [] {
     InitAndUsePrimary();
-    legacy::CUdeviceptr_v1 pointer = 0;
+    abi::CUdeviceptr_v1 pointer = 0;
     ASSERT_CU(cuMemAlloc(&pointer, 64 * kMiB));
     EXPECT_NE(0u, pointer);
     EXPECT_EQ(kH100Context + 64 * kMiB, UsedBytes());
-    legacy::CUdeviceptr_v1 second = 0;
+    abi::CUdeviceptr_v1 second = 0;
     ASSERT_CU(cuMemAlloc(&second, 1024));
     EXPECT_NE(pointer, second);
     unsigned int free = 0;

@@ -147,7 +147,7 @@ void PrintInfo() {
 // Allocates one object of `kind`, reports the charge it caused, frees it, reports again.
 int Alloc(const std::string& kind, unsigned long long bytes) {
   unsigned long long before = Used();
-  CUresult r = CUDA_ERROR_INVALID_VALUE, fr = CUDA_ERROR_INVALID_VALUE;
+  CUresult r = CUDA_ERROR_INVALID_VALUE, fr = CUDA_SUCCESS;
   CUdeviceptr ptr = 0;
   unsigned long long during = 0;
   auto measure = [&] { during = Used(); };
@@ -160,7 +160,7 @@ int Alloc(const std::string& kind, unsigned long long bytes) {
     std::printf("pitch=%zu\n", pitch);
     if (r == CUDA_SUCCESS) measure(), fr = g.cuMemFree_v2(ptr);
   } else if (kind == "managed") {
-    r = g.cuMemAllocManaged(&ptr, bytes, 1 /*CU_MEM_ATTACH_GLOBAL*/);
+    r = g.cuMemAllocManaged(&ptr, bytes, CU_MEM_ATTACH_GLOBAL);
     if (r == CUDA_SUCCESS) measure(), fr = g.cuMemFree_v2(ptr);
   } else if (kind == "async" || kind == "async_ptsz") {
     auto fn = kind == "async" ? g.cuMemAllocAsync : g.cuMemAllocAsync_ptsz;
@@ -218,8 +218,10 @@ int Alloc(const std::string& kind, unsigned long long bytes) {
     Die("unknown allocation kind");
   }
   unsigned long long after = Used();
-  std::printf("alloc=%d charged=%llu free=%d after=%lld\n", static_cast<int>(r),
-              r == CUDA_SUCCESS ? during - before : 0ull, static_cast<int>(fr),
+  // free= is the free's result, or "none" when there was nothing to free.
+  std::printf("alloc=%d charged=%llu free=%s after=%lld\n", static_cast<int>(r),
+              r == CUDA_SUCCESS ? during - before : 0ull,
+              r == CUDA_SUCCESS ? std::to_string(static_cast<int>(fr)).c_str() : "none",
               static_cast<long long>(after) - static_cast<long long>(before));
   return 0;
 }

@@ -8,6 +8,12 @@
 #include "abi/cuda_abi.h"
 
 #ifdef GPUFRAC_HAVE_CUDA_H
+// cuda.h defines these as macros, which would rewrite our names too: read ours first.
+namespace before_cuda_h {
+constexpr unsigned kLayered = gpufrac::abi::CUDA_ARRAY3D_LAYERED;
+const gpufrac::abi::CUstream kLegacy = gpufrac::abi::CU_STREAM_LEGACY;
+const gpufrac::abi::CUstream kPerThread = gpufrac::abi::CU_STREAM_PER_THREAD;
+}  // namespace before_cuda_h
 #include <cuda.h>
 
 namespace {
@@ -64,7 +70,8 @@ CHECKED_FUNCTIONS(CHECK_SIGNATURE)
   X(CUDA_ERROR_SHARED_OBJECT_INIT_FAILED) X(CUDA_ERROR_OPERATING_SYSTEM)                       \
   X(CUDA_ERROR_INVALID_HANDLE) X(CUDA_ERROR_NOT_FOUND) X(CUDA_ERROR_NOT_READY)                 \
   X(CUDA_ERROR_ILLEGAL_ADDRESS) X(CUDA_ERROR_LAUNCH_FAILED) X(CUDA_ERROR_NOT_PERMITTED)        \
-  X(CUDA_ERROR_NOT_SUPPORTED) X(CUDA_ERROR_UNKNOWN)                                            \
+  X(CUDA_ERROR_NOT_SUPPORTED) X(CUDA_ERROR_UNKNOWN) X(CUDA_ERROR_CONTEXT_IS_DESTROYED)         \
+  X(CU_STREAM_NON_BLOCKING) X(CU_CTX_FLAGS_MASK) X(CU_MEM_ATTACH_GLOBAL) X(CU_MEM_ATTACH_HOST)  \
   X(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK) X(CU_DEVICE_ATTRIBUTE_WARP_SIZE)                \
   X(CU_DEVICE_ATTRIBUTE_CLOCK_RATE) X(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)                \
   X(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID) X(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)                       \
@@ -103,6 +110,15 @@ CHECK_LAYOUT(CUDA_ARRAY3D_DESCRIPTOR, Flags)
 CHECK_SIZE(CUuuid)
 static_assert(sizeof(ours::CUdeviceptr) == sizeof(::CUdeviceptr));
 static_assert(sizeof(ours::CUmemGenericAllocationHandle) == sizeof(::CUmemGenericAllocationHandle));
+
+static_assert(before_cuda_h::kLayered == CUDA_ARRAY3D_LAYERED);
+
+TEST(AbiCheckTest, StreamHandlesMatch) {
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(before_cuda_h::kLegacy),
+            reinterpret_cast<uintptr_t>(CU_STREAM_LEGACY));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(before_cuda_h::kPerThread),
+            reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD));
+}
 
 TEST(AbiCheckTest, DeclarationsMatchTheInstalledCudaHeader) {
   // Everything above is checked at compile time; reaching here means it all matched.
