@@ -32,29 +32,31 @@ extern "C" CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   return r;
 }
 
-extern "C" nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
-  nvmlReturn_t r = Real_nvmlDeviceGetMemoryInfo()(device, memory);
+namespace {
+
+// Both NVML memory structs: total becomes the limit, used the workload's own, free what is left
+// of the limit (at most what the device has free).
+template <typename Memory>
+nvmlReturn_t VirtualiseNvml(nvmlReturn_t r, nvmlDevice_t device, Memory* memory) {
   int gpu = r == NVML_SUCCESS && memory && Active() ? GpuForNvmlDevice(device) : -1;
-  if (gpu >= 0) {
-    uint64_t total, free, used;
-    VirtualMemory(gpu, memory->free, &total, &free, &used);
-    memory->total = total;
-    memory->free = free;
-    memory->used = used;
+  if (gpu < 0) return r;
+  uint64_t total, free, used;
+  VirtualMemory(gpu, memory->free, &total, &free, &used);
+  memory->total = total;
+  memory->free = free;
+  memory->used = used;
+  if constexpr (requires { memory->reserved; }) {
+    memory->reserved = 0;  // the driver's reservation is outside the workload's limit
   }
   return r;
 }
 
+}  // namespace
+
+extern "C" nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  return VirtualiseNvml(Real_nvmlDeviceGetMemoryInfo()(device, memory), device, memory);
+}
+
 extern "C" nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
-  nvmlReturn_t r = Real_nvmlDeviceGetMemoryInfo_v2()(device, memory);
-  int gpu = r == NVML_SUCCESS && memory && Active() ? GpuForNvmlDevice(device) : -1;
-  if (gpu >= 0) {
-    uint64_t total, free, used;
-    VirtualMemory(gpu, memory->free, &total, &free, &used);
-    memory->total = total;
-    memory->free = free;
-    memory->used = used;
-    memory->reserved = 0;  // the driver's reservation is outside the workload's limit
-  }
-  return r;
+  return VirtualiseNvml(Real_nvmlDeviceGetMemoryInfo_v2()(device, memory), device, memory);
 }

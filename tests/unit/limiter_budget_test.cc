@@ -33,6 +33,16 @@ class BudgetTest : public ::testing::Test {
     ASSERT_TRUE(b.Open(name_.c_str(), limit, 0, err, sizeof(err))) << err;
   }
 
+  // In a forked child: maps the budget as another member process would and takes a lane.
+  int JoinAsChild(Budget* cb, ProcessId* me) {
+    char err[256];
+    if (!cb->Attach(name_.c_str(), err, sizeof(err)) || !ReadProcessId(getpid(), me)) _exit(1);
+    cb->JoinMember(*me);
+    int lane = cb->AcquireLane(*me);
+    if (lane < 0) _exit(2);
+    return lane;
+  }
+
   std::string name_;
   ProcessId self_;
 };
@@ -116,12 +126,9 @@ TEST_F(BudgetTest, ReclaimsWhatAKilledProcessHeld) {
   pid_t child = fork();
   if (child == 0) {
     Budget c;
-    char err[256];
     ProcessId me;
-    if (!c.Attach(name_.c_str(), err, sizeof(err)) || !ReadProcessId(getpid(), &me)) _exit(1);
-    c.JoinMember(me);
-    int lane = c.AcquireLane(me);
-    if (lane < 0 || !c.Reserve(lane, me, 700)) _exit(2);
+    int lane = JoinAsChild(&c, &me);
+    if (!c.Reserve(lane, me, 700)) _exit(2);
     char x = 1;
     if (write(ready[1], &x, 1) != 1) _exit(3);
     pause();
@@ -158,11 +165,8 @@ TEST_F(BudgetTest, KillsAtAnyInstructionLeaveNoCharge) {
       pid_t pid = fork();
       if (pid == 0) {
         Budget cb;
-        char err[256];
         ProcessId me;
-        if (!cb.Attach(name_.c_str(), err, sizeof(err)) || !ReadProcessId(getpid(), &me)) _exit(1);
-        cb.JoinMember(me);
-        int lanes[2] = {cb.AcquireLane(me), -1};
+        int lanes[2] = {JoinAsChild(&cb, &me), -1};
         std::thread second([&] {
           lanes[1] = cb.AcquireLane(me);
           for (uint64_t i = 0;; ++i) {
@@ -198,12 +202,9 @@ TEST_F(BudgetTest, AKillAtEveryInstructionLeavesNoCharge) {
     pid_t pid = fork();
     if (pid == 0) {
       Budget cb;
-      char err[256];
       ProcessId me;
-      if (!cb.Attach(name_.c_str(), err, sizeof(err)) || !ReadProcessId(getpid(), &me)) _exit(1);
-      cb.JoinMember(me);
-      int lane = cb.AcquireLane(me);
-      if (lane < 0 || !cb.Reserve(lane, me, 100)) _exit(2);
+      int lane = JoinAsChild(&cb, &me);
+      if (!cb.Reserve(lane, me, 100)) _exit(2);
       char x = 1;
       if (write(done[1], &x, 0) != 0) _exit(4);  // binds write() now, not while being stepped
       if (ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) != 0) _exit(3);
