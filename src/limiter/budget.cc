@@ -215,13 +215,15 @@ void Budget::HelpCommit(uint64_t global_word) {
 
 bool Budget::Apply(int lane_index, int64_t delta, bool check_limit) {
   BudgetLane& lane = seg_->lanes[lane_index];
-  uint64_t committed = lane.committed.load(std::memory_order_acquire);
-  uint32_t seq = (RecordSeq(committed) + 1) & kSeqMask;
+  // Only this lane's own operations (or helpers finishing them) change `committed`.
+  const uint64_t before = lane.committed.load(std::memory_order_acquire);
+  const uint32_t seq = (RecordSeq(before) + 1) & kSeqMask;
   lane.pending.store(Record(delta, seq), std::memory_order_release);
   const int64_t limit = static_cast<int64_t>(seg_->limit);
   uint64_t global = seg_->global.load(std::memory_order_acquire);
   for (;;) {
-    HelpCommit(global);
+    // Our own previous operation is committed already: only others' need looking at.
+    if (TagLane(global) != lane_index) HelpCommit(global);
     int64_t used = Value(global);
     if (check_limit && delta > 0 && used + delta > limit) return false;
     if (seg_->global.compare_exchange_weak(global, Global(used + delta, lane_index, seq),
@@ -230,12 +232,10 @@ bool Budget::Apply(int lane_index, int64_t delta, bool check_limit) {
       break;
     }
   }
-  // Fold the operation into the lane, unless a helper already did.
-  committed = lane.committed.load(std::memory_order_acquire);
-  if (RecordSeq(committed) != seq) {
-    lane.committed.compare_exchange_strong(committed, Record(Value(committed) + delta, seq),
-                                           std::memory_order_acq_rel);
-  }
+  // Fold the operation into the lane; if this fails, a helper already did exactly that.
+  uint64_t expected = before;
+  lane.committed.compare_exchange_strong(expected, Record(Value(before) + delta, seq),
+                                         std::memory_order_acq_rel);
   return true;
 }
 
