@@ -162,7 +162,21 @@ void ReportOverLimit(int gpu, uint64_t requested) {
                    "%s requested (GPUFRAC_QUIET=1 silences this)\n",
                    g_rt.config.gpus[gpu].uuid, g_rt.config.workload, limit, used, req);
   if (n > 0) {
-    ssize_t ignored = write(STDERR_FILENO, line, static_cast<size_t>(n) < sizeof(line) ? n : sizeof(line) - 1);
+    ssize_t ignored = write(STDERR_FILENO, line, strnlen(line, sizeof(line)));
+    (void)ignored;
+  }
+}
+
+void ReportNoLane(int gpu) {
+  static std::atomic<bool> reported{false};
+  if (reported.exchange(true)) return;
+  char line[300];
+  int n = snprintf(line, sizeof(line),
+                   "gpufrac: workload %s has more than %d processes or %d threads allocating on "
+                   "%s; their allocations are refused\n",
+                   g_rt.config.workload, kBudgetMembers, kBudgetLanes, g_rt.config.gpus[gpu].uuid);
+  if (n > 0) {
+    ssize_t ignored = write(STDERR_FILENO, line, strnlen(line, sizeof(line)));
     (void)ignored;
   }
 }
@@ -214,7 +228,11 @@ bool Charge(int gpu, uint64_t bytes) {
   GpuState& gs = g_rt.gpus[gpu];
   if (__builtin_expect(gs.needs_anchor.load(std::memory_order_relaxed), 0)) ReanchorIfNeeded(gpu);
   int lane = LaneFor(gpu);
-  if (lane >= 0 && gs.budget.Reserve(lane, g_self, bytes)) return true;
+  if (lane < 0) {
+    ReportNoLane(gpu);
+    return false;
+  }
+  if (gs.budget.Reserve(lane, g_self, bytes)) return true;
   ReportOverLimit(gpu, bytes);
   return false;
 }
