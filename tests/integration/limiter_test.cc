@@ -73,6 +73,49 @@ TEST_F(LimiterTest, EveryAccessPathSeesAndEnforcesTheLimit) {
   }
 }
 
+TEST_F(LimiterTest, WorksWithACuda13Driver) {
+  Workload w(uuid_, kGiB);
+  auto env = Merge(Merge(machine_.Env(), w.Env()), {{"SIMGPU_DRIVER_VERSION", "13000"}});
+  RunResult r = RunCommand({ProbePath(), "--path", "procaddr", "--cuda-version", "13000", "alloc",
+                            "mem", std::to_string(kGiB + 1)},
+                           env);
+  EXPECT_EQ(r.GetInt("alloc"), 2) << r.out << r.err;
+  RunResult fits = RunCommand(
+      {ProbePath(), "--path", "procaddr", "--cuda-version", "13000", "alloc", "async",
+       std::to_string(kGiB)},
+      env);
+  EXPECT_EQ(fits.GetInt("charged"), static_cast<long long>(kGiB)) << fits.out << fits.err;
+}
+
+// Allocation, free and memory info enter the kernel not once once a thread is set up.
+TEST_F(LimiterTest, HotPathsMakeNoSystemCalls) {
+  if (access("/usr/bin/strace", X_OK) != 0) GTEST_SKIP() << "strace is not installed";
+  Workload w(uuid_, kGiB);
+  char trace[] = "/tmp/gpufrac-strace-XXXXXX";
+  close(mkstemp(trace));
+  RunResult r = RunCommand({"/usr/bin/strace", "-f", "-o", trace, ProbePath(), "hotloop", "2000"},
+                           Merge(machine_.Env(), w.Env()));
+  ASSERT_EQ(r.Get("hotloop"), "done") << r.err;
+  FILE* f = fopen(trace, "r");
+  ASSERT_NE(f, nullptr);
+  char line[1024];
+  int markers = 0, between = 0;
+  std::string first_inside;
+  while (fgets(line, sizeof(line), f)) {
+    std::string l(line);
+    if (l.find("getppid()") != std::string::npos) {
+      ++markers;
+    } else if (markers == 1) {
+      if (first_inside.empty()) first_inside = l;
+      ++between;
+    }
+  }
+  fclose(f);
+  unlink(trace);
+  EXPECT_EQ(markers, 2);
+  EXPECT_EQ(between, 0) << "first system call inside the hot loop: " << first_inside;
+}
+
 TEST_F(LimiterTest, CuGetProcAddressHonoursVersionAndStreamFlags) {
   Workload w(uuid_, kGiB);
   RunResult r = Probe(w, {"resolve"});

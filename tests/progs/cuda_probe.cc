@@ -4,7 +4,7 @@
 //
 //   cuda_probe [--path linked|dlsym|procaddr] [--cuda-version N] ACTION [ARGS]
 //   actions: uuid | info | nvml | alloc KIND BYTES | fill BYTES | hold BYTES
-//            | race SHM INDEX BYTES ROUNDS | setenv-alloc FILE BYTES | resolve
+//            | race SHM INDEX BYTES ROUNDS | setenv-alloc FILE BYTES | resolve | hotloop N
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -226,6 +226,25 @@ int Alloc(const std::string& kind, unsigned long long bytes) {
   return 0;
 }
 
+// The hot paths, bracketed by two getppid() calls so that a tracer can check nothing else enters
+// the kernel in between.
+int HotLoop(int rounds) {
+  CUdeviceptr p;
+  size_t free = 0, total = 0;
+  Check(g.cuMemAlloc_v2(&p, 4096), "warm-up cuMemAlloc");  // first use: lane, budget membership
+  Check(g.cuMemFree_v2(p), "warm-up cuMemFree");
+  getppid();
+  for (int i = 0; i < rounds; ++i) {
+    if (g.cuMemAlloc_v2(&p, 4096) != CUDA_SUCCESS || g.cuMemGetInfo_v2(&free, &total) ||
+        g.cuMemFree_v2(p) != CUDA_SUCCESS) {
+      Die("hot loop call failed");
+    }
+  }
+  getppid();
+  std::printf("hotloop=done\n");
+  return 0;
+}
+
 int Fill(unsigned long long chunk) {
   int count = 0;
   CUresult r;
@@ -398,6 +417,8 @@ int main(int argc, char** argv) {
     PrintNvml();
   } else if (action == "alloc") {
     return Alloc(arg(1), ParseBytes(arg(2)));
+  } else if (action == "hotloop") {
+    return HotLoop(std::atoi(arg(1)));
   } else if (action == "fill") {
     return Fill(ParseBytes(arg(1)));
   } else if (action == "hold") {
