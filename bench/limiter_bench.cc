@@ -67,7 +67,8 @@ void Setup() {
     std::fprintf(stderr, "limiter_bench: driver set-up failed\n");
     std::exit(1);
   }
-  g_direct = {Sym<cuMemAlloc_v2_t>(cuda, "cuMemAlloc_v2"), Sym<cuMemFree_v2_t>(cuda, "cuMemFree_v2"),
+  g_direct = {Sym<cuMemAlloc_v2_t>(cuda, "cuMemAlloc_v2"),
+              Sym<cuMemFree_v2_t>(cuda, "cuMemFree_v2"),
               Sym<cuMemGetInfo_v2_t>(cuda, "cuMemGetInfo_v2"),
               Sym<cuLaunchKernel_t>(cuda, "cuLaunchKernel")};
 
@@ -85,9 +86,7 @@ void Setup() {
                reinterpret_cast<cuLaunchKernel_t>(Need(launch, "cuLaunchKernel"))};
 }
 
-const Path& PathOf(const benchmark::State& state) {
-  return state.range(0) ? g_limited : g_direct;
-}
+const Path& PathOf(const benchmark::State& state) { return state.range(0) ? g_limited : g_direct; }
 
 // Seven other processes of the same workload allocating and freeing on the same budget.
 class Contenders {

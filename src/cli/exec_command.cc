@@ -89,9 +89,15 @@ void Forward(int sig) {
 // Runs `argv` with the limiter's environment and waits for it. Returns the shell-style status.
 int RunChild(const ExecOptions& o, const std::string& limiter, const std::string& limit_file,
              const std::string& uuid) {
+  // The terminal sends Ctrl-C and Ctrl-\ to the child itself; gpufrac ignores them (from before
+  // the fork, so there is no moment when they would kill it) and stays to clean up.
+  signal(SIGINT, SIG_IGN);
+  signal(SIGQUIT, SIG_IGN);
   pid_t pid = fork();
   if (pid < 0) return Fail(kExitFailure, std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGQUIT, SIG_DFL);
     PrependEnv("LD_PRELOAD", limiter, ':');
     setenv("GPUFRAC_LIMIT_FILE", limit_file.c_str(), 1);
     setenv("CUDA_VISIBLE_DEVICES", uuid.c_str(), 1);
@@ -104,11 +110,8 @@ int RunChild(const ExecOptions& o, const std::string& limiter, const std::string
     std::fprintf(stderr, "gpufrac exec: cannot run %s: %s\n", argv[0], std::strerror(err));
     _exit(err == ENOENT ? 127 : 126);
   }
-  // The terminal sends Ctrl-C and Ctrl-\ to the child itself; other signals are passed on, so
-  // that gpufrac stays to clean up after the child.
+  // Termination requests sent to gpufrac are passed on to the child.
   g_child = pid;
-  signal(SIGINT, SIG_IGN);
-  signal(SIGQUIT, SIG_IGN);
   signal(SIGTERM, Forward);
   signal(SIGHUP, Forward);
   int status = 0;
@@ -177,8 +180,8 @@ int RunExec(const ExecOptions& o, const std::string& self_path) {
   }
 
   limiter::LimitConfig config{};
-  std::snprintf(config.workload, sizeof(config.workload), "exec-%d-%s",
-                static_cast<int>(getpid()), RandomSuffix().c_str());
+  std::snprintf(config.workload, sizeof(config.workload), "exec-%d-%s", static_cast<int>(getpid()),
+                RandomSuffix().c_str());
   config.quiet = o.quiet;
   config.gpu_count = 1;
   limiter::GpuLimit& g = config.gpus[0];

@@ -99,8 +99,12 @@ class AllocTable {
   // allocations in neighbouring slots (cache- and TLB-friendly), and folding in the high bits
   // spreads separate address ranges apart.
   size_t Hash(uint64_t key) const { return static_cast<size_t>((key >> 8) ^ (key >> 29)) & mask_; }
-  static uint64_t Pack(ChargeRecord c) { return c.bytes << 8 | static_cast<uint64_t>(c.gpu & 0xff); }
-  static ChargeRecord Unpack(uint64_t v) { return ChargeRecord{v >> 8, static_cast<int>(v & 0xff)}; }
+  static uint64_t Pack(ChargeRecord c) {
+    return c.bytes << 8 | static_cast<uint64_t>(c.gpu & 0xff);
+  }
+  static ChargeRecord Unpack(uint64_t v) {
+    return ChargeRecord{v >> 8, static_cast<int>(v & 0xff)};
+  }
 
   Slot* slots_ = nullptr;
   size_t mask_ = 0;

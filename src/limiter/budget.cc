@@ -29,13 +29,17 @@ static_assert(kBudgetLanes == 1024, "the tag holds a 10-bit lane number");
 int64_t Value(uint64_t word) {
   return static_cast<int64_t>(word << (64 - kValueBits)) >> (64 - kValueBits);
 }
-uint32_t RecordSeq(uint64_t word) { return static_cast<uint32_t>(word >> kRecordSeqShift) & kSeqMask; }
+uint32_t RecordSeq(uint64_t word) {
+  return static_cast<uint32_t>(word >> kRecordSeqShift) & kSeqMask;
+}
 uint64_t Record(int64_t value, uint32_t seq) {
   return (static_cast<uint64_t>(value) & kValueMask) |
          (static_cast<uint64_t>(seq & kSeqMask) << kRecordSeqShift);
 }
 int TagLane(uint64_t global) { return static_cast<int>((global >> kLaneShift) & 1023); }
-uint32_t TagSeq(uint64_t global) { return static_cast<uint32_t>(global >> kGlobalSeqShift) & kSeqMask; }
+uint32_t TagSeq(uint64_t global) {
+  return static_cast<uint32_t>(global >> kGlobalSeqShift) & kSeqMask;
+}
 uint64_t Global(int64_t used, int lane, uint32_t seq) {
   return (static_cast<uint64_t>(used) & kValueMask) | (static_cast<uint64_t>(lane) << kLaneShift) |
          (static_cast<uint64_t>(seq & kSeqMask) << kGlobalSeqShift);
@@ -205,8 +209,7 @@ void Budget::HelpCommit(uint64_t global_word) {
   uint64_t pending = lane.pending.load(std::memory_order_acquire);
   // Only while the operation is still the newest in `global` are these two reads about it: that
   // rules out a lane that has since moved on (and wrapped its sequence numbers).
-  if (RecordSeq(pending) != seq ||
-      seg_->global.load(std::memory_order_acquire) != global_word) {
+  if (RecordSeq(pending) != seq || seg_->global.load(std::memory_order_acquire) != global_word) {
     return;
   }
   uint64_t done = Record(Value(committed) + Value(pending), seq);
@@ -227,8 +230,7 @@ bool Budget::Apply(int lane_index, int64_t delta, bool check_limit) {
     int64_t used = Value(global);
     if (check_limit && delta > 0 && used + delta > limit) return false;
     if (seg_->global.compare_exchange_weak(global, Global(used + delta, lane_index, seq),
-                                           std::memory_order_acq_rel,
-                                           std::memory_order_acquire)) {
+                                           std::memory_order_acq_rel, std::memory_order_acquire)) {
       break;
     }
   }
@@ -248,9 +250,7 @@ bool Budget::Reserve(int lane, const ProcessId& self, uint64_t bytes) {
   return Apply(lane, static_cast<int64_t>(bytes), true);
 }
 
-void Budget::Release(int lane, uint64_t bytes) {
-  Apply(lane, -static_cast<int64_t>(bytes), false);
-}
+void Budget::Release(int lane, uint64_t bytes) { Apply(lane, -static_cast<int64_t>(bytes), false); }
 
 bool Budget::MemberDied() const {
   uint32_t hwm = seg_->member_high_water.load(std::memory_order_acquire);

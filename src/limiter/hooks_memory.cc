@@ -104,7 +104,8 @@ uint64_t ArrayBytes(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels) {
   uint64_t total = 0;
   uint64_t w = d.Width, h = d.Height, depth = d.Depth;
   for (unsigned l = 0; l < (levels ? levels : 1); ++l) {
-    total += (w ? w : 1) * (h ? h : 1) * (depth ? depth : 1) * ElementBytes(d.Format, d.NumChannels);
+    total +=
+        (w ? w : 1) * (h ? h : 1) * (depth ? depth : 1) * ElementBytes(d.Format, d.NumChannels);
     w = w > 1 ? w / 2 : 1;
     if (h) h = h > 1 ? h / 2 : 1;
     if (depth && !(d.Flags & CUDA_ARRAY3D_LAYERED)) depth = depth > 1 ? depth / 2 : 1;
@@ -181,8 +182,8 @@ extern "C" CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUm
                                             CUstream stream) {
   return AllocFromPool(Real_cuMemAllocFromPoolAsync(), dptr, bytes, pool, stream);
 }
-extern "C" CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes,
-                                                 CUmemoryPool pool, CUstream stream) {
+extern "C" CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
+                                                 CUstream stream) {
   return AllocFromPool(Real_cuMemAllocFromPoolAsync_ptsz(), dptr, bytes, pool, stream);
 }
 // The charge is released when the program frees, not when the pool later returns the memory to
@@ -228,8 +229,9 @@ extern "C" CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t byt
   }
   int gpu = GpuForOrdinal(prop->location.id);
   if (gpu < 0) return real(handle, bytes, prop, flags);
-  return Charged(g_rt.handles, gpu, bytes, [&] { return real(handle, bytes, prop, flags); },
-                 [handle] { return *handle; });
+  return Charged(
+      g_rt.handles, gpu, bytes, [&] { return real(handle, bytes, prop, flags); },
+      [handle] { return *handle; });
 }
 
 extern "C" CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
@@ -244,8 +246,9 @@ extern "C" CUresult cuArrayCreate_v2(CUarray* array, const CUDA_ARRAY_DESCRIPTOR
   int gpu = GpuForCurrentContext();
   if (gpu < 0 || !array || !desc) return real(array, desc);
   CUDA_ARRAY3D_DESCRIPTOR as3d{desc->Width, desc->Height, 0, desc->Format, desc->NumChannels, 0};
-  return Charged(g_rt.objects, gpu, ArrayBytes(as3d, 1), [&] { return real(array, desc); },
-                 [array] { return Key(*array); });
+  return Charged(
+      g_rt.objects, gpu, ArrayBytes(as3d, 1), [&] { return real(array, desc); },
+      [array] { return Key(*array); });
 }
 
 extern "C" CUresult cuArray3DCreate_v2(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
@@ -253,8 +256,9 @@ extern "C" CUresult cuArray3DCreate_v2(CUarray* array, const CUDA_ARRAY3D_DESCRI
   if (!Active()) return Bypass(real, array, desc);
   int gpu = GpuForCurrentContext();
   if (gpu < 0 || !array || !desc) return real(array, desc);
-  return Charged(g_rt.objects, gpu, ArrayBytes(*desc, 1), [&] { return real(array, desc); },
-                 [array] { return Key(*array); });
+  return Charged(
+      g_rt.objects, gpu, ArrayBytes(*desc, 1), [&] { return real(array, desc); },
+      [array] { return Key(*array); });
 }
 
 extern "C" CUresult cuMipmappedArrayCreate(CUmipmappedArray* array,
@@ -264,8 +268,9 @@ extern "C" CUresult cuMipmappedArrayCreate(CUmipmappedArray* array,
   if (!Active()) return Bypass(real, array, desc, levels);
   int gpu = GpuForCurrentContext();
   if (gpu < 0 || !array || !desc) return real(array, desc, levels);
-  return Charged(g_rt.objects, gpu, ArrayBytes(*desc, levels),
-                 [&] { return real(array, desc, levels); }, [array] { return Key(*array); });
+  return Charged(
+      g_rt.objects, gpu, ArrayBytes(*desc, levels), [&] { return real(array, desc, levels); },
+      [array] { return Key(*array); });
 }
 
 extern "C" CUresult cuArrayDestroy(CUarray array) {

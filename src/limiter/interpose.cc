@@ -78,7 +78,8 @@ void ResolveLibrary(Library lib) {
       g_real[i] = handle ? RealDlsym()(handle, kEntries[i].name) : nullptr;
       if (g_real[i]) continue;
       g_real[i] = reinterpret_cast<void*>(lib == Library::Cuda ? &MissingCuda : &MissingNvml);
-      if (!kEntries[i].optional && strlen(missing) + strlen(kEntries[i].name) + 3 < sizeof(missing)) {
+      if (!kEntries[i].optional &&
+          strlen(missing) + strlen(kEntries[i].name) + 3 < sizeof(missing)) {
         if (missing[0]) strcat(missing, ", ");
         strcat(missing, kEntries[i].name);
       }
@@ -117,7 +118,7 @@ using namespace gpufrac::limiter;
 
 // dlsym for every handle but RTLD_NEXT (see the entry stub below).
 extern "C" __attribute__((visibility("hidden"))) void* gpufrac_dlsym_lookup(void* handle,
-                                                                           const char* name) {
+                                                                            const char* name) {
   void* found = RealDlsym()(handle, name);
   if (!found || g_rt.mode == Mode::kPassThrough || !MayBeDriverName(name)) return found;
   for (int i = 0; i < kHookCount; ++i) {

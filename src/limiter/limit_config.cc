@@ -150,8 +150,7 @@ bool ParseLimitConfig(const char* text, size_t len, LimitConfig* out, char* err,
           return false;
         }
       }
-      if (strcmp(tok[2], "limit") != 0 || !ParseU64(tok[3], &g.limit_bytes) ||
-          g.limit_bytes == 0) {
+      if (strcmp(tok[2], "limit") != 0 || !ParseU64(tok[3], &g.limit_bytes) || g.limit_bytes == 0) {
         snprintf(err, err_len, "line %d: expected 'limit <bytes>' with bytes > 0", line_no);
         return false;
       }

@@ -23,7 +23,8 @@ bool ReadProcessId(pid_t pid, ProcessId* out) {
   close(fd);
   if (n <= 0) return false;
   buf[n] = '\0';
-  // The command name (field 2) may contain spaces and parentheses; fields resume after the last ')'.
+  // The command name (field 2) may contain spaces and parentheses; fields resume after the last
+  // ')'.
   const char* p = strrchr(buf, ')');
   if (!p) return false;
   ++p;

@@ -85,8 +85,7 @@ __attribute__((constructor)) void LoadConfiguration() {
     const GpuLimit& limit = g_rt.config.gpus[g];
     char name[160];
     if (!BudgetName(g_rt.config.workload, limit.uuid, name, sizeof(name)) ||
-        !g_rt.gpus[g].budget.Open(name, limit.limit_bytes, limit.context_bytes, err,
-                                  sizeof(err))) {
+        !g_rt.gpus[g].budget.Open(name, limit.limit_bytes, limit.context_bytes, err, sizeof(err))) {
       return SetBroken(err);
     }
   }

@@ -35,13 +35,13 @@ extern void* g_real[kSymbolCount];
 extern std::atomic<bool> g_resolved[2];
 void ResolveLibrary(Library lib);
 
-#define GPUFRAC_REAL(lib, sym, type, opt)                                                \
-  inline abi::type Real_##sym() {                                                       \
-    if (__builtin_expect(!g_resolved[static_cast<int>(Library::lib)].load(               \
-                             std::memory_order_acquire), 0)) {                          \
-      ResolveLibrary(Library::lib);                                                     \
-    }                                                                                   \
-    return reinterpret_cast<abi::type>(g_real[kId_##sym]);                              \
+#define GPUFRAC_REAL(lib, sym, type, opt)                                                      \
+  inline abi::type Real_##sym() {                                                              \
+    if (__builtin_expect(                                                                      \
+            !g_resolved[static_cast<int>(Library::lib)].load(std::memory_order_acquire), 0)) { \
+      ResolveLibrary(Library::lib);                                                            \
+    }                                                                                          \
+    return reinterpret_cast<abi::type>(g_real[kId_##sym]);                                     \
   }
 GPUFRAC_HOOKS(GPUFRAC_REAL)
 GPUFRAC_CALLS(GPUFRAC_REAL)

@@ -1,7 +1,11 @@
 // `gpufrac exec` end to end on a simulated GPU: the command sees exactly its limit, exit statuses
 // pass through, and bad input is one line on stderr with exit status 2.
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 
+#include <algorithm>
 #include <string>
 
 #include "harness.h"
@@ -52,8 +56,8 @@ TEST_F(ExecTest, OnlyTheChosenGpuIsVisible) {
 }
 
 TEST_F(ExecTest, OverTheLimitIsAnOrdinaryOutOfMemoryError) {
-  RunResult r = Exec({"--gpu-memory", "2G", "--", ProbePath(), "alloc", "mem",
-                      std::to_string(2 * kGiB)});
+  RunResult r =
+      Exec({"--gpu-memory", "2G", "--", ProbePath(), "alloc", "mem", std::to_string(2 * kGiB)});
   EXPECT_EQ(r.GetInt("alloc"), 2);  // the context takes part of the 2 GiB
   EXPECT_NE(r.err.find("out of GPU memory"), std::string::npos) << r.err;
   RunResult quiet = Exec({"--gpu-memory", "2G", "--quiet", "--", ProbePath(), "alloc", "mem",
@@ -66,6 +70,30 @@ TEST_F(ExecTest, PassesTheExitStatusThrough) {
   EXPECT_EQ(Exec({"--gpu-memory", "1G", "--", "sh", "-c", "exit 7"}).status, 7);
   EXPECT_EQ(Exec({"--gpu-memory", "1G", "--", "sh", "-c", "kill -TERM $$"}).status, 128 + 15);
   EXPECT_EQ(Exec({"--gpu-memory", "1G", "--", "/nonexistent/cmd"}).status, 127);
+}
+
+TEST_F(ExecTest, ATerminatedRunStopsTheCommandAndCleansUp) {
+  std::string seen;
+  pid_t pid = Start({BuildPath("bin/gpufrac"), "exec", "--gpu-memory", "2G", "--", ProbePath(),
+                     "hold", std::to_string(kGiB)},
+                    machine_.Env(), "hold=", &seen);
+  ASSERT_NE(seen.find("hold=0"), std::string::npos) << seen;
+  std::string budget_prefix = "gpufrac.exec-" + std::to_string(pid) + "-";
+  auto budget_exists = [&] {
+    DIR* d = opendir("/dev/shm");
+    bool found = false;
+    while (dirent* e = readdir(d))
+      found = found || std::string(e->d_name).rfind(budget_prefix, 0) == 0;
+    closedir(d);
+    return found;
+  };
+  EXPECT_TRUE(budget_exists());
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);  // the command's fate, passed through
+  EXPECT_FALSE(budget_exists());
 }
 
 TEST_F(ExecTest, BadInputIsOneLineAndExitStatusTwo) {

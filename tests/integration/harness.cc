@@ -145,7 +145,7 @@ unsigned long long Workload::Used() const {
 }
 
 RunResult RunCommand(const std::vector<std::string>& argv,
-              const std::map<std::string, std::string>& env) {
+                     const std::map<std::string, std::string>& env) {
   // Files rather than pipes: no deadlock however much the child prints.
   char out_path[] = "/tmp/gpufrac-out-XXXXXX";
   char err_path[] = "/tmp/gpufrac-err-XXXXXX";

@@ -62,7 +62,8 @@ std::string BuildPath(const std::string& relative);
 std::string ProbePath();
 
 // Runs `argv` to completion with the current environment plus `env`.
-RunResult RunCommand(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
+RunResult RunCommand(const std::vector<std::string>& argv,
+                     const std::map<std::string, std::string>& env);
 
 // Starts `argv` and returns once it has printed a line containing `ready` (or exited), with its
 // pid; the caller kills and reaps it.

@@ -36,9 +36,7 @@ class LimiterTest : public ::testing::Test {
   std::string uuid_;
 };
 
-TEST_F(LimiterTest, SimulatedDeviceIsVisible) {
-  ASSERT_EQ(uuid_.rfind("GPU-", 0), 0u) << uuid_;
-}
+TEST_F(LimiterTest, SimulatedDeviceIsVisible) { ASSERT_EQ(uuid_.rfind("GPU-", 0), 0u) << uuid_; }
 
 TEST_F(LimiterTest, WithoutAConfigurationEverythingPassesThrough) {
   auto env = Merge(machine_.Env(), {{"LD_PRELOAD", BuildPath("lib/libgpufrac.so")}});
@@ -80,10 +78,9 @@ TEST_F(LimiterTest, WorksWithACuda13Driver) {
                             "mem", std::to_string(kGiB + 1)},
                            env);
   EXPECT_EQ(r.GetInt("alloc"), 2) << r.out << r.err;
-  RunResult fits = RunCommand(
-      {ProbePath(), "--path", "procaddr", "--cuda-version", "13000", "alloc", "async",
-       std::to_string(kGiB)},
-      env);
+  RunResult fits = RunCommand({ProbePath(), "--path", "procaddr", "--cuda-version", "13000",
+                               "alloc", "async", std::to_string(kGiB)},
+                              env);
   EXPECT_EQ(fits.GetInt("charged"), static_cast<long long>(kGiB)) << fits.out << fits.err;
 }
 
@@ -129,7 +126,7 @@ TEST_F(LimiterTest, CuGetProcAddressHonoursVersionAndStreamFlags) {
   EXPECT_EQ(r.Get("gpa.cuMemGetInfo.12000.default"), "cuMemGetInfo_v2@libgpufrac.so");
   EXPECT_EQ(r.Get("gpa.cuMemAllocAsync.12000.default"), "cuMemAllocAsync@libgpufrac.so");
   EXPECT_EQ(r.Get("gpa.cuMemAllocAsync.12000.ptsz"), "cuMemAllocAsync_ptsz@libgpufrac.so");
-  EXPECT_EQ(r.GetInt("gpa.cuMemAllocAsync.11000.default.rc"), 500);  // CUDA_ERROR_NOT_FOUND
+  EXPECT_EQ(r.GetInt("gpa.cuMemAllocAsync.11000.default.rc"), 500);    // CUDA_ERROR_NOT_FOUND
   EXPECT_EQ(r.GetInt("gpa.cuMemAllocAsync.11000.default.status"), 2);  // VERSION_NOT_SUFFICIENT
   EXPECT_EQ(r.Get("gpa.cuGetProcAddress.12000.default"), "cuGetProcAddress_v2@libgpufrac.so");
   EXPECT_EQ(r.Get("gpa.cuGetProcAddress.11030.default"), "cuGetProcAddress@libgpufrac.so");
@@ -204,8 +201,8 @@ TEST(LimiterPhysicalTest, ReportedFreeNeverExceedsWhatTheDeviceHasFree) {
   Workload w(uuid, 14 * kGiB);
   // Someone outside the workload takes most of the card.
   std::string seen;
-  pid_t other = Start({ProbePath(), "hold", std::to_string(12 * kGiB)}, machine.Env(), "hold=",
-                      &seen);
+  pid_t other =
+      Start({ProbePath(), "hold", std::to_string(12 * kGiB)}, machine.Env(), "hold=", &seen);
   ASSERT_NE(seen.find("hold=0"), std::string::npos) << seen;
   RunResult r = RunCommand({ProbePath(), "info"}, Merge(machine.Env(), w.Env()));
   kill(other, SIGKILL);

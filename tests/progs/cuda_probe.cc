@@ -24,33 +24,33 @@ using namespace gpufrac::abi;
 
 // Every driver function the probe calls: (field, exported symbol, base name for cuGetProcAddress,
 // per-thread-stream variant).
-#define PROBE_FUNCTIONS(X)                                                    \
-  X(cuInit, cuInit, "cuInit", false)                                          \
-  X(cuDeviceGet, cuDeviceGet, "cuDeviceGet", false)                           \
-  X(cuDeviceGetUuid_v2, cuDeviceGetUuid_v2, "cuDeviceGetUuid", false)         \
-  X(cuDeviceTotalMem_v2, cuDeviceTotalMem_v2, "cuDeviceTotalMem", false)      \
+#define PROBE_FUNCTIONS(X)                                                                 \
+  X(cuInit, cuInit, "cuInit", false)                                                       \
+  X(cuDeviceGet, cuDeviceGet, "cuDeviceGet", false)                                        \
+  X(cuDeviceGetUuid_v2, cuDeviceGetUuid_v2, "cuDeviceGetUuid", false)                      \
+  X(cuDeviceTotalMem_v2, cuDeviceTotalMem_v2, "cuDeviceTotalMem", false)                   \
   X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", false) \
-  X(cuCtxSetCurrent, cuCtxSetCurrent, "cuCtxSetCurrent", false)               \
-  X(cuCtxCreate_v2, cuCtxCreate_v2, "cuCtxCreate", false)                     \
-  X(cuCtxDestroy_v2, cuCtxDestroy_v2, "cuCtxDestroy", false)                  \
-  X(cuMemGetInfo_v2, cuMemGetInfo_v2, "cuMemGetInfo", false)                  \
-  X(cuMemAlloc_v2, cuMemAlloc_v2, "cuMemAlloc", false)                        \
-  X(cuMemFree_v2, cuMemFree_v2, "cuMemFree", false)                           \
-  X(cuMemAllocPitch_v2, cuMemAllocPitch_v2, "cuMemAllocPitch", false)         \
-  X(cuMemAllocManaged, cuMemAllocManaged, "cuMemAllocManaged", false)         \
-  X(cuMemAllocAsync, cuMemAllocAsync, "cuMemAllocAsync", false)               \
-  X(cuMemAllocAsync_ptsz, cuMemAllocAsync_ptsz, "cuMemAllocAsync", true)      \
-  X(cuMemFreeAsync, cuMemFreeAsync, "cuMemFreeAsync", false)                  \
-  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", false) \
-  X(cuMemPoolCreate, cuMemPoolCreate, "cuMemPoolCreate", false)               \
-  X(cuMemPoolDestroy, cuMemPoolDestroy, "cuMemPoolDestroy", false)            \
-  X(cuMemCreate, cuMemCreate, "cuMemCreate", false)                           \
-  X(cuMemRelease, cuMemRelease, "cuMemRelease", false)                        \
-  X(cuArrayCreate_v2, cuArrayCreate_v2, "cuArrayCreate", false)               \
-  X(cuArray3DCreate_v2, cuArray3DCreate_v2, "cuArray3DCreate", false)         \
-  X(cuArrayDestroy, cuArrayDestroy, "cuArrayDestroy", false)                  \
-  X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, "cuMipmappedArrayCreate", false) \
-  X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", false) \
+  X(cuCtxSetCurrent, cuCtxSetCurrent, "cuCtxSetCurrent", false)                            \
+  X(cuCtxCreate_v2, cuCtxCreate_v2, "cuCtxCreate", false)                                  \
+  X(cuCtxDestroy_v2, cuCtxDestroy_v2, "cuCtxDestroy", false)                               \
+  X(cuMemGetInfo_v2, cuMemGetInfo_v2, "cuMemGetInfo", false)                               \
+  X(cuMemAlloc_v2, cuMemAlloc_v2, "cuMemAlloc", false)                                     \
+  X(cuMemFree_v2, cuMemFree_v2, "cuMemFree", false)                                        \
+  X(cuMemAllocPitch_v2, cuMemAllocPitch_v2, "cuMemAllocPitch", false)                      \
+  X(cuMemAllocManaged, cuMemAllocManaged, "cuMemAllocManaged", false)                      \
+  X(cuMemAllocAsync, cuMemAllocAsync, "cuMemAllocAsync", false)                            \
+  X(cuMemAllocAsync_ptsz, cuMemAllocAsync_ptsz, "cuMemAllocAsync", true)                   \
+  X(cuMemFreeAsync, cuMemFreeAsync, "cuMemFreeAsync", false)                               \
+  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", false)    \
+  X(cuMemPoolCreate, cuMemPoolCreate, "cuMemPoolCreate", false)                            \
+  X(cuMemPoolDestroy, cuMemPoolDestroy, "cuMemPoolDestroy", false)                         \
+  X(cuMemCreate, cuMemCreate, "cuMemCreate", false)                                        \
+  X(cuMemRelease, cuMemRelease, "cuMemRelease", false)                                     \
+  X(cuArrayCreate_v2, cuArrayCreate_v2, "cuArrayCreate", false)                            \
+  X(cuArray3DCreate_v2, cuArray3DCreate_v2, "cuArray3DCreate", false)                      \
+  X(cuArrayDestroy, cuArrayDestroy, "cuArrayDestroy", false)                               \
+  X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, "cuMipmappedArrayCreate", false)       \
+  X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", false)    \
   X(cuStreamSynchronize, cuStreamSynchronize, "cuStreamSynchronize", false)
 
 // Direct-link declarations with the ABI types (the _ptsz variant shares its base type).
@@ -85,7 +85,8 @@ void LoadLinked() {
 void LoadDlsym() {
   g_cuda = dlopen("libcuda.so.1", RTLD_NOW);
   if (!g_cuda) Die("dlopen libcuda.so.1 failed");
-#define PROBE_DLSYM(field, sym, base, ptsz) g.field = reinterpret_cast<field##_t>(dlsym(g_cuda, #sym));
+#define PROBE_DLSYM(field, sym, base, ptsz) \
+  g.field = reinterpret_cast<field##_t>(dlsym(g_cuda, #sym));
   PROBE_FUNCTIONS(PROBE_DLSYM)
 }
 
@@ -94,14 +95,13 @@ void LoadProcAddress(int version) {
   if (!g_cuda) Die("dlopen libcuda.so.1 failed");
   auto gpa = reinterpret_cast<cuGetProcAddress_v2_t>(dlsym(g_cuda, "cuGetProcAddress_v2"));
   if (!gpa) Die("no cuGetProcAddress_v2");
-#define PROBE_GPA(field, sym, base, ptsz)                                                     \
-  {                                                                                         \
-    void* p = nullptr;                                                                      \
-    CUdriverProcAddressQueryResult st;                                                      \
-    gpa(base, &p, version,                                                                  \
-        ptsz ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_DEFAULT, \
-        &st);                                                                               \
-    g.field = reinterpret_cast<field##_t>(p);                                               \
+#define PROBE_GPA(field, sym, base, ptsz)                                                         \
+  {                                                                                               \
+    void* p = nullptr;                                                                            \
+    CUdriverProcAddressQueryResult st;                                                            \
+    gpa(base, &p, version,                                                                        \
+        ptsz ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_DEFAULT, &st); \
+    g.field = reinterpret_cast<field##_t>(p);                                                     \
   }
   PROBE_FUNCTIONS(PROBE_GPA)
 }
@@ -346,7 +346,8 @@ void PrintNvml() {
   void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
   if (!nvml) Die("dlopen libnvidia-ml.so.1 failed");
   auto init = reinterpret_cast<nvmlInit_v2_t>(dlsym(nvml, "nvmlInit_v2"));
-  auto by_uuid = reinterpret_cast<nvmlDeviceGetHandleByUUID_t>(dlsym(nvml, "nvmlDeviceGetHandleByUUID"));
+  auto by_uuid =
+      reinterpret_cast<nvmlDeviceGetHandleByUUID_t>(dlsym(nvml, "nvmlDeviceGetHandleByUUID"));
   auto info1 = reinterpret_cast<nvmlDeviceGetMemoryInfo_t>(dlsym(nvml, "nvmlDeviceGetMemoryInfo"));
   auto info2 =
       reinterpret_cast<nvmlDeviceGetMemoryInfo_v2_t>(dlsym(nvml, "nvmlDeviceGetMemoryInfo_v2"));

@@ -43,54 +43,77 @@ struct SameSignature<RA (*)(PA...), RB (*)(PB...)> {
 };
 
 // Functions cuda.h declares publicly under these exact names (the _v2 names via its macros).
-#define CHECKED_FUNCTIONS(X)                                                                  \
-  X(cuInit) X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetName)       \
-  X(cuDeviceGetUuid_v2) X(cuDeviceTotalMem_v2) X(cuDeviceGetAttribute) X(cuCtxCreate_v4)      \
-  X(cuCtxDestroy_v2) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice)                  \
-  X(cuCtxPushCurrent_v2) X(cuCtxPopCurrent_v2) X(cuCtxSynchronize) X(cuDevicePrimaryCtxRetain) \
-  X(cuDevicePrimaryCtxRelease_v2) X(cuDevicePrimaryCtxReset_v2) X(cuMemAlloc_v2)              \
-  X(cuMemFree_v2) X(cuMemAllocPitch_v2) X(cuMemAllocManaged) X(cuMemAllocAsync)               \
-  X(cuMemAllocFromPoolAsync) X(cuMemFreeAsync) X(cuMemPoolCreate) X(cuMemPoolDestroy)         \
-  X(cuDeviceGetDefaultMemPool) X(cuDeviceGetMemPool) X(cuMemCreate) X(cuMemRelease)           \
-  X(cuArrayCreate_v2) X(cuArray3DCreate_v2) X(cuArrayDestroy) X(cuMipmappedArrayCreate)       \
-  X(cuMipmappedArrayDestroy) X(cuMemGetInfo_v2) X(cuMemGetAddressRange_v2) X(cuLaunchKernel)  \
-  X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuModuleLoadData)          \
-  X(cuModuleUnload) X(cuModuleGetFunction) X(cuGetErrorString) X(cuGetErrorName)              \
-  X(cuGetProcAddress_v2)
+#define CHECKED_FUNCTIONS(X)                                                                       \
+  X(cuInit)                                                                                        \
+  X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetName)                      \
+      X(cuDeviceGetUuid_v2) X(cuDeviceTotalMem_v2) X(cuDeviceGetAttribute) X(cuCtxCreate_v4)       \
+          X(cuCtxDestroy_v2) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice)               \
+              X(cuCtxPushCurrent_v2) X(cuCtxPopCurrent_v2) X(cuCtxSynchronize)                     \
+                  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease_v2)                      \
+                      X(cuDevicePrimaryCtxReset_v2) X(cuMemAlloc_v2) X(cuMemFree_v2)               \
+                          X(cuMemAllocPitch_v2) X(cuMemAllocManaged) X(cuMemAllocAsync)            \
+                              X(cuMemAllocFromPoolAsync) X(cuMemFreeAsync) X(cuMemPoolCreate)      \
+                                  X(cuMemPoolDestroy) X(cuDeviceGetDefaultMemPool) X(              \
+                                      cuDeviceGetMemPool) X(cuMemCreate) X(cuMemRelease)           \
+                                      X(cuArrayCreate_v2) X(cuArray3DCreate_v2) X(cuArrayDestroy)  \
+                                          X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy)     \
+                                              X(cuMemGetInfo_v2) X(cuMemGetAddressRange_v2)        \
+                                                  X(cuLaunchKernel) X(cuStreamCreate)              \
+                                                      X(cuStreamDestroy_v2) X(cuStreamSynchronize) \
+                                                          X(cuModuleLoadData) X(cuModuleUnload)    \
+                                                              X(cuModuleGetFunction)               \
+                                                                  X(cuGetErrorString)              \
+                                                                      X(cuGetErrorName)            \
+                                                                          X(cuGetProcAddress_v2)
 
-#define CHECK_SIGNATURE(fn)                                                      \
+#define CHECK_SIGNATURE(fn) \
   static_assert(SameSignature<ours::fn##_t, decltype(&::fn)>::value, #fn " differs from cuda.h");
 CHECKED_FUNCTIONS(CHECK_SIGNATURE)
 
-#define CHECKED_ENUMERATORS(X)                                                                 \
-  X(CUDA_SUCCESS) X(CUDA_ERROR_INVALID_VALUE) X(CUDA_ERROR_OUT_OF_MEMORY)                      \
-  X(CUDA_ERROR_NOT_INITIALIZED) X(CUDA_ERROR_DEINITIALIZED) X(CUDA_ERROR_STUB_LIBRARY)         \
-  X(CUDA_ERROR_NO_DEVICE) X(CUDA_ERROR_INVALID_DEVICE) X(CUDA_ERROR_INVALID_IMAGE)             \
-  X(CUDA_ERROR_INVALID_CONTEXT) X(CUDA_ERROR_INVALID_PTX) X(CUDA_ERROR_FILE_NOT_FOUND)         \
-  X(CUDA_ERROR_SHARED_OBJECT_INIT_FAILED) X(CUDA_ERROR_OPERATING_SYSTEM)                       \
-  X(CUDA_ERROR_INVALID_HANDLE) X(CUDA_ERROR_NOT_FOUND) X(CUDA_ERROR_NOT_READY)                 \
-  X(CUDA_ERROR_ILLEGAL_ADDRESS) X(CUDA_ERROR_LAUNCH_FAILED) X(CUDA_ERROR_NOT_PERMITTED)        \
-  X(CUDA_ERROR_NOT_SUPPORTED) X(CUDA_ERROR_UNKNOWN) X(CUDA_ERROR_CONTEXT_IS_DESTROYED)         \
-  X(CU_STREAM_NON_BLOCKING) X(CU_CTX_FLAGS_MASK) X(CU_MEM_ATTACH_GLOBAL) X(CU_MEM_ATTACH_HOST)  \
-  X(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK) X(CU_DEVICE_ATTRIBUTE_WARP_SIZE)                \
-  X(CU_DEVICE_ATTRIBUTE_CLOCK_RATE) X(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)                \
-  X(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID) X(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)                       \
-  X(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING) X(CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT)     \
-  X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) \
-  X(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY) X(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) \
-  X(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) X(CU_GET_PROC_ADDRESS_DEFAULT)                 \
-  X(CU_GET_PROC_ADDRESS_LEGACY_STREAM) X(CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)        \
-  X(CU_GET_PROC_ADDRESS_SUCCESS) X(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)                       \
-  X(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT) X(CU_MEM_LOCATION_TYPE_INVALID)                \
-  X(CU_MEM_LOCATION_TYPE_DEVICE) X(CU_MEM_LOCATION_TYPE_HOST) X(CU_MEM_LOCATION_TYPE_HOST_NUMA) \
-  X(CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) X(CU_MEM_ALLOCATION_TYPE_INVALID)                  \
-  X(CU_MEM_ALLOCATION_TYPE_PINNED) X(CU_MEM_HANDLE_TYPE_NONE)                                  \
-  X(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) X(CU_AD_FORMAT_UNSIGNED_INT8)                    \
-  X(CU_AD_FORMAT_UNSIGNED_INT16) X(CU_AD_FORMAT_UNSIGNED_INT32) X(CU_AD_FORMAT_SIGNED_INT8)    \
-  X(CU_AD_FORMAT_SIGNED_INT16) X(CU_AD_FORMAT_SIGNED_INT32) X(CU_AD_FORMAT_HALF)               \
-  X(CU_AD_FORMAT_FLOAT)
+#define CHECKED_ENUMERATORS(X)                                                                                  \
+  X(CUDA_SUCCESS)                                                                                               \
+  X(CUDA_ERROR_INVALID_VALUE) X(CUDA_ERROR_OUT_OF_MEMORY) X(CUDA_ERROR_NOT_INITIALIZED) X(                      \
+      CUDA_ERROR_DEINITIALIZED) X(CUDA_ERROR_STUB_LIBRARY) X(CUDA_ERROR_NO_DEVICE)                              \
+      X(CUDA_ERROR_INVALID_DEVICE) X(CUDA_ERROR_INVALID_IMAGE) X(CUDA_ERROR_INVALID_CONTEXT) X(                 \
+          CUDA_ERROR_INVALID_PTX) X(CUDA_ERROR_FILE_NOT_FOUND) X(CUDA_ERROR_SHARED_OBJECT_INIT_FAILED)          \
+          X(CUDA_ERROR_OPERATING_SYSTEM) X(CUDA_ERROR_INVALID_HANDLE) X(CUDA_ERROR_NOT_FOUND) X(                \
+              CUDA_ERROR_NOT_READY) X(CUDA_ERROR_ILLEGAL_ADDRESS) X(CUDA_ERROR_LAUNCH_FAILED)                   \
+              X(CUDA_ERROR_NOT_PERMITTED) X(CUDA_ERROR_NOT_SUPPORTED) X(CUDA_ERROR_UNKNOWN) X(                  \
+                  CUDA_ERROR_CONTEXT_IS_DESTROYED) X(CU_STREAM_NON_BLOCKING) X(CU_CTX_FLAGS_MASK)               \
+                  X(CU_MEM_ATTACH_GLOBAL) X(CU_MEM_ATTACH_HOST) X(                                              \
+                      CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK) X(CU_DEVICE_ATTRIBUTE_WARP_SIZE)               \
+                      X(CU_DEVICE_ATTRIBUTE_CLOCK_RATE) X(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) X(          \
+                          CU_DEVICE_ATTRIBUTE_PCI_BUS_ID) X(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)                  \
+                          X(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING) X(                                          \
+                              CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT)                                      \
+                              X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) X(                                \
+                                  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)                                 \
+                                  X(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY) X(                                      \
+                                      CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)                  \
+                                      X(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) X(                          \
+                                          CU_GET_PROC_ADDRESS_DEFAULT) X(CU_GET_PROC_ADDRESS_LEGACY_STREAM)     \
+                                          X(CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) X(                   \
+                                              CU_GET_PROC_ADDRESS_SUCCESS)                                      \
+                                              X(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND) X(                        \
+                                                  CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)                   \
+                                                  X(CU_MEM_LOCATION_TYPE_INVALID) X(                            \
+                                                      CU_MEM_LOCATION_TYPE_DEVICE) X(CU_MEM_LOCATION_TYPE_HOST) \
+                                                      X(CU_MEM_LOCATION_TYPE_HOST_NUMA) X(                      \
+                                                          CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT)               \
+                                                          X(CU_MEM_ALLOCATION_TYPE_INVALID) X(                  \
+                                                              CU_MEM_ALLOCATION_TYPE_PINNED)                    \
+                                                              X(CU_MEM_HANDLE_TYPE_NONE) X(                     \
+                                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)     \
+                                                                  X(CU_AD_FORMAT_UNSIGNED_INT8) X(              \
+                                                                      CU_AD_FORMAT_UNSIGNED_INT16)              \
+                                                                      X(CU_AD_FORMAT_UNSIGNED_INT32) X(         \
+                                                                          CU_AD_FORMAT_SIGNED_INT8)             \
+                                                                          X(CU_AD_FORMAT_SIGNED_INT16) X(       \
+                                                                              CU_AD_FORMAT_SIGNED_INT32)        \
+                                                                              X(CU_AD_FORMAT_HALF)              \
+                                                                                  X(CU_AD_FORMAT_FLOAT)
 
-#define CHECK_ENUMERATOR(name)                                                       \
+#define CHECK_ENUMERATOR(name)                                                        \
   static_assert(static_cast<long long>(ours::name) == static_cast<long long>(::name), \
                 #name " differs from cuda.h");
 CHECKED_ENUMERATORS(CHECK_ENUMERATOR)
@@ -98,17 +121,20 @@ CHECKED_ENUMERATORS(CHECK_ENUMERATOR)
 #define CHECK_LAYOUT(type, field) \
   static_assert(offsetof(ours::type, field) == offsetof(::type, field), #type "." #field);
 #define CHECK_SIZE(type) static_assert(sizeof(ours::type) == sizeof(::type), #type " size");
-CHECK_SIZE(CUmemLocation) CHECK_LAYOUT(CUmemLocation, id)
-CHECK_SIZE(CUmemAllocationProp) CHECK_LAYOUT(CUmemAllocationProp, location)
-CHECK_LAYOUT(CUmemAllocationProp, win32HandleMetaData) CHECK_LAYOUT(CUmemAllocationProp, allocFlags)
-CHECK_SIZE(CUmemPoolProps) CHECK_LAYOUT(CUmemPoolProps, location)
-CHECK_LAYOUT(CUmemPoolProps, maxSize) CHECK_LAYOUT(CUmemPoolProps, usage)
-CHECK_SIZE(CUDA_ARRAY_DESCRIPTOR) CHECK_LAYOUT(CUDA_ARRAY_DESCRIPTOR, Format)
-CHECK_LAYOUT(CUDA_ARRAY_DESCRIPTOR, NumChannels)
-CHECK_SIZE(CUDA_ARRAY3D_DESCRIPTOR) CHECK_LAYOUT(CUDA_ARRAY3D_DESCRIPTOR, Depth)
-CHECK_LAYOUT(CUDA_ARRAY3D_DESCRIPTOR, Flags)
-CHECK_SIZE(CUuuid)
-static_assert(sizeof(ours::CUdeviceptr) == sizeof(::CUdeviceptr));
+CHECK_SIZE(CUmemLocation)
+CHECK_LAYOUT(CUmemLocation, id) CHECK_SIZE(CUmemAllocationProp)
+    CHECK_LAYOUT(CUmemAllocationProp, location) CHECK_LAYOUT(CUmemAllocationProp,
+                                                             win32HandleMetaData)
+        CHECK_LAYOUT(CUmemAllocationProp, allocFlags) CHECK_SIZE(CUmemPoolProps)
+            CHECK_LAYOUT(CUmemPoolProps, location) CHECK_LAYOUT(CUmemPoolProps, maxSize)
+                CHECK_LAYOUT(CUmemPoolProps, usage) CHECK_SIZE(CUDA_ARRAY_DESCRIPTOR)
+                    CHECK_LAYOUT(CUDA_ARRAY_DESCRIPTOR, Format) CHECK_LAYOUT(CUDA_ARRAY_DESCRIPTOR,
+                                                                             NumChannels)
+                        CHECK_SIZE(CUDA_ARRAY3D_DESCRIPTOR)
+                            CHECK_LAYOUT(CUDA_ARRAY3D_DESCRIPTOR, Depth)
+                                CHECK_LAYOUT(CUDA_ARRAY3D_DESCRIPTOR, Flags)
+                                    CHECK_SIZE(CUuuid) static_assert(sizeof(ours::CUdeviceptr) ==
+                                                                     sizeof(::CUdeviceptr));
 static_assert(sizeof(ours::CUmemGenericAllocationHandle) == sizeof(::CUmemGenericAllocationHandle));
 
 static_assert(before_cuda_h::kLayered == CUDA_ARRAY3D_LAYERED);

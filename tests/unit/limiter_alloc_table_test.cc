@@ -1,10 +1,10 @@
 // The allocation table: each handle gives back exactly its own charge, concurrently and at scale.
-#include "limiter/alloc_table.h"
-
 #include <gtest/gtest.h>
 
 #include <thread>
 #include <vector>
+
+#include "limiter/alloc_table.h"
 
 namespace gpufrac::limiter {
 namespace {

@@ -1,7 +1,5 @@
 // The shared budget: exact limit under concurrency, nothing left behind by processes killed at any
 // instruction, PID reuse not mistaken for life, and a limit that cannot be raised after creation.
-#include "limiter/budget.h"
-
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -14,6 +12,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "limiter/budget.h"
 
 namespace gpufrac::limiter {
 namespace {

@@ -53,8 +53,10 @@ TEST(LimitConfigTest, RoundTripsThroughTheFormat) {
 }
 
 TEST(LimitConfigTest, CommentsAndBlankLinesAreIgnored) {
-  std::string text = "# written by a launcher\ngpufrac-limits 1\n\nworkload w  # trailing\n"
-                     "gpu " + std::string(kUuid) + " limit 10\n";
+  std::string text =
+      "# written by a launcher\ngpufrac-limits 1\n\nworkload w  # trailing\n"
+      "gpu " +
+      std::string(kUuid) + " limit 10\n";
   LimitConfig c;
   char err[256];
   ASSERT_TRUE(ParseLimitConfig(text.data(), text.size(), &c, err, sizeof(err))) << err;
@@ -69,8 +71,7 @@ TEST(LimitConfigTest, RefusesMalformedFilesNamingTheLine) {
   EXPECT_NE(ParseError("workload w\n").find("line 1"), std::string::npos);
   EXPECT_NE(ParseError("gpufrac-limits 1\n" + gpu).find("no 'workload'"), std::string::npos);
   EXPECT_NE(ParseError("gpufrac-limits 1\nworkload w\n").find("no 'gpu'"), std::string::npos);
-  EXPECT_NE(ParseError("gpufrac-limits 1\nworkload a/b\n" + gpu).find("line 2"),
-            std::string::npos);
+  EXPECT_NE(ParseError("gpufrac-limits 1\nworkload a/b\n" + gpu).find("line 2"), std::string::npos);
   EXPECT_NE(ParseError("gpufrac-limits 1\nworkload w\ngpu GPU-xyz limit 10\n")
                 .find("line 3: 'GPU-xyz' is not a GPU or MIG UUID"),
             std::string::npos);

@@ -47,8 +47,8 @@ TEST(LimiterExportsTest, NeedsOnlyTheCLibrary) {
   // No C++ runtime or heap use that could collide with the host program's.
   std::set<std::string> undefined =
       Lines("nm -D --undefined-only " + Library() + " | awk '{print $2}' | sed 's/@.*//'");
-  for (const char* forbidden : {"malloc", "free", "calloc", "realloc", "_Znwm", "_ZdlPv",
-                                "__cxa_throw"}) {
+  for (const char* forbidden :
+       {"malloc", "free", "calloc", "realloc", "_Znwm", "_ZdlPv", "__cxa_throw"}) {
     EXPECT_EQ(undefined.count(forbidden), 0u) << forbidden;
   }
 }
