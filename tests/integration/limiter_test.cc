@@ -280,6 +280,35 @@ TEST_F(LimiterTest, KilledHolderIsReclaimedByTheNextAllocation) {
   EXPECT_EQ(r.GetInt("alloc"), 0) << r.err;
 }
 
+// Inside a container: the limiter loaded from /etc/ld.so.preload, the limits at the fixed path,
+// which wins over GPUFRAC_LIMIT_FILE. Run in a private mount namespace with /etc overlaid, so the
+// machine's own /etc is never touched.
+TEST_F(LimiterTest, WorksFromEtcLdSoPreloadWithTheFixedLimitPath) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for a private mount namespace";
+  Workload w(uuid_, 3 * kGiB), bigger(uuid_, 9 * kGiB);
+  char dir[] = "/tmp/gpufrac-etc-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string d = dir;
+  std::string script = "mkdir -p " + d + "/u " + d +
+                       "/w && "
+                       "mount -t overlay overlay -o lowerdir=/etc,upperdir=" +
+                       d + "/u,workdir=" + d +
+                       "/w /etc || { echo overlay=unavailable; exit 0; }; "
+                       "mkdir -p /etc/gpufrac && cp " +
+                       w.path() +
+                       " /etc/gpufrac/limits && "
+                       "chmod 0444 /etc/gpufrac/limits && echo " +
+                       BuildPath("lib/libgpufrac.so") + " > /etc/ld.so.preload && exec " +
+                       ProbePath() + " info";
+  RunResult r = RunCommand({"unshare", "-m", "sh", "-c", script},
+                           Merge(machine_.Env(), {{"GPUFRAC_LIMIT_FILE", bigger.path()}}));
+  RunCommand({"rm", "-rf", d}, {});
+  if (r.Get("overlay") == "unavailable" || r.status == 127) {
+    GTEST_SKIP() << "no overlay mounts here: " << r.err;
+  }
+  EXPECT_EQ(r.GetInt("total"), static_cast<long long>(3 * kGiB)) << r.out << r.err;
+}
+
 TEST_F(LimiterTest, AnUnusableConfigurationStopsCudaWithAClearMessage) {
   auto env = Merge(machine_.Env(), {{"LD_PRELOAD", BuildPath("lib/libgpufrac.so")},
                                     {"GPUFRAC_LIMIT_FILE", "/nonexistent/limits"}});
