@@ -73,13 +73,6 @@ Status NvmlError(const NvmlApi& api, abi::nvmlReturn_t rc, const std::string& ca
 }
 
 // A catalogue model is matched on the exact NVML product name.
-const GpuModel* ModelForNvmlName(std::string_view nvml_name) {
-  for (const GpuModel& model : AllModels()) {
-    if (model.nvml_name == nvml_name) return &model;
-  }
-  return nullptr;
-}
-
 StatusOr<DeviceInfo> QueryDevice(const NvmlApi& api, unsigned index) {
   const std::string gpu = "(GPU " + std::to_string(index) + ")";
   DeviceInfo info;
@@ -108,7 +101,7 @@ StatusOr<DeviceInfo> QueryDevice(const NvmlApi& api, unsigned index) {
   }
   info.memory_total = memory.total;
   info.memory_free = memory.free;
-  info.model = ModelForNvmlName(info.name);
+  info.model = FindModelByNvmlName(info.name);
   if (info.model == nullptr) {
     LogDebug("GPU %u (%s) is not in gpufrac's GPU catalogue", index, info.name.c_str());
   }
