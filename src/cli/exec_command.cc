@@ -67,8 +67,12 @@ StatusOr<std::string> WriteLimitFile(const limiter::LimitConfig& config, std::st
   size_t len = limiter::FormatLimitConfig(config, text, sizeof(text));
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
   if (len == 0 || fd < 0 || write(fd, text, len) != static_cast<ssize_t>(len)) {
+    Status error =
+        UnavailableError("cannot write limit file " + path + ": " + std::strerror(errno));
     if (fd >= 0) close(fd);
-    return UnavailableError("cannot write limit file " + path + ": " + std::strerror(errno));
+    unlink(path.c_str());
+    rmdir(tmpl.c_str());
+    return error;
   }
   close(fd);
   return path;
@@ -81,23 +85,38 @@ void PrependEnv(const char* name, const std::string& value, char sep) {
   setenv(name, v.c_str(), 1);
 }
 
-pid_t g_child = 0;
-void Forward(int sig) {
-  if (g_child > 0) kill(g_child, sig);
+volatile sig_atomic_t g_child = 0;
+
+// Signals meant for gpufrac go to the child, which decides; gpufrac stays to clean up. Ctrl-C and
+// Ctrl-\ from the terminal already reach the child (same process group), so only those sent
+// with kill(2) are passed on.
+void Forward(int sig, siginfo_t* info, void*) {
+  if (g_child <= 0) return;
+  bool from_terminal = (sig == SIGINT || sig == SIGQUIT) && info->si_code == SI_KERNEL;
+  if (!from_terminal) kill(g_child, sig);
 }
 
-// Runs `argv` with the limiter's environment and waits for it. Returns the shell-style status.
+constexpr int kForwarded[] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP};
+
+// Runs the command with the limiter's environment and waits for it. Returns its exit status, or
+// the negated signal number that ended it.
 int RunChild(const ExecOptions& o, const std::string& limiter, const std::string& limit_file,
              const std::string& uuid) {
-  // The terminal sends Ctrl-C and Ctrl-\ to the child itself; gpufrac ignores them (from before
-  // the fork, so there is no moment when they would kill it) and stays to clean up.
-  signal(SIGINT, SIG_IGN);
-  signal(SIGQUIT, SIG_IGN);
+  // Handlers go in before the fork, with the signals blocked across it, so that no signal can
+  // end gpufrac between starting the child and being ready to clean up after it.
+  sigset_t block, previous;
+  sigemptyset(&block);
+  for (int sig : kForwarded) sigaddset(&block, sig);
+  sigprocmask(SIG_BLOCK, &block, &previous);
+  struct sigaction forward {
+  }, saved[4];
+  forward.sa_sigaction = Forward;
+  forward.sa_flags = SA_SIGINFO | SA_RESTART;
+  for (int i = 0; i < 4; ++i) sigaction(kForwarded[i], &forward, &saved[i]);
   pid_t pid = fork();
-  if (pid < 0) return Fail(kExitFailure, std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
-    signal(SIGINT, SIG_DFL);
-    signal(SIGQUIT, SIG_DFL);
+    for (int i = 0; i < 4; ++i) sigaction(kForwarded[i], &saved[i], nullptr);
+    sigprocmask(SIG_SETMASK, &previous, nullptr);
     PrependEnv("LD_PRELOAD", limiter, ':');
     setenv("GPUFRAC_LIMIT_FILE", limit_file.c_str(), 1);
     setenv("CUDA_VISIBLE_DEVICES", uuid.c_str(), 1);
@@ -110,16 +129,26 @@ int RunChild(const ExecOptions& o, const std::string& limiter, const std::string
     std::fprintf(stderr, "gpufrac exec: cannot run %s: %s\n", argv[0], std::strerror(err));
     _exit(err == ENOENT ? 127 : 126);
   }
-  // Termination requests sent to gpufrac are passed on to the child.
-  g_child = pid;
-  signal(SIGTERM, Forward);
-  signal(SIGHUP, Forward);
+  g_child = pid > 0 ? pid : 0;
+  sigprocmask(SIG_SETMASK, &previous, nullptr);
+  if (pid < 0) return Fail(kExitFailure, std::string("fork failed: ") + std::strerror(errno));
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  for (int i = 0; i < 4; ++i) sigaction(kForwarded[i], &saved[i], nullptr);
   if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  if (WIFSIGNALED(status)) return -WTERMSIG(status);
   return kExitFailure;
+}
+
+// Ends gpufrac the way the command ended: its exit status, or the same signal (so that a shell
+// sees 128+N and, for Ctrl-C, stops a loop of gpufrac runs as it would for the command itself).
+int PassThrough(int child_status) {
+  if (child_status >= 0) return child_status;
+  int sig = -child_status;
+  signal(sig, SIG_DFL);
+  raise(sig);
+  return 128 + sig;  // if the signal does not end us (e.g. SIGCHLD-like defaults)
 }
 
 }  // namespace
@@ -173,11 +202,14 @@ int RunExec(const ExecOptions& o, const std::string& self_path) {
                                    "); ask for more");
   }
 
-  const std::string limiter_path = LimiterPath(self_path);
-  if (access(limiter_path.c_str(), R_OK) != 0) {
-    return Fail(kExitFailure, "cannot find the limiter library " + limiter_path +
+  // An absolute path: the command may change directory before it loads CUDA.
+  char resolved[PATH_MAX];
+  const std::string wanted = LimiterPath(self_path);
+  if (!realpath(wanted.c_str(), resolved) || access(resolved, R_OK) != 0) {
+    return Fail(kExitFailure, "cannot find the limiter library " + wanted +
                                   " (build it, or point GPUFRAC_LIBRARY at libgpufrac.so)");
   }
+  const std::string limiter_path = resolved;
 
   limiter::LimitConfig config{};
   std::snprintf(config.workload, sizeof(config.workload), "exec-%d-%s", static_cast<int>(getpid()),
@@ -207,7 +239,7 @@ int RunExec(const ExecOptions& o, const std::string& self_path) {
   }
   unlink(file->c_str());
   rmdir(dir.c_str());
-  return rc;
+  return PassThrough(rc);
 }
 
 }  // namespace gpufrac::cli

@@ -19,8 +19,9 @@ struct ExecOptions {
 // Registers the subcommand on `app`; `options` must outlive parsing.
 CLI::App* AddExecCommand(CLI::App& app, ExecOptions& options);
 
-// Runs the command and returns the exit status gpufrac should exit with: the command's own, 128+N
-// if a signal N ended it, 2 for bad input (after printing one line), 1 for other failures.
+// Runs the command and returns the exit status gpufrac should exit with: the command's own; if a
+// signal ended the command, gpufrac cleans up and ends itself with the same signal (a shell sees
+// 128+N); 2 for bad input (after printing one line); 1 for other failures.
 int RunExec(const ExecOptions& options, const std::string& self_path);
 
 }  // namespace gpufrac::cli

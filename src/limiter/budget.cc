@@ -15,12 +15,16 @@ namespace gpufrac::limiter {
 namespace {
 
 constexpr uint64_t kMagic = 0x6770756672616331ull;  // "gpufrac1"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
-// Value fields: signed 40 bits. Sequence numbers: 14 bits. Lanes: 10 bits.
+// Value fields: signed 40 bits. Lanes: 10 bits. A lane's records carry a 24-bit sequence number;
+// the tag in `global` has room for its low 14 bits, which is enough to tell the tagged operation
+// from its lane's previous one, while the full 24 bits make a stalled helper's compare-and-swap
+// fail unless 16 million operations went by meanwhile.
 constexpr int kValueBits = 40;
 constexpr uint64_t kValueMask = (uint64_t{1} << kValueBits) - 1;
-constexpr uint32_t kSeqMask = (1u << 14) - 1;
+constexpr uint32_t kSeqMask = (1u << 24) - 1;
+constexpr uint32_t kTagSeqMask = (1u << 14) - 1;
 constexpr int kLaneShift = 40;
 constexpr int kGlobalSeqShift = 50;
 constexpr int kRecordSeqShift = 40;
@@ -38,11 +42,11 @@ uint64_t Record(int64_t value, uint32_t seq) {
 }
 int TagLane(uint64_t global) { return static_cast<int>((global >> kLaneShift) & 1023); }
 uint32_t TagSeq(uint64_t global) {
-  return static_cast<uint32_t>(global >> kGlobalSeqShift) & kSeqMask;
+  return static_cast<uint32_t>(global >> kGlobalSeqShift) & kTagSeqMask;
 }
 uint64_t Global(int64_t used, int lane, uint32_t seq) {
   return (static_cast<uint64_t>(used) & kValueMask) | (static_cast<uint64_t>(lane) << kLaneShift) |
-         (static_cast<uint64_t>(seq & kSeqMask) << kGlobalSeqShift);
+         (static_cast<uint64_t>(seq & kTagSeqMask) << kGlobalSeqShift);
 }
 
 // Lane owner word: state (2 bits) | pid (22 bits) | start ticks (40 bits).
@@ -136,11 +140,13 @@ bool Budget::Open(const char* name, uint64_t limit, uint64_t context_bytes, char
   seg_->version = kVersion;
   seg_->limit = limit;
   seg_->context_bytes = context_bytes;
+  seg_->pid_namespace = PidNamespace();
   pthread_mutexattr_t attr;
   pthread_mutexattr_init(&attr);
   pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
   pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
   for (auto& m : seg_->member_alive) pthread_mutex_init(&m, &attr);
+  pthread_mutex_init(&seg_->reclaim_lock, &attr);
   pthread_mutexattr_destroy(&attr);
   seg_->ready.store(1, std::memory_order_release);
   return true;
@@ -174,8 +180,16 @@ bool Budget::Attach(const char* name, char* err, size_t err_len) {
   if (seg_->ready.load(std::memory_order_acquire) != 1 || seg_->magic != kMagic ||
       seg_->version != kVersion) {
     snprintf(err, err_len, "budget segment %s is not a gpufrac v%u budget", name, kVersion);
-    munmap(seg_, sizeof(BudgetSegment));
-    seg_ = nullptr;
+    Close();
+    return false;
+  }
+  // Liveness is judged by PID, so all members must see the same PIDs.
+  if (seg_->pid_namespace != PidNamespace()) {
+    snprintf(err, err_len,
+             "budget %s belongs to processes in another PID namespace; the processes of one "
+             "workload must share a PID namespace (e.g. shareProcessNamespace in a pod)",
+             name);
+    Close();
     return false;
   }
   return true;
@@ -205,14 +219,15 @@ void Budget::HelpCommit(uint64_t global_word) {
   BudgetLane& lane = seg_->lanes[TagLane(global_word)];
   uint32_t seq = TagSeq(global_word);
   uint64_t committed = lane.committed.load(std::memory_order_acquire);
-  if (RecordSeq(committed) == seq) return;
+  if ((RecordSeq(committed) & kTagSeqMask) == seq) return;
   uint64_t pending = lane.pending.load(std::memory_order_acquire);
   // Only while the operation is still the newest in `global` are these two reads about it: that
   // rules out a lane that has since moved on (and wrapped its sequence numbers).
-  if (RecordSeq(pending) != seq || seg_->global.load(std::memory_order_acquire) != global_word) {
+  if ((RecordSeq(pending) & kTagSeqMask) != seq ||
+      seg_->global.load(std::memory_order_acquire) != global_word) {
     return;
   }
-  uint64_t done = Record(Value(committed) + Value(pending), seq);
+  uint64_t done = Record(Value(committed) + Value(pending), RecordSeq(pending));
   lane.committed.compare_exchange_strong(committed, done, std::memory_order_acq_rel);
 }
 
@@ -241,13 +256,15 @@ bool Budget::Apply(int lane_index, int64_t delta, bool check_limit) {
   return true;
 }
 
+bool Budget::TryReserve(int lane, uint64_t bytes) {
+  return bytes <= kMaxBudgetBytes && Apply(lane, static_cast<int64_t>(bytes), true);
+}
+
 bool Budget::Reserve(int lane, const ProcessId& self, uint64_t bytes) {
-  if (bytes > kMaxBudgetBytes) return false;
   if (MemberDied()) Reclaim(self);
-  if (Apply(lane, static_cast<int64_t>(bytes), true)) return true;
+  if (TryReserve(lane, bytes)) return true;
   // Over the limit: what dead processes still hold may be the difference.
-  if (Reclaim(self) == 0) return false;
-  return Apply(lane, static_cast<int64_t>(bytes), true);
+  return Reclaim(self) > 0 && TryReserve(lane, bytes);
 }
 
 void Budget::Release(int lane, uint64_t bytes) { Apply(lane, -static_cast<int64_t>(bytes), false); }
@@ -261,6 +278,15 @@ bool Budget::MemberDied() const {
 }
 
 int Budget::JoinMember(const ProcessId& self) {
+  for (int pass = 0; pass < 2; ++pass) {
+    int m = TryJoinMember(self);
+    if (m >= 0 || pass == 1) return m;
+    Reclaim(self);  // all slots taken: some may belong to processes that are gone
+  }
+  return -1;
+}
+
+int Budget::TryJoinMember(const ProcessId& self) {
   for (int m = 0; m < kBudgetMembers; ++m) {
     uint64_t expected = 0;
     if (!seg_->member_owner[m].compare_exchange_strong(expected, Owner(kActive, self),
@@ -319,56 +345,85 @@ void Budget::IdleLane(int lane, const ProcessId& self) {
                                                   std::memory_order_acq_rel);
 }
 
-// Finishes or discards the dead owner's operation in flight, then returns what the lane holds.
-void Budget::ReclaimLane(int index) {
+// Finishes or discards the dead owner's operation in flight, so that `committed` is exactly what
+// the lane holds in `global`.
+void Budget::ResolveInFlight(int index) {
   BudgetLane& lane = seg_->lanes[index];
   uint64_t committed = lane.committed.load(std::memory_order_acquire);
   uint64_t pending = lane.pending.load(std::memory_order_acquire);
-  if (RecordSeq(pending) == ((RecordSeq(committed) + 1) & kSeqMask)) {
-    // Every swap of `global` first commits the operation its tag names, so an operation that
-    // reached `global` is either committed already or still named by the tag.
-    uint64_t global = seg_->global.load(std::memory_order_acquire);
-    if (TagLane(global) == index && TagSeq(global) == RecordSeq(pending)) HelpCommit(global);
+  if (RecordSeq(pending) != ((RecordSeq(committed) + 1) & kSeqMask)) return;
+  // Every swap of `global` first commits the operation its tag names, so an operation that
+  // reached `global` is either committed already or still named by the tag.
+  uint64_t global = seg_->global.load(std::memory_order_acquire);
+  if (TagLane(global) == index && TagSeq(global) == (RecordSeq(pending) & kTagSeqMask)) {
+    HelpCommit(global);
   }
-  int64_t held = Value(lane.committed.load(std::memory_order_acquire));
-  if (held != 0) Apply(index, -held, false);
 }
 
 uint64_t Budget::Reclaim(const ProcessId& self) {
+  // One reclaimer at a time: a dead process's lanes may hold negative amounts (freed on another
+  // thread than they were allocated on), and they must be released before the positive ones so
+  // that `global` never drops below what the living hold. A reclaimer that dies leaves its
+  // claimed lanes in kReaping under its own identity for the next one.
+  if (pthread_mutex_lock(&seg_->reclaim_lock) == EOWNERDEAD) {
+    pthread_mutex_consistent(&seg_->reclaim_lock);
+  }
   LivenessCache liveness;
-  int64_t released = 0;
+  int claimed[kBudgetLanes];
+  int count = 0;
   uint32_t hwm = seg_->lane_high_water.load(std::memory_order_acquire);
   for (uint32_t i = 0; i < hwm; ++i) {
     BudgetLane& lane = seg_->lanes[i];
     uint64_t owner = lane.owner.load(std::memory_order_acquire);
-    // A reaper that died mid-way leaves the lane in kReaping under its own identity.
     if (StateOf(owner) == kFree || SameProcess(owner, self)) continue;
     if (liveness.Alive(IdentityOf(owner))) continue;
-    if (!lane.owner.compare_exchange_strong(owner, Owner(kReaping, self),
-                                            std::memory_order_acq_rel)) {
-      continue;
+    if (lane.owner.compare_exchange_strong(owner, Owner(kReaping, self),
+                                           std::memory_order_acq_rel)) {
+      ResolveInFlight(static_cast<int>(i));
+      claimed[count++] = static_cast<int>(i);
     }
-    int64_t before = Value(lane.committed.load(std::memory_order_acquire));
-    ReclaimLane(static_cast<int>(i));
-    released += before;
-    lane.owner.store(kFree, std::memory_order_release);
+  }
+  int64_t released = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int k = 0; k < count; ++k) {
+      BudgetLane& lane = seg_->lanes[claimed[k]];
+      int64_t held = Value(lane.committed.load(std::memory_order_acquire));
+      if ((pass == 0) != (held <= 0)) continue;
+      if (held != 0) Apply(claimed[k], -held, false);
+      released += held;
+      lane.owner.store(kFree, std::memory_order_release);
+    }
   }
   uint32_t members = seg_->member_high_water.load(std::memory_order_acquire);
   for (uint32_t m = 0; m < members; ++m) {
     uint64_t owner = seg_->member_owner[m].load(std::memory_order_acquire);
-    if (owner == 0 || SameProcess(owner, self) || liveness.Alive(IdentityOf(owner))) continue;
+    if (owner == 0 || SameProcess(owner, self)) continue;
+    pthread_mutex_t* alive = &seg_->member_alive[m];
+    if (liveness.Alive(IdentityOf(owner))) {
+      // Alive, yet its mutex says the owner died: the process replaced itself with exec (the
+      // kernel releases robust mutexes then). Clear the mark, or every reservation would come
+      // here; the member stays, unanchored, until a reclaim finds the process gone.
+      if (FutexWord(alive) & kFutexOwnerDied) {
+        if (pthread_mutex_trylock(alive) == EOWNERDEAD) {
+          pthread_mutex_consistent(alive);
+          pthread_mutex_unlock(alive);
+        }
+      }
+      continue;
+    }
     // Taking the dead member's mutex makes this reclaimer its only cleaner. It is marked "owner
     // died" unless the process ended while handing it from one thread to another.
-    int r = pthread_mutex_trylock(&seg_->member_alive[m]);
+    int r = pthread_mutex_trylock(alive);
     if (r == EOWNERDEAD) {
-      pthread_mutex_consistent(&seg_->member_alive[m]);
+      pthread_mutex_consistent(alive);
     } else if (r != 0) {
       continue;
     }
-    // Another reclaimer may have freed the slot and a new process joined it meanwhile.
+    // A new process may have joined the slot since the identity was read.
     seg_->member_owner[m].compare_exchange_strong(owner, 0, std::memory_order_acq_rel);
-    pthread_mutex_unlock(&seg_->member_alive[m]);
+    pthread_mutex_unlock(alive);
   }
+  pthread_mutex_unlock(&seg_->reclaim_lock);
   return released > 0 ? static_cast<uint64_t>(released) : 0;
 }
 

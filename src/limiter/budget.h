@@ -37,8 +37,8 @@ constexpr uint64_t kMaxBudgetBytes = (uint64_t{1} << 39) - 1;
 
 struct alignas(64) BudgetLane {
   std::atomic<uint64_t> owner;      // state (2 bits) | pid (22 bits) | start ticks (40 bits)
-  std::atomic<uint64_t> committed;  // bytes held (signed 40 bits) | sequence (14 bits)
-  std::atomic<uint64_t> pending;    // delta in flight (signed 40 bits) | sequence (14 bits)
+  std::atomic<uint64_t> committed;  // bytes held (signed 40 bits) | sequence (24 bits)
+  std::atomic<uint64_t> pending;    // delta in flight (signed 40 bits) | sequence (24 bits)
 };
 
 constexpr int kBudgetMembers = 256;
@@ -49,11 +49,12 @@ struct BudgetSegment {
   uint32_t version;
   uint64_t limit;
   uint64_t context_bytes;
-  char workload[64];
+  uint64_t pid_namespace;  // the members' PID namespace: PIDs mean nothing outside it
   char uuid[48];
   alignas(64) std::atomic<uint64_t> global;
   alignas(64) std::atomic<uint32_t> lane_high_water;
   std::atomic<uint32_t> member_high_water;
+  pthread_mutex_t reclaim_lock;  // robust, process-shared: one reclaimer at a time
   // A member's mutex is locked by a thread of the member process for as long as it lives.
   alignas(64) pthread_mutex_t member_alive[kBudgetMembers];
   std::atomic<uint64_t> member_owner[kBudgetMembers];  // packed identity, 0 = free
@@ -96,6 +97,8 @@ class Budget {
   // Reserves `bytes` through `lane`; false (and nothing reserved) if that would pass the limit,
   // even after reclaiming what dead member processes held.
   bool Reserve(int lane, const ProcessId& self, uint64_t bytes);
+  // Reserve without reclaiming first: fails whenever the bytes do not fit right now.
+  bool TryReserve(int lane, uint64_t bytes);
   // True if some member process has died since it was last reclaimed (a few plain loads).
   bool MemberDied() const;
   // Releases `bytes` previously reserved by any lane of the same process.
@@ -116,7 +119,8 @@ class Budget {
   bool Map(int fd, char* err, size_t err_len);
   bool Apply(int lane, int64_t delta, bool check_limit);
   void HelpCommit(uint64_t global_word);
-  void ReclaimLane(int lane);
+  void ResolveInFlight(int lane);
+  int TryJoinMember(const ProcessId& self);
 
   BudgetSegment* seg_ = nullptr;
 };

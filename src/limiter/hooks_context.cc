@@ -24,16 +24,15 @@ CUresult ChargedContext(CUcontext* pctx, CUdevice dev, Create create) {
   return r;
 }
 
-// Drops one primary-context reference; the charge goes with the last one.
+// Drops one primary-context reference (or all of them); the charge goes with the last one.
 void ReleasePrimary(int gpu, bool all) {
   GpuState& gs = g_rt.gpus[gpu];
-  int refs = gs.primary_ctx_refs.load();
-  int left;
-  do {
-    if (refs == 0) return;  // retained before the limiter saw it
-    left = all ? 0 : refs - 1;
-  } while (!gs.primary_ctx_refs.compare_exchange_weak(refs, left));
-  if (left == 0) Uncharge(gpu, gs.budget.context_bytes());
+  pthread_mutex_lock(&gs.primary_lock);
+  if (gs.primary_refs > 0) gs.primary_refs = all ? 0 : gs.primary_refs - 1;
+  bool uncharge = gs.primary_refs == 0 && gs.primary_charged;
+  if (uncharge) gs.primary_charged = false;
+  pthread_mutex_unlock(&gs.primary_lock);
+  if (uncharge) Uncharge(gpu, gs.budget.context_bytes());
 }
 
 }  // namespace
@@ -81,10 +80,14 @@ extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (gpu < 0 || g_rt.gpus[gpu].budget.context_bytes() == 0) return real(pctx, dev);
   GpuState& gs = g_rt.gpus[gpu];
   // The first reference creates the context, so it is charged before the driver runs.
-  if (gs.primary_ctx_refs.fetch_add(1) == 0 && !Charge(gpu, gs.budget.context_bytes())) {
-    gs.primary_ctx_refs.fetch_sub(1);
-    return CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&gs.primary_lock);
+  bool ok = gs.primary_charged || Charge(gpu, gs.budget.context_bytes());
+  if (ok) {
+    gs.primary_charged = true;
+    ++gs.primary_refs;
   }
+  pthread_mutex_unlock(&gs.primary_lock);
+  if (!ok) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = real(pctx, dev);
   if (r != CUDA_SUCCESS) ReleasePrimary(gpu, false);
   return r;

@@ -15,7 +15,7 @@ using namespace gpufrac::abi;
 
 namespace gpufrac::limiter {
 
-void* g_real[kSymbolCount];
+std::atomic<void*> g_real[kSymbolCount];
 std::atomic<bool> g_resolved[2];
 
 namespace {
@@ -42,8 +42,6 @@ const Entry kEntries[kSymbolCount] = {
 int MissingCuda() { return CUDA_ERROR_NOT_FOUND; }
 int MissingNvml() { return NVML_ERROR_FUNCTION_NOT_FOUND; }
 
-pthread_mutex_t g_resolve_lock = PTHREAD_MUTEX_INITIALIZER;
-
 }  // namespace
 
 using DlsymFn = void* (*)(void*, const char*);
@@ -66,43 +64,55 @@ static DlsymFn RealDlsym() {
 
 __attribute__((constructor(101))) static void ResolveDlsymEarly() { RealDlsym(); }
 
+}  // namespace gpufrac::limiter
+
+// For the dlsym entry stub when it runs before our constructor (other preloaded libraries'
+// constructors may run first).
+extern "C" __attribute__((visibility("hidden"))) void* gpufrac_resolve_real_dlsym() {
+  return reinterpret_cast<void*>(gpufrac::limiter::RealDlsym());
+}
+
+namespace gpufrac::limiter {
+
+// Runs without a lock: dlopen may run library constructors that call back into hooked functions
+// (and so here), and a lock held across it would deadlock against the loader's own lock. Threads
+// racing here all find the same addresses; the one that publishes them first reports what is
+// missing.
 void ResolveLibrary(Library lib) {
-  pthread_mutex_lock(&g_resolve_lock);
-  if (!g_resolved[static_cast<int>(lib)].load(std::memory_order_acquire)) {
-    const char* soname = lib == Library::Cuda ? "libcuda.so.1" : "libnvidia-ml.so.1";
-    void* handle = dlopen(soname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
-    if (!handle) handle = dlopen(soname, RTLD_NOW | RTLD_GLOBAL);
-    char missing[512] = "";
-    for (int i = 0; i < kSymbolCount; ++i) {
-      if (kEntries[i].lib != lib) continue;
-      g_real[i] = handle ? RealDlsym()(handle, kEntries[i].name) : nullptr;
-      if (g_real[i]) continue;
-      g_real[i] = reinterpret_cast<void*>(lib == Library::Cuda ? &MissingCuda : &MissingNvml);
+  const char* soname = lib == Library::Cuda ? "libcuda.so.1" : "libnvidia-ml.so.1";
+  void* handle = dlopen(soname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+  if (!handle) handle = dlopen(soname, RTLD_NOW | RTLD_GLOBAL);
+  char missing[512] = "";
+  for (int i = 0; i < kSymbolCount; ++i) {
+    if (kEntries[i].lib != lib) continue;
+    void* real = handle ? RealDlsym()(handle, kEntries[i].name) : nullptr;
+    if (!real) {
+      real = reinterpret_cast<void*>(lib == Library::Cuda ? &MissingCuda : &MissingNvml);
       if (!kEntries[i].optional &&
           strlen(missing) + strlen(kEntries[i].name) + 3 < sizeof(missing)) {
         if (missing[0]) strcat(missing, ", ");
         strcat(missing, kEntries[i].name);
       }
     }
-    if (handle && missing[0] && g_rt.mode != Mode::kPassThrough) {
-      char line[700];
-      int n = snprintf(line, sizeof(line),
-                       "gpufrac: warning: %s lacks %s; those calls fail as unsupported\n", soname,
-                       missing);
-      if (n > 0) {
-        ssize_t ignored = write(STDERR_FILENO, line, strnlen(line, sizeof(line)));
-        (void)ignored;
-      }
-    }
-    g_resolved[static_cast<int>(lib)].store(true, std::memory_order_release);
+    g_real[i].store(real, std::memory_order_relaxed);
   }
-  pthread_mutex_unlock(&g_resolve_lock);
+  if (g_resolved[static_cast<int>(lib)].exchange(true, std::memory_order_acq_rel)) return;
+  if (handle && missing[0] && g_rt.mode != Mode::kPassThrough) {
+    char line[700];
+    int n = snprintf(line, sizeof(line),
+                     "gpufrac: warning: %s lacks %s; those calls fail as unsupported\n", soname,
+                     missing);
+    if (n > 0) {
+      ssize_t ignored = write(STDERR_FILENO, line, strnlen(line, sizeof(line)));
+      (void)ignored;
+    }
+  }
 }
 
 // The hook standing in for real entry point `real`, or `real` itself if we do not interpose it.
 static void* HookForReal(void* real) {
   for (int i = 0; i < kHookCount; ++i) {
-    if (g_real[i] == real) return kEntries[i].hook;
+    if (g_real[i].load(std::memory_order_relaxed) == real) return kEntries[i].hook;
   }
   return real;
 }
@@ -128,7 +138,8 @@ extern "C" __attribute__((visibility("hidden"))) void* gpufrac_dlsym_lookup(void
 }
 
 // The exported dlsym. RTLD_NEXT means "after the caller's object", which glibc works out from the
-// return address; so for RTLD_NEXT we jump into the real dlsym without a frame of our own.
+// return address; so for RTLD_NEXT we jump into the real dlsym without a frame of our own (looking
+// the real dlsym up first, with the arguments saved, if our constructor has not run yet).
 #if defined(__x86_64__)
 asm(R"(
   .text
@@ -139,7 +150,15 @@ dlsym:
   jne gpufrac_dlsym_lookup
   movq gpufrac_real_dlsym(%rip), %rax
   testq %rax, %rax
-  je gpufrac_dlsym_lookup
+  jne 1f
+  pushq %rdi
+  pushq %rsi
+  subq $8, %rsp
+  call gpufrac_resolve_real_dlsym
+  addq $8, %rsp
+  popq %rsi
+  popq %rdi
+1:
   jmp *%rax
   .size dlsym, .-dlsym
 )");
@@ -153,7 +172,14 @@ dlsym:
   b.ne gpufrac_dlsym_lookup
   adrp x16, gpufrac_real_dlsym
   ldr x16, [x16, :lo12:gpufrac_real_dlsym]
-  cbz x16, gpufrac_dlsym_lookup
+  cbnz x16, 1f
+  stp x29, x30, [sp, #-32]!
+  stp x0, x1, [sp, #16]
+  bl gpufrac_resolve_real_dlsym
+  mov x16, x0
+  ldp x0, x1, [sp, #16]
+  ldp x29, x30, [sp], #32
+1:
   br x16
   .size dlsym, .-dlsym
 )");

@@ -13,10 +13,18 @@ struct ProcessId {
   uint64_t start_ticks = 0;
 };
 
-// Reads the identity of process `pid`; false if it does not exist (or /proc is unreadable).
+// Reads the identity of process `pid`; false if it does not exist, has exited (a zombie), or
+// cannot be read.
 bool ReadProcessId(pid_t pid, ProcessId* out);
 
-// True if the process that `id` names still runs: same PID and same start time.
+// True unless the process that `id` names has certainly ended: gone from /proc and unknown to
+// kill(2), a zombie, or its PID now belongs to a process with another start time. When it cannot
+// tell (out of file descriptors, /proc hidden or unreadable) it answers true: reclaiming a live
+// process's memory would break the limit, keeping a dead one's only delays its release.
 bool IsAlive(const ProcessId& id);
+
+// The inode of this process's PID namespace (0 if /proc does not say). PIDs only identify
+// processes within one namespace.
+uint64_t PidNamespace();
 
 }  // namespace gpufrac::limiter

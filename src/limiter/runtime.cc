@@ -53,7 +53,9 @@ void ForkChild() {
     t_anchor[g] = false;
     g_rt.gpus[g].member.store(-1);
     g_rt.gpus[g].needs_anchor.store(false);
-    g_rt.gpus[g].primary_ctx_refs.store(0);
+    pthread_mutex_init(&g_rt.gpus[g].primary_lock, nullptr);
+    g_rt.gpus[g].primary_refs = 0;
+    g_rt.gpus[g].primary_charged = false;
   }
   pthread_mutex_init(&g_slow_lock, nullptr);
 }
@@ -102,6 +104,8 @@ __attribute__((constructor)) void LoadConfiguration() {
 int AcquireLane(int gpu) {
   GpuState& gs = g_rt.gpus[gpu];
   pthread_mutex_lock(&g_slow_lock);
+  // From here on this thread may hold the member mutex or a lane: its exit must hand them over.
+  pthread_setspecific(g_thread_key, reinterpret_cast<void*>(1));
   if (gs.member.load() < 0) {
     int m = gs.budget.JoinMember(g_self);
     gs.member.store(m);
@@ -111,7 +115,6 @@ int AcquireLane(int gpu) {
   pthread_mutex_unlock(&g_slow_lock);
   if (lane < 0) return -1;
   t_lane_plus1[gpu] = static_cast<int16_t>(lane + 1);
-  pthread_setspecific(g_thread_key, reinterpret_cast<void*>(1));
   return lane;
 }
 
@@ -122,8 +125,9 @@ inline int LaneFor(int gpu) {
 
 // The thread that kept this process's member mutex locked has exited: take it over so that the
 // process's death stays visible to the others.
-void ReanchorIfNeeded(int gpu) {
+inline void ReanchorIfNeeded(int gpu) {
   GpuState& gs = g_rt.gpus[gpu];
+  if (__builtin_expect(!gs.needs_anchor.load(std::memory_order_relaxed), 1)) return;
   bool expected = true;
   if (!gs.needs_anchor.compare_exchange_strong(expected, false)) return;
   gs.budget.AdoptMember(gs.member.load());
@@ -225,7 +229,7 @@ int GpuForNvmlDevice(abi::nvmlDevice_t device) {
 
 bool Charge(int gpu, uint64_t bytes) {
   GpuState& gs = g_rt.gpus[gpu];
-  if (__builtin_expect(gs.needs_anchor.load(std::memory_order_relaxed), 0)) ReanchorIfNeeded(gpu);
+  ReanchorIfNeeded(gpu);
   int lane = LaneFor(gpu);
   if (lane < 0) {
     ReportNoLane(gpu);
@@ -237,6 +241,7 @@ bool Charge(int gpu, uint64_t bytes) {
 }
 
 void Uncharge(int gpu, uint64_t bytes) {
+  ReanchorIfNeeded(gpu);
   int lane = LaneFor(gpu);
   // Without a lane (all 1024 taken) the release cannot be recorded; the charge then stays until
   // this process ends, which errs on the safe side.
@@ -246,6 +251,7 @@ void Uncharge(int gpu, uint64_t bytes) {
 void VirtualMemory(int gpu, uint64_t physical_free, uint64_t* total, uint64_t* free,
                    uint64_t* used) {
   Budget& b = g_rt.gpus[gpu].budget;
+  ReanchorIfNeeded(gpu);
   if (__builtin_expect(b.MemberDied(), 0)) b.Reclaim(g_self);  // a SIGKILLed member's share
   uint64_t limit = b.limit();
   uint64_t in_use = b.used();

@@ -3,6 +3,8 @@
 // the tables that remember what each allocation was charged.
 #pragma once
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cstdint>
 
@@ -31,7 +33,7 @@ enum SymbolId : int {
 };
 
 // --- real entry points (interpose.cc) ---
-extern void* g_real[kSymbolCount];
+extern std::atomic<void*> g_real[kSymbolCount];
 extern std::atomic<bool> g_resolved[2];
 void ResolveLibrary(Library lib);
 
@@ -41,7 +43,7 @@ void ResolveLibrary(Library lib);
             !g_resolved[static_cast<int>(Library::lib)].load(std::memory_order_acquire), 0)) { \
       ResolveLibrary(Library::lib);                                                            \
     }                                                                                          \
-    return reinterpret_cast<abi::type>(g_real[kId_##sym]);                                     \
+    return reinterpret_cast<abi::type>(g_real[kId_##sym].load(std::memory_order_relaxed));     \
   }
 GPUFRAC_HOOKS(GPUFRAC_REAL)
 GPUFRAC_CALLS(GPUFRAC_REAL)
@@ -58,7 +60,10 @@ struct GpuState {
   Budget budget;
   std::atomic<int> member{-1};  // this process's member slot in the budget
   std::atomic<bool> needs_anchor{false};
-  std::atomic<int> primary_ctx_refs{0};
+  // The primary context: references taken through the limiter and whether it is charged.
+  pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
+  int primary_refs = 0;
+  bool primary_charged = false;
 };
 
 struct Runtime {

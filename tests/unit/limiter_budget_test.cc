@@ -251,6 +251,108 @@ TEST_F(BudgetTest, PidReuseIsNotMistakenForLife) {
   EXPECT_EQ(b.used(), 0u);
 }
 
+// A dead process's lanes can hold negative amounts (freed on another thread than allocated on).
+// Releasing its positive lane first would let `global` dip below what the living hold, and a
+// reservation in that moment would pass the limit. Live: 600 of 1000; the ghost: +400 and -100.
+TEST_F(BudgetTest, ReclaimingNeverLetsTheLivingPassTheLimit) {
+  Budget b;
+  Open(b, 1000);
+  int mine = b.AcquireLane(self_);
+  ASSERT_TRUE(b.Reserve(mine, self_, 600));
+  std::atomic<bool> stop{false};
+  std::atomic<int> granted{0};
+  std::thread greedy([&] {
+    int lane = b.AcquireLane(self_);
+    while (!stop.load()) {
+      if (b.TryReserve(lane, 480)) {
+        granted++;
+        b.Release(lane, 480);
+      }
+    }
+  });
+  ProcessId ghost{getpid(), self_.start_ticks + 777};
+  int refused = 0;
+  for (int i = 0; i < 20000 && refused == 0; ++i) {
+    int up = b.AcquireLane(ghost), down = b.AcquireLane(ghost);
+    // Refused only if the greedy thread got in (then it holds more than the limit allows).
+    if (up < 0 || down < 0 || !b.TryReserve(up, 300)) {
+      ++refused;
+      break;
+    }
+    b.Release(down, 100);  // net 200 held by the ghost: 800 in all
+    b.Reclaim(self_);
+  }
+  stop = true;
+  greedy.join();
+  EXPECT_EQ(granted.load(), 0);
+  EXPECT_EQ(refused, 0);
+  EXPECT_EQ(b.used(), 600u);
+}
+
+// Running out of file descriptors must not make other processes look dead.
+TEST_F(BudgetTest, AReclaimerThatCannotReadProcKeepsOthersCharges) {
+  Budget b;
+  Open(b, 1000);
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    Budget c;
+    ProcessId me;
+    int lane = JoinAsChild(&c, &me);
+    if (!c.Reserve(lane, me, 700)) _exit(2);
+    char x = 1;
+    if (write(ready[1], &x, 1) != 1) _exit(3);
+    pause();
+    _exit(0);
+  }
+  char x;
+  ASSERT_EQ(read(ready[0], &x, 1), 1);
+  std::vector<int> fds;
+  for (int fd; (fd = dup(0)) >= 0;) fds.push_back(fd);
+  uint64_t released = b.Reclaim(self_);
+  for (int fd : fds) close(fd);
+  EXPECT_EQ(released, 0u);
+  EXPECT_EQ(b.used(), 700u);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(b.Reclaim(self_), 700u);
+  close(ready[0]);
+  close(ready[1]);
+}
+
+// A member that replaces itself with exec is alive, though the kernel released its mutex: the
+// "owner died" mark must be cleared, or every reservation would read /proc from then on.
+TEST_F(BudgetTest, AMemberThatExecsDoesNotKeepReclaimsRunning) {
+  Budget b;
+  Open(b, 1000);
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    Budget c;
+    ProcessId me;
+    int lane = JoinAsChild(&c, &me);
+    if (!c.Reserve(lane, me, 300)) _exit(2);
+    char x = 1;
+    if (write(ready[1], &x, 1) != 1) _exit(3);
+    execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
+    _exit(4);
+  }
+  char x;
+  ASSERT_EQ(read(ready[0], &x, 1), 1);
+  for (int i = 0; i < 200 && !b.MemberDied(); ++i) usleep(5000);  // wait for the exec
+  EXPECT_TRUE(b.MemberDied());
+  EXPECT_EQ(b.Reclaim(self_), 0u);  // alive: nothing taken
+  EXPECT_FALSE(b.MemberDied());
+  EXPECT_EQ(b.used(), 300u);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(b.Reclaim(self_), 300u);
+  close(ready[0]);
+  close(ready[1]);
+}
+
 TEST_F(BudgetTest, AThreadsLaneOutlivesTheThread) {
   Budget b;
   Open(b, 1000);
