@@ -10,7 +10,8 @@ add_executable(simgpu_test
   integration/simgpu_nvml_test.cc
   integration/simgpu_proc_address_test.cc
   integration/simgpu_process_test.cc
-  integration/simgpu_test_util.cc)
+  integration/simgpu_test_util.cc
+  integration/simgpu_vmm_test.cc)
 target_link_libraries(simgpu_test PRIVATE simgpu_cuda simgpu_nvml simgpu_core ${CMAKE_DL_LIBS}
                       GTest::gtest GTest::gtest_main Threads::Threads)
 target_compile_definitions(simgpu_test PRIVATE

@@ -103,6 +103,22 @@ struct CUmemLocation {
   int id;
 };
 
+// Virtual memory management (CUDA 10.2+): access rights of a mapping and granularity queries.
+enum CUmemAccess_flags : int {
+  CU_MEM_ACCESS_FLAGS_PROT_NONE = 0x0,
+  CU_MEM_ACCESS_FLAGS_PROT_READ = 0x1,
+  CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3,
+};
+enum CUmemAllocationGranularity_flags : int {
+  CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0,
+  CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 0x1,
+};
+
+struct CUmemAccessDesc {
+  CUmemLocation location;
+  CUmemAccess_flags flags;
+};
+
 struct CUmemAllocationProp {
   CUmemAllocationType type;
   CUmemAllocationHandleType requestedHandleTypes;
@@ -210,6 +226,19 @@ using cuDeviceGetMemPool_t = CUresult (*)(CUmemoryPool* pool, CUdevice dev);
 using cuMemCreate_t = CUresult (*)(CUmemGenericAllocationHandle* handle, size_t size,
                                    const CUmemAllocationProp* prop, unsigned long long flags);
 using cuMemRelease_t = CUresult (*)(CUmemGenericAllocationHandle handle);
+using cuMemAddressReserve_t = CUresult (*)(CUdeviceptr* ptr, size_t size, size_t alignment,
+                                           CUdeviceptr addr, unsigned long long flags);
+using cuMemAddressFree_t = CUresult (*)(CUdeviceptr ptr, size_t size);
+using cuMemMap_t = CUresult (*)(CUdeviceptr ptr, size_t size, size_t offset,
+                                CUmemGenericAllocationHandle handle, unsigned long long flags);
+using cuMemUnmap_t = CUresult (*)(CUdeviceptr ptr, size_t size);
+using cuMemSetAccess_t = CUresult (*)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
+                                      size_t count);
+using cuMemRetainAllocationHandle_t = CUresult (*)(CUmemGenericAllocationHandle* handle,
+                                                   void* addr);
+using cuMemGetAllocationGranularity_t = CUresult (*)(size_t* granularity,
+                                                     const CUmemAllocationProp* prop,
+                                                     CUmemAllocationGranularity_flags option);
 using cuArrayCreate_v2_t = CUresult (*)(CUarray* handle, const CUDA_ARRAY_DESCRIPTOR* desc);
 using cuArray3DCreate_v2_t = CUresult (*)(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc);
 using cuArrayDestroy_t = CUresult (*)(CUarray handle);

@@ -1,7 +1,8 @@
 // A lock-free, fixed-capacity map from a driver handle (device pointer, array, memory handle,
 // context) to what was charged for it, so that the matching free releases exactly that amount.
 // Open addressing with linear probing; O(1) expected, heap-free after Init (one anonymous mapping,
-// whose pages the kernel only backs once touched).
+// whose pages the kernel only backs once touched). Lookups never probe further than the longest
+// probe any insertion needed, so freed slots (tombstones) cannot make misses slow.
 //
 // Concurrency contract: a key is inserted at most once while live (the driver never hands out a
 // handle that is still allocated) and is taken only after it was inserted, which the callers
@@ -19,7 +20,9 @@ namespace gpufrac::limiter {
 
 struct ChargeRecord {
   uint64_t bytes;
-  int gpu;  // index into the limit configuration
+  int gpu;         // index into the limit configuration
+  uint64_t owner;  // the context whose destruction frees the memory (0: none); for memory
+                   // handles, the number of references (see AddReferences)
 };
 
 class AllocTable {
@@ -34,18 +37,20 @@ class AllocTable {
     mask_ = capacity - 1;
     return true;
   }
-  bool ready() const { return slots_ != nullptr; }
 
   // False if the table is full (too many live allocations to track).
   bool Insert(uint64_t key, ChargeRecord charge) {
     if (key <= kTombstone) return false;
-    uint64_t value = Pack(charge);
     for (size_t n = 0, i = Hash(key); n <= mask_; ++n, i = (i + 1) & mask_) {
       uint64_t k = slots_[i].key.load(std::memory_order_acquire);
       if (k != kEmpty && k != kTombstone) continue;
       // Claimed (kBusy), filled, then published: once its key is visible the slot is complete.
       if (slots_[i].key.compare_exchange_strong(k, kBusy, std::memory_order_acq_rel)) {
-        slots_[i].value.store(value, std::memory_order_relaxed);
+        slots_[i].value.store(Pack(charge), std::memory_order_relaxed);
+        slots_[i].owner.store(charge.owner, std::memory_order_relaxed);
+        size_t longest = max_probe_.load(std::memory_order_relaxed);
+        while (n > longest && !max_probe_.compare_exchange_weak(longest, n)) {
+        }
         slots_[i].key.store(key, std::memory_order_release);
         return true;
       }
@@ -55,33 +60,42 @@ class AllocTable {
 
   // Looks `key` up without removing it.
   bool Find(uint64_t key, ChargeRecord* out) const {
-    if (key <= kTombstone) return false;
-    for (size_t n = 0, i = Hash(key); n <= mask_; ++n, i = (i + 1) & mask_) {
-      uint64_t k = slots_[i].key.load(std::memory_order_acquire);
-      if (k == kEmpty) return false;
-      if (k == key) {
-        *out = Unpack(slots_[i].value.load(std::memory_order_relaxed));
-        return true;
-      }
-    }
-    return false;
+    Slot* slot = Locate(key);
+    if (!slot) return false;
+    *out = Read(*slot);
+    return true;
   }
 
   // Removes `key` and returns its charge; false if it is not there (never charged).
   bool Take(uint64_t key, ChargeRecord* out) {
-    if (key <= kTombstone) return false;
-    for (size_t n = 0, i = Hash(key); n <= mask_; ++n, i = (i + 1) & mask_) {
+    Slot* slot = Locate(key);
+    return slot && TakeSlot(*slot, key, out);
+  }
+
+  // For tables whose third word counts references instead of naming an owner (memory handles):
+  // adds `delta` and returns the new count, or -1 if `key` is not there.
+  int64_t AddReferences(uint64_t key, int64_t delta) {
+    Slot* slot = Locate(key);
+    if (!slot) return -1;
+    return static_cast<int64_t>(slot->owner.fetch_add(static_cast<uint64_t>(delta))) + delta;
+  }
+
+  // The most slots any lookup examines: the longest probe an insertion has needed.
+  size_t longest_probe() const { return max_probe_.load(std::memory_order_relaxed) + 1; }
+
+  // Removes every entry owned by `owner` (a context the driver destroyed, and its memory with it),
+  // calling `release(charge)` for each. Visits the whole table: for rare events only.
+  template <typename Release>
+  void TakeAllOwnedBy(uint64_t owner, Release release) {
+    if (owner == 0) return;
+    for (size_t i = 0; i <= mask_; ++i) {
       uint64_t k = slots_[i].key.load(std::memory_order_acquire);
-      if (k == kEmpty) return false;
-      if (k != key) continue;
-      uint64_t value = slots_[i].value.load(std::memory_order_relaxed);
-      if (!slots_[i].key.compare_exchange_strong(k, kTombstone, std::memory_order_acq_rel)) {
-        return false;  // taken concurrently (a double free): the first free releases it
+      ChargeRecord charge;
+      if (k > kTombstone && slots_[i].owner.load(std::memory_order_relaxed) == owner &&
+          TakeSlot(slots_[i], k, &charge)) {
+        release(charge);
       }
-      *out = Unpack(value);
-      return true;
     }
-    return false;
   }
 
  private:
@@ -93,6 +107,7 @@ class AllocTable {
   struct Slot {
     std::atomic<uint64_t> key;
     std::atomic<uint64_t> value;
+    std::atomic<uint64_t> owner;
   };
 
   // Handles are addresses, at least 256-byte aligned: dropping the low bits keeps neighbouring
@@ -102,12 +117,37 @@ class AllocTable {
   static uint64_t Pack(ChargeRecord c) {
     return c.bytes << 8 | static_cast<uint64_t>(c.gpu & 0xff);
   }
-  static ChargeRecord Unpack(uint64_t v) {
-    return ChargeRecord{v >> 8, static_cast<int>(v & 0xff)};
+
+  static ChargeRecord Read(const Slot& slot) {
+    uint64_t v = slot.value.load(std::memory_order_relaxed);
+    return ChargeRecord{v >> 8, static_cast<int>(v & 0xff),
+                        slot.owner.load(std::memory_order_relaxed)};
+  }
+
+  Slot* Locate(uint64_t key) const {
+    if (key <= kTombstone) return nullptr;
+    size_t longest = max_probe_.load(std::memory_order_acquire);
+    for (size_t n = 0, i = Hash(key); n <= longest; ++n, i = (i + 1) & mask_) {
+      uint64_t k = slots_[i].key.load(std::memory_order_acquire);
+      if (k == key) return &slots_[i];
+      if (k == kEmpty) return nullptr;
+    }
+    return nullptr;
+  }
+
+  // False if someone else took it first (a double free): only the first free releases.
+  static bool TakeSlot(Slot& slot, uint64_t key, ChargeRecord* out) {
+    ChargeRecord charge = Read(slot);
+    if (!slot.key.compare_exchange_strong(key, kTombstone, std::memory_order_acq_rel)) {
+      return false;
+    }
+    *out = charge;
+    return true;
   }
 
   Slot* slots_ = nullptr;
   size_t mask_ = 0;
+  std::atomic<size_t> max_probe_{0};
 };
 
 }  // namespace gpufrac::limiter

@@ -27,6 +27,9 @@
   X(Cuda, cuMemPoolDestroy, cuMemPoolDestroy_t, 0)                         \
   X(Cuda, cuMemCreate, cuMemCreate_t, 0)                                   \
   X(Cuda, cuMemRelease, cuMemRelease_t, 0)                                 \
+  X(Cuda, cuMemMap, cuMemMap_t, 0)                                         \
+  X(Cuda, cuMemUnmap, cuMemUnmap_t, 0)                                     \
+  X(Cuda, cuMemRetainAllocationHandle, cuMemRetainAllocationHandle_t, 0)   \
   X(Cuda, cuArrayCreate_v2, cuArrayCreate_v2_t, 0)                         \
   X(Cuda, cuArray3DCreate_v2, cuArray3DCreate_v2_t, 0)                     \
   X(Cuda, cuArrayDestroy, cuArrayDestroy_t, 0)                             \
@@ -43,9 +46,9 @@
   X(Nvml, nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetMemoryInfo_v2_t, 1)
 
 // Entry points the limiter calls but does not interpose: X(library, symbol, type, optional).
-#define GPUFRAC_CALLS(X)                                   \
-  X(Cuda, cuCtxGetDevice, cuCtxGetDevice_t, 0)             \
-  X(Cuda, cuDeviceGetUuid_v2, cuDeviceGetUuid_v2_t, 1)     \
-  X(Cuda, cuDeviceGetUuid, cuDeviceGetUuid_t, 0)           \
-  X(Cuda, cuDeviceGetAttribute, cuDeviceGetAttribute_t, 0) \
+#define GPUFRAC_CALLS(X)                               \
+  X(Cuda, cuCtxGetCurrent, cuCtxGetCurrent_t, 0)       \
+  X(Cuda, cuCtxGetDevice, cuCtxGetDevice_t, 0)         \
+  X(Cuda, cuDeviceGetUuid_v2, cuDeviceGetUuid_v2_t, 1) \
+  X(Cuda, cuDeviceGetUuid, cuDeviceGetUuid_t, 0)       \
   X(Nvml, nvmlDeviceGetUUID, nvmlDeviceGetUUID_t, 0)

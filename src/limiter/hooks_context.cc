@@ -1,7 +1,8 @@
-// Context memory: each CUDA context takes device memory of its own (code, stacks, heaps) before the
+// Contexts: each CUDA context takes device memory of its own (code, stacks, heaps) before the
 // program allocates anything. It is charged as the per-context amount the launcher wrote into the
 // limit file (a per-GPU-model estimate): per created context, and once for the primary context
-// while it is retained.
+// while it is retained. Destroying a context (or resetting or fully releasing the primary one)
+// frees everything allocated in it, so the charges of those allocations are released too.
 #include "limiter/hooks.h"
 
 using namespace gpufrac::abi;
@@ -20,19 +21,32 @@ CUresult ChargedContext(CUcontext* pctx, CUdevice dev, Create create) {
     Uncharge(gpu, bytes);
     return r;
   }
-  g_rt.objects.Insert(reinterpret_cast<uint64_t>(*pctx), ChargeRecord{bytes, gpu});
+  g_rt.objects.Insert(reinterpret_cast<uint64_t>(*pctx), ChargeRecord{bytes, gpu, 0});
   return r;
 }
 
-// Drops one primary-context reference (or all of them); the charge goes with the last one.
+// The driver has destroyed `context` and with it every allocation made in it.
+void ContextDestroyed(uint64_t context) {
+  ContextsChanged();
+  auto release = [](const ChargeRecord& c) { Uncharge(c.gpu, c.bytes); };
+  g_rt.pointers.TakeAllOwnedBy(context, release);
+  g_rt.objects.TakeAllOwnedBy(context, release);
+}
+
+// Drops one primary-context reference (or, for a reset, all of them). With the last one the
+// driver destroys the context: its charge goes, and so do those of the allocations made in it.
 void ReleasePrimary(int gpu, bool all) {
   GpuState& gs = g_rt.gpus[gpu];
   pthread_mutex_lock(&gs.primary_lock);
   if (gs.primary_refs > 0) gs.primary_refs = all ? 0 : gs.primary_refs - 1;
-  bool uncharge = gs.primary_refs == 0 && gs.primary_charged;
+  bool destroyed = gs.primary_refs == 0;
+  bool uncharge = destroyed && gs.primary_charged;
   if (uncharge) gs.primary_charged = false;
+  uint64_t context = destroyed ? gs.primary_context : 0;
+  if (destroyed) gs.primary_context = 0;
   pthread_mutex_unlock(&gs.primary_lock);
   if (uncharge) Uncharge(gpu, gs.budget.context_bytes());
+  if (context) ContextDestroyed(context);
 }
 
 }  // namespace
@@ -60,16 +74,16 @@ extern "C" CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, u
 extern "C" CUresult cuCtxDestroy_v2(CUcontext ctx) {
   auto real = Real_cuCtxDestroy_v2();
   if (!Active()) return Bypass(real, ctx);
+  const uint64_t handle = reinterpret_cast<uint64_t>(ctx);
   ChargeRecord charge;
-  bool charged = g_rt.objects.Take(reinterpret_cast<uint64_t>(ctx), &charge);
+  bool charged = g_rt.objects.Take(handle, &charge);
   CUresult r = real(ctx);
-  if (charged) {
-    if (r == CUDA_SUCCESS) {
-      Uncharge(charge.gpu, charge.bytes);
-    } else {
-      g_rt.objects.Insert(reinterpret_cast<uint64_t>(ctx), charge);
-    }
+  if (r != CUDA_SUCCESS) {
+    if (charged) g_rt.objects.Insert(handle, charge);
+    return r;
   }
+  if (charged) Uncharge(charge.gpu, charge.bytes);
+  ContextDestroyed(handle);
   return r;
 }
 
@@ -77,19 +91,26 @@ extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   auto real = Real_cuDevicePrimaryCtxRetain();
   if (!Active()) return Bypass(real, pctx, dev);
   int gpu = pctx ? GpuForOrdinal(dev) : -1;
-  if (gpu < 0 || g_rt.gpus[gpu].budget.context_bytes() == 0) return real(pctx, dev);
+  if (gpu < 0) return real(pctx, dev);
   GpuState& gs = g_rt.gpus[gpu];
+  const uint64_t bytes = gs.budget.context_bytes();
   // The first reference creates the context, so it is charged before the driver runs.
   pthread_mutex_lock(&gs.primary_lock);
-  bool ok = gs.primary_charged || Charge(gpu, gs.budget.context_bytes());
+  bool ok = gs.primary_charged || bytes == 0 || Charge(gpu, bytes);
   if (ok) {
-    gs.primary_charged = true;
+    gs.primary_charged = bytes > 0;
     ++gs.primary_refs;
   }
   pthread_mutex_unlock(&gs.primary_lock);
   if (!ok) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = real(pctx, dev);
-  if (r != CUDA_SUCCESS) ReleasePrimary(gpu, false);
+  if (r != CUDA_SUCCESS) {
+    ReleasePrimary(gpu, false);
+    return r;
+  }
+  pthread_mutex_lock(&gs.primary_lock);
+  gs.primary_context = reinterpret_cast<uint64_t>(*pctx);
+  pthread_mutex_unlock(&gs.primary_lock);
   return r;
 }
 

@@ -8,19 +8,19 @@ using namespace gpufrac::limiter;
 
 namespace {
 
-// Charges `bytes` to `gpu`, lets the driver `allocate`, and records the handle it produced under
-// the charge in `table`. A failed driver call gives the charge back.
+// Charges `bytes` to the placement's GPU, lets the driver `allocate`, and records the handle it
+// produced under the charge in `table`. A failed driver call gives the charge back.
 template <typename Allocate, typename Key>
-CUresult Charged(AllocTable& table, int gpu, uint64_t bytes, Allocate allocate, Key key) {
-  if (!Charge(gpu, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+CUresult Charged(AllocTable& table, Placement at, uint64_t bytes, Allocate allocate, Key key) {
+  if (!Charge(at.gpu, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = allocate();
   if (r != CUDA_SUCCESS) {
-    Uncharge(gpu, bytes);
+    Uncharge(at.gpu, bytes);
     return r;
   }
   // A full table cannot record the handle: the charge then stays until the process ends, which
   // errs on the side of the limit.
-  table.Insert(key(), ChargeRecord{bytes, gpu});
+  table.Insert(key(), ChargeRecord{bytes, at.gpu, at.context});
   return r;
 }
 
@@ -43,34 +43,35 @@ CUresult Released(AllocTable& table, uint64_t key, Free free_it) {
 
 // The charge for memory a device pointer points to, for every cuMemAlloc* flavour.
 template <typename Allocate>
-CUresult ChargedPointer(int gpu, uint64_t bytes, CUdeviceptr* dptr, Allocate allocate) {
-  return Charged(g_rt.pointers, gpu, bytes, allocate, [dptr] { return *dptr; });
+CUresult ChargedPointer(Placement at, uint64_t bytes, CUdeviceptr* dptr, Allocate allocate) {
+  return Charged(g_rt.pointers, at, bytes, allocate, [dptr] { return *dptr; });
 }
 
-// The GPU a pool allocates on: the one recorded at cuMemPoolCreate, else (default and device
-// pools) the current context's. -1 when it is host memory or a GPU without a limit.
-int GpuForPool(CUmemoryPool pool) {
+// Where a pool allocates: on the GPU recorded at cuMemPoolCreate, else (default and device pools)
+// the current context's. GPU -1 when it is host memory or a GPU without a limit.
+Placement PlacementForPool(CUmemoryPool pool) {
+  Placement at = CurrentPlacement();
   ChargeRecord recorded;
   if (g_rt.objects.Find(reinterpret_cast<uint64_t>(pool), &recorded)) {
-    return recorded.gpu < kMaxLimitedGpus ? recorded.gpu : -1;
+    at.gpu = recorded.gpu < kMaxLimitedGpus ? recorded.gpu : -1;
   }
-  return GpuForCurrentContext();
+  return at;
 }
 constexpr int kNotLimitedPool = 0xff;
 
 CUresult AllocAsync(cuMemAllocAsync_t real, CUdeviceptr* dptr, size_t bytes, CUstream stream) {
   if (!Active()) return Bypass(real, dptr, bytes, stream);
-  int gpu = GpuForCurrentContext();
-  if (gpu < 0 || !dptr || bytes == 0) return real(dptr, bytes, stream);
-  return ChargedPointer(gpu, bytes, dptr, [&] { return real(dptr, bytes, stream); });
+  Placement at = CurrentPlacement();
+  if (at.gpu < 0 || !dptr || bytes == 0) return real(dptr, bytes, stream);
+  return ChargedPointer(at, bytes, dptr, [&] { return real(dptr, bytes, stream); });
 }
 
 CUresult AllocFromPool(cuMemAllocFromPoolAsync_t real, CUdeviceptr* dptr, size_t bytes,
                        CUmemoryPool pool, CUstream stream) {
   if (!Active()) return Bypass(real, dptr, bytes, pool, stream);
-  int gpu = GpuForPool(pool);
-  if (gpu < 0 || !dptr || bytes == 0) return real(dptr, bytes, pool, stream);
-  return ChargedPointer(gpu, bytes, dptr, [&] { return real(dptr, bytes, pool, stream); });
+  Placement at = PlacementForPool(pool);
+  if (at.gpu < 0 || !dptr || bytes == 0) return real(dptr, bytes, pool, stream);
+  return ChargedPointer(at, bytes, dptr, [&] { return real(dptr, bytes, pool, stream); });
 }
 
 CUresult FreeAsync(cuMemFreeAsync_t real, CUdeviceptr dptr, CUstream stream) {
@@ -123,9 +124,9 @@ uint64_t Key(Handle h) {
 extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   auto real = Real_cuMemAlloc_v2();
   if (!Active()) return Bypass(real, dptr, bytes);
-  int gpu = GpuForCurrentContext();
-  if (gpu < 0 || !dptr || bytes == 0) return real(dptr, bytes);
-  return ChargedPointer(gpu, bytes, dptr, [&] { return real(dptr, bytes); });
+  Placement at = CurrentPlacement();
+  if (at.gpu < 0 || !dptr || bytes == 0) return real(dptr, bytes);
+  return ChargedPointer(at, bytes, dptr, [&] { return real(dptr, bytes); });
 }
 
 extern "C" CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags) {
@@ -133,16 +134,17 @@ extern "C" CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned 
   // is charged in full.
   auto real = Real_cuMemAllocManaged();
   if (!Active()) return Bypass(real, dptr, bytes, flags);
-  int gpu = GpuForCurrentContext();
-  if (gpu < 0 || !dptr || bytes == 0) return real(dptr, bytes, flags);
-  return ChargedPointer(gpu, bytes, dptr, [&] { return real(dptr, bytes, flags); });
+  Placement at = CurrentPlacement();
+  if (at.gpu < 0 || !dptr || bytes == 0) return real(dptr, bytes, flags);
+  return ChargedPointer(at, bytes, dptr, [&] { return real(dptr, bytes, flags); });
 }
 
 extern "C" CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width,
                                        size_t height, unsigned int element_bytes) {
   auto real = Real_cuMemAllocPitch_v2();
   if (!Active()) return Bypass(real, dptr, pitch, width, height, element_bytes);
-  int gpu = GpuForCurrentContext();
+  Placement at = CurrentPlacement();
+  const int gpu = at.gpu;
   if (gpu < 0 || !dptr || !pitch || width == 0 || height == 0) {
     return real(dptr, pitch, width, height, element_bytes);
   }
@@ -162,7 +164,7 @@ extern "C" CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t 
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   if (actual < estimate) Uncharge(gpu, estimate - actual);
-  g_rt.pointers.Insert(*dptr, ChargeRecord{actual, gpu});
+  g_rt.pointers.Insert(*dptr, ChargeRecord{actual, gpu, at.context});
   return r;
 }
 
@@ -203,7 +205,7 @@ extern "C" CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* pr
     int gpu = props->location.type == CU_MEM_LOCATION_TYPE_DEVICE
                   ? GpuForOrdinal(props->location.id)
                   : -1;
-    g_rt.objects.Insert(Key(*pool), ChargeRecord{0, gpu >= 0 ? gpu : kNotLimitedPool});
+    g_rt.objects.Insert(Key(*pool), ChargeRecord{0, gpu >= 0 ? gpu : kNotLimitedPool, 0});
   }
   return r;
 }
@@ -219,45 +221,24 @@ extern "C" CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   return r;
 }
 
-extern "C" CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
-                                const CUmemAllocationProp* prop, unsigned long long flags) {
-  auto real = Real_cuMemCreate();
-  if (!Active()) return Bypass(real, handle, bytes, prop, flags);
-  // Only device memory counts; host and host-NUMA locations pass through uncharged.
-  if (!handle || !prop || bytes == 0 || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
-    return real(handle, bytes, prop, flags);
-  }
-  int gpu = GpuForOrdinal(prop->location.id);
-  if (gpu < 0) return real(handle, bytes, prop, flags);
-  return Charged(
-      g_rt.handles, gpu, bytes, [&] { return real(handle, bytes, prop, flags); },
-      [handle] { return *handle; });
-}
-
-extern "C" CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-  auto real = Real_cuMemRelease();
-  if (!Active()) return Bypass(real, handle);
-  return Released(g_rt.handles, handle, [&] { return real(handle); });
-}
-
 extern "C" CUresult cuArrayCreate_v2(CUarray* array, const CUDA_ARRAY_DESCRIPTOR* desc) {
   auto real = Real_cuArrayCreate_v2();
   if (!Active()) return Bypass(real, array, desc);
-  int gpu = GpuForCurrentContext();
-  if (gpu < 0 || !array || !desc) return real(array, desc);
+  Placement at = CurrentPlacement();
+  if (at.gpu < 0 || !array || !desc) return real(array, desc);
   CUDA_ARRAY3D_DESCRIPTOR as3d{desc->Width, desc->Height, 0, desc->Format, desc->NumChannels, 0};
   return Charged(
-      g_rt.objects, gpu, ArrayBytes(as3d, 1), [&] { return real(array, desc); },
+      g_rt.objects, at, ArrayBytes(as3d, 1), [&] { return real(array, desc); },
       [array] { return Key(*array); });
 }
 
 extern "C" CUresult cuArray3DCreate_v2(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
   auto real = Real_cuArray3DCreate_v2();
   if (!Active()) return Bypass(real, array, desc);
-  int gpu = GpuForCurrentContext();
-  if (gpu < 0 || !array || !desc) return real(array, desc);
+  Placement at = CurrentPlacement();
+  if (at.gpu < 0 || !array || !desc) return real(array, desc);
   return Charged(
-      g_rt.objects, gpu, ArrayBytes(*desc, 1), [&] { return real(array, desc); },
+      g_rt.objects, at, ArrayBytes(*desc, 1), [&] { return real(array, desc); },
       [array] { return Key(*array); });
 }
 
@@ -266,10 +247,10 @@ extern "C" CUresult cuMipmappedArrayCreate(CUmipmappedArray* array,
                                            unsigned int levels) {
   auto real = Real_cuMipmappedArrayCreate();
   if (!Active()) return Bypass(real, array, desc, levels);
-  int gpu = GpuForCurrentContext();
-  if (gpu < 0 || !array || !desc) return real(array, desc, levels);
+  Placement at = CurrentPlacement();
+  if (at.gpu < 0 || !array || !desc) return real(array, desc, levels);
   return Charged(
-      g_rt.objects, gpu, ArrayBytes(*desc, levels), [&] { return real(array, desc, levels); },
+      g_rt.objects, at, ArrayBytes(*desc, levels), [&] { return real(array, desc, levels); },
       [array] { return Key(*array); });
 }
 

@@ -32,6 +32,13 @@ std::atomic<bool> g_broken_reported{false};
 __thread int16_t t_lane_plus1[kMaxLimitedGpus] __attribute__((tls_model("initial-exec")));
 __thread bool t_anchor[kMaxLimitedGpus] __attribute__((tls_model("initial-exec")));
 
+// The calling thread's last current context and its GPU, valid while the epoch is unchanged (a
+// destroyed context's handle may be reused for one on another device).
+std::atomic<uint32_t> g_context_epoch{1};
+__thread uint64_t t_context __attribute__((tls_model("initial-exec")));
+__thread int t_context_gpu __attribute__((tls_model("initial-exec")));
+__thread uint32_t t_context_epoch __attribute__((tls_model("initial-exec")));
+
 void ThreadExit(void*) {
   for (int g = 0; g < g_rt.config.gpu_count; ++g) {
     GpuState& gs = g_rt.gpus[g];
@@ -56,6 +63,7 @@ void ForkChild() {
     pthread_mutex_init(&g_rt.gpus[g].primary_lock, nullptr);
     g_rt.gpus[g].primary_refs = 0;
     g_rt.gpus[g].primary_charged = false;
+    g_rt.gpus[g].primary_context = 0;
   }
   pthread_mutex_init(&g_slow_lock, nullptr);
 }
@@ -92,8 +100,8 @@ __attribute__((constructor)) void LoadConfiguration() {
     }
   }
   if (!g_rt.pointers.Init(size_t{1} << 21) || !g_rt.objects.Init(size_t{1} << 16) ||
-      !g_rt.handles.Init(size_t{1} << 16) || !ReadProcessId(getpid(), &g_self) ||
-      pthread_key_create(&g_thread_key, ThreadExit) != 0) {
+      !g_rt.handles.Init(size_t{1} << 16) || !g_rt.mappings.Init(size_t{1} << 16) ||
+      !ReadProcessId(getpid(), &g_self) || pthread_key_create(&g_thread_key, ThreadExit) != 0) {
     return SetBroken("cannot set up the limiter's bookkeeping");
   }
   pthread_atfork(nullptr, nullptr, ForkChild);
@@ -209,11 +217,21 @@ int GpuForOrdinal(abi::CUdevice dev) {
   return gpu;
 }
 
-int GpuForCurrentContext() {
+Placement CurrentPlacement() {
+  abi::CUcontext ctx = nullptr;
+  if (Real_cuCtxGetCurrent()(&ctx) != abi::CUDA_SUCCESS || !ctx) return {-1, 0};
+  const uint64_t handle = reinterpret_cast<uint64_t>(ctx);
+  const uint32_t epoch = g_context_epoch.load(std::memory_order_acquire);
+  if (t_context == handle && t_context_epoch == epoch) return {t_context_gpu, handle};
   abi::CUdevice dev;
-  if (Real_cuCtxGetDevice()(&dev) != abi::CUDA_SUCCESS) return -1;
-  return GpuForOrdinal(dev);
+  int gpu = Real_cuCtxGetDevice()(&dev) == abi::CUDA_SUCCESS ? GpuForOrdinal(dev) : -1;
+  t_context = handle;
+  t_context_gpu = gpu;
+  t_context_epoch = epoch;
+  return {gpu, handle};
 }
+
+void ContextsChanged() { g_context_epoch.fetch_add(1, std::memory_order_acq_rel); }
 
 int GpuForNvmlDevice(abi::nvmlDevice_t device) {
   // NVML is not a hot path: ask for the UUID each time rather than cache handles.

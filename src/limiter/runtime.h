@@ -64,6 +64,7 @@ struct GpuState {
   pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
   int primary_refs = 0;
   bool primary_charged = false;
+  uint64_t primary_context = 0;  // its handle, once retained
 };
 
 struct Runtime {
@@ -73,7 +74,8 @@ struct Runtime {
   GpuState gpus[kMaxLimitedGpus];
   AllocTable pointers;  // device pointers (all cuMemAlloc* kinds, pools, managed)
   AllocTable objects;   // arrays, mipmapped arrays, contexts, memory pools
-  AllocTable handles;   // cuMemCreate handles
+  AllocTable handles;   // cuMemCreate handles; the third word counts references to each
+  AllocTable mappings;  // cuMemMap'ed ranges: start address -> size, and the handle mapped
 };
 extern Runtime g_rt;
 
@@ -81,8 +83,16 @@ inline bool Active() { return g_rt.mode == Mode::kActive; }
 
 // Device ordinal -> index into g_rt.config.gpus, or -1 when that device has no limit.
 int GpuForOrdinal(abi::CUdevice dev);
-// The limited GPU of the calling thread's current context, or -1.
-int GpuForCurrentContext();
+
+// Where an allocation made now by the calling thread lands: the limited GPU of its current context
+// (-1 if none, or not limited) and that context, whose destruction frees the memory.
+struct Placement {
+  int gpu;
+  uint64_t context;
+};
+Placement CurrentPlacement();
+// Contexts were created or destroyed: cached context -> GPU answers must be looked up again.
+void ContextsChanged();
 // The GPU whose NVML handle is `device`, or -1.
 int GpuForNvmlDevice(abi::nvmlDevice_t device);
 

@@ -18,7 +18,9 @@ constexpr std::uint64_t kMinDeviceRegionBytes = 64 * kGiB;
 constexpr std::uint64_t kLegacyBegin = 256ull << 20;
 constexpr std::uint64_t kLegacyEnd = 4 * kGiB;
 
-std::uint64_t AlignUp(std::uint64_t value) { return (value + kAlignment - 1) & ~(kAlignment - 1); }
+std::uint64_t AlignUp(std::uint64_t value, std::uint64_t alignment = kAlignment) {
+  return (value + alignment - 1) & ~(alignment - 1);
+}
 
 }  // namespace
 
@@ -43,15 +45,18 @@ AllocationTable::~AllocationTable() {
   if (reserved_ != nullptr) ::munmap(reserved_, reserved_bytes_);
 }
 
-abi::CUdeviceptr AllocationTable::Place(Region& region, std::uint64_t size) {
+abi::CUdeviceptr AllocationTable::Place(Region& region, std::uint64_t size,
+                                        std::uint64_t alignment) {
+  if (alignment < kAlignment) alignment = kAlignment;
   if (size == 0 || size > region.end - region.begin) return 0;
-  std::uint64_t cursor = region.cursor;
+  std::uint64_t cursor = AlignUp(region.cursor, alignment);
   bool wrapped = false;
   while (true) {
-    if (cursor > region.end || size > region.end - cursor) {
+    // A cursor that wrapped past 2^64 while aligning comes out below the region.
+    if (cursor < region.begin || cursor > region.end || size > region.end - cursor) {
       if (wrapped) return 0;
       wrapped = true;
-      cursor = region.begin;
+      cursor = AlignUp(region.begin, alignment);
       continue;
     }
     auto next = by_base_.lower_bound(cursor);
@@ -59,17 +64,30 @@ abi::CUdeviceptr AllocationTable::Place(Region& region, std::uint64_t size) {
       auto previous = std::prev(next);
       const std::uint64_t previous_end = previous->first + previous->second.size;
       if (previous_end > cursor) {
-        cursor = AlignUp(previous_end);
+        cursor = AlignUp(previous_end, alignment);
         continue;
       }
     }
     if (next != by_base_.end() && next->first < cursor + size) {
-      cursor = AlignUp(next->first + next->second.size);
+      cursor = AlignUp(next->first + next->second.size, alignment);
       continue;
     }
     region.cursor = AlignUp(cursor + size);
     return cursor;
   }
+}
+
+bool AllocationTable::DeviceRangeFree(abi::CUdeviceptr base, std::uint64_t size) const {
+  if (size == 0 || base < device_.begin || base > device_.end || size > device_.end - base) {
+    return false;
+  }
+  auto next = by_base_.lower_bound(base);
+  if (next != by_base_.end() && next->first < base + size) return false;
+  if (next != by_base_.begin()) {
+    auto previous = std::prev(next);
+    if (previous->first + previous->second.size > base) return false;
+  }
+  return true;
 }
 
 void AllocationTable::Insert(abi::CUdeviceptr base, const Allocation& allocation) {

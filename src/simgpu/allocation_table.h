@@ -19,6 +19,8 @@ enum class AllocationKind : std::uint8_t {
   kManaged,        // cuMemAllocManaged: host-accessible, charged to the device
   kStreamOrdered,  // cuMemAllocAsync / cuMemAllocFromPoolAsync on a device pool
   kHostPool,       // cuMemAllocFromPoolAsync on a host pool: host memory, no device charge
+  kReservation,    // cuMemAddressReserve: address range only, no memory, no context; cuMemFree
+                   // refuses it
 };
 
 struct Allocation {
@@ -37,10 +39,15 @@ class AllocationTable {
   AllocationTable(const AllocationTable&) = delete;
   AllocationTable& operator=(const AllocationTable&) = delete;
 
-  // A free, 512-byte aligned address range of `size` bytes in the 64-bit (or legacy 32-bit)
-  // region; 0 if the region has no room.
-  abi::CUdeviceptr PlaceDevice(std::uint64_t size) { return Place(device_, size); }
-  abi::CUdeviceptr PlaceLegacy32(std::uint64_t size) { return Place(legacy32_, size); }
+  // A free address range of `size` bytes in the 64-bit (or legacy 32-bit) region, aligned to
+  // 512 bytes or to `alignment` (a power of two) if larger; 0 if the region has no room.
+  abi::CUdeviceptr PlaceDevice(std::uint64_t size, std::uint64_t alignment = 0) {
+    return Place(device_, size, alignment);
+  }
+  abi::CUdeviceptr PlaceLegacy32(std::uint64_t size) { return Place(legacy32_, size, 0); }
+
+  // Whether [base, base + size) lies in the 64-bit region and overlaps no recorded range.
+  bool DeviceRangeFree(abi::CUdeviceptr base, std::uint64_t size) const;
 
   void Insert(abi::CUdeviceptr base, const Allocation& allocation);
 
@@ -60,7 +67,7 @@ class AllocationTable {
     std::uint64_t cursor = 0;  // next-fit: where the last placement ended
   };
 
-  abi::CUdeviceptr Place(Region& region, std::uint64_t size);
+  abi::CUdeviceptr Place(Region& region, std::uint64_t size, std::uint64_t alignment);
 
   std::map<abi::CUdeviceptr, Allocation> by_base_;
   void* reserved_ = nullptr;  // the PROT_NONE mapping behind device_

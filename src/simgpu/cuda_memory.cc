@@ -113,7 +113,9 @@ CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   return abi::CUDA_SUCCESS;
 }
 
-// Works from any context (device pointers are unique across the process).
+// Works from any context (device pointers are unique across the process). Inside an address
+// reservation the range is the cuMemMap mapping containing the address (what NCCL and others
+// pass to cuMemUnmap); reserved but unmapped addresses are not allocations.
 CUresult cuMemGetAddressRange_v2(abi::CUdeviceptr* base, size_t* size, abi::CUdeviceptr address) {
   Driver* driver;
   if (CUresult result = simgpu::GetDriver(&driver); result != abi::CUDA_SUCCESS) return result;
@@ -123,6 +125,14 @@ CUresult cuMemGetAddressRange_v2(abi::CUdeviceptr* base, size_t* size, abi::CUde
     std::lock_guard lock(driver->mu);
     if (!driver->allocations.FindContaining(address, &found_base, &found)) {
       return abi::CUDA_ERROR_NOT_FOUND;
+    }
+    if (found.kind == AllocationKind::kReservation) {
+      auto mapping = driver->mappings.upper_bound(address);
+      if (mapping == driver->mappings.begin()) return abi::CUDA_ERROR_NOT_FOUND;
+      --mapping;
+      if (address - mapping->first >= mapping->second.size) return abi::CUDA_ERROR_NOT_FOUND;
+      found_base = mapping->first;
+      found.size = mapping->second.size;
     }
   }
   if (base != nullptr) *base = found_base;

@@ -170,6 +170,11 @@ CUresult Driver::AllocateLocked(const Allocation& spec, abi::CUdeviceptr* base) 
 CUresult Driver::FreeLocked(abi::CUdeviceptr base) {
   Allocation allocation;
   if (!allocations.Remove(base, &allocation)) return abi::CUDA_ERROR_INVALID_VALUE;
+  if (allocation.kind == AllocationKind::kReservation) {
+    // Put back rather than look up first: keeps the common free path to one tree search.
+    allocations.Insert(base, allocation);
+    return abi::CUDA_ERROR_INVALID_VALUE;
+  }
   ReleaseLocked(allocation.ordinal, allocation.charged);
   if (allocation.host_mapping != nullptr) ::munmap(allocation.host_mapping, allocation.size);
   return abi::CUDA_SUCCESS;

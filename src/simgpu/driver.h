@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -49,7 +50,10 @@ struct Driver {
   std::unordered_set<MemPool*> pools;     // every pool not destroyed, default ones included
   std::vector<MemPool*> destroyed_pools;  // kept: their allocations may still be freed
   std::unordered_map<abi::CUmemGenericAllocationHandle, PhysicalAllocation> physical;
-  abi::CUmemGenericAllocationHandle next_physical_handle = 0x100000;
+  abi::CUmemGenericAllocationHandle next_physical_handle = 0x100000;  // never reused
+  // cuMemMap mappings by start address; reservations themselves are kReservation entries of
+  // `allocations`.
+  std::map<abi::CUdeviceptr, Mapping> mappings;
 
   int device_count() const { return static_cast<int>(devices.size()); }
   bool ValidOrdinal(abi::CUdevice ordinal) const {
@@ -65,7 +69,8 @@ struct Driver {
   // Places, charges and records an allocation described by `spec` (size, charge, device,
   // context, kind); host-accessible kinds get real anonymous memory. Caller holds `mu`.
   abi::CUresult AllocateLocked(const Allocation& spec, abi::CUdeviceptr* base);
-  // Frees the allocation starting at `base`; CUDA_ERROR_INVALID_VALUE if there is none.
+  // Frees the allocation starting at `base`; CUDA_ERROR_INVALID_VALUE if there is none (or it
+  // is an address reservation, which only cuMemAddressFree frees).
   abi::CUresult FreeLocked(abi::CUdeviceptr base);
 
   // Makes a context hold its memory again: charges context_bytes and marks it active.

@@ -32,9 +32,20 @@ struct ArrayObject {
 };
 
 // A cuMemCreate allocation: device memory when it lives on a device, none for host locations.
+// It exists while either count is non-zero: cuMemRelease drops a handle reference, cuMemUnmap a
+// mapping, and only when both reach zero is its device memory returned (as NVIDIA documents).
 struct PhysicalAllocation {
   int ordinal = -1;  // -1 for host memory
   std::uint64_t bytes = 0;
+  std::uint64_t handle_references = 1;  // cuMemCreate's, plus one per cuMemRetainAllocationHandle
+  std::uint64_t mappings = 0;           // live cuMemMap mappings of it
+};
+
+// One cuMemMap: `size` bytes of address space (inside a reservation) backed by the whole of
+// allocation `handle`.
+struct Mapping {
+  std::uint64_t size = 0;
+  abi::CUmemGenericAllocationHandle handle = 0;
 };
 
 }  // namespace gpufrac::simgpu

@@ -149,6 +149,7 @@ TEST_F(LimiterTest, EachAllocationKindIsChargedAndReleased) {
       {"async_ptsz", 64 * kMiB, 64 * kMiB},
       {"pool", 64 * kMiB, 64 * kMiB},
       {"vmm", 64 * kMiB, 64 * kMiB},
+      {"vmmmap", 64 * kMiB, 64 * kMiB},  // released while mapped: charged until the unmap
       {"array", 64 * kMiB, 64 * kMiB},
       {"array3d", 64 * kMiB, 64 * kMiB},
       {"mipmap", 64 * kMiB, 80 * kMiB},  // two levels: full size plus a quarter
@@ -181,6 +182,20 @@ TEST_F(LimiterTest, ContextMemoryCountsAgainstTheLimit) {
   RunResult fill = Probe(w, {"fill", std::to_string(100 * kMiB)});
   EXPECT_EQ(fill.GetInt("count"), 8);
   EXPECT_EQ(fill.GetInt("last"), 2);
+}
+
+// Destroying a context frees what was allocated in it; the charges must go with it.
+TEST_F(LimiterTest, EndingAContextReleasesWhatWasAllocatedInIt) {
+  Workload w(uuid_, kGiB, 100 * kMiB);
+  RunResult destroyed = Probe(w, {"endctx", "ctx", std::to_string(500 * kMiB)});
+  ASSERT_EQ(destroyed.status, 0) << destroyed.err;
+  // The primary context (100 MiB), the created one (100 MiB) and the allocation.
+  EXPECT_EQ(destroyed.GetInt("during"), static_cast<long long>(700 * kMiB));
+  EXPECT_EQ(destroyed.GetInt("after"), static_cast<long long>(100 * kMiB));
+  RunResult reset = Probe(w, {"endctx", "reset", std::to_string(500 * kMiB)});
+  ASSERT_EQ(reset.status, 0) << reset.err;
+  EXPECT_EQ(reset.GetInt("during"), static_cast<long long>(600 * kMiB));
+  EXPECT_EQ(reset.GetInt("after"), static_cast<long long>(100 * kMiB));  // the new primary
 }
 
 TEST_F(LimiterTest, NvmlReportsTheLimitAndTheWorkloadsUse) {

@@ -5,6 +5,7 @@
 //   cuda_probe [--path linked|dlsym|procaddr] [--cuda-version N] ACTION [ARGS]
 //   actions: uuid | info | nvml | alloc KIND BYTES | fill BYTES | hold BYTES
 //            | race SHM INDEX BYTES ROUNDS | setenv-alloc FILE BYTES | resolve | hotloop N
+//            | endctx ctx|reset BYTES
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -24,33 +25,39 @@ using namespace gpufrac::abi;
 
 // Every driver function the probe calls: (field, exported symbol, base name for cuGetProcAddress,
 // per-thread-stream variant).
-#define PROBE_FUNCTIONS(X)                                                                 \
-  X(cuInit, cuInit, "cuInit", false)                                                       \
-  X(cuDeviceGet, cuDeviceGet, "cuDeviceGet", false)                                        \
-  X(cuDeviceGetUuid_v2, cuDeviceGetUuid_v2, "cuDeviceGetUuid", false)                      \
-  X(cuDeviceTotalMem_v2, cuDeviceTotalMem_v2, "cuDeviceTotalMem", false)                   \
-  X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", false) \
-  X(cuCtxSetCurrent, cuCtxSetCurrent, "cuCtxSetCurrent", false)                            \
-  X(cuCtxCreate_v2, cuCtxCreate_v2, "cuCtxCreate", false)                                  \
-  X(cuCtxDestroy_v2, cuCtxDestroy_v2, "cuCtxDestroy", false)                               \
-  X(cuMemGetInfo_v2, cuMemGetInfo_v2, "cuMemGetInfo", false)                               \
-  X(cuMemAlloc_v2, cuMemAlloc_v2, "cuMemAlloc", false)                                     \
-  X(cuMemFree_v2, cuMemFree_v2, "cuMemFree", false)                                        \
-  X(cuMemAllocPitch_v2, cuMemAllocPitch_v2, "cuMemAllocPitch", false)                      \
-  X(cuMemAllocManaged, cuMemAllocManaged, "cuMemAllocManaged", false)                      \
-  X(cuMemAllocAsync, cuMemAllocAsync, "cuMemAllocAsync", false)                            \
-  X(cuMemAllocAsync_ptsz, cuMemAllocAsync_ptsz, "cuMemAllocAsync", true)                   \
-  X(cuMemFreeAsync, cuMemFreeAsync, "cuMemFreeAsync", false)                               \
-  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", false)    \
-  X(cuMemPoolCreate, cuMemPoolCreate, "cuMemPoolCreate", false)                            \
-  X(cuMemPoolDestroy, cuMemPoolDestroy, "cuMemPoolDestroy", false)                         \
-  X(cuMemCreate, cuMemCreate, "cuMemCreate", false)                                        \
-  X(cuMemRelease, cuMemRelease, "cuMemRelease", false)                                     \
-  X(cuArrayCreate_v2, cuArrayCreate_v2, "cuArrayCreate", false)                            \
-  X(cuArray3DCreate_v2, cuArray3DCreate_v2, "cuArray3DCreate", false)                      \
-  X(cuArrayDestroy, cuArrayDestroy, "cuArrayDestroy", false)                               \
-  X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, "cuMipmappedArrayCreate", false)       \
-  X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", false)    \
+#define PROBE_FUNCTIONS(X)                                                                    \
+  X(cuInit, cuInit, "cuInit", false)                                                          \
+  X(cuDeviceGet, cuDeviceGet, "cuDeviceGet", false)                                           \
+  X(cuDeviceGetUuid_v2, cuDeviceGetUuid_v2, "cuDeviceGetUuid", false)                         \
+  X(cuDeviceTotalMem_v2, cuDeviceTotalMem_v2, "cuDeviceTotalMem", false)                      \
+  X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", false)    \
+  X(cuCtxSetCurrent, cuCtxSetCurrent, "cuCtxSetCurrent", false)                               \
+  X(cuDevicePrimaryCtxReset_v2, cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset", false) \
+  X(cuCtxCreate_v2, cuCtxCreate_v2, "cuCtxCreate", false)                                     \
+  X(cuCtxDestroy_v2, cuCtxDestroy_v2, "cuCtxDestroy", false)                                  \
+  X(cuMemGetInfo_v2, cuMemGetInfo_v2, "cuMemGetInfo", false)                                  \
+  X(cuMemAlloc_v2, cuMemAlloc_v2, "cuMemAlloc", false)                                        \
+  X(cuMemFree_v2, cuMemFree_v2, "cuMemFree", false)                                           \
+  X(cuMemAllocPitch_v2, cuMemAllocPitch_v2, "cuMemAllocPitch", false)                         \
+  X(cuMemAllocManaged, cuMemAllocManaged, "cuMemAllocManaged", false)                         \
+  X(cuMemAllocAsync, cuMemAllocAsync, "cuMemAllocAsync", false)                               \
+  X(cuMemAllocAsync_ptsz, cuMemAllocAsync_ptsz, "cuMemAllocAsync", true)                      \
+  X(cuMemFreeAsync, cuMemFreeAsync, "cuMemFreeAsync", false)                                  \
+  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", false)       \
+  X(cuMemPoolCreate, cuMemPoolCreate, "cuMemPoolCreate", false)                               \
+  X(cuMemPoolDestroy, cuMemPoolDestroy, "cuMemPoolDestroy", false)                            \
+  X(cuMemCreate, cuMemCreate, "cuMemCreate", false)                                           \
+  X(cuMemRelease, cuMemRelease, "cuMemRelease", false)                                        \
+  X(cuMemAddressReserve, cuMemAddressReserve, "cuMemAddressReserve", false)                   \
+  X(cuMemAddressFree, cuMemAddressFree, "cuMemAddressFree", false)                            \
+  X(cuMemMap, cuMemMap, "cuMemMap", false)                                                    \
+  X(cuMemUnmap, cuMemUnmap, "cuMemUnmap", false)                                              \
+  X(cuMemSetAccess, cuMemSetAccess, "cuMemSetAccess", false)                                  \
+  X(cuArrayCreate_v2, cuArrayCreate_v2, "cuArrayCreate", false)                               \
+  X(cuArray3DCreate_v2, cuArray3DCreate_v2, "cuArray3DCreate", false)                         \
+  X(cuArrayDestroy, cuArrayDestroy, "cuArrayDestroy", false)                                  \
+  X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, "cuMipmappedArrayCreate", false)          \
+  X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", false)       \
   X(cuStreamSynchronize, cuStreamSynchronize, "cuStreamSynchronize", false)
 
 // Direct-link declarations with the ABI types (the _ptsz variant shares its base type).
@@ -194,6 +201,26 @@ int Alloc(const std::string& kind, unsigned long long bytes) {
     CUmemGenericAllocationHandle h;
     r = g.cuMemCreate(&h, bytes, &prop, 0);
     if (r == CUDA_SUCCESS) measure(), fr = g.cuMemRelease(h);
+  } else if (kind == "vmmmap") {
+    // The usual VMM pattern: create, map, release the handle at once, use, unmap. The memory (and
+    // its charge) lives until the unmap.
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = g_dev;
+    CUmemGenericAllocationHandle h;
+    r = g.cuMemCreate(&h, bytes, &prop, 0);
+    if (r == CUDA_SUCCESS) {
+      CUdeviceptr va;
+      Check(g.cuMemAddressReserve(&va, bytes, 0, 0, 0), "cuMemAddressReserve");
+      Check(g.cuMemMap(va, bytes, 0, h, 0), "cuMemMap");
+      CUmemAccessDesc access{prop.location, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+      Check(g.cuMemSetAccess(va, bytes, &access, 1), "cuMemSetAccess");
+      Check(g.cuMemRelease(h), "cuMemRelease");
+      measure();
+      fr = g.cuMemUnmap(va, bytes);
+      Check(g.cuMemAddressFree(va, bytes), "cuMemAddressFree");
+    }
   } else if (kind == "array") {
     CUDA_ARRAY_DESCRIPTOR d{bytes / 4 / 1024, 1024, CU_AD_FORMAT_FLOAT, 1};
     CUarray a;
@@ -242,6 +269,31 @@ int HotLoop(int rounds) {
   }
   getppid();
   std::printf("hotloop=done\n");
+  return 0;
+}
+
+// Allocates `bytes` in a context and then ends the context without freeing: by destroying a
+// created context ("ctx") or resetting the primary one ("reset"). Prints what is in use after.
+int EndContext(const std::string& how, unsigned long long bytes) {
+  CUdeviceptr p;
+  CUcontext primary;
+  if (how == "ctx") {
+    CUcontext c;
+    Check(g.cuCtxCreate_v2(&c, 0, g_dev), "cuCtxCreate");
+    Check(g.cuCtxSetCurrent(c), "cuCtxSetCurrent");
+    Check(g.cuMemAlloc_v2(&p, bytes), "cuMemAlloc");
+    std::printf("during=%llu\n", Used());
+    Check(g.cuCtxDestroy_v2(c), "cuCtxDestroy");
+  } else if (how == "reset") {
+    Check(g.cuMemAlloc_v2(&p, bytes), "cuMemAlloc");
+    std::printf("during=%llu\n", Used());
+    Check(g.cuDevicePrimaryCtxReset_v2(g_dev), "cuDevicePrimaryCtxReset");
+  } else {
+    Die("unknown way to end a context");
+  }
+  Check(g.cuDevicePrimaryCtxRetain(&primary, g_dev), "cuDevicePrimaryCtxRetain");
+  Check(g.cuCtxSetCurrent(primary), "cuCtxSetCurrent");
+  std::printf("after=%llu\n", Used());
   return 0;
 }
 
@@ -418,6 +470,8 @@ int main(int argc, char** argv) {
     PrintNvml();
   } else if (action == "alloc") {
     return Alloc(arg(1), ParseBytes(arg(2)));
+  } else if (action == "endctx") {
+    return EndContext(arg(1), ParseBytes(arg(2)));
   } else if (action == "hotloop") {
     return HotLoop(std::atoi(arg(1)));
   } else if (action == "fill") {

@@ -64,7 +64,9 @@ struct SameSignature<RA (*)(PA...), RB (*)(PB...)> {
                                                               X(cuModuleGetFunction)               \
                                                                   X(cuGetErrorString)              \
                                                                       X(cuGetErrorName)            \
-                                                                          X(cuGetProcAddress_v2)
+                                                                          X(cuGetProcAddress_v2)           \
+  X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)          \
+      X(cuMemRetainAllocationHandle) X(cuMemGetAllocationGranularity)
 
 #define CHECK_SIGNATURE(fn) \
   static_assert(SameSignature<ours::fn##_t, decltype(&::fn)>::value, #fn " differs from cuda.h");
@@ -111,7 +113,10 @@ CHECKED_FUNCTIONS(CHECK_SIGNATURE)
                                                                           X(CU_AD_FORMAT_SIGNED_INT16) X(       \
                                                                               CU_AD_FORMAT_SIGNED_INT32)        \
                                                                               X(CU_AD_FORMAT_HALF)              \
-                                                                                  X(CU_AD_FORMAT_FLOAT)
+                                                                                  X(CU_AD_FORMAT_FLOAT)    \
+  X(CU_MEM_ACCESS_FLAGS_PROT_NONE) X(CU_MEM_ACCESS_FLAGS_PROT_READ)                               \
+      X(CU_MEM_ACCESS_FLAGS_PROT_READWRITE) X(CU_MEM_ALLOC_GRANULARITY_MINIMUM)                   \
+          X(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
 
 #define CHECK_ENUMERATOR(name)                                                        \
   static_assert(static_cast<long long>(ours::name) == static_cast<long long>(::name), \
@@ -136,6 +141,12 @@ CHECK_LAYOUT(CUmemLocation, id) CHECK_SIZE(CUmemAllocationProp)
                                     CHECK_SIZE(CUuuid) static_assert(sizeof(ours::CUdeviceptr) ==
                                                                      sizeof(::CUdeviceptr));
 static_assert(sizeof(ours::CUmemGenericAllocationHandle) == sizeof(::CUmemGenericAllocationHandle));
+CHECK_SIZE(CUmemAccessDesc)
+CHECK_LAYOUT(CUmemAccessDesc, location)
+CHECK_LAYOUT(CUmemAccessDesc, flags)
+static_assert(sizeof(ours::CUmemAccess_flags) == sizeof(::CUmemAccess_flags));
+static_assert(sizeof(ours::CUmemAllocationGranularity_flags) ==
+              sizeof(::CUmemAllocationGranularity_flags));
 
 static_assert(before_cuda_h::kLayered == CUDA_ARRAY3D_LAYERED);
 

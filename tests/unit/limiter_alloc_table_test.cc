@@ -12,7 +12,7 @@ namespace {
 TEST(AllocTableTest, TakeReturnsWhatInsertRecorded) {
   AllocTable t;
   ASSERT_TRUE(t.Init(1 << 10));
-  EXPECT_TRUE(t.Insert(0x7f0000001000, ChargeRecord{4096, 3}));
+  EXPECT_TRUE(t.Insert(0x7f0000001000, ChargeRecord{4096, 3, 0}));
   ChargeRecord c;
   EXPECT_TRUE(t.Find(0x7f0000001000, &c));
   EXPECT_TRUE(t.Take(0x7f0000001000, &c));
@@ -26,7 +26,7 @@ TEST(AllocTableTest, HoldsManyLiveEntriesAndReusesFreedSlots) {
   AllocTable t;
   ASSERT_TRUE(t.Init(1 << 18));
   for (int round = 0; round < 3; ++round) {
-    for (uint64_t i = 1; i <= 100000; ++i) ASSERT_TRUE(t.Insert(i << 12, ChargeRecord{i, 0}));
+    for (uint64_t i = 1; i <= 100000; ++i) ASSERT_TRUE(t.Insert(i << 12, ChargeRecord{i, 0, 0}));
     for (uint64_t i = 1; i <= 100000; ++i) {
       ChargeRecord c;
       ASSERT_TRUE(t.Take(i << 12, &c));
@@ -35,11 +35,45 @@ TEST(AllocTableTest, HoldsManyLiveEntriesAndReusesFreedSlots) {
   }
 }
 
+TEST(AllocTableTest, TakesEverythingAContextOwned) {
+  AllocTable t;
+  ASSERT_TRUE(t.Init(1 << 12));
+  for (uint64_t i = 1; i <= 300; ++i) ASSERT_TRUE(t.Insert(i << 12, ChargeRecord{i, 0, i % 3}));
+  uint64_t released = 0;
+  int count = 0;
+  t.TakeAllOwnedBy(1, [&](const ChargeRecord& c) {
+    released += c.bytes;
+    ++count;
+  });
+  EXPECT_EQ(count, 100);
+  uint64_t expected = 0;
+  for (uint64_t i = 1; i <= 300; ++i) expected += i % 3 == 1 ? i : 0;
+  EXPECT_EQ(released, expected);
+  ChargeRecord c;
+  EXPECT_FALSE(t.Find(1 << 12, &c));  // owner 1: gone
+  EXPECT_TRUE(t.Find(2 << 12, &c));   // owner 2: still there
+}
+
+TEST(AllocTableTest, MissesStayShortAfterMuchChurn) {
+  AllocTable t;
+  ASSERT_TRUE(t.Init(1 << 16));
+  // Millions of short-lived entries leave tombstones everywhere; a lookup of an absent key must
+  // still stop after the longest probe an insertion needed, not scan the table.
+  for (uint64_t i = 1; i <= 2000000; ++i) {
+    ASSERT_TRUE(t.Insert(i << 8, ChargeRecord{1, 0, 0}));
+    ChargeRecord c;
+    ASSERT_TRUE(t.Take(i << 8, &c));
+  }
+  EXPECT_LE(t.longest_probe(), 4u);  // not the 65536 slots a scan to an empty slot would take
+  ChargeRecord c;
+  for (uint64_t i = 0; i < 1000; ++i) EXPECT_FALSE(t.Find((i << 40) | 0x1000, &c));
+}
+
 TEST(AllocTableTest, RefusesWhenFull) {
   AllocTable t;
   ASSERT_TRUE(t.Init(4));
-  for (uint64_t i = 1; i <= 4; ++i) EXPECT_TRUE(t.Insert(i * 4096, ChargeRecord{1, 0}));
-  EXPECT_FALSE(t.Insert(99 * 4096, ChargeRecord{1, 0}));
+  for (uint64_t i = 1; i <= 4; ++i) EXPECT_TRUE(t.Insert(i * 4096, ChargeRecord{1, 0, 0}));
+  EXPECT_FALSE(t.Insert(99 * 4096, ChargeRecord{1, 0, 0}));
 }
 
 TEST(AllocTableTest, ConcurrentThreadsKeepTheirOwnEntries) {
@@ -52,7 +86,7 @@ TEST(AllocTableTest, ConcurrentThreadsKeepTheirOwnEntries) {
       for (int round = 0; round < 200; ++round) {
         for (uint64_t i = 0; i < 100; ++i) {
           uint64_t key = (static_cast<uint64_t>(th + 1) << 32) | ((i + 1) << 8);
-          if (!t.Insert(key, ChargeRecord{i + 1, th})) errors++;
+          if (!t.Insert(key, ChargeRecord{i + 1, th, 0})) errors++;
         }
         for (uint64_t i = 0; i < 100; ++i) {
           uint64_t key = (static_cast<uint64_t>(th + 1) << 32) | ((i + 1) << 8);
