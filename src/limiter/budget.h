@@ -77,7 +77,6 @@ class Budget {
   // Maps an existing segment only.
   bool Attach(const char* name, char* err, size_t err_len);
   static bool Unlink(const char* name);
-  bool is_open() const { return seg_ != nullptr; }
 
   // Registers process `self` as a member; the calling thread locks the member's liveness mutex
   // and must keep it locked for as long as it lives (see HandOverMember). Returns the member index,

@@ -43,6 +43,30 @@ class BudgetTest : public ::testing::Test {
     return lane;
   }
 
+  // Forks a member process that reserves `bytes` and then waits (pause(), or exec'ing sleep when
+  // `then_exec`). Returns its pid once the reservation is made; the caller kills it.
+  pid_t StartHolder(uint64_t bytes, bool then_exec = false) {
+    int ready[2];
+    if (pipe(ready) != 0) return -1;
+    pid_t child = fork();
+    if (child == 0) {
+      Budget c;
+      ProcessId me;
+      int lane = JoinAsChild(&c, &me);
+      if (!c.Reserve(lane, me, bytes)) _exit(2);
+      char x = 1;
+      if (write(ready[1], &x, 1) != 1) _exit(3);
+      if (then_exec) execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
+      pause();
+      _exit(0);
+    }
+    char x;
+    bool ok = read(ready[0], &x, 1) == 1;
+    close(ready[0]);
+    close(ready[1]);
+    return ok ? child : -1;
+  }
+
   std::string name_;
   ProcessId self_;
 };
@@ -121,21 +145,8 @@ TEST_F(BudgetTest, ThreadsNeverHoldMoreThanTheLimitTogether) {
 TEST_F(BudgetTest, ReclaimsWhatAKilledProcessHeld) {
   Budget b;
   Open(b, 1000);
-  int ready[2];
-  ASSERT_EQ(pipe(ready), 0);
-  pid_t child = fork();
-  if (child == 0) {
-    Budget c;
-    ProcessId me;
-    int lane = JoinAsChild(&c, &me);
-    if (!c.Reserve(lane, me, 700)) _exit(2);
-    char x = 1;
-    if (write(ready[1], &x, 1) != 1) _exit(3);
-    pause();
-    _exit(0);
-  }
-  char x;
-  ASSERT_EQ(read(ready[0], &x, 1), 1);
+  pid_t child = StartHolder(700);
+  ASSERT_GT(child, 0);
   EXPECT_EQ(b.used(), 700u);
   EXPECT_FALSE(b.MemberDied());
   kill(child, SIGKILL);
@@ -149,8 +160,6 @@ TEST_F(BudgetTest, ReclaimsWhatAKilledProcessHeld) {
   EXPECT_FALSE(b.MemberDied());
   b.Release(lane, 1000);
   EXPECT_EQ(b.used(), 0u);
-  close(ready[0]);
-  close(ready[1]);
 }
 
 // Processes killed at arbitrary instructions of the protocol (mid-reservation, mid-commit,
@@ -293,21 +302,8 @@ TEST_F(BudgetTest, ReclaimingNeverLetsTheLivingPassTheLimit) {
 TEST_F(BudgetTest, AReclaimerThatCannotReadProcKeepsOthersCharges) {
   Budget b;
   Open(b, 1000);
-  int ready[2];
-  ASSERT_EQ(pipe(ready), 0);
-  pid_t child = fork();
-  if (child == 0) {
-    Budget c;
-    ProcessId me;
-    int lane = JoinAsChild(&c, &me);
-    if (!c.Reserve(lane, me, 700)) _exit(2);
-    char x = 1;
-    if (write(ready[1], &x, 1) != 1) _exit(3);
-    pause();
-    _exit(0);
-  }
-  char x;
-  ASSERT_EQ(read(ready[0], &x, 1), 1);
+  pid_t child = StartHolder(700);
+  ASSERT_GT(child, 0);
   std::vector<int> fds;
   for (int fd; (fd = dup(0)) >= 0;) fds.push_back(fd);
   uint64_t released = b.Reclaim(self_);
@@ -317,8 +313,6 @@ TEST_F(BudgetTest, AReclaimerThatCannotReadProcKeepsOthersCharges) {
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   EXPECT_EQ(b.Reclaim(self_), 700u);
-  close(ready[0]);
-  close(ready[1]);
 }
 
 // A member that replaces itself with exec is alive, though the kernel released its mutex: the
@@ -326,21 +320,8 @@ TEST_F(BudgetTest, AReclaimerThatCannotReadProcKeepsOthersCharges) {
 TEST_F(BudgetTest, AMemberThatExecsDoesNotKeepReclaimsRunning) {
   Budget b;
   Open(b, 1000);
-  int ready[2];
-  ASSERT_EQ(pipe(ready), 0);
-  pid_t child = fork();
-  if (child == 0) {
-    Budget c;
-    ProcessId me;
-    int lane = JoinAsChild(&c, &me);
-    if (!c.Reserve(lane, me, 300)) _exit(2);
-    char x = 1;
-    if (write(ready[1], &x, 1) != 1) _exit(3);
-    execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
-    _exit(4);
-  }
-  char x;
-  ASSERT_EQ(read(ready[0], &x, 1), 1);
+  pid_t child = StartHolder(300, /*then_exec=*/true);
+  ASSERT_GT(child, 0);
   for (int i = 0; i < 200 && !b.MemberDied(); ++i) usleep(5000);  // wait for the exec
   EXPECT_TRUE(b.MemberDied());
   EXPECT_EQ(b.Reclaim(self_), 0u);  // alive: nothing taken
@@ -349,8 +330,6 @@ TEST_F(BudgetTest, AMemberThatExecsDoesNotKeepReclaimsRunning) {
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   EXPECT_EQ(b.Reclaim(self_), 300u);
-  close(ready[0]);
-  close(ready[1]);
 }
 
 TEST_F(BudgetTest, AThreadsLaneOutlivesTheThread) {
