@@ -198,6 +198,21 @@ TEST_F(LimiterTest, EndingAContextReleasesWhatWasAllocatedInIt) {
   EXPECT_EQ(reset.GetInt("after"), static_cast<long long>(100 * kMiB));  // the new primary
 }
 
+// Many threads allocating at once, each block freed by another thread than allocated it: every
+// allocation that fitted was charged, and everything was released.
+TEST_F(LimiterTest, ThreadsAllocatingAndFreeingAcrossEachOther) {
+  Workload w(uuid_, kGiB);
+  RunResult r = Probe(w, {"threads", "8", std::to_string(2 * kMiB)});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.GetInt("failures"), 0);
+  EXPECT_EQ(r.GetInt("threads_added"), static_cast<long long>(8 * 50 * 2 * kMiB));
+  EXPECT_EQ(r.GetInt("threads_after"), 0);
+  // 8 x 50 x 4 MiB = 1600 MiB does not fit in 1 GiB: exactly 256 blocks do.
+  RunResult over = Probe(w, {"threads", "8", std::to_string(4 * kMiB)});
+  EXPECT_EQ(over.GetInt("threads_added"), static_cast<long long>(kGiB));
+  EXPECT_EQ(over.GetInt("threads_after"), 0);
+}
+
 TEST_F(LimiterTest, NvmlReportsTheLimitAndTheWorkloadsUse) {
   Workload w(uuid_, 4 * kGiB, 300 * kMiB);
   RunResult r = Probe(w, {"nvml"});

@@ -5,17 +5,20 @@
 //   cuda_probe [--path linked|dlsym|procaddr] [--cuda-version N] ACTION [ARGS]
 //   actions: uuid | info | nvml | alloc KIND BYTES | fill BYTES | hold BYTES
 //            | race SHM INDEX BYTES ROUNDS | setenv-alloc FILE BYTES | resolve | hotloop N
-//            | endctx ctx|reset BYTES
+//            | endctx ctx|reset BYTES | threads N BYTES
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "abi/cuda_abi.h"
 #include "abi/nvml_abi.h"
@@ -297,6 +300,42 @@ int EndContext(const std::string& how, unsigned long long bytes) {
   return 0;
 }
 
+// `count` threads each allocate 50 blocks; each thread's blocks are then freed by the next
+// thread (frees on another thread than the allocation). Prints what is in use before and after.
+int Threads(int count, unsigned long long bytes) {
+  CUcontext ctx;
+  Check(g.cuDevicePrimaryCtxRetain(&ctx, g_dev), "cuDevicePrimaryCtxRetain");
+  unsigned long long before = Used();
+  std::vector<std::vector<CUdeviceptr>> blocks(static_cast<size_t>(count));
+  std::atomic<int> failures{0};
+  auto run = [&](auto body) {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < count; ++t) {
+      threads.emplace_back([&, t] {
+        if (g.cuCtxSetCurrent(ctx) != CUDA_SUCCESS) failures++;
+        body(t);
+      });
+    }
+    for (auto& th : threads) th.join();
+  };
+  run([&](int t) {
+    for (int i = 0; i < 50; ++i) {
+      CUdeviceptr p;
+      if (g.cuMemAlloc_v2(&p, bytes) == CUDA_SUCCESS) blocks[t].push_back(p);
+    }
+  });
+  unsigned long long during = Used();
+  run([&](int t) {
+    for (CUdeviceptr p : blocks[(t + 1) % count]) {
+      if (g.cuMemFree_v2(p) != CUDA_SUCCESS) failures++;
+    }
+  });
+  std::printf("threads_during=%llu threads_added=%llu threads_after=%lld failures=%d\n", during,
+              during - before, static_cast<long long>(Used()) - static_cast<long long>(before),
+              failures.load());
+  return 0;
+}
+
 int Fill(unsigned long long chunk) {
   int count = 0;
   CUresult r;
@@ -472,6 +511,8 @@ int main(int argc, char** argv) {
     return Alloc(arg(1), ParseBytes(arg(2)));
   } else if (action == "endctx") {
     return EndContext(arg(1), ParseBytes(arg(2)));
+  } else if (action == "threads") {
+    return Threads(std::atoi(arg(1)), ParseBytes(arg(2)));
   } else if (action == "hotloop") {
     return HotLoop(std::atoi(arg(1)));
   } else if (action == "fill") {
