@@ -7,6 +7,8 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -132,10 +134,17 @@ int RunChild(const ExecOptions& o, const std::string& limiter, const std::string
   g_child = pid > 0 ? pid : 0;
   sigprocmask(SIG_SETMASK, &previous, nullptr);
   if (pid < 0) return Fail(kExitFailure, std::string("fork failed: ") + std::strerror(errno));
+  // Once the child is gone its PID may be reused: stop forwarding before reaping it. The
+  // handlers stay until gpufrac has cleaned up (PassThrough restores the defaults).
+  siginfo_t info{};
+  while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+  }
+  sigprocmask(SIG_BLOCK, &block, nullptr);
+  g_child = 0;
+  sigprocmask(SIG_SETMASK, &previous, nullptr);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  for (int i = 0; i < 4; ++i) sigaction(kForwarded[i], &saved[i], nullptr);
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return -WTERMSIG(status);
   return kExitFailure;
@@ -144,11 +153,16 @@ int RunChild(const ExecOptions& o, const std::string& limiter, const std::string
 // Ends gpufrac the way the command ended: its exit status, or the same signal (so that a shell
 // sees 128+N and, for Ctrl-C, stops a loop of gpufrac runs as it would for the command itself).
 int PassThrough(int child_status) {
+  for (int sig : kForwarded) signal(sig, SIG_DFL);
   if (child_status >= 0) return child_status;
   int sig = -child_status;
+  // The command's crash is not gpufrac's: no core file or crash report from us.
+  prctl(PR_SET_DUMPABLE, 0);
+  struct rlimit no_core = {0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
   signal(sig, SIG_DFL);
   raise(sig);
-  return 128 + sig;  // if the signal does not end us (e.g. SIGCHLD-like defaults)
+  return 128 + sig;  // for signals whose default is not to terminate
 }
 
 }  // namespace

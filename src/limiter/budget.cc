@@ -93,6 +93,14 @@ class LivenessCache {
   int n_ = 0;
 };
 
+// Milliseconds on the coarse monotonic clock: read from the vDSO, no system call.
+uint64_t NowMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000 + 1;
+}
+constexpr uint64_t kRecheckMs = 100;
+
 void SleepBriefly() {
   struct timespec ts = {0, 1000000};
   nanosleep(&ts, nullptr);
@@ -261,10 +269,12 @@ bool Budget::TryReserve(int lane, uint64_t bytes) {
 }
 
 bool Budget::Reserve(int lane, const ProcessId& self, uint64_t bytes) {
-  if (MemberDied()) Reclaim(self);
+  if (MemberDied()) Reclaim(self, /*wait=*/false);
   if (TryReserve(lane, bytes)) return true;
-  // Over the limit: what dead processes still hold may be the difference.
-  return Reclaim(self) > 0 && TryReserve(lane, bytes);
+  // Over the limit: what dead processes still hold may be the difference (reclaimed by us or by
+  // whoever held the reclaim lock meanwhile).
+  Reclaim(self, /*wait=*/true);
+  return TryReserve(lane, bytes);
 }
 
 void Budget::Release(int lane, uint64_t bytes) { Apply(lane, -static_cast<int64_t>(bytes), false); }
@@ -272,7 +282,9 @@ void Budget::Release(int lane, uint64_t bytes) { Apply(lane, -static_cast<int64_
 bool Budget::MemberDied() const {
   uint32_t hwm = seg_->member_high_water.load(std::memory_order_acquire);
   for (uint32_t m = 0; m < hwm; ++m) {
-    if (FutexWord(&seg_->member_alive[m]) & kFutexOwnerDied) return true;
+    if (!(FutexWord(&seg_->member_alive[m]) & kFutexOwnerDied)) continue;
+    uint64_t seen = seg_->member_alive_at_ms[m].load(std::memory_order_relaxed);
+    if (seen == 0 || NowMs() - seen >= kRecheckMs) return true;
   }
   return false;
 }
@@ -281,7 +293,7 @@ int Budget::JoinMember(const ProcessId& self) {
   for (int pass = 0; pass < 2; ++pass) {
     int m = TryJoinMember(self);
     if (m >= 0 || pass == 1) return m;
-    Reclaim(self);  // all slots taken: some may belong to processes that are gone
+    Reclaim(self, /*wait=*/true);  // all slots taken: some may belong to processes that are gone
   }
   return -1;
 }
@@ -334,7 +346,7 @@ int Budget::AcquireLane(const ProcessId& self) {
       }
       return i;
     }
-    if (pass == 0) Reclaim(self);
+    if (pass == 0) Reclaim(self, /*wait=*/true);
   }
   return -1;
 }
@@ -360,13 +372,30 @@ void Budget::ResolveInFlight(int index) {
   }
 }
 
-uint64_t Budget::Reclaim(const ProcessId& self) {
+uint64_t Budget::Reclaim(const ProcessId& self, bool wait) {
   // One reclaimer at a time: a dead process's lanes may hold negative amounts (freed on another
   // thread than they were allocated on), and they must be released before the positive ones so
   // that `global` never drops below what the living hold. A reclaimer that dies leaves its
-  // claimed lanes in kReaping under its own identity for the next one.
-  if (pthread_mutex_lock(&seg_->reclaim_lock) == EOWNERDEAD) {
+  // claimed lanes in kReaping under its own identity for the next one. Nobody waits long for the
+  // lock (its holder may be stopped in a debugger): an opportunistic reclaim does not wait at
+  // all, one that would let a reservation through waits up to 50 ms.
+  int locked;
+  if (wait) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_nsec += 50 * 1000 * 1000;
+    if (deadline.tv_nsec >= 1000000000) {
+      deadline.tv_sec += 1;
+      deadline.tv_nsec -= 1000000000;
+    }
+    locked = pthread_mutex_timedlock(&seg_->reclaim_lock, &deadline);
+  } else {
+    locked = pthread_mutex_trylock(&seg_->reclaim_lock);
+  }
+  if (locked == EOWNERDEAD) {
     pthread_mutex_consistent(&seg_->reclaim_lock);
+  } else if (locked != 0) {
+    return 0;
   }
   LivenessCache liveness;
   int claimed[kBudgetLanes];
@@ -400,14 +429,10 @@ uint64_t Budget::Reclaim(const ProcessId& self) {
     if (owner == 0 || SameProcess(owner, self)) continue;
     pthread_mutex_t* alive = &seg_->member_alive[m];
     if (liveness.Alive(IdentityOf(owner))) {
-      // Alive, yet its mutex says the owner died: the process replaced itself with exec (the
-      // kernel releases robust mutexes then). Clear the mark, or every reservation would come
-      // here; the member stays, unanchored, until a reclaim finds the process gone.
+      // Alive, yet its mutex says the owner died: the process is still exiting, or it replaced
+      // itself with exec (the kernel releases robust mutexes then). Look again in a while.
       if (FutexWord(alive) & kFutexOwnerDied) {
-        if (pthread_mutex_trylock(alive) == EOWNERDEAD) {
-          pthread_mutex_consistent(alive);
-          pthread_mutex_unlock(alive);
-        }
+        seg_->member_alive_at_ms[m].store(NowMs(), std::memory_order_relaxed);
       }
       continue;
     }
@@ -420,6 +445,7 @@ uint64_t Budget::Reclaim(const ProcessId& self) {
       continue;
     }
     // A new process may have joined the slot since the identity was read.
+    seg_->member_alive_at_ms[m].store(0, std::memory_order_relaxed);
     seg_->member_owner[m].compare_exchange_strong(owner, 0, std::memory_order_acq_rel);
     pthread_mutex_unlock(alive);
   }

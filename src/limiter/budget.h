@@ -58,6 +58,10 @@ struct BudgetSegment {
   // A member's mutex is locked by a thread of the member process for as long as it lives.
   alignas(64) pthread_mutex_t member_alive[kBudgetMembers];
   std::atomic<uint64_t> member_owner[kBudgetMembers];  // packed identity, 0 = free
+  // When a member marked "owner died" was last found alive (ms, coarse monotonic clock): it is
+  // exiting, or it exec'd. Its mark is ignored for a while rather than cleared, so that its real
+  // death is still noticed.
+  std::atomic<uint64_t> member_alive_at_ms[kBudgetMembers];
   BudgetLane lanes[kBudgetLanes];
 };
 
@@ -104,8 +108,9 @@ class Budget {
   void Release(int lane, uint64_t bytes);
 
   // Releases everything held by lanes of processes that are no longer alive and frees their lanes
-  // and member slots. Returns the bytes released.
-  uint64_t Reclaim(const ProcessId& self);
+  // and member slots. Returns the bytes released. One reclaimer runs at a time: with `wait`
+  // false this returns 0 at once if another is running, else it waits for it (50 ms at most).
+  uint64_t Reclaim(const ProcessId& self, bool wait = true);
 
   uint64_t limit() const { return seg_->limit; }
   uint64_t context_bytes() const { return seg_->context_bytes; }

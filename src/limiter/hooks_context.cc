@@ -25,28 +25,25 @@ CUresult ChargedContext(CUcontext* pctx, CUdevice dev, Create create) {
   return r;
 }
 
-// The driver has destroyed `context` and with it every allocation made in it.
-void ContextDestroyed(uint64_t context) {
-  ContextsChanged();
+// The driver has destroyed the context `instance` and with it every allocation made in it.
+void ReleaseAllocationsOf(uint64_t instance) {
   auto release = [](const ChargeRecord& c) { Uncharge(c.gpu, c.bytes); };
-  g_rt.pointers.TakeAllOwnedBy(context, release);
-  g_rt.objects.TakeAllOwnedBy(context, release);
+  g_rt.pointers.TakeAllOwnedBy(instance, release);
+  g_rt.objects.TakeAllOwnedBy(instance, release);
 }
 
-// Drops one primary-context reference (or, for a reset, all of them). With the last one the
-// driver destroys the context: its charge goes, and so do those of the allocations made in it.
-void ReleasePrimary(int gpu, bool all) {
+// Drops one primary-context reference. With the last one the driver has destroyed the context:
+// its charge goes, and so do those of the allocations made in its `instance`.
+void ReleasePrimary(int gpu, uint64_t instance) {
   GpuState& gs = g_rt.gpus[gpu];
   pthread_mutex_lock(&gs.primary_lock);
-  if (gs.primary_refs > 0) gs.primary_refs = all ? 0 : gs.primary_refs - 1;
-  bool destroyed = gs.primary_refs == 0;
-  bool uncharge = destroyed && gs.primary_charged;
+  if (gs.primary_refs > 0) --gs.primary_refs;
+  bool uncharge = gs.primary_refs == 0 && gs.primary_charged;
   if (uncharge) gs.primary_charged = false;
-  uint64_t context = destroyed ? gs.primary_context : 0;
-  if (destroyed) gs.primary_context = 0;
+  if (gs.primary_refs == 0) gs.primary_context = 0;
   pthread_mutex_unlock(&gs.primary_lock);
   if (uncharge) Uncharge(gpu, gs.budget.context_bytes());
-  if (context) ContextDestroyed(context);
+  if (instance) ReleaseAllocationsOf(instance);
 }
 
 }  // namespace
@@ -77,13 +74,16 @@ extern "C" CUresult cuCtxDestroy_v2(CUcontext ctx) {
   const uint64_t handle = reinterpret_cast<uint64_t>(ctx);
   ChargeRecord charge;
   bool charged = g_rt.objects.Take(handle, &charge);
+  // Retired before the driver runs: a new context that gets this handle is another instance.
+  uint64_t instance = RetireContext(handle);
   CUresult r = real(ctx);
   if (r != CUDA_SUCCESS) {
+    RestoreContext(handle, instance);
     if (charged) g_rt.objects.Insert(handle, charge);
     return r;
   }
   if (charged) Uncharge(charge.gpu, charge.bytes);
-  ContextDestroyed(handle);
+  if (instance) ReleaseAllocationsOf(instance);
   return r;
 }
 
@@ -105,7 +105,7 @@ extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (!ok) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = real(pctx, dev);
   if (r != CUDA_SUCCESS) {
-    ReleasePrimary(gpu, false);
+    ReleasePrimary(gpu, 0);
     return r;
   }
   pthread_mutex_lock(&gs.primary_lock);
@@ -117,17 +117,42 @@ extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
 extern "C" CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   auto real = Real_cuDevicePrimaryCtxRelease_v2();
   if (!Active()) return Bypass(real, dev);
-  CUresult r = real(dev);
   int gpu = GpuForOrdinal(dev);
-  if (r == CUDA_SUCCESS && gpu >= 0) ReleasePrimary(gpu, false);
+  if (gpu < 0) return real(dev);
+  GpuState& gs = g_rt.gpus[gpu];
+  pthread_mutex_lock(&gs.primary_lock);
+  uint64_t handle = gs.primary_refs == 1 ? gs.primary_context : 0;
+  pthread_mutex_unlock(&gs.primary_lock);
+  // The last reference destroys the context: retire it first, so that a context created again
+  // with the same handle is a new instance whose allocations the sweep leaves alone.
+  uint64_t instance = handle ? RetireContext(handle) : 0;
+  CUresult r = real(dev);
+  if (r != CUDA_SUCCESS) {
+    RestoreContext(handle, instance);
+    return r;
+  }
+  ReleasePrimary(gpu, instance);
   return r;
 }
 
+// A reset destroys every allocation in the primary context but keeps its references: the context
+// comes back on its next use, so its own charge stays.
 extern "C" CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   auto real = Real_cuDevicePrimaryCtxReset_v2();
   if (!Active()) return Bypass(real, dev);
-  CUresult r = real(dev);
   int gpu = GpuForOrdinal(dev);
-  if (r == CUDA_SUCCESS && gpu >= 0) ReleasePrimary(gpu, true);
+  uint64_t handle = 0;
+  if (gpu >= 0) {
+    pthread_mutex_lock(&g_rt.gpus[gpu].primary_lock);
+    handle = g_rt.gpus[gpu].primary_context;
+    pthread_mutex_unlock(&g_rt.gpus[gpu].primary_lock);
+  }
+  uint64_t instance = handle ? RetireContext(handle) : 0;
+  CUresult r = real(dev);
+  if (r != CUDA_SUCCESS) {
+    RestoreContext(handle, instance);
+    return r;
+  }
+  if (instance) ReleaseAllocationsOf(instance);
   return r;
 }

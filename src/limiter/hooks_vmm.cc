@@ -59,10 +59,16 @@ extern "C" CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                              CUmemGenericAllocationHandle handle, unsigned long long flags) {
   auto real = Real_cuMemMap();
   if (!Active()) return Bypass(real, ptr, size, offset, handle, flags);
+  // The mapping's reference is taken before the driver maps, so that a release racing with this
+  // map cannot drop the charge of memory about to be mapped. Handles we never charged (host
+  // memory, unlimited GPUs) are not in the table and need no bookkeeping.
+  bool counted = g_rt.handles.AddReferences(handle, 1) > 0;
   CUresult r = real(ptr, size, offset, handle, flags);
-  // Mappings of handles we never charged (host memory, unlimited GPUs) need no bookkeeping.
-  if (r == CUDA_SUCCESS && g_rt.handles.AddReferences(handle, 1) > 0) {
+  if (!counted) return r;
+  if (r == CUDA_SUCCESS) {
     g_rt.mappings.Insert(ptr, ChargeRecord{size, 0, handle});
+  } else {
+    DropReference(handle);
   }
   return r;
 }
@@ -70,23 +76,14 @@ extern "C" CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 extern "C" CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   auto real = Real_cuMemUnmap();
   if (!Active()) return Bypass(real, ptr, size);
-  // The range may cover several adjacent mappings; each holds a reference to its handle.
-  constexpr int kMaxRanges = 64;
-  CUdeviceptr starts[kMaxRanges];
-  ChargeRecord ranges[kMaxRanges];
-  int count = 0;
-  for (CUdeviceptr at = ptr; at < ptr + size && count < kMaxRanges;) {
-    if (!g_rt.mappings.Take(at, &ranges[count])) break;
-    starts[count] = at;
-    at += ranges[count++].bytes;
-  }
   CUresult r = real(ptr, size);
-  for (int i = 0; i < count; ++i) {
-    if (r == CUDA_SUCCESS) {
-      DropReference(ranges[i].owner);
-    } else {
-      g_rt.mappings.Insert(starts[i], ranges[i]);
-    }
+  if (r != CUDA_SUCCESS) return r;
+  // The range may cover several mappings, each holding a reference to its handle. Mappings
+  // start on the allocation granularity (2 MiB on every NVIDIA GPU so far), so that is the step.
+  constexpr CUdeviceptr kGranularity = CUdeviceptr{2} << 20;
+  for (CUdeviceptr at = ptr; at < ptr + size; at += kGranularity) {
+    ChargeRecord mapping;
+    if (g_rt.mappings.Take(at, &mapping)) DropReference(mapping.owner);
   }
   return r;
 }

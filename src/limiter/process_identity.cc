@@ -13,7 +13,23 @@
 namespace gpufrac::limiter {
 namespace {
 
-enum class Stat { kRunning, kZombie, kNoEntry, kUnreadable };
+enum class Stat { kRunning, kEnded, kNoEntry, kUnreadable };
+
+// Reads field `n` (1-based, counting after the command name as /proc/PID/stat does) as a number.
+bool Field(const char* after_name, int n, uint64_t* out) {
+  const char* p = after_name;
+  for (int field = 3; field < n; ++field) {
+    while (*p == ' ') ++p;
+    while (*p && *p != ' ') ++p;
+    if (!*p) return false;
+  }
+  while (*p == ' ') ++p;
+  if (*p < '0' || *p > '9') return false;
+  uint64_t v = 0;
+  for (; *p >= '0' && *p <= '9'; ++p) v = v * 10 + static_cast<uint64_t>(*p - '0');
+  *out = v;
+  return true;
+}
 
 Stat ReadStat(pid_t pid, ProcessId* out) {
   char path[64];
@@ -30,20 +46,15 @@ Stat ReadStat(pid_t pid, ProcessId* out) {
   if (n == 0) return Stat::kNoEntry;
   buf[n] = '\0';
   // The command name (field 2) may contain spaces and parentheses; fields resume after the last
-  // ')': field 3 is the state, field 22 the start time.
+  // ')': 3 state, 20 threads, 22 start time.
   const char* p = strrchr(buf, ')');
   if (!p || p[1] != ' ' || !p[2]) return Stat::kUnreadable;
-  if (p[2] == 'Z' || p[2] == 'X') return Stat::kZombie;
-  ++p;
-  for (int field = 3; field < 22; ++field) {
-    while (*p == ' ') ++p;
-    while (*p && *p != ' ') ++p;
-    if (!*p) return Stat::kUnreadable;
-  }
-  while (*p == ' ') ++p;
-  if (*p < '0' || *p > '9') return Stat::kUnreadable;
-  uint64_t ticks = 0;
-  for (; *p >= '0' && *p <= '9'; ++p) ticks = ticks * 10 + static_cast<uint64_t>(*p - '0');
+  const char state = p[2];
+  uint64_t threads = 0, ticks = 0;
+  if (!Field(p + 1, 20, &threads) || !Field(p + 1, 22, &ticks)) return Stat::kUnreadable;
+  // A zombie leader with other threads still running is a process whose main thread merely
+  // exited: alive.
+  if ((state == 'Z' || state == 'X') && threads <= 1) return Stat::kEnded;
   out->pid = pid;
   out->start_ticks = ticks;
   return Stat::kRunning;
@@ -58,7 +69,7 @@ bool IsAlive(const ProcessId& id) {
   switch (ReadStat(id.pid, &now)) {
     case Stat::kRunning:
       return now.start_ticks == id.start_ticks;
-    case Stat::kZombie:
+    case Stat::kEnded:
       return false;
     case Stat::kNoEntry:
       // Hidden from /proc (hidepid) is not gone: only the kernel's "no such process" is.

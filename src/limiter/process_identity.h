@@ -13,7 +13,7 @@ struct ProcessId {
   uint64_t start_ticks = 0;
 };
 
-// Reads the identity of process `pid`; false if it does not exist, has exited (a zombie), or
+// Reads the identity of process `pid`; false if it does not exist, has ended (a zombie), or
 // cannot be read.
 bool ReadProcessId(pid_t pid, ProcessId* out);
 

@@ -38,6 +38,8 @@ std::atomic<uint32_t> g_context_epoch{1};
 __thread uint64_t t_context __attribute__((tls_model("initial-exec")));
 __thread int t_context_gpu __attribute__((tls_model("initial-exec")));
 __thread uint32_t t_context_epoch __attribute__((tls_model("initial-exec")));
+__thread uint64_t t_instance __attribute__((tls_model("initial-exec")));
+uint64_t g_next_instance = 1;  // under g_slow_lock
 
 void ThreadExit(void*) {
   for (int g = 0; g < g_rt.config.gpu_count; ++g) {
@@ -101,7 +103,8 @@ __attribute__((constructor)) void LoadConfiguration() {
   }
   if (!g_rt.pointers.Init(size_t{1} << 21) || !g_rt.objects.Init(size_t{1} << 16) ||
       !g_rt.handles.Init(size_t{1} << 16) || !g_rt.mappings.Init(size_t{1} << 16) ||
-      !ReadProcessId(getpid(), &g_self) || pthread_key_create(&g_thread_key, ThreadExit) != 0) {
+      !g_rt.contexts.Init(size_t{1} << 12) || !ReadProcessId(getpid(), &g_self) ||
+      pthread_key_create(&g_thread_key, ThreadExit) != 0) {
     return SetBroken("cannot set up the limiter's bookkeeping");
   }
   pthread_atfork(nullptr, nullptr, ForkChild);
@@ -222,16 +225,43 @@ Placement CurrentPlacement() {
   if (Real_cuCtxGetCurrent()(&ctx) != abi::CUDA_SUCCESS || !ctx) return {-1, 0};
   const uint64_t handle = reinterpret_cast<uint64_t>(ctx);
   const uint32_t epoch = g_context_epoch.load(std::memory_order_acquire);
-  if (t_context == handle && t_context_epoch == epoch) return {t_context_gpu, handle};
+  if (t_context == handle && t_context_epoch == epoch) return {t_context_gpu, t_instance};
+  // Slow path, once per thread and context: its GPU and its instance number.
   abi::CUdevice dev;
   int gpu = Real_cuCtxGetDevice()(&dev) == abi::CUDA_SUCCESS ? GpuForOrdinal(dev) : -1;
+  pthread_mutex_lock(&g_slow_lock);
+  ChargeRecord known;
+  uint64_t instance;
+  if (g_rt.contexts.Find(handle, &known)) {
+    instance = known.owner;
+  } else {
+    instance = g_next_instance++;
+    g_rt.contexts.Insert(handle, ChargeRecord{0, 0, instance});
+  }
+  pthread_mutex_unlock(&g_slow_lock);
   t_context = handle;
   t_context_gpu = gpu;
   t_context_epoch = epoch;
-  return {gpu, handle};
+  t_instance = instance;
+  return {gpu, instance};
 }
 
-void ContextsChanged() { g_context_epoch.fetch_add(1, std::memory_order_acq_rel); }
+uint64_t RetireContext(uint64_t handle) {
+  pthread_mutex_lock(&g_slow_lock);
+  ChargeRecord known{0, 0, 0};
+  g_rt.contexts.Take(handle, &known);
+  g_context_epoch.fetch_add(1, std::memory_order_acq_rel);
+  pthread_mutex_unlock(&g_slow_lock);
+  return known.owner;
+}
+
+void RestoreContext(uint64_t handle, uint64_t instance) {
+  if (instance == 0) return;
+  pthread_mutex_lock(&g_slow_lock);
+  g_rt.contexts.Insert(handle, ChargeRecord{0, 0, instance});
+  g_context_epoch.fetch_add(1, std::memory_order_acq_rel);
+  pthread_mutex_unlock(&g_slow_lock);
+}
 
 int GpuForNvmlDevice(abi::nvmlDevice_t device) {
   // NVML is not a hot path: ask for the UUID each time rather than cache handles.
@@ -270,7 +300,7 @@ void VirtualMemory(int gpu, uint64_t physical_free, uint64_t* total, uint64_t* f
                    uint64_t* used) {
   Budget& b = g_rt.gpus[gpu].budget;
   ReanchorIfNeeded(gpu);
-  if (__builtin_expect(b.MemberDied(), 0)) b.Reclaim(g_self);  // a SIGKILLed member's share
+  if (__builtin_expect(b.MemberDied(), 0)) b.Reclaim(g_self, /*wait=*/false);  // a dead member
   uint64_t limit = b.limit();
   uint64_t in_use = b.used();
   uint64_t left = in_use < limit ? limit - in_use : 0;

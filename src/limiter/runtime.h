@@ -76,6 +76,7 @@ struct Runtime {
   AllocTable objects;   // arrays, mipmapped arrays, contexts, memory pools
   AllocTable handles;   // cuMemCreate handles; the third word counts references to each
   AllocTable mappings;  // cuMemMap'ed ranges: start address -> size, and the handle mapped
+  AllocTable contexts;  // context handle -> its instance number (third word)
 };
 extern Runtime g_rt;
 
@@ -85,14 +86,19 @@ inline bool Active() { return g_rt.mode == Mode::kActive; }
 int GpuForOrdinal(abi::CUdevice dev);
 
 // Where an allocation made now by the calling thread lands: the limited GPU of its current context
-// (-1 if none, or not limited) and that context, whose destruction frees the memory.
+// (-1 if none, or not limited) and that context's instance, whose destruction frees the memory.
+// Instances are numbered by the limiter because the driver reuses handles: the primary context
+// keeps its handle when it is destroyed and created again.
 struct Placement {
   int gpu;
   uint64_t context;
 };
 Placement CurrentPlacement();
-// Contexts were created or destroyed: cached context -> GPU answers must be looked up again.
-void ContextsChanged();
+// The context with this handle is about to be destroyed: returns its instance (0 if it has none)
+// and makes the next context with the same handle a new instance.
+uint64_t RetireContext(uint64_t handle);
+// The driver refused to destroy it after all.
+void RestoreContext(uint64_t handle, uint64_t instance);
 // The GPU whose NVML handle is `device`, or -1.
 int GpuForNvmlDevice(abi::nvmlDevice_t device);
 

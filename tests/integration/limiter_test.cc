@@ -149,7 +149,8 @@ TEST_F(LimiterTest, EachAllocationKindIsChargedAndReleased) {
       {"async_ptsz", 64 * kMiB, 64 * kMiB},
       {"pool", 64 * kMiB, 64 * kMiB},
       {"vmm", 64 * kMiB, 64 * kMiB},
-      {"vmmmap", 64 * kMiB, 64 * kMiB},  // released while mapped: charged until the unmap
+      {"vmmmap", 64 * kMiB, 64 * kMiB},    // released while mapped: charged until the unmap
+      {"vmmmulti", 64 * kMiB, 64 * kMiB},  // two mappings gone in one unmap
       {"array", 64 * kMiB, 64 * kMiB},
       {"array3d", 64 * kMiB, 64 * kMiB},
       {"mipmap", 64 * kMiB, 80 * kMiB},  // two levels: full size plus a quarter

@@ -224,6 +224,26 @@ int Alloc(const std::string& kind, unsigned long long bytes) {
       fr = g.cuMemUnmap(va, bytes);
       Check(g.cuMemAddressFree(va, bytes), "cuMemAddressFree");
     }
+  } else if (kind == "vmmmulti") {
+    // Two allocations mapped side by side, both handles released, one unmap for the whole range.
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = g_dev;
+    CUmemGenericAllocationHandle h[2];
+    r = g.cuMemCreate(&h[0], bytes / 2, &prop, 0);
+    if (r == CUDA_SUCCESS) {
+      Check(g.cuMemCreate(&h[1], bytes / 2, &prop, 0), "cuMemCreate");
+      CUdeviceptr va;
+      Check(g.cuMemAddressReserve(&va, bytes, 0, 0, 0), "cuMemAddressReserve");
+      Check(g.cuMemMap(va, bytes / 2, 0, h[0], 0), "cuMemMap");
+      Check(g.cuMemMap(va + bytes / 2, bytes / 2, 0, h[1], 0), "cuMemMap");
+      Check(g.cuMemRelease(h[0]), "cuMemRelease");
+      Check(g.cuMemRelease(h[1]), "cuMemRelease");
+      measure();
+      fr = g.cuMemUnmap(va, bytes);
+      Check(g.cuMemAddressFree(va, bytes), "cuMemAddressFree");
+    }
   } else if (kind == "array") {
     CUDA_ARRAY_DESCRIPTOR d{bytes / 4 / 1024, 1024, CU_AD_FORMAT_FLOAT, 1};
     CUarray a;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/ptrace.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -60,10 +61,10 @@ class BudgetTest : public ::testing::Test {
       pause();
       _exit(0);
     }
+    close(ready[1]);  // so that a child that dies early reads as end-of-file, not a hang
     char x;
     bool ok = read(ready[0], &x, 1) == 1;
     close(ready[0]);
-    close(ready[1]);
     return ok ? child : -1;
   }
 
@@ -315,8 +316,40 @@ TEST_F(BudgetTest, AReclaimerThatCannotReadProcKeepsOthersCharges) {
   EXPECT_EQ(b.Reclaim(self_), 700u);
 }
 
-// A member that replaces itself with exec is alive, though the kernel released its mutex: the
-// "owner died" mark must be cleared, or every reservation would read /proc from then on.
+// A process whose main thread has exited shows as a zombie in /proc while its other threads run:
+// it is alive, and what it holds must stay charged.
+TEST_F(BudgetTest, AProcessWhoseMainThreadExitedIsAlive) {
+  Budget b;
+  Open(b, 1000);
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    std::thread([&] {
+      Budget c;
+      ProcessId me;
+      int lane = JoinAsChild(&c, &me);
+      if (!c.Reserve(lane, me, 600)) _exit(2);
+      char x = 1;
+      if (write(ready[1], &x, 1) != 1) _exit(3);
+      for (;;) pause();
+    }).detach();
+    syscall(SYS_exit, 0);  // ends this thread only, without unwinding through the test framework
+  }
+  close(ready[1]);
+  char x;
+  ASSERT_EQ(read(ready[0], &x, 1), 1);
+  usleep(50000);  // let the main thread finish exiting
+  EXPECT_EQ(b.Reclaim(self_), 0u);
+  EXPECT_EQ(b.used(), 600u);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(b.Reclaim(self_), 600u);
+  close(ready[0]);
+}
+
+// A member that replaces itself with exec is alive, though the kernel released its mutex: it must
+// not be reclaimed, nor make every reservation read /proc from then on.
 TEST_F(BudgetTest, AMemberThatExecsDoesNotKeepReclaimsRunning) {
   Budget b;
   Open(b, 1000);
@@ -325,8 +358,10 @@ TEST_F(BudgetTest, AMemberThatExecsDoesNotKeepReclaimsRunning) {
   for (int i = 0; i < 200 && !b.MemberDied(); ++i) usleep(5000);  // wait for the exec
   EXPECT_TRUE(b.MemberDied());
   EXPECT_EQ(b.Reclaim(self_), 0u);  // alive: nothing taken
-  EXPECT_FALSE(b.MemberDied());
+  EXPECT_FALSE(b.MemberDied());     // and not looked at again for a while
   EXPECT_EQ(b.used(), 300u);
+  usleep(150000);
+  EXPECT_TRUE(b.MemberDied());  // then looked at again, in case it has died since
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   EXPECT_EQ(b.Reclaim(self_), 300u);
