@@ -56,7 +56,9 @@ void ThreadExit(void*) {
 
 void ForkChild() {
   // The child is a new process: nothing of the parent's lanes, members or contexts is its own.
-  ReadProcessId(getpid(), &g_self);
+  if (!ReadProcessId(getpid(), &g_self)) g_self = ProcessId{getpid(), 0};
+  t_context = 0;
+  t_context_epoch = 0;
   for (int g = 0; g < kMaxLimitedGpus; ++g) {
     t_lane_plus1[g] = 0;
     t_anchor[g] = false;
