@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "limiter/hooks.h"
+#include "limiter/proc_address.h"
 
 using namespace gpufrac::abi;
 
@@ -25,13 +26,15 @@ struct Entry {
   Library lib;
   void* hook;  // null for entry points we call but do not interpose
   bool optional;
+  int since;  // CUDA version that introduced this variant
 };
 
 // Constant-initialised (relocations only): no constructor runs for it.
 const Entry kEntries[kSymbolCount] = {
-#define GPUFRAC_HOOK_ENTRY(lib, sym, type, opt) \
-  {#sym, Library::lib, reinterpret_cast<void*>(&::sym), opt != 0},
-#define GPUFRAC_CALL_ENTRY(lib, sym, type, opt) {#sym, Library::lib, nullptr, opt != 0},
+#define GPUFRAC_HOOK_ENTRY(lib, sym, type, opt, since) \
+  {#sym, Library::lib, reinterpret_cast<void*>(&::sym), opt != 0, since},
+#define GPUFRAC_CALL_ENTRY(lib, sym, type, opt, since) \
+  {#sym, Library::lib, nullptr, opt != 0, since},
     GPUFRAC_HOOKS(GPUFRAC_HOOK_ENTRY) GPUFRAC_CALLS(GPUFRAC_CALL_ENTRY)
 #undef GPUFRAC_HOOK_ENTRY
 #undef GPUFRAC_CALL_ENTRY
@@ -109,12 +112,24 @@ void ResolveLibrary(Library lib) {
   }
 }
 
-// The hook standing in for real entry point `real`, or `real` itself if we do not interpose it.
-static void* HookForReal(void* real) {
+// What cuGetProcAddress hands the caller instead of the driver's answer `found` for `symbol`: the
+// hook for exactly the variant the driver chose, found by its address. Should a driver answer
+// with an internal address that is no exported function, the variant is chosen by the driver's
+// documented rules (proc_address.h); an exported function we do not hook is left alone.
+static void* HookFor(const char* symbol, void* found, int cuda_version, cuuint64_t flags) {
   for (int i = 0; i < kHookCount; ++i) {
-    if (g_real[i].load(std::memory_order_relaxed) == real) return kEntries[i].hook;
+    if (g_real[i].load(std::memory_order_relaxed) == found) return kEntries[i].hook;
   }
-  return real;
+  Dl_info info;
+  if (dladdr(found, &info) && info.dli_saddr == found) return found;
+  Variant variants[kHookCount];
+  for (int i = 0; i < kHookCount; ++i) {
+    // NVML entries can never match a cu* symbol; their `since` of 0 is harmless.
+    variants[i] = Variant{kEntries[i].name, kEntries[i].since};
+  }
+  int chosen = ChooseVariant(variants, kHookCount, symbol, cuda_version,
+                             (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0);
+  return chosen >= 0 ? kEntries[chosen].hook : found;
 }
 
 static bool MayBeDriverName(const char* name) {
@@ -192,8 +207,8 @@ extern "C" __attribute__((visibility("default"))) void* dlsym(void* handle, cons
 extern "C" CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version,
                                         cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
   CUresult r = Real_cuGetProcAddress_v2()(symbol, pfn, cuda_version, flags, status);
-  if (r == CUDA_SUCCESS && pfn && *pfn && g_rt.mode != Mode::kPassThrough) {
-    *pfn = HookForReal(*pfn);
+  if (r == CUDA_SUCCESS && symbol && pfn && *pfn && g_rt.mode != Mode::kPassThrough) {
+    *pfn = HookFor(symbol, *pfn, cuda_version, flags);
   }
   return r;
 }
@@ -201,8 +216,8 @@ extern "C" CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda
 extern "C" CUresult cuGetProcAddress(const char* symbol, void** pfn, int cuda_version,
                                      cuuint64_t flags) {
   CUresult r = Real_cuGetProcAddress()(symbol, pfn, cuda_version, flags);
-  if (r == CUDA_SUCCESS && pfn && *pfn && g_rt.mode != Mode::kPassThrough) {
-    *pfn = HookForReal(*pfn);
+  if (r == CUDA_SUCCESS && symbol && pfn && *pfn && g_rt.mode != Mode::kPassThrough) {
+    *pfn = HookFor(symbol, *pfn, cuda_version, flags);
   }
   return r;
 }

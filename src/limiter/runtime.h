@@ -16,8 +16,6 @@
 #include "limiter/limit_config.h"
 #include "limiter/process_identity.h"
 
-#define GPUFRAC_EXPORT extern "C" __attribute__((visibility("default")))
-
 namespace gpufrac::limiter {
 
 namespace abi = ::gpufrac::abi;
@@ -25,7 +23,7 @@ namespace abi = ::gpufrac::abi;
 enum class Library : int { Cuda = 0, Nvml = 1 };
 
 enum SymbolId : int {
-#define GPUFRAC_ID(lib, sym, type, opt) kId_##sym,
+#define GPUFRAC_ID(lib, sym, type, opt, since) kId_##sym,
   GPUFRAC_HOOKS(GPUFRAC_ID) kHookCount,
   kFirstCall = kHookCount - 1,
   GPUFRAC_CALLS(GPUFRAC_ID) kSymbolCount
@@ -37,7 +35,7 @@ extern std::atomic<void*> g_real[kSymbolCount];
 extern std::atomic<bool> g_resolved[2];
 void ResolveLibrary(Library lib);
 
-#define GPUFRAC_REAL(lib, sym, type, opt)                                                      \
+#define GPUFRAC_REAL(lib, sym, type, opt, since)                                               \
   inline abi::type Real_##sym() {                                                              \
     if (__builtin_expect(                                                                      \
             !g_resolved[static_cast<int>(Library::lib)].load(std::memory_order_acquire), 0)) { \
