@@ -115,8 +115,14 @@ int RunChild(const ExecOptions& o, const std::string& limiter, const std::string
   forward.sa_sigaction = Forward;
   forward.sa_flags = SA_SIGINFO | SA_RESTART;
   for (int i = 0; i < 4; ++i) sigaction(kForwarded[i], &forward, &saved[i]);
+  // An inherited "ignore SIGCHLD" would make the child unwaitable and its status unknown.
+  struct sigaction child_default {
+  }, saved_child;
+  child_default.sa_handler = SIG_DFL;
+  sigaction(SIGCHLD, &child_default, &saved_child);
   pid_t pid = fork();
   if (pid == 0) {
+    sigaction(SIGCHLD, &saved_child, nullptr);
     for (int i = 0; i < 4; ++i) sigaction(kForwarded[i], &saved[i], nullptr);
     sigprocmask(SIG_SETMASK, &previous, nullptr);
     PrependEnv("LD_PRELOAD", limiter, ':');
@@ -143,7 +149,11 @@ int RunChild(const ExecOptions& o, const std::string& limiter, const std::string
   g_child = 0;
   sigprocmask(SIG_SETMASK, &previous, nullptr);
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  pid_t reaped;
+  while ((reaped = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+  }
+  if (reaped != pid) {
+    return Fail(kExitFailure, std::string("lost track of the command: ") + std::strerror(errno));
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return -WTERMSIG(status);

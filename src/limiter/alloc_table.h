@@ -84,7 +84,7 @@ class AllocTable {
   size_t longest_probe() const { return max_probe_.load(std::memory_order_relaxed) + 1; }
 
   // Removes every entry owned by `owner` (a context the driver destroyed, and its memory with it),
-  // calling `release(charge)` for each. Visits the whole table: for rare events only.
+  // calling `release(key, charge)` for each. Visits the whole table: for rare events only.
   template <typename Release>
   void TakeAllOwnedBy(uint64_t owner, Release release) {
     if (owner == 0) return;
@@ -93,7 +93,7 @@ class AllocTable {
       ChargeRecord charge;
       if (k > kTombstone && slots_[i].owner.load(std::memory_order_relaxed) == owner &&
           TakeSlot(slots_[i], k, &charge)) {
-        release(charge);
+        release(k, charge);
       }
     }
   }

@@ -15,7 +15,7 @@ namespace gpufrac::limiter {
 namespace {
 
 constexpr uint64_t kMagic = 0x6770756672616331ull;  // "gpufrac1"
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 
 // Value fields: signed 40 bits. Lanes: 10 bits. A lane's records carry a 24-bit sequence number;
 // the tag in `global` has room for its low 14 bits, which is enough to tell the tagged operation
@@ -426,8 +426,15 @@ uint64_t Budget::Reclaim(const ProcessId& self, bool wait) {
   uint32_t members = seg_->member_high_water.load(std::memory_order_acquire);
   for (uint32_t m = 0; m < members; ++m) {
     uint64_t owner = seg_->member_owner[m].load(std::memory_order_acquire);
-    if (owner == 0 || SameProcess(owner, self)) continue;
+    if (owner == 0) continue;
     pthread_mutex_t* alive = &seg_->member_alive[m];
+    if (SameProcess(owner, self)) {
+      // Our own slot from before an exec: marked by the kernel then, and alive as we are.
+      if (FutexWord(alive) & kFutexOwnerDied) {
+        seg_->member_alive_at_ms[m].store(NowMs(), std::memory_order_relaxed);
+      }
+      continue;
+    }
     if (liveness.Alive(IdentityOf(owner))) {
       // Alive, yet its mutex says the owner died: the process is still exiting, or it replaced
       // itself with exec (the kernel releases robust mutexes then). Look again in a while.

@@ -27,23 +27,9 @@ CUresult ChargedContext(CUcontext* pctx, CUdevice dev, Create create) {
 
 // The driver has destroyed the context `instance` and with it every allocation made in it.
 void ReleaseAllocationsOf(uint64_t instance) {
-  auto release = [](const ChargeRecord& c) { Uncharge(c.gpu, c.bytes); };
+  auto release = [](uint64_t, const ChargeRecord& c) { Uncharge(c.gpu, c.bytes); };
   g_rt.pointers.TakeAllOwnedBy(instance, release);
   g_rt.objects.TakeAllOwnedBy(instance, release);
-}
-
-// Drops one primary-context reference. With the last one the driver has destroyed the context:
-// its charge goes, and so do those of the allocations made in its `instance`.
-void ReleasePrimary(int gpu, uint64_t instance) {
-  GpuState& gs = g_rt.gpus[gpu];
-  pthread_mutex_lock(&gs.primary_lock);
-  if (gs.primary_refs > 0) --gs.primary_refs;
-  bool uncharge = gs.primary_refs == 0 && gs.primary_charged;
-  if (uncharge) gs.primary_charged = false;
-  if (gs.primary_refs == 0) gs.primary_context = 0;
-  pthread_mutex_unlock(&gs.primary_lock);
-  if (uncharge) Uncharge(gpu, gs.budget.context_bytes());
-  if (instance) ReleaseAllocationsOf(instance);
 }
 
 }  // namespace
@@ -87,6 +73,9 @@ extern "C" CUresult cuCtxDestroy_v2(CUcontext ctx) {
   return r;
 }
 
+// The primary context's calls run under its GPU's lock, driver call included: what the driver
+// does to the reference count and what the limiter records must not interleave with another
+// thread's retain or release.
 extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   auto real = Real_cuDevicePrimaryCtxRetain();
   if (!Active()) return Bypass(real, pctx, dev);
@@ -94,22 +83,21 @@ extern "C" CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (gpu < 0) return real(pctx, dev);
   GpuState& gs = g_rt.gpus[gpu];
   const uint64_t bytes = gs.budget.context_bytes();
+  pthread_mutex_lock(&gs.primary_lock);
   // The first reference creates the context, so it is charged before the driver runs.
-  pthread_mutex_lock(&gs.primary_lock);
-  bool ok = gs.primary_charged || bytes == 0 || Charge(gpu, bytes);
-  if (ok) {
-    gs.primary_charged = bytes > 0;
-    ++gs.primary_refs;
+  bool charge_now = !gs.primary_charged && bytes > 0;
+  if (charge_now && !Charge(gpu, bytes)) {
+    pthread_mutex_unlock(&gs.primary_lock);
+    return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  pthread_mutex_unlock(&gs.primary_lock);
-  if (!ok) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = real(pctx, dev);
-  if (r != CUDA_SUCCESS) {
-    ReleasePrimary(gpu, 0);
-    return r;
+  if (r == CUDA_SUCCESS) {
+    ++gs.primary_refs;
+    gs.primary_charged = gs.primary_charged || charge_now;
+    gs.primary_context = reinterpret_cast<uint64_t>(*pctx);
+  } else if (charge_now) {
+    Uncharge(gpu, bytes);
   }
-  pthread_mutex_lock(&gs.primary_lock);
-  gs.primary_context = reinterpret_cast<uint64_t>(*pctx);
   pthread_mutex_unlock(&gs.primary_lock);
   return r;
 }
@@ -121,17 +109,25 @@ extern "C" CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   if (gpu < 0) return real(dev);
   GpuState& gs = g_rt.gpus[gpu];
   pthread_mutex_lock(&gs.primary_lock);
-  uint64_t handle = gs.primary_refs == 1 ? gs.primary_context : 0;
-  pthread_mutex_unlock(&gs.primary_lock);
   // The last reference destroys the context: retire it first, so that a context created again
   // with the same handle is a new instance whose allocations the sweep leaves alone.
-  uint64_t instance = handle ? RetireContext(handle) : 0;
+  const uint64_t handle = gs.primary_refs == 1 ? gs.primary_context : 0;
+  const uint64_t instance = handle ? RetireContext(handle) : 0;
   CUresult r = real(dev);
   if (r != CUDA_SUCCESS) {
     RestoreContext(handle, instance);
+    pthread_mutex_unlock(&gs.primary_lock);
     return r;
   }
-  ReleasePrimary(gpu, instance);
+  if (gs.primary_refs > 0) --gs.primary_refs;
+  const bool uncharge = gs.primary_refs == 0 && gs.primary_charged;
+  if (gs.primary_refs == 0) {
+    gs.primary_charged = false;
+    gs.primary_context = 0;
+  }
+  pthread_mutex_unlock(&gs.primary_lock);
+  if (uncharge) Uncharge(gpu, gs.budget.context_bytes());
+  if (instance) ReleaseAllocationsOf(instance);
   return r;
 }
 
@@ -141,18 +137,14 @@ extern "C" CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   auto real = Real_cuDevicePrimaryCtxReset_v2();
   if (!Active()) return Bypass(real, dev);
   int gpu = GpuForOrdinal(dev);
-  uint64_t handle = 0;
-  if (gpu >= 0) {
-    pthread_mutex_lock(&g_rt.gpus[gpu].primary_lock);
-    handle = g_rt.gpus[gpu].primary_context;
-    pthread_mutex_unlock(&g_rt.gpus[gpu].primary_lock);
-  }
-  uint64_t instance = handle ? RetireContext(handle) : 0;
+  if (gpu < 0) return real(dev);
+  GpuState& gs = g_rt.gpus[gpu];
+  pthread_mutex_lock(&gs.primary_lock);
+  const uint64_t handle = gs.primary_context;
+  const uint64_t instance = handle ? RetireContext(handle) : 0;
   CUresult r = real(dev);
-  if (r != CUDA_SUCCESS) {
-    RestoreContext(handle, instance);
-    return r;
-  }
-  if (instance) ReleaseAllocationsOf(instance);
+  if (r != CUDA_SUCCESS) RestoreContext(handle, instance);
+  pthread_mutex_unlock(&gs.primary_lock);
+  if (r == CUDA_SUCCESS && instance) ReleaseAllocationsOf(instance);
   return r;
 }

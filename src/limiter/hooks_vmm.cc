@@ -76,12 +76,34 @@ extern "C" CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 extern "C" CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   auto real = Real_cuMemUnmap();
   if (!Active()) return Bypass(real, ptr, size);
-  CUresult r = real(ptr, size);
-  if (r != CUDA_SUCCESS) return r;
-  // The range may cover several mappings, each holding a reference to its handle. Mappings
-  // start on the allocation granularity (2 MiB on every NVIDIA GPU so far), so that is the step.
+  // The range may cover several mappings, each holding a reference to its handle. Their records
+  // are taken before the driver unmaps (so that a new mapping at the same address cannot be
+  // confused with them) and given back if it refuses. Mappings start on the allocation
+  // granularity (2 MiB on every NVIDIA GPU so far): gaps are crossed in such steps.
   constexpr CUdeviceptr kGranularity = CUdeviceptr{2} << 20;
-  for (CUdeviceptr at = ptr; at < ptr + size; at += kGranularity) {
+  constexpr int kBatch = 256;
+  CUdeviceptr starts[kBatch];
+  ChargeRecord ranges[kBatch];
+  int count = 0;
+  CUdeviceptr at = ptr;
+  while (at < ptr + size && count < kBatch) {
+    if (g_rt.mappings.Take(at, &ranges[count])) {
+      starts[count] = at;
+      at += ranges[count++].bytes;
+    } else {
+      at += kGranularity;
+    }
+  }
+  CUresult r = real(ptr, size);
+  for (int i = 0; i < count; ++i) {
+    if (r == CUDA_SUCCESS) {
+      DropReference(ranges[i].owner);
+    } else {
+      g_rt.mappings.Insert(starts[i], ranges[i]);
+    }
+  }
+  // More mappings than one batch holds: the rest are looked up after the unmap.
+  for (; r == CUDA_SUCCESS && at < ptr + size; at += kGranularity) {
     ChargeRecord mapping;
     if (g_rt.mappings.Take(at, &mapping)) DropReference(mapping.owner);
   }

@@ -120,16 +120,19 @@ static void* HookFor(const char* symbol, void* found, int cuda_version, cuuint64
   for (int i = 0; i < kHookCount; ++i) {
     if (g_real[i].load(std::memory_order_relaxed) == found) return kEntries[i].hook;
   }
-  Dl_info info;
-  if (dladdr(found, &info) && info.dli_saddr == found) return found;
+  // Pure string matching first: for the hundreds of names we do not hook this is the answer,
+  // without touching the dynamic loader (dladdr takes its lock, and callers of cuGetProcAddress
+  // may hold locks of their own).
   Variant variants[kHookCount];
-  for (int i = 0; i < kHookCount; ++i) {
-    // NVML entries can never match a cu* symbol; their `since` of 0 is harmless.
-    variants[i] = Variant{kEntries[i].name, kEntries[i].since};
-  }
+  for (int i = 0; i < kHookCount; ++i) variants[i] = Variant{kEntries[i].name, kEntries[i].since};
   int chosen = ChooseVariant(variants, kHookCount, symbol, cuda_version,
                              (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0);
-  return chosen >= 0 ? kEntries[chosen].hook : found;
+  if (chosen < 0) return found;
+  // A hooked entry point whose address we do not know: an exported variant we do not hook (a
+  // newer one, say) stays as it is; only an internal address gets the hook.
+  Dl_info info;
+  if (dladdr(found, &info) && info.dli_saddr == found) return found;
+  return kEntries[chosen].hook;
 }
 
 static bool MayBeDriverName(const char* name) {

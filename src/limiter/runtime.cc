@@ -54,9 +54,20 @@ void ThreadExit(void*) {
   }
 }
 
+void SetBroken(const char* reason) {
+  g_rt.mode = Mode::kBroken;
+  snprintf(g_rt.error, sizeof(g_rt.error),
+           "gpufrac: %s; CUDA is disabled for this process rather than run without its GPU memory "
+           "limit\n",
+           reason);
+}
+
 void ForkChild() {
   // The child is a new process: nothing of the parent's lanes, members or contexts is its own.
-  if (!ReadProcessId(getpid(), &g_self)) g_self = ProcessId{getpid(), 0};
+  if (!ReadProcessId(getpid(), &g_self)) {
+    // Without its identity the child could not be told from a dead process: no CUDA for it.
+    SetBroken("cannot read this process's identity from /proc after fork");
+  }
   t_context = 0;
   t_context_epoch = 0;
   for (int g = 0; g < kMaxLimitedGpus; ++g) {
@@ -70,14 +81,6 @@ void ForkChild() {
     g_rt.gpus[g].primary_context = 0;
   }
   pthread_mutex_init(&g_slow_lock, nullptr);
-}
-
-void SetBroken(const char* reason) {
-  g_rt.mode = Mode::kBroken;
-  snprintf(g_rt.error, sizeof(g_rt.error),
-           "gpufrac: %s; CUDA is disabled for this process rather than run without its GPU memory "
-           "limit\n",
-           reason);
 }
 
 // Which limit file applies: the fixed container path if it exists, else the environment variable.
@@ -260,7 +263,20 @@ uint64_t RetireContext(uint64_t handle) {
 void RestoreContext(uint64_t handle, uint64_t instance) {
   if (instance == 0) return;
   pthread_mutex_lock(&g_slow_lock);
-  g_rt.contexts.Insert(handle, ChargeRecord{0, 0, instance});
+  ChargeRecord meanwhile;
+  if (g_rt.contexts.Find(handle, &meanwhile)) {
+    // Another thread allocated in the context while its destruction was pending and gave it a
+    // new instance: it stays, and the old instance's allocations move to it.
+    const uint64_t now = meanwhile.owner;
+    for (AllocTable* table : {&g_rt.pointers, &g_rt.objects}) {
+      table->TakeAllOwnedBy(instance, [&](uint64_t key, ChargeRecord charge) {
+        charge.owner = now;
+        table->Insert(key, charge);
+      });
+    }
+  } else {
+    g_rt.contexts.Insert(handle, ChargeRecord{0, 0, instance});
+  }
   g_context_epoch.fetch_add(1, std::memory_order_acq_rel);
   pthread_mutex_unlock(&g_slow_lock);
 }

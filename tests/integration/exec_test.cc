@@ -79,6 +79,10 @@ TEST_F(ExecTest, PassesTheExitStatusThrough) {
   EXPECT_EQ(Exec({"--gpu-memory", "1G", "--", "sh", "-c", "exit 7"}).status, 7);
   EXPECT_EQ(Exec({"--gpu-memory", "1G", "--", "sh", "-c", "kill -TERM $$"}).status, 128 + 15);
   EXPECT_EQ(Exec({"--gpu-memory", "1G", "--", "/nonexistent/cmd"}).status, 127);
+  // Even when started with SIGCHLD ignored (which would make children unwaitable).
+  std::string cmd =
+      "trap '' CHLD; exec " + BuildPath("bin/gpufrac") + " exec --gpu-memory 1G -- sh -c 'exit 7'";
+  EXPECT_EQ(RunCommand({"sh", "-c", cmd}, machine_.Env()).status, 7);
 }
 
 TEST_F(ExecTest, ATerminatedRunStopsTheCommandAndCleansUp) {

@@ -41,7 +41,7 @@ TEST(AllocTableTest, TakesEverythingAContextOwned) {
   for (uint64_t i = 1; i <= 300; ++i) ASSERT_TRUE(t.Insert(i << 12, ChargeRecord{i, 0, i % 3}));
   uint64_t released = 0;
   int count = 0;
-  t.TakeAllOwnedBy(1, [&](const ChargeRecord& c) {
+  t.TakeAllOwnedBy(1, [&](uint64_t, const ChargeRecord& c) {
     released += c.bytes;
     ++count;
   });
