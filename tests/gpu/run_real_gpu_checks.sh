@@ -6,6 +6,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 gpufrac=${GPUFRAC:-$PWD/build/bin/gpufrac}
+probe=${PROBE:-$(dirname "$gpufrac")/cuda_probe}
 limit=$((4 << 30))
 fails=0
 check() {  # check NAME COMMAND...
@@ -16,6 +17,20 @@ check() {  # check NAME COMMAND...
   if [ $rc -eq 0 ]; then echo "PASS $name"; else echo "FAIL $name (exit $rc)"; fails=$((fails + 1)); fi
 }
 nvidia-smi -L || { echo "no NVIDIA GPU"; exit 2; }
+# The driver's cuGetProcAddress must hand out addresses the limiter recognises, and every access
+# path must see the limit (the simulated driver's tests, on the real one).
+check resolve bash -c "out=\$('$gpufrac' exec --gpu-memory 4G -- '$probe' resolve); echo \"\$out\"; \
+  echo \"\$out\" | grep -q 'gpa.cuMemAlloc.12000.default=cuMemAlloc_v2@libgpufrac.so' && \
+  echo \"\$out\" | grep -q 'gpa.cuMemAllocAsync.12000.ptsz=cuMemAllocAsync_ptsz@libgpufrac.so'"
+for path in linked dlsym procaddr; do
+  check "probe-$path" bash -c "out=\$('$gpufrac' exec --gpu-memory 4G -- '$probe' --path $path info); \
+    echo \"\$out\"; echo \"\$out\" | grep -q 'total=$limit device_total=$limit'"
+done
+for kind in mem pitch managed async pool vmm vmmmap array mipmap ctx; do
+  check "charge-$kind" bash -c "out=\$('$gpufrac' exec --gpu-memory 4G -- '$probe' alloc $kind 67108864); \
+    echo \"\$out\"; echo \"\$out\" | grep -q 'alloc=0 .* free=0 after=0'"
+done
+check context-memory bash -c "'$gpufrac' exec --gpu-memory 78G -- '$probe' nvml"
 for fw in torch cupy jax; do
   check "$fw" "$gpufrac" exec --gpu-memory 4G -- python3 tests/gpu/frameworks_check.py "$fw" $limit
 done
