@@ -3,7 +3,6 @@
 // dlopen + dlsym (dlsym is interposed here) and cuGetProcAddress (the driver picks the variant
 // for the requested version and flags; we swap in the hook for exactly that variant).
 #include <dlfcn.h>
-#include <pthread.h>
 #include <unistd.h>
 
 #include <cstdio>
