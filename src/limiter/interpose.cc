@@ -100,14 +100,7 @@ void ResolveLibrary(Library lib) {
   }
   if (g_resolved[static_cast<int>(lib)].exchange(true, std::memory_order_acq_rel)) return;
   if (handle && missing[0] && g_rt.mode != Mode::kPassThrough) {
-    char line[700];
-    int n = snprintf(line, sizeof(line),
-                     "gpufrac: warning: %s lacks %s; those calls fail as unsupported\n", soname,
-                     missing);
-    if (n > 0) {
-      ssize_t ignored = write(STDERR_FILENO, line, strnlen(line, sizeof(line)));
-      (void)ignored;
-    }
+    PrintError("gpufrac: warning: %s lacks %s; those calls fail as unsupported\n", soname, missing);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 
@@ -172,39 +173,40 @@ void FormatBytes(uint64_t bytes, char* buf, size_t len) {
 void ReportOverLimit(int gpu, uint64_t requested) {
   if (g_rt.config.quiet) return;
   const GpuState& gs = g_rt.gpus[gpu];
-  char limit[32], used[32], req[32], line[400];
+  char limit[32], used[32], req[32];
   FormatBytes(gs.budget.limit(), limit, sizeof(limit));
   FormatBytes(gs.budget.used(), used, sizeof(used));
   FormatBytes(requested, req, sizeof(req));
-  int n = snprintf(line, sizeof(line),
-                   "gpufrac: out of GPU memory on %s: workload %s has a limit of %s, %s in use, "
-                   "%s requested (GPUFRAC_QUIET=1 silences this)\n",
-                   g_rt.config.gpus[gpu].uuid, g_rt.config.workload, limit, used, req);
-  if (n > 0) {
-    ssize_t ignored = write(STDERR_FILENO, line, strnlen(line, sizeof(line)));
-    (void)ignored;
-  }
+  PrintError(
+      "gpufrac: out of GPU memory on %s: workload %s has a limit of %s, %s in use, %s requested "
+      "(GPUFRAC_QUIET=1 silences this)\n",
+      g_rt.config.gpus[gpu].uuid, g_rt.config.workload, limit, used, req);
 }
 
 void ReportNoLane(int gpu) {
   static std::atomic<bool> reported{false};
   if (reported.exchange(true)) return;
-  char line[300];
-  int n = snprintf(line, sizeof(line),
-                   "gpufrac: workload %s has more than %d processes or %d threads allocating on "
-                   "%s; their allocations are refused\n",
-                   g_rt.config.workload, kBudgetMembers, kBudgetLanes, g_rt.config.gpus[gpu].uuid);
-  if (n > 0) {
-    ssize_t ignored = write(STDERR_FILENO, line, strnlen(line, sizeof(line)));
-    (void)ignored;
-  }
+  PrintError(
+      "gpufrac: workload %s has more than %d processes or %d threads allocating on %s; their "
+      "allocations are refused\n",
+      g_rt.config.workload, kBudgetMembers, kBudgetLanes, g_rt.config.gpus[gpu].uuid);
 }
 
 }  // namespace
 
 void ReportBroken() {
   if (g_broken_reported.exchange(true)) return;
-  ssize_t ignored = write(STDERR_FILENO, g_rt.error, strlen(g_rt.error));
+  PrintError("%s", g_rt.error);
+}
+
+void PrintError(const char* format, ...) {
+  char line[700];
+  va_list args;
+  va_start(args, format);
+  int n = vsnprintf(line, sizeof(line), format, args);
+  va_end(args);
+  if (n <= 0) return;
+  ssize_t ignored = write(STDERR_FILENO, line, strnlen(line, sizeof(line)));
   (void)ignored;
 }
 

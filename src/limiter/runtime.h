@@ -112,4 +112,7 @@ void VirtualMemory(int gpu, uint64_t physical_free, uint64_t* total, uint64_t* f
 // Writes the broken-configuration message to stderr (once per process).
 void ReportBroken();
 
+// printf to stderr in one write, without the heap (lines longer than 700 bytes are cut).
+void PrintError(const char* format, ...) __attribute__((format(printf, 1, 2)));
+
 }  // namespace gpufrac::limiter

@@ -262,8 +262,7 @@ TEST_F(LimiterTest, EightRacingProcessesNeverHoldMoreThanTheLimit) {
   std::vector<pid_t> pids;
   auto env = Merge(machine_.Env(), w.Env());
   for (int p = 0; p < kProcesses; ++p) {
-    pids.push_back(Start({ProbePath(), "race", shm, std::to_string(p), std::to_string(each),
-                          std::to_string(kRounds)},
+    pids.push_back(Start({ProbePath(), "race", shm, std::to_string(each), std::to_string(kRounds)},
                          env, "init=", nullptr));
   }
   for (pid_t pid : pids) {

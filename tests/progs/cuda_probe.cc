@@ -4,7 +4,7 @@
 //
 //   cuda_probe [--path linked|dlsym|procaddr] [--cuda-version N] ACTION [ARGS]
 //   actions: uuid | info | nvml | alloc KIND BYTES | fill BYTES | hold BYTES
-//            | race SHM INDEX BYTES ROUNDS | setenv-alloc FILE BYTES | resolve | hotloop N
+//            | race SHM BYTES ROUNDS | setenv-alloc FILE BYTES | resolve | hotloop N
 //            | endctx ctx|reset BYTES | threads N BYTES
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -374,13 +374,12 @@ int Hold(unsigned long long bytes) {
   return 0;
 }
 
-int Race(const char* shm, int index, unsigned long long bytes, int rounds) {
+int Race(const char* shm, unsigned long long bytes, int rounds) {
   int fd = shm_open(shm, O_RDWR, 0);
   if (fd < 0) Die("shm_open");
   auto* s = static_cast<gpufrac::testing::RaceShared*>(mmap(
       nullptr, sizeof(gpufrac::testing::RaceShared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
   close(fd);
-  (void)index;
   for (int round = 0; round < rounds; ++round) {
     pthread_barrier_wait(&s->barrier);  // everyone allocates at once
     CUdeviceptr p;
@@ -453,6 +452,19 @@ int Resolve() {
   return 0;
 }
 
+// Device 0's UUID as NVML and CUDA_VISIBLE_DEVICES spell it: GPU-xxxxxxxx-xxxx-...
+std::string DeviceUuid() {
+  CUuuid uuid;
+  Check(g.cuDeviceGetUuid_v2(&uuid, g_dev), "cuDeviceGetUuid");
+  const unsigned char* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  char text[64];
+  std::snprintf(text, sizeof(text),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  return text;
+}
+
 void PrintNvml() {
   void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
   if (!nvml) Die("dlopen libnvidia-ml.so.1 failed");
@@ -464,16 +476,9 @@ void PrintNvml() {
       reinterpret_cast<nvmlDeviceGetMemoryInfo_v2_t>(dlsym(nvml, "nvmlDeviceGetMemoryInfo_v2"));
   if (!init || !by_uuid || !info1 || !info2 || init() != NVML_SUCCESS) Die("NVML unusable");
   // NVML ignores CUDA_VISIBLE_DEVICES: find CUDA device 0 by its UUID.
-  CUuuid uuid;
-  Check(g.cuDeviceGetUuid_v2(&uuid, g_dev), "cuDeviceGetUuid");
-  char text[64];
-  const unsigned char* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
-  std::snprintf(text, sizeof(text),
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-                b[14], b[15]);
+  std::string text = DeviceUuid();
   nvmlDevice_t dev;
-  if (by_uuid(text, &dev) != NVML_SUCCESS) Die("nvmlDeviceGetHandleByUUID failed");
+  if (by_uuid(text.c_str(), &dev) != NVML_SUCCESS) Die("nvmlDeviceGetHandleByUUID failed");
   nvmlMemory_t m1{};
   nvmlMemory_v2_t m2{};
   m2.version = kNvmlMemoryV2Version;
@@ -482,14 +487,7 @@ void PrintNvml() {
   std::printf("nvml2.total=%llu nvml2.free=%llu nvml2.used=%llu\n", m2.total, m2.free, m2.used);
 }
 
-void PrintUuid() {
-  CUuuid uuid;
-  Check(g.cuDeviceGetUuid_v2(&uuid, g_dev), "cuDeviceGetUuid");
-  const unsigned char* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
-  std::printf("uuid=GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x\n",
-              b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-              b[13], b[14], b[15]);
-}
+void PrintUuid() { std::printf("uuid=%s\n", DeviceUuid().c_str()); }
 
 }  // namespace
 
@@ -540,7 +538,7 @@ int main(int argc, char** argv) {
   } else if (action == "hold") {
     return Hold(ParseBytes(arg(1)));
   } else if (action == "race") {
-    return Race(arg(1), std::atoi(arg(2)), ParseBytes(arg(3)), std::atoi(arg(4)));
+    return Race(arg(1), ParseBytes(arg(2)), std::atoi(arg(3)));
   } else if (action == "setenv-alloc") {
     // A workload pointing the limiter at another limit file after it started: no effect.
     setenv("GPUFRAC_LIMIT_FILE", arg(1), 1);
