@@ -4,6 +4,7 @@
 
 #include "CLI/CLI.hpp"
 #include "cli/exec_command.h"
+#include "cli/sim_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"gpufrac: share NVIDIA GPUs safely (memory limits, placement, MIG)"};
@@ -12,6 +13,8 @@ int main(int argc, char** argv) {
 
   gpufrac::cli::ExecOptions exec;
   CLI::App* exec_cmd = gpufrac::cli::AddExecCommand(app, exec);
+  gpufrac::cli::SimOptions sim;
+  CLI::App* sim_cmd = gpufrac::cli::AddSimCommand(app, sim);
 
   try {
     app.parse(argc, argv);
@@ -27,5 +30,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (exec_cmd->parsed()) return gpufrac::cli::RunExec(exec, argv[0]);
+  if (sim_cmd->parsed()) return gpufrac::cli::RunSim(sim);
   return 2;
 }

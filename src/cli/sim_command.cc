@@ -1,0 +1,281 @@
+// `gpufrac sim openb`: reads the trace, runs every (policy, seed) pair, in parallel when asked,
+// and prints a table, JSON lines, a CSV of the curves and/or a plot.
+#include "cli/sim_command.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "nlohmann/json.hpp"
+#include "placement/policies.h"
+#include "sim/openb_protocol.h"
+#include "sim/openb_trace.h"
+
+namespace gpufrac::cli {
+namespace {
+
+constexpr int kExitBadInput = 2;
+constexpr int kExitFailure = 1;
+
+int Fail(int code, const std::string& message) {
+  std::fprintf(stderr, "gpufrac sim: %s\n", message.c_str());
+  return code;
+}
+
+StatusOr<std::vector<uint64_t>> ParseSeeds(const SimOptions& o) {
+  if (o.seeds.empty()) return std::vector<uint64_t>{o.seed};
+  std::string_view s = o.seeds;
+  size_t dash = s.find('-');
+  uint64_t a = 0, b = 0;
+  auto parse = [](std::string_view t, uint64_t& v) {
+    auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    return !t.empty() && ec == std::errc() && end == t.data() + t.size();
+  };
+  if (dash == std::string_view::npos || !parse(s.substr(0, dash), a) ||
+      !parse(s.substr(dash + 1), b) || b < a || b - a >= 100000) {
+    return InvalidArgumentError("--seeds is \"" + o.seeds +
+                                "\"; expected a range A-B of whole numbers with A <= B, e.g. 42-51");
+  }
+  std::vector<uint64_t> seeds;
+  for (uint64_t x = a; x <= b; ++x) seeds.push_back(x);
+  return seeds;
+}
+
+StatusOr<std::vector<std::string>> ParsePolicies(const SimOptions& o) {
+  std::vector<std::string> names;
+  for (const std::string& item : o.policies) {
+    size_t start = 0;
+    while (start <= item.size()) {
+      size_t comma = std::min(item.find(',', start), item.size());
+      names.push_back(item.substr(start, comma - start));
+      start = comma + 1;
+    }
+  }
+  if (names.empty()) names.emplace_back(placement::kDefaultPolicy);
+  const auto& known = placement::PolicyNames();
+  for (const std::string& n : names) {
+    if (std::find(known.begin(), known.end(), n) == known.end()) {
+      std::string list;
+      for (std::string_view k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+      return InvalidArgumentError("unknown policy \"" + n + "\"; choose from " + list);
+    }
+  }
+  return names;
+}
+
+// A progress bar on stderr, drawn only when stderr is a terminal and the work lasts over a second.
+class ProgressBar {
+ public:
+  explicit ProgressBar(uint64_t total) : total_(total), start_(Clock::now()) {
+    if (isatty(STDERR_FILENO)) thread_ = std::thread([this] { Loop(); });
+  }
+  ~ProgressBar() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  void Add(uint64_t n) { done_.fetch_add(n, std::memory_order_relaxed); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void Loop() {
+    bool drawn = false;
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; })) {
+      double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+      if (elapsed < 1) continue;
+      uint64_t done = std::min(done_.load(std::memory_order_relaxed), total_);
+      int width = 30, filled = static_cast<int>(width * done / std::max<uint64_t>(total_, 1));
+      std::fprintf(stderr, "\r[%s%s] %3d%% %llu/%llu pods %.0fs", std::string(filled, '#').c_str(),
+                   std::string(width - filled, '.').c_str(),
+                   static_cast<int>(100 * done / std::max<uint64_t>(total_, 1)),
+                   static_cast<unsigned long long>(done), static_cast<unsigned long long>(total_),
+                   elapsed);
+      drawn = true;
+    }
+    if (drawn) std::fprintf(stderr, "\r%*s\r", 72, "");
+  }
+
+  uint64_t total_;
+  Clock::time_point start_;
+  std::atomic<uint64_t> done_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+std::string Percent(double v) {
+  if (std::isnan(v)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f%%", v);
+  return buf;
+}
+
+nlohmann::json ToJson(const sim::OpenbRunResult& r, const SimOptions& o) {
+  nlohmann::json j;
+  j["policy"] = r.policy;
+  j["seed"] = r.seed;
+  j["unallocated_gpu_pct_at_100"] = std::isnan(r.unallocated_gpu_pct_at_100)
+                                        ? nlohmann::json()
+                                        : nlohmann::json(r.unallocated_gpu_pct_at_100);
+  j["allocated_pct_final"] = r.allocated_pct_final;
+  j["arrived_pct_final"] = r.arrived_pct_final;
+  j["pods_total"] = r.pods_total;
+  j["pods_failed"] = r.pods_failed;
+  j["gpu_pods_failed"] = r.gpu_pods_failed;
+  j["elapsed_s"] = r.elapsed_s;
+  j["pods_file"] = o.pods;
+  return j;
+}
+
+Status WriteCurves(const std::string& path, const std::vector<sim::OpenbRunResult>& results) {
+  std::ofstream out(path);
+  if (!out) return InvalidArgumentError("--curve: cannot write " + path);
+  out << "policy,seed,arrived_pct,allocated_pct,unallocated_pct\n";
+  for (const sim::OpenbRunResult& r : results) {
+    for (int k = 0; k <= r.curve.max_percent(); ++k) {
+      std::optional<double> a = r.curve.AllocatedAt(k);
+      if (!a) continue;
+      char line[128];
+      std::snprintf(line, sizeof(line), "%s,%llu,%d,%.4f,%.4f\n", r.policy.c_str(),
+                    static_cast<unsigned long long>(r.seed), k, *a, 100 - *a);
+      out << line;
+    }
+  }
+  out.close();
+  if (!out) return InternalError("--curve: writing " + path + " failed");
+  return OkStatus();
+}
+
+void PrintTable(const std::vector<sim::OpenbRunResult>& results) {
+  std::printf("%-15s %6s %18s %16s %8s %8s %9s\n", "POLICY", "SEED", "UNALLOCATED@100%",
+              "ALLOCATED(END)", "PODS", "FAILED", "TIME");
+  std::map<std::string, std::vector<const sim::OpenbRunResult*>> by_policy;
+  std::vector<std::string> order;
+  for (const sim::OpenbRunResult& r : results) {
+    if (by_policy[r.policy].empty()) order.push_back(r.policy);
+    by_policy[r.policy].push_back(&r);
+    std::printf("%-15s %6llu %18s %16s %8llu %8llu %8.2fs\n", r.policy.c_str(),
+                static_cast<unsigned long long>(r.seed),
+                Percent(r.unallocated_gpu_pct_at_100).c_str(),
+                Percent(r.allocated_pct_final).c_str(),
+                static_cast<unsigned long long>(r.pods_total),
+                static_cast<unsigned long long>(r.pods_failed), r.elapsed_s);
+  }
+  if (results.size() == order.size()) return;
+  std::printf("\nmean over seeds:\n");
+  for (const std::string& p : order) {
+    double sum = 0, time = 0;
+    for (const sim::OpenbRunResult* r : by_policy[p]) {
+      sum += r->unallocated_gpu_pct_at_100;
+      time += r->elapsed_s;
+    }
+    size_t n = by_policy[p].size();
+    std::printf("%-15s %6zu %18s %35s %8.2fs\n", p.c_str(), n, Percent(sum / n).c_str(), "",
+                time / n);
+  }
+}
+
+}  // namespace
+
+CLI::App* AddSimCommand(CLI::App& app, SimOptions& o) {
+  CLI::App* sim = app.add_subcommand("sim", "Replay a cluster trace against placement policies");
+  sim->require_subcommand(1);
+  CLI::App* openb = sim->add_subcommand(
+      "openb", "Alibaba's GPU-sharing trace (cluster-trace-gpu-v2023) under the FGD protocol");
+  openb->add_option("--nodes", o.nodes, "Node list CSV (openb_node_list_gpu_node.csv)")
+      ->required();
+  openb->add_option("--pods", o.pods, "Pod list CSV (openb_pod_list_*.csv)")->required();
+  std::string names;
+  for (std::string_view n : placement::PolicyNames()) {
+    names += (names.empty() ? "" : ", ") + std::string(n);
+  }
+  openb->add_option("--policy", o.policies,
+                    "Policy, or several separated by commas (" + names + "; default gpufrac)");
+  openb->add_option("--seed", o.seed, "Random seed of the run (default 42)");
+  openb->add_option("--seeds", o.seeds, "A range of seeds, e.g. 42-51: one run per seed");
+  openb->add_option("--load", o.load,
+                    "Resample the trace up to this multiple of GPU capacity (default 1.3)")
+      ->check(CLI::Range(0.01, 100.0));
+  openb->add_flag("--json", o.json, "One JSON object per run on stdout");
+  openb->add_option("--curve", o.curve, "Write the allocation curves to this CSV file");
+  openb->add_option("--plot", o.plot, "Draw unallocated % against arrived % into this PNG");
+  openb->add_flag("--timed", o.timed,
+                  "Replay creation and deletion times: pods depart, failed pods queue and retry");
+  openb->add_option("--jobs", o.jobs, "Runs in parallel (default: one per core)")
+      ->check(CLI::Range(0, 1024));
+  return sim;
+}
+
+int RunSim(const SimOptions& o) {
+  StatusOr<std::vector<uint64_t>> seeds = ParseSeeds(o);
+  if (!seeds.ok()) return Fail(kExitBadInput, seeds.status().message());
+  StatusOr<std::vector<std::string>> policies = ParsePolicies(o);
+  if (!policies.ok()) return Fail(kExitBadInput, policies.status().message());
+  StatusOr<sim::NodeList> nodes = sim::ReadOpenbNodes(o.nodes);
+  if (!nodes.ok()) return Fail(kExitBadInput, nodes.status().message());
+  StatusOr<sim::PodList> pods = sim::ReadOpenbPods(o.pods, nodes->models);
+  if (!pods.ok()) return Fail(kExitBadInput, pods.status().message());
+
+  struct Job {
+    std::string policy;
+    uint64_t seed;
+  };
+  std::vector<Job> jobs;
+  for (const std::string& p : *policies) {
+    for (uint64_t s : *seeds) jobs.push_back({p, s});
+  }
+  std::vector<std::optional<StatusOr<sim::OpenbRunResult>>> results(jobs.size());
+  uint64_t pods_estimate = static_cast<uint64_t>(
+      std::max(1.0, o.load) * static_cast<double>(pods->pods.size()) * jobs.size());
+  ProgressBar bar(pods_estimate);
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
+      uint64_t reported = 0;
+      sim::OpenbRunOptions run{jobs[i].policy, jobs[i].seed, o.load};
+      results[i] = sim::RunOpenb(*nodes, *pods, run, [&](uint64_t done, uint64_t) {
+        bar.Add(done - reported);
+        reported = done;
+      });
+    }
+  };
+  unsigned threads = o.jobs > 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
+  threads = std::min<unsigned>(threads, jobs.size());
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+
+  std::vector<sim::OpenbRunResult> done;
+  for (auto& r : results) {
+    if (!r->ok()) return Fail(kExitFailure, r->status().message());
+    done.push_back(std::move(**r));
+  }
+  if (o.json) {
+    for (const sim::OpenbRunResult& r : done) std::printf("%s\n", ToJson(r, o).dump().c_str());
+  } else {
+    PrintTable(done);
+  }
+  if (!o.curve.empty()) {
+    Status s = WriteCurves(o.curve, done);
+    if (!s.ok()) return Fail(kExitFailure, s.message());
+  }
+  return 0;
+}
+
+}  // namespace gpufrac::cli

@@ -1,0 +1,57 @@
+// The fit rules.
+#include "placement/fit.h"
+
+#include <bit>
+
+namespace gpufrac::placement {
+
+bool HostFits(const Node& n, const Request& r) {
+  if (n.cpu_free < r.cpu_milli || n.memory_free < r.memory_bytes) return false;
+  if (r.gpu_count == 0) return true;
+  if (n.spec.gpu_count == 0) return false;
+  return r.models == 0 || (r.models >> n.spec.model & 1);
+}
+
+GpuSet GpusThatFit(const Node& n, const Request& r) {
+  GpuSet set = 0;
+  bool memory_counts = n.spec.gpu_memory_bytes > 0 && r.gpu_memory_bytes > 0;
+  for (int g = 0; g < n.spec.gpu_count; ++g) {
+    if (n.gpu_free_milli[g] < r.gpu_milli) continue;
+    if (memory_counts && n.gpu_free_memory[g] < r.gpu_memory_bytes) continue;
+    set |= GpuSet{1} << g;
+  }
+  return set;
+}
+
+bool Fits(const Node& n, const Request& r) {
+  if (!HostFits(n, r)) return false;
+  return r.gpu_count == 0 || std::popcount(GpusThatFit(n, r)) >= static_cast<int>(r.gpu_count);
+}
+
+bool PlacementFits(const Node& n, const Request& r, GpuSet gpus) {
+  if (!HostFits(n, r)) return false;
+  if (std::popcount(gpus) != static_cast<int>(r.gpu_count)) return false;
+  return (gpus & ~GpusThatFit(n, r)) == 0;
+}
+
+GpuSet TightestGpus(const Node& n, const Request& r) {
+  GpuSet fit = GpusThatFit(n, r);
+  if (!r.SharesGpu()) return LowestGpus(fit, static_cast<int>(r.gpu_count));
+  int best = -1;
+  for (int g = 0; g < n.spec.gpu_count; ++g) {
+    if ((fit >> g & 1) && (best < 0 || n.gpu_free_milli[g] < n.gpu_free_milli[best])) best = g;
+  }
+  return best < 0 ? 0 : GpuSet{1} << best;
+}
+
+GpuSet LowestGpus(GpuSet set, int count) {
+  GpuSet out = 0;
+  for (; count > 0 && set != 0; --count) {
+    GpuSet low = set & -set;
+    out |= low;
+    set &= set - 1;
+  }
+  return out;
+}
+
+}  // namespace gpufrac::placement

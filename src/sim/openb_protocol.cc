@@ -1,0 +1,97 @@
+// One seed of the openb protocol. The seed drives one random sequence used in a fixed order
+// (shuffle, then resampling, then node ranking, then the policy's own draws), so a seed always
+// names the same run.
+#include "sim/openb_protocol.h"
+
+#include <cmath>
+
+#include "common/random.h"
+#include "placement/policies.h"
+#include "placement/scheduler.h"
+#include "placement/typical_workload.h"
+
+namespace gpufrac::sim {
+
+using placement::Request;
+
+namespace {
+
+// Steps 1 and 2: the order in which pods arrive, as indices into the trace.
+std::vector<uint32_t> ArrivalOrder(const PodList& pods, uint64_t capacity_milli, double load,
+                                   Random& random) {
+  size_t n = pods.pods.size();
+  std::vector<uint32_t> order(n);
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    order[i] = i;
+    total += pods.pods[i].request.TotalGpuMilli();
+  }
+  random.Shuffle(order);
+  double target = load * static_cast<double>(capacity_milli);
+  if (static_cast<double>(total) < target) {
+    while (true) {
+      uint32_t pick = static_cast<uint32_t>(random.Uniform(n));
+      uint64_t request = pods.pods[pick].request.TotalGpuMilli();
+      if (static_cast<double>(total + request) > target) break;
+      order.push_back(pick);
+      total += request;
+    }
+  } else {
+    while (static_cast<double>(total) > target && !order.empty()) {
+      size_t victim = random.Uniform(order.size());
+      total -= pods.pods[order[victim]].request.TotalGpuMilli();
+      order.erase(order.begin() + static_cast<std::ptrdiff_t>(victim));
+    }
+  }
+  return order;
+}
+
+}  // namespace
+
+StatusOr<OpenbRunResult> RunOpenb(const NodeList& nodes, const PodList& pods,
+                                  const OpenbRunOptions& options, const ProgressFn& progress) {
+  GPUFRAC_ASSIGN_OR_RETURN(placement::Cluster cluster,
+                           placement::Cluster::Create(nodes.models, nodes.nodes));
+  std::vector<Request> requests;
+  requests.reserve(pods.pods.size());
+  for (const TracePod& p : pods.pods) requests.push_back(p.request);
+  placement::TypicalWorkload typical = placement::TypicalWorkload::FromRequests(requests);
+
+  Random random(options.seed);
+  uint64_t capacity = cluster.GpuMilliCapacity();
+  if (capacity == 0) return InvalidArgumentError("the node list has no GPUs");
+  std::vector<uint32_t> order = ArrivalOrder(pods, capacity, options.load, random);
+  std::vector<int> rank = random.Permutation(cluster.size());
+  placement::PolicyOptions policy_options{&typical, random.Next()};
+  GPUFRAC_ASSIGN_OR_RETURN(std::unique_ptr<placement::Policy> policy,
+                           placement::MakePolicy(options.policy, policy_options));
+  placement::Scheduler scheduler(&cluster, policy.get(), std::move(rank));
+
+  OpenbRunResult result;
+  result.policy = options.policy;
+  result.seed = options.seed;
+  result.pods_total = order.size();
+  uint64_t arrived = 0;
+  auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Request& r = requests[order[i]];
+    arrived += r.TotalGpuMilli();
+    if (!scheduler.Place(r)) {
+      ++result.pods_failed;
+      result.gpu_pods_failed += r.gpu_count > 0;
+    }
+    result.curve.Record(arrived, cluster.GpuMilliAllocated(), capacity);
+    if (progress && (i + 1) % 1024 == 0) progress(i + 1, order.size());
+  }
+  result.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (progress) progress(order.size(), order.size());
+
+  std::optional<double> at_100 = result.curve.AllocatedAt(100);
+  result.unallocated_gpu_pct_at_100 = at_100 ? 100 - *at_100 : NAN;
+  result.allocated_pct_final = 100.0 * static_cast<double>(cluster.GpuMilliAllocated()) /
+                               static_cast<double>(capacity);
+  result.arrived_pct_final = 100.0 * static_cast<double>(arrived) / static_cast<double>(capacity);
+  return result;
+}
+
+}  // namespace gpufrac::sim
