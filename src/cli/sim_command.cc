@@ -20,6 +20,7 @@
 #include "placement/policies.h"
 #include "sim/openb_protocol.h"
 #include "sim/openb_trace.h"
+#include "sim/timed_replay.h"
 
 namespace gpufrac::cli {
 namespace {
@@ -118,6 +119,39 @@ class ProgressBar {
   std::thread thread_;
 };
 
+struct Job {
+  std::string policy;
+  uint64_t seed;
+};
+
+// Runs run(job, progress) for every job on `jobs_wanted` threads (0: one per core); results are
+// in job order.
+template <typename Run>
+auto RunParallel(const std::vector<Job>& jobs, int jobs_wanted, Run run, ProgressBar& bar) {
+  using Result = decltype(run(jobs[0], sim::ProgressFn()));
+  std::vector<std::optional<Result>> slots(jobs.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
+      uint64_t reported = 0;
+      slots[i] = run(jobs[i], [&](uint64_t done, uint64_t) {
+        bar.Add(done - reported);
+        reported = done;
+      });
+    }
+  };
+  unsigned threads = jobs_wanted > 0 ? static_cast<unsigned>(jobs_wanted)
+                                     : std::max(1u, std::thread::hardware_concurrency());
+  threads = std::min<unsigned>(threads, static_cast<unsigned>(jobs.size()));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  std::vector<Result> results;
+  for (auto& slot : slots) results.push_back(std::move(*slot));
+  return results;
+}
+
 std::string Percent(double v) {
   if (std::isnan(v)) return "-";
   char buf[32];
@@ -140,6 +174,38 @@ nlohmann::json ToJson(const sim::OpenbRunResult& r, const SimOptions& o) {
   j["elapsed_s"] = r.elapsed_s;
   j["pods_file"] = o.pods;
   return j;
+}
+
+nlohmann::json ToJson(const sim::TimedRunResult& r, const SimOptions& o) {
+  nlohmann::json j;
+  j["policy"] = r.policy;
+  j["seed"] = r.seed;
+  j["mode"] = "timed";
+  j["speedup"] = o.speedup;
+  j["pods_total"] = r.pods_total;
+  j["pods_placed"] = r.pods_placed;
+  j["pods_waited"] = r.pods_waited;
+  j["pods_never_placed"] = r.pods_never_placed;
+  j["mean_wait_s"] = r.mean_wait_s;
+  j["p99_wait_s"] = r.p99_wait_s;
+  j["max_queue"] = r.max_queue;
+  j["time_avg_allocated_pct"] = r.time_avg_allocated_pct;
+  j["elapsed_s"] = r.elapsed_s;
+  j["pods_file"] = o.pods;
+  return j;
+}
+
+void PrintTimedTable(const std::vector<sim::TimedRunResult>& results) {
+  std::printf("%-15s %6s %8s %8s %8s %12s %12s %10s %9s\n", "POLICY", "SEED", "PODS", "WAITED",
+              "NEVER", "MEAN WAIT", "P99 WAIT", "ALLOC(AVG)", "TIME");
+  for (const sim::TimedRunResult& r : results) {
+    std::printf("%-15s %6llu %8llu %8llu %8llu %11.0fs %11.0fs %10s %8.2fs\n", r.policy.c_str(),
+                static_cast<unsigned long long>(r.seed),
+                static_cast<unsigned long long>(r.pods_total),
+                static_cast<unsigned long long>(r.pods_waited),
+                static_cast<unsigned long long>(r.pods_never_placed), r.mean_wait_s, r.p99_wait_s,
+                Percent(r.time_avg_allocated_pct).c_str(), r.elapsed_s);
+  }
 }
 
 Status WriteCurves(const std::string& path, const std::vector<sim::OpenbRunResult>& results) {
@@ -216,6 +282,9 @@ CLI::App* AddSimCommand(CLI::App& app, SimOptions& o) {
   openb->add_option("--plot", o.plot, "Draw unallocated % against arrived % into this PNG");
   openb->add_flag("--timed", o.timed,
                   "Replay creation and deletion times: pods depart, failed pods queue and retry");
+  openb->add_option("--speedup", o.speedup,
+                    "With --timed: divide arrival times by X, keeping runtimes (default 1)")
+      ->check(CLI::Range(1e-6, 1e9));
   openb->add_option("--jobs", o.jobs, "Runs in parallel (default: one per core)")
       ->check(CLI::Range(0, 1024));
   return sim;
@@ -226,45 +295,50 @@ int RunSim(const SimOptions& o) {
   if (!seeds.ok()) return Fail(kExitBadInput, seeds.status().message());
   StatusOr<std::vector<std::string>> policies = ParsePolicies(o);
   if (!policies.ok()) return Fail(kExitBadInput, policies.status().message());
+  if (o.timed && (!o.curve.empty() || !o.plot.empty())) {
+    return Fail(kExitBadInput, "--curve and --plot draw the untimed protocol; drop them or --timed");
+  }
   StatusOr<sim::NodeList> nodes = sim::ReadOpenbNodes(o.nodes);
   if (!nodes.ok()) return Fail(kExitBadInput, nodes.status().message());
   StatusOr<sim::PodList> pods = sim::ReadOpenbPods(o.pods, nodes->models);
   if (!pods.ok()) return Fail(kExitBadInput, pods.status().message());
+  if (o.timed && !pods->has_times) {
+    return Fail(kExitBadInput, o.pods + ": --timed needs creation_time and deletion_time columns");
+  }
 
-  struct Job {
-    std::string policy;
-    uint64_t seed;
-  };
   std::vector<Job> jobs;
   for (const std::string& p : *policies) {
     for (uint64_t s : *seeds) jobs.push_back({p, s});
   }
-  std::vector<std::optional<StatusOr<sim::OpenbRunResult>>> results(jobs.size());
-  uint64_t pods_estimate = static_cast<uint64_t>(
-      std::max(1.0, o.load) * static_cast<double>(pods->pods.size()) * jobs.size());
-  ProgressBar bar(pods_estimate);
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
-      uint64_t reported = 0;
-      sim::OpenbRunOptions run{jobs[i].policy, jobs[i].seed, o.load};
-      results[i] = sim::RunOpenb(*nodes, *pods, run, [&](uint64_t done, uint64_t) {
-        bar.Add(done - reported);
-        reported = done;
-      });
+  double per_run = o.timed ? 1.0 : std::max(1.0, o.load);
+  ProgressBar bar(static_cast<uint64_t>(per_run * static_cast<double>(pods->pods.size())) *
+                  jobs.size());
+  if (o.timed) {
+    std::vector<StatusOr<sim::TimedRunResult>> results = RunParallel(
+        jobs, o.jobs, [&](const Job& job, const sim::ProgressFn& progress) {
+          return sim::RunTimed(*nodes, *pods, job.policy, job.seed, o.speedup, progress);
+        }, bar);
+    std::vector<sim::TimedRunResult> done;
+    for (auto& r : results) {
+      if (!r.ok()) return Fail(kExitFailure, r.status().message());
+      done.push_back(std::move(*r));
     }
-  };
-  unsigned threads = o.jobs > 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency());
-  threads = std::min<unsigned>(threads, jobs.size());
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
+    if (o.json) {
+      for (const sim::TimedRunResult& r : done) std::printf("%s\n", ToJson(r, o).dump().c_str());
+    } else {
+      PrintTimedTable(done);
+    }
+    return 0;
+  }
 
+  std::vector<StatusOr<sim::OpenbRunResult>> results = RunParallel(
+      jobs, o.jobs, [&](const Job& job, const sim::ProgressFn& progress) {
+        return sim::RunOpenb(*nodes, *pods, {job.policy, job.seed, o.load}, progress);
+      }, bar);
   std::vector<sim::OpenbRunResult> done;
   for (auto& r : results) {
-    if (!r->ok()) return Fail(kExitFailure, r->status().message());
-    done.push_back(std::move(**r));
+    if (!r.ok()) return Fail(kExitFailure, r.status().message());
+    done.push_back(std::move(*r));
   }
   if (o.json) {
     for (const sim::OpenbRunResult& r : done) std::printf("%s\n", ToJson(r, o).dump().c_str());

@@ -22,6 +22,7 @@ struct SimOptions {
   std::string curve;                  // --curve FILE: allocation curves as CSV
   std::string plot;                   // --plot FILE.png
   bool timed = false;                 // --timed: creation/deletion times, queue, retries
+  double speedup = 1;                 // --speedup X: arrivals X times as fast (with --timed)
   int jobs = 0;                       // --jobs N: runs in parallel (0: one per core)
 };
 

@@ -1,0 +1,187 @@
+// The cluster model, the fit rules and the scheduler: placements take exactly what they ask for,
+// never over-commit, ties go to the ranking, and the cached scores always give the same answer
+// as scoring every node from scratch.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <limits>
+
+#include "common/random.h"
+#include "placement/cluster.h"
+#include "placement/fit.h"
+#include "placement/policies.h"
+#include "placement/scheduler.h"
+
+namespace gpufrac::placement {
+namespace {
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+Cluster MakeCluster(const std::vector<std::pair<int, int>>& gpus_and_model,
+                    uint64_t cpu_milli = 64000) {
+  ModelNames models;
+  EXPECT_TRUE(models.Intern("A").ok());
+  EXPECT_TRUE(models.Intern("B").ok());
+  std::vector<NodeSpec> specs;
+  for (size_t i = 0; i < gpus_and_model.size(); ++i) {
+    specs.push_back({"n" + std::to_string(i), cpu_milli, 256 * kGiB, gpus_and_model[i].second,
+                     gpus_and_model[i].first, 0});
+  }
+  StatusOr<Cluster> c = Cluster::Create(models, specs);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return std::move(*c);
+}
+
+Request Share(uint32_t milli, uint64_t cpu = 1000) { return {cpu, kGiB, 1, milli, 0, 0}; }
+Request Whole(uint32_t count, uint64_t cpu = 1000) { return {cpu, kGiB, count, 1000, 0, 0}; }
+
+TEST(Fit, SharedGpuNeedsOneGpuWithEnoughFreeShare) {
+  Cluster c = MakeCluster({{2, 0}});
+  c.Apply({0, 0b01}, Share(700));
+  c.Apply({0, 0b10}, Share(500));
+  EXPECT_TRUE(Fits(c.node(0), Share(500)));
+  EXPECT_EQ(GpusThatFit(c.node(0), Share(500)), 0b10u);
+  EXPECT_FALSE(Fits(c.node(0), Share(501)));
+  EXPECT_FALSE(Fits(c.node(0), Whole(1)));
+}
+
+TEST(Fit, WholeGpusMustBeCompletelyFreeAndOfAnAllowedModel) {
+  Cluster c = MakeCluster({{4, 1}});
+  c.Apply({0, 0b0100}, Share(10));
+  EXPECT_TRUE(Fits(c.node(0), Whole(3)));
+  EXPECT_FALSE(Fits(c.node(0), Whole(4)));
+  EXPECT_EQ(LowestGpus(GpusThatFit(c.node(0), Whole(3)), 3), 0b1011u);
+  Request only_a = Whole(1);
+  only_a.models = ModelSet{1} << 0;
+  EXPECT_FALSE(Fits(c.node(0), only_a));
+  only_a.models |= ModelSet{1} << 1;
+  EXPECT_TRUE(Fits(c.node(0), only_a));
+}
+
+TEST(Fit, HostCpuAndMemoryMustFitEvenForCpuOnlyRequests) {
+  Cluster c = MakeCluster({{1, 0}}, 4000);
+  EXPECT_TRUE(Fits(c.node(0), Request{4000, kGiB, 0, 0, 0, 0}));
+  EXPECT_FALSE(Fits(c.node(0), Request{4001, kGiB, 0, 0, 0, 0}));
+  EXPECT_FALSE(Fits(c.node(0), Request{1, 257 * kGiB, 0, 0, 0, 0}));
+}
+
+TEST(Fit, TightestGpuIsTheFullestOneThatFits) {
+  Cluster c = MakeCluster({{4, 0}});
+  c.Apply({0, 0b0010}, Share(600));
+  c.Apply({0, 0b0100}, Share(300));
+  c.Apply({0, 0b1000}, Share(600));
+  EXPECT_EQ(TightestGpus(c.node(0), Share(400)), 0b0010u);  // 400 free; GPU 3 ties, lower wins.
+  EXPECT_EQ(TightestGpus(c.node(0), Share(500)), 0b0100u);
+  EXPECT_EQ(TightestGpus(c.node(0), Whole(1)), 0b0001u);
+}
+
+TEST(Cluster, ApplyAndReleaseRestoreTheNodeExactly) {
+  Cluster c = MakeCluster({{8, 0}});
+  Node before = c.node(0);
+  Request r = Whole(3, 5000);
+  c.Apply({0, 0b111000}, r);
+  EXPECT_EQ(c.node(0).cpu_free, before.cpu_free - 5000);
+  EXPECT_EQ(c.node(0).WholeFreeGpus(), 5);
+  EXPECT_EQ(c.GpuMilliAllocated(), 3000u);
+  c.Release({0, 0b111000}, r);
+  EXPECT_EQ(c.node(0).cpu_free, before.cpu_free);
+  EXPECT_EQ(c.node(0).gpu_free_milli, before.gpu_free_milli);
+  EXPECT_EQ(c.node(0).gpu_workloads, before.gpu_workloads);
+  EXPECT_EQ(c.GpuMilliAllocated(), 0u);
+  EXPECT_EQ(c.change_log().size(), 2u);
+}
+
+TEST(ClusterDeathTest, APlacementThatDoesNotFitIsNeverApplied) {
+  Cluster c = MakeCluster({{1, 0}});
+  c.Apply({0, 0b1}, Share(600));
+  EXPECT_DEATH(c.Apply({0, 0b1}, Share(600)), "does not fit");
+  EXPECT_DEATH(c.Release({0, 0b1}, Share(700)), "frees more");
+}
+
+TEST(Cluster, RejectsNodesWithTooManyGpusOrUnknownModels) {
+  ModelNames models;
+  ASSERT_TRUE(models.Intern("A").ok());
+  EXPECT_FALSE(Cluster::Create(models, {{"big", 1, 1, 0, kMaxGpusPerNode + 1, 0}}).ok());
+  EXPECT_FALSE(Cluster::Create(models, {{"odd", 1, 1, 5, 1, 0}}).ok());
+}
+
+// A policy that scores by a fixed table, to test the scheduler's choice and tie-break alone.
+class TablePolicy : public Policy {
+ public:
+  explicit TablePolicy(std::vector<double> scores) : scores_(std::move(scores)) {}
+  std::string_view name() const override { return "table"; }
+  double Score(const Node& n, const Request&) override {
+    return scores_[std::stoi(n.spec.name.substr(1))];
+  }
+  GpuSet ChooseGpus(const Node& n, const Request& r) override { return TightestGpus(n, r); }
+
+ private:
+  std::vector<double> scores_;
+};
+
+TEST(Scheduler, TakesTheBestScoreAndBreaksTiesByRank) {
+  Cluster c = MakeCluster({{1, 0}, {1, 0}, {1, 0}, {1, 0}});
+  TablePolicy policy({5, 9, 9, 1});
+  Scheduler s(&c, &policy, {3, 2, 1, 0});  // Node 2 outranks node 1.
+  EXPECT_EQ(s.Choose(Whole(1))->node, 2);
+  ASSERT_EQ(s.Place(Whole(1))->node, 2);
+  EXPECT_EQ(s.Place(Whole(1))->node, 1);  // Node 2 is full now.
+  EXPECT_EQ(s.Place(Whole(1))->node, 0);
+  EXPECT_EQ(s.Place(Whole(1))->node, 3);
+  EXPECT_FALSE(s.Place(Whole(1)).has_value());
+  EXPECT_EQ(c.GpuMilliAllocated(), 4000u);
+}
+
+// Random operations on a mixed cluster: every choice of the cached scheduler must equal the
+// choice made by scoring every node from scratch, for every policy.
+TEST(Scheduler, CachedChoicesEqualAFullRescan) {
+  std::vector<Request> kinds = {Share(470), Share(810), Share(230, 30000), Whole(1), Whole(2),
+                                Whole(8, 8000), Request{4000, 8 * kGiB, 0, 0, 0, 0}};
+  kinds[2].models = ModelSet{1} << 1;
+  std::vector<Request> typical_input;
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    for (size_t k = 0; k <= i; ++k) typical_input.push_back(kinds[i]);
+  }
+  TypicalWorkload typical = TypicalWorkload::FromRequests(typical_input);
+  for (std::string_view name : PolicyNames()) {
+    if (name == "random") continue;  // Not a function of node state; never cached.
+    Cluster cached_cluster = MakeCluster({{8, 0}, {2, 1}, {4, 0}, {8, 1}, {1, 0}, {2, 0}});
+    Cluster fresh_cluster = cached_cluster;
+    auto p1 = MakePolicy(name, {&typical, 1});
+    auto p2 = MakePolicy(name, {&typical, 1});
+    ASSERT_TRUE(p1.ok() && p2.ok());
+    std::vector<int> rank = {4, 0, 5, 1, 3, 2};
+    Scheduler cached(&cached_cluster, p1->get(), rank);
+    Random random(7);
+    std::vector<std::pair<Placement, Request>> placed;
+    for (int step = 0; step < 400; ++step) {
+      if (!placed.empty() && random.Uniform(3) == 0) {
+        size_t victim = random.Uniform(placed.size());
+        cached.Release(placed[victim].first, placed[victim].second);
+        fresh_cluster.Release(placed[victim].first, placed[victim].second);
+        placed.erase(placed.begin() + static_cast<long>(victim));
+        continue;
+      }
+      const Request& r = kinds[random.Uniform(kinds.size())];
+      Scheduler fresh(&fresh_cluster, p2->get(), rank);  // New: no cache at all.
+      std::optional<Placement> a = cached.Place(r);
+      std::optional<Placement> b = fresh.Place(r);
+      ASSERT_EQ(a.has_value(), b.has_value()) << name << " step " << step;
+      if (!a) continue;
+      ASSERT_EQ(a->node, b->node) << name << " step " << step;
+      ASSERT_EQ(a->gpus, b->gpus) << name << " step " << step;
+      placed.push_back({*a, r});
+    }
+    EXPECT_GT(placed.size(), 10u) << name;
+  }
+}
+
+TEST(Policies, UnknownNamesAreRejectedWithTheList) {
+  StatusOr<std::unique_ptr<Policy>> p = MakePolicy("tetris", {});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("bestfit"), std::string::npos);
+  EXPECT_FALSE(MakePolicy("fgd", {}).ok());  // Needs a typical workload.
+}
+
+}  // namespace
+}  // namespace gpufrac::placement
