@@ -1,8 +1,5 @@
 # Tests of the simulator: trace reading, and the FGD paper's protocol against the published
 # results. The openb data is read where it lives (never copied into the repository).
-set(GPUFRAC_OPENB_DIR "${PROJECT_SOURCE_DIR}/../shared/data/openb" CACHE PATH
-    "Alibaba openb trace (cluster-trace-gpu-v2023) with simulator_expected_results/")
-
 gpufrac_test(sim_openb_trace_test unit SOURCES unit/sim_openb_trace_test.cc LIBS gpufrac_sim)
 
 gpufrac_test(sim_openb_baselines_test slow SOURCES integration/sim_openb_baselines_test.cc

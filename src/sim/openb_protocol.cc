@@ -27,6 +27,7 @@ std::vector<uint32_t> ArrivalOrder(const PodList& pods, uint64_t capacity_milli,
     total += pods.pods[i].request.TotalGpuMilli();
   }
   random.Shuffle(order);
+  if (load <= 0) return order;
   double target = load * static_cast<double>(capacity_milli);
   if (static_cast<double>(total) < target) {
     while (true) {

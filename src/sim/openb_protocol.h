@@ -22,7 +22,9 @@ namespace gpufrac::sim {
 struct OpenbRunOptions {
   std::string policy = "gpufrac";
   uint64_t seed = 42;
-  double load = 1.3;  // Total GPU request appended up to, as a multiple of capacity.
+  // Total GPU request resampled up (or down) to, as a multiple of capacity; 0 keeps the pods as
+  // they are (shuffled only).
+  double load = 1.3;
 };
 
 struct OpenbRunResult {
