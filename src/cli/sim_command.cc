@@ -20,6 +20,7 @@
 #include "placement/policies.h"
 #include "sim/openb_protocol.h"
 #include "sim/openb_trace.h"
+#include "sim/plot.h"
 #include "sim/timed_replay.h"
 
 namespace gpufrac::cli {
@@ -227,6 +228,36 @@ Status WriteCurves(const std::string& path, const std::vector<sim::OpenbRunResul
   return OkStatus();
 }
 
+// One line per policy: unallocated % against arrived %, averaged over the policy's seeds (at
+// the percents every seed reached).
+Status WritePlot(const std::string& path, const std::vector<sim::OpenbRunResult>& results,
+                 const SimOptions& o) {
+  std::vector<sim::PlotSeries> series;
+  std::map<std::string, std::vector<const sim::OpenbRunResult*>> by_policy;
+  for (const sim::OpenbRunResult& r : results) {
+    if (by_policy[r.policy].empty()) series.push_back({r.policy, {}});
+    by_policy[r.policy].push_back(&r);
+  }
+  for (sim::PlotSeries& s : series) {
+    const auto& runs = by_policy[s.name];
+    for (int k = 0; k <= runs.front()->curve.max_percent(); ++k) {
+      double sum = 0;
+      bool all = true;
+      for (const sim::OpenbRunResult* r : runs) {
+        std::optional<double> a = r->curve.AllocatedAt(k);
+        all = all && a.has_value();
+        if (a) sum += 100 - *a;
+      }
+      if (all) s.points.push_back({static_cast<double>(k), sum / runs.size()});
+    }
+  }
+  std::string trace = o.pods.substr(o.pods.rfind('/') == std::string::npos ? 0 : o.pods.rfind('/') + 1);
+  std::string seeds = o.seeds.empty() ? "seed " + std::to_string(o.seed) : "seeds " + o.seeds;
+  return sim::WritePlotPng(path, series,
+                           {"Unallocated GPUs, " + trace + " (" + seeds + ")",
+                            "arrived GPU demand (% of capacity)", "unallocated GPUs (% of capacity)"});
+}
+
 void PrintTable(const std::vector<sim::OpenbRunResult>& results) {
   std::printf("%-15s %6s %18s %16s %8s %8s %9s\n", "POLICY", "SEED", "UNALLOCATED@100%",
               "ALLOCATED(END)", "PODS", "FAILED", "TIME");
@@ -347,6 +378,10 @@ int RunSim(const SimOptions& o) {
   }
   if (!o.curve.empty()) {
     Status s = WriteCurves(o.curve, done);
+    if (!s.ok()) return Fail(kExitFailure, s.message());
+  }
+  if (!o.plot.empty()) {
+    Status s = WritePlot(o.plot, done, o);
     if (!s.ok()) return Fail(kExitFailure, s.message());
   }
   return 0;
