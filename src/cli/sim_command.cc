@@ -125,34 +125,6 @@ struct Job {
   uint64_t seed;
 };
 
-// Runs run(job, progress) for every job on `jobs_wanted` threads (0: one per core); results are
-// in job order.
-template <typename Run>
-auto RunParallel(const std::vector<Job>& jobs, int jobs_wanted, Run run, ProgressBar& bar) {
-  using Result = decltype(run(jobs[0], sim::ProgressFn()));
-  std::vector<std::optional<Result>> slots(jobs.size());
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
-      uint64_t reported = 0;
-      slots[i] = run(jobs[i], [&](uint64_t done, uint64_t) {
-        bar.Add(done - reported);
-        reported = done;
-      });
-    }
-  };
-  unsigned threads = jobs_wanted > 0 ? static_cast<unsigned>(jobs_wanted)
-                                     : std::max(1u, std::thread::hardware_concurrency());
-  threads = std::min<unsigned>(threads, static_cast<unsigned>(jobs.size()));
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
-  std::vector<Result> results;
-  for (auto& slot : slots) results.push_back(std::move(*slot));
-  return results;
-}
-
 std::string Percent(double v) {
   if (std::isnan(v)) return "-";
   char buf[32];
@@ -287,6 +259,46 @@ void PrintTable(const std::vector<sim::OpenbRunResult>& results) {
   }
 }
 
+// Runs run(job, progress) -> StatusOr<T> for every job on `jobs_wanted` threads (0: one per
+// core); the values in job order, or the first error.
+template <typename Run>
+auto RunParallel(const std::vector<Job>& jobs, int jobs_wanted, Run run, ProgressBar& bar)
+    -> StatusOr<std::vector<std::decay_t<decltype(*run(jobs[0], sim::ProgressFn()))>>> {
+  using Result = decltype(run(jobs[0], sim::ProgressFn()));
+  std::vector<std::optional<Result>> slots(jobs.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
+      uint64_t reported = 0;
+      slots[i] = run(jobs[i], [&](uint64_t done, uint64_t) {
+        bar.Add(done - reported);
+        reported = done;
+      });
+    }
+  };
+  unsigned threads = jobs_wanted > 0 ? static_cast<unsigned>(jobs_wanted)
+                                     : std::max(1u, std::thread::hardware_concurrency());
+  threads = std::min<unsigned>(threads, static_cast<unsigned>(jobs.size()));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  std::vector<std::decay_t<decltype(**slots[0])>> values;
+  for (auto& slot : slots) {
+    if (!slot->ok()) return slot->status();
+    values.push_back(std::move(**slot));
+  }
+  return values;
+}
+
+// JSON lines or the table for people.
+template <typename R>
+void Print(const std::vector<R>& runs, const SimOptions& o,
+           void (*table)(const std::vector<R>&)) {
+  if (!o.json) return table(runs);
+  for (const R& r : runs) std::printf("%s\n", ToJson(r, o).dump().c_str());
+}
+
 }  // namespace
 
 CLI::App* AddSimCommand(CLI::App& app, SimOptions& o) {
@@ -345,43 +357,24 @@ int RunSim(const SimOptions& o) {
   ProgressBar bar(static_cast<uint64_t>(per_run * static_cast<double>(pods->pods.size())) *
                   jobs.size());
   if (o.timed) {
-    std::vector<StatusOr<sim::TimedRunResult>> results = RunParallel(
-        jobs, o.jobs, [&](const Job& job, const sim::ProgressFn& progress) {
-          return sim::RunTimed(*nodes, *pods, job.policy, job.seed, o.speedup, progress);
-        }, bar);
-    std::vector<sim::TimedRunResult> done;
-    for (auto& r : results) {
-      if (!r.ok()) return Fail(kExitFailure, r.status().message());
-      done.push_back(std::move(*r));
-    }
-    if (o.json) {
-      for (const sim::TimedRunResult& r : done) std::printf("%s\n", ToJson(r, o).dump().c_str());
-    } else {
-      PrintTimedTable(done);
-    }
+    auto done = RunParallel(jobs, o.jobs, [&](const Job& job, const sim::ProgressFn& progress) {
+      return sim::RunTimed(*nodes, *pods, job.policy, job.seed, o.speedup, progress);
+    }, bar);
+    if (!done.ok()) return Fail(kExitFailure, done.status().message());
+    Print(*done, o, PrintTimedTable);
     return 0;
   }
-
-  std::vector<StatusOr<sim::OpenbRunResult>> results = RunParallel(
-      jobs, o.jobs, [&](const Job& job, const sim::ProgressFn& progress) {
-        return sim::RunOpenb(*nodes, *pods, {job.policy, job.seed, o.load}, progress);
-      }, bar);
-  std::vector<sim::OpenbRunResult> done;
-  for (auto& r : results) {
-    if (!r.ok()) return Fail(kExitFailure, r.status().message());
-    done.push_back(std::move(*r));
-  }
-  if (o.json) {
-    for (const sim::OpenbRunResult& r : done) std::printf("%s\n", ToJson(r, o).dump().c_str());
-  } else {
-    PrintTable(done);
-  }
+  auto done = RunParallel(jobs, o.jobs, [&](const Job& job, const sim::ProgressFn& progress) {
+    return sim::RunOpenb(*nodes, *pods, {job.policy, job.seed, o.load}, progress);
+  }, bar);
+  if (!done.ok()) return Fail(kExitFailure, done.status().message());
+  Print(*done, o, PrintTable);
   if (!o.curve.empty()) {
-    Status s = WriteCurves(o.curve, done);
+    Status s = WriteCurves(o.curve, *done);
     if (!s.ok()) return Fail(kExitFailure, s.message());
   }
   if (!o.plot.empty()) {
-    Status s = WritePlot(o.plot, done, o);
+    Status s = WritePlot(o.plot, *done, o);
     if (!s.ok()) return Fail(kExitFailure, s.message());
   }
   return 0;
