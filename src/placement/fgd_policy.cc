@@ -4,9 +4,6 @@
 // in GPU thousandths. For a shared GPU every fitting GPU is tried and the best (lowest index
 // among equal scores) is both the node's score and the GPU chosen; whole GPUs are the
 // lowest-numbered free ones.
-#include <cmath>
-
-#include "placement/baseline_scale.h"
 #include "placement/fit.h"
 #include "placement/fragmentation.h"
 #include "placement/policies.h"
@@ -28,16 +25,11 @@ class FgdPolicy : public Policy {
     GpuSet gpus;
   };
 
-  static double ScoreOf(double before, double after) {
-    double sigmoid = 1 / (1 + std::exp(-(before - after) / 1000));
-    return static_cast<double>(static_cast<int64_t>(sigmoid * kMaxScore));
-  }
-
   Choice Best(const Node& n, const Request& r) const {
     FragmentationView view(n, *typical_);
     if (!r.SharesGpu()) {
       GpuSet gpus = LowestGpus(GpusThatFit(n, r), static_cast<int>(r.gpu_count));
-      return {ScoreOf(view.Current(), view.After(r.cpu_milli, gpus, r.gpu_milli)), gpus};
+      return {FgdScore(view.Current() - view.After(r.cpu_milli, gpus, r.gpu_milli)), gpus};
     }
     Choice best{-1, 0};
     GpuSet fit = GpusThatFit(n, r);
@@ -50,7 +42,7 @@ class FgdPolicy : public Policy {
       }
       if (seen) continue;
       GpuSet gpu = GpuSet{1} << g;
-      double score = ScoreOf(view.Current(), view.After(r.cpu_milli, gpu, r.gpu_milli));
+      double score = FgdScore(view.Current() - view.After(r.cpu_milli, gpu, r.gpu_milli));
       if (score > best.score) best = {score, gpu};
     }
     return best;

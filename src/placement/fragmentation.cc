@@ -2,6 +2,8 @@
 // a hypothetical change to a few GPUs updates each class in O(1) per GPU.
 #include "placement/fragmentation.h"
 
+#include <cmath>
+
 namespace gpufrac::placement {
 
 FragmentationView::FragmentationView(const Node& n, const TypicalWorkload& w)
@@ -68,6 +70,11 @@ double FragmentationView::After(uint64_t cpu_milli, GpuSet gpus, uint32_t milli_
 
 double NodeFragmentation(const Node& n, const TypicalWorkload& w) {
   return FragmentationView(n, w).Current();
+}
+
+double FgdScore(double reduction) {
+  double sigmoid = 1 / (1 + std::exp(-reduction / 1000));
+  return std::floor(sigmoid * 100);
 }
 
 }  // namespace gpufrac::placement

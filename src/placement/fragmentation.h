@@ -43,4 +43,9 @@ class FragmentationView {
 // FragmentationView(n, w).Current().
 double NodeFragmentation(const Node& n, const TypicalWorkload& w);
 
+// FGD's node score for a fragmentation reduction (before - after, GPU thousandths):
+// floor(100 * sigmoid(reduction / 1000)), a whole number in 0..100. One point is about 40
+// thousandths near zero, so nodes with nearly equal reductions tie.
+double FgdScore(double reduction);
+
 }  // namespace gpufrac::placement

@@ -20,7 +20,10 @@ StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const Policy
   if (name == "gpu-packing") return NewGpuPackingPolicy();
   if (name == "bestfit") return NewBestFitPolicy();
   if (name == "fgd") return NewFgdPolicy(options.typical);
-  if (name == "gpufrac") return NewGpufracPolicy(options.typical);
+  if (name == "gpufrac") {
+    if (options.cluster == nullptr) return InvalidArgumentError("policy gpufrac needs the cluster");
+    return NewGpufracPolicy(*options.typical, *options.cluster);
+  }
   std::string known;
   for (std::string_view n : PolicyNames()) known += (known.empty() ? "" : ", ") + std::string(n);
   return InvalidArgumentError("unknown policy \"" + std::string(name) + "\"; choose one of " +

@@ -24,6 +24,8 @@ struct PolicyOptions {
   // The workload fragmentation is measured against (fgd, gpufrac). Must outlive the policy.
   const TypicalWorkload* typical = nullptr;
   uint64_t seed = 0;  // For random choices (random).
+  // The GPUs of each model (gpufrac). Only the nodes' specs are read, when the policy is made.
+  const Cluster* cluster = nullptr;
 };
 
 // The policy called `name`, or a kInvalidArgument error listing the names.
@@ -36,6 +38,6 @@ std::unique_ptr<Policy> NewGpuClusteringPolicy();
 std::unique_ptr<Policy> NewGpuPackingPolicy();
 std::unique_ptr<Policy> NewBestFitPolicy();
 std::unique_ptr<Policy> NewFgdPolicy(const TypicalWorkload* typical);
-std::unique_ptr<Policy> NewGpufracPolicy(const TypicalWorkload* typical);
+std::unique_ptr<Policy> NewGpufracPolicy(const TypicalWorkload& typical, const Cluster& cluster);
 
 }  // namespace gpufrac::placement

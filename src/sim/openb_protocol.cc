@@ -63,7 +63,7 @@ StatusOr<OpenbRunResult> RunOpenb(const NodeList& nodes, const PodList& pods,
   if (capacity == 0) return InvalidArgumentError("the node list has no GPUs");
   std::vector<uint32_t> order = ArrivalOrder(pods, capacity, options.load, random);
   std::vector<int> rank = random.Permutation(cluster.size());
-  placement::PolicyOptions policy_options{&typical, random.Next()};
+  placement::PolicyOptions policy_options{&typical, random.Next(), &cluster};
   GPUFRAC_ASSIGN_OR_RETURN(std::unique_ptr<placement::Policy> policy,
                            placement::MakePolicy(options.policy, policy_options));
   placement::Scheduler scheduler(&cluster, policy.get(), std::move(rank));

@@ -48,7 +48,7 @@ StatusOr<TimedRunResult> RunTimed(const NodeList& nodes, const PodList& pods,
   placement::TypicalWorkload typical = placement::TypicalWorkload::FromRequests(requests);
   Random random(seed);
   std::vector<int> rank = random.Permutation(cluster.size());
-  placement::PolicyOptions policy_options{&typical, random.Next()};
+  placement::PolicyOptions policy_options{&typical, random.Next(), &cluster};
   GPUFRAC_ASSIGN_OR_RETURN(std::unique_ptr<placement::Policy> policy,
                            placement::MakePolicy(policy_name, policy_options));
   placement::Scheduler scheduler(&cluster, policy.get(), std::move(rank));

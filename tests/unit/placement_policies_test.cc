@@ -132,3 +132,56 @@ TEST(BestFitAndDotProduct, PreferTheNodeWithLessLeftOver) {
 
 }  // namespace
 }  // namespace gpufrac::placement
+
+namespace gpufrac::placement {
+namespace {
+
+TEST(GpufracPolicy, PutsASharedRequestWhereItsLeftoverCanStillBeFilled) {
+  std::vector<Request> in;
+  for (uint32_t milli : {470, 320, 650}) {
+    auto more = Repeat(Share(milli), 10);
+    in.insert(in.end(), more.begin(), more.end());
+  }
+  TypicalWorkload w = TypicalWorkload::FromRequests(in, 1.0);
+  ModelNames models;
+  ASSERT_TRUE(models.Intern("A").ok());
+  StatusOr<Cluster> cluster = Cluster::Create(models, {{"n", 64000, 256 * kGiB, 0, 2, 0}});
+  ASSERT_TRUE(cluster.ok());
+  auto gpufrac = NewGpufracPolicy(w, *cluster);
+  // GPU 0 holds a 470 (530 free), GPU 1 a 650 (350 free). A 320 on GPU 0 leaves 210, which no
+  // common size fills; on GPU 1 it fills the GPU to 970. Best fit would agree here, FGD not.
+  Node n = MakeNode({530, 350});
+  EXPECT_EQ(gpufrac->ChooseGpus(n, Share(320)), 0b10u);
+  // A 470 fits only GPU 0 and pairs with the 470 already there.
+  EXPECT_EQ(gpufrac->ChooseGpus(n, Share(470)), 0b01u);
+}
+
+TEST(GpufracPolicy, LeavesModelsThatConstrainedRequestsNeedToThem) {
+  ModelNames models;
+  ASSERT_TRUE(models.Intern("scarce").ok());
+  ASSERT_TRUE(models.Intern("plenty").ok());
+  StatusOr<Cluster> cluster = Cluster::Create(
+      models, {{"a", 64000, 256 * kGiB, 0, 8, 0}, {"b", 64000, 256 * kGiB, 1, 8, 0}});
+  ASSERT_TRUE(cluster.ok());
+  Request needs_scarce = Whole(1);
+  needs_scarce.models = ModelSet{1} << 0;
+  std::vector<Request> in = Repeat(Whole(1), 6);
+  auto constrained = Repeat(needs_scarce, 4);
+  in.insert(in.end(), constrained.begin(), constrained.end());
+  TypicalWorkload w = TypicalWorkload::FromRequests(in, 1.0);
+  auto gpufrac = NewGpufracPolicy(w, *cluster);
+  auto fgd = NewFgdPolicy(&w);
+  const Node& scarce = cluster->node(0);
+  const Node& plenty = cluster->node(1);
+  // Both prefer "plenty" for an unconstrained request (FGD because the constrained class counts
+  // all of plenty's free share as fragment), gpufrac by a wider margin: the pressure term.
+  double fgd_margin = fgd->Score(plenty, Whole(1)) - fgd->Score(scarce, Whole(1));
+  double gpufrac_margin = gpufrac->Score(plenty, Whole(1)) - gpufrac->Score(scarce, Whole(1));
+  EXPECT_GT(fgd_margin, 0);
+  EXPECT_GT(gpufrac_margin, fgd_margin);
+  // The constrained request itself is not charged for the pressure it creates.
+  EXPECT_EQ(gpufrac->Score(scarce, needs_scarce), fgd->Score(scarce, needs_scarce));
+}
+
+}  // namespace
+}  // namespace gpufrac::placement

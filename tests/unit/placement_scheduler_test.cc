@@ -147,8 +147,8 @@ TEST(Scheduler, CachedChoicesEqualAFullRescan) {
     if (name == "random") continue;  // Not a function of node state; never cached.
     Cluster cached_cluster = MakeCluster({{8, 0}, {2, 1}, {4, 0}, {8, 1}, {1, 0}, {2, 0}});
     Cluster fresh_cluster = cached_cluster;
-    auto p1 = MakePolicy(name, {&typical, 1});
-    auto p2 = MakePolicy(name, {&typical, 1});
+    auto p1 = MakePolicy(name, {&typical, 1, &cached_cluster});
+    auto p2 = MakePolicy(name, {&typical, 1, &cached_cluster});
     ASSERT_TRUE(p1.ok() && p2.ok());
     std::vector<int> rank = {4, 0, 5, 1, 3, 2};
     Scheduler cached(&cached_cluster, p1->get(), rank);
