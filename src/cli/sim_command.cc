@@ -132,30 +132,34 @@ std::string Percent(double v) {
   return buf;
 }
 
-nlohmann::json ToJson(const sim::OpenbRunResult& r, const SimOptions& o) {
+// The fields every run's JSON starts with.
+template <typename R>
+nlohmann::json RunJson(const R& r, const SimOptions& o) {
   nlohmann::json j;
   j["policy"] = r.policy;
   j["seed"] = r.seed;
+  j["pods_file"] = o.pods;
+  j["pods_total"] = r.pods_total;
+  j["elapsed_s"] = r.elapsed_s;
+  return j;
+}
+
+nlohmann::json ToJson(const sim::OpenbRunResult& r, const SimOptions& o) {
+  nlohmann::json j = RunJson(r, o);
   j["unallocated_gpu_pct_at_100"] = std::isnan(r.unallocated_gpu_pct_at_100)
                                         ? nlohmann::json()
                                         : nlohmann::json(r.unallocated_gpu_pct_at_100);
   j["allocated_pct_final"] = r.allocated_pct_final;
   j["arrived_pct_final"] = r.arrived_pct_final;
-  j["pods_total"] = r.pods_total;
   j["pods_failed"] = r.pods_failed;
   j["gpu_pods_failed"] = r.gpu_pods_failed;
-  j["elapsed_s"] = r.elapsed_s;
-  j["pods_file"] = o.pods;
   return j;
 }
 
 nlohmann::json ToJson(const sim::TimedRunResult& r, const SimOptions& o) {
-  nlohmann::json j;
-  j["policy"] = r.policy;
-  j["seed"] = r.seed;
+  nlohmann::json j = RunJson(r, o);
   j["mode"] = "timed";
   j["speedup"] = o.speedup;
-  j["pods_total"] = r.pods_total;
   j["pods_placed"] = r.pods_placed;
   j["pods_waited"] = r.pods_waited;
   j["pods_never_placed"] = r.pods_never_placed;
@@ -163,8 +167,6 @@ nlohmann::json ToJson(const sim::TimedRunResult& r, const SimOptions& o) {
   j["p99_wait_s"] = r.p99_wait_s;
   j["max_queue"] = r.max_queue;
   j["time_avg_allocated_pct"] = r.time_avg_allocated_pct;
-  j["elapsed_s"] = r.elapsed_s;
-  j["pods_file"] = o.pods;
   return j;
 }
 

@@ -11,21 +11,13 @@
 namespace gpufrac::placement {
 namespace {
 
-class FgdPolicy : public Policy {
+class FgdPolicy : public ChoicePolicy {
  public:
   explicit FgdPolicy(const TypicalWorkload* typical) : typical_(typical) {}
   std::string_view name() const override { return "fgd"; }
 
-  double Score(const Node& n, const Request& r) override { return Best(n, r).score; }
-  GpuSet ChooseGpus(const Node& n, const Request& r) override { return Best(n, r).gpus; }
-
  private:
-  struct Choice {
-    double score;
-    GpuSet gpus;
-  };
-
-  Choice Best(const Node& n, const Request& r) const {
+  Choice Best(const Node& n, const Request& r) const override {
     FragmentationView view(n, *typical_);
     if (!r.SharesGpu()) {
       GpuSet gpus = LowestGpus(GpusThatFit(n, r), static_cast<int>(r.gpu_count));

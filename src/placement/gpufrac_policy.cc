@@ -47,7 +47,7 @@ constexpr double kStrandWeight = 0.25;          // Of a change in stranded GPU t
 constexpr double kMultiGpuDemandLimit = 0.15;   // Share of GPU demand; above it, no CPU term.
 constexpr double kPressureWeight = 0.2;         // Of GPU thousandths x model pressure.
 
-class GpufracPolicy : public Policy {
+class GpufracPolicy : public ChoicePolicy {
  public:
   GpufracPolicy(const TypicalWorkload& typical, const Cluster& cluster) : typical_(typical) {
     std::vector<double> shared_popularity(kMilli + 1, 0);
@@ -72,15 +72,8 @@ class GpufracPolicy : public Policy {
   }
 
   std::string_view name() const override { return "gpufrac"; }
-  double Score(const Node& n, const Request& r) override { return Best(n, r).score; }
-  GpuSet ChooseGpus(const Node& n, const Request& r) override { return Best(n, r).gpus; }
 
  private:
-  struct Choice {
-    double score;
-    GpuSet gpus;
-  };
-
   void BuildWasteTable(const std::vector<double>& popularity, double shared) {
     std::vector<uint32_t> common;
     for (uint32_t s = 1; s < kMilli; ++s) {
@@ -150,7 +143,7 @@ class GpufracPolicy : public Policy {
     return FgdScore(reduction);
   }
 
-  Choice Best(const Node& n, const Request& r) const {
+  Choice Best(const Node& n, const Request& r) const override {
     FragmentationView view(n, typical_);
     GpuSet fit = GpusThatFit(n, r);
     if (!r.SharesGpu()) {

@@ -31,4 +31,19 @@ class Policy {
   virtual bool volatile_scores() const { return false; }
 };
 
+// For policies that work out a node's score and its GPUs together (e.g. by trying each GPU):
+// they implement Best, and Score and ChooseGpus both come from it.
+class ChoicePolicy : public Policy {
+ public:
+  double Score(const Node& n, const Request& r) final { return Best(n, r).score; }
+  GpuSet ChooseGpus(const Node& n, const Request& r) final { return Best(n, r).gpus; }
+
+ protected:
+  struct Choice {
+    double score;
+    GpuSet gpus;
+  };
+  virtual Choice Best(const Node& n, const Request& r) const = 0;
+};
+
 }  // namespace gpufrac::placement
