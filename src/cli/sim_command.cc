@@ -8,11 +8,14 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -49,7 +52,7 @@ StatusOr<std::vector<uint64_t>> ParseSeeds(const SimOptions& o) {
                                 "\"; expected a range A-B of whole numbers with A <= B, e.g. 42-51");
   }
   std::vector<uint64_t> seeds;
-  for (uint64_t x = a; x <= b; ++x) seeds.push_back(x);
+  for (uint64_t i = 0; i <= b - a; ++i) seeds.push_back(a + i);
   return seeds;
 }
 
@@ -67,9 +70,8 @@ StatusOr<std::vector<std::string>> ParsePolicies(const SimOptions& o) {
   const auto& known = placement::PolicyNames();
   for (const std::string& n : names) {
     if (std::find(known.begin(), known.end(), n) == known.end()) {
-      std::string list;
-      for (std::string_view k : known) list += (list.empty() ? "" : ", ") + std::string(k);
-      return InvalidArgumentError("unknown policy \"" + n + "\"; choose from " + list);
+      return InvalidArgumentError("unknown policy \"" + n + "\"; choose one of " +
+                                  placement::PolicyNameList());
     }
   }
   return names;
@@ -90,6 +92,10 @@ class ProgressBar {
     if (thread_.joinable()) thread_.join();
   }
   void Add(uint64_t n) { done_.fetch_add(n, std::memory_order_relaxed); }
+  // A run's real pod count replaces the estimate it was counted with.
+  void Correct(uint64_t estimate, uint64_t actual) {
+    total_.fetch_add(actual - estimate, std::memory_order_relaxed);  // Wraps correctly.
+  }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -99,19 +105,20 @@ class ProgressBar {
     while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; })) {
       double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
       if (elapsed < 1) continue;
-      uint64_t done = std::min(done_.load(std::memory_order_relaxed), total_);
-      int width = 30, filled = static_cast<int>(width * done / std::max<uint64_t>(total_, 1));
+      uint64_t total = std::max<uint64_t>(total_.load(std::memory_order_relaxed), 1);
+      uint64_t done = std::min(done_.load(std::memory_order_relaxed), total);
+      int width = 30, filled = static_cast<int>(width * done / total);
       std::fprintf(stderr, "\r[%s%s] %3d%% %llu/%llu pods %.0fs", std::string(filled, '#').c_str(),
                    std::string(width - filled, '.').c_str(),
-                   static_cast<int>(100 * done / std::max<uint64_t>(total_, 1)),
-                   static_cast<unsigned long long>(done), static_cast<unsigned long long>(total_),
+                   static_cast<int>(100 * done / total), static_cast<unsigned long long>(done),
+                   static_cast<unsigned long long>(total),
                    elapsed);
       drawn = true;
     }
     if (drawn) std::fprintf(stderr, "\r%*s\r", 72, "");
   }
 
-  uint64_t total_;
+  std::atomic<uint64_t> total_;
   Clock::time_point start_;
   std::atomic<uint64_t> done_{0};
   std::mutex mu_;
@@ -166,7 +173,9 @@ nlohmann::json ToJson(const sim::TimedRunResult& r, const SimOptions& o) {
   j["mean_wait_s"] = r.mean_wait_s;
   j["p99_wait_s"] = r.p99_wait_s;
   j["max_queue"] = r.max_queue;
-  j["time_avg_allocated_pct"] = r.time_avg_allocated_pct;
+  j["time_avg_allocated_pct"] = std::isnan(r.time_avg_allocated_pct)
+                                    ? nlohmann::json()
+                                    : nlohmann::json(r.time_avg_allocated_pct);
   return j;
 }
 
@@ -264,7 +273,8 @@ void PrintTable(const std::vector<sim::OpenbRunResult>& results) {
 // Runs run(job, progress) -> StatusOr<T> for every job on `jobs_wanted` threads (0: one per
 // core); the values in job order, or the first error.
 template <typename Run>
-auto RunParallel(const std::vector<Job>& jobs, int jobs_wanted, Run run, ProgressBar& bar)
+auto RunParallel(const std::vector<Job>& jobs, int jobs_wanted, Run run, ProgressBar& bar,
+                 uint64_t estimate_per_job)
     -> StatusOr<std::vector<std::decay_t<decltype(*run(jobs[0], sim::ProgressFn()))>>> {
   using Result = decltype(run(jobs[0], sim::ProgressFn()));
   std::vector<std::optional<Result>> slots(jobs.size());
@@ -272,7 +282,10 @@ auto RunParallel(const std::vector<Job>& jobs, int jobs_wanted, Run run, Progres
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
       uint64_t reported = 0;
-      slots[i] = run(jobs[i], [&](uint64_t done, uint64_t) {
+      bool corrected = false;
+      slots[i] = run(jobs[i], [&](uint64_t done, uint64_t total) {
+        if (!corrected) bar.Correct(estimate_per_job, total);
+        corrected = true;
         bar.Add(done - reported);
         reported = done;
       });
@@ -311,17 +324,14 @@ CLI::App* AddSimCommand(CLI::App& app, SimOptions& o) {
   openb->add_option("--nodes", o.nodes, "Node list CSV (openb_node_list_gpu_node.csv)")
       ->required();
   openb->add_option("--pods", o.pods, "Pod list CSV (openb_pod_list_*.csv)")->required();
-  std::string names;
-  for (std::string_view n : placement::PolicyNames()) {
-    names += (names.empty() ? "" : ", ") + std::string(n);
-  }
   openb->add_option("--policy", o.policies,
-                    "Policy, or several separated by commas (" + names + "; default gpufrac)");
+                    "Policy, or several separated by commas (" + placement::PolicyNameList() +
+                        "; default gpufrac)");
   openb->add_option("--seed", o.seed, "Random seed of the run (default 42)");
   openb->add_option("--seeds", o.seeds, "A range of seeds, e.g. 42-51: one run per seed");
   openb->add_option("--load", o.load,
                     "Resample the trace up to this multiple of GPU capacity (default 1.3)")
-      ->check(CLI::Range(0.01, 100.0));
+      ->check(CLI::Range(0.0, 100.0));
   openb->add_flag("--json", o.json, "One JSON object per run on stdout");
   openb->add_option("--curve", o.curve, "Write the allocation curves to this CSV file");
   openb->add_option("--plot", o.plot, "Draw unallocated % against arrived % into this PNG");
@@ -343,8 +353,24 @@ int RunSim(const SimOptions& o) {
   if (o.timed && (!o.curve.empty() || !o.plot.empty())) {
     return Fail(kExitBadInput, "--curve and --plot draw the untimed protocol; drop them or --timed");
   }
+  if (!std::isfinite(o.load) || !std::isfinite(o.speedup)) {
+    return Fail(kExitBadInput, "--load and --speedup must be numbers");
+  }
+  // Output files are checked before hours of runs, not after.
+  for (const std::string* path : {&o.curve, &o.plot}) {
+    if (path->empty()) continue;
+    if (std::FILE* f = std::fopen(path->c_str(), "w")) {
+      std::fclose(f);
+    } else {
+      return Fail(kExitBadInput, "cannot write " + *path + ": " + std::strerror(errno));
+    }
+  }
   StatusOr<sim::NodeList> nodes = sim::ReadOpenbNodes(o.nodes);
   if (!nodes.ok()) return Fail(kExitBadInput, nodes.status().message());
+  if (std::none_of(nodes->nodes.begin(), nodes->nodes.end(),
+                   [](const placement::NodeSpec& n) { return n.gpu_count > 0; })) {
+    return Fail(kExitBadInput, o.nodes + ": no node has GPUs");
+  }
   StatusOr<sim::PodList> pods = sim::ReadOpenbPods(o.pods, nodes->models);
   if (!pods.ok()) return Fail(kExitBadInput, pods.status().message());
   if (o.timed && !pods->has_times) {
@@ -355,21 +381,28 @@ int RunSim(const SimOptions& o) {
   for (const std::string& p : *policies) {
     for (uint64_t s : *seeds) jobs.push_back({p, s});
   }
-  double per_run = o.timed ? 1.0 : std::max(1.0, o.load);
-  ProgressBar bar(static_cast<uint64_t>(per_run * static_cast<double>(pods->pods.size())) *
-                  jobs.size());
+  uint64_t per_job = static_cast<uint64_t>((o.timed ? 1.0 : std::max(1.0, o.load)) *
+                                           static_cast<double>(pods->pods.size()));
+  auto bar = std::make_unique<ProgressBar>(per_job * jobs.size());
+  // A run's errors are about its input (kInvalidArgument) unless something broke.
+  auto fail = [](const Status& s) {
+    return Fail(s.code() == StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure,
+                s.message());
+  };
   if (o.timed) {
     auto done = RunParallel(jobs, o.jobs, [&](const Job& job, const sim::ProgressFn& progress) {
       return sim::RunTimed(*nodes, *pods, job.policy, job.seed, o.speedup, progress);
-    }, bar);
-    if (!done.ok()) return Fail(kExitFailure, done.status().message());
+    }, *bar, per_job);
+    bar.reset();  // Cleared before anything is printed.
+    if (!done.ok()) return fail(done.status());
     Print(*done, o, PrintTimedTable);
     return 0;
   }
   auto done = RunParallel(jobs, o.jobs, [&](const Job& job, const sim::ProgressFn& progress) {
     return sim::RunOpenb(*nodes, *pods, {job.policy, job.seed, o.load}, progress);
-  }, bar);
-  if (!done.ok()) return Fail(kExitFailure, done.status().message());
+  }, *bar, per_job);
+  bar.reset();
+  if (!done.ok()) return fail(done.status());
   Print(*done, o, PrintTable);
   if (!o.curve.empty()) {
     Status s = WriteCurves(o.curve, *done);

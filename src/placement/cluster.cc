@@ -87,10 +87,10 @@ void Cluster::Apply(const Placement& p, const Request& r) {
 
 void Cluster::Release(const Placement& p, const Request& r) {
   Node& n = nodes_.at(p.node);
-  bool ok = n.cpu_free + r.cpu_milli <= n.spec.cpu_milli &&
-            (r.gpu_count == 0 || n.gpu_workloads[GpuWorkloadKind(r)] > 0) &&
+  bool ok = std::popcount(p.gpus) == static_cast<int>(r.gpu_count) &&
+            n.cpu_free + r.cpu_milli <= n.spec.cpu_milli &&
             n.memory_free + r.memory_bytes <= n.spec.memory_bytes &&
-            std::popcount(p.gpus) == static_cast<int>(r.gpu_count);
+            (r.gpu_count == 0 || n.gpu_workloads[GpuWorkloadKind(r)] > 0);
   for (int g = 0; ok && g < n.spec.gpu_count; ++g) {
     if (!(p.gpus >> g & 1)) continue;
     ok = n.gpu_free_milli[g] + r.gpu_milli <= kMilli &&

@@ -36,12 +36,17 @@ bool PlacementFits(const Node& n, const Request& r, GpuSet gpus) {
 
 GpuSet TightestGpus(const Node& n, const Request& r) {
   GpuSet fit = GpusThatFit(n, r);
-  if (!r.SharesGpu()) return LowestGpus(fit, static_cast<int>(r.gpu_count));
-  int best = -1;
-  for (int g = 0; g < n.spec.gpu_count; ++g) {
-    if ((fit >> g & 1) && (best < 0 || n.gpu_free_milli[g] < n.gpu_free_milli[best])) best = g;
+  GpuSet chosen = 0;
+  for (uint32_t k = 0; k < r.gpu_count; ++k) {
+    int best = -1;
+    for (int g = 0; g < n.spec.gpu_count; ++g) {
+      if (!(fit >> g & 1) || (chosen >> g & 1)) continue;
+      if (best < 0 || n.gpu_free_milli[g] < n.gpu_free_milli[best]) best = g;
+    }
+    if (best < 0) return 0;
+    chosen |= GpuSet{1} << best;
   }
-  return best < 0 ? 0 : GpuSet{1} << best;
+  return chosen;
 }
 
 GpuSet LowestGpus(GpuSet set, int count) {

@@ -20,8 +20,8 @@ bool Fits(const Node& n, const Request& r);
 // r fits n on exactly the GPUs in `gpus`.
 bool PlacementFits(const Node& n, const Request& r, GpuSet gpus);
 
-// Best-fit GPU choice: for a shared GPU, the fitting GPU with the least free share (lowest index
-// among equals); for whole GPUs, the lowest-numbered free ones; nothing for CPU-only requests.
+// Best-fit GPU choice: the r.gpu_count fitting GPUs with the least free share, lowest index
+// among equals (for whole GPUs: the lowest-numbered free ones); nothing for CPU-only requests.
 GpuSet TightestGpus(const Node& n, const Request& r);
 
 // The first `count` GPUs of `set`, lowest index first.

@@ -5,7 +5,6 @@
 //   an idle node with F GPUs: max(33 - F, F).
 // GPUs are taken tightest first (least free share that fits). CPU-only requests score 0.
 #include <algorithm>
-#include <numeric>
 
 #include "placement/baseline_scale.h"
 #include "placement/fit.h"
@@ -25,7 +24,9 @@ class GpuPackingPolicy : public Policy {
       return static_cast<double>(std::max(kMaxScore / 3 - whole_free, whole_free));
     }
     int64_t taken_whole = 0, r_sum = 0;
-    for (int g : TightestOrder(n, r)) {
+    GpuSet taken = TightestGpus(n, r);
+    for (int g = 0; g < n.spec.gpu_count; ++g) {
+      if (!(taken >> g & 1)) continue;
       taken_whole += n.gpu_free_milli[g] == kMilli;
       r_sum += n.gpu_free_milli[g] * kMaxScore / kMilli;
     }
@@ -34,22 +35,6 @@ class GpuPackingPolicy : public Policy {
   }
 
   GpuSet ChooseGpus(const Node& n, const Request& r) override { return TightestGpus(n, r); }
-
- private:
-  // The r.gpu_count fitting GPUs with the least free share (lowest index among equals).
-  static std::vector<int> TightestOrder(const Node& n, const Request& r) {
-    std::vector<int> order(n.spec.gpu_count);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int a, int b) { return n.gpu_free_milli[a] < n.gpu_free_milli[b]; });
-    GpuSet fit = GpusThatFit(n, r);
-    std::vector<int> taken;
-    for (int g : order) {
-      if (taken.size() == r.gpu_count) break;
-      if (fit >> g & 1) taken.push_back(g);
-    }
-    return taken;
-  }
 };
 
 }  // namespace

@@ -9,6 +9,12 @@ const std::vector<std::string_view>& PolicyNames() {
   return names;
 }
 
+std::string PolicyNameList() {
+  std::string list;
+  for (std::string_view n : PolicyNames()) list += (list.empty() ? "" : ", ") + std::string(n);
+  return list;
+}
+
 StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const PolicyOptions& options) {
   bool needs_typical = name == "fgd" || name == "gpufrac";
   if (needs_typical && options.typical == nullptr) {
@@ -24,10 +30,8 @@ StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const Policy
     if (options.cluster == nullptr) return InvalidArgumentError("policy gpufrac needs the cluster");
     return NewGpufracPolicy(*options.typical, *options.cluster);
   }
-  std::string known;
-  for (std::string_view n : PolicyNames()) known += (known.empty() ? "" : ", ") + std::string(n);
   return InvalidArgumentError("unknown policy \"" + std::string(name) + "\"; choose one of " +
-                              known);
+                              PolicyNameList());
 }
 
 }  // namespace gpufrac::placement

@@ -19,6 +19,8 @@ inline constexpr std::string_view kDefaultPolicy = "gpufrac";
 
 // random, dotprod, gpu-clustering, gpu-packing, bestfit, fgd, gpufrac.
 const std::vector<std::string_view>& PolicyNames();
+// The same, joined with ", " for messages.
+std::string PolicyNameList();
 
 struct PolicyOptions {
   // The workload fragmentation is measured against (fgd, gpufrac). Must outlive the policy.

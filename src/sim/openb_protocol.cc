@@ -16,6 +16,9 @@ using placement::Request;
 
 namespace {
 
+// Resampling stops here whatever the load: a run is for people to wait on.
+constexpr size_t kMaxPods = 50'000'000;
+
 // Steps 1 and 2: the order in which pods arrive, as indices into the trace.
 std::vector<uint32_t> ArrivalOrder(const PodList& pods, uint64_t capacity_milli, double load,
                                    Random& random) {
@@ -30,7 +33,7 @@ std::vector<uint32_t> ArrivalOrder(const PodList& pods, uint64_t capacity_milli,
   if (load <= 0) return order;
   double target = load * static_cast<double>(capacity_milli);
   if (static_cast<double>(total) < target) {
-    while (true) {
+    while (order.size() < kMaxPods) {
       uint32_t pick = static_cast<uint32_t>(random.Uniform(n));
       uint64_t request = pods.pods[pick].request.TotalGpuMilli();
       if (static_cast<double>(total + request) > target) break;
@@ -61,6 +64,12 @@ StatusOr<OpenbRunResult> RunOpenb(const NodeList& nodes, const PodList& pods,
   Random random(options.seed);
   uint64_t capacity = cluster.GpuMilliCapacity();
   if (capacity == 0) return InvalidArgumentError("the node list has no GPUs");
+  uint64_t demand = 0;
+  for (const Request& r : requests) demand += r.TotalGpuMilli();
+  if (demand == 0 && options.load > 0) {
+    return InvalidArgumentError(
+        "the pods ask for no GPUs, so there is no GPU demand to resample up to; use --load 0");
+  }
   std::vector<uint32_t> order = ArrivalOrder(pods, capacity, options.load, random);
   std::vector<int> rank = random.Permutation(cluster.size());
   placement::PolicyOptions policy_options{&typical, random.Next(), &cluster};

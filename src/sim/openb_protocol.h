@@ -44,7 +44,9 @@ struct OpenbRunResult {
 // Called now and then with (pods placed so far, pods in all) while a run goes on.
 using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 
-// Runs one seed. Errors: an unknown policy, or a node list the cluster model rejects.
+// Runs one seed. Errors (kInvalidArgument): an unknown policy, a node list without GPUs or that
+// the cluster model rejects, pods without GPU demand when load > 0. Resampling stops at 50
+// million pods.
 StatusOr<OpenbRunResult> RunOpenb(const NodeList& nodes, const PodList& pods,
                                   const OpenbRunOptions& options,
                                   const ProgressFn& progress = nullptr);

@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <unordered_map>
 #include <string_view>
 
 namespace gpufrac::sim {
@@ -43,6 +44,7 @@ class CsvFile {
     f.path_ = path;
     f.text_ = text.str();
     f.rest_ = f.text_;
+    if (f.rest_.substr(0, 3) == "\xEF\xBB\xBF") f.rest_.remove_prefix(3);  // UTF-8 byte order mark
     std::string_view header;
     if (!f.NextLine(header)) {
       return InvalidArgumentError(path + ": the file is empty; expected a CSV header line");
@@ -80,6 +82,7 @@ class CsvFile {
   }
 
   std::string_view Field(size_t column) const { return fields_[column]; }
+  int line_number() const { return line_number_; }
 
   // The field as an integer in [min, max].
   StatusOr<int64_t> Integer(size_t column, int64_t min, int64_t max) const {
@@ -132,12 +135,18 @@ StatusOr<NodeList> ReadOpenbNodes(const std::string& path) {
   GPUFRAC_ASSIGN_OR_RETURN(size_t gpu_col, f.RequiredColumn("gpu"));
   GPUFRAC_ASSIGN_OR_RETURN(size_t model_col, f.RequiredColumn("model"));
   NodeList list;
+  std::unordered_map<std::string, int> lines;  // Node name -> line it was first seen on.
   while (true) {
     GPUFRAC_ASSIGN_OR_RETURN(bool more, f.Next());
     if (!more) break;
     placement::NodeSpec n;
     n.name = std::string(f.Field(name_col));
     if (n.name.empty()) return f.Error("sn (the node name) is empty");
+    auto [seen, added] = lines.emplace(n.name, f.line_number());
+    if (!added) {
+      return f.Error("node " + n.name + " is listed again (first on line " +
+                     std::to_string(seen->second) + ")");
+    }
     GPUFRAC_ASSIGN_OR_RETURN(int64_t cpu, f.Integer(cpu_col, 0, kMaxAmount));
     GPUFRAC_ASSIGN_OR_RETURN(int64_t mem, f.Integer(mem_col, 0, kMaxAmount));
     GPUFRAC_ASSIGN_OR_RETURN(int64_t gpus, f.Integer(gpu_col, 0, kMaxGpusPerNode));

@@ -1,7 +1,7 @@
 // The timed replay's event loop. At one instant, departures come first, then the queue is
 // retried, then new arrivals are tried. Placing only takes capacity, so within one retry pass a
-// kind of request that failed once fails again and is skipped: a pass costs O(kinds queued +
-// pods placed), not O(queue length).
+// kind of request that failed once fails again and is skipped: a pass tries one placement per
+// kind queued (plus one per pod placed) and costs a hash lookup for every other queued pod.
 #include "sim/timed_replay.h"
 
 #include <algorithm>
@@ -56,9 +56,17 @@ StatusOr<TimedRunResult> RunTimed(const NodeList& nodes, const PodList& pods,
   if (!(speedup > 0)) return InvalidArgumentError("--speedup must be above 0");
   std::vector<uint32_t> arrivals(pods.pods.size());
   std::vector<int64_t> arrival_time(pods.pods.size());
+  // Keeps every time the loop computes (arrival + waits + runtime) far from int64 overflow.
+  constexpr double kMaxSeconds = 1e15;
   for (uint32_t i = 0; i < arrivals.size(); ++i) {
+    const TracePod& p = pods.pods[i];
+    double at = static_cast<double>(p.creation_time) / speedup;
+    if (!(at + static_cast<double>(p.deletion_time - p.creation_time) <= kMaxSeconds)) {
+      return InvalidArgumentError("pod " + p.name + " would end after 10^15 s at --speedup " +
+                                  std::to_string(speedup) + "; use a larger speedup");
+    }
     arrivals[i] = i;
-    arrival_time[i] = std::llround(static_cast<double>(pods.pods[i].creation_time) / speedup);
+    arrival_time[i] = std::llround(at);
   }
   std::stable_sort(arrivals.begin(), arrivals.end(),
                    [&](uint32_t a, uint32_t b) { return arrival_time[a] < arrival_time[b]; });
@@ -144,7 +152,7 @@ StatusOr<TimedRunResult> RunTimed(const NodeList& nodes, const PodList& pods,
   }
   double span = static_cast<double>(last_arrival - first_time);
   result.time_avg_allocated_pct =
-      span > 0 ? 100.0 * allocated_integral / (static_cast<double>(capacity) * span) : 0;
+      span > 0 ? 100.0 * allocated_integral / (static_cast<double>(capacity) * span) : NAN;
   return result;
 }
 

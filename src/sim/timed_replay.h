@@ -26,12 +26,14 @@ struct TimedRunResult {
   double mean_wait_s = 0;          // Over placed pods (0 for those placed at arrival).
   double p99_wait_s = 0;
   uint64_t max_queue = 0;              // Longest the queue got, in pods.
-  double time_avg_allocated_pct = 0;   // GPU share allocated, averaged from first to last arrival.
+  // GPU share allocated, averaged from the first to the last arrival; NaN when they coincide.
+  double time_avg_allocated_pct = 0;
   double elapsed_s = 0;                // Wall time of the replay.
 };
 
-// Errors: the pod list has no creation_time/deletion_time columns, an unknown policy, or a node
-// list the cluster model rejects.
+// Errors (kInvalidArgument): the pod list has no creation_time/deletion_time columns, times too
+// large for the speedup, an unknown policy, or a node list without GPUs or that the cluster model
+// rejects.
 StatusOr<TimedRunResult> RunTimed(const NodeList& nodes, const PodList& pods,
                                   const std::string& policy, uint64_t seed, double speedup = 1,
                                   const ProgressFn& progress = nullptr);

@@ -101,10 +101,20 @@ TEST_F(SimCli, TimedModeReportsWaitsAndAllocation) {
   EXPECT_TRUE(j.contains("p99_wait_s"));
 }
 
+TEST_F(SimCli, LoadZeroKeepsThePodsAndALastSeedAtTheTopOfTheRangeEnds) {
+  RunResult r = Sim({"--nodes", nodes_, "--pods", pods_, "--load", "0", "--json", "--seeds",
+                     "18446744073709551614-18446744073709551615"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2);
+  EXPECT_EQ(nlohmann::json::parse(r.out.substr(0, r.out.find('\n')))["pods_total"], 40);
+}
+
 TEST_F(SimCli, BadInputIsOneLineAndExitStatusTwo) {
   std::string bad = Write("bad.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1,2000\n");
   std::string multi = Write("multi.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,2,1000\n");
   std::string empty = Write("empty.csv", "");
+  std::string cpu_only = Write("cpu.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,0,0\n");
+  std::string no_gpus = Write("nogpu.csv", "sn,cpu_milli,memory_mib,gpu,model\na,1000,1024,0,\n");
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--nodes", nodes_, "--pods", bad}, bad + ":2: gpu_milli is 2000; expected 0 to 1000"},
       {{"--nodes", empty, "--pods", pods_}, empty + ": the file is empty"},
@@ -112,6 +122,12 @@ TEST_F(SimCli, BadInputIsOneLineAndExitStatusTwo) {
       {{"--nodes", nodes_, "--pods", pods_, "--seeds", "9-3"}, "--seeds is \"9-3\""},
       {{"--nodes", nodes_, "--pods", multi, "--timed"}, "--timed needs creation_time"},
       {{"--nodes", nodes_}, "--pods is required"},
+      {{"--nodes", nodes_, "--pods", cpu_only}, "the pods ask for no GPUs"},
+      {{"--nodes", no_gpus, "--pods", pods_}, no_gpus + ": no node has GPUs"},
+      {{"--nodes", nodes_, "--pods", pods_, "--curve", "/nonexistent-dir/c.csv"},
+       "cannot write /nonexistent-dir/c.csv"},
+      {{"--nodes", nodes_, "--pods", pods_, "--load", "nan"}, "must be numbers"},
+      {{"--nodes", nodes_, "--pods", pods_, "--seeds", "18446744073709551615-2"}, "--seeds"},
   };
   for (const auto& [args, expected] : cases) {
     RunResult r = Sim(args);

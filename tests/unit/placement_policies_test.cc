@@ -130,12 +130,6 @@ TEST(BestFitAndDotProduct, PreferTheNodeWithLessLeftOver) {
   EXPECT_EQ(bestfit->Score(tight, Whole(1)), 94);
 }
 
-}  // namespace
-}  // namespace gpufrac::placement
-
-namespace gpufrac::placement {
-namespace {
-
 TEST(GpufracPolicy, PutsASharedRequestWhereItsLeftoverCanStillBeFilled) {
   std::vector<Request> in;
   for (uint32_t milli : {470, 320, 650}) {
@@ -181,6 +175,28 @@ TEST(GpufracPolicy, LeavesModelsThatConstrainedRequestsNeedToThem) {
   EXPECT_GT(gpufrac_margin, fgd_margin);
   // The constrained request itself is not charged for the pressure it creates.
   EXPECT_EQ(gpufrac->Score(scarce, needs_scarce), fgd->Score(scarce, needs_scarce));
+}
+
+TEST(GpufracPolicy, KeepsCpuForTheGpusThatNeedIt) {
+  // Two partly used 8-GPU nodes with 4 whole GPUs free each; "tight" has CPU for only 3 of them
+  // (14 cores a GPU), "roomy" for all. A CPU-heavy CPU-only request should go where it strands
+  // no GPU; FGD sees no difference (its typical workload's CPU needs are small).
+  ModelNames models;
+  ASSERT_TRUE(models.Intern("A").ok());
+  StatusOr<Cluster> cluster = Cluster::Create(
+      models, {{"tight", 96000, 256 * kGiB, 0, 8, 0}, {"roomy", 96000, 256 * kGiB, 0, 8, 0}});
+  ASSERT_TRUE(cluster.ok());
+  std::vector<Request> in = Repeat(Whole(1, 1000), 8);
+  auto cpu = Repeat(CpuOnly(1000), 2);
+  in.insert(in.end(), cpu.begin(), cpu.end());
+  TypicalWorkload w = TypicalWorkload::FromRequests(in, 1.0);
+  auto gpufrac = NewGpufracPolicy(w, *cluster);
+  auto fgd = NewFgdPolicy(&w);
+  Node tight = MakeNode({0, 0, 0, 0, 1000, 1000, 1000, 1000}, 50000);
+  Node roomy = MakeNode({0, 0, 0, 0, 1000, 1000, 1000, 1000}, 90000);
+  Request heavy = CpuOnly(30000);  // Leaves tight with 20 cores (1.4 GPUs' worth), roomy 60.
+  EXPECT_EQ(fgd->Score(tight, heavy), fgd->Score(roomy, heavy));
+  EXPECT_GT(gpufrac->Score(roomy, heavy), gpufrac->Score(tight, heavy));
 }
 
 }  // namespace

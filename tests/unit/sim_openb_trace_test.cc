@@ -93,6 +93,22 @@ TEST_F(TraceFiles, BadPodRowsNameTheLine) {
   EXPECT_EQ(PodError(""), ": no pods after the header");
 }
 
+TEST_F(TraceFiles, AcceptsAByteOrderMarkAndWindowsLineEnds) {
+  StatusOr<NodeList> n = ReadOpenbNodes(
+      Write("bom.csv", "\xEF\xBB\xBFsn,cpu_milli,memory_mib,gpu,model\r\na,1000,1024,2,T4\r\n\r\n"));
+  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_EQ(n->nodes.size(), 1u);
+  EXPECT_EQ(n->models.Name(n->nodes[0].model), "T4");
+}
+
+TEST_F(TraceFiles, ANodeListedTwiceIsRejected) {
+  std::string path =
+      Write("dup.csv", std::string(kNodesHeader) + "a,1,1,1,T4\nb,1,1,1,T4\na,1,1,1,T4\n");
+  StatusOr<NodeList> n = ReadOpenbNodes(path);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().message(), path + ":4: node a is listed again (first on line 2)");
+}
+
 TEST_F(TraceFiles, EmptyAndHeaderlessFilesAreRejected) {
   std::string empty = Write("empty.csv", "");
   StatusOr<NodeList> n = ReadOpenbNodes(empty);
