@@ -80,10 +80,10 @@ void BM_Synthetic10kNodes100kPods(benchmark::State& state, const char* policy) {
   Run(state, Synthetic(), policy, 0);
 }
 
-#define GPUFRAC_PLACEMENT_BENCH(policy)                                              \
+#define GPUFRAC_PLACEMENT_BENCH(policy)                                                   \
   BENCHMARK_CAPTURE(BM_OpenbDefaultSeed, policy, #policy)->Unit(benchmark::kMillisecond); \
-  BENCHMARK_CAPTURE(BM_Synthetic10kNodes100kPods, policy, #policy)                  \
-      ->Unit(benchmark::kMillisecond)                                               \
+  BENCHMARK_CAPTURE(BM_Synthetic10kNodes100kPods, policy, #policy)                        \
+      ->Unit(benchmark::kMillisecond)                                                     \
       ->Iterations(1)
 
 GPUFRAC_PLACEMENT_BENCH(bestfit);

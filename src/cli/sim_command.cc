@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <cerrno>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -48,8 +48,9 @@ StatusOr<std::vector<uint64_t>> ParseSeeds(const SimOptions& o) {
   };
   if (dash == std::string_view::npos || !parse(s.substr(0, dash), a) ||
       !parse(s.substr(dash + 1), b) || b < a || b - a >= 100000) {
-    return InvalidArgumentError("--seeds is \"" + o.seeds +
-                                "\"; expected a range A-B of whole numbers with A <= B, e.g. 42-51");
+    return InvalidArgumentError(
+        "--seeds is \"" + o.seeds +
+        "\"; expected a range A-B of whole numbers with A <= B, e.g. 42-51");
   }
   std::vector<uint64_t> seeds;
   for (uint64_t i = 0; i <= b - a; ++i) seeds.push_back(a + i);
@@ -109,9 +110,8 @@ class ProgressBar {
       uint64_t done = std::min(done_.load(std::memory_order_relaxed), total);
       int width = 30, filled = static_cast<int>(width * done / total);
       std::fprintf(stderr, "\r[%s%s] %3d%% %llu/%llu pods %.0fs", std::string(filled, '#').c_str(),
-                   std::string(width - filled, '.').c_str(),
-                   static_cast<int>(100 * done / total), static_cast<unsigned long long>(done),
-                   static_cast<unsigned long long>(total),
+                   std::string(width - filled, '.').c_str(), static_cast<int>(100 * done / total),
+                   static_cast<unsigned long long>(done), static_cast<unsigned long long>(total),
                    elapsed);
       drawn = true;
     }
@@ -234,11 +234,13 @@ Status WritePlot(const std::string& path, const std::vector<sim::OpenbRunResult>
       if (all) s.points.push_back({static_cast<double>(k), sum / runs.size()});
     }
   }
-  std::string trace = o.pods.substr(o.pods.rfind('/') == std::string::npos ? 0 : o.pods.rfind('/') + 1);
+  std::string trace =
+      o.pods.substr(o.pods.rfind('/') == std::string::npos ? 0 : o.pods.rfind('/') + 1);
   std::string seeds = o.seeds.empty() ? "seed " + std::to_string(o.seed) : "seeds " + o.seeds;
-  return sim::WritePlotPng(path, series,
-                           {"Unallocated GPUs, " + trace + " (" + seeds + ")",
-                            "arrived GPU demand (% of capacity)", "unallocated GPUs (% of capacity)"});
+  return sim::WritePlotPng(
+      path, series,
+      {"Unallocated GPUs, " + trace + " (" + seeds + ")", "arrived GPU demand (% of capacity)",
+       "unallocated GPUs (% of capacity)"});
 }
 
 void PrintTable(const std::vector<sim::OpenbRunResult>& results) {
@@ -249,12 +251,11 @@ void PrintTable(const std::vector<sim::OpenbRunResult>& results) {
   for (const sim::OpenbRunResult& r : results) {
     if (by_policy[r.policy].empty()) order.push_back(r.policy);
     by_policy[r.policy].push_back(&r);
-    std::printf("%-15s %6llu %18s %16s %8llu %8llu %8.2fs\n", r.policy.c_str(),
-                static_cast<unsigned long long>(r.seed),
-                Percent(r.unallocated_gpu_pct_at_100).c_str(),
-                Percent(r.allocated_pct_final).c_str(),
-                static_cast<unsigned long long>(r.pods_total),
-                static_cast<unsigned long long>(r.pods_failed), r.elapsed_s);
+    std::printf(
+        "%-15s %6llu %18s %16s %8llu %8llu %8.2fs\n", r.policy.c_str(),
+        static_cast<unsigned long long>(r.seed), Percent(r.unallocated_gpu_pct_at_100).c_str(),
+        Percent(r.allocated_pct_final).c_str(), static_cast<unsigned long long>(r.pods_total),
+        static_cast<unsigned long long>(r.pods_failed), r.elapsed_s);
   }
   if (results.size() == order.size()) return;
   std::printf("\nmean over seeds:\n");
@@ -308,8 +309,7 @@ auto RunParallel(const std::vector<Job>& jobs, int jobs_wanted, Run run, Progres
 
 // JSON lines or the table for people.
 template <typename R>
-void Print(const std::vector<R>& runs, const SimOptions& o,
-           void (*table)(const std::vector<R>&)) {
+void Print(const std::vector<R>& runs, const SimOptions& o, void (*table)(const std::vector<R>&)) {
   if (!o.json) return table(runs);
   for (const R& r : runs) std::printf("%s\n", ToJson(r, o).dump().c_str());
 }
@@ -321,24 +321,25 @@ CLI::App* AddSimCommand(CLI::App& app, SimOptions& o) {
   sim->require_subcommand(1);
   CLI::App* openb = sim->add_subcommand(
       "openb", "Alibaba's GPU-sharing trace (cluster-trace-gpu-v2023) under the FGD protocol");
-  openb->add_option("--nodes", o.nodes, "Node list CSV (openb_node_list_gpu_node.csv)")
-      ->required();
+  openb->add_option("--nodes", o.nodes, "Node list CSV (openb_node_list_gpu_node.csv)")->required();
   openb->add_option("--pods", o.pods, "Pod list CSV (openb_pod_list_*.csv)")->required();
   openb->add_option("--policy", o.policies,
                     "Policy, or several separated by commas (" + placement::PolicyNameList() +
                         "; default gpufrac)");
   openb->add_option("--seed", o.seed, "Random seed of the run (default 42)");
   openb->add_option("--seeds", o.seeds, "A range of seeds, e.g. 42-51: one run per seed");
-  openb->add_option("--load", o.load,
-                    "Resample the trace up to this multiple of GPU capacity (default 1.3)")
+  openb
+      ->add_option("--load", o.load,
+                   "Resample the trace up to this multiple of GPU capacity (default 1.3)")
       ->check(CLI::Range(0.0, 100.0));
   openb->add_flag("--json", o.json, "One JSON object per run on stdout");
   openb->add_option("--curve", o.curve, "Write the allocation curves to this CSV file");
   openb->add_option("--plot", o.plot, "Draw unallocated % against arrived % into this PNG");
   openb->add_flag("--timed", o.timed,
                   "Replay creation and deletion times: pods depart, failed pods queue and retry");
-  openb->add_option("--speedup", o.speedup,
-                    "With --timed: divide arrival times by X, keeping runtimes (default 1)")
+  openb
+      ->add_option("--speedup", o.speedup,
+                   "With --timed: divide arrival times by X, keeping runtimes (default 1)")
       ->check(CLI::Range(1e-6, 1e9));
   openb->add_option("--jobs", o.jobs, "Runs in parallel (default: one per core)")
       ->check(CLI::Range(0, 1024));
@@ -351,7 +352,8 @@ int RunSim(const SimOptions& o) {
   StatusOr<std::vector<std::string>> policies = ParsePolicies(o);
   if (!policies.ok()) return Fail(kExitBadInput, policies.status().message());
   if (o.timed && (!o.curve.empty() || !o.plot.empty())) {
-    return Fail(kExitBadInput, "--curve and --plot draw the untimed protocol; drop them or --timed");
+    return Fail(kExitBadInput,
+                "--curve and --plot draw the untimed protocol; drop them or --timed");
   }
   if (!std::isfinite(o.load) || !std::isfinite(o.speedup)) {
     return Fail(kExitBadInput, "--load and --speedup must be numbers");
@@ -390,17 +392,23 @@ int RunSim(const SimOptions& o) {
                 s.message());
   };
   if (o.timed) {
-    auto done = RunParallel(jobs, o.jobs, [&](const Job& job, const sim::ProgressFn& progress) {
-      return sim::RunTimed(*nodes, *pods, job.policy, job.seed, o.speedup, progress);
-    }, *bar, per_job);
+    auto done = RunParallel(
+        jobs, o.jobs,
+        [&](const Job& job, const sim::ProgressFn& progress) {
+          return sim::RunTimed(*nodes, *pods, job.policy, job.seed, o.speedup, progress);
+        },
+        *bar, per_job);
     bar.reset();  // Cleared before anything is printed.
     if (!done.ok()) return fail(done.status());
     Print(*done, o, PrintTimedTable);
     return 0;
   }
-  auto done = RunParallel(jobs, o.jobs, [&](const Job& job, const sim::ProgressFn& progress) {
-    return sim::RunOpenb(*nodes, *pods, {job.policy, job.seed, o.load}, progress);
-  }, *bar, per_job);
+  auto done = RunParallel(
+      jobs, o.jobs,
+      [&](const Job& job, const sim::ProgressFn& progress) {
+        return sim::RunOpenb(*nodes, *pods, {job.policy, job.seed, o.load}, progress);
+      },
+      *bar, per_job);
   bar.reset();
   if (!done.ok()) return fail(done.status());
   Print(*done, o, PrintTable);

@@ -15,8 +15,8 @@ class BestFitPolicy : public Policy {
 
   double Score(const Node& n, const Request& r) override {
     double cpu_left = static_cast<double>(n.cpu_free - r.cpu_milli) / kReferenceCpuMilli;
-    double gpu_left = static_cast<double>(n.FreeGpuMilli() - r.TotalGpuMilli()) /
-                      kReferenceGpuMilli;
+    double gpu_left =
+        static_cast<double>(n.FreeGpuMilli() - r.TotalGpuMilli()) / kReferenceGpuMilli;
     double leftover = 0.5 * cpu_left + 0.5 * gpu_left;
     return static_cast<double>(static_cast<int64_t>((1 - leftover) * kMaxScore));
   }

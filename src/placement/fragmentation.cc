@@ -21,8 +21,8 @@ FragmentationView::FragmentationView(const Node& n, const TypicalWorkload& w)
       }
     }
     classes_.push_back(s);
-    current_ += c.popularity *
-                ClassFragment(c, n.cpu_free, total_free_, s.gpus_big_enough, s.small_free);
+    current_ +=
+        c.popularity * ClassFragment(c, n.cpu_free, total_free_, s.gpus_big_enough, s.small_free);
   }
 }
 

@@ -33,8 +33,6 @@ class GpuClusteringPolicy : public Policy {
 
 }  // namespace
 
-std::unique_ptr<Policy> NewGpuClusteringPolicy() {
-  return std::make_unique<GpuClusteringPolicy>();
-}
+std::unique_ptr<Policy> NewGpuClusteringPolicy() { return std::make_unique<GpuClusteringPolicy>(); }
 
 }  // namespace gpufrac::placement

@@ -30,7 +30,8 @@ class GpuPackingPolicy : public Policy {
       taken_whole += n.gpu_free_milli[g] == kMilli;
       r_sum += n.gpu_free_milli[g] * kMaxScore / kMilli;
     }
-    if (taken_whole > 0) return static_cast<double>(std::max(kMaxScore / 2 - taken_whole, kMaxScore / 3));
+    if (taken_whole > 0)
+      return static_cast<double>(std::max(kMaxScore / 2 - taken_whole, kMaxScore / 3));
     return static_cast<double>(std::max(kMaxScore - r_sum / 10, kMaxScore / 2));
   }
 

@@ -41,11 +41,11 @@ namespace gpufrac::placement {
 namespace {
 
 constexpr double kCommonShareOfShared = 0.03;  // Of shared-GPU popularity, to count as common.
-constexpr double kWasteWeight = 1000;           // Makes packing waste the first key.
-constexpr double kCpuMilliPerGpu = 14000;       // CPU a whole GPU needs to stay usable.
-constexpr double kStrandWeight = 0.25;          // Of a change in stranded GPU thousandths.
-constexpr double kMultiGpuDemandLimit = 0.15;   // Share of GPU demand; above it, no CPU term.
-constexpr double kPressureWeight = 0.2;         // Of GPU thousandths x model pressure.
+constexpr double kWasteWeight = 1000;          // Makes packing waste the first key.
+constexpr double kCpuMilliPerGpu = 14000;      // CPU a whole GPU needs to stay usable.
+constexpr double kStrandWeight = 0.25;         // Of a change in stranded GPU thousandths.
+constexpr double kMultiGpuDemandLimit = 0.15;  // Share of GPU demand; above it, no CPU term.
+constexpr double kPressureWeight = 0.2;        // Of GPU thousandths x model pressure.
 
 class GpufracPolicy : public ChoicePolicy {
  public:
@@ -104,8 +104,8 @@ class GpufracPolicy : public ChoicePolicy {
       if (allowed == 0) continue;
       for (int m = 0; m < kMaxModels; ++m) {
         if (!(c.request.models >> m & 1)) continue;
-        constrained[m] += c.popularity * static_cast<double>(c.request.TotalGpuMilli()) *
-                          gpus[m] / allowed;
+        constrained[m] +=
+            c.popularity * static_cast<double>(c.request.TotalGpuMilli()) * gpus[m] / allowed;
       }
     }
     pressure_.assign(kMaxModels, 0);
@@ -138,7 +138,8 @@ class GpufracPolicy : public ChoicePolicy {
       reduction -= kStrandWeight * change;
     }
     if (r.models == 0 && r.gpu_count > 0) {
-      reduction -= kPressureWeight * pressure_[n.spec.model] * static_cast<double>(r.TotalGpuMilli());
+      reduction -=
+          kPressureWeight * pressure_[n.spec.model] * static_cast<double>(r.TotalGpuMilli());
     }
     return FgdScore(reduction);
   }
@@ -164,9 +165,9 @@ class GpufracPolicy : public ChoicePolicy {
   }
 
   const TypicalWorkload& typical_;
-  std::vector<uint32_t> waste_;         // waste_[L]: unfillable slack of L free thousandths.
-  std::vector<double> pressure_;        // By model; 1 = average demand per GPU.
-  ModelSet constrained_models_ = 0;     // Models some model-constrained GPU class asks for.
+  std::vector<uint32_t> waste_;      // waste_[L]: unfillable slack of L free thousandths.
+  std::vector<double> pressure_;     // By model; 1 = average demand per GPU.
+  ModelSet constrained_models_ = 0;  // Models some model-constrained GPU class asks for.
   bool has_multi_gpu_class_ = false;
   bool cpu_term_ = true;
 };

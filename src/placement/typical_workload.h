@@ -22,8 +22,7 @@ class TypicalWorkload {
   // `coverage` of all requests (the kind that crosses the line is kept), and renormalises their
   // shares to sum to 1. Equal counts are ordered by larger CPU, then GPU share, GPU count and
   // model set first, so the result does not depend on the input order.
-  static TypicalWorkload FromRequests(const std::vector<Request>& requests,
-                                      double coverage = 0.95);
+  static TypicalWorkload FromRequests(const std::vector<Request>& requests, double coverage = 0.95);
 
   const std::vector<WorkloadClass>& classes() const { return classes_; }
 

@@ -93,13 +93,14 @@ StatusOr<OpenbRunResult> RunOpenb(const NodeList& nodes, const PodList& pods,
     result.curve.Record(arrived, cluster.GpuMilliAllocated(), capacity);
     if (progress && (i + 1) % 1024 == 0) progress(i + 1, order.size());
   }
-  result.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (progress) progress(order.size(), order.size());
 
   std::optional<double> at_100 = result.curve.AllocatedAt(100);
   result.unallocated_gpu_pct_at_100 = at_100 ? 100 - *at_100 : NAN;
-  result.allocated_pct_final = 100.0 * static_cast<double>(cluster.GpuMilliAllocated()) /
-                               static_cast<double>(capacity);
+  result.allocated_pct_final =
+      100.0 * static_cast<double>(cluster.GpuMilliAllocated()) / static_cast<double>(capacity);
   result.arrived_pct_final = 100.0 * static_cast<double>(arrived) / static_cast<double>(capacity);
   return result;
 }

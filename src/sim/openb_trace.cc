@@ -7,8 +7,8 @@
 #include <limits>
 #include <optional>
 #include <sstream>
-#include <unordered_map>
 #include <string_view>
+#include <unordered_map>
 
 namespace gpufrac::sim {
 namespace {
@@ -74,9 +74,10 @@ class CsvFile {
     } while (line.empty());
     fields_ = SplitFields(line);
     if (fields_.size() != header_.size()) {
-      return Error("expected " + std::to_string(header_.size()) + " comma-separated fields as in "
-                   "the header, found " + std::to_string(fields_.size()) +
-                   " (a truncated or malformed line)");
+      return Error("expected " + std::to_string(header_.size()) +
+                   " comma-separated fields as in "
+                   "the header, found " +
+                   std::to_string(fields_.size()) + " (a truncated or malformed line)");
     }
     return true;
   }
@@ -193,10 +194,12 @@ StatusOr<PodList> ReadOpenbPods(const std::string& path, const placement::ModelN
     r.memory_bytes = static_cast<uint64_t>(mem) * kMiB;
     r.gpu_count = static_cast<uint32_t>(gpus);
     r.gpu_milli = static_cast<uint32_t>(milli);
-    if (gpus == 0 && milli != 0) return f.Error("gpu_milli is " + std::to_string(milli) +
-                                                " but num_gpu is 0; set gpu_milli to 0");
-    if (gpus > 0 && milli == 0) return f.Error("num_gpu is " + std::to_string(gpus) +
-                                               " but gpu_milli is 0; expected 1 to 1000");
+    if (gpus == 0 && milli != 0)
+      return f.Error("gpu_milli is " + std::to_string(milli) +
+                     " but num_gpu is 0; set gpu_milli to 0");
+    if (gpus > 0 && milli == 0)
+      return f.Error("num_gpu is " + std::to_string(gpus) +
+                     " but gpu_milli is 0; expected 1 to 1000");
     if (gpus > 1 && milli != kMilli) {
       return f.Error("a pod with " + std::to_string(gpus) + " GPUs has gpu_milli " +
                      std::to_string(milli) + "; multi-GPU pods take whole GPUs (1000)");

@@ -99,8 +99,8 @@ StatusOr<TimedRunResult> RunTimed(const NodeList& nodes, const PodList& pods,
   auto advance_to = [&](int64_t t) {
     int64_t until = std::min(t, last_arrival);
     if (until > now) {
-      allocated_integral += static_cast<double>(cluster.GpuMilliAllocated()) *
-                            static_cast<double>(until - now);
+      allocated_integral +=
+          static_cast<double>(cluster.GpuMilliAllocated()) * static_cast<double>(until - now);
     }
     now = t;
   };
@@ -138,7 +138,8 @@ StatusOr<TimedRunResult> RunTimed(const NodeList& nodes, const PodList& pods,
     result.max_queue = std::max<uint64_t>(result.max_queue, queue.size());
   }
   if (progress) progress(arrivals.size(), arrivals.size());
-  result.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   result.pods_placed = waits.size();
   result.pods_never_placed = queue.size();

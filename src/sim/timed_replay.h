@@ -25,10 +25,10 @@ struct TimedRunResult {
   uint64_t pods_never_placed = 0;  // Still queued when the trace ended.
   double mean_wait_s = 0;          // Over placed pods (0 for those placed at arrival).
   double p99_wait_s = 0;
-  uint64_t max_queue = 0;              // Longest the queue got, in pods.
+  uint64_t max_queue = 0;  // Longest the queue got, in pods.
   // GPU share allocated, averaged from the first to the last arrival; NaN when they coincide.
   double time_avg_allocated_pct = 0;
-  double elapsed_s = 0;                // Wall time of the replay.
+  double elapsed_s = 0;  // Wall time of the replay.
 };
 
 // Errors (kInvalidArgument): the pod list has no creation_time/deletion_time columns, times too

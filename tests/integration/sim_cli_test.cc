@@ -1,7 +1,6 @@
 // `gpufrac sim openb` as a user runs it: JSON fields, the curve CSV and the plot, the timed mode,
 // and bad input answered with one line and exit status 2.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,8 +26,9 @@ class SimCli : public ::testing::Test {
     nodes_ = Write("nodes.csv",
                    "sn,cpu_milli,memory_mib,gpu,model\n"
                    "a,64000,262144,2,T4\nb,96000,393216,8,G2\nc,32000,131072,4,T4\n");
-    std::string pods = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
-                       "creation_time,deletion_time,scheduled_time\n";
+    std::string pods =
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+        "creation_time,deletion_time,scheduled_time\n";
     for (int i = 0; i < 40; ++i) {
       int milli = i % 4 == 0 ? 1000 : 250 + 100 * (i % 5);
       pods += "p" + std::to_string(i) + ",2000,4096,1," + std::to_string(milli) +
@@ -111,9 +111,11 @@ TEST_F(SimCli, LoadZeroKeepsThePodsAndALastSeedAtTheTopOfTheRangeEnds) {
 
 TEST_F(SimCli, BadInputIsOneLineAndExitStatusTwo) {
   std::string bad = Write("bad.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1,2000\n");
-  std::string multi = Write("multi.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,2,1000\n");
+  std::string multi =
+      Write("multi.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,2,1000\n");
   std::string empty = Write("empty.csv", "");
-  std::string cpu_only = Write("cpu.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,0,0\n");
+  std::string cpu_only =
+      Write("cpu.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,0,0\n");
   std::string no_gpus = Write("nogpu.csv", "sn,cpu_milli,memory_mib,gpu,model\na,1000,1024,0,\n");
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--nodes", nodes_, "--pods", bad}, bad + ":2: gpu_milli is 2000; expected 0 to 1000"},

@@ -56,8 +56,12 @@ TEST(OpenbBaselines, MatchThePublishedMeansOnTheDefaultTrace) {
   ASSERT_TRUE(pods.ok()) << pods.status();
   std::map<std::string, double> published = PublishedMeans("openb_pod_list_default");
   const std::vector<std::pair<std::string, std::string>> policies = {
-      {"random", "01-Random"},      {"dotprod", "02-DotProd"}, {"gpu-clustering", "03-GpuClustering"},
-      {"gpu-packing", "04-GpuPacking"}, {"bestfit", "05-BestFit"}, {"fgd", "06-FGD"}};
+      {"random", "01-Random"},
+      {"dotprod", "02-DotProd"},
+      {"gpu-clustering", "03-GpuClustering"},
+      {"gpu-packing", "04-GpuPacking"},
+      {"bestfit", "05-BestFit"},
+      {"fgd", "06-FGD"}};
   ASSERT_EQ(published.size(), policies.size());
 
   // 60 runs, spread over the cores.
@@ -85,8 +89,8 @@ TEST(OpenbBaselines, MatchThePublishedMeansOnTheDefaultTrace) {
     for (size_t s = 0; s < 10; ++s) sum += unallocated[p * 10 + s];
     double ours = sum / 10;
     double theirs = published.at(policies[p].second);
-    EXPECT_NEAR(ours, theirs, 0.3) << policies[p].first << ": ours " << ours << "%, published "
-                                   << theirs << "%";
+    EXPECT_NEAR(ours, theirs, 0.3)
+        << policies[p].first << ": ours " << ours << "%, published " << theirs << "%";
   }
 }
 

@@ -31,8 +31,8 @@ std::vector<Request> Repeat(const Request& r, int times) { return std::vector<Re
 
 TEST(TypicalWorkload, KeepsTheMostFrequentKindsUpToTheOneCrossingTheCoverage) {
   std::vector<Request> in;
-  for (auto [r, n] : {std::pair{Share(500), 50}, {Whole(1), 30}, {CpuOnly(2000), 15},
-                      {Whole(8), 5}}) {
+  for (auto [r, n] :
+       {std::pair{Share(500), 50}, {Whole(1), 30}, {CpuOnly(2000), 15}, {Whole(8), 5}}) {
     auto more = Repeat(r, n);
     in.insert(in.end(), more.begin(), more.end());
   }
@@ -55,9 +55,9 @@ TEST(Fragmentation, CountsFreeShareTheTypicalWorkloadCannotUse) {
   // Cannot run at all: every free thousandth is a fragment.
   EXPECT_DOUBLE_EQ(NodeFragmentation(n, TypicalWorkload::FromRequests({Whole(2)})), 1300);
   EXPECT_DOUBLE_EQ(NodeFragmentation(n, TypicalWorkload::FromRequests({CpuOnly(1)})), 1300);
-  EXPECT_DOUBLE_EQ(NodeFragmentation(MakeNode({1000, 300}, 500),
-                                     TypicalWorkload::FromRequests({Share(500)})),
-                   1300);
+  EXPECT_DOUBLE_EQ(
+      NodeFragmentation(MakeNode({1000, 300}, 500), TypicalWorkload::FromRequests({Share(500)})),
+      1300);
   // Weighted by popularity.
   TypicalWorkload mix = TypicalWorkload::FromRequests({Share(500), Whole(2)}, 1.0);
   EXPECT_DOUBLE_EQ(NodeFragmentation(n, mix), 0.5 * 300 + 0.5 * 1300);

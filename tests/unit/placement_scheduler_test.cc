@@ -155,8 +155,13 @@ std::optional<Placement> ReferenceChoice(const Cluster& c, Policy& policy,
 // Random placements and releases on a mixed cluster of 40 nodes: every choice of the cached
 // scheduler must equal the plain rescan above, for every policy with fixed scores.
 TEST(Scheduler, CachedChoicesEqualAFullRescan) {
-  std::vector<Request> kinds = {Share(470), Share(810), Share(230, 30000), Whole(1), Whole(2),
-                                Whole(8, 8000), Request{4000, 8 * kGiB, 0, 0, 0, 0}};
+  std::vector<Request> kinds = {Share(470),
+                                Share(810),
+                                Share(230, 30000),
+                                Whole(1),
+                                Whole(2),
+                                Whole(8, 8000),
+                                Request{4000, 8 * kGiB, 0, 0, 0, 0}};
   kinds[2].models = ModelSet{1} << 1;
   std::vector<Request> typical_input;
   for (size_t i = 0; i < kinds.size(); ++i) {

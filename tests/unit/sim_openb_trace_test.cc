@@ -1,7 +1,6 @@
 // Reading openb node and pod lists: good files load with the right units, and every kind of bad
 // input is one error naming the file and line.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <fstream>
@@ -24,8 +23,8 @@ class TraceFiles : public ::testing::Test {
     return path;
   }
   NodeList Nodes() {
-    StatusOr<NodeList> n = ReadOpenbNodes(
-        Write("nodes.csv", std::string(kNodesHeader) + "a,64000,262144,2,P100\nb,96000,393216,8,G2\n"));
+    StatusOr<NodeList> n = ReadOpenbNodes(Write(
+        "nodes.csv", std::string(kNodesHeader) + "a,64000,262144,2,P100\nb,96000,393216,8,G2\n"));
     EXPECT_TRUE(n.ok()) << n.status();
     return *n;
   }
@@ -47,12 +46,12 @@ TEST_F(TraceFiles, ReadsNodesAndPodsWithTheirUnits) {
   EXPECT_EQ(nodes.nodes[1].gpu_count, 8);
   EXPECT_EQ(nodes.nodes[1].memory_bytes, uint64_t{393216} << 20);
   EXPECT_EQ(nodes.models.Name(nodes.nodes[1].model), "G2");
-  StatusOr<PodList> pods = ReadOpenbPods(
-      Write("pods.csv", std::string(kPodsHeader) +
-                            "p0,12000,16384,1,460,G2|P100,LS,Running,10,20,10\n"
-                            "p1,4000,2048,0,0,,BE,Failed,30,30,\n"
-                            "p2,8000,4096,8,1000,,LS,Running,40,90,40\n"),
-      nodes.models);
+  StatusOr<PodList> pods =
+      ReadOpenbPods(Write("pods.csv", std::string(kPodsHeader) +
+                                          "p0,12000,16384,1,460,G2|P100,LS,Running,10,20,10\n"
+                                          "p1,4000,2048,0,0,,BE,Failed,30,30,\n"
+                                          "p2,8000,4096,8,1000,,LS,Running,40,90,40\n"),
+                    nodes.models);
   ASSERT_TRUE(pods.ok()) << pods.status();
   ASSERT_EQ(pods->pods.size(), 3u);
   EXPECT_TRUE(pods->has_times);
@@ -83,9 +82,10 @@ TEST_F(TraceFiles, BadPodRowsNameTheLine) {
             ":2: gpu_milli is 1500; expected 0 to 1000");
   EXPECT_EQ(PodError("p,1000,abc,1,500,,LS,Running,0,1,0\n"),
             ":2: memory_mib is \"abc\"; expected a whole number");
-  EXPECT_NE(PodError("p,1000,1024,1,500,A100,LS,Running,0,1,0\n")
-                .find(":2: gpu_spec names GPU model \"A100\", which no node has (models: P100, G2)"),
-            std::string::npos);
+  EXPECT_NE(
+      PodError("p,1000,1024,1,500,A100,LS,Running,0,1,0\n")
+          .find(":2: gpu_spec names GPU model \"A100\", which no node has (models: P100, G2)"),
+      std::string::npos);
   EXPECT_NE(PodError("p,1000,1024,2,500,,LS,Running,0,1,0\n").find("whole GPUs"),
             std::string::npos);
   EXPECT_NE(PodError("p,1000,1024,1,500,,LS,Running,9,1,0\n").find("before creation_time"),
@@ -94,8 +94,8 @@ TEST_F(TraceFiles, BadPodRowsNameTheLine) {
 }
 
 TEST_F(TraceFiles, AcceptsAByteOrderMarkAndWindowsLineEnds) {
-  StatusOr<NodeList> n = ReadOpenbNodes(
-      Write("bom.csv", "\xEF\xBB\xBFsn,cpu_milli,memory_mib,gpu,model\r\na,1000,1024,2,T4\r\n\r\n"));
+  StatusOr<NodeList> n = ReadOpenbNodes(Write(
+      "bom.csv", "\xEF\xBB\xBFsn,cpu_milli,memory_mib,gpu,model\r\na,1000,1024,2,T4\r\n\r\n"));
   ASSERT_TRUE(n.ok()) << n.status();
   ASSERT_EQ(n->nodes.size(), 1u);
   EXPECT_EQ(n->models.Name(n->nodes[0].model), "T4");
