@@ -14,3 +14,4 @@ gpufrac_test(gpu_devices_test unit SOURCES unit/gpu_devices_test.cc LIBS gpufrac
 add_dependencies(gpu_devices_test gpufrac_test_fake_nvml)
 target_compile_definitions(gpu_devices_test PRIVATE
   GPUFRAC_FAKE_NVML="$<TARGET_FILE:gpufrac_test_fake_nvml>")
+gpufrac_test(common_gpu_request_test unit SOURCES unit/common_gpu_request_test.cc LIBS gpufrac_common)

@@ -180,10 +180,15 @@ int PassThrough(int child_status) {
 CLI::App* AddExecCommand(CLI::App& app, ExecOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "exec", "Run a command under a GPU memory limit on one GPU (no service needed)");
-  cmd->add_option("--gpu-memory", o.gpu_memory,
+  cmd->add_option("--gpu-memory", o.request.gpu_memory,
                   "Memory limit, binary units: 4G, 4GiB, 512Mi, 4096M (bare number = bytes)");
-  cmd->add_option("--gpu-fraction", o.gpu_fraction,
-                  "Memory limit as a share of the GPU's memory, 0 < F <= 1 (e.g. 0.25)");
+  cmd->add_option("--gpu-fraction", o.request.gpu_fraction,
+                  "Memory limit as a share of the GPU's memory, 0 < F < 1 (e.g. 0.25)");
+  cmd->add_option("--gpus", o.request.gpus, "1: the whole GPU (exec runs on one GPU)");
+  cmd->add_option("--mig-profile", o.request.mig_profile,
+                  "Not served by exec (MIG slices need the node service)");
+  cmd->add_option("--gpu-model", o.request.gpu_model,
+                  "Refuse to run unless the GPU is this model (e.g. H100-80GB)");
   cmd->add_option("--gpu", o.gpu, "GPU index or UUID (default 0)");
   cmd->add_flag("--quiet", o.quiet, "Do not print a line when the command hits its limit");
   cmd->add_option("command", o.command, "The command and its arguments, after --");
@@ -192,8 +197,15 @@ CLI::App* AddExecCommand(CLI::App& app, ExecOptions& o) {
 }
 
 int RunExec(const ExecOptions& o, const std::string& self_path) {
-  if (o.gpu_memory.empty() == o.gpu_fraction.empty()) {
-    return Fail(kExitBadInput, "give exactly one of --gpu-memory SIZE or --gpu-fraction F");
+  StatusOr<GpuRequest> request = ParseGpuRequest(o.request);
+  if (!request.ok()) return Fail(kExitBadInput, request.status().message());
+  if (request->kind == GpuRequest::Kind::kMigProfile) {
+    return Fail(kExitBadInput,
+                "exec does not create MIG slices; run a command in an existing "
+                "MIG instance with --gpu MIG-UUID, or use the node service");
+  }
+  if (request->kind == GpuRequest::Kind::kWholeGpus && request->gpus != 1) {
+    return Fail(kExitBadInput, "exec runs a command on one GPU; write --gpus 1");
   }
   if (o.command.empty()) {
     return Fail(kExitBadInput,
@@ -204,15 +216,16 @@ int RunExec(const ExecOptions& o, const std::string& self_path) {
   auto device = gpu::FindDevice(*devices, o.gpu);
   if (!device.ok()) return Fail(kExitBadInput, "--gpu: " + device.status().message());
 
-  uint64_t limit = 0;
-  if (!o.gpu_memory.empty()) {
-    auto size = ParseSize(o.gpu_memory);
-    if (!size.ok()) return Fail(kExitBadInput, "--gpu-memory: " + size.status().message());
-    limit = *size;
-  } else {
-    auto share = ParseFraction(o.gpu_fraction, /*allow_one=*/true);
-    if (!share.ok()) return Fail(kExitBadInput, "--gpu-fraction: " + share.status().message());
-    limit = static_cast<uint64_t>(*share * static_cast<double>(device->memory_total));
+  if (!request->gpu_model.empty() &&
+      !(device->model && device->model->short_name == request->gpu_model)) {
+    return Fail(kExitBadInput, "GPU " + std::to_string(device->index) + " is " + device->name +
+                                   ", not " + request->gpu_model);
+  }
+  uint64_t limit = device->memory_total;  // --gpus 1
+  if (request->kind == GpuRequest::Kind::kMemory) limit = request->memory_bytes;
+  if (request->kind == GpuRequest::Kind::kFraction) {
+    limit = static_cast<uint64_t>(static_cast<double>(request->fraction_milli) / kMilliPerGpu *
+                                  static_cast<double>(device->memory_total));
   }
   if (limit > device->memory_total) {
     return Fail(kExitBadInput, FormatSize(limit) + " is more than GPU " +

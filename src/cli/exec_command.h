@@ -5,14 +5,14 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "common/gpu_request.h"
 
 namespace gpufrac::cli {
 
 struct ExecOptions {
-  std::string gpu_memory;    // --gpu-memory SIZE
-  std::string gpu_fraction;  // --gpu-fraction F
-  std::string gpu = "0";     // --gpu INDEX|UUID
-  bool quiet = false;        // --quiet: no over-limit message from the limiter
+  GpuRequestText request;  // --gpu-memory, --gpu-fraction, --gpus, --mig-profile, --gpu-model
+  std::string gpu = "0";   // --gpu INDEX|UUID
+  bool quiet = false;      // --quiet: no over-limit message from the limiter
   std::vector<std::string> command;
 };
 

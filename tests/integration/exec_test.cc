@@ -49,6 +49,13 @@ TEST_F(ExecTest, AFractionIsAShareOfTheGpusMemory) {
   EXPECT_EQ(r.GetInt("total"), 40960 * kMiB / 4);
 }
 
+TEST_F(ExecTest, OneWholeGpuIsAllOfItsMemory) {
+  RunResult r =
+      Exec({"--gpus", "1", "--gpu-model", "A100-40GB", "--gpu", "1", "--", ProbePath(), "info"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.GetInt("total"), 40960 * kMiB);
+}
+
 TEST_F(ExecTest, OnlyTheChosenGpuIsVisible) {
   std::string uuid1 = machine_.Uuid(1);
   RunResult r = Exec({"--gpu-memory", "1G", "--gpu", "1", "--", ProbePath(), "uuid"});
@@ -126,6 +133,10 @@ TEST_F(ExecTest, BadInputIsOneLineAndExitStatusTwo) {
       {{"--gpu-memory", "1G"}, "missing the command"},
       {{"--", "true"}, "exactly one of --gpu-memory"},
       {{"--gpu-memory", "1G", "--gpu-fraction", "0.5", "--", "true"}, "exactly one of"},
+      {{"--gpu-fraction", "1", "--", "true"}, "is a whole GPU; write --gpus 1"},
+      {{"--gpus", "2", "--", "true"}, "exec runs a command on one GPU"},
+      {{"--mig-profile", "1g.10gb", "--", "true"}, "exec does not create MIG slices"},
+      {{"--gpus", "1", "--gpu-model", "A30-24GB", "--", "true"}, ", not A30-24GB"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.args[0] + " " + c.args[1]);
