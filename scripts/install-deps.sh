@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages gpufrac builds with (idempotent; needs root or sudo).
 set -euo pipefail
 pkgs=(cmake make g++ pkg-config binutils strace libgtest-dev libgmock-dev libbenchmark-dev
-      libcli11-dev nlohmann-json3-dev libcairo2-dev fonts-dejavu-core)
+      libcli11-dev nlohmann-json3-dev libcairo2-dev fonts-dejavu-core
+      libyaml-cpp-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,2 @@
+# Tests of the node service's pieces.
+gpufrac_test(node_queue_config_test unit SOURCES unit/node_queue_config_test.cc LIBS gpufrac_node)

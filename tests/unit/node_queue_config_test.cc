@@ -1,0 +1,64 @@
+// The queue file: a good file gives the queues in priority order with their defaults and quotas;
+// every mistake is one line naming the file and line.
+#include <gtest/gtest.h>
+
+#include "node/queue_config.h"
+
+namespace gpufrac::node {
+namespace {
+
+std::string Error(const std::string& yaml) {
+  StatusOr<QueueConfig> c = ParseQueueConfig(yaml, "queues.yaml");
+  EXPECT_FALSE(c.ok()) << yaml;
+  std::string message = c.ok() ? "" : c.status().message();
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  return message;
+}
+
+TEST(QueueConfig, ReadsQueuesInPriorityOrder) {
+  StatusOr<QueueConfig> c = ParseQueueConfig(R"(
+version: 1
+queues:
+  - name: interactive
+    default: {gpu-fraction: 0.25}
+    quota: 0.5
+  - name: batch
+    default: {gpus: 2, gpu-model: H100-80GB}
+  - name: scavenger
+)",
+                                             "queues.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->queues.size(), 3u);
+  EXPECT_EQ(c->queues[0].name, "interactive");
+  EXPECT_EQ(c->queues[0].default_request.fraction_milli, 250u);
+  EXPECT_DOUBLE_EQ(c->queues[0].quota, 0.5);
+  EXPECT_EQ(c->queues[1].default_request.gpus, 2u);
+  EXPECT_EQ(c->queues[1].default_request.gpu_model, "H100-80GB");
+  EXPECT_DOUBLE_EQ(c->queues[1].quota, 1);
+  EXPECT_EQ(c->queues[2].default_request, DefaultQueueConfig().queues[0].default_request);
+}
+
+TEST(QueueConfig, MistakesNameTheFileAndLine) {
+  EXPECT_EQ(Error("version: 1\nqueues:\n  - name: a\n    quota: 2\n"),
+            "queues.yaml:4: quota of queue a must be a share of the node's GPUs in (0, 1], e.g. "
+            "0.5");
+  EXPECT_EQ(Error("version: 1\nqueues:\n  - name: a\n    qouta: 0.5\n"),
+            "queues.yaml:4: unknown key \"qouta\" in a queue (allowed: default, name, quota)");
+  EXPECT_EQ(Error("version: 1\nqueues:\n  - name: a\n  - name: a\n"),
+            "queues.yaml:4: queue a is defined twice");
+  EXPECT_EQ(Error("version: 1\nqueues:\n  - name: a\n    default: {gpu-fraction: 1}\n"),
+            "queues.yaml:4: default: --gpu-fraction 1 is a whole GPU; write --gpus 1");
+  EXPECT_NE(Error("version: 2\nqueues: []\n").find("version must be 1"), std::string::npos);
+  EXPECT_NE(Error("version: 1\nqueues: []\n").find("at least one queue"), std::string::npos);
+  EXPECT_NE(Error("version: 1\nqueues:\n  - name: Big Queue\n").find("a queue needs a name"),
+            std::string::npos);
+  EXPECT_NE(Error("version: 1\nqueues: [\n").find("queues.yaml:"), std::string::npos);
+  EXPECT_NE(Error("").find("expected a map"), std::string::npos);
+  StatusOr<QueueConfig> missing = LoadQueueConfig("/nonexistent/queues.yaml");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent/queues.yaml: cannot open"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpufrac::node
