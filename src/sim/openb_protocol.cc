@@ -6,9 +6,7 @@
 #include <cmath>
 
 #include "common/random.h"
-#include "placement/policies.h"
-#include "placement/scheduler.h"
-#include "placement/typical_workload.h"
+#include "sim/replay.h"
 
 namespace gpufrac::sim {
 
@@ -54,28 +52,20 @@ std::vector<uint32_t> ArrivalOrder(const PodList& pods, uint64_t capacity_milli,
 
 StatusOr<OpenbRunResult> RunOpenb(const NodeList& nodes, const PodList& pods,
                                   const OpenbRunOptions& options, const ProgressFn& progress) {
-  GPUFRAC_ASSIGN_OR_RETURN(placement::Cluster cluster,
-                           placement::Cluster::Create(nodes.models, nodes.nodes));
-  std::vector<Request> requests;
-  requests.reserve(pods.pods.size());
-  for (const TracePod& p : pods.pods) requests.push_back(p.request);
-  placement::TypicalWorkload typical = placement::TypicalWorkload::FromRequests(requests);
-
-  Random random(options.seed);
+  GPUFRAC_ASSIGN_OR_RETURN(std::unique_ptr<Replay> replay, Replay::Create(nodes, pods));
+  placement::Cluster& cluster = replay->cluster();
+  const std::vector<Request>& requests = replay->requests();
   uint64_t capacity = cluster.GpuMilliCapacity();
-  if (capacity == 0) return InvalidArgumentError("the node list has no GPUs");
   uint64_t demand = 0;
   for (const Request& r : requests) demand += r.TotalGpuMilli();
   if (demand == 0 && options.load > 0) {
     return InvalidArgumentError(
         "the pods ask for no GPUs, so there is no GPU demand to resample up to; use --load 0");
   }
+  Random random(options.seed);
   std::vector<uint32_t> order = ArrivalOrder(pods, capacity, options.load, random);
-  std::vector<int> rank = random.Permutation(cluster.size());
-  placement::PolicyOptions policy_options{&typical, random.Next(), &cluster};
-  GPUFRAC_ASSIGN_OR_RETURN(std::unique_ptr<placement::Policy> policy,
-                           placement::MakePolicy(options.policy, policy_options));
-  placement::Scheduler scheduler(&cluster, policy.get(), std::move(rank));
+  GPUFRAC_RETURN_IF_ERROR(replay->Start(options.policy, random));
+  placement::Scheduler& scheduler = replay->scheduler();
 
   OpenbRunResult result;
   result.policy = options.policy;

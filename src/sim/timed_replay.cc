@@ -12,9 +12,7 @@
 #include <unordered_set>
 
 #include "common/random.h"
-#include "placement/policies.h"
-#include "placement/scheduler.h"
-#include "placement/typical_workload.h"
+#include "sim/replay.h"
 
 namespace gpufrac::sim {
 
@@ -39,19 +37,13 @@ StatusOr<TimedRunResult> RunTimed(const NodeList& nodes, const PodList& pods,
     return InvalidArgumentError(
         "--timed needs creation_time and deletion_time columns, and this pod list has none");
   }
-  GPUFRAC_ASSIGN_OR_RETURN(placement::Cluster cluster,
-                           placement::Cluster::Create(nodes.models, nodes.nodes));
-  uint64_t capacity = cluster.GpuMilliCapacity();
-  if (capacity == 0) return InvalidArgumentError("the node list has no GPUs");
-  std::vector<Request> requests;
-  for (const TracePod& p : pods.pods) requests.push_back(p.request);
-  placement::TypicalWorkload typical = placement::TypicalWorkload::FromRequests(requests);
+  GPUFRAC_ASSIGN_OR_RETURN(std::unique_ptr<Replay> replay, Replay::Create(nodes, pods));
   Random random(seed);
-  std::vector<int> rank = random.Permutation(cluster.size());
-  placement::PolicyOptions policy_options{&typical, random.Next(), &cluster};
-  GPUFRAC_ASSIGN_OR_RETURN(std::unique_ptr<placement::Policy> policy,
-                           placement::MakePolicy(policy_name, policy_options));
-  placement::Scheduler scheduler(&cluster, policy.get(), std::move(rank));
+  GPUFRAC_RETURN_IF_ERROR(replay->Start(policy_name, random));
+  placement::Cluster& cluster = replay->cluster();
+  const std::vector<Request>& requests = replay->requests();
+  placement::Scheduler& scheduler = replay->scheduler();
+  uint64_t capacity = cluster.GpuMilliCapacity();
 
   if (!(speedup > 0)) return InvalidArgumentError("--speedup must be above 0");
   std::vector<uint32_t> arrivals(pods.pods.size());
