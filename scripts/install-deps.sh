@@ -3,7 +3,8 @@
 set -euo pipefail
 pkgs=(cmake make g++ pkg-config binutils strace libgtest-dev libgmock-dev libbenchmark-dev
       libcli11-dev nlohmann-json3-dev libcairo2-dev fonts-dejavu-core
-      libyaml-cpp-dev)
+      libyaml-cpp-dev libsqlite3-dev libmicrohttpd-dev libcpp-httplib-dev libssl-dev zlib1g-dev
+      libbrotli-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,1 @@
+# Node service benchmarks.

@@ -1,0 +1,2 @@
+// Placeholder: implemented in progress.
+#include "node/http_server.h"

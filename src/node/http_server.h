@@ -1,0 +1,88 @@
+// A small HTTP/1.1 server for the node service's API, on a unix socket (callers identified by
+// the kernel: SO_PEERCRED) or on TCP (callers must present a bearer token). Built on GNU
+// libmicrohttpd, which, unlike cpp-httplib, lets a handler see its connection's socket, and the
+// peer credentials are the whole basis of the service's access control.
+//
+// One thread per connection, so a handler may block (long polls); handlers run concurrently and
+// must be thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gpufrac::node {
+
+// Who is calling, as the kernel says (unix socket), or a TCP caller with the right token.
+struct Caller {
+  bool tcp = false;  // true: authenticated by token; uid/gid/pid are then the service's own.
+  uid_t uid = 0;
+  gid_t gid = 0;
+  pid_t pid = 0;
+};
+
+struct HttpRequest {
+  std::string method;                        // "GET", "POST", ...
+  std::string path;                          // "/v1/jobs/12" (no query string)
+  std::map<std::string, std::string> query;  // decoded ?a=b&c=d
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;
+  Caller caller;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
+
+struct UnixListen {
+  std::string path;           // Parent directories are created (0755); a stale socket is replaced.
+  mode_t mode = 0600;         // Of the socket file.
+  std::optional<gid_t> group; // Group of the socket file (with mode 0660: that group may connect).
+};
+
+struct TcpListen {
+  std::string address = "127.0.0.1";  // IPv4 or IPv6 literal.
+  uint16_t port = 0;                  // 0: any free port (see tcp_port()).
+  std::string token;                  // Required ("Authorization: Bearer <token>"); not empty.
+};
+
+struct HttpLimits {
+  size_t max_body_bytes = 1 << 20;  // Larger bodies get 413 before the handler runs.
+  unsigned max_connections = 256;
+  unsigned connection_timeout_seconds = 120;
+};
+
+class HttpServer {
+ public:
+  // Starts serving at once on the given listeners (at least one). Errors name the socket or
+  // address and the system's reason (e.g. "address already in use").
+  static StatusOr<std::unique_ptr<HttpServer>> Start(std::optional<UnixListen> unix_listen,
+                                                     std::optional<TcpListen> tcp_listen,
+                                                     HttpHandler handler, HttpLimits limits = {});
+  ~HttpServer();  // Stops: no handler runs after it returns; removes the socket file.
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  uint16_t tcp_port() const;  // The bound TCP port (0 without TCP).
+
+ private:
+  struct Impl;
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpufrac::node

@@ -1,0 +1,105 @@
+// Starts jobs and keeps track of them across service restarts.
+//
+// Every job runs under its own supervisor, `gpufrac-shim JOB_DIR` (shim_main.cc), forked by the
+// service. The shim outlives the service, so a job keeps running when the service is killed, and
+// it records the job's real outcome in JOB_DIR/outcome for whichever service comes next. Start-up
+// is two-phase so that a crash at any point neither loses nor doubles a job:
+//
+//   1. Prepare: writes JOB_DIR (spec, read-only limit file, empty log files), creates the
+//      workload's shared budgets, and forks the shim, which waits for a go-ahead byte on a pipe.
+//   2. The service records the shim (pid + start time) in its store as running.
+//   3. Release: writes the go-ahead. The shim then forks the job: a new session, the user's
+//      uid/gid/groups, the user's cwd and environment plus LD_PRELOAD=libgpufrac.so,
+//      GPUFRAC_LIMIT_FILE and CUDA_VISIBLE_DEVICES=<uuids>, stdout/stderr to JOB_DIR's logs.
+//
+// If the service dies before 3, the pipe closes and the shim exits writing "not-started" (the
+// job may be started again). When the job's main process ends, the shim kills what is left of
+// its process group (so nothing keeps using the GPU share), writes the outcome atomically
+// (write + fsync + rename) and exits. Cancelling sends SIGTERM to the shim, which passes it to
+// the job's process group and sends SIGKILL after the grace period.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "node/job.h"
+
+namespace gpufrac::node {
+
+struct LaunchSpec {
+  std::string job_dir;   // Created by Prepare (its parent must exist); must not exist yet.
+  std::string workload;  // Names the limiter's budgets; [A-Za-z0-9_.-], at most 63 characters.
+  std::vector<std::string> command;  // argv (PATH is searched in the job's environment).
+  std::vector<std::string> env;      // "NAME=value"; the variables below are added/overridden.
+  std::string cwd;
+  uid_t uid = 0;  // When the service is not root, must be its own uid.
+  gid_t gid = 0;
+  struct Gpu {
+    std::string uuid;  // "GPU-..." or "MIG-...".
+    uint64_t limit_bytes = 0;
+    uint64_t context_bytes = 0;
+  };
+  std::vector<Gpu> gpus;                // At least one; in CUDA_VISIBLE_DEVICES order.
+  std::string limiter_path;             // Absolute path of libgpufrac.so.
+  std::vector<std::string> extra_env;   // Added last (e.g. the simulated driver's variables).
+  int kill_grace_seconds = 10;          // SIGTERM -> SIGKILL on cancel.
+};
+
+// How the job ended, as JOB_DIR/outcome records it.
+struct Outcome {
+  enum class Kind { kExited, kSignaled, kNotStarted, kExecFailed };
+  Kind kind = Kind::kExited;
+  int code = 0;  // Exit code, signal number, or errno of the failed exec.
+  std::string Describe() const;  // "exit code 3", "killed by signal 9 (Killed)", ...
+};
+
+class JobRunner {
+ public:
+  // `shim_path`: the gpufrac-shim executable (absolute).
+  explicit JobRunner(std::string shim_path);
+  ~JobRunner();  // Closes go-ahead pipes of prepared shims, which then exit unstarted.
+  JobRunner(const JobRunner&) = delete;
+  JobRunner& operator=(const JobRunner&) = delete;
+
+  // Step 1. On failure nothing is left behind (no directory, budget or process).
+  StatusOr<ProcessRef> Prepare(const LaunchSpec& spec);
+  // Step 3. kNotFound if `shim` was not prepared by this runner.
+  Status Release(const ProcessRef& shim);
+  // Gives up a prepared shim without starting it (it exits writing "not-started").
+  void Abandon(const ProcessRef& shim);
+
+  // The process is alive and is the one `ref` names (same start time), not a zombie.
+  static bool Alive(const ProcessRef& ref);
+  // Reads the start time of a live process (for ProcessRef).
+  static std::optional<ProcessRef> Identify(pid_t pid);
+  // Reaps any of our shims that have exited (never blocks).
+  void ReapChildren();
+  // Sends `sig` to the shim if it is still the process `ref` names (SIGTERM = cancel).
+  Status Signal(const ProcessRef& ref, int sig);
+
+  // The outcome the shim recorded, once it has.
+  static std::optional<Outcome> ReadOutcome(const std::string& job_dir);
+  // Removes the limit file and unlinks the workload's budgets; logs and the outcome stay.
+  static void Cleanup(const std::string& job_dir, const std::string& workload,
+                      const std::vector<std::string>& uuids);
+  // GPU memory the workload holds on GPU `uuid` now, as its budget counts it; 0 when the
+  // budget is gone.
+  static uint64_t MemoryInUse(const std::string& workload, const std::string& uuid);
+
+  // File names inside JOB_DIR.
+  static constexpr const char* kStdout = "stdout.log";
+  static constexpr const char* kStderr = "stderr.log";
+  static constexpr const char* kOutcome = "outcome";
+
+ private:
+  std::string shim_path_;
+  std::map<pid_t, int> go_pipes_;  // Prepared shims: the write end of their go-ahead pipe.
+};
+
+}  // namespace gpufrac::node

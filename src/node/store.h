@@ -1,0 +1,55 @@
+// The node service's durable state: every job, in one SQLite database in WAL mode under the
+// service's state directory. Each call is one transaction, so a service killed at any moment
+// (kill -9) leaves every job as it was after the last call that returned: an accepted job is
+// never lost and a GPU share is never recorded twice. (Commits are not fsynced one by one
+// (synchronous=NORMAL): a process crash loses nothing, a power cut may lose the last commits.)
+//
+// Not thread-safe: the service serialises calls.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "node/job.h"
+
+struct sqlite3;
+
+namespace gpufrac::node {
+
+struct JobFilter {
+  std::optional<uid_t> uid;      // Only this user's jobs.
+  bool include_final = true;     // false: pending, starting and running jobs only.
+  size_t limit = 1000;           // Newest first; at most this many.
+};
+
+class Store {
+ public:
+  // Opens (creating if needed) the database at `path`, with its schema. A file that is not a
+  // gpufrac database, or one written by a newer schema, is an error naming the file.
+  static StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Records a new pending job and returns it with its id.
+  StatusOr<Job> Insert(const JobSpec& spec, int64_t submitted_ms);
+  // Writes every field of `job` (matched by id); kNotFound if there is no such job.
+  Status Update(const Job& job);
+  // Writes several jobs in one transaction: all or none.
+  Status UpdateAll(const std::vector<Job>& jobs);
+  StatusOr<std::optional<Job>> Get(int64_t id);
+  // Newest first.
+  StatusOr<std::vector<Job>> List(const JobFilter& filter);
+  // Every job that is not final, oldest first: what a restarting service must take over.
+  StatusOr<std::vector<Job>> LoadUnfinished();
+
+ private:
+  explicit Store(sqlite3* db) : db_(db) {}
+  sqlite3* db_;
+};
+
+}  // namespace gpufrac::node

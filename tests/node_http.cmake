@@ -1,0 +1,1 @@
+# Tests of the node service's http (see tests/unit or tests/integration).

@@ -1,0 +1,1 @@
+# End-to-end tests of gpufracd and the gpufrac commands that talk to it.

@@ -1,0 +1,1 @@
+# Tests of the node service's store (see tests/unit or tests/integration).
