@@ -1,1 +1,3 @@
 # Tests of the node service's scheduler (see tests/unit or tests/integration).
+gpufrac_test(node_queue_scheduler_test unit SOURCES unit/node_queue_scheduler_test.cc
+             LIBS gpufrac_node_scheduler)

@@ -3,7 +3,9 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "cli/demo_command.h"
 #include "cli/exec_command.h"
+#include "cli/job_commands.h"
 #include "cli/sim_command.h"
 
 int main(int argc, char** argv) {
@@ -15,6 +17,9 @@ int main(int argc, char** argv) {
   CLI::App* exec_cmd = gpufrac::cli::AddExecCommand(app, exec);
   gpufrac::cli::SimOptions sim;
   CLI::App* sim_cmd = gpufrac::cli::AddSimCommand(app, sim);
+  gpufrac::cli::JobCommands jobs(app);
+  gpufrac::cli::DemoOptions demo;
+  CLI::App* demo_cmd = gpufrac::cli::AddDemoCommand(app, demo);
 
   try {
     app.parse(argc, argv);
@@ -31,5 +36,7 @@ int main(int argc, char** argv) {
   }
   if (exec_cmd->parsed()) return gpufrac::cli::RunExec(exec, argv[0]);
   if (sim_cmd->parsed()) return gpufrac::cli::RunSim(sim);
+  if (jobs.parsed()) return jobs.Run();
+  if (demo_cmd->parsed()) return gpufrac::cli::RunDemo(demo);
   return 2;
 }

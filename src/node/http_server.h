@@ -31,9 +31,9 @@ struct Caller {
 };
 
 struct HttpRequest {
-  std::string method;                        // "GET", "POST", ...
-  std::string path;                          // "/v1/jobs/12" (no query string)
-  std::map<std::string, std::string> query;  // decoded ?a=b&c=d
+  std::string method;                          // "GET", "POST", ...
+  std::string path;                            // "/v1/jobs/12" (no query string)
+  std::map<std::string, std::string> query;    // decoded ?a=b&c=d
   std::map<std::string, std::string> headers;  // names lower-cased
   std::string body;
   Caller caller;
@@ -49,9 +49,9 @@ struct HttpResponse {
 using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
 
 struct UnixListen {
-  std::string path;           // Parent directories are created (0755); a stale socket is replaced.
-  mode_t mode = 0600;         // Of the socket file.
-  std::optional<gid_t> group; // Group of the socket file (with mode 0660: that group may connect).
+  std::string path;            // Parent directories are created (0755); a stale socket is replaced.
+  mode_t mode = 0600;          // Of the socket file.
+  std::optional<gid_t> group;  // Group of the socket file (with mode 0660: that group may connect).
 };
 
 struct TcpListen {

@@ -60,9 +60,9 @@ struct Job {
   int64_t id = 0;  // From 1, never reused.
   JobSpec spec;
   JobState state = JobState::kPending;
-  int64_t submitted_ms = 0;  // Unix time in milliseconds.
-  int64_t started_ms = 0;    // 0 until running.
-  int64_t ended_ms = 0;      // 0 until final.
+  int64_t submitted_ms = 0;    // Unix time in milliseconds.
+  int64_t started_ms = 0;      // 0 until running.
+  int64_t ended_ms = 0;        // 0 until final.
   std::vector<GpuShare> gpus;  // Held while starting/running; kept afterwards for the record.
   ProcessRef shim;             // Set once running.
   bool cancel_requested = false;

@@ -1,2 +1,581 @@
-// Placeholder: implemented in progress.
+// The service's side of starting jobs (see job_runner.h): writes JOB_DIR and the budgets, forks
+// gpufrac-shim with its go-ahead pipe, and reads back what the shim records.
 #include "node/job_runner.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "limiter/budget.h"
+#include "limiter/limit_config.h"
+
+namespace gpufrac::node {
+namespace {
+
+// Private to the runner and the shim (shim_main.cc reads them by the same names).
+constexpr const char* kSpecFile = "spec.json";
+constexpr const char* kLimitsFile = "limits";
+// Where the shim finds its go-ahead pipe.
+constexpr int kGoAheadFd = 3;
+
+std::string ErrnoText(const std::string& what, int err) { return what + ": " + std::strerror(err); }
+
+bool ValidWorkload(const std::string& name) {
+  if (name.empty() || name.size() > limiter::kMaxWorkloadIdLen) return false;
+  for (char c : name) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// The UUID ends up in a shared-memory name and in CUDA_VISIBLE_DEVICES: only letters, digits
+// and dashes, and it must be a real 16-byte UUID.
+bool ValidUuid(const std::string& uuid) {
+  if (uuid.empty() || uuid.size() > limiter::kMaxUuidLen) return false;
+  for (char c : uuid) {
+    bool ok =
+        (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+    if (!ok) return false;
+  }
+  unsigned char bytes[16];
+  return limiter::ParseUuid(uuid.c_str(), bytes);
+}
+
+Status Validate(const LaunchSpec& spec) {
+  if (spec.job_dir.empty() || spec.job_dir[0] != '/') {
+    return InvalidArgumentError("the job directory must be an absolute path, not '" + spec.job_dir +
+                                "'");
+  }
+  if (!ValidWorkload(spec.workload)) {
+    return InvalidArgumentError("workload name '" + spec.workload +
+                                "' must be 1 to 63 of A-Z a-z 0-9 _ . -");
+  }
+  if (spec.command.empty() || spec.command[0].empty()) {
+    return InvalidArgumentError("the job has no command to run");
+  }
+  if (spec.cwd.empty() || spec.cwd[0] != '/') {
+    return InvalidArgumentError("the job's working directory must be absolute, not '" + spec.cwd +
+                                "'");
+  }
+  for (const std::vector<std::string>* list : {&spec.env, &spec.extra_env}) {
+    for (const std::string& entry : *list) {
+      size_t eq = entry.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        return InvalidArgumentError("environment entry '" + entry + "' is not NAME=value");
+      }
+    }
+  }
+  if (spec.gpus.empty() || spec.gpus.size() > static_cast<size_t>(limiter::kMaxLimitedGpus)) {
+    return InvalidArgumentError("a job needs 1 to " + std::to_string(limiter::kMaxLimitedGpus) +
+                                " GPUs, not " + std::to_string(spec.gpus.size()));
+  }
+  std::set<std::string> seen;
+  for (const LaunchSpec::Gpu& gpu : spec.gpus) {
+    if (!ValidUuid(gpu.uuid)) return InvalidArgumentError("'" + gpu.uuid + "' is not a GPU UUID");
+    if (!seen.insert(gpu.uuid).second) {
+      return InvalidArgumentError("GPU " + gpu.uuid + " is listed twice");
+    }
+    if (gpu.limit_bytes == 0 || gpu.limit_bytes > limiter::kMaxBudgetBytes) {
+      return InvalidArgumentError("the memory limit on " + gpu.uuid +
+                                  " must be between 1 byte and 512 GiB");
+    }
+  }
+  if (spec.limiter_path.empty() || spec.limiter_path[0] != '/') {
+    return InvalidArgumentError("the limiter path must be absolute, not '" + spec.limiter_path +
+                                "'");
+  }
+  if (spec.kill_grace_seconds < 0) {
+    return InvalidArgumentError("the kill grace period cannot be negative");
+  }
+  if (geteuid() != 0 && spec.uid != geteuid()) {
+    return PermissionDeniedError("the service runs as uid " + std::to_string(geteuid()) +
+                                 " and can start jobs only as that user, not as uid " +
+                                 std::to_string(spec.uid));
+  }
+  return OkStatus();
+}
+
+// Sets NAME=value, replacing every earlier NAME (so that no duplicate can shadow it).
+void SetEnv(std::vector<std::string>& env, const std::string& name, const std::string& value) {
+  const std::string prefix = name + "=";
+  bool placed = false;
+  for (auto it = env.begin(); it != env.end();) {
+    if (it->compare(0, prefix.size(), prefix) != 0) {
+      ++it;
+    } else if (!placed) {
+      *it = prefix + value;
+      placed = true;
+      ++it;
+    } else {
+      it = env.erase(it);
+    }
+  }
+  if (!placed) env.push_back(prefix + value);
+}
+
+std::vector<std::string> JobEnvironment(const LaunchSpec& spec, const std::string& limit_file) {
+  std::vector<std::string> env = spec.env;
+  std::string preload = spec.limiter_path;
+  for (const std::string& entry : env) {
+    if (entry.rfind("LD_PRELOAD=", 0) == 0) {
+      // The dynamic linker reads the first definition; the user's libraries come after ours.
+      std::string existing = entry.substr(std::strlen("LD_PRELOAD="));
+      if (!existing.empty()) preload += ":" + existing;
+      break;
+    }
+  }
+  SetEnv(env, "LD_PRELOAD", preload);
+  SetEnv(env, limiter::kLimitFileEnv, limit_file);
+  std::string visible;
+  for (const LaunchSpec::Gpu& gpu : spec.gpus) {
+    visible += (visible.empty() ? "" : ",") + gpu.uuid;
+  }
+  SetEnv(env, "CUDA_VISIBLE_DEVICES", visible);
+  for (const std::string& entry : spec.extra_env) {
+    size_t eq = entry.find('=');
+    SetEnv(env, entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  return env;
+}
+
+// Creates `path` (which must not exist) holding `text`, with exactly `mode` whatever the umask.
+Status WriteNewFile(const std::string& path, const std::string& text, mode_t mode) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (fd < 0) return UnavailableError(ErrnoText("cannot create " + path, errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      return UnavailableError(ErrnoText("cannot write " + path, err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fchmod(fd, mode) != 0) {
+    int err = errno;
+    close(fd);
+    return UnavailableError(ErrnoText("cannot set the mode of " + path, err));
+  }
+  close(fd);
+  return OkStatus();
+}
+
+StatusOr<std::string> LimitFileText(const LaunchSpec& spec) {
+  limiter::LimitConfig config{};
+  std::snprintf(config.workload, sizeof(config.workload), "%s", spec.workload.c_str());
+  config.quiet = false;
+  config.gpu_count = static_cast<int>(spec.gpus.size());
+  for (size_t i = 0; i < spec.gpus.size(); ++i) {
+    limiter::GpuLimit& g = config.gpus[i];
+    std::snprintf(g.uuid, sizeof(g.uuid), "%s", spec.gpus[i].uuid.c_str());
+    limiter::ParseUuid(g.uuid, g.uuid_bytes);
+    g.limit_bytes = spec.gpus[i].limit_bytes;
+    g.context_bytes = spec.gpus[i].context_bytes;
+  }
+  char text[limiter::kMaxLimitFileBytes];
+  size_t len = limiter::FormatLimitConfig(config, text, sizeof(text));
+  // Read back as the limiter will, so that a job never starts with a file its limiter refuses.
+  limiter::LimitConfig parsed;
+  char err[256];
+  if (len == 0 || !limiter::ParseLimitConfig(text, len, &parsed, err, sizeof(err))) {
+    return InternalError(std::string("the limit file would not parse: ") +
+                         (len == 0 ? "too long" : err));
+  }
+  return std::string(text, len);
+}
+
+std::string BudgetNameOf(const std::string& workload, const std::string& uuid) {
+  char name[160];
+  if (!limiter::BudgetName(workload.c_str(), uuid.c_str(), name, sizeof(name))) return "";
+  return name;
+}
+
+struct ProcStat {
+  char state = '?';
+  uint64_t start_ticks = 0;
+};
+
+// /proc/PID/stat. The command name (field 2) may hold spaces and ')', so fields are counted
+// from the last ')'.
+std::optional<ProcStat> ReadProcStat(pid_t pid) {
+  if (pid <= 0) return std::nullopt;
+  std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string text;
+  char buf[1024];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR)) {
+    if (n > 0) text.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  size_t paren = text.rfind(')');
+  if (paren == std::string::npos) return std::nullopt;
+  // After ") ": field 3 (state) is token 0, so field 22 (starttime) is token 19.
+  std::vector<std::string> tokens;
+  size_t pos = paren + 1;
+  while (tokens.size() < 20) {
+    pos = text.find_first_not_of(' ', pos);
+    if (pos == std::string::npos) return std::nullopt;
+    size_t end = text.find(' ', pos);
+    tokens.push_back(text.substr(pos, end == std::string::npos ? std::string::npos : end - pos));
+    if (end == std::string::npos) break;
+    pos = end;
+  }
+  if (tokens.size() < 20 || tokens[0].size() != 1) return std::nullopt;
+  ProcStat stat;
+  stat.state = tokens[0][0];
+  char* end = nullptr;
+  errno = 0;
+  stat.start_ticks = std::strtoull(tokens[19].c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || end == tokens[19].c_str()) return std::nullopt;
+  return stat;
+}
+
+bool IsDead(char state) { return state == 'Z' || state == 'X' || state == 'x'; }
+
+// Writes to a pipe whose reader may be gone without letting SIGPIPE end the service: the signal
+// is blocked in this thread and, if the write raised it, taken back off the pending set.
+ssize_t WriteWithoutSigpipe(int fd, const void* data, size_t len) {
+  sigset_t pipe_set, previous, pending;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &previous);
+  sigpending(&pending);
+  bool was_pending = sigismember(&pending, SIGPIPE) == 1;
+  ssize_t n;
+  while ((n = write(fd, data, len)) < 0 && errno == EINTR) {
+  }
+  int err = errno;
+  if (n < 0 && err == EPIPE && !was_pending) {
+    struct timespec zero = {0, 0};
+    sigtimedwait(&pipe_set, nullptr, &zero);
+  }
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  errno = err;
+  return n;
+}
+
+// What Prepare has made so far, undone unless Commit() is called.
+class PrepareUndo {
+ public:
+  ~PrepareUndo() {
+    if (committed_) return;
+    if (shim_ > 0) {
+      kill(shim_, SIGKILL);
+      while (waitpid(shim_, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+    for (const std::string& name : budgets_) limiter::Budget::Unlink(name.c_str());
+    if (!dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir_, ec);
+    }
+  }
+  void SetDir(const std::string& dir) { dir_ = dir; }
+  void AddBudget(const std::string& name) { budgets_.push_back(name); }
+  void SetShim(pid_t pid) { shim_ = pid; }
+  void Commit() { committed_ = true; }
+
+ private:
+  std::string dir_;
+  std::vector<std::string> budgets_;
+  pid_t shim_ = -1;
+  bool committed_ = false;
+};
+
+void CloseIfOpen(int& fd) {
+  if (fd >= 0) close(fd);
+  fd = -1;
+}
+
+}  // namespace
+
+std::string Outcome::Describe() const {
+  switch (kind) {
+    case Kind::kExited:
+      return "exit code " + std::to_string(code);
+    case Kind::kSignaled: {
+      const char* name = sigdescr_np(code);
+      return "killed by signal " + std::to_string(code) +
+             (name ? std::string(" (") + name + ")" : std::string());
+    }
+    case Kind::kNotStarted:
+      return "never started";
+    case Kind::kExecFailed:
+      return std::string("could not start the command: ") + std::strerror(code);
+  }
+  return "unknown outcome";
+}
+
+JobRunner::JobRunner(std::string shim_path) : shim_path_(std::move(shim_path)) {}
+
+JobRunner::~JobRunner() {
+  for (auto& [pid, fd] : go_pipes_) close(fd);
+}
+
+StatusOr<ProcessRef> JobRunner::Prepare(const LaunchSpec& spec) {
+  GPUFRAC_RETURN_IF_ERROR(Validate(spec));
+  GPUFRAC_ASSIGN_OR_RETURN(std::string limits_text, LimitFileText(spec));
+  const std::string& dir = spec.job_dir;
+  const std::string limit_file = dir + "/" + kLimitsFile;
+
+  PrepareUndo undo;
+  if (mkdir(dir.c_str(), 0711) != 0) {
+    return UnavailableError(ErrnoText("cannot create the job directory " + dir, errno));
+  }
+  undo.SetDir(dir);
+  // 0711: the job's user reaches the limit file by name but cannot list or change the directory.
+  if (chmod(dir.c_str(), 0711) != 0) {
+    return UnavailableError(ErrnoText("cannot set the mode of " + dir, errno));
+  }
+
+  nlohmann::json shim_spec = {
+      {"command", spec.command}, {"env", JobEnvironment(spec, limit_file)},
+      {"cwd", spec.cwd},         {"uid", spec.uid},
+      {"gid", spec.gid},         {"grace", spec.kill_grace_seconds},
+  };
+  // The spec holds the user's environment: only the service (and its shim) may read it.
+  GPUFRAC_RETURN_IF_ERROR(WriteNewFile(dir + "/" + kSpecFile, shim_spec.dump() + "\n", 0600));
+  // Read-only for everyone: the limiter refuses a limit file its workload could rewrite.
+  GPUFRAC_RETURN_IF_ERROR(WriteNewFile(limit_file, limits_text, 0444));
+  GPUFRAC_RETURN_IF_ERROR(WriteNewFile(dir + "/" + kStdout, "", 0600));
+  GPUFRAC_RETURN_IF_ERROR(WriteNewFile(dir + "/" + kStderr, "", 0600));
+
+  const bool give_to_user = geteuid() == 0 && spec.uid != geteuid();
+  for (const LaunchSpec::Gpu& gpu : spec.gpus) {
+    std::string name = BudgetNameOf(spec.workload, gpu.uuid);
+    // A budget left by an earlier attempt of the same workload would keep its old limit.
+    limiter::Budget::Unlink(name.c_str());
+    limiter::Budget budget;
+    char err[400];
+    if (!budget.Open(name.c_str(), gpu.limit_bytes, gpu.context_bytes, err, sizeof(err))) {
+      return UnavailableError(err);
+    }
+    budget.Close();
+    undo.AddBudget(name);
+    if (give_to_user) {
+      // Segments are created 0600; the job's processes map it read-write as its owner.
+      std::string path = "/dev/shm/" + name.substr(1);
+      if (chown(path.c_str(), spec.uid, spec.gid) != 0) {
+        return UnavailableError(ErrnoText(
+            "cannot hand the budget " + path + " to uid " + std::to_string(spec.uid), errno));
+      }
+    }
+  }
+
+  // Everything the child needs is made before fork: the service is multi-threaded, so the child
+  // may only make async-signal-safe calls until it execs.
+  std::string shim_arg0 = shim_path_, dir_arg = dir;
+  char* argv[] = {shim_arg0.data(), dir_arg.data(), nullptr};
+  char* envp[] = {nullptr};  // The shim needs none; the service's own must not leak into it.
+  int dev_null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  // The shim's own complaints go where the user will look: the job's stderr log.
+  int err_log = open((dir + "/" + kStderr).c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  int go[2] = {-1, -1}, exec_err[2] = {-1, -1};
+  if (dev_null < 0 || err_log < 0 || pipe2(go, O_CLOEXEC) != 0 || pipe2(exec_err, O_CLOEXEC) != 0) {
+    int err = errno;
+    for (int* fd : {&dev_null, &err_log, &go[0], &go[1], &exec_err[0], &exec_err[1]}) {
+      CloseIfOpen(*fd);
+    }
+    return UnavailableError(ErrnoText("cannot set up the job's supervisor", err));
+  }
+  struct rlimit files {};
+  const int max_fd = getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
+                         ? static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 20))
+                         : 65536;
+
+  // No handler of the service may run in the child; the shim unblocks what it handles itself.
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &previous);
+  pid_t pid = fork();
+  if (pid == 0) {
+    // Copies above fd 10 first, so that placing them on 0..3 cannot overwrite one another.
+    int in = fcntl(dev_null, F_DUPFD, 10);
+    int log = fcntl(err_log, F_DUPFD, 10);
+    int pipe_in = fcntl(go[0], F_DUPFD, 10);
+    int report = fcntl(exec_err[1], F_DUPFD_CLOEXEC, 10);
+    if (in < 0 || log < 0 || pipe_in < 0 || report < 0 || dup2(in, 0) < 0 || dup2(in, 1) < 0 ||
+        dup2(log, 2) < 0 || dup2(pipe_in, kGoAheadFd) < 0 || dup2(report, kGoAheadFd + 1) < 0 ||
+        fcntl(kGoAheadFd + 1, F_SETFD, FD_CLOEXEC) < 0) {
+      int err = errno;
+      if (report >= 0) (void)!write(report, &err, sizeof(err));
+      _exit(127);
+    }
+    // Nothing else of the service's (sockets, database, other shims' pipes) may stay open.
+    if (close_range(kGoAheadFd + 2, ~0U, 0) != 0) {
+      for (int fd = kGoAheadFd + 2; fd < max_fd; ++fd) close(fd);
+    }
+    execve(argv[0], argv, envp);
+    int err = errno;
+    (void)!write(kGoAheadFd + 1, &err, sizeof(err));
+    _exit(127);
+  }
+  int fork_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  CloseIfOpen(dev_null);
+  CloseIfOpen(err_log);
+  CloseIfOpen(go[0]);
+  CloseIfOpen(exec_err[1]);
+  if (pid < 0) {
+    CloseIfOpen(go[1]);
+    CloseIfOpen(exec_err[0]);
+    return UnavailableError(ErrnoText("cannot fork the job's supervisor", fork_errno));
+  }
+  undo.SetShim(pid);
+  // The report pipe closes on a successful exec; otherwise it carries the child's errno.
+  int exec_errno = 0;
+  ssize_t n;
+  while ((n = read(exec_err[0], &exec_errno, sizeof(exec_errno))) < 0 && errno == EINTR) {
+  }
+  CloseIfOpen(exec_err[0]);
+  if (n > 0) {
+    CloseIfOpen(go[1]);
+    return UnavailableError(ErrnoText("cannot run the job supervisor " + shim_path_, exec_errno));
+  }
+  std::optional<ProcessRef> ref = Identify(pid);
+  if (!ref) {
+    CloseIfOpen(go[1]);
+    return UnavailableError("the job's supervisor (pid " + std::to_string(pid) +
+                            ") ended as soon as it started");
+  }
+  undo.Commit();
+  go_pipes_[pid] = go[1];
+  return *ref;
+}
+
+Status JobRunner::Release(const ProcessRef& shim) {
+  auto it = go_pipes_.find(shim.pid);
+  if (it == go_pipes_.end()) {
+    return NotFoundError("no prepared job supervisor with pid " + std::to_string(shim.pid));
+  }
+  int fd = it->second;
+  go_pipes_.erase(it);
+  const char go = 'g';
+  ssize_t n = WriteWithoutSigpipe(fd, &go, 1);
+  int err = errno;
+  close(fd);
+  if (n != 1) {
+    return UnavailableError(
+        ErrnoText("the job's supervisor (pid " + std::to_string(shim.pid) + ") is gone", err));
+  }
+  return OkStatus();
+}
+
+void JobRunner::Abandon(const ProcessRef& shim) {
+  auto it = go_pipes_.find(shim.pid);
+  if (it == go_pipes_.end()) return;
+  close(it->second);
+  go_pipes_.erase(it);
+}
+
+bool JobRunner::Alive(const ProcessRef& ref) {
+  std::optional<ProcStat> stat = ReadProcStat(ref.pid);
+  return stat && !IsDead(stat->state) && stat->start_ticks == ref.start_ticks;
+}
+
+std::optional<ProcessRef> JobRunner::Identify(pid_t pid) {
+  std::optional<ProcStat> stat = ReadProcStat(pid);
+  if (!stat || IsDead(stat->state)) return std::nullopt;
+  return ProcessRef{pid, stat->start_ticks};
+}
+
+void JobRunner::ReapChildren() {
+  for (;;) {
+    pid_t pid = waitpid(-1, nullptr, WNOHANG);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid <= 0) return;
+    // A shim that died before its go-ahead: its pipe is of no more use.
+    auto it = go_pipes_.find(pid);
+    if (it != go_pipes_.end()) {
+      close(it->second);
+      go_pipes_.erase(it);
+    }
+  }
+}
+
+Status JobRunner::Signal(const ProcessRef& ref, int sig) {
+  if (!Alive(ref)) {
+    return NotFoundError("the job's supervisor (pid " + std::to_string(ref.pid) +
+                         ") is no longer running");
+  }
+  if (kill(ref.pid, sig) != 0) {
+    int err = errno;
+    std::string what = "cannot signal the job's supervisor (pid " + std::to_string(ref.pid) + ")";
+    if (err == ESRCH) return NotFoundError(ErrnoText(what, err));
+    if (err == EPERM) return PermissionDeniedError(ErrnoText(what, err));
+    return InternalError(ErrnoText(what, err));
+  }
+  return OkStatus();
+}
+
+std::optional<Outcome> JobRunner::ReadOutcome(const std::string& job_dir) {
+  std::string path = job_dir + "/" + kOutcome;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char buf[128];
+  size_t len = 0;
+  ssize_t n;
+  while (len < sizeof(buf) &&
+         ((n = read(fd, buf + len, sizeof(buf) - len)) > 0 || (n < 0 && errno == EINTR))) {
+    if (n > 0) len += static_cast<size_t>(n);
+  }
+  close(fd);
+  // The shim writes one whole line; anything else is not (yet) an outcome.
+  if (len == 0 || len == sizeof(buf) || buf[len - 1] != '\n') return std::nullopt;
+  std::string line(buf, len - 1);
+  if (line == "not-started") return Outcome{Outcome::Kind::kNotStarted, 0};
+  size_t space = line.find(' ');
+  if (space == std::string::npos) return std::nullopt;
+  std::string word = line.substr(0, space), number = line.substr(space + 1);
+  if (number.empty() || number.size() > 9 ||
+      number.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  int code = std::stoi(number);
+  if (word == "exited") return Outcome{Outcome::Kind::kExited, code};
+  if (word == "signaled") return Outcome{Outcome::Kind::kSignaled, code};
+  if (word == "exec-failed") return Outcome{Outcome::Kind::kExecFailed, code};
+  return std::nullopt;
+}
+
+void JobRunner::Cleanup(const std::string& job_dir, const std::string& workload,
+                        const std::vector<std::string>& uuids) {
+  unlink((job_dir + "/" + kLimitsFile).c_str());
+  for (const std::string& uuid : uuids) {
+    std::string name = BudgetNameOf(workload, uuid);
+    if (!name.empty()) limiter::Budget::Unlink(name.c_str());
+  }
+}
+
+uint64_t JobRunner::MemoryInUse(const std::string& workload, const std::string& uuid) {
+  std::string name = BudgetNameOf(workload, uuid);
+  if (name.empty()) return 0;
+  limiter::Budget budget;
+  char err[400];
+  if (!budget.Attach(name.c_str(), err, sizeof(err))) return 0;
+  uint64_t used = budget.used();
+  budget.Close();
+  return used;
+}
+
+}  // namespace gpufrac::node

@@ -45,17 +45,17 @@ struct LaunchSpec {
     uint64_t limit_bytes = 0;
     uint64_t context_bytes = 0;
   };
-  std::vector<Gpu> gpus;                // At least one; in CUDA_VISIBLE_DEVICES order.
-  std::string limiter_path;             // Absolute path of libgpufrac.so.
-  std::vector<std::string> extra_env;   // Added last (e.g. the simulated driver's variables).
-  int kill_grace_seconds = 10;          // SIGTERM -> SIGKILL on cancel.
+  std::vector<Gpu> gpus;               // At least one; in CUDA_VISIBLE_DEVICES order.
+  std::string limiter_path;            // Absolute path of libgpufrac.so.
+  std::vector<std::string> extra_env;  // Added last (e.g. the simulated driver's variables).
+  int kill_grace_seconds = 10;         // SIGTERM -> SIGKILL on cancel.
 };
 
 // How the job ended, as JOB_DIR/outcome records it.
 struct Outcome {
   enum class Kind { kExited, kSignaled, kNotStarted, kExecFailed };
   Kind kind = Kind::kExited;
-  int code = 0;  // Exit code, signal number, or errno of the failed exec.
+  int code = 0;                  // Exit code, signal number, or errno of the failed exec.
   std::string Describe() const;  // "exit code 3", "killed by signal 9 (Killed)", ...
 };
 

@@ -17,7 +17,8 @@ class Metrics {
  public:
   // Declares a metric family once (HELP and TYPE lines). `type`: "gauge", "counter".
   void Declare(const std::string& name, const std::string& type, const std::string& help);
-  // Sets a gauge / adds to a counter. The family must have been declared.
+  // Sets a gauge / adds to a counter. The family must have been declared (calls on an
+  // undeclared family, or on a histogram, are ignored).
   void Set(const std::string& name, const Labels& labels, double value);
   void Add(const std::string& name, const Labels& labels, double delta);
   // Drops every sample of a family (before re-setting gauges whose label sets change).
@@ -35,8 +36,8 @@ class Metrics {
   struct Family {
     std::string type, help;
     std::map<Labels, double> samples;
-    std::vector<double> bounds;       // histograms
-    std::vector<uint64_t> counts;     // per bound, cumulative at render
+    std::vector<double> bounds;    // histograms
+    std::vector<uint64_t> counts;  // per bound, cumulative at render
     double sum = 0;
     uint64_t count = 0;
   };

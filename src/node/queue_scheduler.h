@@ -100,7 +100,7 @@ class QueueScheduler {
     NodeGpu gpu;
     uint32_t allocated_milli = 0;
     uint64_t allocated_memory = 0;
-    std::vector<int64_t> jobs;           // Running jobs on this GPU.
+    std::vector<int64_t> jobs;            // Running jobs on this GPU.
     std::optional<int64_t> reserved_for;  // A blocked job waiting for this GPU.
   };
   std::vector<GpuView> Gpus() const;

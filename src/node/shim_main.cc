@@ -1,2 +1,382 @@
-// Placeholder.
-int main() { return 1; }
+// gpufrac-shim JOB_DIR: the supervisor of one job. Waits for the service's go-ahead on fd 3, runs
+// the job as its user, passes cancellation on to the job's process group, and records how the
+// job ended in JOB_DIR/outcome (the protocol is described in job_runner.h).
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "node/job_runner.h"
+
+extern char** environ;
+
+namespace gpufrac::node {
+namespace {
+
+constexpr int kGoAheadFd = 3;
+// After the job's main process ends, how long the rest of its group may take to die.
+constexpr int kGroupExitWaitMs = 10000;
+
+// What the runner wrote into JOB_DIR/spec.json (job_runner.cc).
+struct ShimSpec {
+  std::vector<std::string> command;
+  std::vector<std::string> env;
+  std::string cwd;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  int grace_seconds = 10;
+};
+
+std::string g_dir;
+
+void Complain(const std::string& message) {
+  std::fprintf(stderr, "gpufrac-shim: %s\n", message.c_str());
+}
+
+bool WriteAll(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Replaces JOB_DIR/name with `text` so that a reader sees the old file or the whole new one, and
+// a crash right after leaves the new one on disk.
+bool WriteAtomically(const std::string& name, const std::string& text) {
+  std::string path = g_dir + "/" + name, tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  bool ok = WriteAll(fd, text) && fsync(fd) == 0;
+  ok = close(fd) == 0 && ok;
+  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) return false;
+  int dir = open(g_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return false;
+  ok = fsync(dir) == 0;
+  close(dir);
+  return ok;
+}
+
+[[noreturn]] void Finish(const std::string& outcome) {
+  if (!WriteAtomically(JobRunner::kOutcome, outcome + "\n")) {
+    Complain("cannot record the outcome '" + outcome + "' in " + g_dir + ": " +
+             std::strerror(errno));
+    std::exit(1);
+  }
+  std::exit(0);
+}
+
+// Reads the spec; on failure returns an errno value for the "exec-failed" outcome.
+int ReadSpec(ShimSpec* spec) {
+  std::string path = g_dir + "/spec.json";
+  std::ifstream in(path);
+  if (!in) {
+    int err = errno ? errno : EIO;
+    Complain("cannot read " + path + ": " + std::strerror(err));
+    return err;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  auto strings = [](const nlohmann::json& value, std::vector<std::string>* out) {
+    if (!value.is_array()) return false;
+    for (const nlohmann::json& item : value) {
+      if (!item.is_string()) return false;
+      out->push_back(item.get<std::string>());
+    }
+    return true;
+  };
+  bool ok = j.is_object() && j.contains("command") && strings(j["command"], &spec->command) &&
+            !spec->command.empty() && j.contains("env") && strings(j["env"], &spec->env) &&
+            j.contains("cwd") && j["cwd"].is_string() && j.contains("uid") &&
+            j["uid"].is_number_unsigned() && j.contains("gid") && j["gid"].is_number_unsigned() &&
+            j.contains("grace") && j["grace"].is_number_integer();
+  if (!ok) {
+    Complain(path + " is not a job spec this gpufrac-shim understands");
+    return EINVAL;
+  }
+  spec->cwd = j["cwd"].get<std::string>();
+  spec->uid = j["uid"].get<uid_t>();
+  spec->gid = j["gid"].get<gid_t>();
+  spec->grace_seconds = j["grace"].get<int>();
+  return 0;
+}
+
+int64_t NowMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+// Signals the job's process group; before the job has made its group (it calls setsid right
+// after fork) only its main process exists, so that gets the signal instead.
+void SignalJob(pid_t job, int sig) {
+  if (kill(-job, sig) != 0 && errno == ESRCH) kill(job, sig);
+}
+
+// Whether a process of group `pgid` still runs (zombies hold nothing and do not count).
+bool GroupHasLiveMember(pid_t pgid) {
+  if (kill(-pgid, 0) != 0 && errno == ESRCH) return false;
+  DIR* proc = opendir("/proc");
+  if (!proc) return false;
+  bool found = false;
+  while (dirent* entry = readdir(proc)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    std::ifstream in(std::string("/proc/") + entry->d_name + "/stat");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // The command name may hold spaces and ')': fields are counted from the last ')'.
+    size_t paren = text.rfind(')');
+    if (paren == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0, pgrp = 0;
+    if (std::sscanf(text.c_str() + paren + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3) continue;
+    if (pgrp == pgid && state != 'Z' && state != 'X') {
+      found = true;
+      break;
+    }
+  }
+  closedir(proc);
+  return found;
+}
+
+struct Started {
+  pid_t pid = -1;
+  int error = 0;  // errno of the failed start when pid < 0.
+};
+
+// Runs the job in its own session as its user. Only returns success once the command has been
+// exec'd, so a failure is reported with its errno rather than as an exit code.
+Started StartJob(const ShimSpec& spec) {
+  auto open_log = [](const char* name) {
+    return open((g_dir + "/" + name).c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+  };
+  int out = open_log(JobRunner::kStdout);
+  int err = open_log(JobRunner::kStderr);
+  int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int report[2] = {-1, -1};
+  if (out < 0 || err < 0 || in < 0 || pipe2(report, O_CLOEXEC) != 0) {
+    int error = errno;
+    for (int fd : {out, err, in}) {
+      if (fd >= 0) close(fd);
+    }
+    return {-1, error};
+  }
+  const bool root = geteuid() == 0;
+  std::string user;
+  if (root) {
+    if (const passwd* pw = getpwuid(spec.uid)) user = pw->pw_name;
+  }
+  std::vector<char*> argv, envp;
+  for (const std::string& a : spec.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const std::string& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  pid_t pid = fork();
+  if (pid == 0) {
+    auto fail = [&](int e) {
+      (void)!write(report[1], &e, sizeof(e));
+      _exit(127);
+    };
+    // Its own session and process group: the group is what cancelling and clean-up signal.
+    if (setsid() < 0) fail(errno);
+    if (root) {
+      // The user's supplementary groups, never root's.
+      int rc = user.empty() ? setgroups(1, &spec.gid) : initgroups(user.c_str(), spec.gid);
+      if (rc != 0 || setgid(spec.gid) != 0 || setuid(spec.uid) != 0) fail(errno);
+      if (getuid() != spec.uid || geteuid() != spec.uid || getgid() != spec.gid ||
+          getegid() != spec.gid) {
+        fail(EPERM);
+      }
+    } else if (getuid() != spec.uid || geteuid() != spec.uid) {
+      fail(EPERM);
+    }
+    if (chdir(spec.cwd.c_str()) != 0) fail(errno);
+    if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) fail(errno);
+    // The job starts as from a login: default dispositions and nothing blocked (the shim blocks
+    // the signals it reads through its signalfd and ignores SIGPIPE).
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    // execvp searches the PATH of `environ`: the job's, not the shim's.
+    environ = envp.data();
+    execvp(argv[0], argv.data());
+    fail(errno);
+  }
+  int fork_errno = errno;
+  close(report[1]);
+  close(in);
+  close(out);
+  close(err);
+  if (pid < 0) {
+    close(report[0]);
+    return {-1, fork_errno};
+  }
+  int exec_errno = 0;
+  ssize_t n;
+  while ((n = read(report[0], &exec_errno, sizeof(exec_errno))) < 0 && errno == EINTR) {
+  }
+  close(report[0]);
+  if (n > 0) {
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    return {-1, exec_errno};
+  }
+  return {pid, 0};
+}
+
+// Reads one pending signal from the signalfd (0 if none).
+int NextSignal(int sfd) {
+  signalfd_siginfo info;
+  ssize_t n = read(sfd, &info, sizeof(info));
+  return n == static_cast<ssize_t>(sizeof(info)) ? static_cast<int>(info.ssi_signo) : 0;
+}
+
+bool IsCancel(int sig) { return sig == SIGTERM || sig == SIGINT || sig == SIGHUP; }
+
+// Blocks until the go-ahead byte (true) or until the service gave up on the job: its end of
+// the pipe closed, or a cancel signal came first (false).
+bool WaitForGoAhead(int sfd) {
+  for (;;) {
+    struct pollfd fds[2] = {{kGoAheadFd, POLLIN, 0}, {sfd, POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    // The go-ahead wins over a cancel that arrived with it: the service recorded the job as
+    // started, so the cancel is left pending for Supervise to pass on to the job.
+    if (fds[0].revents) {
+      char go;
+      ssize_t n = read(kGoAheadFd, &go, 1);
+      if (n < 0 && errno == EINTR) continue;
+      return n == 1;
+    }
+    if (fds[1].revents & POLLIN) {
+      for (int sig; (sig = NextSignal(sfd)) != 0;) {
+        if (IsCancel(sig)) return false;
+      }
+    }
+  }
+}
+
+// Waits for the job's main process to end, passing cancel signals on; returns its wait status.
+// The main process is reaped only after the rest of its group is killed: until then its PID
+// (and so its group's ID) cannot be reused by an unrelated process.
+int Supervise(int sfd, pid_t job, int grace_seconds) {
+  int64_t kill_at = -1;  // When SIGKILL follows a forwarded SIGTERM.
+  bool killed = false;
+  for (;;) {
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(job), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid == job) {
+      break;
+    }
+    int timeout = -1;
+    if (kill_at >= 0 && !killed)
+      timeout = static_cast<int>(std::max<int64_t>(0, kill_at - NowMs()));
+    struct pollfd fd = {sfd, POLLIN, 0};
+    int ready = poll(&fd, 1, timeout);
+    if (ready < 0 && errno != EINTR) break;
+    if (ready == 0) {
+      SignalJob(job, SIGKILL);
+      killed = true;
+      continue;
+    }
+    for (int sig; (sig = NextSignal(sfd)) != 0;) {
+      if (!IsCancel(sig)) continue;
+      SignalJob(job, SIGTERM);
+      if (kill_at < 0) kill_at = NowMs() + int64_t{grace_seconds} * 1000;
+    }
+  }
+  // Whatever the job left behind must not keep using its GPU share.
+  kill(-job, SIGKILL);
+  int status = 0;
+  while (waitpid(job, &status, 0) < 0 && errno == EINTR) {
+  }
+  for (int64_t deadline = NowMs() + kGroupExitWaitMs;
+       GroupHasLiveMember(job) && NowMs() < deadline;) {
+    kill(-job, SIGKILL);
+    usleep(10000);
+  }
+  return status;
+}
+
+int Main(int argc, char** argv) {
+  if (argc != 2 || argv[1][0] != '/') {
+    std::fprintf(stderr, "usage: gpufrac-shim /JOB_DIR (started by gpufracd, not by hand)\n");
+    return 2;
+  }
+  g_dir = argv[1];
+  if (fcntl(kGoAheadFd, F_GETFD) < 0) {
+    Complain("no go-ahead pipe on fd 3 (gpufrac-shim is started by gpufracd, not by hand)");
+    return 2;
+  }
+  // Keep no directory of the service's busy.
+  if (chdir("/") != 0) Complain(std::string("cannot change to /: ") + std::strerror(errno));
+
+  // The runner starts the shim with every signal blocked. The ones that matter are read through
+  // a signalfd; SIGCHLD must not be ignored, or the job's status would be lost.
+  sigset_t watched;
+  sigemptyset(&watched);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGCHLD}) sigaddset(&watched, sig);
+  sigprocmask(SIG_SETMASK, &watched, nullptr);
+  signal(SIGCHLD, SIG_DFL);
+  signal(SIGPIPE, SIG_IGN);
+  int sfd = signalfd(-1, &watched, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) {
+    Complain(std::string("cannot create a signalfd: ") + std::strerror(errno));
+    return 1;
+  }
+
+  ShimSpec spec;
+  int spec_error = ReadSpec(&spec);
+  if (!WaitForGoAhead(sfd)) Finish("not-started");
+  close(kGoAheadFd);
+  // From here on the job is the shim's alone: leave the service's session, so that signals
+  // meant for the service's terminal or group do not reach it.
+  setsid();
+  if (spec_error != 0) Finish("exec-failed " + std::to_string(spec_error));
+
+  Started job = StartJob(spec);
+  if (job.pid < 0) {
+    Complain("cannot run " + spec.command[0] + ": " + std::strerror(job.error));
+    Finish("exec-failed " + std::to_string(job.error));
+  }
+  if (!WriteAtomically("pid", std::to_string(job.pid) + "\n")) {
+    Complain("cannot record the job's pid in " + g_dir + ": " + std::strerror(errno));
+  }
+  int status = Supervise(sfd, job.pid, spec.grace_seconds);
+  if (WIFSIGNALED(status)) Finish("signaled " + std::to_string(WTERMSIG(status)));
+  Finish("exited " + std::to_string(WEXITSTATUS(status)));
+}
+
+}  // namespace
+}  // namespace gpufrac::node
+
+int main(int argc, char** argv) { return gpufrac::node::Main(argc, argv); }

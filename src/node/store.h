@@ -21,9 +21,9 @@ struct sqlite3;
 namespace gpufrac::node {
 
 struct JobFilter {
-  std::optional<uid_t> uid;      // Only this user's jobs.
-  bool include_final = true;     // false: pending, starting and running jobs only.
-  size_t limit = 1000;           // Newest first; at most this many.
+  std::optional<uid_t> uid;   // Only this user's jobs.
+  bool include_final = true;  // false: pending, starting and running jobs only.
+  size_t limit = 1000;        // Newest first; at most this many.
 };
 
 class Store {
@@ -48,8 +48,10 @@ class Store {
   StatusOr<std::vector<Job>> LoadUnfinished();
 
  private:
-  explicit Store(sqlite3* db) : db_(db) {}
+  struct Statements;  // Prepared once by Open and kept for the Store's lifetime (store.cc).
+  Store(sqlite3* db, std::unique_ptr<Statements> statements);
   sqlite3* db_;
+  std::unique_ptr<Statements> statements_;
 };
 
 }  // namespace gpufrac::node

@@ -5,7 +5,7 @@
 //   cuda_probe [--path linked|dlsym|procaddr] [--cuda-version N] ACTION [ARGS]
 //   actions: uuid | info | nvml | alloc KIND BYTES | fill BYTES | hold BYTES
 //            | race SHM BYTES ROUNDS | setenv-alloc FILE BYTES | resolve | hotloop N
-//            | endctx ctx|reset BYTES | threads N BYTES
+//            | endctx ctx|reset BYTES | threads N BYTES | work BYTES SECONDS
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -365,6 +365,24 @@ int Fill(unsigned long long chunk) {
   return 0;
 }
 
+// A stand-in for a training step: holds `bytes` of GPU memory for `seconds`, then frees it.
+// Exits 2 when the allocation fails (e.g. over the workload's limit).
+int Work(unsigned long long bytes, double seconds) {
+  CUdeviceptr p;
+  CUresult r = g.cuMemAlloc_v2(&p, bytes);
+  std::printf("work=%d bytes=%llu\n", static_cast<int>(r), bytes);
+  std::fflush(stdout);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuda_probe: cuMemAlloc of %llu bytes failed with CUDA error %d\n", bytes,
+                 static_cast<int>(r));
+    return 2;
+  }
+  usleep(static_cast<useconds_t>(seconds * 1e6));
+  g.cuMemFree_v2(p);
+  std::printf("done\n");
+  return 0;
+}
+
 int Hold(unsigned long long bytes) {
   CUdeviceptr p;
   CUresult r = g.cuMemAlloc_v2(&p, bytes);
@@ -535,6 +553,8 @@ int main(int argc, char** argv) {
     return HotLoop(std::atoi(arg(1)));
   } else if (action == "fill") {
     return Fill(ParseBytes(arg(1)));
+  } else if (action == "work") {
+    return Work(ParseBytes(arg(1)), std::atof(arg(2)));
   } else if (action == "hold") {
     return Hold(ParseBytes(arg(1)));
   } else if (action == "race") {

@@ -1,0 +1,391 @@
+// submit, run, ps, logs, cancel, status and queues: thin clients of the node service's API.
+#include "cli/job_commands.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/service_client.h"
+#include "common/units.h"
+
+namespace gpufrac::cli {
+namespace {
+
+using nlohmann::json;
+
+int Fail(const std::string& what, const Status& status) {
+  std::fprintf(stderr, "gpufrac %s: %s\n", what.c_str(), status.message().c_str());
+  return ExitCodeFor(status);
+}
+
+void PrintJson(const json& j) {
+  std::printf("%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
+}
+
+std::string Str(const json& j, const char* key) {
+  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+}
+
+int64_t Int(const json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<int64_t>() : 0;
+}
+
+double Num(const json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0;
+}
+
+std::string Clip(std::string s, size_t width) {
+  if (s.size() > width) s = s.substr(0, width - 3) + "...";
+  return s;
+}
+
+std::string Age(int64_t since_ms) {
+  if (since_ms <= 0) return "-";
+  int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+  int64_t s = std::max<int64_t>(0, (now - since_ms) / 1000);
+  char buf[32];
+  if (s < 120) {
+    std::snprintf(buf, sizeof(buf), "%llds", static_cast<long long>(s));
+  } else if (s < 7200) {
+    std::snprintf(buf, sizeof(buf), "%lldm", static_cast<long long>(s / 60));
+  } else if (s < 172800) {
+    std::snprintf(buf, sizeof(buf), "%lldh", static_cast<long long>(s / 3600));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lldd", static_cast<long long>(s / 86400));
+  }
+  return buf;
+}
+
+std::string Share(double share) { return FormatMilli(static_cast<uint32_t>(share * 1000 + 0.5)); }
+
+std::string GpusText(const json& gpus) {
+  std::string out;
+  for (const json& g : gpus) {
+    out += (out.empty() ? "" : ",") + std::to_string(Int(g, "index"));
+    double share = Num(g, "share");
+    if (share < 1) out += "(" + Share(share) + ")";
+  }
+  return out.empty() ? "-" : out;
+}
+
+std::string CommandText(const json& job) {
+  std::string out;
+  if (job.contains("command") && job["command"].is_array()) {
+    for (const json& a : job["command"]) {
+      if (a.is_string()) out += (out.empty() ? "" : " ") + a.get<std::string>();
+    }
+  }
+  return out;
+}
+
+// What the job is waiting for, or why it ended.
+std::string Note(const json& job) {
+  if (!Str(job, "waiting_for").empty()) return Str(job, "waiting_for");
+  return Str(job, "reason");
+}
+
+// The job's end as a process exit status: its own code, 128+N for a signal, 1 otherwise.
+int JobExitStatus(const json& job) {
+  std::string state = Str(job, "state");
+  if (state == "succeeded") return 0;
+  if (Int(job, "signal") > 0) return 128 + static_cast<int>(Int(job, "signal"));
+  if (state == "failed" && Int(job, "exit_code") > 0)
+    return static_cast<int>(Int(job, "exit_code"));
+  return 1;
+}
+
+bool IsFinalState(const std::string& state) {
+  return state == "succeeded" || state == "failed" || state == "cancelled" || state == "lost";
+}
+
+volatile sig_atomic_t g_interrupts = 0;
+void OnInterrupt(int) { g_interrupts = g_interrupts + 1; }
+
+void WriteAll(FILE* f, const std::string& data) {
+  if (data.empty()) return;
+  std::fwrite(data.data(), 1, data.size(), f);
+  std::fflush(f);
+}
+
+}  // namespace
+
+JobCommands::JobCommands(CLI::App& app) {
+  auto socket = [this](CLI::App* cmd) {
+    cmd->add_option("--socket", o_.socket,
+                    "The service's unix socket (default: $GPUFRAC_SOCKET, the system service, "
+                    "else your own, started when needed)");
+  };
+  auto json_flag = [this](CLI::App* cmd) {
+    cmd->add_flag("--json", o_.json, "Print JSON for machines instead of a table");
+  };
+  auto job_flags = [&](CLI::App* cmd) {
+    cmd->add_option("--gpu-memory", o_.request.gpu_memory,
+                    "GPU memory, binary units: 4G, 4GiB, 512Mi (the job's hard limit)");
+    cmd->add_option("--gpu-fraction", o_.request.gpu_fraction,
+                    "A share of one GPU's memory, 0 < F < 1 (e.g. 0.25)");
+    cmd->add_option("--gpus", o_.request.gpus, "Whole GPUs, e.g. 2");
+    cmd->add_option("--mig-profile", o_.request.mig_profile, "A MIG profile, e.g. 2g.20gb");
+    cmd->add_option("--gpu-model", o_.request.gpu_model, "Only this GPU model, e.g. A100-80GB");
+    cmd->add_option("--queue,-q", o_.queue, "Queue (default: the first in the queue file)");
+    cmd->add_option("--name", o_.name, "A label for the job");
+    cmd->add_option("command", o_.command, "The command and its arguments, after --")->required();
+    socket(cmd);
+  };
+  submit_ = app.add_subcommand("submit", "Queue a command on the node's GPUs and return");
+  job_flags(submit_);
+  json_flag(submit_);
+  submit_->footer("Example: gpufrac submit --gpu-memory 4G -- python train.py");
+  run_ = app.add_subcommand(
+      "run", "Queue a command, stream its output and exit with its status (Ctrl-C cancels it)");
+  job_flags(run_);
+  run_->footer("Example: gpufrac run --gpu-fraction 0.25 -- python infer.py");
+
+  ps_ = app.add_subcommand("ps", "List your jobs (newest first)");
+  ps_->add_flag("--all,-a", o_.all, "Every user's jobs (root and the admin group)");
+  ps_->add_flag("--active", o_.active, "Only pending and running jobs");
+  ps_->add_option("-n,--limit", o_.limit, "At most this many (default 50)")
+      ->check(CLI::Range(1, 1000000));
+  json_flag(ps_);
+  socket(ps_);
+
+  logs_ = app.add_subcommand("logs", "Print a job's output (stdout and stderr)");
+  logs_->add_option("id", o_.ids, "Job id")->required()->expected(1);
+  logs_->add_flag("-f,--follow", o_.follow, "Keep printing until the job ends");
+  socket(logs_);
+
+  cancel_ = app.add_subcommand("cancel", "Cancel jobs (SIGTERM, then SIGKILL after a grace)");
+  cancel_->add_option("ids", o_.ids, "Job ids")->required();
+  json_flag(cancel_);
+  socket(cancel_);
+
+  status_ = app.add_subcommand("status", "The node's GPUs: allocations, use, free share");
+  json_flag(status_);
+  socket(status_);
+  queues_ = app.add_subcommand("queues", "The queues: priority, default request, quota, jobs");
+  json_flag(queues_);
+  socket(queues_);
+}
+
+bool JobCommands::parsed() const {
+  for (const CLI::App* c : {submit_, run_, ps_, logs_, cancel_, status_, queues_}) {
+    if (c->parsed()) return true;
+  }
+  return false;
+}
+
+namespace {
+
+StatusOr<json> Submit(ServiceClient& client, const JobCommandOptions& o) {
+  json body = {{"command", o.command}};
+  char cwd[PATH_MAX];
+  if (!getcwd(cwd, sizeof(cwd))) return UnavailableError("cannot read the current directory");
+  body["cwd"] = cwd;
+  json env = json::array();
+  for (char** e = environ; *e; ++e) env.push_back(*e);
+  body["env"] = env;
+  if (!o.queue.empty()) body["queue"] = o.queue;
+  if (!o.name.empty()) body["name"] = o.name;
+  const GpuRequestText& r = o.request;
+  if (!r.gpu_memory.empty() || !r.gpu_fraction.empty() || !r.gpus.empty() ||
+      !r.mig_profile.empty() || !r.gpu_model.empty()) {
+    // Checked here too, so that a typo is reported before anything is sent.
+    StatusOr<GpuRequest> parsed = ParseGpuRequest(r);
+    if (!parsed.ok()) return parsed.status();
+    json request = json::object();
+    if (!r.gpu_memory.empty()) request["gpu-memory"] = r.gpu_memory;
+    if (!r.gpu_fraction.empty()) request["gpu-fraction"] = r.gpu_fraction;
+    if (!r.gpus.empty()) request["gpus"] = r.gpus;
+    if (!r.mig_profile.empty()) request["mig-profile"] = r.mig_profile;
+    if (!r.gpu_model.empty()) request["gpu-model"] = r.gpu_model;
+    body["request"] = request;
+  }
+  return client.Post("/v1/jobs", body);
+}
+
+void PrintJobs(const json& jobs) {
+  std::printf("%-6s %-10s %-12s %-10s %-28s %-12s %5s  %-30s %s\n", "ID", "USER", "QUEUE", "STATE",
+              "REQUEST", "GPUS", "AGE", "COMMAND", "NOTE");
+  for (const json& j : jobs) {
+    std::printf("%-6lld %-10s %-12s %-10s %-28s %-12s %5s  %-30s %s\n",
+                static_cast<long long>(Int(j, "id")), Clip(Str(j, "user"), 10).c_str(),
+                Clip(Str(j, "queue"), 12).c_str(), Str(j, "state").c_str(),
+                Clip(Str(j, "request"), 28).c_str(), GpusText(j["gpus"]).c_str(),
+                Age(Int(j, "submitted_ms")).c_str(), Clip(CommandText(j), 30).c_str(),
+                Note(j).c_str());
+  }
+}
+
+void PrintStatus(const json& status) {
+  std::printf("%-4s %-12s %-40s %10s %10s %10s %6s\n", "GPU", "MODEL", "UUID", "MEMORY",
+              "ALLOCATED", "USED", "FREE");
+  for (const json& g : status["gpus"]) {
+    std::printf("%-4lld %-12s %-40s %10s %10s %10s %6s\n", static_cast<long long>(Int(g, "index")),
+                Str(g, "model").empty() ? "?" : Str(g, "model").c_str(),
+                Clip(Str(g, "uuid"), 40).c_str(), FormatSize(Int(g, "memory_total")).c_str(),
+                FormatSize(Int(g, "allocated_memory")).c_str(),
+                FormatSize(Int(g, "used_memory")).c_str(), Share(Num(g, "free_share")).c_str());
+    for (const json& w : g["workloads"]) {
+      std::printf("     job %-6lld %-10s share %-6s limit %-10s used %s\n",
+                  static_cast<long long>(Int(w, "job")), Clip(Str(w, "user"), 10).c_str(),
+                  Share(Num(w, "share")).c_str(), FormatSize(Int(w, "memory_limit")).c_str(),
+                  FormatSize(Int(w, "memory_used")).c_str());
+    }
+    if (g.contains("reserved_for") && g["reserved_for"].is_number()) {
+      std::printf("     reserved for pending job %lld\n",
+                  static_cast<long long>(g["reserved_for"].get<int64_t>()));
+    }
+  }
+  if (status.value("simulated", false)) std::printf("(simulated GPUs)\n");
+}
+
+void PrintQueues(const json& queues) {
+  std::printf("%-16s %8s %-28s %6s %8s %8s %8s\n", "QUEUE", "PRIORITY", "DEFAULT", "QUOTA",
+              "IN-USE", "PENDING", "RUNNING");
+  for (const json& q : queues["queues"]) {
+    std::printf("%-16s %8lld %-28s %6s %8s %8lld %8lld\n", Clip(Str(q, "name"), 16).c_str(),
+                static_cast<long long>(Int(q, "priority")), Clip(Str(q, "default"), 28).c_str(),
+                Share(Num(q, "quota")).c_str(), Share(Num(q, "share_in_use")).c_str(),
+                static_cast<long long>(Int(q, "pending")),
+                static_cast<long long>(Int(q, "running")));
+  }
+}
+
+// Prints output from the offsets on; with `follow`, until the job has ended and all is printed.
+// Ctrl-C during `run` cancels the job (once) and keeps printing until it ends.
+StatusOr<json> Stream(ServiceClient& client, int64_t id, bool follow, bool cancel_on_interrupt) {
+  uint64_t out = 0, err = 0;
+  bool cancelled = false;
+  while (true) {
+    if (cancel_on_interrupt && g_interrupts > 0 && !cancelled) {
+      cancelled = true;
+      std::fprintf(stderr, "gpufrac: cancelling job %lld (Ctrl-C again to stop waiting)\n",
+                   static_cast<long long>(id));
+      auto c = client.Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+      if (!c.ok() && c.status().code() != StatusCode::kFailedPrecondition) return c.status();
+    }
+    if (cancel_on_interrupt && g_interrupts > 1) {
+      return UnavailableError("stopped waiting; job " + std::to_string(id) + " is being cancelled");
+    }
+    auto chunk = client.ReadOutput(id, out, err, follow ? 1 : 0);
+    if (!chunk.ok()) return chunk.status();
+    WriteAll(stdout, chunk->out);
+    WriteAll(stderr, chunk->err);
+    out += chunk->out.size();
+    err += chunk->err.size();
+    bool drained = chunk->out.empty() && chunk->err.empty();
+    if (drained && (!follow || IsFinalState(chunk->state))) break;
+  }
+  return client.Get("/v1/jobs/" + std::to_string(id));
+}
+
+}  // namespace
+
+int JobCommands::Run() {
+  const char* what = submit_->parsed()   ? "submit"
+                     : run_->parsed()    ? "run"
+                     : ps_->parsed()     ? "ps"
+                     : logs_->parsed()   ? "logs"
+                     : cancel_->parsed() ? "cancel"
+                     : status_->parsed() ? "status"
+                                         : "queues";
+  if (submit_->parsed() || run_->parsed()) {
+    StatusOr<GpuRequest> check = ParseGpuRequest(o_.request);
+    bool any = !o_.request.gpu_memory.empty() || !o_.request.gpu_fraction.empty() ||
+               !o_.request.gpus.empty() || !o_.request.mig_profile.empty() ||
+               !o_.request.gpu_model.empty();
+    if (any && !check.ok()) return Fail(what, check.status());
+  }
+  auto client = ServiceClient::Connect(o_.socket);
+  if (!client.ok()) return Fail(what, client.status());
+  ServiceClient& c = **client;
+
+  if (submit_->parsed()) {
+    auto job = Submit(c, o_);
+    if (!job.ok()) return Fail(what, job.status());
+    if (o_.json) {
+      PrintJson(*job);
+    } else {
+      std::printf("submitted job %lld to queue %s (%s)\n", static_cast<long long>(Int(*job, "id")),
+                  Str(*job, "queue").c_str(), Str(*job, "request").c_str());
+    }
+    return 0;
+  }
+  if (run_->parsed()) {
+    struct sigaction sa {};
+    sa.sa_handler = OnInterrupt;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    auto job = Submit(c, o_);
+    if (!job.ok()) return Fail(what, job.status());
+    int64_t id = Int(*job, "id");
+    if (Str(*job, "state") == "pending") {
+      std::fprintf(stderr, "gpufrac: job %lld queued in %s (%s)\n", static_cast<long long>(id),
+                   Str(*job, "queue").c_str(), Str(*job, "request").c_str());
+    }
+    auto final_job = Stream(c, id, /*follow=*/true, /*cancel_on_interrupt=*/true);
+    if (!final_job.ok()) return Fail(what, final_job.status());
+    std::string state = Str(*final_job, "state");
+    if (state != "succeeded") {
+      std::fprintf(stderr, "gpufrac: job %lld %s%s\n", static_cast<long long>(id), state.c_str(),
+                   Note(*final_job).empty() ? "" : (": " + Note(*final_job)).c_str());
+    }
+    if (state == "cancelled" && g_interrupts > 0) return 130;
+    return JobExitStatus(*final_job);
+  }
+  if (ps_->parsed()) {
+    std::string path = "/v1/jobs?limit=" + std::to_string(o_.limit);
+    if (o_.all) path += "&all=1";
+    if (o_.active) path += "&active=1";
+    auto jobs = c.Get(path);
+    if (!jobs.ok()) return Fail(what, jobs.status());
+    if (o_.json) {
+      PrintJson(*jobs);
+    } else {
+      PrintJobs((*jobs)["jobs"]);
+    }
+    return 0;
+  }
+  if (logs_->parsed()) {
+    auto job = Stream(c, o_.ids[0], o_.follow, /*cancel_on_interrupt=*/false);
+    if (!job.ok()) return Fail(what, job.status());
+    return 0;
+  }
+  if (cancel_->parsed()) {
+    int rc = 0;
+    json results = json::array();
+    for (int64_t id : o_.ids) {
+      auto job = c.Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+      if (!job.ok()) {
+        rc = std::max(rc, Fail(what, job.status()));
+        continue;
+      }
+      results.push_back(*job);
+      if (!o_.json) {
+        std::printf("job %lld: %s\n", static_cast<long long>(id),
+                    Str(*job, "state") == "cancelled" ? "cancelled" : "cancelling (SIGTERM sent)");
+      }
+    }
+    if (o_.json) PrintJson(json{{"jobs", results}});
+    return rc;
+  }
+  auto view = c.Get(status_->parsed() ? "/v1/status" : "/v1/queues");
+  if (!view.ok()) return Fail(what, view.status());
+  if (o_.json) {
+    PrintJson(*view);
+  } else if (status_->parsed()) {
+    PrintStatus(*view);
+  } else {
+    PrintQueues(*view);
+  }
+  return 0;
+}
+
+}  // namespace gpufrac::cli

@@ -1,0 +1,202 @@
+// The command line's side of the API: httplib over the unix socket, and the per-user autostart.
+#include "cli/service_client.h"
+
+#include <fcntl.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "node/paths.h"
+
+namespace gpufrac::cli {
+namespace {
+
+using nlohmann::json;
+
+constexpr auto kStartTimeout = std::chrono::seconds(15);
+
+// Something answers on the socket.
+bool Answers(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    close(fd);
+    return false;
+  }
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+StatusCode CodeFromName(const std::string& name, int http_status) {
+  for (StatusCode c :
+       {StatusCode::kInvalidArgument, StatusCode::kNotFound, StatusCode::kFailedPrecondition,
+        StatusCode::kResourceExhausted, StatusCode::kUnavailable, StatusCode::kInternal,
+        StatusCode::kPermissionDenied}) {
+    if (StatusCodeName(c) == name) return c;
+  }
+  if (http_status == 401 || http_status == 403) return StatusCode::kPermissionDenied;
+  if (http_status == 404) return StatusCode::kNotFound;
+  if (http_status >= 400 && http_status < 500) return StatusCode::kInvalidArgument;
+  return StatusCode::kInternal;
+}
+
+// Starts `gpufracd` for this user in the background and waits until it answers.
+Status StartService(const std::string& socket) {
+  std::string state_dir = node::DefaultStateDir();
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  std::string log = state_dir + "/gpufracd.log";
+  std::string daemon = node::SiblingProgram("gpufracd");
+  if (access(daemon.c_str(), X_OK) != 0) {
+    return UnavailableError("no gpufracd next to gpufrac (" + daemon + "); build or install it");
+  }
+  pid_t pid = fork();
+  if (pid < 0) return UnavailableError("cannot start gpufracd: fork failed");
+  if (pid == 0) {
+    // Detached: its own session, no terminal, output to its log.
+    setsid();
+    int null_fd = open("/dev/null", O_RDONLY);
+    int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (null_fd >= 0) dup2(null_fd, 0);
+    if (log_fd >= 0) {
+      dup2(log_fd, 1);
+      dup2(log_fd, 2);
+    }
+    if (fork() != 0) _exit(0);  // The service is not our child: nobody has to reap it.
+    // GPUFRAC_SIM asks for simulated GPUs (e.g. to try gpufrac on a laptop); never implied.
+    const char* sim = getenv("GPUFRAC_SIM");
+    if (sim && *sim) {
+      execl(daemon.c_str(), "gpufracd", "--state-dir", state_dir.c_str(), "--socket",
+            socket.c_str(), "--sim", sim, static_cast<char*>(nullptr));
+    } else {
+      execl(daemon.c_str(), "gpufracd", "--state-dir", state_dir.c_str(), "--socket",
+            socket.c_str(), static_cast<char*>(nullptr));
+    }
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Answers(socket)) {
+      std::fprintf(stderr, "gpufrac: started gpufracd for you (socket %s, state and log in %s)\n",
+                   socket.c_str(), state_dir.c_str());
+      return OkStatus();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // Its last words say why (no GPU, a bad state directory, ...).
+  std::ifstream in(log);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  return UnavailableError("could not start gpufracd" + (last.empty() ? "" : ": " + last) +
+                          " (log: " + log + ")");
+}
+
+}  // namespace
+
+int ExitCodeFor(const Status& status) {
+  return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+ServiceClient::ServiceClient(std::string socket)
+    : socket_(std::move(socket)), http_(std::make_unique<httplib::Client>(socket_)) {
+  http_->set_address_family(AF_UNIX);
+  http_->set_connection_timeout(5);
+  http_->set_read_timeout(60);
+  http_->set_keep_alive(true);
+}
+
+ServiceClient::~ServiceClient() = default;
+
+StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Connect(const std::string& socket_flag,
+                                                                bool autostart) {
+  std::string named = socket_flag;
+  if (named.empty()) {
+    if (const char* env = getenv("GPUFRAC_SOCKET"); env && *env) named = env;
+  }
+  if (!named.empty()) {
+    if (!Answers(named)) {
+      return UnavailableError("no gpufracd answers on " + named +
+                              " (start one with: gpufracd --socket " + named + ")");
+    }
+    return std::unique_ptr<ServiceClient>(new ServiceClient(named));
+  }
+  if (Answers(node::kSystemSocket)) {
+    return std::unique_ptr<ServiceClient>(new ServiceClient(node::kSystemSocket));
+  }
+  std::string own = node::DefaultSocketPath();
+  if (!Answers(own)) {
+    if (!autostart) return UnavailableError("no gpufracd is running (looked at " + own + ")");
+    GPUFRAC_RETURN_IF_ERROR(StartService(own));
+  }
+  return std::unique_ptr<ServiceClient>(new ServiceClient(own));
+}
+
+static StatusOr<json> Parse(const httplib::Result& res, const std::string& socket) {
+  if (!res) {
+    return UnavailableError("lost the connection to gpufracd on " + socket + " (" +
+                            httplib::to_string(res.error()) + ")");
+  }
+  json body = json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+  if (res->status >= 200 && res->status < 300) {
+    if (body.is_discarded()) return InternalError("gpufracd sent a reply that is not JSON");
+    return body;
+  }
+  std::string message = body.is_object() && body.contains("error") && body["error"].is_string()
+                            ? body["error"].get<std::string>()
+                            : "HTTP " + std::to_string(res->status);
+  std::string code = body.is_object() && body.contains("code") && body["code"].is_string()
+                         ? body["code"].get<std::string>()
+                         : "";
+  return Status(CodeFromName(code, res->status), message);
+}
+
+StatusOr<json> ServiceClient::Get(const std::string& path) {
+  return Parse(http_->Get(path.c_str()), socket_);
+}
+
+StatusOr<json> ServiceClient::Post(const std::string& path, const json& body) {
+  return Parse(http_->Post(path.c_str(), body.dump(-1, ' ', false, json::error_handler_t::replace),
+                           "application/json"),
+               socket_);
+}
+
+StatusOr<ServiceClient::Output> ServiceClient::ReadOutput(int64_t id, uint64_t out_offset,
+                                                          uint64_t err_offset, int wait_seconds) {
+  std::string path =
+      "/v1/jobs/" + std::to_string(id) + "/output?stdout=" + std::to_string(out_offset) +
+      "&stderr=" + std::to_string(err_offset) + "&wait=" + std::to_string(wait_seconds);
+  auto res = http_->Get(path.c_str());
+  if (!res || res->status != 200) {
+    auto parsed = Parse(res, socket_);
+    return parsed.ok() ? InternalError("unexpected reply to " + path) : parsed.status();
+  }
+  size_t out_bytes =
+      std::strtoull(res->get_header_value("X-Gpufrac-Stdout-Bytes").c_str(), nullptr, 10);
+  if (out_bytes > res->body.size()) return InternalError("gpufracd sent a malformed output reply");
+  Output o;
+  o.out = res->body.substr(0, out_bytes);
+  o.err = res->body.substr(out_bytes);
+  o.state = res->get_header_value("X-Gpufrac-State");
+  return o;
+}
+
+}  // namespace gpufrac::cli

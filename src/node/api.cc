@@ -1,0 +1,436 @@
+// Routes of the node service's API (see api.h): JSON in and out with nlohmann::json, checks of
+// who is asking, and the output long poll.
+#include "node/api.h"
+
+#include <grp.h>
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "common/units.h"
+#include "node/job_runner.h"
+
+namespace gpufrac::node {
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kMaxOutputChunk = 256 * 1024;
+constexpr int kMaxWaitSeconds = 30;
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+HttpResponse Json(int status, const json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = Dump(body) + "\n";
+  return r;
+}
+
+int HttpStatusOf(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kInvalidArgument:
+      return 400;
+    case StatusCode::kPermissionDenied:
+      return 403;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kFailedPrecondition:
+      return 409;
+    case StatusCode::kResourceExhausted:
+      return 429;
+    case StatusCode::kUnavailable:
+      return 503;
+    case StatusCode::kInternal:
+      return 500;
+  }
+  return 500;
+}
+
+HttpResponse Error(const Status& status) {
+  return Json(HttpStatusOf(status.code()),
+              {{"error", status.message()}, {"code", std::string(StatusCodeName(status.code()))}});
+}
+
+bool InGroup(uid_t uid, gid_t gid, gid_t group) {
+  if (gid == group) return true;
+  struct passwd pw, *found = nullptr;
+  char buf[4096];
+  if (getpwuid_r(uid, &pw, buf, sizeof(buf), &found) != 0 || !found) return false;
+  int n = 64;
+  std::vector<gid_t> groups(n);
+  if (getgrouplist(pw.pw_name, gid, groups.data(), &n) < 0) {
+    groups.resize(n);
+    if (getgrouplist(pw.pw_name, gid, groups.data(), &n) < 0) return false;
+  }
+  return std::find(groups.begin(), groups.begin() + n, group) != groups.begin() + n;
+}
+
+json GpusJson(const std::vector<GpuShare>& gpus) {
+  json out = json::array();
+  for (const GpuShare& g : gpus) {
+    out.push_back({{"index", g.index},
+                   {"uuid", g.uuid},
+                   {"share", g.milli / 1000.0},
+                   {"memory_limit", g.memory_bytes}});
+  }
+  return out;
+}
+
+json JobJson(const Job& job, const std::string& wait_reason) {
+  json j = {{"id", job.id},
+            {"name", job.spec.name},
+            {"queue", job.spec.queue},
+            {"user", job.spec.user},
+            {"uid", job.spec.uid},
+            {"state", std::string(JobStateName(job.state))},
+            {"request", FormatGpuRequest(job.spec.request)},
+            {"command", job.spec.command},
+            {"cwd", job.spec.cwd},
+            {"submitted_ms", job.submitted_ms},
+            {"started_ms", job.started_ms},
+            {"ended_ms", job.ended_ms},
+            {"gpus", GpusJson(job.gpus)},
+            {"cancel_requested", job.cancel_requested}};
+  if (IsFinal(job.state)) {
+    j["exit_code"] = job.exit_code;
+    j["signal"] = job.signal;
+    j["reason"] = job.reason;
+  }
+  if (!wait_reason.empty()) j["waiting_for"] = wait_reason;
+  return j;
+}
+
+// A request field given as a string or a number ("0.25" or 0.25), as flags are text.
+StatusOr<std::string> FlagText(const json& value, const std::string& key) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_number_integer()) return std::to_string(value.get<int64_t>());
+  if (value.is_number()) return Dump(value);
+  return InvalidArgumentError("request." + key + " must be a string or a number");
+}
+
+StatusOr<GpuRequest> ParseRequestJson(const json& r) {
+  if (!r.is_object()) return InvalidArgumentError("request must be an object, e.g. {\"gpus\": 1}");
+  GpuRequestText text;
+  const std::map<std::string, std::string*> fields = {{"gpu-memory", &text.gpu_memory},
+                                                      {"gpu-fraction", &text.gpu_fraction},
+                                                      {"gpus", &text.gpus},
+                                                      {"mig-profile", &text.mig_profile},
+                                                      {"gpu-model", &text.gpu_model}};
+  for (const auto& [key, value] : r.items()) {
+    auto it = fields.find(key);
+    if (it == fields.end()) {
+      return InvalidArgumentError("unknown field request." + key +
+                                  " (allowed: gpu-memory, gpu-fraction, gpus, mig-profile, "
+                                  "gpu-model)");
+    }
+    GPUFRAC_ASSIGN_OR_RETURN(*it->second, FlagText(value, key));
+  }
+  return ParseGpuRequest(text);
+}
+
+StatusOr<std::vector<std::string>> StringList(const json& body, const char* key) {
+  std::vector<std::string> out;
+  if (!body.contains(key)) return out;
+  const json& list = body[key];
+  if (!list.is_array())
+    return InvalidArgumentError(std::string(key) + " must be a list of strings");
+  for (const json& item : list) {
+    if (!item.is_string())
+      return InvalidArgumentError(std::string(key) + " must be a list of strings");
+    out.push_back(item.get<std::string>());
+  }
+  return out;
+}
+
+StatusOr<std::string> OptionalString(const json& body, const char* key) {
+  if (!body.contains(key)) return std::string();
+  if (!body[key].is_string()) return InvalidArgumentError(std::string(key) + " must be a string");
+  return body[key].get<std::string>();
+}
+
+class Api {
+ public:
+  Api(Service* service, ApiOptions options) : service_(service), options_(options) {}
+
+  HttpResponse Handle(const HttpRequest& req) {
+    const std::string& p = req.path;
+    if (p == "/metrics" && req.method == "GET") {
+      HttpResponse r;
+      r.content_type = "text/plain; version=0.0.4";
+      r.body = service_->RenderMetrics();
+      return r;
+    }
+    if (p == "/v1/health" && req.method == "GET") {
+      return Json(200, {{"ok", true}, {"simulated", service_->simulated()}});
+    }
+    if (p == "/v1/jobs") {
+      if (req.method == "POST") return Submit(req);
+      if (req.method == "GET") return List(req);
+      return MethodNotAllowed(req);
+    }
+    if (p == "/v1/status" && req.method == "GET") return StatusView();
+    if (p == "/v1/queues" && req.method == "GET") return QueuesView();
+    if (p.rfind("/v1/jobs/", 0) == 0) {
+      std::string rest = p.substr(9);
+      std::string action;
+      if (size_t slash = rest.find('/'); slash != std::string::npos) {
+        action = rest.substr(slash + 1);
+        rest = rest.substr(0, slash);
+      }
+      int64_t id = 0;
+      if (rest.empty() || rest.size() > 18 ||
+          !std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        return Error(InvalidArgumentError("job id must be a number, not \"" + rest + "\""));
+      }
+      id = std::stoll(rest);
+      if (action.empty() && req.method == "GET") return GetJob(req, id);
+      if (action == "cancel" && req.method == "POST") return Cancel(req, id);
+      if (action == "output" && req.method == "GET") return Output(req, id);
+    }
+    return Error(NotFoundError("no such API path: " + req.method + " " + p));
+  }
+
+ private:
+  HttpResponse MethodNotAllowed(const HttpRequest& req) {
+    return Json(405, {{"error", req.method + " is not allowed on " + req.path},
+                      {"code", "INVALID_ARGUMENT"}});
+  }
+
+  bool IsAdmin(const Caller& c) const {
+    if (c.tcp || c.uid == 0) return true;
+    return options_.admin_group && InGroup(c.uid, c.gid, *options_.admin_group);
+  }
+
+  // The job, if the caller may see it.
+  StatusOr<Job> Visible(const Caller& caller, int64_t id) {
+    GPUFRAC_ASSIGN_OR_RETURN(Job job, service_->GetJob(id));
+    if (!IsAdmin(caller) && job.spec.uid != caller.uid) {
+      return PermissionDeniedError("job " + std::to_string(id) + " belongs to " + job.spec.user +
+                                   "; only its owner or an admin may see or cancel it");
+    }
+    return job;
+  }
+
+  HttpResponse Submit(const HttpRequest& req) {
+    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded() || !body.is_object()) {
+      return Error(InvalidArgumentError("the request body must be a JSON object"));
+    }
+    static const std::set<std::string> kAllowed = {"name", "queue", "request", "command",
+                                                   "cwd",  "env",   "user"};
+    for (const auto& [key, value] : body.items()) {
+      if (!kAllowed.count(key)) {
+        return Error(InvalidArgumentError(
+            "unknown field " + key + " (allowed: name, queue, request, command, cwd, env, user)"));
+      }
+    }
+    Submission s;
+    auto name = OptionalString(body, "name");
+    auto queue = OptionalString(body, "queue");
+    auto cwd = OptionalString(body, "cwd");
+    auto user = OptionalString(body, "user");
+    auto command = StringList(body, "command");
+    auto env = StringList(body, "env");
+    for (const Status* st : {&name.status(), &queue.status(), &cwd.status(), &user.status(),
+                             &command.status(), &env.status()}) {
+      if (!st->ok()) return Error(*st);
+    }
+    s.name = *name;
+    s.queue = *queue;
+    s.cwd = *cwd;
+    s.command = *command;
+    s.env = *env;
+    if (body.contains("request")) {
+      auto request = ParseRequestJson(body["request"]);
+      if (!request.ok()) return Error(request.status());
+      s.request = *request;
+    }
+    uid_t uid = req.caller.uid;
+    gid_t gid = req.caller.gid;
+    if (!user->empty()) {
+      if (!req.caller.tcp) {
+        return Error(
+            InvalidArgumentError("user is only for TCP callers; over the unix socket "
+                                 "jobs run as the caller"));
+      }
+      struct passwd pw, *found = nullptr;
+      char buf[4096];
+      if (getpwnam_r(user->c_str(), &pw, buf, sizeof(buf), &found) != 0 || !found) {
+        return Error(InvalidArgumentError("no user called " + *user + " on this machine"));
+      }
+      uid = pw.pw_uid;
+      gid = pw.pw_gid;
+    }
+    if (getuid() != 0 && uid != getuid()) {
+      return Error(PermissionDeniedError(
+          "this gpufracd runs as uid " + std::to_string(getuid()) +
+          " and can only run that user's jobs; ask an administrator for a system service"));
+    }
+    auto job = service_->Submit(s, uid, gid);
+    if (!job.ok()) return Error(job.status());
+    return Json(201, JobJson(*job, service_->WaitReason(job->id)));
+  }
+
+  HttpResponse List(const HttpRequest& req) {
+    JobFilter filter;
+    bool all = req.query.count("all") && req.query.at("all") == "1";
+    if (all && !IsAdmin(req.caller)) {
+      return Error(
+          PermissionDeniedError("only root and members of the admin group may list all "
+                                "users' jobs; drop --all"));
+    }
+    if (!all) filter.uid = req.caller.uid;
+    if (req.query.count("active")) filter.include_final = req.query.at("active") != "1";
+    if (req.query.count("limit")) {
+      const std::string& l = req.query.at("limit");
+      if (l.empty() || l.size() > 7 || !std::all_of(l.begin(), l.end(), ::isdigit)) {
+        return Error(InvalidArgumentError("limit must be a number from 1 to 9999999"));
+      }
+      filter.limit = std::max<size_t>(1, std::stoul(l));
+    }
+    auto jobs = service_->ListJobs(filter);
+    if (!jobs.ok()) return Error(jobs.status());
+    json list = json::array();
+    for (const Job& job : *jobs) list.push_back(JobJson(job, service_->WaitReason(job.id)));
+    return Json(200, {{"jobs", list}});
+  }
+
+  HttpResponse GetJob(const HttpRequest& req, int64_t id) {
+    auto job = Visible(req.caller, id);
+    if (!job.ok()) return Error(job.status());
+    return Json(200, JobJson(*job, service_->WaitReason(id)));
+  }
+
+  HttpResponse Cancel(const HttpRequest& req, int64_t id) {
+    auto visible = Visible(req.caller, id);
+    if (!visible.ok()) return Error(visible.status());
+    auto job = service_->Cancel(id);
+    if (!job.ok()) return Error(job.status());
+    return Json(200, JobJson(*job, ""));
+  }
+
+  static std::string ReadFrom(const std::string& path, uint64_t offset) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return "";
+    in.seekg(static_cast<std::streamoff>(offset));
+    if (!in) return "";
+    std::string data(kMaxOutputChunk, '\0');
+    in.read(data.data(), static_cast<std::streamsize>(data.size()));
+    data.resize(static_cast<size_t>(std::max<std::streamsize>(0, in.gcount())));
+    return data;
+  }
+
+  static StatusOr<uint64_t> Offset(const HttpRequest& req, const char* key) {
+    if (!req.query.count(key)) return uint64_t{0};
+    const std::string& v = req.query.at(key);
+    if (v.empty() || v.size() > 15 || !std::all_of(v.begin(), v.end(), ::isdigit)) {
+      return InvalidArgumentError(std::string(key) + " must be a byte offset (a whole number)");
+    }
+    return static_cast<uint64_t>(std::stoull(v));
+  }
+
+  HttpResponse Output(const HttpRequest& req, int64_t id) {
+    auto job = Visible(req.caller, id);
+    if (!job.ok()) return Error(job.status());
+    auto out_offset = Offset(req, "stdout");
+    auto err_offset = Offset(req, "stderr");
+    auto wait = Offset(req, "wait");
+    for (const Status* st : {&out_offset.status(), &err_offset.status(), &wait.status()}) {
+      if (!st->ok()) return Error(*st);
+    }
+    std::string dir = service_->JobDir(id);
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::seconds(std::min<uint64_t>(*wait, kMaxWaitSeconds));
+    std::string out, err;
+    JobState state = job->state;
+    while (true) {
+      // The state is read before the files, so that output written before the job ended is
+      // never missed by a client that stops at the final state.
+      auto now_job = service_->GetJob(id);
+      if (now_job.ok()) state = now_job->state;
+      out = ReadFrom(dir + "/" + JobRunner::kStdout, *out_offset);
+      err = ReadFrom(dir + "/" + JobRunner::kStderr, *err_offset);
+      if (!out.empty() || !err.empty() || IsFinal(state) ||
+          std::chrono::steady_clock::now() >= deadline) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    HttpResponse r;
+    r.content_type = "application/octet-stream";
+    r.headers = {{"X-Gpufrac-Stdout-Bytes", std::to_string(out.size())},
+                 {"X-Gpufrac-Stderr-Bytes", std::to_string(err.size())},
+                 {"X-Gpufrac-State", std::string(JobStateName(state))}};
+    r.body = out + err;
+    return r;
+  }
+
+  HttpResponse StatusView() {
+    json gpus = json::array();
+    for (const Service::GpuStatus& g : service_->Gpus()) {
+      json workloads = json::array();
+      for (const Service::Workload& w : g.workloads) {
+        workloads.push_back({{"job", w.job},
+                             {"user", w.user},
+                             {"share", w.milli / 1000.0},
+                             {"memory_limit", w.memory_limit},
+                             {"memory_used", w.memory_used}});
+      }
+      json entry = {
+          {"index", g.gpu.index},
+          {"uuid", g.gpu.uuid},
+          {"model", g.gpu.model},
+          {"memory_total", g.gpu.memory_bytes},
+          {"allocated_share", g.allocated_milli / 1000.0},
+          {"free_share", (kMilliPerGpu - std::min(g.allocated_milli, kMilliPerGpu)) / 1000.0},
+          {"allocated_memory", g.allocated_memory},
+          {"used_memory", g.used_memory},
+          {"workloads", workloads}};
+      entry["reserved_for"] = g.reserved_for ? json(*g.reserved_for) : json(nullptr);
+      gpus.push_back(entry);
+    }
+    return Json(200, {{"gpus", gpus}, {"simulated", service_->simulated()}});
+  }
+
+  HttpResponse QueuesView() {
+    json queues = json::array();
+    const QueueConfig& config = service_->queue_config();
+    int priority = 0;
+    for (const QueueScheduler::QueueView& q : service_->Queues()) {
+      const QueueSpec* spec = nullptr;
+      for (const QueueSpec& s : config.queues) {
+        if (s.name == q.name) spec = &s;
+      }
+      queues.push_back({{"name", q.name},
+                        {"priority", priority++},
+                        {"default", spec ? FormatGpuRequest(spec->default_request) : ""},
+                        {"quota", spec ? spec->quota : 1.0},
+                        {"quota_share", q.quota_milli / 1000.0},
+                        {"share_in_use", q.milli_in_use / 1000.0},
+                        {"pending", q.pending},
+                        {"running", q.running}});
+    }
+    return Json(200, {{"queues", queues}});
+  }
+
+  Service* service_;
+  ApiOptions options_;
+};
+
+}  // namespace
+
+HttpHandler MakeApiHandler(Service* service, ApiOptions options) {
+  auto api = std::make_shared<Api>(service, options);
+  return [api](const HttpRequest& req) { return api->Handle(req); };
+}
+
+}  // namespace gpufrac::node

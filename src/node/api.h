@@ -1,0 +1,42 @@
+// The node service's HTTP+JSON API (version 1): routes, request validation, access control and
+// the JSON shapes the command line reads. Every error is a 4xx/5xx with {"error": one line,
+// "code": "INVALID_ARGUMENT"|...}; nothing a caller sends can crash the service.
+//
+//   GET  /v1/health                     {"ok": true, "simulated": bool}
+//   POST /v1/jobs                       submit: {"command": [...], "cwd": "/abs", "env": [...],
+//                                        "queue"?, "name"?, "request"?: {"gpu-memory": "4G",
+//                                        "gpu-fraction", "gpus", "mig-profile", "gpu-model"},
+//                                        "user"? (TCP callers of a root service only)} -> 201 job
+//   GET  /v1/jobs[?all=1][&active=1][&limit=N]   your jobs (everyone's with all=1, admins only)
+//   GET  /v1/jobs/ID                    one job
+//   POST /v1/jobs/ID/cancel             cancel (owner or admin)
+//   GET  /v1/jobs/ID/output?stdout=OFF&stderr=OFF&wait=SECONDS
+//        new output from the byte offsets: body = stdout bytes then stderr bytes, lengths in
+//        X-Gpufrac-Stdout-Bytes / X-Gpufrac-Stderr-Bytes, the job's state in X-Gpufrac-State;
+//        waits up to `wait` s (at most 30) for output or the job's end.
+//   GET  /v1/status                     GPUs with their allocations and workloads
+//   GET  /v1/queues                     queues with pending/running jobs and quota use
+//   GET  /metrics                       Prometheus text format
+//
+// Who may do what: the caller is known from the unix socket's peer credentials. Users see and
+// cancel their own jobs; root, members of the admin group and TCP callers holding the token see
+// and cancel all.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+
+#include "node/http_server.h"
+#include "node/service.h"
+
+namespace gpufrac::node {
+
+struct ApiOptions {
+  std::optional<gid_t> admin_group;  // Its members are admins.
+};
+
+// The handler for HttpServer. `service` must outlive it.
+HttpHandler MakeApiHandler(Service* service, ApiOptions options);
+
+}  // namespace gpufrac::node

@@ -1,0 +1,73 @@
+// Builds the scheduler's GPU list from NVML's device list, real or simulated.
+#include "node/gpu_inventory.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "gpu/devices.h"
+#include "simgpu/config.h"
+
+namespace gpufrac::node {
+namespace {
+
+// Used when a GPU is not in the catalogue: a CUDA 12 context on a recent GPU.
+constexpr uint64_t kDefaultContextBytes = uint64_t{512} << 20;
+
+Inventory FromDevices(const std::vector<gpu::DeviceInfo>& devices) {
+  Inventory inventory;
+  for (const gpu::DeviceInfo& d : devices) {
+    NodeGpu g;
+    g.index = static_cast<int>(d.index);
+    g.uuid = d.uuid;
+    g.model = d.model ? std::string(d.model->short_name) : std::string();
+    g.memory_bytes = d.memory_total;
+    g.context_bytes = d.model ? d.model->context_bytes : kDefaultContextBytes;
+    inventory.gpus.push_back(g);
+  }
+  return inventory;
+}
+
+}  // namespace
+
+StatusOr<Inventory> DiscoverGpus() {
+  auto devices = gpu::ListDevices();
+  if (!devices.ok()) {
+    return Status(devices.status().code(),
+                  devices.status().message() +
+                      " (to try gpufrac without GPUs, start the service with --sim 2xH100-80GB)");
+  }
+  if (devices->empty()) {
+    return UnavailableError(
+        "NVML found no GPU on this machine (to try gpufrac without GPUs, use --sim 2xH100-80GB)");
+  }
+  return FromDevices(*devices);
+}
+
+StatusOr<Inventory> SimulatedGpus(const std::string& spec, const std::string& simgpu_dir,
+                                  const std::string& name_space) {
+  simgpu::MachineConfig config;
+  std::string error;
+  if (!simgpu::ParseMachineConfig(spec, &config, &error)) {
+    return InvalidArgumentError("--sim " + spec + ": " + error);
+  }
+  std::string nvml = simgpu_dir + "/libnvidia-ml.so.1";
+  if (access(nvml.c_str(), R_OK) != 0) {
+    return UnavailableError("cannot find the simulated driver " + nvml +
+                            " (build gpufrac, or set GPUFRAC_SIMGPU_DIR)");
+  }
+  // The stand-in NVML reads its machine from the environment; the service's own process is one
+  // of the simulated machine's processes, as its jobs are.
+  setenv("SIMGPU_CONFIG", spec.c_str(), 1);
+  setenv("SIMGPU_NAMESPACE", name_space.c_str(), 1);
+  auto devices = gpu::ListDevices(nvml);
+  if (!devices.ok())
+    return Status(devices.status().code(), "--sim " + spec + ": " + devices.status().message());
+  Inventory inventory = FromDevices(*devices);
+  inventory.job_env = {"LD_LIBRARY_PATH=" + simgpu_dir, "SIMGPU_CONFIG=" + spec,
+                       "SIMGPU_NAMESPACE=" + name_space};
+  inventory.simulated = true;
+  return inventory;
+}
+
+}  // namespace gpufrac::node

@@ -1,0 +1,224 @@
+// gpufracd, the node service: discovers the GPUs (or simulates them with --sim), recovers its
+// state, and serves the API on a unix socket (and optionally TCP with a bearer token) until
+// SIGTERM or SIGINT. Jobs keep running when it stops; the next gpufracd re-adopts them.
+#include <grp.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "common/log.h"
+#include "node/api.h"
+#include "node/gpu_inventory.h"
+#include "node/http_server.h"
+#include "node/paths.h"
+#include "node/queue_config.h"
+#include "node/service.h"
+
+namespace {
+
+using namespace gpufrac;
+using namespace gpufrac::node;
+
+struct Flags {
+  std::string state_dir;
+  std::string socket;
+  std::string socket_group;
+  std::string listen;
+  std::string token_file;
+  std::string queues;
+  std::string sim;
+  std::string admin_group;
+  std::string policy = "gpufrac";
+  double starvation_seconds = 600;
+  int kill_grace_seconds = 10;
+  bool verbose = false;
+};
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "gpufracd: %s\n", message.c_str());
+  return 1;
+}
+
+StatusOr<gid_t> GroupId(const std::string& name, const char* flag) {
+  struct group gr, *found = nullptr;
+  char buf[8192];
+  if (getgrnam_r(name.c_str(), &gr, buf, sizeof(buf), &found) != 0 || !found) {
+    return InvalidArgumentError(std::string(flag) + ": no group called " + name);
+  }
+  return found->gr_gid;
+}
+
+StatusOr<std::string> Absolute(const std::string& path, const std::string& what) {
+  char resolved[PATH_MAX];
+  if (!realpath(path.c_str(), resolved)) {
+    return UnavailableError("cannot find " + what + " at " + path + " (build gpufrac first)");
+  }
+  return std::string(resolved);
+}
+
+StatusOr<TcpListen> ParseListen(const std::string& listen, const std::string& token_file) {
+  TcpListen tcp;
+  size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    return InvalidArgumentError("--listen " + listen + ": write ADDRESS:PORT, e.g. 127.0.0.1:7450");
+  }
+  tcp.address = listen.substr(0, colon);
+  if (tcp.address.size() > 2 && tcp.address.front() == '[') {
+    tcp.address = tcp.address.substr(1, tcp.address.size() - 2);
+  }
+  std::string port = listen.substr(colon + 1);
+  char* end = nullptr;
+  long p = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end || p < 0 || p > 65535) {
+    return InvalidArgumentError("--listen " + listen + ": the port must be 0..65535");
+  }
+  tcp.port = static_cast<uint16_t>(p);
+  if (token_file.empty()) {
+    return InvalidArgumentError(
+        "--listen needs --token-file FILE: TCP callers must present a "
+        "bearer token");
+  }
+  std::ifstream in(token_file);
+  if (!in) return InvalidArgumentError("--token-file " + token_file + ": cannot read it");
+  std::getline(in, tcp.token);
+  while (!tcp.token.empty() && isspace(static_cast<unsigned char>(tcp.token.back()))) {
+    tcp.token.pop_back();
+  }
+  if (tcp.token.size() < 16) {
+    return InvalidArgumentError("--token-file " + token_file +
+                                ": the token must be at least 16 characters");
+  }
+  return tcp;
+}
+
+int Run(const Flags& f) {
+  ServiceConfig config;
+  config.state_dir = f.state_dir.empty() ? DefaultStateDir() : f.state_dir;
+  config.scheduler.policy = f.policy;
+  config.scheduler.starvation_ms = static_cast<int64_t>(f.starvation_seconds * 1000);
+  config.kill_grace_seconds = f.kill_grace_seconds;
+  if (f.queues.empty()) {
+    config.queues = DefaultQueueConfig();
+  } else {
+    auto queues = LoadQueueConfig(f.queues);
+    if (!queues.ok()) return Fail(queues.status().message());
+    config.queues = *queues;
+  }
+  auto shim = Absolute(SiblingProgram("gpufrac-shim"), "gpufrac-shim");
+  auto limiter = Absolute(LimiterLibraryPath(), "the limiter library libgpufrac.so");
+  if (!shim.ok()) return Fail(shim.status().message());
+  if (!limiter.ok()) return Fail(limiter.status().message());
+  config.shim_path = *shim;
+  config.limiter_path = *limiter;
+
+  std::optional<TcpListen> tcp;
+  if (!f.listen.empty()) {
+    auto parsed = ParseListen(f.listen, f.token_file);
+    if (!parsed.ok()) return Fail(parsed.status().message());
+    tcp = *parsed;
+  }
+  UnixListen unix_listen;
+  unix_listen.path = f.socket.empty() ? DefaultSocketPath() : f.socket;
+  if (!f.socket_group.empty()) {
+    auto gid = GroupId(f.socket_group, "--socket-group");
+    if (!gid.ok()) return Fail(gid.status().message());
+    unix_listen.group = *gid;
+    unix_listen.mode = 0660;
+  }
+  ApiOptions api;
+  if (!f.admin_group.empty()) {
+    auto gid = GroupId(f.admin_group, "--admin-group");
+    if (!gid.ok()) return Fail(gid.status().message());
+    api.admin_group = *gid;
+  }
+
+  if (f.sim.empty()) {
+    auto inventory = DiscoverGpus();
+    if (!inventory.ok()) return Fail(inventory.status().message());
+    config.inventory = *inventory;
+  } else {
+    // One simulated machine per state directory, so two services never share simulated GPUs.
+    char ns[32];
+    std::snprintf(ns, sizeof(ns), "gpufracd-%08x",
+                  static_cast<unsigned>(std::hash<std::string>{}(config.state_dir)));
+    auto inventory = SimulatedGpus(f.sim, SimgpuDir(), ns);
+    if (!inventory.ok()) return Fail(inventory.status().message());
+    config.inventory = *inventory;
+  }
+
+  // Signals are taken synchronously by this thread; every other thread inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  size_t gpu_count = config.inventory.gpus.size();
+  bool simulated = config.inventory.simulated;
+  std::string state_dir = config.state_dir;
+  auto service = Service::Start(std::move(config));
+  if (!service.ok()) return Fail(service.status().message());
+  auto server = HttpServer::Start(unix_listen, tcp, MakeApiHandler(service->get(), api));
+  if (!server.ok()) return Fail(server.status().message());
+  std::string where = unix_listen.path;
+  if (tcp) where += " and " + tcp->address + ":" + std::to_string((*server)->tcp_port());
+  // For scripts and for `kill $(cat STATE/gpufracd.pid)`.
+  std::ofstream(state_dir + "/gpufracd.pid") << getpid() << "\n";
+  std::fprintf(stderr, "gpufracd: serving %zu %sGPU(s) on %s (state in %s)\n", gpu_count,
+               simulated ? "simulated " : "", where.c_str(), state_dir.c_str());
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::fprintf(stderr, "gpufracd: stopping on signal %d; running jobs keep running\n", sig);
+  server->reset();
+  service->reset();
+  unlink((state_dir + "/gpufracd.pid").c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpufracd: the gpufrac node service (queues, GPU shares, jobs)"};
+  Flags f;
+  app.add_option("--state-dir", f.state_dir,
+                 "Database and job logs (default /var/lib/gpufrac for root, else "
+                 "~/.local/state/gpufrac)");
+  app.add_option("--socket", f.socket,
+                 "Unix socket of the API (default /run/gpufrac/gpufracd.sock for root, else "
+                 "$XDG_RUNTIME_DIR/gpufrac/gpufracd.sock)");
+  app.add_option("--socket-group", f.socket_group,
+                 "Members of this group may connect (socket mode 0660); default: owner only");
+  app.add_option("--listen", f.listen, "Also serve on TCP ADDRESS:PORT (needs --token-file)");
+  app.add_option("--token-file", f.token_file, "File holding the bearer token for TCP callers");
+  app.add_option("--queues", f.queues, "Queue file (YAML, see docs/node-service.md)");
+  app.add_option("--sim", f.sim,
+                 "Simulated GPUs instead of this machine's, e.g. 2xH100-80GB,1xA30-24GB");
+  app.add_option("--admin-group", f.admin_group, "Members see and cancel every user's jobs");
+  app.add_option("--policy", f.policy, "Placement policy for choosing GPUs (default gpufrac)");
+  app.add_option("--starvation-seconds", f.starvation_seconds,
+                 "A job waiting longer than this goes ahead of every queue (default 600)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--kill-grace", f.kill_grace_seconds,
+                 "Seconds between SIGTERM and SIGKILL when a job is cancelled (default 10)")
+      ->check(CLI::Range(0, 3600));
+  app.add_flag("--verbose", f.verbose, "Log every job start and end");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "gpufracd: %s (see gpufracd --help)\n", e.what());
+    return 2;
+  }
+  if (f.verbose) gpufrac::SetLogLevel(gpufrac::LogLevel::kDebug);
+  return Run(f);
+}

@@ -1,0 +1,490 @@
+// The node service's state machine (see service.h). One mutex guards the store, the scheduler
+// and the job table; the loop thread wakes on every submission and cancellation and at least
+// every 100 ms to notice jobs that ended.
+#include "node/service.h"
+
+#include <pwd.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+
+#include "common/log.h"
+#include "common/units.h"
+
+namespace gpufrac::node {
+namespace {
+
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+constexpr size_t kMaxCommandArgs = 4096;
+
+std::string UserName(uid_t uid) {
+  struct passwd pw, *found = nullptr;
+  char buf[4096];
+  if (getpwuid_r(uid, &pw, buf, sizeof(buf), &found) == 0 && found) return pw.pw_name;
+  return std::to_string(uid);
+}
+
+// The job's environment: the user's, with the simulated driver's variables on top and its
+// library directory ahead of the user's LD_LIBRARY_PATH.
+std::vector<std::string> MergeEnv(std::vector<std::string> env,
+                                  const std::vector<std::string>& extra) {
+  for (const std::string& var : extra) {
+    std::string name = var.substr(0, var.find('='));
+    std::string value = var.substr(name.size() + 1);
+    bool found = false;
+    for (std::string& e : env) {
+      if (e.compare(0, name.size() + 1, name + "=") != 0) continue;
+      found = true;
+      std::string old = e.substr(name.size() + 1);
+      e = name + "=" + (name == "LD_LIBRARY_PATH" && !old.empty() ? value + ":" + old : value);
+    }
+    if (!found) env.push_back(var);
+  }
+  return env;
+}
+
+Status CheckSubmission(const Submission& s) {
+  if (s.command.empty() || s.command[0].empty()) {
+    return InvalidArgumentError("the job has no command; give one after --, e.g. -- python x.py");
+  }
+  if (s.command.size() > kMaxCommandArgs) {
+    return InvalidArgumentError("the command has more than " + std::to_string(kMaxCommandArgs) +
+                                " arguments");
+  }
+  if (s.cwd.empty() || s.cwd[0] != '/') {
+    return InvalidArgumentError("cwd must be an absolute path, not \"" + s.cwd + "\"");
+  }
+  for (const std::string& e : s.env) {
+    size_t eq = e.find('=');
+    if (eq == 0 || eq == std::string::npos) {
+      return InvalidArgumentError("env entry \"" + e.substr(0, 40) + "\" is not NAME=value");
+    }
+  }
+  for (const auto* text : {&s.name, &s.cwd}) {
+    if (text->find('\0') != std::string::npos) {
+      return InvalidArgumentError("name and cwd must not contain NUL bytes");
+    }
+  }
+  if (s.name.size() > 128) return InvalidArgumentError("the job name is longer than 128 bytes");
+  return OkStatus();
+}
+
+std::vector<std::string> Uuids(const Job& job) {
+  std::vector<std::string> uuids;
+  for (const GpuShare& g : job.gpus) uuids.push_back(g.uuid);
+  return uuids;
+}
+
+std::string Hex8(size_t h) {
+  char buf[9];
+  std::snprintf(buf, sizeof(buf), "%08x", static_cast<unsigned>(h));
+  return buf;
+}
+
+}  // namespace
+
+Service::Service(ServiceConfig config, std::unique_ptr<Store> store,
+                 std::unique_ptr<QueueScheduler> scheduler)
+    : config_(std::move(config)),
+      store_(std::move(store)),
+      scheduler_(std::move(scheduler)),
+      runner_(config_.shim_path) {
+  instance_ = Hex8(std::hash<std::string>{}(config_.state_dir));
+  metrics_.Declare("gpufrac_gpu_memory_bytes", "gauge", "Total memory of each GPU");
+  metrics_.Declare("gpufrac_gpu_memory_allocated_bytes", "gauge",
+                   "GPU memory promised to running jobs (their limits)");
+  metrics_.Declare("gpufrac_gpu_memory_used_bytes", "gauge",
+                   "GPU memory running jobs hold now, as the limiter counts it");
+  metrics_.Declare("gpufrac_gpu_share_allocated", "gauge",
+                   "Share of each GPU held by running jobs (1 = the whole GPU)");
+  metrics_.Declare("gpufrac_gpu_workloads", "gauge", "Running jobs on each GPU");
+  metrics_.Declare("gpufrac_queue_pending_jobs", "gauge", "Jobs waiting in each queue");
+  metrics_.Declare("gpufrac_queue_running_jobs", "gauge", "Running jobs of each queue");
+  metrics_.Declare("gpufrac_jobs_submitted_total", "counter", "Jobs accepted");
+  metrics_.Declare("gpufrac_jobs_finished_total", "counter", "Jobs that ended, by final state");
+  metrics_.DeclareHistogram("gpufrac_scheduling_decision_seconds",
+                            "Time of one scheduling pass over the queues",
+                            {1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1});
+  metrics_.DeclareHistogram("gpufrac_job_wait_seconds", "Time from submission to start",
+                            {0.01, 0.1, 1, 10, 60, 600, 3600, 36000});
+}
+
+StatusOr<std::unique_ptr<Service>> Service::Start(ServiceConfig config) {
+  std::error_code ec;
+  std::filesystem::create_directories(config.state_dir + "/jobs", ec);
+  if (ec) {
+    return UnavailableError("cannot create the state directory " + config.state_dir + ": " +
+                            ec.message());
+  }
+  chmod(config.state_dir.c_str(), 0711);
+  chmod((config.state_dir + "/jobs").c_str(), 0711);
+  GPUFRAC_ASSIGN_OR_RETURN(auto store, Store::Open(config.state_dir + "/gpufracd.db"));
+  GPUFRAC_ASSIGN_OR_RETURN(auto scheduler, QueueScheduler::Create(config.inventory.gpus,
+                                                                  config.queues, config.scheduler));
+  std::unique_ptr<Service> service(
+      new Service(std::move(config), std::move(store), std::move(scheduler)));
+  GPUFRAC_RETURN_IF_ERROR(service->Recover());
+  service->loop_ = std::thread([s = service.get()] { s->Loop(); });
+  return service;
+}
+
+Service::~Service() {
+  stopping_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    kicked_ = true;
+  }
+  wake_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+int64_t Service::NowMs() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Service::JobDir(int64_t id) const {
+  return config_.state_dir + "/jobs/" + std::to_string(id);
+}
+
+std::string Service::WorkloadName(int64_t id) const {
+  return "gpufracd-" + instance_ + "-" + std::to_string(id);
+}
+
+Status Service::Recover() {
+  std::lock_guard<std::mutex> lock(mu_);
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<Job> jobs, store_->LoadUnfinished());
+  for (Job& job : jobs) {
+    auto queue = scheduler_->QueueIndex(job.spec.queue);
+    if (job.state == JobState::kRunning) {
+      // Its shares are held again here; a job that ended while no service watched it is settled
+      // by CheckRunning below with the outcome its shim recorded, which frees them once.
+      scheduler_->AddRunning(job.id, queue.value_or(0), job.gpus);
+      active_[job.id] = job;
+      if (JobRunner::Alive(job.shim))
+        LogInfo("%s", ("re-adopted running job " + std::to_string(job.id)).c_str());
+      continue;
+    }
+    if (!queue) {
+      job.state = JobState::kFailed;
+      job.reason = "queue " + job.spec.queue + " no longer exists in the queue file";
+      job.ended_ms = NowMs();
+      GPUFRAC_RETURN_IF_ERROR(store_->Update(job));
+      continue;
+    }
+    if (job.state == JobState::kStarting) {
+      // The service died before letting the job go: its shim exits unstarted. Start afresh.
+      JobRunner::Cleanup(JobDir(job.id), WorkloadName(job.id), Uuids(job));
+      std::error_code ec;
+      std::filesystem::remove_all(JobDir(job.id), ec);
+      job.state = JobState::kPending;
+      job.gpus.clear();
+      GPUFRAC_RETURN_IF_ERROR(store_->Update(job));
+    }
+    Status feasible = scheduler_->CheckFeasible(*queue, job.spec.request);
+    if (!feasible.ok()) {
+      job.state = JobState::kFailed;
+      job.reason = "can no longer run on this node: " + feasible.message();
+      job.ended_ms = NowMs();
+      GPUFRAC_RETURN_IF_ERROR(store_->Update(job));
+      continue;
+    }
+    scheduler_->Enqueue(PendingJob{job.id, *queue, job.spec.request, job.submitted_ms});
+    active_[job.id] = job;
+  }
+  CheckRunning();
+  return OkStatus();
+}
+
+StatusOr<Job> Service::Submit(const Submission& submission, uid_t uid, gid_t gid) {
+  GPUFRAC_RETURN_IF_ERROR(CheckSubmission(submission));
+  std::lock_guard<std::mutex> lock(mu_);
+  int queue = 0;
+  if (!submission.queue.empty()) {
+    auto index = scheduler_->QueueIndex(submission.queue);
+    if (!index) {
+      std::string names;
+      for (const QueueSpec& q : config_.queues.queues)
+        names += (names.empty() ? "" : ", ") + q.name;
+      return InvalidArgumentError("no queue called " + submission.queue + " (queues: " + names +
+                                  ")");
+    }
+    queue = *index;
+  }
+  JobSpec spec;
+  spec.name = submission.name;
+  spec.queue = config_.queues.queues[queue].name;
+  spec.request =
+      submission.request ? *submission.request : config_.queues.queues[queue].default_request;
+  GPUFRAC_RETURN_IF_ERROR(scheduler_->CheckFeasible(queue, spec.request));
+  spec.command = submission.command;
+  spec.cwd = submission.cwd;
+  spec.env = submission.env;
+  spec.uid = uid;
+  spec.gid = gid;
+  spec.user = UserName(uid);
+  GPUFRAC_ASSIGN_OR_RETURN(Job job, store_->Insert(spec, NowMs()));
+  scheduler_->Enqueue(PendingJob{job.id, queue, spec.request, job.submitted_ms});
+  active_[job.id] = job;
+  metrics_.Add("gpufrac_jobs_submitted_total", {}, 1);
+  kicked_ = true;
+  wake_.notify_one();
+  return job;
+}
+
+StatusOr<Job> Service::Cancel(int64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = active_.find(id);
+  if (it == active_.end()) {
+    GPUFRAC_ASSIGN_OR_RETURN(std::optional<Job> job, store_->Get(id));
+    if (!job) return NotFoundError("no job " + std::to_string(id));
+    return FailedPreconditionError("job " + std::to_string(id) + " has already ended (" +
+                                   std::string(JobStateName(job->state)) + ")");
+  }
+  Job& job = it->second;
+  if (job.state == JobState::kPending) {
+    scheduler_->Dequeue(id);
+    return Finish(job, JobState::kCancelled, "cancelled before it started", -1, 0);
+  }
+  if (!job.cancel_requested) {
+    job.cancel_requested = true;
+    GPUFRAC_RETURN_IF_ERROR(store_->Update(job));
+  }
+  Status sent = runner_.Signal(job.shim, SIGTERM);
+  if (!sent.ok())
+    LogWarning("%s", ("cancel of job " + std::to_string(id) + ": " + sent.message()).c_str());
+  kicked_ = true;
+  wake_.notify_one();
+  return job;
+}
+
+StatusOr<Job> Service::GetJob(int64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = active_.find(id); it != active_.end()) return it->second;
+  GPUFRAC_ASSIGN_OR_RETURN(std::optional<Job> job, store_->Get(id));
+  if (!job) return NotFoundError("no job " + std::to_string(id));
+  return *job;
+}
+
+StatusOr<std::vector<Job>> Service::ListJobs(const JobFilter& filter) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return store_->List(filter);
+}
+
+std::string Service::WaitReason(int64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return scheduler_->WaitReason(id);
+}
+
+std::vector<Service::GpuStatus> Service::Gpus() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<GpuStatus> out;
+  for (const QueueScheduler::GpuView& view : scheduler_->Gpus()) {
+    GpuStatus g;
+    g.gpu = view.gpu;
+    g.allocated_milli = view.allocated_milli;
+    g.allocated_memory = view.allocated_memory;
+    g.reserved_for = view.reserved_for;
+    for (int64_t id : view.jobs) {
+      auto it = active_.find(id);
+      if (it == active_.end()) continue;
+      Workload w;
+      w.job = id;
+      w.user = it->second.spec.user;
+      for (const GpuShare& share : it->second.gpus) {
+        if (share.index != view.gpu.index) continue;
+        w.milli = share.milli;
+        w.memory_limit = share.memory_bytes;
+      }
+      w.memory_used = JobRunner::MemoryInUse(WorkloadName(id), view.gpu.uuid);
+      g.used_memory += w.memory_used;
+      g.workloads.push_back(w);
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+std::vector<QueueScheduler::QueueView> Service::Queues() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return scheduler_->Queues();
+}
+
+std::string Service::RenderMetrics() {
+  for (const char* name :
+       {"gpufrac_gpu_memory_bytes", "gpufrac_gpu_memory_allocated_bytes",
+        "gpufrac_gpu_memory_used_bytes", "gpufrac_gpu_share_allocated", "gpufrac_gpu_workloads",
+        "gpufrac_queue_pending_jobs", "gpufrac_queue_running_jobs"}) {
+    metrics_.Clear(name);
+  }
+  for (const GpuStatus& g : Gpus()) {
+    Labels labels = {
+        {"gpu", std::to_string(g.gpu.index)}, {"uuid", g.gpu.uuid}, {"model", g.gpu.model}};
+    metrics_.Set("gpufrac_gpu_memory_bytes", labels, static_cast<double>(g.gpu.memory_bytes));
+    metrics_.Set("gpufrac_gpu_memory_allocated_bytes", labels,
+                 static_cast<double>(g.allocated_memory));
+    metrics_.Set("gpufrac_gpu_memory_used_bytes", labels, static_cast<double>(g.used_memory));
+    metrics_.Set("gpufrac_gpu_share_allocated", labels, g.allocated_milli / 1000.0);
+    metrics_.Set("gpufrac_gpu_workloads", labels, static_cast<double>(g.workloads.size()));
+  }
+  for (const QueueScheduler::QueueView& q : Queues()) {
+    metrics_.Set("gpufrac_queue_pending_jobs", {{"queue", q.name}}, static_cast<double>(q.pending));
+    metrics_.Set("gpufrac_queue_running_jobs", {{"queue", q.name}}, static_cast<double>(q.running));
+  }
+  return metrics_.Render();
+}
+
+void Service::Loop() {
+  while (!stopping_) {
+    std::unique_lock<std::mutex> lock(mu_);
+    wake_.wait_for(lock, kPollInterval, [this] { return kicked_; });
+    kicked_ = false;
+    if (stopping_) break;
+    runner_.ReapChildren();
+    CheckRunning();
+    ScheduleAndLaunch();
+  }
+}
+
+void Service::CheckRunning() {
+  std::vector<int64_t> ended;
+  for (auto& [id, job] : active_) {
+    if (job.state == JobState::kRunning && !JobRunner::Alive(job.shim)) ended.push_back(id);
+  }
+  for (int64_t id : ended) {
+    Job& job = active_[id];
+    std::optional<Outcome> outcome = JobRunner::ReadOutcome(JobDir(id));
+    if (outcome && outcome->kind == Outcome::Kind::kNotStarted && !job.cancel_requested) {
+      Requeue(job);
+      continue;
+    }
+    if (!outcome) {
+      Finish(job, JobState::kLost,
+             "its supervisor (pid " + std::to_string(job.shim.pid) +
+                 ") ended without recording how the job ended",
+             -1, 0);
+      continue;
+    }
+    int exit_code = outcome->kind == Outcome::Kind::kExited ? outcome->code : -1;
+    int signal = outcome->kind == Outcome::Kind::kSignaled ? outcome->code : 0;
+    JobState state = exit_code == 0 ? JobState::kSucceeded : JobState::kFailed;
+    std::string reason = exit_code == 0 ? "" : outcome->Describe();
+    if (job.cancel_requested) {
+      state = JobState::kCancelled;
+      reason = "cancelled (" + outcome->Describe() + ")";
+    }
+    Finish(job, state, reason, exit_code, signal);
+  }
+}
+
+void Service::ScheduleAndLaunch() {
+  auto begin = std::chrono::steady_clock::now();
+  std::vector<StartDecision> decisions = scheduler_->Schedule(NowMs());
+  metrics_.Observe("gpufrac_scheduling_decision_seconds",
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+  for (const StartDecision& d : decisions) {
+    auto it = active_.find(d.id);
+    if (it == active_.end()) {
+      scheduler_->Finish(d.id);  // Cannot happen: the scheduler only knows active jobs.
+      continue;
+    }
+    Launch(it->second, d);
+  }
+}
+
+LaunchSpec Service::MakeLaunchSpec(const Job& job) const {
+  LaunchSpec spec;
+  spec.job_dir = JobDir(job.id);
+  spec.workload = WorkloadName(job.id);
+  spec.command = job.spec.command;
+  spec.env = MergeEnv(job.spec.env, config_.inventory.job_env);
+  spec.cwd = job.spec.cwd;
+  spec.uid = job.spec.uid;
+  spec.gid = job.spec.gid;
+  for (const GpuShare& share : job.gpus) {
+    uint64_t context = 0;
+    for (const NodeGpu& g : config_.inventory.gpus) {
+      if (g.index == share.index) context = g.context_bytes;
+    }
+    spec.gpus.push_back({share.uuid, share.memory_bytes, context});
+  }
+  spec.limiter_path = config_.limiter_path;
+  spec.kill_grace_seconds = config_.kill_grace_seconds;
+  return spec;
+}
+
+void Service::Launch(Job& job, const StartDecision& decision) {
+  // Recorded before anything exists outside the store, so that a crash from here on is found
+  // and undone by the next Recover.
+  job.state = JobState::kStarting;
+  job.gpus = decision.gpus;
+  if (Status s = store_->Update(job); !s.ok()) {
+    LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
+    scheduler_->Finish(job.id);
+    job.state = JobState::kPending;
+    job.gpus.clear();
+    scheduler_->Enqueue(PendingJob{job.id, *scheduler_->QueueIndex(job.spec.queue),
+                                   job.spec.request, job.submitted_ms});
+    return;
+  }
+  StatusOr<ProcessRef> shim = runner_.Prepare(MakeLaunchSpec(job));
+  if (!shim.ok()) {
+    Finish(job, JobState::kFailed, "could not start: " + shim.status().message(), -1, 0);
+    return;
+  }
+  job.state = JobState::kRunning;
+  job.shim = *shim;
+  job.started_ms = NowMs();
+  if (Status s = store_->Update(job); !s.ok()) {
+    LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
+    runner_.Abandon(*shim);  // Its shim exits unstarted; CheckRunning requeues the job.
+    return;
+  }
+  if (Status s = runner_.Release(*shim); !s.ok()) {
+    LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
+  }
+  metrics_.Observe("gpufrac_job_wait_seconds", (job.started_ms - job.submitted_ms) / 1000.0);
+}
+
+Job Service::Finish(Job& job, JobState state, const std::string& reason, int exit_code,
+                    int signal) {
+  bool held = job.state == JobState::kRunning || job.state == JobState::kStarting;
+  if (held) JobRunner::Cleanup(JobDir(job.id), WorkloadName(job.id), Uuids(job));
+  job.state = state;
+  job.reason = reason;
+  job.exit_code = exit_code;
+  job.signal = signal;
+  job.ended_ms = NowMs();
+  if (Status s = store_->Update(job); !s.ok()) {
+    // Leave it active: the next pass (or the next service) settles it again.
+    LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
+    return job;
+  }
+  if (held) scheduler_->Finish(job.id);
+  metrics_.Add("gpufrac_jobs_finished_total", {{"state", std::string(JobStateName(state))}}, 1);
+  Job final_job = job;
+  active_.erase(job.id);
+  return final_job;
+}
+
+void Service::Requeue(Job& job) {
+  JobRunner::Cleanup(JobDir(job.id), WorkloadName(job.id), Uuids(job));
+  std::error_code ec;
+  std::filesystem::remove_all(JobDir(job.id), ec);
+  scheduler_->Finish(job.id);
+  job.state = JobState::kPending;
+  job.gpus.clear();
+  job.shim = {};
+  job.started_ms = 0;
+  if (Status s = store_->Update(job); !s.ok()) LogError("%s", (s.message()).c_str());
+  scheduler_->Enqueue(PendingJob{job.id, *scheduler_->QueueIndex(job.spec.queue), job.spec.request,
+                                 job.submitted_ms});
+}
+
+}  // namespace gpufrac::node

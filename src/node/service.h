@@ -1,0 +1,125 @@
+// The node service's state machine: accepts jobs into the store, asks the queue scheduler what
+// starts, launches through the job runner, notices when jobs end, and on start-up takes over
+// from a previous instance (re-adopting jobs that kept running, recording the outcome of those
+// that ended meanwhile, freeing their shares exactly once). Thread-safe: the API's threads call
+// in while the service's own loop runs.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "node/gpu_inventory.h"
+#include "node/job.h"
+#include "node/job_runner.h"
+#include "node/metrics.h"
+#include "node/queue_scheduler.h"
+#include "node/store.h"
+
+namespace gpufrac::node {
+
+struct ServiceConfig {
+  std::string state_dir;        // Created if missing (0711): gpufracd.db, jobs/<id>/.
+  QueueConfig queues;           // Parsed queue file (or DefaultQueueConfig()).
+  Inventory inventory;          // The GPUs to schedule.
+  SchedulerOptions scheduler;   // Policy, starvation limit.
+  std::string shim_path;        // gpufrac-shim, absolute.
+  std::string limiter_path;     // libgpufrac.so, absolute.
+  int kill_grace_seconds = 10;  // Cancel: SIGTERM, then SIGKILL after this long.
+};
+
+// What a submission carries besides who sent it.
+struct Submission {
+  std::string name;
+  std::string queue;                  // Empty: the first (highest-priority) queue.
+  std::optional<GpuRequest> request;  // Empty: the queue's default.
+  std::vector<std::string> command;
+  std::string cwd;
+  std::vector<std::string> env;
+};
+
+class Service {
+ public:
+  // Opens the store, checks the GPUs against what running jobs hold, recovers unfinished jobs,
+  // and starts the scheduling loop.
+  static StatusOr<std::unique_ptr<Service>> Start(ServiceConfig config);
+  ~Service();  // Stops the loop; running jobs keep running (a later service re-adopts them).
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  // Validates and records a job for user uid/gid. Errors: kInvalidArgument (bad command, cwd,
+  // env, unknown queue, a request that can never fit here), with one line saying what to fix.
+  StatusOr<Job> Submit(const Submission& submission, uid_t uid, gid_t gid);
+  // Pending: removed and cancelled at once. Running: SIGTERM now, SIGKILL after the grace; the
+  // job ends as cancelled. Final: kFailedPrecondition. Unknown: kNotFound.
+  StatusOr<Job> Cancel(int64_t id);
+  StatusOr<Job> GetJob(int64_t id);
+  StatusOr<std::vector<Job>> ListJobs(const JobFilter& filter);
+  // Why a pending job waits ("" otherwise).
+  std::string WaitReason(int64_t id);
+  // The job's directory (logs: JobRunner::kStdout / kStderr).
+  std::string JobDir(int64_t id) const;
+
+  struct Workload {
+    int64_t job = 0;
+    std::string user;
+    uint32_t milli = 0;
+    uint64_t memory_limit = 0;
+    uint64_t memory_used = 0;  // As the limiter's budget counts it now.
+  };
+  struct GpuStatus {
+    NodeGpu gpu;
+    uint32_t allocated_milli = 0;
+    uint64_t allocated_memory = 0;
+    uint64_t used_memory = 0;
+    std::optional<int64_t> reserved_for;
+    std::vector<Workload> workloads;
+  };
+  std::vector<GpuStatus> Gpus();
+  std::vector<QueueScheduler::QueueView> Queues();
+  const QueueConfig& queue_config() const { return config_.queues; }
+  bool simulated() const { return config_.inventory.simulated; }
+  // Prometheus exposition of the current state.
+  std::string RenderMetrics();
+
+ private:
+  Service(ServiceConfig config, std::unique_ptr<Store> store,
+          std::unique_ptr<QueueScheduler> scheduler);
+  Status Recover();
+  void Loop();
+  // Under mu_:
+  void CheckRunning();
+  void ScheduleAndLaunch();
+  void Launch(Job& job, const StartDecision& decision);
+  // Records the final state, frees what the job held and forgets it; returns the final record.
+  Job Finish(Job& job, JobState state, const std::string& reason, int exit_code, int signal);
+  void Requeue(Job& job);
+  std::string WorkloadName(int64_t id) const;
+  LaunchSpec MakeLaunchSpec(const Job& job) const;
+  int64_t NowMs() const;
+
+  ServiceConfig config_;
+  std::string instance_;  // Distinguishes this state directory's workloads from others'.
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool kicked_ = false;
+  std::atomic<bool> stopping_{false};
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<QueueScheduler> scheduler_;
+  JobRunner runner_;
+  std::map<int64_t, Job> active_;  // Pending and running jobs, by id.
+  Metrics metrics_;
+  std::thread loop_;
+};
+
+}  // namespace gpufrac::node

@@ -1,0 +1,753 @@
+// The job runner and gpufrac-shim end to end: real jobs started through the two-phase protocol
+// on a simulated GPU under libgpufrac.so, cancelled, abandoned, and outliving their service.
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+#include "limiter/limit_config.h"
+#include "node/job_runner.h"
+
+namespace gpufrac::node {
+namespace {
+
+using gpufrac::testing::ProbePath;
+using gpufrac::testing::RunResult;
+using gpufrac::testing::SimMachine;
+using std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+constexpr uid_t kNobody = 65534;
+
+std::atomic<int> g_counter{0};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout = 30s) {
+  auto deadline = steady_clock::now() + timeout;
+  while (!done()) {
+    if (steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+std::optional<Outcome> WaitOutcome(const std::string& job_dir) {
+  std::optional<Outcome> outcome;
+  WaitFor([&] { return (outcome = JobRunner::ReadOutcome(job_dir)).has_value(); });
+  return outcome;
+}
+
+// "key=value" lookups in a log, as cuda_probe prints them.
+RunResult Parsed(const std::string& text) {
+  RunResult r;
+  r.out = text;
+  return r;
+}
+
+// Field `index` (1-based, as proc(5) counts) of /proc/PID/stat, or "" if the process is gone.
+std::string StatField(pid_t pid, int index) {
+  std::string text = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  size_t paren = text.rfind(')');
+  if (paren == std::string::npos) return "";
+  std::istringstream rest(text.substr(paren + 1));
+  std::string field;
+  for (int i = 3; i <= index && rest >> field; ++i) {
+  }
+  return field;
+}
+
+// Gone or a zombie: either way it runs no more.
+bool Gone(pid_t pid) {
+  std::string state = StatField(pid, 3);
+  return state.empty() || state == "Z";
+}
+
+std::set<pid_t> ChildrenOfThisProcess() {
+  std::set<pid_t> children;
+  DIR* proc = opendir("/proc");
+  while (dirent* e = readdir(proc)) {
+    pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid > 0 && StatField(pid, 4) == std::to_string(getpid())) children.insert(pid);
+  }
+  closedir(proc);
+  return children;
+}
+
+// Names of the budget segments of `workload` in /dev/shm.
+std::vector<std::string> BudgetsOf(const std::string& workload) {
+  std::vector<std::string> found;
+  std::string prefix = "gpufrac." + workload + ".";
+  DIR* shm = opendir("/dev/shm");
+  while (dirent* e = readdir(shm)) {
+    if (std::string(e->d_name).rfind(prefix, 0) == 0) found.push_back(e->d_name);
+  }
+  closedir(shm);
+  return found;
+}
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st {};
+  stat(path.c_str(), &st);
+  return st.st_mode & 07777;
+}
+
+class JobRunnerTest : public ::testing::Test {
+ protected:
+  JobRunnerTest() : machine_("2xA100-40GB") {}
+
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpufrac-runner-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    base_ = tmpl;
+    // Jobs of another user must be able to reach their directories below this one.
+    chmod(base_.c_str(), 0711);
+    workload_ = "runner-test-" + std::to_string(getpid()) + "-" + std::to_string(g_counter++);
+    uuid_ = machine_.Uuid(0);
+    ASSERT_FALSE(uuid_.empty());
+    runner_ = std::make_unique<JobRunner>(GPUFRAC_SHIM_PATH);
+  }
+
+  void TearDown() override {
+    // Every shim this test started has ended and is reaped, whatever the test did.
+    for (const ProcessRef& shim : shims_) {
+      if (!WaitFor([&] { return !JobRunner::Alive(shim); }, 15s)) kill(shim.pid, SIGKILL);
+      waitpid(shim.pid, nullptr, 0);
+    }
+    runner_.reset();
+    JobRunner::Cleanup(JobDir(), workload_, {machine_.Uuid(0), machine_.Uuid(1)});
+    std::error_code ec;
+    std::filesystem::remove_all(base_, ec);
+  }
+
+  std::string JobDir() const { return base_ + "/job"; }
+  std::string Log(const char* name) const { return ReadFile(JobDir() + "/" + name); }
+
+  LaunchSpec Spec(std::vector<std::string> command) const {
+    LaunchSpec spec;
+    spec.job_dir = JobDir();
+    spec.workload = workload_;
+    spec.command = std::move(command);
+    spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/", "GREETING=hello world",
+                "PROBE=" + ProbePath()};
+    spec.cwd = base_;
+    spec.uid = getuid();
+    spec.gid = getgid();
+    spec.gpus = {{uuid_, 2 * kGiB, 256 * kMiB}};
+    spec.limiter_path = GPUFRAC_LIMITER_PATH;
+    for (const auto& [name, value] : machine_.Env()) spec.extra_env.push_back(name + "=" + value);
+    spec.kill_grace_seconds = 1;
+    return spec;
+  }
+
+  // Step 1 of the protocol; the shim is remembered so that TearDown reaps it.
+  ProcessRef Prepare(const LaunchSpec& spec) {
+    StatusOr<ProcessRef> shim = runner_->Prepare(spec);
+    EXPECT_TRUE(shim.ok()) << shim.status();
+    if (!shim.ok()) return {};
+    shims_.push_back(*shim);
+    return *shim;
+  }
+
+  ProcessRef Start(const LaunchSpec& spec) {
+    ProcessRef shim = Prepare(spec);
+    if (shim.pid > 0) {
+      EXPECT_TRUE(runner_->Release(shim).ok());
+    }
+    return shim;
+  }
+
+  std::optional<Outcome> Run(const LaunchSpec& spec) {
+    ProcessRef shim = Start(spec);
+    if (shim.pid <= 0) return std::nullopt;
+    return WaitOutcome(spec.job_dir);
+  }
+
+  // Waits until the job has printed `text` on its stdout.
+  bool WaitForOutput(const std::string& text) {
+    return WaitFor([&] { return Log(JobRunner::kStdout).find(text) != std::string::npos; });
+  }
+
+  SimMachine machine_;
+  std::string base_, workload_, uuid_;
+  std::unique_ptr<JobRunner> runner_;
+  std::vector<ProcessRef> shims_;
+};
+
+TEST_F(JobRunnerTest, RecordsTheExitCode) {
+  std::optional<Outcome> outcome = Run(Spec({"sh", "-c", "exit 3"}));
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->kind, Outcome::Kind::kExited);
+  EXPECT_EQ(outcome->code, 3);
+  EXPECT_EQ(outcome->Describe(), "exit code 3");
+  EXPECT_EQ(ReadFile(JobDir() + "/outcome"), "exited 3\n");
+  EXPECT_FALSE(Exists(JobDir() + "/outcome.tmp"));
+  // The shim ends once it has recorded the outcome.
+  EXPECT_TRUE(WaitFor([&] { return !JobRunner::Alive(shims_[0]); }));
+}
+
+TEST_F(JobRunnerTest, RecordsADeathBySignal) {
+  std::optional<Outcome> outcome = Run(Spec({"sh", "-c", "kill -KILL $$"}));
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->kind, Outcome::Kind::kSignaled);
+  EXPECT_EQ(outcome->code, SIGKILL);
+  EXPECT_EQ(outcome->Describe(), "killed by signal 9 (Killed)");
+}
+
+TEST_F(JobRunnerTest, OutputGoesToTheLogsAndTheJobDirectoryIsPrivate) {
+  std::optional<Outcome> outcome =
+      Run(Spec({"sh", "-c", "echo to-stdout; echo to-stderr >&2; read x || echo stdin-empty"}));
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->kind, Outcome::Kind::kExited);
+  EXPECT_EQ(Log(JobRunner::kStdout), "to-stdout\nstdin-empty\n");
+  EXPECT_EQ(Log(JobRunner::kStderr), "to-stderr\n");
+  EXPECT_EQ(ModeOf(JobDir()), 0711u);
+  EXPECT_EQ(ModeOf(JobDir() + "/" + JobRunner::kStdout), 0600u);
+  EXPECT_EQ(ModeOf(JobDir() + "/" + JobRunner::kStderr), 0600u);
+  EXPECT_EQ(ModeOf(JobDir() + "/limits"), 0444u);
+  EXPECT_EQ(ModeOf(JobDir() + "/spec.json"), 0600u);
+  // The job's pid is recorded.
+  EXPECT_GT(std::atoi(ReadFile(JobDir() + "/pid").c_str()), 0);
+}
+
+TEST_F(JobRunnerTest, TheJobRunsInItsDirectoryWithTheUsersEnvironmentAndTheLimiter) {
+  std::string cwd = base_ + "/work dir";
+  ASSERT_EQ(mkdir(cwd.c_str(), 0755), 0);
+  LaunchSpec spec = Spec({"sh", "-c",
+                          "pwd; echo \"greeting=$GREETING\"; echo \"cvd=$CUDA_VISIBLE_DEVICES\"; "
+                          "echo \"preload=$LD_PRELOAD\"; echo \"limits=$GPUFRAC_LIMIT_FILE\"; "
+                          "echo \"sim=$SIMGPU_NAMESPACE\""});
+  spec.cwd = cwd;
+  // The user's own settings of the variables the runner sets: CUDA_VISIBLE_DEVICES is replaced
+  // (twice, so that no duplicate can shadow it), LD_PRELOAD is kept after the limiter.
+  spec.env.push_back("CUDA_VISIBLE_DEVICES=0");
+  spec.env.push_back("LD_PRELOAD=libm.so.6");
+  spec.env.push_back("CUDA_VISIBLE_DEVICES=1");
+  std::optional<Outcome> outcome = Run(spec);
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->Describe(), "exit code 0") << Log(JobRunner::kStderr);
+  std::string expected = cwd + "\ngreeting=hello world\ncvd=" + uuid_ +
+                         "\npreload=" GPUFRAC_LIMITER_PATH ":libm.so.6\nlimits=" + JobDir() +
+                         "/limits\nsim=" + machine_.name_space() + "\n";
+  EXPECT_EQ(Log(JobRunner::kStdout), expected);
+}
+
+TEST_F(JobRunnerTest, CudaSeesTheLimitAndCannotAllocatePastIt) {
+  std::optional<Outcome> outcome = Run(Spec({ProbePath(), "info"}));
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->Describe(), "exit code 0") << Log(JobRunner::kStderr);
+  RunResult info = Parsed(Log(JobRunner::kStdout));
+  EXPECT_EQ(info.GetInt("total"), static_cast<long long>(2 * kGiB));
+  EXPECT_EQ(info.GetInt("device_total"), static_cast<long long>(2 * kGiB));
+}
+
+TEST_F(JobRunnerTest, AnAllocationOverTheLimitFails) {
+  std::optional<Outcome> outcome =
+      Run(Spec({ProbePath(), "alloc", "mem", std::to_string(3 * kGiB)}));
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(Parsed(Log(JobRunner::kStdout)).GetInt("alloc"), 2);  // CUDA_ERROR_OUT_OF_MEMORY
+  EXPECT_NE(Log(JobRunner::kStderr).find("out of GPU memory"), std::string::npos)
+      << Log(JobRunner::kStderr);
+}
+
+TEST_F(JobRunnerTest, MemoryInUseIsWhatTheJobHoldsAndCancelEndsIt) {
+  ProcessRef shim = Start(Spec({ProbePath(), "hold", std::to_string(kGiB)}));
+  ASSERT_TRUE(WaitForOutput("hold=")) << Log(JobRunner::kStderr);
+  ASSERT_NE(Log(JobRunner::kStdout).find("hold=0"), std::string::npos);
+  EXPECT_GE(JobRunner::MemoryInUse(workload_, uuid_), kGiB);
+  EXPECT_LE(JobRunner::MemoryInUse(workload_, uuid_), 2 * kGiB);
+  ASSERT_TRUE(runner_->Signal(shim, SIGTERM).ok());
+  std::optional<Outcome> outcome = WaitOutcome(JobDir());
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->kind, Outcome::Kind::kSignaled);
+  EXPECT_EQ(outcome->code, SIGTERM);
+
+  // Cleanup drops the limit file and the budget; the logs and the outcome stay.
+  ASSERT_EQ(BudgetsOf(workload_).size(), 1u);
+  JobRunner::Cleanup(JobDir(), workload_, {uuid_});
+  EXPECT_TRUE(BudgetsOf(workload_).empty());
+  EXPECT_EQ(JobRunner::MemoryInUse(workload_, uuid_), 0u);
+  EXPECT_FALSE(Exists(JobDir() + "/limits"));
+  EXPECT_TRUE(Exists(JobDir() + "/" + JobRunner::kStdout));
+  EXPECT_TRUE(JobRunner::ReadOutcome(JobDir()));
+  JobRunner::Cleanup(JobDir(), workload_, {uuid_});  // Twice is harmless.
+}
+
+TEST_F(JobRunnerTest, SeveralGpusAreVisibleInTheGivenOrderEachWithItsLimit) {
+  std::string uuid1 = machine_.Uuid(1);
+  LaunchSpec spec = Spec({"sh", "-c",
+                          "echo \"cvd=$CUDA_VISIBLE_DEVICES\"; \"$PROBE\" uuid && "
+                          "exec \"$PROBE\" info"});
+  spec.gpus = {{uuid1, 3 * kGiB, 0}, {uuid_, 2 * kGiB, 0}};
+  std::optional<Outcome> outcome = Run(spec);
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->Describe(), "exit code 0") << Log(JobRunner::kStderr);
+  RunResult r = Parsed(Log(JobRunner::kStdout));
+  EXPECT_EQ(r.Get("cvd"), uuid1 + "," + uuid_);
+  EXPECT_EQ(r.Get("uuid"), uuid1);
+  EXPECT_EQ(r.GetInt("total"), static_cast<long long>(3 * kGiB));
+
+  std::string text = ReadFile(JobDir() + "/limits");
+  limiter::LimitConfig config;
+  char err[256];
+  ASSERT_TRUE(limiter::ParseLimitConfig(text.data(), text.size(), &config, err, sizeof(err)))
+      << err;
+  EXPECT_EQ(std::string(config.workload), workload_);
+  ASSERT_EQ(config.gpu_count, 2);
+  EXPECT_EQ(std::string(config.gpus[0].uuid), uuid1);
+  EXPECT_EQ(config.gpus[0].limit_bytes, 3 * kGiB);
+  EXPECT_EQ(std::string(config.gpus[1].uuid), uuid_);
+  EXPECT_EQ(config.gpus[1].limit_bytes, 2 * kGiB);
+  EXPECT_EQ(BudgetsOf(workload_).size(), 2u);
+}
+
+TEST_F(JobRunnerTest, ACommandThatIsNotFoundIsAnExecFailureWithItsErrno) {
+  std::optional<Outcome> outcome = Run(Spec({"no-such-command-gpufrac"}));
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->kind, Outcome::Kind::kExecFailed);
+  EXPECT_EQ(outcome->code, ENOENT);
+  EXPECT_EQ(outcome->Describe(), "could not start the command: No such file or directory");
+  EXPECT_NE(Log(JobRunner::kStderr).find("cannot run no-such-command-gpufrac"), std::string::npos)
+      << Log(JobRunner::kStderr);
+  EXPECT_FALSE(Exists(JobDir() + "/pid"));
+}
+
+TEST_F(JobRunnerTest, AMissingWorkingDirectoryIsAnExecFailure) {
+  LaunchSpec spec = Spec({"true"});
+  spec.cwd = base_ + "/missing";
+  std::optional<Outcome> outcome = Run(spec);
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->kind, Outcome::Kind::kExecFailed);
+  EXPECT_EQ(outcome->code, ENOENT);
+}
+
+TEST_F(JobRunnerTest, TheCommandIsSearchedForInTheJobsPath) {
+  std::string bin = base_ + "/bin";
+  ASSERT_EQ(mkdir(bin.c_str(), 0755), 0);
+  std::ofstream(bin + "/gpufrac-test-hello") << "#!/bin/sh\necho hello from the PATH of the job\n";
+  chmod((bin + "/gpufrac-test-hello").c_str(), 0755);
+  LaunchSpec spec = Spec({"gpufrac-test-hello"});
+  spec.env[0] = "PATH=" + bin + ":/usr/bin:/bin";
+  std::optional<Outcome> outcome = Run(spec);
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->Describe(), "exit code 0");
+  EXPECT_EQ(Log(JobRunner::kStdout), "hello from the PATH of the job\n");
+}
+
+TEST_F(JobRunnerTest, AJobRunsAsItsUserAndCanUseItsLimitAndBudget) {
+  if (geteuid() != 0) GTEST_SKIP() << "starting a job as another user needs root";
+  std::string cwd = base_ + "/nobody";
+  ASSERT_EQ(mkdir(cwd.c_str(), 0755), 0);
+  LaunchSpec spec =
+      Spec({"sh", "-c",
+            "echo \"uid=$(id -u) gid=$(id -g) groups=$(id -G)\"; "
+            "cat \"$GPUFRAC_LIMIT_FILE\" >/dev/null && echo read=yes; "
+            "if (echo x >> \"$GPUFRAC_LIMIT_FILE\") 2>/dev/null; then echo write=yes; else echo "
+            "write=no; fi; "
+            "\"$PROBE\" info && exec \"$PROBE\" alloc mem 1073741824"});
+  spec.uid = kNobody;
+  spec.gid = kNobody;
+  spec.cwd = cwd;
+  std::optional<Outcome> outcome = Run(spec);
+  // The simulated driver keeps its machine per user.
+  shm_unlink(("/simgpu." + std::to_string(kNobody) + "." + machine_.name_space()).c_str());
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->Describe(), "exit code 0") << Log(JobRunner::kStderr);
+  RunResult r = Parsed(Log(JobRunner::kStdout));
+  EXPECT_EQ(r.Get("uid"), "65534");
+  EXPECT_EQ(r.Get("gid"), "65534");
+  EXPECT_EQ(r.Get("groups"), "65534");  // None of root's groups.
+  EXPECT_EQ(r.Get("read"), "yes");
+  EXPECT_EQ(r.Get("write"), "no");
+  EXPECT_EQ(r.GetInt("total"), static_cast<long long>(2 * kGiB));
+  EXPECT_EQ(r.GetInt("alloc"), 0) << Log(JobRunner::kStderr);
+  struct stat st {};
+  ASSERT_EQ(stat(("/dev/shm/" + BudgetsOf(workload_).at(0)).c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kNobody);
+  // The logs stay the service's.
+  ASSERT_EQ(stat((JobDir() + "/" + JobRunner::kStdout).c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, geteuid());
+}
+
+TEST_F(JobRunnerTest, ANonRootServiceRunsJobsAsItself) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to become another user for the test";
+  std::string home = base_ + "/service";
+  ASSERT_EQ(mkdir(home.c_str(), 0755), 0);
+  ASSERT_EQ(chown(home.c_str(), kNobody, kNobody), 0);
+  std::string job_dir = home + "/job";
+  pid_t service = fork();
+  if (service == 0) {
+    if (setgroups(0, nullptr) != 0 || setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(10);
+    JobRunner runner(GPUFRAC_SHIM_PATH);
+    LaunchSpec spec = Spec({"sh", "-c", "exit $(id -u | cut -c1-2)"});  // 65534 -> 65
+    spec.job_dir = job_dir;
+    spec.uid = spec.gid = 0;
+    // Another user's job is refused, and leaves nothing behind.
+    StatusOr<ProcessRef> refused = runner.Prepare(spec);
+    if (refused.ok() || refused.status().code() != StatusCode::kPermissionDenied) _exit(11);
+    if (Exists(job_dir)) _exit(12);
+    spec.uid = spec.gid = kNobody;
+    StatusOr<ProcessRef> shim = runner.Prepare(spec);
+    if (!shim.ok() || !runner.Release(*shim).ok()) _exit(13);
+    std::optional<Outcome> outcome = WaitOutcome(job_dir);
+    JobRunner::Cleanup(job_dir, workload_, {uuid_});
+    if (!outcome || outcome->kind != Outcome::Kind::kExited) _exit(14);
+    _exit(outcome->code);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(service, &status, 0), service);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 65) << ReadFile(job_dir + "/stderr.log");
+}
+
+TEST_F(JobRunnerTest, CancelSendsSigtermToTheJob) {
+  ProcessRef shim = Start(Spec(
+      {"sh", "-c", "trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.1; done"}));
+  ASSERT_TRUE(WaitForOutput("ready"));
+  ASSERT_TRUE(runner_->Signal(shim, SIGTERM).ok());
+  std::optional<Outcome> outcome = WaitOutcome(JobDir());
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->Describe(), "exit code 7");
+  EXPECT_EQ(Log(JobRunner::kStdout), "ready\ngot-term\n");
+}
+
+TEST_F(JobRunnerTest, SigintAndSighupToTheShimAlsoCancelWithSigterm) {
+  for (int sig : {SIGINT, SIGHUP}) {
+    SCOPED_TRACE(sig);
+    std::filesystem::remove_all(JobDir());
+    ProcessRef shim =
+        Start(Spec({"sh", "-c",
+                    "trap 'exit 7' TERM; trap 'exit 8' INT HUP; echo ready; while :; do sleep "
+                    "0.1; done"}));
+    ASSERT_TRUE(WaitForOutput("ready"));
+    ASSERT_TRUE(runner_->Signal(shim, sig).ok());
+    std::optional<Outcome> outcome = WaitOutcome(JobDir());
+    ASSERT_TRUE(outcome);
+    EXPECT_EQ(outcome->Describe(), "exit code 7");
+  }
+}
+
+TEST_F(JobRunnerTest, AJobThatIgnoresSigtermIsKilledAfterTheGrace) {
+  ProcessRef shim =
+      Start(Spec({"sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.1; done"}));
+  ASSERT_TRUE(WaitForOutput("ready"));
+  auto cancelled = steady_clock::now();
+  ASSERT_TRUE(runner_->Signal(shim, SIGTERM).ok());
+  std::optional<Outcome> outcome = WaitOutcome(JobDir());
+  auto took = steady_clock::now() - cancelled;
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->Describe(), "killed by signal 9 (Killed)");
+  EXPECT_GE(took, 900ms);  // The grace is 1 s.
+  EXPECT_LT(took, 10s);
+}
+
+TEST_F(JobRunnerTest, WhatTheJobLeftRunningIsKilledWhenItsMainProcessEnds) {
+  std::optional<Outcome> outcome =
+      Run(Spec({"sh", "-c", "sleep 1000 & echo $! > bg.pid; sleep 1000 & exit 4"}));
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->Describe(), "exit code 4");
+  pid_t background = static_cast<pid_t>(std::atoi(ReadFile(base_ + "/bg.pid").c_str()));
+  ASSERT_GT(background, 0);
+  // Already gone when the outcome is written: nothing of the job outlives it.
+  EXPECT_TRUE(Gone(background)) << StatField(background, 3);
+}
+
+TEST_F(JobRunnerTest, AnAbandonedJobNeverStarts) {
+  std::string marker = base_ + "/marker";
+  ProcessRef shim = Prepare(Spec({"touch", marker}));
+  ASSERT_GT(shim.pid, 0);
+  EXPECT_TRUE(JobRunner::Alive(shim));
+  runner_->Abandon(shim);
+  std::optional<Outcome> outcome = WaitOutcome(JobDir());
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->kind, Outcome::Kind::kNotStarted);
+  EXPECT_EQ(outcome->Describe(), "never started");
+  EXPECT_FALSE(Exists(marker));
+  EXPECT_FALSE(Exists(JobDir() + "/pid"));
+  EXPECT_EQ(runner_->Release(shim).code(), StatusCode::kNotFound);
+}
+
+TEST_F(JobRunnerTest, DestroyingTheRunnerBeforeReleaseMeansTheJobNeverStarts) {
+  std::string marker = base_ + "/marker";
+  ProcessRef shim = Prepare(Spec({"touch", marker}));
+  ASSERT_GT(shim.pid, 0);
+  runner_.reset();
+  std::optional<Outcome> outcome = WaitOutcome(JobDir());
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->kind, Outcome::Kind::kNotStarted);
+  EXPECT_TRUE(WaitFor([&] { return !JobRunner::Alive(shim); }));
+  EXPECT_FALSE(Exists(marker));
+}
+
+TEST_F(JobRunnerTest, CancellingBeforeReleaseMeansNeverStartedAndReleaseThenFails) {
+  std::string marker = base_ + "/marker";
+  ProcessRef shim = Prepare(Spec({"touch", marker}));
+  ASSERT_TRUE(runner_->Signal(shim, SIGTERM).ok());
+  std::optional<Outcome> outcome = WaitOutcome(JobDir());
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->kind, Outcome::Kind::kNotStarted);
+  ASSERT_TRUE(WaitFor([&] { return !JobRunner::Alive(shim); }));
+  // The go-ahead now meets a closed pipe: an error, not a SIGPIPE that would end the service.
+  EXPECT_EQ(runner_->Release(shim).code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(Exists(marker));
+  EXPECT_EQ(runner_->Signal(shim, SIGTERM).code(), StatusCode::kNotFound);
+  runner_->ReapChildren();
+  EXPECT_TRUE(StatField(shim.pid, 3).empty());
+}
+
+TEST_F(JobRunnerTest, ReleaseOfAnUnknownShimIsNotFound) {
+  EXPECT_EQ(runner_->Release(ProcessRef{getpid(), 1}).code(), StatusCode::kNotFound);
+  runner_->Abandon(ProcessRef{getpid(), 1});  // Nothing to give up: no effect.
+}
+
+TEST_F(JobRunnerTest, TheJobOutlivesAKilledServiceAndItsOutcomeIsRecorded) {
+  std::string marker = base_ + "/marker";
+  LaunchSpec spec = Spec({"sh", "-c", "sleep 1; echo done > \"$0\"; exit 5", marker});
+  int report[2], hold[2];
+  ASSERT_EQ(pipe(report), 0);
+  ASSERT_EQ(pipe(hold), 0);
+  pid_t service = fork();
+  if (service == 0) {
+    // A service: prepares and releases the job, says which shim runs it, and is then killed.
+    close(report[0]);
+    close(hold[1]);
+    JobRunner runner(GPUFRAC_SHIM_PATH);
+    StatusOr<ProcessRef> shim = runner.Prepare(spec);
+    ProcessRef ref;
+    if (shim.ok() && runner.Release(*shim).ok()) ref = *shim;
+    (void)!write(report[1], &ref, sizeof(ref));
+    char c;
+    (void)!read(hold[0], &c, 1);
+    _exit(0);
+  }
+  close(report[1]);
+  close(hold[0]);
+  ProcessRef shim;
+  ASSERT_EQ(read(report[0], &shim, sizeof(shim)), static_cast<ssize_t>(sizeof(shim)));
+  close(report[0]);
+  kill(service, SIGKILL);
+  ASSERT_EQ(waitpid(service, nullptr, 0), service);
+  close(hold[1]);
+  ASSERT_GT(shim.pid, 0);
+
+  // Another service sees the job still running, then its outcome.
+  EXPECT_TRUE(JobRunner::Alive(shim));
+  EXPECT_FALSE(JobRunner::ReadOutcome(JobDir()));
+  std::optional<Outcome> outcome = WaitOutcome(JobDir());
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->Describe(), "exit code 5");
+  EXPECT_EQ(ReadFile(marker), "done\n");
+  EXPECT_TRUE(WaitFor([&] { return !JobRunner::Alive(shim); }));
+}
+
+TEST_F(JobRunnerTest, NoFileOfTheServiceLeaksIntoTheShimOrTheJob) {
+  std::string secret = base_ + "/service-secret";
+  int fd = open(secret.c_str(), O_WRONLY | O_CREAT, 0600);  // Deliberately not close-on-exec.
+  ASSERT_GE(fd, 0);
+  ProcessRef shim = Prepare(Spec({"sh", "-c", "ls -l /proc/$$/fd/"}));
+  ASSERT_GT(shim.pid, 0);
+  std::string fd_dir = "/proc/" + std::to_string(shim.pid) + "/fd";
+  std::set<std::string> shim_files;
+  ASSERT_TRUE(WaitFor([&] {
+    // Wait for the exec: until then the child still has the service's files.
+    return ReadFile("/proc/" + std::to_string(shim.pid) + "/comm") == "gpufrac-shim\n";
+  }));
+  for (const auto& entry : std::filesystem::directory_iterator(fd_dir)) {
+    std::error_code ec;
+    shim_files.insert(std::filesystem::read_symlink(entry.path(), ec).string());
+  }
+  EXPECT_EQ(shim_files.count(secret), 0u);
+  EXPECT_TRUE(runner_->Release(shim).ok());
+  std::optional<Outcome> outcome = WaitOutcome(JobDir());
+  close(fd);
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->Describe(), "exit code 0");
+  EXPECT_EQ(Log(JobRunner::kStdout).find("service-secret"), std::string::npos)
+      << Log(JobRunner::kStdout);
+  EXPECT_NE(Log(JobRunner::kStdout).find("stdout.log"), std::string::npos);
+}
+
+TEST_F(JobRunnerTest, AFailedPrepareLeavesNothingBehind) {
+  std::set<pid_t> children = ChildrenOfThisProcess();
+
+  // The job directory exists already: it is left exactly as it was.
+  ASSERT_EQ(mkdir(JobDir().c_str(), 0700), 0);
+  std::ofstream(JobDir() + "/keep") << "keep";
+  StatusOr<ProcessRef> shim = runner_->Prepare(Spec({"true"}));
+  EXPECT_FALSE(shim.ok());
+  EXPECT_NE(shim.status().message().find("File exists"), std::string::npos) << shim.status();
+  EXPECT_EQ(ReadFile(JobDir() + "/keep"), "keep");
+  EXPECT_FALSE(Exists(JobDir() + "/limits"));
+  EXPECT_TRUE(BudgetsOf(workload_).empty());
+  std::filesystem::remove_all(JobDir());
+
+  // Its parent is not a directory.
+  std::ofstream(base_ + "/file") << "x";
+  LaunchSpec spec = Spec({"true"});
+  spec.job_dir = base_ + "/file/job";
+  shim = runner_->Prepare(spec);
+  EXPECT_EQ(shim.status().code(), StatusCode::kUnavailable) << shim.status();
+  EXPECT_TRUE(BudgetsOf(workload_).empty());
+
+  // The shim cannot be run: by then the directory and the budgets were made, and are undone.
+  JobRunner broken("/nonexistent/gpufrac-shim");
+  spec = Spec({"true"});
+  spec.gpus.push_back({machine_.Uuid(1), kGiB, 0});
+  shim = broken.Prepare(spec);
+  EXPECT_EQ(shim.status().code(), StatusCode::kUnavailable) << shim.status();
+  EXPECT_NE(shim.status().message().find("cannot run the job supervisor"), std::string::npos)
+      << shim.status();
+  EXPECT_FALSE(Exists(JobDir()));
+  EXPECT_TRUE(BudgetsOf(workload_).empty());
+
+  // Bad input is refused before anything is made.
+  std::vector<std::function<void(LaunchSpec&)>> bad = {
+      [](LaunchSpec& s) { s.workload = "no/slash"; },
+      [](LaunchSpec& s) { s.workload = std::string(64, 'w'); },
+      [](LaunchSpec& s) { s.command.clear(); },
+      [](LaunchSpec& s) { s.cwd = "relative"; },
+      [](LaunchSpec& s) { s.job_dir = "relative/job"; },
+      [](LaunchSpec& s) { s.gpus.clear(); },
+      [](LaunchSpec& s) { s.gpus[0].uuid = "GPU-not-a-uuid"; },
+      [](LaunchSpec& s) { s.gpus[0].uuid = "../GPU-00000000-0000-0000-0000-000000000000"; },
+      [](LaunchSpec& s) { s.gpus.push_back(s.gpus[0]); },
+      [](LaunchSpec& s) { s.gpus[0].limit_bytes = 0; },
+      [](LaunchSpec& s) { s.env.push_back("NOEQUALS"); },
+      [](LaunchSpec& s) { s.limiter_path = "libgpufrac.so"; },
+  };
+  for (size_t i = 0; i < bad.size(); ++i) {
+    SCOPED_TRACE(i);
+    spec = Spec({"true"});
+    bad[i](spec);
+    shim = runner_->Prepare(spec);
+    EXPECT_EQ(shim.status().code(), StatusCode::kInvalidArgument) << shim.status();
+    EXPECT_FALSE(Exists(JobDir()));
+    EXPECT_TRUE(BudgetsOf(workload_).empty());
+  }
+  // No process was left running or unreaped.
+  EXPECT_EQ(ChildrenOfThisProcess(), children);
+}
+
+TEST(JobRunnerOutcomeTest, ReadsOnlyWholeOutcomes) {
+  char tmpl[] = "/tmp/gpufrac-outcome-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl;
+  auto read_back = [&](const std::string& text) {
+    std::ofstream(dir + "/outcome") << text;
+    return JobRunner::ReadOutcome(dir);
+  };
+  EXPECT_FALSE(JobRunner::ReadOutcome(dir));  // None yet.
+  EXPECT_FALSE(read_back(""));
+  EXPECT_FALSE(read_back("exited 3"));  // Not a whole line.
+  EXPECT_FALSE(read_back("exited\n"));
+  EXPECT_FALSE(read_back("exited -1\n"));
+  EXPECT_FALSE(read_back("exited 3 4\n"));
+  EXPECT_FALSE(read_back("finished 3\n"));
+  EXPECT_FALSE(read_back("not-started 1\n"));
+  std::optional<Outcome> o = read_back("exited 3\n");
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->kind, Outcome::Kind::kExited);
+  EXPECT_EQ(o->code, 3);
+  o = read_back("signaled 15\n");
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->Describe(), "killed by signal 15 (Terminated)");
+  o = read_back("not-started\n");
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->Describe(), "never started");
+  o = read_back("exec-failed 13\n");
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->Describe(), "could not start the command: Permission denied");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(JobRunnerProcessTest, AProcessIsKnownByItsPidAndStartTime) {
+  std::optional<ProcessRef> self = JobRunner::Identify(getpid());
+  ASSERT_TRUE(self);
+  EXPECT_EQ(self->pid, getpid());
+  EXPECT_EQ(std::to_string(self->start_ticks), StatField(getpid(), 22));
+  EXPECT_TRUE(JobRunner::Alive(*self));
+  // Same PID, another start time: the PID was reused by someone else.
+  EXPECT_FALSE(JobRunner::Alive(ProcessRef{getpid(), self->start_ticks + 1}));
+  EXPECT_FALSE(JobRunner::Alive(ProcessRef{}));
+  EXPECT_FALSE(JobRunner::Identify(0));
+  // PIDs are below pid_max: this one cannot exist.
+  pid_t impossible = static_cast<pid_t>(std::atoi(ReadFile("/proc/sys/kernel/pid_max").c_str()));
+  EXPECT_FALSE(JobRunner::Identify(impossible));
+}
+
+TEST(JobRunnerProcessTest, NamesWithSpacesAndParenthesesAndZombies) {
+  int go[2], renamed[2];
+  ASSERT_EQ(pipe(go), 0);
+  ASSERT_EQ(pipe(renamed), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    close(go[1]);
+    close(renamed[0]);
+    char c;
+    (void)!read(go[0], &c, 1);
+    prctl(PR_SET_NAME, "a) Z 1 2 (3 4)");
+    (void)!write(renamed[1], "r", 1);
+    (void)!read(go[0], &c, 1);  // Until the test closes the pipe.
+    _exit(0);
+  }
+  close(go[0]);
+  close(renamed[1]);
+  std::optional<ProcessRef> before = JobRunner::Identify(child);
+  ASSERT_TRUE(before);
+  ASSERT_EQ(write(go[1], "g", 1), 1);
+  char c;
+  ASSERT_EQ(read(renamed[0], &c, 1), 1);
+  ASSERT_EQ(ReadFile("/proc/" + std::to_string(child) + "/comm"), "a) Z 1 2 (3 4)\n");
+  std::optional<ProcessRef> after = JobRunner::Identify(child);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(*after, *before);
+  EXPECT_TRUE(JobRunner::Alive(*before));
+
+  // Once it has exited, a zombie (not yet reaped) is not alive.
+  close(go[1]);
+  siginfo_t info{};
+  ASSERT_EQ(waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT), 0);
+  EXPECT_EQ(StatField(child, 3), "Z");
+  EXPECT_FALSE(JobRunner::Alive(*before));
+  EXPECT_FALSE(JobRunner::Identify(child));
+  // The runner reaps it (any child of the service is a shim).
+  JobRunner runner(GPUFRAC_SHIM_PATH);
+  runner.ReapChildren();
+  EXPECT_TRUE(StatField(child, 3).empty());
+  close(renamed[0]);
+}
+
+}  // namespace
+}  // namespace gpufrac::node

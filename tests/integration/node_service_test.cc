@@ -1,0 +1,517 @@
+// End-to-end tests of gpufracd and the commands that talk to it: the real service binary on
+// simulated GPUs in a temporary directory, driven through its API and the `gpufrac` command.
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+
+namespace gpufrac::testing {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr uid_t kNobody = 65534;
+
+std::string Bin(const std::string& name) { return BuildPath("bin/" + name); }
+
+struct Reply {
+  int status = 0;
+  json body;
+};
+
+// One gpufracd on simulated GPUs, in its own directory.
+class Daemon {
+ public:
+  Daemon(std::string sim, std::vector<std::string> extra = {}, std::string queues = "")
+      : sim_(std::move(sim)), extra_(std::move(extra)) {
+    char tmpl[] = "/tmp/gpufracd-test-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    chmod(dir_.c_str(), 0755);
+    socket_ = dir_ + "/api.sock";
+    if (!queues.empty()) {
+      std::ofstream(dir_ + "/queues.yaml") << queues;
+      extra_.push_back("--queues");
+      extra_.push_back(dir_ + "/queues.yaml");
+    }
+    Start();
+  }
+  ~Daemon() {
+    if (::testing::Test::HasFailure()) {
+      std::fprintf(stderr, "gpufracd's log:\n%s\n", Log().c_str());
+      RunCommand({"sh", "-c",
+                  "ps -ef | grep -v grep | grep " + dir_ + " >&2; for f in " + dir_ +
+                      "/state/jobs/*/*; do echo $f: $(head -c 200 $f); done >&2"},
+                 {});
+    }
+    Stop(SIGTERM);
+    // Jobs of a killed test may still run: end them before removing their files.
+    RunCommand({"pkill", "-KILL", "-f", dir_}, {});
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  void Start() {
+    std::vector<std::string> args = {Bin("gpufracd"), "--sim",         sim_,
+                                     "--state-dir",   dir_ + "/state", "--socket",
+                                     socket_,         "--kill-grace",  "1"};
+    args.insert(args.end(), extra_.begin(), extra_.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::string log = dir_ + "/gpufracd.log";
+      freopen(log.c_str(), "a", stderr);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    for (int i = 0; i < 400; ++i) {
+      if (Get("/v1/health").status == 200) return;
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        break;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    ADD_FAILURE() << "gpufracd did not start: " << Log();
+  }
+  void Stop(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    waitpid(pid_, nullptr, 0);
+    pid_ = 0;
+  }
+  std::string Log() const {
+    std::ifstream in(dir_ + "/gpufracd.log");
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  Reply Call(const std::string& method, const std::string& path, const std::string& body = "") {
+    httplib::Client c(socket_);
+    c.set_address_family(AF_UNIX);
+    c.set_read_timeout(40);
+    auto res =
+        method == "GET" ? c.Get(path.c_str()) : c.Post(path.c_str(), body, "application/json");
+    Reply r;
+    if (!res) return r;
+    r.status = res->status;
+    r.body = json::parse(res->body, nullptr, false);
+    return r;
+  }
+  Reply Get(const std::string& path) { return Call("GET", path); }
+  Reply Post(const std::string& path, const json& body) { return Call("POST", path, body.dump()); }
+
+  // Submits `command` with `request` as the calling user.
+  Reply Submit(std::vector<std::string> command, json request, const std::string& queue = "") {
+    json body = {{"command", command}, {"cwd", "/tmp"}, {"env", {"PATH=/usr/bin:/bin"}}};
+    if (!request.is_null()) body["request"] = request;
+    if (!queue.empty()) body["queue"] = queue;
+    return Post("/v1/jobs", body);
+  }
+  json Job(int64_t id) { return Get("/v1/jobs/" + std::to_string(id)).body; }
+  // Waits until job `id` is in `state` (or any final state when state is "final").
+  json WaitFor(int64_t id, const std::string& state, std::chrono::milliseconds limit = 20s) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    json job;
+    while (std::chrono::steady_clock::now() < deadline) {
+      job = Job(id);
+      std::string s = job.value("state", "");
+      bool final = s == "succeeded" || s == "failed" || s == "cancelled" || s == "lost";
+      if (s == state || (state == "final" && final)) return job;
+      std::this_thread::sleep_for(20ms);
+    }
+    ADD_FAILURE() << "job " << id << " never reached " << state << ": " << job.dump();
+    return job;
+  }
+
+  // `gpufrac ARGS` against this service.
+  RunResult Cli(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {Bin("gpufrac")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv, {{"GPUFRAC_SOCKET", socket_}});
+  }
+
+  const std::string& dir() const { return dir_; }
+  const std::string& socket() const { return socket_; }
+
+ private:
+  std::string sim_;
+  std::vector<std::string> extra_;
+  std::string dir_, socket_;
+  pid_t pid_ = 0;
+};
+
+// Runs `fn` in a child process as uid/gid 65534 and returns its exit status.
+template <typename Fn>
+int AsNobody(Fn fn) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgroups(0, nullptr) != 0 || setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(99);
+    _exit(fn());
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST(NodeService, RunStreamsOutputAndPassesTheExitStatus) {
+  Daemon d("1xH100-80GB");
+  RunResult r =
+      d.Cli({"run", "--gpus", "1", "--", "sh", "-c", "echo to-out; echo to-err >&2; exit 3"});
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_EQ(r.out, "to-out\n");
+  EXPECT_NE(r.err.find("to-err"), std::string::npos) << r.err;
+}
+
+TEST(NodeService, AJobSeesItsLimitAndGetsACleanOutOfMemoryPastIt) {
+  Daemon d("1xH100-80GB");
+  RunResult info = d.Cli({"run", "--gpu-memory", "4G", "--", ProbePath(), "info"});
+  ASSERT_EQ(info.status, 0) << info.err;
+  EXPECT_EQ(info.GetInt("total"), 4LL << 30) << info.out;
+  RunResult over = d.Cli(
+      {"run", "--gpu-memory", "4G", "--", ProbePath(), "work", std::to_string(5LL << 30), "0"});
+  EXPECT_EQ(over.status, 2) << over.out << over.err;
+  EXPECT_NE(over.err.find("out of GPU memory"), std::string::npos) << over.err;
+  EXPECT_EQ(over.GetInt("work"), 2) << over.out;  // CUDA_ERROR_OUT_OF_MEMORY
+}
+
+TEST(NodeService, JobsSeeOnlyTheirGpus) {
+  Daemon d("2xH100-80GB");
+  json job = d.Submit({"sh", "-c", "echo $CUDA_VISIBLE_DEVICES"}, {{"gpus", 2}}).body;
+  json done = d.WaitFor(job["id"], "succeeded");
+  ASSERT_EQ(done["gpus"].size(), 2u);
+  RunResult logs = d.Cli({"logs", std::to_string(job["id"].get<int64_t>())});
+  EXPECT_EQ(logs.out, done["gpus"][0]["uuid"].get<std::string>() + "," +
+                          done["gpus"][1]["uuid"].get<std::string>() + "\n");
+}
+
+TEST(NodeService, RequestsThatCanNeverFitAreRejectedAtSubmit) {
+  Daemon d("2xH100-80GB");
+  RunResult many = d.Cli({"submit", "--gpus", "3", "--", "true"});
+  EXPECT_EQ(many.status, 2);
+  EXPECT_NE(many.err.find("3"), std::string::npos) << many.err;
+  EXPECT_EQ(std::count(many.err.begin(), many.err.end(), '\n'), 1) << many.err;
+  RunResult big = d.Cli({"submit", "--gpu-memory", "100G", "--", "true"});
+  EXPECT_EQ(big.status, 2) << big.err;
+  RunResult model = d.Cli({"submit", "--gpu-fraction", "0.5", "--gpu-model", "L4", "--", "true"});
+  EXPECT_EQ(model.status, 2) << model.err;
+  RunResult queue = d.Cli({"submit", "-q", "nope", "--gpus", "1", "--", "true"});
+  EXPECT_EQ(queue.status, 2);
+  EXPECT_NE(queue.err.find("no queue called nope"), std::string::npos) << queue.err;
+  EXPECT_TRUE(d.Get("/v1/jobs").body["jobs"].empty());
+}
+
+TEST(NodeService, MalformedApiInputGetsA4xxAndTheServiceLivesOn) {
+  Daemon d("1xH100-80GB");
+  auto expect_4xx = [&](const std::string& method, const std::string& path, const std::string& body,
+                        int want) {
+    Reply r = d.Call(method, path, body);
+    EXPECT_EQ(r.status, want) << method << " " << path << " " << body;
+    EXPECT_TRUE(r.body.is_object() && r.body["error"].is_string() &&
+                !r.body["error"].get<std::string>().empty())
+        << r.body.dump();
+  };
+  expect_4xx("POST", "/v1/jobs", "{not json", 400);
+  expect_4xx("POST", "/v1/jobs", "[1,2]", 400);
+  expect_4xx("POST", "/v1/jobs", R"({"command":["true"],"cwd":"/","bogus":1})", 400);
+  expect_4xx("POST", "/v1/jobs", R"({"command":"true","cwd":"/"})", 400);
+  expect_4xx("POST", "/v1/jobs", R"({"command":[],"cwd":"/"})", 400);
+  expect_4xx("POST", "/v1/jobs", R"({"command":["true"],"cwd":"relative"})", 400);
+  expect_4xx("POST", "/v1/jobs", R"({"command":["true"],"cwd":"/","env":["NOEQUALS"]})", 400);
+  expect_4xx("POST", "/v1/jobs", R"({"command":["true"],"cwd":"/","queue":"nope"})", 400);
+  expect_4xx("POST", "/v1/jobs", R"({"command":["true"],"cwd":"/","request":{"gpu-memory":"4X"}})",
+             400);
+  expect_4xx("POST", "/v1/jobs",
+             R"({"command":["true"],"cwd":"/","request":{"gpus":1,"gpu-fraction":0.5}})", 400);
+  expect_4xx("POST", "/v1/jobs", R"({"command":["true"],"cwd":"/","request":{"cores":4}})", 400);
+  expect_4xx("POST", "/v1/jobs", std::string(2 << 20, 'x'), 413);
+  expect_4xx("GET", "/v1/jobs/abc", "", 400);
+  expect_4xx("GET", "/v1/jobs/99999", "", 404);
+  expect_4xx("POST", "/v1/jobs/99999/cancel", "", 404);
+  expect_4xx("GET", "/v1/nothing", "", 404);
+  expect_4xx("GET", "/v1/jobs?limit=-1", "", 400);
+  EXPECT_EQ(d.Get("/v1/health").status, 200);
+  EXPECT_TRUE(d.Get("/v1/jobs").body["jobs"].empty());
+}
+
+// Two queues; the high queue's head job waits for the H100 a low job holds. Low jobs may use the
+// A30 meanwhile (capacity the head cannot use), but nothing may start on the H100 before it.
+TEST(NodeService, ABlockedHeadJobIsNotDelayedByBackfill) {
+  Daemon d("1xH100-80GB,1xA30-24GB", {}, "version: 1\nqueues:\n  - name: high\n  - name: low\n");
+  std::string marker = d.dir() + "/holder-may-end";
+  int64_t holder = d.Submit({"sh", "-c", "while [ ! -e " + marker + " ]; do sleep 0.05; done"},
+                            {{"gpus", 1}, {"gpu-model", "H100-80GB"}}, "low")
+                       .body["id"];
+  d.WaitFor(holder, "running");
+  int64_t head = d.Submit({"true"}, {{"gpus", 1}, {"gpu-model", "H100-80GB"}}, "high").body["id"];
+  int64_t backfill =
+      d.Submit({"sleep", "0.2"}, {{"gpu-fraction", 0.5}, {"gpu-model", "A30-24GB"}}, "low")
+          .body["id"];
+  int64_t behind =
+      d.Submit({"true"}, {{"gpu-memory", "10G"}, {"gpu-model", "H100-80GB"}}, "low").body["id"];
+  d.WaitFor(backfill, "succeeded");
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(d.Job(head)["state"], "pending");
+  EXPECT_EQ(d.Job(behind)["state"], "pending") << "started on the head job's reserved GPU";
+  json status = d.Get("/v1/status").body;
+  EXPECT_EQ(status["gpus"][0]["reserved_for"], head) << status.dump();
+  std::ofstream(marker) << "";
+  json h = d.WaitFor(head, "succeeded");
+  json b = d.WaitFor(behind, "succeeded");
+  json held = d.Job(holder);
+  EXPECT_GE(h["started_ms"].get<int64_t>(), held["ended_ms"].get<int64_t>());
+  EXPECT_LE(h["started_ms"].get<int64_t>(), b["started_ms"].get<int64_t>());
+  EXPECT_EQ(h["gpus"][0]["index"], 0);
+}
+
+TEST(NodeService, UsersSeeAndCancelOnlyTheirOwnJobs) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root to act as another user";
+  Daemon d("1xH100-80GB", {"--socket-group", "nogroup"});
+  int64_t mine = d.Submit({"sleep", "30"}, {{"gpu-fraction", 0.25}}).body["id"];
+  d.WaitFor(mine, "running");
+  std::string socket = d.socket();
+  std::string shared = d.dir() + "/shared";
+  mkdir(shared.c_str(), 0777);
+  chmod(shared.c_str(), 0777);
+  std::string out_file = shared + "/nobody-job";
+  int rc = AsNobody([&] {
+    httplib::Client c(socket);
+    c.set_address_family(AF_UNIX);
+    auto cancel = c.Post(("/v1/jobs/" + std::to_string(mine) + "/cancel").c_str(), "", "");
+    if (!cancel || cancel->status != 403) return 10;
+    auto list = c.Get("/v1/jobs");
+    if (!list || json::parse(list->body)["jobs"].size() != 0) return 11;
+    auto all = c.Get("/v1/jobs?all=1");
+    if (!all || all->status != 403) return 12;
+    json body = {{"command", {"sh", "-c", "id -u > " + out_file + "; sleep 30"}},
+                 {"cwd", "/tmp"},
+                 {"request", {{"gpu-fraction", 0.25}}}};
+    auto submit = c.Post("/v1/jobs", body.dump(), "application/json");
+    if (!submit || submit->status != 201) return 13;
+    int64_t own = json::parse(submit->body)["id"];
+    for (int i = 0; i < 200; ++i) {
+      std::ifstream in(out_file);
+      if (in.peek() != EOF) break;
+      usleep(20000);
+    }
+    auto own_cancel = c.Post(("/v1/jobs/" + std::to_string(own) + "/cancel").c_str(), "", "");
+    return own_cancel && own_cancel->status == 200 ? 0 : 14;
+  });
+  EXPECT_EQ(rc, 0);
+  std::ifstream in(out_file);
+  std::string uid;
+  std::getline(in, uid);
+  EXPECT_EQ(uid, "65534") << "the job must run as the user who submitted it";
+  EXPECT_EQ(d.Job(mine)["state"], "running");
+  json all = d.Get("/v1/jobs?all=1").body;
+  ASSERT_EQ(all["jobs"].size(), 2u);
+  int64_t theirs = all["jobs"][0]["id"];
+  EXPECT_EQ(d.WaitFor(theirs, "final")["state"], "cancelled");
+  EXPECT_EQ(d.Post("/v1/jobs/" + std::to_string(mine) + "/cancel", json::object()).status, 200);
+  EXPECT_EQ(d.WaitFor(mine, "final")["state"], "cancelled");
+}
+
+TEST(NodeService, CancelEndsARunningJobAndFreesItsShare) {
+  Daemon d("1xH100-80GB");
+  int64_t id = d.Submit({"sh", "-c", "trap '' TERM; sleep 30"}, {{"gpu-fraction", 0.5}}).body["id"];
+  d.WaitFor(id, "running");
+  EXPECT_EQ(d.Get("/v1/status").body["gpus"][0]["allocated_share"], 0.5);
+  RunResult r = d.Cli({"cancel", std::to_string(id)});
+  EXPECT_EQ(r.status, 0) << r.err;
+  json job = d.WaitFor(id, "final", 10s);  // SIGTERM is ignored: SIGKILL after the 1 s grace
+  EXPECT_EQ(job["state"], "cancelled");
+  EXPECT_EQ(d.Get("/v1/status").body["gpus"][0]["allocated_share"], 0);
+  RunResult again = d.Cli({"cancel", std::to_string(id)});
+  EXPECT_EQ(again.status, 1);
+  EXPECT_NE(again.err.find("already ended"), std::string::npos) << again.err;
+}
+
+TEST(NodeService, ARunningJobSurvivesAServiceKillAndIsReadopted) {
+  Daemon d("1xH100-80GB");
+  std::string marker = d.dir() + "/may-end";
+  int64_t id = d.Submit({"sh", "-c",
+                         "while [ ! -e " + marker +
+                             " ]; do sleep 0.05; done; echo finished; "
+                             "exit 4"},
+                        {{"gpu-memory", "8G"}})
+                   .body["id"];
+  d.WaitFor(id, "running");
+  d.Stop(SIGKILL);
+  d.Start();
+  json status = d.Get("/v1/status").body;
+  EXPECT_EQ(status["gpus"][0]["allocated_memory"], 8LL << 30) << status.dump();
+  EXPECT_EQ(d.Job(id)["state"], "running");
+  // A job that would need the whole GPU must still wait: the share is not double-booked.
+  int64_t whole = d.Submit({"true"}, {{"gpus", 1}}).body["id"];
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(d.Job(whole)["state"], "pending");
+  std::ofstream(marker) << "";
+  json job = d.WaitFor(id, "final");
+  EXPECT_EQ(job["state"], "failed");
+  EXPECT_EQ(job["exit_code"], 4);
+  EXPECT_EQ(d.WaitFor(whole, "final")["state"], "succeeded");
+  EXPECT_EQ(d.Cli({"logs", std::to_string(id)}).out, "finished\n");
+}
+
+TEST(NodeService, AJobThatEndsWhileTheServiceIsDownGetsItsRealOutcome) {
+  Daemon d("1xH100-80GB");
+  int64_t id = d.Submit({"sh", "-c", "sleep 0.3; exit 7"}, {{"gpus", 1}}).body["id"];
+  d.WaitFor(id, "running");
+  d.Stop(SIGKILL);
+  std::this_thread::sleep_for(800ms);
+  d.Start();
+  json job = d.WaitFor(id, "final");
+  EXPECT_EQ(job["state"], "failed");
+  EXPECT_EQ(job["exit_code"], 7);
+  EXPECT_EQ(d.Get("/v1/status").body["gpus"][0]["allocated_share"], 0);
+}
+
+// kill -9 at random moments while jobs start and finish: afterwards every job ran exactly once
+// and has exactly one outcome, and at every restart each GPU's allocation equals what the jobs
+// on it hold.
+TEST(NodeService, SurvivesKillNineAtRandomPoints) {
+  Daemon d("2xH100-80GB");
+  std::string ran = d.dir() + "/ran";
+  std::mt19937 rng(12345);
+  std::vector<int64_t> ids;
+  const std::vector<json> requests = {{{"gpu-fraction", 0.25}},
+                                      {{"gpu-memory", "30G"}},
+                                      {{"gpus", 1}},
+                                      {{"gpus", 2}},
+                                      {{"gpu-fraction", 0.5}}};
+  for (int round = 0; round < 22; ++round) {
+    for (int k = 0; k < 3; ++k) {
+      double secs = std::uniform_int_distribution<int>(0, 30)(rng) / 100.0;
+      std::string token = "job" + std::to_string(ids.size());
+      Reply r =
+          d.Submit({"sh", "-c", "echo " + token + " >> " + ran + "; sleep " + std::to_string(secs)},
+                   requests[rng() % requests.size()]);
+      ASSERT_EQ(r.status, 201) << r.body.dump();
+      ids.push_back(r.body["id"]);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 150));
+    d.Stop(SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 100));
+    d.Start();
+    json status = d.Get("/v1/status").body;
+    for (const json& g : status["gpus"]) {
+      double held = 0;
+      for (const json& w : g["workloads"]) held += w["share"].get<double>();
+      EXPECT_NEAR(g["allocated_share"].get<double>(), held, 1e-9) << status.dump();
+      EXPECT_LE(g["allocated_share"].get<double>(), 1.0) << status.dump();
+    }
+  }
+  for (int64_t id : ids) EXPECT_EQ(d.WaitFor(id, "final", 60s)["state"], "succeeded") << id;
+  for (const json& g : d.Get("/v1/status").body["gpus"]) EXPECT_EQ(g["allocated_share"], 0);
+  // Each job wrote its token once: it ran exactly once.
+  std::ifstream in(ran);
+  std::map<std::string, int> runs;
+  std::string line;
+  while (std::getline(in, line)) ++runs[line];
+  EXPECT_EQ(runs.size(), ids.size());
+  for (const auto& [token, count] : runs) EXPECT_EQ(count, 1) << token;
+}
+
+TEST(NodeService, MetricsDescribeGpusQueuesAndSchedulingLatency) {
+  Daemon d("1xH100-80GB");
+  int64_t id = d.Submit({"sleep", "30"}, {{"gpu-memory", "10G"}}).body["id"];
+  d.WaitFor(id, "running");
+  httplib::Client c(d.socket());
+  c.set_address_family(AF_UNIX);
+  auto res = c.Get("/metrics");
+  ASSERT_TRUE(res);
+  const std::string& m = res->body;
+  EXPECT_NE(m.find("# TYPE gpufrac_gpu_memory_allocated_bytes gauge"), std::string::npos) << m;
+  EXPECT_NE(m.find("gpufrac_gpu_memory_allocated_bytes{gpu=\"0\""), std::string::npos) << m;
+  EXPECT_NE(m.find("} 10737418240\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("gpufrac_queue_running_jobs{queue=\"default\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("gpufrac_scheduling_decision_seconds_bucket{le=\"+Inf\"}"), std::string::npos)
+      << m;
+  d.Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+  d.WaitFor(id, "final");
+}
+
+TEST(NodeService, ListingsHaveTablesAndJson) {
+  Daemon d("1xH100-80GB,1xA30-24GB", {},
+           "version: 1\nqueues:\n  - name: a\n    quota: 0.5\n  - name: b\n");
+  int64_t id = d.Submit({"sleep", "30"}, {{"gpu-fraction", 0.25}}, "b").body["id"];
+  d.WaitFor(id, "running");
+  RunResult ps = d.Cli({"ps"});
+  EXPECT_EQ(ps.status, 0);
+  EXPECT_NE(ps.out.find("running"), std::string::npos) << ps.out;
+  RunResult ps_json = d.Cli({"ps", "--json"});
+  EXPECT_EQ(json::parse(ps_json.out)["jobs"][0]["id"], id);
+  RunResult status = d.Cli({"status", "--json"});
+  json s = json::parse(status.out);
+  ASSERT_EQ(s["gpus"].size(), 2u);
+  EXPECT_EQ(s["gpus"][1]["model"], "A30-24GB");
+  EXPECT_EQ(s["gpus"][1]["workloads"][0]["job"], id) << "the smaller GPU that holds it";
+  RunResult table = d.Cli({"status"});
+  EXPECT_NE(table.out.find("A30-24GB"), std::string::npos) << table.out;
+  json q = json::parse(d.Cli({"queues", "--json"}).out);
+  EXPECT_EQ(q["queues"][0]["name"], "a");
+  EXPECT_EQ(q["queues"][0]["quota"], 0.5);
+  EXPECT_EQ(q["queues"][1]["running"], 1);
+  d.Cli({"cancel", std::to_string(id)});
+}
+
+TEST(NodeService, TheFirstCommandStartsAServiceForTheUser) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root to act as an ordinary user";
+  char tmpl[] = "/tmp/gpufrac-home-XXXXXX";
+  std::string home = mkdtemp(tmpl);
+  chown(home.c_str(), kNobody, kNobody);
+  std::string out = home + "/out";
+  std::string gpufrac = Bin("gpufrac");
+  auto run_ps = [&](const char* file) {
+    return AsNobody([&] {
+      std::string cmd = "HOME=" + home + " XDG_RUNTIME_DIR= GPUFRAC_SOCKET= GPUFRAC_SIM=1xL4 " +
+                        gpufrac + " ps > " + home + "/" + file + " 2>&1";
+      return WEXITSTATUS(system(cmd.c_str()));
+    });
+  };
+  EXPECT_EQ(run_ps("first"), 0);
+  EXPECT_EQ(run_ps("second"), 0);
+  auto read = [&](const char* file) {
+    std::ifstream in(home + "/" + file);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  EXPECT_NE(read("first").find("started gpufracd for you"), std::string::npos) << read("first");
+  EXPECT_EQ(read("second").find("started gpufracd"), std::string::npos) << read("second");
+  std::ifstream pid_file(home + "/.local/state/gpufrac/gpufracd.pid");
+  pid_t pid = 0;
+  pid_file >> pid;
+  ASSERT_GT(pid, 0);
+  kill(pid, SIGTERM);
+  for (int i = 0; i < 100 && kill(pid, 0) == 0; ++i) usleep(20000);
+  std::error_code ec;
+  std::filesystem::remove_all(home, ec);
+}
+
+}  // namespace
+}  // namespace gpufrac::testing
