@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -497,6 +498,18 @@ std::optional<ProcessRef> JobRunner::Identify(pid_t pid) {
   std::optional<ProcStat> stat = ReadProcStat(pid);
   if (!stat || IsDead(stat->state)) return std::nullopt;
   return ProcessRef{pid, stat->start_ticks};
+}
+
+bool JobRunner::KillOrphanedJob(const std::string& job_dir) {
+  std::ifstream in(job_dir + "/pid");
+  long long pid = 0;
+  unsigned long long start_ticks = 0;
+  if (!(in >> pid >> start_ticks) || pid <= 0 || start_ticks == 0) return false;
+  ProcessRef leader{static_cast<pid_t>(pid), start_ticks};
+  if (!Alive(leader)) return false;
+  kill(-leader.pid, SIGKILL);
+  kill(leader.pid, SIGKILL);
+  return true;
 }
 
 void JobRunner::ReapChildren() {

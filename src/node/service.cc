@@ -365,9 +365,11 @@ void Service::CheckRunning() {
       continue;
     }
     if (!outcome) {
+      bool killed = JobRunner::KillOrphanedJob(JobDir(id));
       Finish(job, JobState::kLost,
              "its supervisor (pid " + std::to_string(job.shim.pid) +
-                 ") ended without recording how the job ended",
+                 ") ended without recording how the job ended" +
+                 (killed ? "; the job's remaining processes were killed" : ""),
              -1, 0);
       continue;
     }

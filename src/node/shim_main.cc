@@ -368,7 +368,10 @@ int Main(int argc, char** argv) {
     Complain("cannot run " + spec.command[0] + ": " + std::strerror(job.error));
     Finish("exec-failed " + std::to_string(job.error));
   }
-  if (!WriteAtomically("pid", std::to_string(job.pid) + "\n")) {
+  // With its start time, so that whoever reads it later can tell the job from a reused PID.
+  std::optional<ProcessRef> ref = JobRunner::Identify(job.pid);
+  if (!WriteAtomically("pid", std::to_string(job.pid) + " " +
+                                  std::to_string(ref ? ref->start_ticks : 0) + "\n")) {
     Complain("cannot record the job's pid in " + g_dir + ": " + std::strerror(errno));
   }
   int status = Supervise(sfd, job.pid, spec.grace_seconds);

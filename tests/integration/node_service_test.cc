@@ -436,6 +436,68 @@ TEST(NodeService, SurvivesKillNineAtRandomPoints) {
   for (const auto& [token, count] : runs) EXPECT_EQ(count, 1) << token;
 }
 
+TEST(NodeService, AJobWhoseSupervisorDiesIsLostAndLeavesNothingRunning) {
+  Daemon d("1xH100-80GB");
+  int64_t id = d.Submit({"sleep", "30"}, {{"gpus", 1}}).body["id"];
+  d.WaitFor(id, "running");
+  std::string job_dir = d.dir() + "/state/jobs/" + std::to_string(id);
+  pid_t pid = 0;
+  for (int i = 0; i < 200 && pid == 0; ++i) {
+    std::ifstream(job_dir + "/pid") >> pid;
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_GT(pid, 0);
+  RunCommand({"pkill", "-KILL", "-f", "gpufrac-shim " + job_dir}, {});
+  json job = d.WaitFor(id, "final");
+  EXPECT_EQ(job["state"], "lost");
+  EXPECT_NE(job["reason"].get<std::string>().find("remaining processes were killed"),
+            std::string::npos)
+      << job.dump();
+  EXPECT_EQ(d.Get("/v1/status").body["gpus"][0]["allocated_share"], 0);
+  // The job's process is gone (or a zombie waiting for init), not still using the GPU.
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string all;
+    std::getline(stat, all);
+    gone = all.empty() || all.substr(all.rfind(')') + 2, 1) == "Z";
+    if (!gone) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(gone);
+}
+
+TEST(NodeService, TcpCallersNeedTheTokenAndMayRunJobsAsANamedUser) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root to run a job as another user";
+  std::string token_file = "/tmp/gpufrac-token-" + std::to_string(getpid());
+  std::ofstream(token_file) << "0123456789abcdef0123456789abcdef\n";
+  Daemon d("1xH100-80GB", {"--listen", "127.0.0.1:0", "--token-file", token_file});
+  unlink(token_file.c_str());
+  std::string log = d.Log();
+  size_t at = log.find("and 127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << log;
+  int port = std::atoi(log.c_str() + at + 14);
+  httplib::Client c("127.0.0.1", port);
+  auto anonymous = c.Get("/v1/jobs");
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->status, 401);
+  c.set_bearer_token_auth("wrong-token-wrong-token");
+  EXPECT_EQ(c.Get("/v1/jobs")->status, 401);
+  c.set_bearer_token_auth("0123456789abcdef0123456789abcdef");
+  json body = {{"command", {"id", "-u"}},
+               {"cwd", "/tmp"},
+               {"user", "nobody"},
+               {"request", {{"gpu-fraction", 0.5}}}};
+  auto submitted = c.Post("/v1/jobs", body.dump(), "application/json");
+  ASSERT_TRUE(submitted);
+  ASSERT_EQ(submitted->status, 201) << submitted->body;
+  int64_t id = json::parse(submitted->body)["id"];
+  EXPECT_EQ(d.WaitFor(id, "final")["state"], "succeeded");
+  EXPECT_EQ(d.Cli({"logs", std::to_string(id)}).out, "65534\n");
+  auto all = c.Get("/v1/jobs?all=1");
+  ASSERT_TRUE(all);
+  EXPECT_EQ(json::parse(all->body)["jobs"][0]["user"], "nobody");
+}
+
 TEST(NodeService, MetricsDescribeGpusQueuesAndSchedulingLatency) {
   Daemon d("1xH100-80GB");
   int64_t id = d.Submit({"sleep", "30"}, {{"gpu-memory", "10G"}}).body["id"];
