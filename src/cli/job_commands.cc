@@ -152,7 +152,7 @@ JobCommands::JobCommands(CLI::App& app) {
   ps_->add_flag("--all,-a", o_.all, "Every user's jobs (root and the admin group)");
   ps_->add_flag("--active", o_.active, "Only pending and running jobs");
   ps_->add_option("-n,--limit", o_.limit, "At most this many (default 50)")
-      ->check(CLI::Range(1, 1000000));
+      ->check(CLI::Range(1, 10000));
   json_flag(ps_);
   socket(ps_);
 
@@ -331,7 +331,10 @@ int JobCommands::Run() {
                    Str(*job, "queue").c_str(), Str(*job, "request").c_str());
     }
     auto final_job = Stream(c, id, /*follow=*/true, /*cancel_on_interrupt=*/true);
-    if (!final_job.ok()) return Fail(what, final_job.status());
+    if (!final_job.ok()) {
+      int rc = Fail(what, final_job.status());
+      return g_interrupts > 1 ? 130 : rc;
+    }
     std::string state = Str(*final_job, "state");
     if (state != "succeeded") {
       std::fprintf(stderr, "gpufrac: job %lld %s%s\n", static_cast<long long>(id), state.c_str(),

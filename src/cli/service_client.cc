@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <httplib.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -65,11 +66,21 @@ Status StartService(const std::string& socket) {
   if (access(daemon.c_str(), X_OK) != 0) {
     return UnavailableError("no gpufracd next to gpufrac (" + daemon + "); build or install it");
   }
+  // The service holds the write end for its life: end of file here means it has died.
+  int alive[2];
+  if (pipe2(alive, O_CLOEXEC) != 0) return UnavailableError("cannot start gpufracd: no pipe");
   pid_t pid = fork();
-  if (pid < 0) return UnavailableError("cannot start gpufracd: fork failed");
+  if (pid < 0) {
+    close(alive[0]);
+    close(alive[1]);
+    return UnavailableError("cannot start gpufracd: fork failed");
+  }
   if (pid == 0) {
-    // Detached: its own session, no terminal, output to its log.
+    // Detached: its own session, no terminal, output to its log, no directory kept busy.
     setsid();
+    if (chdir("/") != 0) _exit(127);
+    close(alive[0]);
+    fcntl(alive[1], F_SETFD, 0);
     int null_fd = open("/dev/null", O_RDONLY);
     int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
     if (null_fd >= 0) dup2(null_fd, 0);
@@ -89,17 +100,22 @@ Status StartService(const std::string& socket) {
     }
     _exit(127);
   }
+  close(alive[1]);
   int status = 0;
   waitpid(pid, &status, 0);
   auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
-  while (std::chrono::steady_clock::now() < deadline) {
+  bool died = false;
+  while (std::chrono::steady_clock::now() < deadline && !died) {
     if (Answers(socket)) {
+      close(alive[0]);
       std::fprintf(stderr, "gpufrac: started gpufracd for you (socket %s, state and log in %s)\n",
                    socket.c_str(), state_dir.c_str());
       return OkStatus();
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    struct pollfd p = {alive[0], POLLIN, 0};
+    died = poll(&p, 1, 50) > 0;
   }
+  close(alive[0]);
   // Its last words say why (no GPU, a bad state directory, ...).
   std::ifstream in(log);
   std::string line, last;

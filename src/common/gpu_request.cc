@@ -4,16 +4,11 @@
 #include <cctype>
 #include <charconv>
 
+#include "common/text.h"
 #include "common/units.h"
 
 namespace gpufrac {
 namespace {
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 bool AllDigits(std::string_view s) {
   if (s.empty()) return false;
@@ -82,7 +77,7 @@ StatusOr<GpuRequest> ParseGpuRequest(const GpuRequestText& t) {
     r.kind = GpuRequest::Kind::kWholeGpus;
     r.gpus = n;
   } else {
-    std::string profile = Lower(t.mig_profile);
+    std::string profile = AsciiLower(t.mig_profile);
     if (!ValidMigProfile(profile)) {
       return InvalidArgumentError("--mig-profile is \"" + t.mig_profile +
                                   "\"; expected a MIG profile such as 1g.10gb, 2g.20gb or "

@@ -10,6 +10,7 @@
 
 #include "abi/nvml_abi.h"
 #include "common/log.h"
+#include "common/text.h"
 
 namespace gpufrac::gpu {
 namespace {
@@ -106,17 +107,6 @@ StatusOr<DeviceInfo> QueryDevice(const NvmlApi& api, unsigned index) {
     LogDebug("GPU %u (%s) is not in gpufrac's GPU catalogue", index, info.name.c_str());
   }
   return info;
-}
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
 }
 
 // "there are 0 (GPU-aaa), 1 (GPU-bbb)" or "this machine has none", for error messages.

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 
@@ -208,6 +209,20 @@ bool Budget::Unlink(const char* name) { return shm_unlink(name) == 0; }
 uint64_t Budget::used() const {
   int64_t v = Value(seg_->global.load(std::memory_order_acquire));
   return v > 0 ? static_cast<uint64_t>(v) : 0;
+}
+
+bool Budget::PeekUsed(const char* name, uint64_t* used) {
+  int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return false;
+  uint64_t magic = 0, global = 0;
+  bool ok = pread(fd, &magic, sizeof(magic), offsetof(BudgetSegment, magic)) == sizeof(magic) &&
+            magic == kMagic &&
+            pread(fd, &global, sizeof(global), offsetof(BudgetSegment, global)) == sizeof(global);
+  close(fd);
+  if (!ok) return false;
+  int64_t v = Value(global);
+  *used = v > 0 ? static_cast<uint64_t>(v) : 0;
+  return true;
 }
 
 int64_t Budget::HeldBy(const ProcessId& id) const {

@@ -81,6 +81,10 @@ class Budget {
   // Maps an existing segment only.
   bool Attach(const char* name, char* err, size_t err_len);
   static bool Unlink(const char* name);
+  // The workload's usage in segment `name`, read with pread instead of a mapping, so that a
+  // segment its owner has truncated or rewritten cannot crash the reader (a root service reads
+  // segments that belong to users). False if the segment is missing or not a budget.
+  static bool PeekUsed(const char* name, uint64_t* used);
 
   // Registers process `self` as a member; the calling thread locks the member's liveness mutex
   // and must keep it locked for as long as it lives (see HandOverMember). Returns the member index,

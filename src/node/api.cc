@@ -23,6 +23,8 @@ using nlohmann::json;
 
 constexpr size_t kMaxOutputChunk = 256 * 1024;
 constexpr int kMaxWaitSeconds = 30;
+// Listing reads and decodes the jobs under the service's lock: keep one call bounded.
+constexpr unsigned long kMaxListed = 10000;
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -256,6 +258,10 @@ class Api {
     }
     uid_t uid = req.caller.uid;
     gid_t gid = req.caller.gid;
+    if (req.caller.tcp && getuid() == 0 && user->empty()) {
+      return Error(
+          InvalidArgumentError("over TCP, name the user the job runs as: add \"user\": \"NAME\""));
+    }
     if (!user->empty()) {
       if (!req.caller.tcp) {
         return Error(
@@ -269,6 +275,9 @@ class Api {
       }
       uid = pw.pw_uid;
       gid = pw.pw_gid;
+      if (uid == 0) {
+        return Error(PermissionDeniedError("jobs submitted over TCP may not run as root"));
+      }
     }
     if (getuid() != 0 && uid != getuid()) {
       return Error(PermissionDeniedError(
@@ -292,8 +301,10 @@ class Api {
     if (req.query.count("active")) filter.include_final = req.query.at("active") != "1";
     if (req.query.count("limit")) {
       const std::string& l = req.query.at("limit");
-      if (l.empty() || l.size() > 7 || !std::all_of(l.begin(), l.end(), ::isdigit)) {
-        return Error(InvalidArgumentError("limit must be a number from 1 to 9999999"));
+      if (l.empty() || l.size() > 5 || !std::all_of(l.begin(), l.end(), ::isdigit) ||
+          std::stoul(l) > kMaxListed) {
+        return Error(
+            InvalidArgumentError("limit must be a number from 1 to " + std::to_string(kMaxListed)));
       }
       filter.limit = std::max<size_t>(1, std::stoul(l));
     }

@@ -6,7 +6,8 @@
 //   POST /v1/jobs                       submit: {"command": [...], "cwd": "/abs", "env": [...],
 //                                        "queue"?, "name"?, "request"?: {"gpu-memory": "4G",
 //                                        "gpu-fraction", "gpus", "mig-profile", "gpu-model"},
-//                                        "user"? (TCP callers of a root service only)} -> 201 job
+//                                        "user"? (TCP callers only: required by a root service,
+//                                        never root)} -> 201 job
 //   GET  /v1/jobs[?all=1][&active=1][&limit=N]   your jobs (everyone's with all=1, admins only)
 //   GET  /v1/jobs/ID                    one job
 //   POST /v1/jobs/ID/cancel             cancel (owner or admin)

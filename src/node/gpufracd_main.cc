@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -85,6 +86,15 @@ StatusOr<TcpListen> ParseListen(const std::string& listen, const std::string& to
     return InvalidArgumentError(
         "--listen needs --token-file FILE: TCP callers must present a "
         "bearer token");
+  }
+  struct stat st {};
+  if (stat(token_file.c_str(), &st) != 0) {
+    return InvalidArgumentError("--token-file " + token_file + ": cannot read it");
+  }
+  if (st.st_mode & 077) {
+    return InvalidArgumentError(
+        "--token-file " + token_file +
+        ": others may read it; chmod 600 it (the token grants admin rights)");
   }
   std::ifstream in(token_file);
   if (!in) return InvalidArgumentError("--token-file " + token_file + ": cannot read it");
@@ -220,5 +230,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (f.verbose) gpufrac::SetLogLevel(gpufrac::LogLevel::kDebug);
+  // The database holds every job's environment: nothing the service creates is for others
+  // unless it says so (job directories, limit files and the socket set their modes).
+  umask(077);
   return Run(f);
 }

@@ -211,6 +211,7 @@ std::string BudgetNameOf(const std::string& workload, const std::string& uuid) {
 
 struct ProcStat {
   char state = '?';
+  pid_t group = 0;  // Field 5: the process group.
   uint64_t start_ticks = 0;
 };
 
@@ -244,6 +245,7 @@ std::optional<ProcStat> ReadProcStat(pid_t pid) {
   if (tokens.size() < 20 || tokens[0].size() != 1) return std::nullopt;
   ProcStat stat;
   stat.state = tokens[0][0];
+  stat.group = static_cast<pid_t>(std::strtol(tokens[2].c_str(), nullptr, 10));
   char* end = nullptr;
   errno = 0;
   stat.start_ticks = std::strtoull(tokens[19].c_str(), &end, 10);
@@ -505,11 +507,22 @@ bool JobRunner::KillOrphanedJob(const std::string& job_dir) {
   long long pid = 0;
   unsigned long long start_ticks = 0;
   if (!(in >> pid >> start_ticks) || pid <= 0 || start_ticks == 0) return false;
-  ProcessRef leader{static_cast<pid_t>(pid), start_ticks};
-  if (!Alive(leader)) return false;
-  kill(-leader.pid, SIGKILL);
-  kill(leader.pid, SIGKILL);
-  return true;
+  // Every live member of the job's process group, the leader or not (it may have died first).
+  // A member started before the leader belongs to some other group that reused the number.
+  bool killed = false;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    pid_t member = static_cast<pid_t>(std::strtol(name.c_str(), nullptr, 10));
+    std::optional<ProcStat> stat = ReadProcStat(member);
+    if (!stat || IsDead(stat->state) || stat->group != static_cast<pid_t>(pid) ||
+        stat->start_ticks < start_ticks) {
+      continue;
+    }
+    killed = kill(member, SIGKILL) == 0 || killed;
+  }
+  return killed;
 }
 
 void JobRunner::ReapChildren() {
@@ -583,12 +596,8 @@ void JobRunner::Cleanup(const std::string& job_dir, const std::string& workload,
 uint64_t JobRunner::MemoryInUse(const std::string& workload, const std::string& uuid) {
   std::string name = BudgetNameOf(workload, uuid);
   if (name.empty()) return 0;
-  limiter::Budget budget;
-  char err[400];
-  if (!budget.Attach(name.c_str(), err, sizeof(err))) return 0;
-  uint64_t used = budget.used();
-  budget.Close();
-  return used;
+  uint64_t used = 0;
+  return limiter::Budget::PeekUsed(name.c_str(), &used) ? used : 0;
 }
 
 }  // namespace gpufrac::node

@@ -87,7 +87,7 @@ class JobRunner {
   static std::optional<Outcome> ReadOutcome(const std::string& job_dir);
   // For a job whose shim died without recording an outcome: kills what is left of the job's
   // process group (JOB_DIR/pid names its leader and start time), so that it cannot keep using
-  // a GPU share that is about to be given to someone else. True if the job was still alive.
+  // a GPU share that is about to be given to someone else. True if any of it was still alive.
   static bool KillOrphanedJob(const std::string& job_dir);
   // Removes the limit file and unlinks the workload's budgets; logs and the outcome stay.
   static void Cleanup(const std::string& job_dir, const std::string& workload,

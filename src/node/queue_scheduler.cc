@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "common/text.h"
 #include "common/units.h"
 #include "placement/cluster.h"
 #include "placement/fit.h"
@@ -45,17 +46,6 @@ constexpr double kTypicalSamples = 1000;
 // GPU is reserved or this many jobs in a row got none, so that a long queue of jobs that cannot
 // reserve what is left (e.g. 2-GPU jobs and 1 unreserved GPU) is not walked for nothing.
 constexpr int kFruitlessLimit = 64;
-
-bool SameModel(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
 
 struct GpuRequestHash {
   size_t operator()(const GpuRequest& r) const {
@@ -210,7 +200,7 @@ struct QueueScheduler::Impl {
 
   Translation Translate(const GpuRequest& r, const Group& g) const {
     Translation t;
-    if (!r.gpu_model.empty() && !SameModel(g.model, r.gpu_model)) return t;
+    if (!r.gpu_model.empty() && !EqualsIgnoreCase(g.model, r.gpu_model)) return t;
     pl::Request& p = t.request;
     if (!r.gpu_model.empty()) p.models = pl::ModelSet{1} << g.model_id;
     const uint64_t total = g.memory_bytes;
@@ -741,7 +731,7 @@ Status QueueScheduler::CheckFeasible(int queue, const GpuRequest& request) const
   const uint64_t all_groups = (uint64_t{1} << s.groups.size()) - 1;
   uint64_t allowed = 0;
   for (size_t g = 0; g < s.groups.size(); ++g) {
-    if (request.gpu_model.empty() || SameModel(s.groups[g].model, request.gpu_model)) {
+    if (request.gpu_model.empty() || EqualsIgnoreCase(s.groups[g].model, request.gpu_model)) {
       allowed |= uint64_t{1} << g;
     }
   }

@@ -3,13 +3,17 @@
 // every 100 ms to notice jobs that ended.
 #include "node/service.h"
 
+#include <fcntl.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 
@@ -123,11 +127,34 @@ StatusOr<std::unique_ptr<Service>> Service::Start(ServiceConfig config) {
   }
   chmod(config.state_dir.c_str(), 0711);
   chmod((config.state_dir + "/jobs").c_str(), 0711);
+  // Two services on one state directory would run the same jobs twice.
+  std::string lock_path = config.state_dir + "/gpufracd.lock";
+  int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0) {
+    return UnavailableError("cannot open " + lock_path + ": " + std::strerror(errno));
+  }
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    close(lock_fd);
+    return FailedPreconditionError("another gpufracd is already using the state directory " +
+                                   config.state_dir + "; stop it or choose another --state-dir");
+  }
+  struct LockGuard {
+    int fd;
+    ~LockGuard() {
+      if (fd >= 0) close(fd);
+    }
+  } guard{lock_fd};
   GPUFRAC_ASSIGN_OR_RETURN(auto store, Store::Open(config.state_dir + "/gpufracd.db"));
+  // Every job's environment is in there: owner only, also for files an older version made.
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    chmod((config.state_dir + "/gpufracd.db" + suffix).c_str(), 0600);
+  }
   GPUFRAC_ASSIGN_OR_RETURN(auto scheduler, QueueScheduler::Create(config.inventory.gpus,
                                                                   config.queues, config.scheduler));
   std::unique_ptr<Service> service(
       new Service(std::move(config), std::move(store), std::move(scheduler)));
+  service->lock_fd_ = lock_fd;
+  guard.fd = -1;
   GPUFRAC_RETURN_IF_ERROR(service->Recover());
   service->loop_ = std::thread([s = service.get()] { s->Loop(); });
   return service;
@@ -141,6 +168,7 @@ Service::~Service() {
   }
   wake_.notify_all();
   if (loop_.joinable()) loop_.join();
+  if (lock_fd_ >= 0) close(lock_fd_);
 }
 
 int64_t Service::NowMs() const {
@@ -171,32 +199,21 @@ Status Service::Recover() {
         LogInfo("%s", ("re-adopted running job " + std::to_string(job.id)).c_str());
       continue;
     }
-    if (!queue) {
-      job.state = JobState::kFailed;
-      job.reason = "queue " + job.spec.queue + " no longer exists in the queue file";
-      job.ended_ms = NowMs();
-      GPUFRAC_RETURN_IF_ERROR(store_->Update(job));
+    active_[job.id] = job;
+    Job& active = active_[job.id];
+    Status feasible = queue ? scheduler_->CheckFeasible(*queue, job.spec.request) : OkStatus();
+    if (!feasible.ok()) {
+      GPUFRAC_RETURN_IF_ERROR(Finish(active, JobState::kFailed,
+                                     "can no longer run on this node: " + feasible.message(), -1, 0)
+                                  .status());
       continue;
     }
-    if (job.state == JobState::kStarting) {
-      // The service died before letting the job go: its shim exits unstarted. Start afresh.
-      JobRunner::Cleanup(JobDir(job.id), WorkloadName(job.id), Uuids(job));
-      std::error_code ec;
-      std::filesystem::remove_all(JobDir(job.id), ec);
-      job.state = JobState::kPending;
-      job.gpus.clear();
-      GPUFRAC_RETURN_IF_ERROR(store_->Update(job));
-    }
-    Status feasible = scheduler_->CheckFeasible(*queue, job.spec.request);
-    if (!feasible.ok()) {
-      job.state = JobState::kFailed;
-      job.reason = "can no longer run on this node: " + feasible.message();
-      job.ended_ms = NowMs();
-      GPUFRAC_RETURN_IF_ERROR(store_->Update(job));
+    if (job.state == JobState::kStarting || !queue) {
+      // The service died before letting the job go (its shim exits unstarted): start afresh.
+      ReturnToQueue(active);
       continue;
     }
     scheduler_->Enqueue(PendingJob{job.id, *queue, job.spec.request, job.submitted_ms});
-    active_[job.id] = job;
   }
   CheckRunning();
   return OkStatus();
@@ -204,6 +221,7 @@ Status Service::Recover() {
 
 StatusOr<Job> Service::Submit(const Submission& submission, uid_t uid, gid_t gid) {
   GPUFRAC_RETURN_IF_ERROR(CheckSubmission(submission));
+  std::string user = UserName(uid);  // May ask a directory service: not under the lock.
   std::lock_guard<std::mutex> lock(mu_);
   int queue = 0;
   if (!submission.queue.empty()) {
@@ -228,7 +246,7 @@ StatusOr<Job> Service::Submit(const Submission& submission, uid_t uid, gid_t gid
   spec.env = submission.env;
   spec.uid = uid;
   spec.gid = gid;
-  spec.user = UserName(uid);
+  spec.user = user;
   GPUFRAC_ASSIGN_OR_RETURN(Job job, store_->Insert(spec, NowMs()));
   scheduler_->Enqueue(PendingJob{job.id, queue, spec.request, job.submitted_ms});
   active_[job.id] = job;
@@ -249,21 +267,26 @@ StatusOr<Job> Service::Cancel(int64_t id) {
   }
   Job& job = it->second;
   if (job.state == JobState::kPending) {
+    // Recorded first: a job the store still calls pending would run after a restart.
+    GPUFRAC_ASSIGN_OR_RETURN(
+        Job final_job, Finish(job, JobState::kCancelled, "cancelled before it started", -1, 0));
     scheduler_->Dequeue(id);
-    return Finish(job, JobState::kCancelled, "cancelled before it started", -1, 0);
+    return final_job;
   }
   if (!job.cancel_requested) {
-    job.cancel_requested = true;
-    GPUFRAC_RETURN_IF_ERROR(store_->Update(job));
+    Job updated = job;
+    updated.cancel_requested = true;
+    GPUFRAC_RETURN_IF_ERROR(store_->Update(updated));
+    job = updated;
   }
   Status sent = runner_.Signal(job.shim, SIGTERM);
-  if (!sent.ok())
+  if (!sent.ok()) {
     LogWarning("%s", ("cancel of job " + std::to_string(id) + ": " + sent.message()).c_str());
+  }
   kicked_ = true;
   wake_.notify_one();
   return job;
 }
-
 StatusOr<Job> Service::GetJob(int64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = active_.find(id); it != active_.end()) return it->second;
@@ -283,40 +306,48 @@ std::string Service::WaitReason(int64_t id) {
 }
 
 std::vector<Service::GpuStatus> Service::Gpus() {
-  std::lock_guard<std::mutex> lock(mu_);
   std::vector<GpuStatus> out;
-  for (const QueueScheduler::GpuView& view : scheduler_->Gpus()) {
-    GpuStatus g;
-    g.gpu = view.gpu;
-    g.allocated_milli = view.allocated_milli;
-    g.allocated_memory = view.allocated_memory;
-    g.reserved_for = view.reserved_for;
-    for (int64_t id : view.jobs) {
-      auto it = active_.find(id);
-      if (it == active_.end()) continue;
-      Workload w;
-      w.job = id;
-      w.user = it->second.spec.user;
-      for (const GpuShare& share : it->second.gpus) {
-        if (share.index != view.gpu.index) continue;
-        w.milli = share.milli;
-        w.memory_limit = share.memory_bytes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const QueueScheduler::GpuView& view : scheduler_->Gpus()) {
+      GpuStatus g;
+      g.gpu = view.gpu;
+      g.allocated_milli = view.allocated_milli;
+      g.allocated_memory = view.allocated_memory;
+      g.reserved_for = view.reserved_for;
+      for (int64_t id : view.jobs) {
+        auto it = active_.find(id);
+        if (it == active_.end()) continue;
+        Workload w;
+        w.job = id;
+        w.user = it->second.spec.user;
+        for (const GpuShare& share : it->second.gpus) {
+          if (share.index != view.gpu.index) continue;
+          w.milli = share.milli;
+          w.memory_limit = share.memory_bytes;
+        }
+        g.workloads.push_back(w);
       }
-      w.memory_used = JobRunner::MemoryInUse(WorkloadName(id), view.gpu.uuid);
-      g.used_memory += w.memory_used;
-      g.workloads.push_back(w);
+      out.push_back(std::move(g));
     }
-    out.push_back(std::move(g));
+  }
+  // Read outside the lock: the budgets belong to the jobs' users.
+  for (GpuStatus& g : out) {
+    for (Workload& w : g.workloads) {
+      w.memory_used = JobRunner::MemoryInUse(WorkloadName(w.job), g.gpu.uuid);
+      g.used_memory += w.memory_used;
+    }
   }
   return out;
 }
-
 std::vector<QueueScheduler::QueueView> Service::Queues() {
   std::lock_guard<std::mutex> lock(mu_);
   return scheduler_->Queues();
 }
 
 std::string Service::RenderMetrics() {
+  // Concurrent scrapes must not interleave their Clear and Set of the gauges.
+  std::lock_guard<std::mutex> render(render_mu_);
   for (const char* name :
        {"gpufrac_gpu_memory_bytes", "gpufrac_gpu_memory_allocated_bytes",
         "gpufrac_gpu_memory_used_bytes", "gpufrac_gpu_share_allocated", "gpufrac_gpu_workloads",
@@ -360,17 +391,23 @@ void Service::CheckRunning() {
   for (int64_t id : ended) {
     Job& job = active_[id];
     std::optional<Outcome> outcome = JobRunner::ReadOutcome(JobDir(id));
+    // "not-started" next to a pid file is not this attempt's word: the job did start.
+    if (outcome && outcome->kind == Outcome::Kind::kNotStarted &&
+        std::filesystem::exists(JobDir(id) + "/pid")) {
+      outcome.reset();
+    }
     if (outcome && outcome->kind == Outcome::Kind::kNotStarted && !job.cancel_requested) {
-      Requeue(job);
+      ReturnToQueue(job);
       continue;
     }
     if (!outcome) {
       bool killed = JobRunner::KillOrphanedJob(JobDir(id));
-      Finish(job, JobState::kLost,
-             "its supervisor (pid " + std::to_string(job.shim.pid) +
-                 ") ended without recording how the job ended" +
-                 (killed ? "; the job's remaining processes were killed" : ""),
-             -1, 0);
+      // If the store fails, the job stays running here and the next pass settles it again.
+      (void)Finish(job, JobState::kLost,
+                   "its supervisor (pid " + std::to_string(job.shim.pid) +
+                       ") ended without recording how the job ended" +
+                       (killed ? "; the job's remaining processes were killed" : ""),
+                   -1, 0);
       continue;
     }
     int exit_code = outcome->kind == Outcome::Kind::kExited ? outcome->code : -1;
@@ -381,7 +418,7 @@ void Service::CheckRunning() {
       state = JobState::kCancelled;
       reason = "cancelled (" + outcome->Describe() + ")";
     }
-    Finish(job, state, reason, exit_code, signal);
+    (void)Finish(job, state, reason, exit_code, signal);
   }
 }
 
@@ -424,69 +461,81 @@ LaunchSpec Service::MakeLaunchSpec(const Job& job) const {
 void Service::Launch(Job& job, const StartDecision& decision) {
   // Recorded before anything exists outside the store, so that a crash from here on is found
   // and undone by the next Recover.
-  job.state = JobState::kStarting;
-  job.gpus = decision.gpus;
-  if (Status s = store_->Update(job); !s.ok()) {
+  Job starting = job;
+  starting.state = JobState::kStarting;
+  starting.gpus = decision.gpus;
+  if (Status s = store_->Update(starting); !s.ok()) {
     LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
     scheduler_->Finish(job.id);
-    job.state = JobState::kPending;
-    job.gpus.clear();
     scheduler_->Enqueue(PendingJob{job.id, *scheduler_->QueueIndex(job.spec.queue),
                                    job.spec.request, job.submitted_ms});
     return;
   }
+  job = starting;
   StatusOr<ProcessRef> shim = runner_.Prepare(MakeLaunchSpec(job));
   if (!shim.ok()) {
-    Finish(job, JobState::kFailed, "could not start: " + shim.status().message(), -1, 0);
+    (void)Finish(job, JobState::kFailed, "could not start: " + shim.status().message(), -1, 0);
     return;
   }
-  job.state = JobState::kRunning;
-  job.shim = *shim;
-  job.started_ms = NowMs();
-  if (Status s = store_->Update(job); !s.ok()) {
+  Job running = job;
+  running.state = JobState::kRunning;
+  running.shim = *shim;
+  running.started_ms = NowMs();
+  if (Status s = store_->Update(running); !s.ok()) {
     LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
-    runner_.Abandon(*shim);  // Its shim exits unstarted; CheckRunning requeues the job.
+    runner_.Abandon(*shim);  // It exits without starting the job.
+    ReturnToQueue(job);
     return;
   }
+  job = running;
   if (Status s = runner_.Release(*shim); !s.ok()) {
     LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
   }
   metrics_.Observe("gpufrac_job_wait_seconds", (job.started_ms - job.submitted_ms) / 1000.0);
 }
-
-Job Service::Finish(Job& job, JobState state, const std::string& reason, int exit_code,
-                    int signal) {
+StatusOr<Job> Service::Finish(Job& job, JobState state, const std::string& reason, int exit_code,
+                              int signal) {
   bool held = job.state == JobState::kRunning || job.state == JobState::kStarting;
+  // Cleaning up a job that has ended is harmless even if the record below fails.
   if (held) JobRunner::Cleanup(JobDir(job.id), WorkloadName(job.id), Uuids(job));
-  job.state = state;
-  job.reason = reason;
-  job.exit_code = exit_code;
-  job.signal = signal;
-  job.ended_ms = NowMs();
-  if (Status s = store_->Update(job); !s.ok()) {
-    // Leave it active: the next pass (or the next service) settles it again.
+  Job final_job = job;
+  final_job.state = state;
+  final_job.reason = reason;
+  final_job.exit_code = exit_code;
+  final_job.signal = signal;
+  final_job.ended_ms = NowMs();
+  if (Status s = store_->Update(final_job); !s.ok()) {
+    // Nothing changes: a running job is settled again by the next pass.
     LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
-    return job;
+    return s;
   }
   if (held) scheduler_->Finish(job.id);
   metrics_.Add("gpufrac_jobs_finished_total", {{"state", std::string(JobStateName(state))}}, 1);
-  Job final_job = job;
   active_.erase(job.id);
   return final_job;
 }
-
-void Service::Requeue(Job& job) {
+void Service::ReturnToQueue(Job& job) {
+  bool held = job.state == JobState::kRunning || job.state == JobState::kStarting;
+  std::optional<int> queue = scheduler_->QueueIndex(job.spec.queue);
+  if (!queue) {
+    (void)Finish(job, JobState::kFailed,
+                 "queue " + job.spec.queue + " no longer exists in the queue file", -1, 0);
+    return;
+  }
   JobRunner::Cleanup(JobDir(job.id), WorkloadName(job.id), Uuids(job));
   std::error_code ec;
   std::filesystem::remove_all(JobDir(job.id), ec);
-  scheduler_->Finish(job.id);
-  job.state = JobState::kPending;
-  job.gpus.clear();
-  job.shim = {};
-  job.started_ms = 0;
-  if (Status s = store_->Update(job); !s.ok()) LogError("%s", (s.message()).c_str());
-  scheduler_->Enqueue(PendingJob{job.id, *scheduler_->QueueIndex(job.spec.queue), job.spec.request,
-                                 job.submitted_ms});
+  Job pending = job;
+  pending.state = JobState::kPending;
+  pending.gpus.clear();
+  pending.shim = {};
+  pending.started_ms = 0;
+  if (Status s = store_->Update(pending); !s.ok()) {
+    LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
+    return;  // Still recorded as before; the next pass (or service) tries again.
+  }
+  if (held) scheduler_->Finish(job.id);
+  job = pending;
+  scheduler_->Enqueue(PendingJob{job.id, *queue, job.spec.request, job.submitted_ms});
 }
-
 }  // namespace gpufrac::node

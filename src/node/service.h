@@ -102,8 +102,12 @@ class Service {
   void ScheduleAndLaunch();
   void Launch(Job& job, const StartDecision& decision);
   // Records the final state, frees what the job held and forgets it; returns the final record.
-  Job Finish(Job& job, JobState state, const std::string& reason, int exit_code, int signal);
-  void Requeue(Job& job);
+  // If the store fails, nothing changes (and the next pass settles a running job again).
+  StatusOr<Job> Finish(Job& job, JobState state, const std::string& reason, int exit_code,
+                       int signal);
+  // Back to its queue after a start that did not happen: removes what the attempt left, frees
+  // its shares. A job whose queue is gone from the queue file fails instead.
+  void ReturnToQueue(Job& job);
   std::string WorkloadName(int64_t id) const;
   LaunchSpec MakeLaunchSpec(const Job& job) const;
   int64_t NowMs() const;
@@ -119,7 +123,9 @@ class Service {
   JobRunner runner_;
   std::map<int64_t, Job> active_;  // Pending and running jobs, by id.
   Metrics metrics_;
+  std::mutex render_mu_;
   std::thread loop_;
+  int lock_fd_ = -1;  // flock on STATE/gpufracd.lock, held for the service's life.
 };
 
 }  // namespace gpufrac::node

@@ -46,6 +46,9 @@ struct ShimSpec {
 };
 
 std::string g_dir;
+// JOB_DIR, opened once: if the service removes and recreates the directory for a new attempt,
+// this shim's late writes land in the old one, never in the new attempt's.
+int g_dir_fd = -1;
 
 void Complain(const std::string& message) {
   std::fprintf(stderr, "gpufrac-shim: %s\n", message.c_str());
@@ -65,17 +68,14 @@ bool WriteAll(int fd, const std::string& text) {
 // Replaces JOB_DIR/name with `text` so that a reader sees the old file or the whole new one, and
 // a crash right after leaves the new one on disk.
 bool WriteAtomically(const std::string& name, const std::string& text) {
-  std::string path = g_dir + "/" + name, tmp = path + ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  std::string tmp = name + ".tmp";
+  int fd =
+      openat(g_dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return false;
   bool ok = WriteAll(fd, text) && fsync(fd) == 0;
   ok = close(fd) == 0 && ok;
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) return false;
-  int dir = open(g_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) return false;
-  ok = fsync(dir) == 0;
-  close(dir);
-  return ok;
+  if (!ok || renameat(g_dir_fd, tmp.c_str(), g_dir_fd, name.c_str()) != 0) return false;
+  return fsync(g_dir_fd) == 0;
 }
 
 [[noreturn]] void Finish(const std::string& outcome) {
@@ -169,7 +169,7 @@ struct Started {
 // exec'd, so a failure is reported with its errno rather than as an exit code.
 Started StartJob(const ShimSpec& spec) {
   auto open_log = [](const char* name) {
-    return open((g_dir + "/" + name).c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+    return openat(g_dir_fd, name, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
   };
   int out = open_log(JobRunner::kStdout);
   int err = open_log(JobRunner::kStderr);
@@ -333,6 +333,11 @@ int Main(int argc, char** argv) {
     return 2;
   }
   g_dir = argv[1];
+  g_dir_fd = open(g_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (g_dir_fd < 0) {
+    std::fprintf(stderr, "gpufrac-shim: cannot open %s: %s\n", g_dir.c_str(), std::strerror(errno));
+    return 1;
+  }
   if (fcntl(kGoAheadFd, F_GETFD) < 0) {
     Complain("no go-ahead pipe on fd 3 (gpufrac-shim is started by gpufracd, not by hand)");
     return 2;

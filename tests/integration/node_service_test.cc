@@ -470,6 +470,7 @@ TEST(NodeService, TcpCallersNeedTheTokenAndMayRunJobsAsANamedUser) {
   if (getuid() != 0) GTEST_SKIP() << "needs root to run a job as another user";
   std::string token_file = "/tmp/gpufrac-token-" + std::to_string(getpid());
   std::ofstream(token_file) << "0123456789abcdef0123456789abcdef\n";
+  chmod(token_file.c_str(), 0600);
   Daemon d("1xH100-80GB", {"--listen", "127.0.0.1:0", "--token-file", token_file});
   unlink(token_file.c_str());
   std::string log = d.Log();
@@ -483,10 +484,12 @@ TEST(NodeService, TcpCallersNeedTheTokenAndMayRunJobsAsANamedUser) {
   c.set_bearer_token_auth("wrong-token-wrong-token");
   EXPECT_EQ(c.Get("/v1/jobs")->status, 401);
   c.set_bearer_token_auth("0123456789abcdef0123456789abcdef");
-  json body = {{"command", {"id", "-u"}},
-               {"cwd", "/tmp"},
-               {"user", "nobody"},
-               {"request", {{"gpu-fraction", 0.5}}}};
+  json body = {{"command", {"id", "-u"}}, {"cwd", "/tmp"}, {"request", {{"gpu-fraction", 0.5}}}};
+  EXPECT_EQ(c.Post("/v1/jobs", body.dump(), "application/json")->status, 400)
+      << "a root service must be told which user a TCP job runs as";
+  body["user"] = "root";
+  EXPECT_EQ(c.Post("/v1/jobs", body.dump(), "application/json")->status, 403);
+  body["user"] = "nobody";
   auto submitted = c.Post("/v1/jobs", body.dump(), "application/json");
   ASSERT_TRUE(submitted);
   ASSERT_EQ(submitted->status, 201) << submitted->body;
@@ -496,6 +499,76 @@ TEST(NodeService, TcpCallersNeedTheTokenAndMayRunJobsAsANamedUser) {
   auto all = c.Get("/v1/jobs?all=1");
   ASSERT_TRUE(all);
   EXPECT_EQ(json::parse(all->body)["jobs"][0]["user"], "nobody");
+}
+
+TEST(NodeService, CtrlCDuringRunCancelsTheJob) {
+  Daemon d("1xH100-80GB");
+  std::string out = d.dir() + "/run.out";
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("GPUFRAC_SOCKET", d.socket().c_str(), 1);
+    freopen(out.c_str(), "w", stderr);
+    std::string bin = Bin("gpufrac");
+    execl(bin.c_str(), "gpufrac", "run", "--gpus", "1", "--", "sleep", "30",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  json jobs;
+  for (int i = 0; i < 500; ++i) {
+    jobs = d.Get("/v1/jobs").body["jobs"];
+    if (!jobs.empty() && jobs[0]["state"] == "running") break;
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_FALSE(jobs.empty());
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  EXPECT_EQ(d.Job(jobs[0]["id"])["state"], "cancelled");
+  std::ifstream in(out);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("cancelling job"), std::string::npos) << text.str();
+}
+
+TEST(NodeService, BadStartupInputIsOneLineAndNothingStarts) {
+  char tmpl[] = "/tmp/gpufracd-bad-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::ofstream(dir + "/queues.yaml") << "version: 1\nqueues:\n  - name: a\n    quota: 2\n";
+  auto start = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = {Bin("gpufracd"), "--state-dir", dir + "/state", "--socket",
+                                     dir + "/api.sock"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return RunCommand(argv, {});
+  };
+  RunResult queues = start({"--sim", "1xH100-80GB", "--queues", dir + "/queues.yaml"});
+  EXPECT_EQ(queues.status, 1);
+  EXPECT_NE(queues.err.find("queues.yaml:4: quota of queue a"), std::string::npos) << queues.err;
+  RunResult sim = start({"--sim", "2xH999"});
+  EXPECT_EQ(sim.status, 1);
+  EXPECT_NE(sim.err.find("--sim 2xH999"), std::string::npos) << sim.err;
+  RunResult listen = start({"--sim", "1xL4", "--listen", "127.0.0.1:80"});
+  EXPECT_EQ(listen.status, 1);
+  EXPECT_NE(listen.err.find("--token-file"), std::string::npos) << listen.err;
+  for (const RunResult* r : {&queues, &sim, &listen}) {
+    EXPECT_EQ(std::count(r->err.begin(), r->err.end(), '\n'), 1) << r->err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/api.sock"));
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+TEST(NodeService, ASecondServiceOnTheSameStateDirectoryIsRefused) {
+  Daemon d("1xH100-80GB");
+  RunResult second = RunCommand({Bin("gpufracd"), "--sim", "1xH100-80GB", "--state-dir",
+                                 d.dir() + "/state", "--socket", d.dir() + "/other.sock"},
+                                {});
+  EXPECT_EQ(second.status, 1);
+  EXPECT_NE(second.err.find("another gpufracd is already using the state directory"),
+            std::string::npos)
+      << second.err;
+  EXPECT_EQ(d.Get("/v1/health").status, 200);
 }
 
 TEST(NodeService, MetricsDescribeGpusQueuesAndSchedulingLatency) {
@@ -555,6 +628,15 @@ TEST(NodeService, TheFirstCommandStartsAServiceForTheUser) {
       return WEXITSTATUS(system(cmd.c_str()));
     });
   };
+  // No GPU and no GPUFRAC_SIM: the service cannot start, and the command says why at once.
+  auto begin = std::chrono::steady_clock::now();
+  int failed = AsNobody([&] {
+    std::string cmd = "HOME=" + home + " XDG_RUNTIME_DIR= GPUFRAC_SOCKET= GPUFRAC_SIM= " + gpufrac +
+                      " ps > " + home + "/nogpu 2>&1";
+    return WEXITSTATUS(system(cmd.c_str()));
+  });
+  EXPECT_EQ(failed, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, 5s);
   EXPECT_EQ(run_ps("first"), 0);
   EXPECT_EQ(run_ps("second"), 0);
   auto read = [&](const char* file) {
@@ -565,6 +647,8 @@ TEST(NodeService, TheFirstCommandStartsAServiceForTheUser) {
   };
   EXPECT_NE(read("first").find("started gpufracd for you"), std::string::npos) << read("first");
   EXPECT_EQ(read("second").find("started gpufracd"), std::string::npos) << read("second");
+  EXPECT_NE(read("nogpu").find("could not start gpufracd"), std::string::npos) << read("nogpu");
+  EXPECT_NE(read("nogpu").find("--sim"), std::string::npos) << read("nogpu");
   std::ifstream pid_file(home + "/.local/state/gpufrac/gpufracd.pid");
   pid_t pid = 0;
   pid_file >> pid;
