@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli/service_client.h"
 #include "common/units.h"
@@ -263,6 +264,8 @@ void PrintQueues(const json& queues) {
 StatusOr<json> Stream(ServiceClient& client, int64_t id, bool follow, bool cancel_on_interrupt) {
   uint64_t out = 0, err = 0;
   bool cancelled = false;
+  int reconnects = 0;
+  constexpr int kMaxReconnects = 150;  // 30 s
   while (true) {
     if (cancel_on_interrupt && g_interrupts > 0 && !cancelled) {
       cancelled = true;
@@ -275,7 +278,15 @@ StatusOr<json> Stream(ServiceClient& client, int64_t id, bool follow, bool cance
       return UnavailableError("stopped waiting; job " + std::to_string(id) + " is being cancelled");
     }
     auto chunk = client.ReadOutput(id, out, err, follow ? 1 : 0);
+    if (!chunk.ok() && chunk.status().code() == StatusCode::kUnavailable && follow &&
+        ++reconnects <= kMaxReconnects) {
+      // The service restarts (and re-adopts the job): keep following.
+      if (reconnects == 1) std::fprintf(stderr, "gpufrac: lost gpufracd; reconnecting...\n");
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      continue;
+    }
     if (!chunk.ok()) return chunk.status();
+    reconnects = 0;
     WriteAll(stdout, chunk->out);
     WriteAll(stderr, chunk->err);
     out += chunk->out.size();
@@ -303,6 +314,8 @@ int JobCommands::Run() {
                !o_.request.gpu_model.empty();
     if (any && !check.ok()) return Fail(what, check.status());
   }
+  // A service that hangs up mid-request is an error to report, not a reason to die.
+  signal(SIGPIPE, SIG_IGN);
   auto client = ServiceClient::Connect(o_.socket);
   if (!client.ok()) return Fail(what, client.status());
   ServiceClient& c = **client;

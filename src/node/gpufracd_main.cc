@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -111,7 +112,12 @@ StatusOr<TcpListen> ParseListen(const std::string& listen, const std::string& to
 
 int Run(const Flags& f) {
   ServiceConfig config;
-  config.state_dir = f.state_dir.empty() ? DefaultStateDir() : f.state_dir;
+  // Absolute: jobs' directories are handed to their shims, and the path names this service.
+  config.state_dir =
+      std::filesystem::absolute(f.state_dir.empty() ? DefaultStateDir() : f.state_dir)
+          .lexically_normal()
+          .string();
+  if (config.state_dir.size() > 1 && config.state_dir.back() == '/') config.state_dir.pop_back();
   config.scheduler.policy = f.policy;
   config.scheduler.starvation_ms = static_cast<int64_t>(f.starvation_seconds * 1000);
   config.kill_grace_seconds = f.kill_grace_seconds;
@@ -156,9 +162,7 @@ int Run(const Flags& f) {
     config.inventory = *inventory;
   } else {
     // One simulated machine per state directory, so two services never share simulated GPUs.
-    char ns[32];
-    std::snprintf(ns, sizeof(ns), "gpufracd-%08x",
-                  static_cast<unsigned>(std::hash<std::string>{}(config.state_dir)));
+    std::string ns = "gpufracd-" + StateDirTag(config.state_dir);
     auto inventory = SimulatedGpus(f.sim, SimgpuDir(), ns);
     if (!inventory.ok()) return Fail(inventory.status().message());
     config.inventory = *inventory;

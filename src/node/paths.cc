@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <functional>
+
 namespace gpufrac::node {
 namespace {
 
@@ -34,6 +37,13 @@ std::string DefaultSocketPath() {
   if (getuid() == 0) return kSystemSocket;
   if (std::string run = Env("XDG_RUNTIME_DIR"); !run.empty()) return run + "/gpufrac/gpufracd.sock";
   return DefaultStateDir() + "/gpufracd.sock";
+}
+
+std::string StateDirTag(const std::string& state_dir) {
+  char tag[9];
+  std::snprintf(tag, sizeof(tag), "%08x",
+                static_cast<unsigned>(std::hash<std::string>{}(state_dir)));
+  return tag;
 }
 
 std::string ExecutableDir() {

@@ -14,6 +14,10 @@ inline constexpr const char kSystemSocket[] = "/run/gpufrac/gpufracd.sock";
 // DefaultStateDir() when there is no runtime directory.
 std::string DefaultSocketPath();
 
+// A short tag that tells one state directory's service apart from another's on the same machine
+// (8 hex digits of a hash of the path): names its workloads' budgets and its simulated machine.
+std::string StateDirTag(const std::string& state_dir);
+
 // The directory of the running executable (from /proc/self/exe).
 std::string ExecutableDir();
 // libgpufrac.so: $GPUFRAC_LIBRARY, else ../lib/libgpufrac.so next to the executable.

@@ -19,6 +19,7 @@
 
 #include "common/log.h"
 #include "common/units.h"
+#include "node/paths.h"
 
 namespace gpufrac::node {
 namespace {
@@ -84,12 +85,6 @@ std::vector<std::string> Uuids(const Job& job) {
   return uuids;
 }
 
-std::string Hex8(size_t h) {
-  char buf[9];
-  std::snprintf(buf, sizeof(buf), "%08x", static_cast<unsigned>(h));
-  return buf;
-}
-
 }  // namespace
 
 Service::Service(ServiceConfig config, std::unique_ptr<Store> store,
@@ -98,7 +93,7 @@ Service::Service(ServiceConfig config, std::unique_ptr<Store> store,
       store_(std::move(store)),
       scheduler_(std::move(scheduler)),
       runner_(config_.shim_path) {
-  instance_ = Hex8(std::hash<std::string>{}(config_.state_dir));
+  instance_ = StateDirTag(config_.state_dir);
   metrics_.Declare("gpufrac_gpu_memory_bytes", "gauge", "Total memory of each GPU");
   metrics_.Declare("gpufrac_gpu_memory_allocated_bytes", "gauge",
                    "GPU memory promised to running jobs (their limits)");

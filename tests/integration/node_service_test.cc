@@ -377,6 +377,39 @@ TEST(NodeService, ARunningJobSurvivesAServiceKillAndIsReadopted) {
   EXPECT_EQ(d.Cli({"logs", std::to_string(id)}).out, "finished\n");
 }
 
+TEST(NodeService, RunKeepsFollowingItsJobAcrossAServiceRestart) {
+  Daemon d("1xH100-80GB");
+  std::string out = d.dir() + "/run.out";
+  std::string marker = d.dir() + "/may-end";
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("GPUFRAC_SOCKET", d.socket().c_str(), 1);
+    freopen(out.c_str(), "w", stdout);
+    std::string bin = Bin("gpufrac");
+    std::string script =
+        "echo before; while [ ! -e " + marker + " ]; do sleep 0.05; done; echo after";
+    execl(bin.c_str(), "gpufrac", "run", "--gpus", "1", "--", "sh", "-c", script.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 500; ++i) {
+    json jobs = d.Get("/v1/jobs").body["jobs"];
+    if (!jobs.empty() && jobs[0]["state"] == "running") break;
+    std::this_thread::sleep_for(10ms);
+  }
+  d.Stop(SIGKILL);
+  std::this_thread::sleep_for(300ms);
+  d.Start();
+  std::ofstream(marker) << "";
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  std::ifstream in(out);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), "before\nafter\n");
+}
+
 TEST(NodeService, AJobThatEndsWhileTheServiceIsDownGetsItsRealOutcome) {
   Daemon d("1xH100-80GB");
   int64_t id = d.Submit({"sh", "-c", "sleep 0.3; exit 7"}, {{"gpus", 1}}).body["id"];
