@@ -1,0 +1,2 @@
+// Placeholder: being implemented.
+#include "gpu/mig_catalogue.h"

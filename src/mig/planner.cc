@@ -1,0 +1,2 @@
+// Placeholder: being implemented.
+#include "mig/planner.h"

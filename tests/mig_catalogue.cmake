@@ -1,0 +1,1 @@
+# Tests of mig_catalogue (being written).

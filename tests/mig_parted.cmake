@@ -1,0 +1,1 @@
+# Tests of mig_parted (being written).

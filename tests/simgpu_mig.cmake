@@ -1,0 +1,1 @@
+# Tests of simgpu_mig (being written).
