@@ -1,1 +1,2 @@
-# Tests of mig_parted (being written).
+# Tests of mig-parted configuration files: parsing, device matching, layout placement, export.
+gpufrac_test(mig_parted_test unit SOURCES unit/mig_parted_test.cc LIBS gpufrac_mig_config)

@@ -3,3 +3,6 @@ gpufrac_test(node_service_test integration SOURCES integration/node_service_test
              LIBS gpufrac_test_harness PkgConfig::HTTPLIB nlohmann_json::nlohmann_json)
 add_dependencies(node_service_test gpufracd gpufrac_main gpufrac_shim gpufrac cuda_probe
                  simgpu_cuda simgpu_nvml)
+
+gpufrac_test(node_mig_scheduler_test unit SOURCES unit/node_mig_scheduler_test.cc
+             LIBS gpufrac_node_mig)

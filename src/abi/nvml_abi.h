@@ -18,8 +18,10 @@ enum nvmlReturn_t : int {
   NVML_ERROR_DRIVER_NOT_LOADED = 9,
   NVML_ERROR_FUNCTION_NOT_FOUND = 13,
   NVML_ERROR_GPU_IS_LOST = 15,
+  NVML_ERROR_RESET_REQUIRED = 16,
   NVML_ERROR_IN_USE = 19,
   NVML_ERROR_MEMORY = 20,
+  NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
   NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
   NVML_ERROR_UNKNOWN = 999,
 };
@@ -45,6 +47,12 @@ struct nvmlMemory_v2_t {
 constexpr unsigned int kNvmlMemoryV2Version =
     static_cast<unsigned int>(sizeof(nvmlMemory_v2_t)) | (2u << 24);
 
+// NVML_STRUCT_VERSION(data, ver) for any versioned struct type.
+template <typename T>
+constexpr unsigned int NvmlStructVersion(unsigned int version) {
+  return static_cast<unsigned int>(sizeof(T)) | (version << 24);
+}
+
 constexpr unsigned int kNvmlDeviceUuidV2BufferSize = 96;
 constexpr unsigned int kNvmlDeviceNameV2BufferSize = 96;
 constexpr unsigned int kNvmlSystemDriverVersionBufferSize = 80;
@@ -63,5 +71,199 @@ using nvmlDeviceGetName_t = nvmlReturn_t (*)(nvmlDevice_t device, char* name, un
 using nvmlDeviceGetUUID_t = nvmlReturn_t (*)(nvmlDevice_t device, char* uuid, unsigned int length);
 using nvmlDeviceGetMemoryInfo_t = nvmlReturn_t (*)(nvmlDevice_t device, nvmlMemory_t* memory);
 using nvmlDeviceGetMemoryInfo_v2_t = nvmlReturn_t (*)(nvmlDevice_t device, nvmlMemory_v2_t* memory);
+
+// ---- Multi-Instance GPU (MIG) ------------------------------------------------------------------
+// Values of nvml.h's MIG defines (macros there; constants here).
+
+constexpr unsigned int NVML_DEVICE_MIG_DISABLE = 0x0;
+constexpr unsigned int NVML_DEVICE_MIG_ENABLE = 0x1;
+
+// GPU instance profile ids (nvmlDeviceGetGpuInstanceProfileInfo's `profile`). The GFX, NO_ME and
+// ALL_ME ids were added in CUDA 12.8-era headers, which raised the count from 0xA to 0x11.
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_1_SLICE = 0x0;
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_2_SLICE = 0x1;
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_3_SLICE = 0x2;
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_4_SLICE = 0x3;
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_7_SLICE = 0x4;
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_8_SLICE = 0x5;
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_6_SLICE = 0x6;
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 = 0x7;
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1 = 0x8;
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2 = 0x9;
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX = 0xA;
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX = 0xB;
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX = 0xC;
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME = 0xD;
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME = 0xE;
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME = 0xF;
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME = 0x10;
+constexpr unsigned int NVML_GPU_INSTANCE_PROFILE_COUNT = 0x11;
+
+// Compute instance profile ids and the one engine profile.
+constexpr unsigned int NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE = 0x0;
+constexpr unsigned int NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE = 0x1;
+constexpr unsigned int NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE = 0x2;
+constexpr unsigned int NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE = 0x3;
+constexpr unsigned int NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE = 0x4;
+constexpr unsigned int NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE = 0x5;
+constexpr unsigned int NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE = 0x6;
+constexpr unsigned int NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1 = 0x7;
+constexpr unsigned int NVML_COMPUTE_INSTANCE_PROFILE_COUNT = 0x8;
+constexpr unsigned int NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0x0;
+
+struct nvmlGpuInstance_st;
+using nvmlGpuInstance_t = nvmlGpuInstance_st*;
+struct nvmlComputeInstance_st;
+using nvmlComputeInstance_t = nvmlComputeInstance_st*;
+
+// Where a GPU instance sits, in memory slices.
+struct nvmlGpuInstancePlacement_t {
+  unsigned int start;
+  unsigned int size;
+};
+
+struct nvmlGpuInstanceProfileInfo_t {
+  unsigned int id;
+  unsigned int isP2pSupported;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int copyEngineCount;
+  unsigned int decoderCount;
+  unsigned int encoderCount;
+  unsigned int jpegCount;
+  unsigned int ofaCount;
+  unsigned long long memorySizeMB;
+};
+
+// Not layout-compatible with v1: a version word first, the profile name last.
+struct nvmlGpuInstanceProfileInfo_v2_t {
+  unsigned int version;
+  unsigned int id;
+  unsigned int isP2pSupported;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int copyEngineCount;
+  unsigned int decoderCount;
+  unsigned int encoderCount;
+  unsigned int jpegCount;
+  unsigned int ofaCount;
+  unsigned long long memorySizeMB;
+  char name[kNvmlDeviceNameV2BufferSize];
+};
+
+// nvmlGpuInstanceProfileInfo_v2.
+constexpr unsigned int kNvmlGpuInstanceProfileInfoV2Version =
+    NvmlStructVersion<nvmlGpuInstanceProfileInfo_v2_t>(2);
+
+struct nvmlGpuInstanceInfo_t {
+  nvmlDevice_t device;
+  unsigned int id;
+  unsigned int profileId;
+  nvmlGpuInstancePlacement_t placement;
+};
+
+// Where a compute instance sits inside its GPU instance, in compute slices.
+struct nvmlComputeInstancePlacement_t {
+  unsigned int start;
+  unsigned int size;
+};
+
+struct nvmlComputeInstanceProfileInfo_t {
+  unsigned int id;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+};
+
+struct nvmlComputeInstanceProfileInfo_v2_t {
+  unsigned int version;
+  unsigned int id;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+  char name[kNvmlDeviceNameV2BufferSize];
+};
+
+// nvmlComputeInstanceProfileInfo_v2.
+constexpr unsigned int kNvmlComputeInstanceProfileInfoV2Version =
+    NvmlStructVersion<nvmlComputeInstanceProfileInfo_v2_t>(2);
+
+struct nvmlComputeInstanceInfo_t {
+  nvmlDevice_t device;
+  nvmlGpuInstance_t gpuInstance;
+  unsigned int id;
+  unsigned int profileId;
+  nvmlComputeInstancePlacement_t placement;
+};
+
+using nvmlDeviceSetMigMode_t = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int mode,
+                                                nvmlReturn_t* activationStatus);
+using nvmlDeviceGetMigMode_t = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* currentMode,
+                                                unsigned int* pendingMode);
+using nvmlDeviceGetGpuInstanceProfileInfo_t = nvmlReturn_t (*)(nvmlDevice_t device,
+                                                               unsigned int profile,
+                                                               nvmlGpuInstanceProfileInfo_t* info);
+using nvmlDeviceGetGpuInstanceProfileInfoV_t = nvmlReturn_t (*)(
+    nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_v2_t* info);
+using nvmlDeviceGetGpuInstancePossiblePlacements_v2_t =
+    nvmlReturn_t (*)(nvmlDevice_t device, unsigned int profileId,
+                     nvmlGpuInstancePlacement_t* placements, unsigned int* count);
+using nvmlDeviceGetGpuInstanceRemainingCapacity_t = nvmlReturn_t (*)(nvmlDevice_t device,
+                                                                     unsigned int profileId,
+                                                                     unsigned int* count);
+using nvmlDeviceCreateGpuInstance_t = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int profileId,
+                                                       nvmlGpuInstance_t* gpuInstance);
+using nvmlDeviceCreateGpuInstanceWithPlacement_t =
+    nvmlReturn_t (*)(nvmlDevice_t device, unsigned int profileId,
+                     const nvmlGpuInstancePlacement_t* placement, nvmlGpuInstance_t* gpuInstance);
+using nvmlGpuInstanceDestroy_t = nvmlReturn_t (*)(nvmlGpuInstance_t gpuInstance);
+using nvmlDeviceGetGpuInstances_t = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int profileId,
+                                                     nvmlGpuInstance_t* gpuInstances,
+                                                     unsigned int* count);
+using nvmlDeviceGetGpuInstanceById_t = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int id,
+                                                        nvmlGpuInstance_t* gpuInstance);
+using nvmlGpuInstanceGetInfo_t = nvmlReturn_t (*)(nvmlGpuInstance_t gpuInstance,
+                                                  nvmlGpuInstanceInfo_t* info);
+using nvmlGpuInstanceGetComputeInstanceProfileInfo_t =
+    nvmlReturn_t (*)(nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile,
+                     nvmlComputeInstanceProfileInfo_t* info);
+using nvmlGpuInstanceGetComputeInstanceProfileInfoV_t =
+    nvmlReturn_t (*)(nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile,
+                     nvmlComputeInstanceProfileInfo_v2_t* info);
+using nvmlGpuInstanceCreateComputeInstance_t = nvmlReturn_t (*)(
+    nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t* computeInstance);
+using nvmlComputeInstanceDestroy_t = nvmlReturn_t (*)(nvmlComputeInstance_t computeInstance);
+using nvmlGpuInstanceGetComputeInstances_t =
+    nvmlReturn_t (*)(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                     nvmlComputeInstance_t* computeInstances, unsigned int* count);
+using nvmlGpuInstanceGetComputeInstanceById_t = nvmlReturn_t (*)(
+    nvmlGpuInstance_t gpuInstance, unsigned int id, nvmlComputeInstance_t* computeInstance);
+// nvml.h maps the unversioned nvmlComputeInstanceGetInfo to _v2; the v1 symbol has the same
+// signature.
+using nvmlComputeInstanceGetInfo_t = nvmlReturn_t (*)(nvmlComputeInstance_t computeInstance,
+                                                      nvmlComputeInstanceInfo_t* info);
+using nvmlComputeInstanceGetInfo_v2_t = nvmlComputeInstanceGetInfo_t;
+using nvmlDeviceIsMigDeviceHandle_t = nvmlReturn_t (*)(nvmlDevice_t device,
+                                                       unsigned int* isMigDevice);
+using nvmlDeviceGetGpuInstanceId_t = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* id);
+using nvmlDeviceGetComputeInstanceId_t = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* id);
+using nvmlDeviceGetMaxMigDeviceCount_t = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* count);
+using nvmlDeviceGetMigDeviceHandleByIndex_t = nvmlReturn_t (*)(nvmlDevice_t device,
+                                                               unsigned int index,
+                                                               nvmlDevice_t* migDevice);
+using nvmlDeviceGetDeviceHandleFromMigDeviceHandle_t = nvmlReturn_t (*)(nvmlDevice_t migDevice,
+                                                                        nvmlDevice_t* device);
 
 }  // namespace gpufrac::abi

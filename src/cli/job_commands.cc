@@ -244,6 +244,34 @@ void PrintStatus(const json& status) {
                   static_cast<long long>(g["reserved_for"].get<int64_t>()));
     }
   }
+  if (status.contains("mig") && status["mig"].is_array()) {
+    for (const json& g : status["mig"]) {
+      int slices = static_cast<int>(Int(g, "memory_slices"));
+      // One character per memory slice: the instance's letter (upper case when it serves a job,
+      // lower case when idle) or '.' for a free slice.
+      std::string map(static_cast<size_t>(std::max(slices, 0)), '.');
+      std::string lines;
+      char letter = 'a';
+      for (const json& i : g["instances"]) {
+        bool busy = i.contains("job") && i["job"].is_number();
+        char c = busy ? static_cast<char>(letter - 'a' + 'A') : letter;
+        for (int s = 0; s < Int(i, "size"); ++s) {
+          size_t at = static_cast<size_t>(Int(i, "start") + s);
+          if (at < map.size()) map[at] = c;
+        }
+        char line[256];
+        std::snprintf(line, sizeof(line), "     %c %-10s slices %lld-%lld  %s  %s\n", c,
+                      Str(i, "profile").c_str(), static_cast<long long>(Int(i, "start")),
+                      static_cast<long long>(Int(i, "start") + Int(i, "size") - 1),
+                      Str(i, "uuid").c_str(),
+                      busy ? ("job " + std::to_string(Int(i, "job"))).c_str() : "idle");
+        lines += line;
+        letter = letter == 'z' ? 'a' : static_cast<char>(letter + 1);
+      }
+      std::printf("%-4lld %-12s MIG [%s]\n%s", static_cast<long long>(Int(g, "gpu")),
+                  Str(g, "model").c_str(), map.c_str(), lines.c_str());
+    }
+  }
   if (status.value("simulated", false)) std::printf("(simulated GPUs)\n");
 }
 

@@ -6,6 +6,7 @@
 #include "cli/demo_command.h"
 #include "cli/exec_command.h"
 #include "cli/job_commands.h"
+#include "cli/mig_command.h"
 #include "cli/sim_command.h"
 
 int main(int argc, char** argv) {
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   gpufrac::cli::SimOptions sim;
   CLI::App* sim_cmd = gpufrac::cli::AddSimCommand(app, sim);
   gpufrac::cli::JobCommands jobs(app);
+  gpufrac::cli::MigCommand mig(app);
   gpufrac::cli::DemoOptions demo;
   CLI::App* demo_cmd = gpufrac::cli::AddDemoCommand(app, demo);
 
@@ -37,6 +39,7 @@ int main(int argc, char** argv) {
   if (exec_cmd->parsed()) return gpufrac::cli::RunExec(exec, argv[0]);
   if (sim_cmd->parsed()) return gpufrac::cli::RunSim(sim);
   if (jobs.parsed()) return jobs.Run();
+  if (mig.parsed()) return mig.Run();
   if (demo_cmd->parsed()) return gpufrac::cli::RunDemo(demo);
   return 2;
 }

@@ -189,6 +189,13 @@ StatusOr<json> ServiceClient::Get(const std::string& path) {
   return Parse(http_->Get(path.c_str()), socket_);
 }
 
+StatusOr<std::string> ServiceClient::GetText(const std::string& path) {
+  auto res = http_->Get(path.c_str());
+  if (res && res->status >= 200 && res->status < 300) return res->body;
+  auto parsed = Parse(res, socket_);
+  return parsed.ok() ? InternalError("unexpected reply to " + path) : parsed.status();
+}
+
 StatusOr<json> ServiceClient::Post(const std::string& path, const json& body) {
   return Parse(http_->Post(path.c_str(), body.dump(-1, ' ', false, json::error_handler_t::replace),
                            "application/json"),

@@ -28,6 +28,8 @@ class ServiceClient {
   // code it sent (kInvalidArgument for 400, kNotFound for 404, ...).
   StatusOr<nlohmann::json> Get(const std::string& path);
   StatusOr<nlohmann::json> Post(const std::string& path, const nlohmann::json& body);
+  // The body of a 2xx answer as text (for non-JSON replies such as a YAML export).
+  StatusOr<std::string> GetText(const std::string& path);
 
   // New output of job `id` from the given offsets (see the API's /output).
   struct Output {

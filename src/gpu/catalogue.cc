@@ -99,6 +99,29 @@ constexpr std::array kModels = {
              .pci_device_id = 0x2901,
              .max_clock_khz = 1965000,
              .context_bytes = kHopperBlackwellContextBytes},
+    // The H100 NVL (PCIe, 94 GB HBM3): nvidia-smi reports 95830 MiB on driver 535.
+    GpuModel{.short_name = "H100-94GB",
+             .nvml_name = "NVIDIA H100 NVL",
+             .architecture = "Hopper",
+             .memory_bytes = 95830 * kMiB,
+             .sm_count = 132,
+             .compute_major = 9,
+             .compute_minor = 0,
+             .pci_device_id = 0x2321,
+             .max_clock_khz = 1785000,
+             .context_bytes = kHopperBlackwellContextBytes},
+    // The Hopper GPU of a GH200 Grace Hopper superchip with 96 GB HBM3 (NVML names the superchip
+    // by its total memory, 480 GB with the Grace LPDDR5X).
+    GpuModel{.short_name = "GH200-96GB",
+             .nvml_name = "NVIDIA GH200 480GB",
+             .architecture = "Hopper",
+             .memory_bytes = 97871 * kMiB,
+             .sm_count = 132,
+             .compute_major = 9,
+             .compute_minor = 0,
+             .pci_device_id = 0x2342,
+             .max_clock_khz = 1980000,
+             .context_bytes = kHopperBlackwellContextBytes},
 };
 
 constexpr char ToLowerAscii(char c) { return (c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c; }

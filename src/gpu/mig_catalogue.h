@@ -31,13 +31,16 @@ struct MigPlacement {
 struct MigProfile {
   // NVML's GPU instance profile id (NVML_GPU_INSTANCE_PROFILE_1_SLICE = 0, ...).
   unsigned nvml_id = 0;
-  int compute_slices = 0;  // The "1g" of "1g.10gb".
-  int memory_slices = 0;   // Memory slices it occupies (the placement size).
-  uint64_t memory_bytes = 0;  // What a process in the instance sees as total memory.
-  int max_count = 0;          // Most instances of this profile on one GPU.
+  int compute_slices = 0;         // The "1g" of "1g.10gb".
+  int memory_slices = 0;          // Memory slices it occupies (the placement size).
+  uint64_t memory_bytes = 0;      // What a process in the instance sees as total memory.
+  int max_count = 0;              // Most instances of this profile on one GPU.
   bool media_extensions = false;  // "+me": the GPU's one set of media engines.
   int start_count = 0;
   MigPlacement starts[kMaxMigStarts];  // Legal placements, lowest start first.
+  // The profile's own id (nvmlGpuInstanceProfileInfo_t.id, the "ID" column of
+  // `nvidia-smi mig -lgip`): what nvmlDeviceCreateGpuInstance and the placement queries take.
+  unsigned profile_id = 0;
 };
 
 struct MigModel {
@@ -46,6 +49,9 @@ struct MigModel {
   int compute_slices = 0;           // 7 or 4.
   int profile_count = 0;
   MigProfile profiles[kMaxMigProfiles];  // Smallest first.
+  // The marketing memory size in GB ("80" for H100-80GB, "180" for B200) that profile names are
+  // fractions of.
+  int nominal_memory_gb = 0;
 };
 
 // The MIG facts of `model`, or nullptr when it has no MIG (L4, T4, ...).

@@ -180,6 +180,9 @@ class Api {
       return MethodNotAllowed(req);
     }
     if (p == "/v1/status" && req.method == "GET") return StatusView();
+    if (p == "/v1/mig/apply" && req.method == "POST") return MigApply(req);
+    if (p == "/v1/mig/export" && req.method == "GET") return MigExport(req);
+    if (p.rfind("/v1/gpus/", 0) == 0 && req.method == "POST") return MigMode(req);
     if (p == "/v1/queues" && req.method == "GET") return QueuesView();
     if (p.rfind("/v1/jobs/", 0) == 0) {
       std::string rest = p.substr(9);
@@ -409,7 +412,82 @@ class Api {
       entry["reserved_for"] = g.reserved_for ? json(*g.reserved_for) : json(nullptr);
       gpus.push_back(entry);
     }
-    return Json(200, {{"gpus", gpus}, {"simulated", service_->simulated()}});
+    json mig = json::array();
+    for (const MigScheduler::SliceView& v : service_->MigSlices()) {
+      json instances = json::array();
+      for (const MigScheduler::SliceView::Item& i : v.instances) {
+        instances.push_back({{"gpu", v.gpu},
+                             {"profile", i.profile},
+                             {"start", i.placement.start},
+                             {"size", i.placement.size},
+                             {"uuid", i.uuid},
+                             {"job", i.job > 0 ? json(i.job) : json(nullptr)}});
+      }
+      mig.push_back({{"gpu", v.gpu},
+                     {"model", v.model},
+                     {"memory_slices", v.memory_slices},
+                     {"instances", instances}});
+    }
+    return Json(200, {{"gpus", gpus}, {"mig", mig}, {"simulated", service_->simulated()}});
+  }
+
+  StatusOr<json> AdminBody(const HttpRequest& req) {
+    if (!IsAdmin(req.caller)) {
+      return PermissionDeniedError("only root and members of the admin group may change MIG");
+    }
+    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded() || !body.is_object()) {
+      return InvalidArgumentError("the request body must be a JSON object");
+    }
+    return body;
+  }
+
+  // POST /v1/gpus/N/mig {"enabled": bool}
+  HttpResponse MigMode(const HttpRequest& req) {
+    std::string rest = req.path.substr(9);
+    size_t slash = rest.find('/');
+    std::string index = rest.substr(0, slash);
+    if (slash == std::string::npos || rest.substr(slash) != "/mig" || index.empty() ||
+        index.size() > 3 || !std::all_of(index.begin(), index.end(), ::isdigit)) {
+      return Error(NotFoundError("no such API path: POST " + req.path));
+    }
+    auto body = AdminBody(req);
+    if (!body.ok()) return Error(body.status());
+    if (!body->contains("enabled") || !(*body)["enabled"].is_boolean() || body->size() != 1) {
+      return Error(InvalidArgumentError("the body must be {\"enabled\": true|false}"));
+    }
+    int gpu = std::stoi(index);
+    bool enabled = (*body)["enabled"].get<bool>();
+    auto reset = service_->SetMigMode(gpu, enabled);
+    if (!reset.ok()) return Error(reset.status());
+    return Json(200, {{"gpu", gpu}, {"mig_enabled", enabled}, {"reset_needed", *reset}});
+  }
+
+  // POST /v1/mig/apply {"yaml": "...", "config": "name"}
+  HttpResponse MigApply(const HttpRequest& req) {
+    auto body = AdminBody(req);
+    if (!body.ok()) return Error(body.status());
+    auto yaml = OptionalString(*body, "yaml");
+    auto config = OptionalString(*body, "config");
+    if (!yaml.ok()) return Error(yaml.status());
+    if (!config.ok()) return Error(config.status());
+    if (yaml->empty()) {
+      return Error(InvalidArgumentError("the body needs \"yaml\": the mig-parted file"));
+    }
+    auto applied = service_->ApplyMigParted(*yaml, *config);
+    if (!applied.ok()) return Error(applied.status());
+    return Json(200, {{"applied", *applied}});
+  }
+
+  HttpResponse MigExport(const HttpRequest& req) {
+    std::string name = req.query.count("name") ? req.query.at("name") : "current";
+    if (name.empty() || name.size() > 63) {
+      return Error(InvalidArgumentError("name must be 1 to 63 characters"));
+    }
+    HttpResponse r;
+    r.content_type = "application/yaml";
+    r.body = service_->ExportMigParted(name);
+    return r;
   }
 
   HttpResponse QueuesView() {

@@ -15,7 +15,11 @@
 //        new output from the byte offsets: body = stdout bytes then stderr bytes, lengths in
 //        X-Gpufrac-Stdout-Bytes / X-Gpufrac-Stderr-Bytes, the job's state in X-Gpufrac-State;
 //        waits up to `wait` s (at most 30) for output or the job's end.
-//   GET  /v1/status                     GPUs with their allocations and workloads
+//   GET  /v1/status                     GPUs with their allocations and workloads; "mig": each
+//                                        MIG GPU's instances (profile, start, size, uuid, job)
+//   POST /v1/gpus/N/mig                 {"enabled": bool}: MIG mode on/off (admins; GPU idle)
+//   POST /v1/mig/apply                  {"yaml": mig-parted file, "config": name} (admins)
+//   GET  /v1/mig/export[?name=NAME]     the current layout as a mig-parted file
 //   GET  /v1/queues                     queues with pending/running jobs and quota use
 //   GET  /metrics                       Prometheus text format
 //

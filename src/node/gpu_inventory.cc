@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "gpu/devices.h"
+#include "gpu/mig_catalogue.h"
 #include "simgpu/config.h"
 
 namespace gpufrac::node {
@@ -41,7 +42,9 @@ StatusOr<Inventory> DiscoverGpus() {
     return UnavailableError(
         "NVML found no GPU on this machine (to try gpufrac without GPUs, use --sim 2xH100-80GB)");
   }
-  return FromDevices(*devices);
+  Inventory inventory = FromDevices(*devices);
+  inventory.nvml_library = gpu::kNvmlLibraryName;
+  return inventory;
 }
 
 StatusOr<Inventory> SimulatedGpus(const std::string& spec, const std::string& simgpu_dir,
@@ -67,7 +70,17 @@ StatusOr<Inventory> SimulatedGpus(const std::string& spec, const std::string& si
   inventory.job_env = {"LD_LIBRARY_PATH=" + simgpu_dir, "SIMGPU_CONFIG=" + spec,
                        "SIMGPU_NAMESPACE=" + name_space};
   inventory.simulated = true;
+  inventory.nvml_library = nvml;
   return inventory;
+}
+
+Status ReadMigModes(const gpu::MigControl& control, Inventory* inventory) {
+  for (const NodeGpu& g : inventory->gpus) {
+    if (g.model.empty() || !gpu::FindMigModel(g.model)) continue;
+    GPUFRAC_ASSIGN_OR_RETURN(gpu::MigMode mode, control.GetMigMode(static_cast<unsigned>(g.index)));
+    if (mode.current) inventory->mig_enabled.insert(g.index);
+  }
+  return OkStatus();
 }
 
 }  // namespace gpufrac::node

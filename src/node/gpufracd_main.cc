@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -20,6 +22,7 @@
 #include "node/api.h"
 #include "node/gpu_inventory.h"
 #include "node/http_server.h"
+#include "node/mig_backend_nvml.h"
 #include "node/paths.h"
 #include "node/queue_config.h"
 #include "node/service.h"
@@ -166,6 +169,25 @@ int Run(const Flags& f) {
     auto inventory = SimulatedGpus(f.sim, SimgpuDir(), ns);
     if (!inventory.ok()) return Fail(inventory.status().message());
     config.inventory = *inventory;
+  }
+
+  // MIG: GPUs already in MIG mode are served by the MIG lane. A driver without MIG support
+  // leaves every GPU to the shared lane.
+  std::unique_ptr<gpu::MigControl> mig_control;
+  std::unique_ptr<NvmlMigBackend> mig_backend;
+  if (auto control = gpu::MigControl::Open(config.inventory.nvml_library); control.ok()) {
+    mig_control = std::move(*control);
+    if (Status modes = ReadMigModes(*mig_control, &config.inventory); !modes.ok()) {
+      return Fail(modes.message());
+    }
+    std::map<int, const gpu::MigModel*> models;
+    for (const NodeGpu& g : config.inventory.gpus) {
+      if (const gpu::MigModel* m = g.model.empty() ? nullptr : gpu::FindMigModel(g.model)) {
+        models[g.index] = m;
+      }
+    }
+    mig_backend = std::make_unique<NvmlMigBackend>(mig_control.get(), models);
+    config.mig_backend = mig_backend.get();
   }
 
   // Signals are taken synchronously by this thread; every other thread inherits the mask.

@@ -615,7 +615,7 @@ QueueScheduler::~QueueScheduler() = default;
 StatusOr<std::unique_ptr<QueueScheduler>> QueueScheduler::Create(std::vector<NodeGpu> gpus,
                                                                  QueueConfig queues,
                                                                  SchedulerOptions options) {
-  if (gpus.empty()) return InvalidArgumentError("the node has no GPUs to schedule");
+  // No GPUs is allowed: on a node whose GPUs are all in MIG mode, the MIG lane serves everything.
   if (queues.queues.empty()) return InvalidArgumentError("the queue configuration has no queues");
   std::sort(gpus.begin(), gpus.end(),
             [](const NodeGpu& a, const NodeGpu& b) { return a.index < b.index; });
@@ -726,6 +726,10 @@ Status QueueScheduler::CheckFeasible(int queue, const GpuRequest& request) const
   if (request.kind == GpuRequest::Kind::kMigProfile) {
     return FailedPreconditionError("--mig-profile " + request.mig_profile +
                                    " needs a GPU in MIG mode; no GPU on this node is");
+  }
+  if (s.gpus.empty()) {
+    return FailedPreconditionError(FormatGpuRequest(request) +
+                                   " needs a GPU that is not in MIG mode; every GPU here is");
   }
   const std::string flags = FormatGpuRequest(request);
   const uint64_t all_groups = (uint64_t{1} << s.groups.size()) - 1;

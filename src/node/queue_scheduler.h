@@ -63,7 +63,8 @@ struct StartDecision {
 
 class QueueScheduler {
  public:
-  // Fails on no GPUs, duplicate indexes, or an unknown policy.
+  // Fails on duplicate indexes or an unknown policy. With no GPUs (all in MIG mode) nothing is
+  // ever feasible or started here.
   static StatusOr<std::unique_ptr<QueueScheduler>> Create(std::vector<NodeGpu> gpus,
                                                           QueueConfig queues,
                                                           SchedulerOptions options = {});

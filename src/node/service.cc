@@ -19,6 +19,7 @@
 
 #include "common/log.h"
 #include "common/units.h"
+#include "mig/mig_parted.h"
 #include "node/paths.h"
 
 namespace gpufrac::node {
@@ -87,12 +88,8 @@ std::vector<std::string> Uuids(const Job& job) {
 
 }  // namespace
 
-Service::Service(ServiceConfig config, std::unique_ptr<Store> store,
-                 std::unique_ptr<QueueScheduler> scheduler)
-    : config_(std::move(config)),
-      store_(std::move(store)),
-      scheduler_(std::move(scheduler)),
-      runner_(config_.shim_path) {
+Service::Service(ServiceConfig config, std::unique_ptr<Store> store)
+    : config_(std::move(config)), store_(std::move(store)), runner_(config_.shim_path) {
   instance_ = StateDirTag(config_.state_dir);
   metrics_.Declare("gpufrac_gpu_memory_bytes", "gauge", "Total memory of each GPU");
   metrics_.Declare("gpufrac_gpu_memory_allocated_bytes", "gauge",
@@ -144,12 +141,10 @@ StatusOr<std::unique_ptr<Service>> Service::Start(ServiceConfig config) {
   for (const char* suffix : {"", "-wal", "-shm"}) {
     chmod((config.state_dir + "/gpufracd.db" + suffix).c_str(), 0600);
   }
-  GPUFRAC_ASSIGN_OR_RETURN(auto scheduler, QueueScheduler::Create(config.inventory.gpus,
-                                                                  config.queues, config.scheduler));
-  std::unique_ptr<Service> service(
-      new Service(std::move(config), std::move(store), std::move(scheduler)));
+  std::unique_ptr<Service> service(new Service(std::move(config), std::move(store)));
   service->lock_fd_ = lock_fd;
   guard.fd = -1;
+  GPUFRAC_RETURN_IF_ERROR(service->BuildLanes());
   GPUFRAC_RETURN_IF_ERROR(service->Recover());
   service->loop_ = std::thread([s = service.get()] { s->Loop(); });
   return service;
@@ -188,15 +183,15 @@ Status Service::Recover() {
     if (job.state == JobState::kRunning) {
       // Its shares are held again here; a job that ended while no service watched it is settled
       // by CheckRunning below with the outcome its shim recorded, which frees them once.
-      scheduler_->AddRunning(job.id, queue.value_or(0), job.gpus);
       active_[job.id] = job;
+      AddRunningToLane(job, queue.value_or(0));
       if (JobRunner::Alive(job.shim))
         LogInfo("%s", ("re-adopted running job " + std::to_string(job.id)).c_str());
       continue;
     }
     active_[job.id] = job;
     Job& active = active_[job.id];
-    Status feasible = queue ? scheduler_->CheckFeasible(*queue, job.spec.request) : OkStatus();
+    Status feasible = queue ? CheckFeasible(*queue, job.spec.request) : OkStatus();
     if (!feasible.ok()) {
       GPUFRAC_RETURN_IF_ERROR(Finish(active, JobState::kFailed,
                                      "can no longer run on this node: " + feasible.message(), -1, 0)
@@ -208,7 +203,7 @@ Status Service::Recover() {
       ReturnToQueue(active);
       continue;
     }
-    scheduler_->Enqueue(PendingJob{job.id, *queue, job.spec.request, job.submitted_ms});
+    EnqueueJob(job, *queue);
   }
   CheckRunning();
   return OkStatus();
@@ -235,7 +230,7 @@ StatusOr<Job> Service::Submit(const Submission& submission, uid_t uid, gid_t gid
   spec.queue = config_.queues.queues[queue].name;
   spec.request =
       submission.request ? *submission.request : config_.queues.queues[queue].default_request;
-  GPUFRAC_RETURN_IF_ERROR(scheduler_->CheckFeasible(queue, spec.request));
+  GPUFRAC_RETURN_IF_ERROR(CheckFeasible(queue, spec.request));
   spec.command = submission.command;
   spec.cwd = submission.cwd;
   spec.env = submission.env;
@@ -243,7 +238,7 @@ StatusOr<Job> Service::Submit(const Submission& submission, uid_t uid, gid_t gid
   spec.gid = gid;
   spec.user = user;
   GPUFRAC_ASSIGN_OR_RETURN(Job job, store_->Insert(spec, NowMs()));
-  scheduler_->Enqueue(PendingJob{job.id, queue, spec.request, job.submitted_ms});
+  EnqueueJob(job, queue);
   active_[job.id] = job;
   metrics_.Add("gpufrac_jobs_submitted_total", {}, 1);
   kicked_ = true;
@@ -265,7 +260,7 @@ StatusOr<Job> Service::Cancel(int64_t id) {
     // Recorded first: a job the store still calls pending would run after a restart.
     GPUFRAC_ASSIGN_OR_RETURN(
         Job final_job, Finish(job, JobState::kCancelled, "cancelled before it started", -1, 0));
-    scheduler_->Dequeue(id);
+    if (!scheduler_->Dequeue(id)) mig_->Dequeue(id);
     return final_job;
   }
   if (!job.cancel_requested) {
@@ -297,7 +292,8 @@ StatusOr<std::vector<Job>> Service::ListJobs(const JobFilter& filter) {
 
 std::string Service::WaitReason(int64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
-  return scheduler_->WaitReason(id);
+  std::string reason = scheduler_->WaitReason(id);
+  return reason.empty() ? mig_->WaitReason(id) : reason;
 }
 
 std::vector<Service::GpuStatus> Service::Gpus() {
@@ -430,6 +426,25 @@ void Service::ScheduleAndLaunch() {
     }
     Launch(it->second, d);
   }
+  for (const MigScheduler::Start& start : mig_->Schedule()) {
+    auto it = active_.find(start.id);
+    if (it == active_.end()) {
+      mig_->Finish(start.id);
+      continue;
+    }
+    const gpu::MigModel* model = nullptr;
+    for (const MigGpuSpec& g : mig_->gpus()) {
+      if (g.index == start.gpu) model = g.model;
+    }
+    GpuShare share;
+    share.index = start.gpu;
+    share.uuid = start.uuid;
+    share.memory_bytes = start.memory_bytes;
+    share.milli = model ? static_cast<uint32_t>(kMilliPerGpu * start.memory_bytes /
+                                                std::max<uint64_t>(1, model->model->memory_bytes))
+                        : 0;
+    Launch(it->second, StartDecision{start.id, {share}});
+  }
 }
 
 LaunchSpec Service::MakeLaunchSpec(const Job& job) const {
@@ -461,9 +476,8 @@ void Service::Launch(Job& job, const StartDecision& decision) {
   starting.gpus = decision.gpus;
   if (Status s = store_->Update(starting); !s.ok()) {
     LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
-    scheduler_->Finish(job.id);
-    scheduler_->Enqueue(PendingJob{job.id, *scheduler_->QueueIndex(job.spec.queue),
-                                   job.spec.request, job.submitted_ms});
+    ReleaseShares(job.id);
+    EnqueueJob(job, *scheduler_->QueueIndex(job.spec.queue));
     return;
   }
   job = starting;
@@ -504,7 +518,7 @@ StatusOr<Job> Service::Finish(Job& job, JobState state, const std::string& reaso
     LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
     return s;
   }
-  if (held) scheduler_->Finish(job.id);
+  if (held) ReleaseShares(job.id);
   metrics_.Add("gpufrac_jobs_finished_total", {{"state", std::string(JobStateName(state))}}, 1);
   active_.erase(job.id);
   return final_job;
@@ -529,8 +543,223 @@ void Service::ReturnToQueue(Job& job) {
     LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
     return;  // Still recorded as before; the next pass (or service) tries again.
   }
-  if (held) scheduler_->Finish(job.id);
+  if (held) ReleaseShares(job.id);
   job = pending;
-  scheduler_->Enqueue(PendingJob{job.id, *queue, job.spec.request, job.submitted_ms});
+  EnqueueJob(job, *queue);
 }
+}  // namespace gpufrac::node
+
+namespace gpufrac::node {
+
+bool Service::UsesMig(int queue, const GpuRequest& request) const {
+  if (request.kind == GpuRequest::Kind::kMigProfile) return true;
+  if (request.kind == GpuRequest::Kind::kWholeGpus || mig_->empty()) return false;
+  return !scheduler_->CheckFeasible(queue, request).ok() && mig_->CheckFeasible(request).ok();
+}
+
+Status Service::CheckFeasible(int queue, const GpuRequest& request) const {
+  return UsesMig(queue, request) ? mig_->CheckFeasible(request)
+                                 : scheduler_->CheckFeasible(queue, request);
+}
+
+void Service::EnqueueJob(const Job& job, int queue) {
+  if (UsesMig(queue, job.spec.request)) {
+    mig_->Enqueue(job.id, queue, job.spec.request, job.submitted_ms);
+  } else {
+    scheduler_->Enqueue(PendingJob{job.id, queue, job.spec.request, job.submitted_ms});
+  }
+}
+
+void Service::AddRunningToLane(const Job& job, int queue) {
+  if (!job.gpus.empty() && job.gpus[0].uuid.rfind("MIG-", 0) == 0) {
+    mig_->AddRunning(job.id, job.gpus[0].index, job.gpus[0].uuid);
+  } else {
+    scheduler_->AddRunning(job.id, queue, job.gpus);
+  }
+}
+
+void Service::ReleaseShares(int64_t id) {
+  if (!scheduler_->Finish(id)) mig_->Finish(id);
+}
+
+Status Service::BuildLanes() {
+  std::vector<NodeGpu> shared;
+  std::vector<MigGpuSpec> mig;
+  for (const NodeGpu& g : config_.inventory.gpus) {
+    if (!config_.inventory.mig_enabled.count(g.index)) {
+      shared.push_back(g);
+      continue;
+    }
+    // A GPU in MIG mode that gpufrac cannot drive (unknown model, no MIG backend) is left alone.
+    const gpu::MigModel* model = g.model.empty() ? nullptr : gpu::FindMigModel(g.model);
+    if (model && config_.mig_backend) mig.push_back({g.index, model});
+  }
+  GPUFRAC_ASSIGN_OR_RETURN(scheduler_,
+                           QueueScheduler::Create(shared, config_.queues, config_.scheduler));
+  mig_ = std::make_unique<MigScheduler>(mig, config_.mig_backend);
+  // Jobs in submission order (ids grow with it), so queues keep their FIFO order.
+  for (auto& [id, job] : active_) {
+    int queue = scheduler_->QueueIndex(job.spec.queue).value_or(0);
+    if (job.state == JobState::kPending) {
+      EnqueueJob(job, queue);
+    } else {
+      AddRunningToLane(job, queue);
+    }
+  }
+  return OkStatus();
+}
+
+std::vector<MigScheduler::SliceView> Service::MigSlices() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mig_->Slices();
+}
+
+StatusOr<bool> Service::SetMigMode(int gpu, bool enabled) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const NodeGpu* node_gpu = nullptr;
+  for (const NodeGpu& g : config_.inventory.gpus) {
+    if (g.index == gpu) node_gpu = &g;
+  }
+  if (!node_gpu) return NotFoundError("no GPU " + std::to_string(gpu) + " on this node");
+  const gpu::MigModel* model =
+      node_gpu->model.empty() ? nullptr : gpu::FindMigModel(node_gpu->model);
+  if (!model) {
+    return FailedPreconditionError("GPU " + std::to_string(gpu) + " (" +
+                                   (node_gpu->model.empty() ? "unknown model" : node_gpu->model) +
+                                   ") has no MIG");
+  }
+  if (!config_.mig_backend) return UnavailableError("MIG control is not available here");
+  bool now = config_.inventory.mig_enabled.count(gpu) > 0;
+  if (now == enabled) return false;
+  std::vector<int64_t> jobs;
+  for (const QueueScheduler::GpuView& view : scheduler_->Gpus()) {
+    if (view.gpu.index == gpu) jobs = view.jobs;
+  }
+  if (!jobs.empty() || mig_->Busy(gpu)) {
+    return FailedPreconditionError("GPU " + std::to_string(gpu) +
+                                   " runs jobs; wait for them to end or cancel them first");
+  }
+  if (!enabled) {
+    // Idle instances go first: MIG mode cannot be turned off under them.
+    GPUFRAC_ASSIGN_OR_RETURN(auto instances, config_.mig_backend->List(gpu));
+    for (const MigBackend::InstanceInfo& i : instances) {
+      GPUFRAC_RETURN_IF_ERROR(config_.mig_backend->Destroy(gpu, i.gi_id));
+    }
+  }
+  GPUFRAC_ASSIGN_OR_RETURN(bool reset_needed, config_.mig_backend->SetMode(gpu, enabled));
+  if (reset_needed) return true;
+  if (enabled) {
+    config_.inventory.mig_enabled.insert(gpu);
+  } else {
+    config_.inventory.mig_enabled.erase(gpu);
+  }
+  GPUFRAC_RETURN_IF_ERROR(BuildLanes());
+  kicked_ = true;
+  wake_.notify_one();
+  return false;
+}
+
+StatusOr<std::vector<std::string>> Service::ApplyMigParted(const std::string& yaml,
+                                                           const std::string& config_name) {
+  GPUFRAC_ASSIGN_OR_RETURN(mig::MigPartedFile file, mig::ParseMigParted(yaml, "the file"));
+  std::string names;
+  for (const mig::MigPartedConfig& c : file.configs) names += (names.empty() ? "" : ", ") + c.name;
+  const mig::MigPartedConfig* config =
+      config_name.empty() && file.configs.size() == 1 ? &file.configs[0] : file.Find(config_name);
+  if (config_name.empty() && !config) {
+    return InvalidArgumentError("the file has several configurations (" + names +
+                                "); name one with -c");
+  }
+  if (!config) {
+    return NotFoundError("no configuration " + config_name + " in the file (it has: " + names +
+                         ")");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!config_.mig_backend) return UnavailableError("MIG control is not available here");
+  struct Step {
+    int gpu;
+    const gpu::MigModel* model;
+    std::vector<mig::LayoutInstance> layout;
+  };
+  std::vector<Step> steps;
+  // Everything is checked before anything changes.
+  for (const NodeGpu& g : config_.inventory.gpus) {
+    const gpu::GpuModel* model = g.model.empty() ? nullptr : gpu::FindModel(g.model);
+    if (!model) continue;
+    const mig::MigPartedEntry* entry = nullptr;
+    for (const mig::MigPartedEntry& e : config->entries) {
+      if (!entry && mig::EntryMatches(e, g.index, *model)) entry = &e;
+    }
+    if (!entry) continue;
+    std::string which = "GPU " + std::to_string(g.index) + " (" + g.model + ")";
+    bool enabled = config_.inventory.mig_enabled.count(g.index) > 0;
+    if (entry->mig_enabled != enabled) {
+      return FailedPreconditionError(which +
+                                     (entry->mig_enabled
+                                          ? " is not in MIG mode; run gpufrac mig enable --gpu "
+                                          : " is in MIG mode; run gpufrac mig disable --gpu ") +
+                                     std::to_string(g.index) + " first");
+    }
+    if (!enabled) continue;
+    const gpu::MigModel* mig_model = gpu::FindMigModel(*model);
+    if (mig_->Busy(g.index)) {
+      return FailedPreconditionError(which +
+                                     " has MIG instances serving jobs; apply needs it idle");
+    }
+    auto layout = mig::PlaceLayout(*mig_model, entry->mig_devices);
+    if (!layout.ok()) return layout.status().WithContext(which);
+    steps.push_back({g.index, mig_model, *layout});
+  }
+  if (steps.empty()) {
+    return InvalidArgumentError("configuration " + config->name +
+                                " matches no GPU in MIG mode on this node");
+  }
+  std::vector<std::pair<int, unsigned>> created;
+  auto roll_back = [&](const Status& why) {
+    for (const auto& [gpu, gi] : created) (void)config_.mig_backend->Destroy(gpu, gi);
+    return Status(why.code(), why.message() + "; the " + std::to_string(created.size()) +
+                                  " instance(s) this apply created were destroyed again");
+  };
+  std::vector<std::string> report;
+  for (const Step& step : steps) {
+    auto existing = config_.mig_backend->List(step.gpu);
+    if (!existing.ok()) return roll_back(existing.status());
+    for (const MigBackend::InstanceInfo& i : *existing) {
+      Status destroyed = config_.mig_backend->Destroy(step.gpu, i.gi_id);
+      if (!destroyed.ok()) return roll_back(destroyed);
+    }
+    std::string line = "GPU " + std::to_string(step.gpu) + ":";
+    for (const mig::LayoutInstance& want : step.layout) {
+      auto made = config_.mig_backend->Create(step.gpu, want.profile, want.placement);
+      if (!made.ok()) return roll_back(made.status());
+      created.push_back({step.gpu, made->gi_id});
+      line += " " + gpu::MigProfileName(*step.model, step.model->profiles[want.profile]) + "@" +
+              std::to_string(want.placement.start);
+    }
+    report.push_back(line);
+  }
+  kicked_ = true;
+  wake_.notify_one();
+  return report;
+}
+
+std::string Service::ExportMigParted(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<mig::GpuLayout> layouts;
+  for (const NodeGpu& g : config_.inventory.gpus) {
+    mig::GpuLayout layout;
+    layout.index = g.index;
+    layout.model = g.model.empty() ? nullptr : gpu::FindMigModel(g.model);
+    layout.mig_enabled = config_.inventory.mig_enabled.count(g.index) > 0;
+    if (layout.mig_enabled && layout.model && config_.mig_backend) {
+      auto instances = config_.mig_backend->List(g.index);
+      if (instances.ok()) {
+        for (const MigBackend::InstanceInfo& i : *instances) layout.profiles.push_back(i.profile);
+      }
+    }
+    layouts.push_back(layout);
+  }
+  return mig::ExportMigParted(name, layouts);
+}
+
 }  // namespace gpufrac::node

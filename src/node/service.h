@@ -23,6 +23,7 @@
 #include "node/job.h"
 #include "node/job_runner.h"
 #include "node/metrics.h"
+#include "node/mig_scheduler.h"
 #include "node/queue_scheduler.h"
 #include "node/store.h"
 
@@ -36,6 +37,9 @@ struct ServiceConfig {
   std::string shim_path;        // gpufrac-shim, absolute.
   std::string limiter_path;     // libgpufrac.so, absolute.
   int kill_grace_seconds = 10;  // Cancel: SIGTERM, then SIGKILL after this long.
+  // The driver's MIG operations; must outlive the service. Null: MIG is not available (GPUs
+  // in MIG mode are then left alone).
+  MigBackend* mig_backend = nullptr;
 };
 
 // What a submission carries besides who sent it.
@@ -87,14 +91,26 @@ class Service {
   };
   std::vector<GpuStatus> Gpus();
   std::vector<QueueScheduler::QueueView> Queues();
+  // Every GPU in MIG mode and its instances (which job each serves).
+  std::vector<MigScheduler::SliceView> MigSlices();
+  // Turns MIG mode on or off on GPU `gpu`: refused (kFailedPrecondition) while a job runs on it.
+  // Returns true when the change waits for a GPU reset.
+  StatusOr<bool> SetMigMode(int gpu, bool enabled);
+  // Applies configuration `config` of a mig-parted file to the matching GPUs in MIG mode: all
+  // is checked first (profiles, layouts, idle GPUs); then each GPU's idle instances are replaced
+  // by the layout, created with explicit placements; a failure destroys what the apply created.
+  // Returns a line per GPU changed.
+  StatusOr<std::vector<std::string>> ApplyMigParted(const std::string& yaml,
+                                                    const std::string& config);
+  // The current layout as a mig-parted file with one configuration called `name`.
+  std::string ExportMigParted(const std::string& name);
   const QueueConfig& queue_config() const { return config_.queues; }
   bool simulated() const { return config_.inventory.simulated; }
   // Prometheus exposition of the current state.
   std::string RenderMetrics();
 
  private:
-  Service(ServiceConfig config, std::unique_ptr<Store> store,
-          std::unique_ptr<QueueScheduler> scheduler);
+  Service(ServiceConfig config, std::unique_ptr<Store> store);
   Status Recover();
   void Loop();
   // Under mu_:
@@ -108,6 +124,17 @@ class Service {
   // Back to its queue after a start that did not happen: removes what the attempt left, frees
   // its shares. A job whose queue is gone from the queue file fails instead.
   void ReturnToQueue(Job& job);
+  // The lanes: shared/whole GPUs through the queue scheduler, MIG GPUs through the MIG lane.
+  // MIG profiles always go to MIG; memory and fraction requests go to MIG only when no other
+  // GPU here could ever hold them.
+  bool UsesMig(int queue, const GpuRequest& request) const;
+  Status CheckFeasible(int queue, const GpuRequest& request) const;
+  void EnqueueJob(const Job& job, int queue);
+  void AddRunningToLane(const Job& job, int queue);
+  void ReleaseShares(int64_t id);
+  // (Re)creates both lanes from config_.inventory and the current MIG modes, and puts every
+  // active job back in its lane.
+  Status BuildLanes();
   std::string WorkloadName(int64_t id) const;
   LaunchSpec MakeLaunchSpec(const Job& job) const;
   int64_t NowMs() const;
@@ -120,6 +147,7 @@ class Service {
   std::atomic<bool> stopping_{false};
   std::unique_ptr<Store> store_;
   std::unique_ptr<QueueScheduler> scheduler_;
+  std::unique_ptr<MigScheduler> mig_;
   JobRunner runner_;
   std::map<int64_t, Job> active_;  // Pending and running jobs, by id.
   Metrics metrics_;

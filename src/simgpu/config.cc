@@ -4,6 +4,8 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "gpu/mig_catalogue.h"
+
 namespace gpufrac::simgpu {
 namespace {
 
@@ -49,6 +51,17 @@ bool ParseMachineConfig(std::string_view text, MachineConfig* config, std::strin
     int count = 0;
     std::string_view name;
     ParseItem(item, &count, &name);
+    bool mig = false;
+    if (const std::size_t colon = name.find(':'); colon != std::string_view::npos) {
+      const std::string_view option = Trim(name.substr(colon + 1));
+      name = Trim(name.substr(0, colon));
+      if (option != "mig" && option != "MIG") {
+        *error = "unknown option \"" + std::string(option) + "\" in SIMGPU_CONFIG item \"" +
+                 std::string(item) + "\" (the only option is \":mig\")";
+        return false;
+      }
+      mig = true;
+    }
     const gpu::GpuModel* model = gpu::FindModel(name);
     if (model == nullptr) {
       std::string known;
@@ -65,7 +78,15 @@ bool ParseMachineConfig(std::string_view text, MachineConfig* config, std::strin
                std::to_string(kMaxDevices) + " GPUs";
       return false;
     }
-    for (int i = 0; i < count; ++i) config->models[config->device_count++] = model;
+    if (mig && gpu::FindMigModel(*model) == nullptr) {
+      *error = "SIMGPU_CONFIG item \"" + std::string(item) + "\": the " +
+               std::string(model->short_name) + " has no MIG";
+      return false;
+    }
+    for (int i = 0; i < count; ++i) {
+      config->mig[config->device_count] = mig;
+      config->models[config->device_count++] = model;
+    }
     if (comma == std::string_view::npos) break;
     rest.remove_prefix(comma + 1);
   }
@@ -77,9 +98,13 @@ std::string FormatMachineConfig(const MachineConfig& config) {
   int i = 0;
   while (i < config.device_count) {
     int run = 1;
-    while (i + run < config.device_count && config.models[i + run] == config.models[i]) ++run;
+    while (i + run < config.device_count && config.models[i + run] == config.models[i] &&
+           config.mig[i + run] == config.mig[i]) {
+      ++run;
+    }
     if (!text.empty()) text += ',';
     text += std::to_string(run) + "x" + std::string(config.models[i]->short_name);
+    if (config.mig[i]) text += ":mig";
     i += run;
   }
   return text;

@@ -19,14 +19,16 @@ inline constexpr int kDefaultDriverVersion = 12080;  // CUDA 12.8
 struct MachineConfig {
   int device_count = 0;
   std::array<const gpu::GpuModel*, kMaxDevices> models{};  // by physical index
+  std::array<bool, kMaxDevices> mig{};                     // MIG mode on from the start
 };
 
-// Parses a comma-separated list of `[Nx]MODEL` items, e.g. "2xH100-80GB,1xA30-24GB" or "L4".
-// Model names are the catalogue's short names, in any case. On failure returns false and says
+// Parses a comma-separated list of `[Nx]MODEL[:mig]` items, e.g. "2xH100-80GB,1xA30-24GB:mig"
+// or "L4". Model names are the catalogue's short names, in any case; `:mig` starts those GPUs
+// with MIG mode on and is refused for models without MIG. On failure returns false and says
 // why in `error`.
 bool ParseMachineConfig(std::string_view text, MachineConfig* config, std::string* error);
 
-// The canonical text for `config`: "2xH100-80GB,1xA30-24GB".
+// The canonical text for `config`: "2xH100-80GB,1xA30-24GB:mig".
 std::string FormatMachineConfig(const MachineConfig& config);
 
 // SIMGPU_CONFIG, or kDefaultConfig when unset or empty.

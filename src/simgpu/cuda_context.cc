@@ -18,7 +18,7 @@ Context* NewContextLocked(Driver* driver, int ordinal, bool primary) {
   context->physical = driver->devices[ordinal].physical;
   context->model = driver->devices[ordinal].model;
   context->primary = primary;
-  context->kernel_ns_per_thread = simgpu::KernelNsPerThread(context->model->sm_count);
+  context->kernel_ns_per_thread = simgpu::KernelNsPerThread(driver->devices[ordinal].sm_count);
   driver->contexts.insert(context);
   return context;
 }

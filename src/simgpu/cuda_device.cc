@@ -21,11 +21,12 @@ CUresult GetDevice(abi::CUdevice ordinal, const simgpu::VisibleDevice** device) 
   return abi::CUDA_SUCCESS;
 }
 
-CUresult CopyUuid(abi::CUuuid* uuid, abi::CUdevice ordinal) {
+CUresult CopyUuid(abi::CUuuid* uuid, abi::CUdevice ordinal, bool own_mig_uuid) {
   const simgpu::VisibleDevice* device;
   if (CUresult result = GetDevice(ordinal, &device); result != abi::CUDA_SUCCESS) return result;
   if (uuid == nullptr) return abi::CUDA_ERROR_INVALID_VALUE;
-  std::memcpy(uuid->bytes, device->uuid.data(), sizeof(uuid->bytes));
+  const simgpu::Uuid& bytes = own_mig_uuid ? device->uuid : device->parent_uuid;
+  std::memcpy(uuid->bytes, bytes.data(), sizeof(uuid->bytes));
   return abi::CUDA_SUCCESS;
 }
 
@@ -56,27 +57,28 @@ CUresult cuDeviceGetName(char* name, int length, abi::CUdevice ordinal) {
   const simgpu::VisibleDevice* device;
   if (CUresult result = GetDevice(ordinal, &device); result != abi::CUDA_SUCCESS) return result;
   if (name == nullptr || length <= 0) return abi::CUDA_ERROR_INVALID_VALUE;
-  const std::string_view text = device->model->nvml_name;
+  const std::string_view text = device->name;
   const std::size_t copied = std::min(text.size(), static_cast<std::size_t>(length) - 1);
   std::memcpy(name, text.data(), copied);
   name[copied] = '\0';
   return abi::CUDA_SUCCESS;
 }
 
-// Without MIG both report the GPU's UUID (the _v2 form differs only for MIG instances).
+// Without MIG both report the GPU's UUID; on a MIG device the original form reports the GPU's
+// and _v2 the MIG device's own.
 CUresult cuDeviceGetUuid(abi::CUuuid* uuid, abi::CUdevice ordinal) {
-  return CopyUuid(uuid, ordinal);
+  return CopyUuid(uuid, ordinal, /*own_mig_uuid=*/false);
 }
 
 CUresult cuDeviceGetUuid_v2(abi::CUuuid* uuid, abi::CUdevice ordinal) {
-  return CopyUuid(uuid, ordinal);
+  return CopyUuid(uuid, ordinal, /*own_mig_uuid=*/true);
 }
 
 CUresult cuDeviceTotalMem_v2(size_t* bytes, abi::CUdevice ordinal) {
   const simgpu::VisibleDevice* device;
   if (CUresult result = GetDevice(ordinal, &device); result != abi::CUDA_SUCCESS) return result;
   if (bytes == nullptr) return abi::CUDA_ERROR_INVALID_VALUE;
-  *bytes = device->model->memory_bytes;
+  *bytes = device->total_bytes;
   return abi::CUDA_SUCCESS;
 }
 
@@ -97,7 +99,7 @@ CUresult cuDeviceGetAttribute(int* value, abi::CUdevice_attribute attribute,
       *value = model.max_clock_khz;
       break;
     case abi::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
-      *value = model.sm_count;
+      *value = device->sm_count;
       break;
     case abi::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
       *value = PciBusId(device->physical);

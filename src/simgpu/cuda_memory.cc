@@ -51,8 +51,12 @@ CUresult MemoryInfo(std::uint64_t* free, std::uint64_t* total) {
       result != abi::CUDA_SUCCESS) {
     return result;
   }
-  *total = context->model->memory_bytes;
-  const std::uint64_t used = simgpu::UsedBytes(*driver->machine, context->physical);
+  const simgpu::VisibleDevice& device = driver->devices[context->ordinal];
+  *total = device.total_bytes;
+  const std::uint64_t used =
+      device.gpu_instance < 0
+          ? simgpu::UsedBytes(*driver->machine, context->physical)
+          : simgpu::MigUsedBytes(*driver->machine, context->physical, device.gpu_instance);
   *free = *total - std::min(used, *total);
   return abi::CUDA_SUCCESS;
 }

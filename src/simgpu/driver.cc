@@ -11,6 +11,7 @@
 #include <new>
 
 #include "simgpu/memory_ledger.h"
+#include "simgpu/mig_state.h"
 #include "simgpu/process_identity.h"
 #include "simgpu/visible_devices.h"
 
@@ -48,26 +49,63 @@ CUresult Initialize() {
                     abi::CUDA_ERROR_OUT_OF_MEMORY);
   }
 
-  std::vector<std::string> uuids;
-  for (int i = 0; i < machine->device_count; ++i) {
-    Uuid uuid;
-    std::copy(std::begin(machine->devices[i].uuid), std::end(machine->devices[i].uuid),
-              uuid.begin());
-    uuids.push_back(FormatGpuUuid(uuid));
-  }
   auto* driver = new Driver;
   driver->machine = machine;
   driver->slot = slot;
-  for (int physical : ParseVisibleDevices(std::getenv("CUDA_VISIBLE_DEVICES"), uuids)) {
-    const SharedDevice& shared = machine->devices[physical];
-    VisibleDevice device{.physical = physical, .model = DeviceModel(shared)};
-    if (device.model == nullptr) {
-      ReleaseSlot(*machine, *slot);
-      delete driver;
-      return Complain(std::string("unknown GPU model ") + shared.model, abi::CUDA_ERROR_UNKNOWN);
+  {
+    // Under the MIG lock, so the MIG device chosen cannot be destroyed before this process is
+    // bound to it (and from then on counts as running in it).
+    MigLock lock(*machine);
+    DeviceNames names;
+    std::vector<MigBinding> migs;
+    for (int i = 0; i < machine->device_count; ++i) {
+      const SharedDevice& shared = machine->devices[i];
+      Uuid uuid;
+      std::copy(std::begin(shared.uuid), std::end(shared.uuid), uuid.begin());
+      names.gpu_uuids.push_back(FormatGpuUuid(uuid));
+      const bool mig_on = shared.mig_current == abi::NVML_DEVICE_MIG_ENABLE;
+      names.mig_enabled.push_back(mig_on);
+      for (int g = 0; mig_on && g < kMaxGpuInstances; ++g) {
+        const SharedGpuInstance& instance = shared.gpu_instances[g];
+        for (int c = 0; instance.live != 0 && c < kMaxComputeInstances; ++c) {
+          if (instance.compute[c].live == 0) continue;
+          names.migs.push_back({.physical = i, .uuid = FormatMigUuid(MigDeviceUuid(shared, g, c))});
+          migs.push_back({.device = i,
+                          .gpu_instance = g,
+                          .compute_instance = c,
+                          .generation = static_cast<std::uint32_t>(instance.generation)});
+        }
+      }
     }
-    std::copy(std::begin(shared.uuid), std::end(shared.uuid), device.uuid.begin());
-    driver->devices.push_back(device);
+    for (const VisibleDeviceRef& ref :
+         ParseVisibleDevices(std::getenv("CUDA_VISIBLE_DEVICES"), names)) {
+      const SharedDevice& shared = machine->devices[ref.physical];
+      VisibleDevice device;
+      device.physical = ref.physical;
+      device.model = DeviceModel(shared);
+      if (device.model == nullptr) {
+        ReleaseSlot(*machine, *slot);
+        delete driver;
+        return Complain(std::string("unknown GPU model ") + shared.model, abi::CUDA_ERROR_UNKNOWN);
+      }
+      std::copy(std::begin(shared.uuid), std::end(shared.uuid), device.parent_uuid.begin());
+      device.uuid = device.parent_uuid;
+      device.name = device.model->nvml_name;
+      device.total_bytes = shared.total_bytes;
+      device.sm_count = device.model->sm_count;
+      if (ref.mig >= 0) {
+        const MigBinding& binding = migs[ref.mig];
+        const SharedGpuInstance& instance = shared.gpu_instances[binding.gpu_instance];
+        device.uuid = MigDeviceUuid(shared, binding.gpu_instance, binding.compute_instance);
+        device.name = MigDeviceName(shared, binding.gpu_instance, binding.compute_instance);
+        device.total_bytes = instance.total_bytes;
+        const std::uint32_t slices = instance.compute[binding.compute_instance].slice_count;
+        device.sm_count = static_cast<int>(instance.sm_count * slices / instance.compute_slices);
+        device.gpu_instance = binding.gpu_instance;
+        slot->mig_binding.store(PackMigBinding(binding), std::memory_order_release);
+      }
+      driver->devices.push_back(device);
+    }
   }
   driver->primary_contexts.assign(driver->devices.size(), nullptr);
   driver->default_pools.assign(driver->devices.size(), nullptr);

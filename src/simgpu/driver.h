@@ -26,7 +26,12 @@ namespace gpufrac::simgpu {
 struct VisibleDevice {
   int physical = 0;
   const gpu::GpuModel* model = nullptr;
-  Uuid uuid{};
+  Uuid uuid{};         // the MIG device's own UUID for a MIG device
+  Uuid parent_uuid{};  // the GPU's UUID (what cuDeviceGetUuid v1 reports for a MIG device)
+  std::string name;    // cuDeviceGetName: the model's, or "<model> MIG 1g.10gb"
+  std::uint64_t total_bytes = 0;  // the GPU's memory, or the MIG device's
+  int sm_count = 0;
+  int gpu_instance = -1;  // the MIG device's GPU instance; -1 for a whole GPU
 };
 
 struct Driver {

@@ -1,6 +1,8 @@
 // Lock-free device memory accounting shared by all processes of a simulated machine.
 #include "simgpu/memory_ledger.h"
 
+#include "simgpu/mig_state.h"
+
 namespace gpufrac::simgpu {
 namespace {
 
@@ -19,17 +21,43 @@ ProcessIdentity UnpackOwner(std::uint64_t owner) {
                          .start_time = owner >> kPidBits};
 }
 
-// Moves the slot's holdings back to the devices. The caller owns the slot exclusively.
+// The GPU instance a slot's charges on `device` also count against; nullptr if none.
+SharedGpuInstance* BoundInstance(SharedMachine& machine, const ProcessSlot& slot, int device) {
+  const std::uint64_t packed = slot.mig_binding.load(std::memory_order_relaxed);
+  if (packed == 0) return nullptr;  // the common case: no MIG
+  const auto binding = UnpackMigBinding(packed);
+  if (binding->device != device) return nullptr;
+  return &machine.devices[device].gpu_instances[binding->gpu_instance];
+}
+
+// Moves the slot's holdings back to the devices (and its MIG instance), then unbinds it. The
+// caller owns the slot exclusively. A bound instance cannot be destroyed before the unbinding.
 void DrainSlot(SharedMachine& machine, ProcessSlot& slot) {
   for (int d = 0; d < kMaxDevices; ++d) {
     const std::uint64_t held = slot.used_bytes[d].exchange(0, std::memory_order_relaxed);
-    if (held != 0) machine.devices[d].used_bytes.fetch_sub(held, std::memory_order_relaxed);
+    if (held == 0) continue;
+    if (SharedGpuInstance* instance = BoundInstance(machine, slot, d)) {
+      instance->used_bytes.fetch_sub(held, std::memory_order_relaxed);
+    }
+    machine.devices[d].used_bytes.fetch_sub(held, std::memory_order_relaxed);
   }
+  slot.mig_binding.store(0, std::memory_order_release);
 }
 
 }  // namespace
 
 bool TryCharge(SharedMachine& machine, ProcessSlot& slot, int device, std::uint64_t bytes) {
+  if (SharedGpuInstance* instance = BoundInstance(machine, slot, device)) {
+    std::uint64_t used = instance->used_bytes.load(std::memory_order_relaxed);
+    do {
+      if (bytes > instance->total_bytes - used) return false;
+    } while (
+        !instance->used_bytes.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+    // The instances' memory is carved out of the device's, so the device cannot overflow.
+    machine.devices[device].used_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    slot.used_bytes[device].fetch_add(bytes, std::memory_order_relaxed);
+    return true;
+  }
   SharedDevice& shared = machine.devices[device];
   std::uint64_t used = shared.used_bytes.load(std::memory_order_relaxed);
   do {
@@ -49,11 +77,19 @@ bool Charge(SharedMachine& machine, ProcessSlot& slot, int device, std::uint64_t
 
 void Release(SharedMachine& machine, ProcessSlot& slot, int device, std::uint64_t bytes) {
   slot.used_bytes[device].fetch_sub(bytes, std::memory_order_relaxed);
+  if (SharedGpuInstance* instance = BoundInstance(machine, slot, device)) {
+    instance->used_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+  }
   machine.devices[device].used_bytes.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
 std::uint64_t UsedBytes(const SharedMachine& machine, int device) {
   return machine.devices[device].used_bytes.load(std::memory_order_relaxed);
+}
+
+std::uint64_t MigUsedBytes(const SharedMachine& machine, int device, int gpu_instance) {
+  return machine.devices[device].gpu_instances[gpu_instance].used_bytes.load(
+      std::memory_order_relaxed);
 }
 
 int ReclaimDeadProcesses(SharedMachine& machine, bool self_is_stale) {

@@ -11,6 +11,8 @@
 namespace gpufrac::simgpu {
 
 // Charges `bytes` of physical device `device` to `slot` if they fit; lock-free, no syscalls.
+// When the slot is bound to a MIG device of `device`, the bytes must fit that instance's memory
+// and are charged to it as well.
 bool TryCharge(SharedMachine& machine, ProcessSlot& slot, int device, std::uint64_t bytes);
 
 // TryCharge, and if the device is full, reclaims dead processes' memory and tries once more.
@@ -21,6 +23,8 @@ void Release(SharedMachine& machine, ProcessSlot& slot, int device, std::uint64_
 
 // Bytes of `device` held by all processes.
 std::uint64_t UsedBytes(const SharedMachine& machine, int device);
+// Bytes of GPU instance `gpu_instance` of `device` held by all processes.
+std::uint64_t MigUsedBytes(const SharedMachine& machine, int device, int gpu_instance);
 
 // Frees the slots (and their memory) of owners that are no longer alive. With
 // `self_is_stale`, slots bearing the caller's own identity are freed too: they belong to an

@@ -5,6 +5,7 @@
 
 #include "simgpu/config.h"
 #include "simgpu/memory_ledger.h"
+#include "simgpu/mig_state.h"
 #include "simgpu/nvml_exports.h"
 #include "simgpu/nvml_state.h"
 
@@ -51,6 +52,28 @@ nvmlReturn_t GetDevice(abi::nvmlDevice_t handle, const simgpu::NvmlDevice** devi
   if (nvmlReturn_t result = simgpu::NvmlCheckInit(); result != abi::NVML_SUCCESS) return result;
   *device = simgpu::NvmlDeviceFromHandle(handle);
   return *device != nullptr ? abi::NVML_SUCCESS : abi::NVML_ERROR_INVALID_ARGUMENT;
+}
+
+// A live MIG device handle's ids; false for anything else.
+bool GetLiveMigDevice(abi::nvmlDevice_t handle, simgpu::MigIds* ids) {
+  if (!simgpu::NvmlMigDeviceFromHandle(handle, ids) ||
+      ids->device >= static_cast<int>(simgpu::NvmlDeviceCount())) {
+    return false;
+  }
+  const simgpu::SharedGpuInstance& instance =
+      simgpu::NvmlMachine().devices[ids->device].gpu_instances[ids->gpu_instance];
+  return instance.live != 0 && instance.compute[ids->compute_instance].live != 0;
+}
+
+// Total, free and used bytes of a MIG device: its GPU instance's memory.
+void MigMemoryOf(const simgpu::MigIds& ids, unsigned long long* total, unsigned long long* free,
+                 unsigned long long* used) {
+  simgpu::SharedMachine& machine = simgpu::NvmlMachine();
+  simgpu::ReclaimDeadProcesses(machine, /*self_is_stale=*/false);
+  *total = machine.devices[ids.device].gpu_instances[ids.gpu_instance].total_bytes;
+  const unsigned long long in_use = simgpu::MigUsedBytes(machine, ids.device, ids.gpu_instance);
+  *used = in_use < *total ? in_use : *total;
+  *free = *total - *used;
 }
 
 // Total, free and used bytes as the CUDA driver sees them. Memory of processes that died
@@ -100,6 +123,10 @@ const char* nvmlErrorString(nvmlReturn_t result) {
       return "Function Not Found";
     case abi::NVML_ERROR_GPU_IS_LOST:
       return "GPU is lost";
+    case abi::NVML_ERROR_RESET_REQUIRED:
+      return "GPU requires restart";
+    case abi::NVML_ERROR_INSUFFICIENT_RESOURCES:
+      return "Insufficient resources";
     case abi::NVML_ERROR_IN_USE:
       return "In use by another client";
     case abi::NVML_ERROR_MEMORY:
@@ -148,6 +175,25 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, abi::nvmlDevice_t* devi
       return abi::NVML_SUCCESS;
     }
   }
+  // MIG devices are found by their own UUIDs too.
+  if (std::string_view(uuid).starts_with("MIG-")) {
+    simgpu::SharedMachine& machine = simgpu::NvmlMachine();
+    simgpu::MigLock lock(machine);
+    for (int d = 0; d < static_cast<int>(simgpu::NvmlDeviceCount()); ++d) {
+      const simgpu::SharedDevice& shared = machine.devices[d];
+      for (int g = 0; g < simgpu::kMaxGpuInstances; ++g) {
+        for (int c = 0; shared.gpu_instances[g].live != 0 && c < simgpu::kMaxComputeInstances;
+             ++c) {
+          if (shared.gpu_instances[g].compute[c].live != 0 &&
+              simgpu::FormatMigUuid(simgpu::MigDeviceUuid(shared, g, c)) == uuid) {
+            *device = simgpu::NvmlMigDeviceHandle(
+                {.device = d, .gpu_instance = g, .compute_instance = c});
+            return abi::NVML_SUCCESS;
+          }
+        }
+      }
+    }
+  }
   return abi::NVML_ERROR_NOT_FOUND;
 }
 
@@ -162,6 +208,13 @@ nvmlReturn_t nvmlDeviceGetIndex(abi::nvmlDevice_t handle, unsigned int* index) {
 }
 
 nvmlReturn_t nvmlDeviceGetName(abi::nvmlDevice_t handle, char* name, unsigned int length) {
+  if (simgpu::MigIds ids;
+      simgpu::NvmlCheckInit() == abi::NVML_SUCCESS && GetLiveMigDevice(handle, &ids)) {
+    simgpu::MigLock lock(simgpu::NvmlMachine());
+    return CopyString(simgpu::MigDeviceName(simgpu::NvmlMachine().devices[ids.device],
+                                            ids.gpu_instance, ids.compute_instance),
+                      name, length);
+  }
   const simgpu::NvmlDevice* device;
   if (nvmlReturn_t result = GetDevice(handle, &device); result != abi::NVML_SUCCESS) {
     return result;
@@ -169,7 +222,15 @@ nvmlReturn_t nvmlDeviceGetName(abi::nvmlDevice_t handle, char* name, unsigned in
   return CopyString(device->model->nvml_name, name, length);
 }
 
+// A MIG device's UUID is its own "MIG-..." one.
 nvmlReturn_t nvmlDeviceGetUUID(abi::nvmlDevice_t handle, char* uuid, unsigned int length) {
+  if (simgpu::MigIds ids;
+      simgpu::NvmlCheckInit() == abi::NVML_SUCCESS && GetLiveMigDevice(handle, &ids)) {
+    return CopyString(
+        simgpu::FormatMigUuid(simgpu::MigDeviceUuid(simgpu::NvmlMachine().devices[ids.device],
+                                                    ids.gpu_instance, ids.compute_instance)),
+        uuid, length);
+  }
   const simgpu::NvmlDevice* device;
   if (nvmlReturn_t result = GetDevice(handle, &device); result != abi::NVML_SUCCESS) {
     return result;
@@ -178,6 +239,12 @@ nvmlReturn_t nvmlDeviceGetUUID(abi::nvmlDevice_t handle, char* uuid, unsigned in
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(abi::nvmlDevice_t handle, abi::nvmlMemory_t* memory) {
+  if (simgpu::MigIds ids;
+      simgpu::NvmlCheckInit() == abi::NVML_SUCCESS && GetLiveMigDevice(handle, &ids)) {
+    if (memory == nullptr) return abi::NVML_ERROR_INVALID_ARGUMENT;
+    MigMemoryOf(ids, &memory->total, &memory->free, &memory->used);
+    return abi::NVML_SUCCESS;
+  }
   const simgpu::NvmlDevice* device;
   if (nvmlReturn_t result = GetDevice(handle, &device); result != abi::NVML_SUCCESS) {
     return result;
@@ -189,6 +256,16 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(abi::nvmlDevice_t handle, abi::nvmlMemory_t
 
 // No memory is reported as reserved: the simulated driver keeps none back.
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(abi::nvmlDevice_t handle, abi::nvmlMemory_v2_t* memory) {
+  if (simgpu::MigIds ids;
+      simgpu::NvmlCheckInit() == abi::NVML_SUCCESS && GetLiveMigDevice(handle, &ids)) {
+    if (memory == nullptr) return abi::NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != abi::kNvmlMemoryV2Version) {
+      return abi::NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    }
+    memory->reserved = 0;
+    MigMemoryOf(ids, &memory->total, &memory->free, &memory->used);
+    return abi::NVML_SUCCESS;
+  }
   const simgpu::NvmlDevice* device;
   if (nvmlReturn_t result = GetDevice(handle, &device); result != abi::NVML_SUCCESS) {
     return result;

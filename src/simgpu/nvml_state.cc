@@ -2,6 +2,7 @@
 #include "simgpu/nvml_state.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <mutex>
 
@@ -15,6 +16,33 @@ std::atomic<int> g_references{0};
 SharedMachine* g_machine = nullptr;  // set once, guarded by g_mu until then
 NvmlDevice g_devices[kMaxDevices];
 unsigned int g_device_count = 0;
+
+// Address ranges for MIG handles; only their addresses are used.
+constexpr int kComputeSlots = kMaxDevices * kMaxGpuInstances * kMaxComputeInstances;
+char g_gpu_instance_handles[kMaxDevices * kMaxGpuInstances];
+char g_compute_instance_handles[kComputeSlots];
+char g_mig_device_handles[kComputeSlots];
+
+int ComputeSlot(const MigIds& ids) {
+  return (ids.device * kMaxGpuInstances + ids.gpu_instance) * kMaxComputeInstances +
+         ids.compute_instance;
+}
+
+// The slot a handle points at within `table`, or -1.
+int SlotOf(const void* handle, const char* table, int size) {
+  const auto address = reinterpret_cast<std::uintptr_t>(handle);
+  const auto base = reinterpret_cast<std::uintptr_t>(table);
+  if (address < base || address >= base + static_cast<std::uintptr_t>(size)) return -1;
+  return static_cast<int>(address - base);
+}
+
+bool DecodeComputeSlot(int slot, MigIds* ids) {
+  if (slot < 0) return false;
+  ids->compute_instance = slot % kMaxComputeInstances;
+  ids->gpu_instance = (slot / kMaxComputeInstances) % kMaxGpuInstances;
+  ids->device = slot / (kMaxComputeInstances * kMaxGpuInstances);
+  return true;
+}
 
 }  // namespace
 
@@ -76,6 +104,40 @@ const NvmlDevice* NvmlDeviceFromHandle(abi::nvmlDevice_t handle) {
 
 abi::nvmlDevice_t NvmlHandle(const NvmlDevice* device) {
   return reinterpret_cast<abi::nvmlDevice_t>(const_cast<NvmlDevice*>(device));
+}
+
+}  // namespace gpufrac::simgpu
+
+namespace gpufrac::simgpu {
+
+abi::nvmlGpuInstance_t NvmlGpuInstanceHandle(int device, int gpu_instance) {
+  return reinterpret_cast<abi::nvmlGpuInstance_t>(
+      &g_gpu_instance_handles[device * kMaxGpuInstances + gpu_instance]);
+}
+
+bool NvmlGpuInstanceFromHandle(abi::nvmlGpuInstance_t handle, MigIds* ids) {
+  const int slot = SlotOf(handle, g_gpu_instance_handles, sizeof(g_gpu_instance_handles));
+  if (slot < 0) return false;
+  *ids = MigIds{.device = slot / kMaxGpuInstances, .gpu_instance = slot % kMaxGpuInstances};
+  return true;
+}
+
+abi::nvmlComputeInstance_t NvmlComputeInstanceHandle(const MigIds& ids) {
+  return reinterpret_cast<abi::nvmlComputeInstance_t>(
+      &g_compute_instance_handles[ComputeSlot(ids)]);
+}
+
+bool NvmlComputeInstanceFromHandle(abi::nvmlComputeInstance_t handle, MigIds* ids) {
+  return DecodeComputeSlot(
+      SlotOf(handle, g_compute_instance_handles, sizeof(g_compute_instance_handles)), ids);
+}
+
+abi::nvmlDevice_t NvmlMigDeviceHandle(const MigIds& ids) {
+  return reinterpret_cast<abi::nvmlDevice_t>(&g_mig_device_handles[ComputeSlot(ids)]);
+}
+
+bool NvmlMigDeviceFromHandle(abi::nvmlDevice_t handle, MigIds* ids) {
+  return DecodeComputeSlot(SlotOf(handle, g_mig_device_handles, sizeof(g_mig_device_handles)), ids);
 }
 
 }  // namespace gpufrac::simgpu

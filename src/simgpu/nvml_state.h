@@ -34,4 +34,22 @@ const NvmlDevice* NvmlDeviceAt(unsigned int index);
 const NvmlDevice* NvmlDeviceFromHandle(abi::nvmlDevice_t handle);
 abi::nvmlDevice_t NvmlHandle(const NvmlDevice* device);
 
+// MIG handles: GPU instances, compute instances and MIG devices (an nvmlDevice_t for a compute
+// instance) are addresses in process-local tables, one per (device, GPU instance id, compute
+// instance id), so a handle names a place: as NVML documents, a handle outlives its instance
+// and may come to name a new one created at the same ids. The FromHandle functions decode any
+// handle of their kind, live or not (callers check the shared state), and return false for
+// anything else.
+struct MigIds {
+  int device = 0;
+  int gpu_instance = 0;
+  int compute_instance = 0;
+};
+abi::nvmlGpuInstance_t NvmlGpuInstanceHandle(int device, int gpu_instance);
+bool NvmlGpuInstanceFromHandle(abi::nvmlGpuInstance_t handle, MigIds* ids);
+abi::nvmlComputeInstance_t NvmlComputeInstanceHandle(const MigIds& ids);
+bool NvmlComputeInstanceFromHandle(abi::nvmlComputeInstance_t handle, MigIds* ids);
+abi::nvmlDevice_t NvmlMigDeviceHandle(const MigIds& ids);
+bool NvmlMigDeviceFromHandle(abi::nvmlDevice_t handle, MigIds* ids);
+
 }  // namespace gpufrac::simgpu

@@ -14,13 +14,14 @@
 #include <cstring>
 #include <new>
 
+#include "simgpu/mig_state.h"
 #include "simgpu/uuid.h"
 
 namespace gpufrac::simgpu {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x53494d47;  // "SIMG"
-constexpr std::uint32_t kLayoutVersion = 1;
+constexpr std::uint32_t kLayoutVersion = 2;   // 2: MIG state
 
 std::string ErrnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
@@ -34,6 +35,7 @@ void InitialiseMachine(SharedMachine* machine, std::string_view name_space,
   machine->device_count = config.device_count;
   const std::string text = FormatMachineConfig(config);
   std::strncpy(machine->config, text.c_str(), sizeof(machine->config) - 1);
+  InitialiseMigMutex(*machine);
   for (int i = 0; i < config.device_count; ++i) {
     SharedDevice& device = machine->devices[i];
     const gpu::GpuModel& model = *config.models[i];
@@ -42,6 +44,8 @@ void InitialiseMachine(SharedMachine* machine, std::string_view name_space,
     device.total_bytes = model.memory_bytes;
     const Uuid uuid = DeviceUuid(name_space, i);
     std::memcpy(device.uuid, uuid.data(), uuid.size());
+    device.mig_current = device.mig_pending =
+        config.mig[i] ? abi::NVML_DEVICE_MIG_ENABLE : abi::NVML_DEVICE_MIG_DISABLE;
   }
   machine->magic.store(kMagic, std::memory_order_release);
 }

@@ -3,6 +3,8 @@
 // Created by whichever process comes first; all counters are lock-free atomics.
 #pragma once
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -13,19 +15,56 @@
 namespace gpufrac::simgpu {
 
 inline constexpr int kMaxProcessSlots = 512;
+// GPU instance ids are indices into a device's instance table. Ids follow the placement (see
+// mig_state.h), and a GPU of 8 memory slices has 15 possible placements of power-of-two sizes.
+inline constexpr int kMaxGpuInstances = 16;
+inline constexpr int kMaxComputeInstances = 8;  // per GPU instance (at most 7 compute slices)
+
+struct SharedComputeInstance {
+  std::uint32_t live;  // 0: free entry
+  std::uint32_t profile_id;
+  std::uint32_t slice_start;  // compute slices inside the GPU instance
+  std::uint32_t slice_count;
+};
+
+// One GPU instance; the entry's index in SharedDevice::gpu_instances is its NVML id. Everything
+// but `used_bytes` changes only under SharedMachine::mig_mutex.
+struct SharedGpuInstance {
+  std::uint32_t live;        // 0: free entry
+  std::uint32_t profile_id;  // the profile's NVML id (MigProfile::profile_id, e.g. 19)
+  std::uint32_t start;       // placement, in memory slices
+  std::uint32_t size;
+  std::uint32_t compute_slices;
+  std::uint32_t sm_count;
+  std::uint64_t total_bytes;  // what CUDA reports as the instance's total memory
+  // Bumped by every create; a process bound to an older generation is not in this instance.
+  std::uint64_t generation;
+  SharedComputeInstance compute[kMaxComputeInstances];  // indexed by compute instance id
+  // Memory held in this instance by all processes bound to it; never exceeds total_bytes.
+  alignas(64) std::atomic<std::uint64_t> used_bytes;
+};
 
 struct SharedDevice {
   char model[32];  // catalogue short name, NUL-terminated
   std::uint64_t total_bytes;
   std::uint8_t uuid[16];
-  // Device memory held by all processes of the namespace; never exceeds total_bytes.
+  // NVML_DEVICE_MIG_DISABLE / _ENABLE; changed under SharedMachine::mig_mutex.
+  std::uint32_t mig_current;
+  std::uint32_t mig_pending;
+  // Device memory held by all processes of the namespace; never exceeds total_bytes. With MIG
+  // on it is the sum of the instances' used_bytes.
   alignas(64) std::atomic<std::uint64_t> used_bytes;
+  SharedGpuInstance gpu_instances[kMaxGpuInstances];
 };
 
 // One attached driver instance (one process). `owner` packs the process identity; 0 means free.
 struct ProcessSlot {
   std::atomic<std::uint64_t> owner;
   std::atomic<std::uint64_t> used_bytes[kMaxDevices];  // this process's share of each device
+  // The MIG device the process uses (CUDA gives a process at most one), packed by
+  // PackMigBinding (mig_state.h); 0 for none. Its charges on that device are also charged to
+  // the instance. Set at cuInit under mig_mutex, cleared when the slot is released.
+  std::atomic<std::uint64_t> mig_binding;
 };
 
 struct SharedMachine {
@@ -33,6 +72,9 @@ struct SharedMachine {
   std::uint32_t layout_version;
   std::int32_t device_count;
   char config[256];  // canonical SIMGPU_CONFIG the machine was created with
+  // Serialises MIG changes (mode, instances) and process binding to MIG devices. Robust and
+  // process-shared: a process killed while holding it does not wedge the machine.
+  pthread_mutex_t mig_mutex;
   SharedDevice devices[kMaxDevices];
   ProcessSlot slots[kMaxProcessSlots];
 };

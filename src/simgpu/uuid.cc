@@ -34,9 +34,26 @@ Uuid DeviceUuid(std::string_view name_space, int index) {
   return uuid;
 }
 
-std::string FormatGpuUuid(const Uuid& uuid) {
+Uuid MigUuid(const Uuid& gpu, int gpu_instance, int compute_instance) {
+  std::uint64_t seed = 0;
+  for (std::uint8_t byte : gpu) seed = SplitMix64(seed ^ byte);
+  seed ^= (static_cast<std::uint64_t>(gpu_instance) << 40) ^
+          (static_cast<std::uint64_t>(compute_instance) << 48) ^ 0x4d4947ull;  // "MIG"
+  const std::uint64_t high = SplitMix64(seed);
+  const std::uint64_t low = SplitMix64(high ^ seed);
+  Uuid uuid{};
+  for (int i = 0; i < 8; ++i) {
+    uuid[i] = static_cast<std::uint8_t>(high >> (56 - 8 * i));
+    uuid[8 + i] = static_cast<std::uint8_t>(low >> (56 - 8 * i));
+  }
+  return uuid;
+}
+
+namespace {
+
+std::string FormatUuid(const char* prefix, const Uuid& uuid) {
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string text = "GPU-";
+  std::string text = prefix;
   for (int i = 0; i < 16; ++i) {
     if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
     text += kHex[uuid[i] >> 4];
@@ -44,5 +61,11 @@ std::string FormatGpuUuid(const Uuid& uuid) {
   }
   return text;
 }
+
+}  // namespace
+
+std::string FormatGpuUuid(const Uuid& uuid) { return FormatUuid("GPU-", uuid); }
+
+std::string FormatMigUuid(const Uuid& uuid) { return FormatUuid("MIG-", uuid); }
 
 }  // namespace gpufrac::simgpu

@@ -604,6 +604,97 @@ TEST(NodeService, ASecondServiceOnTheSameStateDirectoryIsRefused) {
   EXPECT_EQ(d.Get("/v1/health").status, 200);
 }
 
+// ---- Dynamic MIG ----
+
+TEST(NodeServiceMig, AMigJobGetsTheSmallestInstanceAndSeesOnlyItsMemory) {
+  Daemon d("1xA100-40GB:mig");
+  RunResult info = d.Cli({"run", "--mig-profile", "1g.5gb", "--", ProbePath(), "info"});
+  ASSERT_EQ(info.status, 0) << info.out << info.err;
+  long long total = info.GetInt("total");
+  EXPECT_GT(total, 4LL << 30);
+  EXPECT_LT(total, 5LL << 30);
+  // A memory request on a node whose GPUs are all in MIG mode is served by MIG too: 7G needs
+  // the next size up, 1g.10gb; the idle 1g.5gb stays (destroyed only when its slices are needed).
+  int64_t id =
+      d.Submit({"sh", "-c", "echo $CUDA_VISIBLE_DEVICES; sleep 30"}, {{"gpu-memory", "7G"}})
+          .body["id"];
+  json job = d.WaitFor(id, "running");
+  std::string uuid = job["gpus"][0]["uuid"];
+  EXPECT_EQ(uuid.rfind("MIG-", 0), 0u) << job.dump();
+  json status = d.Get("/v1/status").body;
+  ASSERT_EQ(status["mig"].size(), 1u) << status.dump();
+  json instances = status["mig"][0]["instances"];
+  ASSERT_EQ(instances.size(), 2u) << status.dump();
+  bool found = false;
+  for (const json& i : instances) {
+    if (i["job"] == id) {
+      found = true;
+      EXPECT_EQ(i["profile"], "1g.10gb");
+      EXPECT_EQ(i["uuid"], uuid);
+      EXPECT_EQ(i["gpu"], 0);
+      EXPECT_EQ(i["size"], 2);
+    } else {
+      EXPECT_EQ(i["profile"], "1g.5gb");
+      EXPECT_TRUE(i["job"].is_null());
+    }
+  }
+  EXPECT_TRUE(found) << status.dump();
+  RunResult table = d.Cli({"status"});
+  EXPECT_NE(table.out.find("MIG ["), std::string::npos) << table.out;
+  d.Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+  d.WaitFor(id, "final");
+}
+
+TEST(NodeServiceMig, ModeChangesNeedAnIdleGpu) {
+  Daemon d("1xH100-80GB");
+  int64_t id = d.Submit({"sleep", "30"}, {{"gpu-fraction", 0.5}}).body["id"];
+  d.WaitFor(id, "running");
+  RunResult busy = d.Cli({"mig", "enable", "--gpu", "0"});
+  EXPECT_EQ(busy.status, 1);
+  EXPECT_NE(busy.err.find("runs jobs"), std::string::npos) << busy.err;
+  d.Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+  d.WaitFor(id, "final");
+  RunResult on = d.Cli({"mig", "enable", "--gpu", "0"});
+  ASSERT_EQ(on.status, 0) << on.err;
+  // Now a fraction is served by a MIG instance rather than a share under the limiter.
+  int64_t mig_job = d.Submit({"true"}, {{"gpu-fraction", 0.25}}).body["id"];
+  json done = d.WaitFor(mig_job, "succeeded");
+  EXPECT_EQ(done["gpus"][0]["uuid"].get<std::string>().rfind("MIG-", 0), 0u) << done.dump();
+  RunResult off = d.Cli({"mig", "disable", "--gpu", "0"});
+  ASSERT_EQ(off.status, 0) << off.err;
+  EXPECT_TRUE(d.Get("/v1/status").body["mig"].empty());
+  RunResult none = d.Cli({"submit", "--mig-profile", "1g.10gb", "--", "true"});
+  EXPECT_NE(none.status, 0);
+  EXPECT_NE(none.err.find("MIG mode"), std::string::npos) << none.err;
+}
+
+TEST(NodeServiceMig, AppliesAndExportsMigPartedFilesWhateverTheOrder) {
+  Daemon d("1xA100-40GB:mig");
+  // Created in this order at the lowest free starts, the 4g.20gb would find no room; applied
+  // with explicit placements it fits.
+  std::string file = d.dir() + "/mig.yaml";
+  std::ofstream(file) << "version: v1\nmig-configs:\n  mixed:\n    - devices: all\n"
+                         "      mig-enabled: true\n      mig-devices:\n        \"1g.5gb\": 1\n"
+                         "        \"2g.10gb\": 1\n        \"4g.20gb\": 1\n"
+                         "  too-much:\n    - devices: all\n      mig-enabled: true\n"
+                         "      mig-devices:\n        \"7g.40gb\": 1\n        \"1g.5gb\": 1\n";
+  RunResult apply = d.Cli({"mig", "apply", "-f", file, "-c", "mixed"});
+  ASSERT_EQ(apply.status, 0) << apply.err;
+  json instances = d.Get("/v1/status").body["mig"][0]["instances"];
+  EXPECT_EQ(instances.size(), 3u) << instances.dump();
+  RunResult exported = d.Cli({"mig", "export", "-c", "now"});
+  EXPECT_NE(exported.out.find("now:"), std::string::npos) << exported.out;
+  EXPECT_NE(exported.out.find("4g.20gb"), std::string::npos) << exported.out;
+  RunResult bad = d.Cli({"mig", "apply", "-f", file, "-c", "too-much"});
+  EXPECT_NE(bad.status, 0);
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+  EXPECT_EQ(d.Get("/v1/status").body["mig"][0]["instances"], instances)
+      << "a refused apply changes nothing";
+  RunResult several = d.Cli({"mig", "apply", "-f", file});
+  EXPECT_EQ(several.status, 2);
+  EXPECT_NE(several.err.find("name one with -c"), std::string::npos) << several.err;
+}
+
 TEST(NodeService, MetricsDescribeGpusQueuesAndSchedulingLatency) {
   Daemon d("1xH100-80GB");
   int64_t id = d.Submit({"sleep", "30"}, {{"gpu-memory", "10G"}}).body["id"];

@@ -261,12 +261,24 @@ TEST_F(Feasibility, MigNeedsMigMode) {
 TEST_F(Feasibility, UnknownQueue) { EXPECT_TRUE(Contains(Refusal(7, Whole(1)), "no queue")); }
 
 TEST(QueueScheduler, CreateRefusesBadNodes) {
-  EXPECT_FALSE(QueueScheduler::Create({}, Queues({{"q", 1}})).ok());
   auto dup = QueueScheduler::Create({H100(0), A30(0)}, Queues({{"q", 1}}));
   EXPECT_TRUE(Contains(dup.status().message(), "GPU index 0 appears twice"));
   auto policy = QueueScheduler::Create({H100(0)}, Queues({{"q", 1}}), {.policy = "nope"});
   EXPECT_EQ(policy.status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(policy.status().message(), "unknown policy"));
+}
+
+TEST(QueueScheduler, ANodeWithEveryGpuInMigModeHasNothingToScheduleHere) {
+  auto s = QueueScheduler::Create({}, Queues({{"q", 1}}));
+  ASSERT_TRUE(s.ok()) << s.status();
+  GpuRequest whole;
+  whole.kind = GpuRequest::Kind::kWholeGpus;
+  whole.gpus = 1;
+  Status feasible = (*s)->CheckFeasible(0, whole);
+  EXPECT_EQ(feasible.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(feasible.message(), "MIG mode")) << feasible;
+  EXPECT_TRUE((*s)->Schedule(0).empty());
+  EXPECT_TRUE((*s)->Gpus().empty());
 }
 
 // ---- Queueing rules ----

@@ -1,0 +1,530 @@
+// The MIG planner benchmark of issue 5 (not a test): random streams of MIG requests arriving at
+// and leaving a simulated 8 x H100-80GB node, served by gpufrac's placement rule, the driver's
+// lowest-start rule, an oracle that repacks idle instances away and a bound that repacks busy
+// ones too; then the planner's speed (Google Benchmark).
+// Run bench/run_mig_bench.sh, which writes docs/mig-planner-benchmark.md.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <queue>
+#include <string>
+#include <vector>
+
+#include "common/random.h"
+#include "mig/planner.h"
+
+namespace gpufrac::mig {
+namespace {
+
+constexpr int kGpus = 8;
+
+const gpu::MigModel& H100() {
+  static const gpu::MigModel* model = [] {
+    const gpu::MigModel* m = gpu::FindMigModel("H100-80GB");
+    if (m == nullptr) {
+      std::fprintf(stderr, "the MIG catalogue has no H100-80GB\n");
+      std::exit(2);
+    }
+    return m;
+  }();
+  return *model;
+}
+
+// The request mix, weighted towards small instances as inference and notebooks are.
+struct MixEntry {
+  const char* profile;
+  double weight;
+};
+constexpr MixEntry kMix[] = {
+    {"1g.10gb", 0.30}, {"1g.20gb", 0.20}, {"2g.20gb", 0.20},
+    {"3g.40gb", 0.15}, {"4g.40gb", 0.10}, {"7g.80gb", 0.05},
+};
+constexpr int kMixSize = sizeof(kMix) / sizeof(kMix[0]);
+
+int ProfileIndex(const char* name) {
+  const gpu::MigProfile* p = gpu::FindMigProfile(H100(), name);
+  if (p == nullptr) {
+    std::fprintf(stderr, "H100-80GB has no profile %s\n", name);
+    std::exit(2);
+  }
+  return static_cast<int>(p - H100().profiles);
+}
+
+double MeanComputeSlices() {
+  double sum = 0;
+  for (const MixEntry& e : kMix)
+    sum += e.weight * H100().profiles[ProfileIndex(e.profile)].compute_slices;
+  return sum;
+}
+
+GpuRequest ProfileRequest(std::string name) {
+  GpuRequest request;
+  request.kind = GpuRequest::Kind::kMigProfile;
+  request.mig_profile = std::move(name);
+  return request;
+}
+
+// One request of a stream: when it arrives, which profile (index into kMix), how long it runs.
+struct Arrival {
+  double time;
+  int mix;
+  double lifetime;
+};
+
+double Exponential(Random& rng, double mean) { return -mean * std::log1p(-rng.UniformDouble()); }
+
+// Poisson arrivals and exponential lifetimes (mean 1) whose offered load is `load` of the node's
+// compute slices: rate x mean slices x mean lifetime = load x 56.
+std::vector<Arrival> Stream(uint64_t seed, double load, int count) {
+  Random rng(seed);
+  double rate = load * kGpus * H100().compute_slices / MeanComputeSlices();
+  std::vector<Arrival> stream;
+  stream.reserve(count);
+  double t = 0;
+  for (int i = 0; i < count; ++i) {
+    t += Exponential(rng, 1.0 / rate);
+    double u = rng.UniformDouble(), acc = 0;
+    int mix = kMixSize - 1;
+    for (int k = 0; k < kMixSize; ++k) {
+      acc += kMix[k].weight;
+      if (u < acc) {
+        mix = k;
+        break;
+      }
+    }
+    stream.push_back({t, mix, Exponential(rng, 1.0)});
+  }
+  return stream;
+}
+
+// A serving strategy: Arrive returns whether the job got an instance at once; Depart is called
+// only for jobs that did.
+class Node {
+ public:
+  virtual ~Node() = default;
+  virtual bool Arrive(int job, int profile) = 0;
+  virtual void Depart(int job) = 0;
+};
+
+// The planner with one of its rules, applying its plans the way the node service does: a
+// finished job's instance stays, idle, until it is reused or destroyed for a later request.
+class PlannerNode : public Node {
+ public:
+  // With `repack_idle`, an instance is destroyed as soon as its job ends: the idle-repacking
+  // oracle of the issue, for which idle instances are never in the way.
+  explicit PlannerNode(PlacementRule rule, bool repack_idle = false)
+      : rule_(rule), repack_idle_(repack_idle), gpus_(kGpus), jobs_(kGpus) {
+    for (int g = 0; g < kGpus; ++g) gpus_[g] = MigGpu{.gpu = g, .model = &H100(), .instances = {}};
+  }
+
+  bool Arrive(int job, int profile) override {
+    GpuRequest request = ProfileRequest(gpu::MigProfileName(H100(), H100().profiles[profile]));
+    auto start = std::chrono::steady_clock::now();
+    StatusOr<Plan> plan = PlanRequest(gpus_, request, rule_);
+    plan_ns_ +=
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+    ++plans_;
+    if (!plan.ok()) {
+      if (plan.status().code() != StatusCode::kResourceExhausted) Die(plan.status().ToString());
+      return false;
+    }
+    std::vector<Instance>& instances = gpus_[plan->gpu].instances;
+    std::vector<int>& jobs = jobs_[plan->gpu];
+    if (plan->reuse) {
+      Instance& reused = instances[*plan->reuse];
+      if (reused.busy || reused.profile != profile) Die("reused a busy or wrong instance");
+      reused.busy = true;
+      jobs[*plan->reuse] = job;
+      return true;
+    }
+    std::vector<int> destroy = plan->destroy;
+    std::sort(destroy.rbegin(), destroy.rend());
+    for (int i : destroy) {
+      if (instances[i].busy) Die("destroyed a busy instance");
+      instances.erase(instances.begin() + i);
+      jobs.erase(jobs.begin() + i);
+    }
+    Check(plan->gpu, profile, plan->placement);
+    instances.push_back(Instance{.profile = profile, .placement = plan->placement, .busy = true});
+    jobs.push_back(job);
+    return true;
+  }
+
+  void Depart(int job) override {
+    for (int g = 0; g < kGpus; ++g) {
+      for (size_t i = 0; i < jobs_[g].size(); ++i) {
+        if (jobs_[g][i] == job) {
+          jobs_[g][i] = -1;
+          gpus_[g].instances[i].busy = false;
+          if (repack_idle_) {
+            jobs_[g].erase(jobs_[g].begin() + i);
+            gpus_[g].instances.erase(gpus_[g].instances.begin() + i);
+          }
+          return;
+        }
+      }
+    }
+    Die("a departing job has no instance");
+  }
+
+  double MeanPlanNs() const { return plans_ == 0 ? 0 : plan_ns_ / plans_; }
+  const std::vector<MigGpu>& gpus() const { return gpus_; }
+
+ private:
+  [[noreturn]] static void Die(const std::string& why) {
+    std::fprintf(stderr, "mig_planner_bench: %s\n", why.c_str());
+    std::exit(1);
+  }
+
+  // The plan obeys the driver's rules: a legal start, no overlap, the maximum count.
+  void Check(int g, int profile, const gpu::MigPlacement& placement) const {
+    const gpu::MigProfile& p = H100().profiles[profile];
+    bool legal = false;
+    for (int s = 0; s < p.start_count; ++s) {
+      legal |= p.starts[s].start == placement.start && p.starts[s].size == placement.size;
+    }
+    int count = 0;
+    for (const Instance& other : gpus_[g].instances) {
+      int a = other.placement.start, b = a + other.placement.size;
+      if (a < placement.start + placement.size && placement.start < b) Die("overlapping plan");
+      count += other.profile == profile;
+    }
+    if (!legal || count >= p.max_count) Die("illegal plan");
+  }
+
+  PlacementRule rule_;
+  bool repack_idle_;
+  std::vector<MigGpu> gpus_;
+  std::vector<std::vector<int>> jobs_;  // Per instance: its job, or -1 when idle.
+  double plan_ns_ = 0;
+  long plans_ = 0;
+};
+
+// The per-GPU repack bound, stronger than the issue's oracle: for each request it may repack
+// every instance of a GPU (idle ones vanish, busy ones keep their GPU but may move to any legal
+// placement on it, which MIG cannot do to a running workload), so a GPU can take a request
+// whenever some legal layout holds its busy instances and the new one. It chooses among such
+// GPUs with the planner's capacity rule evaluated on repacked layouts. Each GPU is a vector of
+// instance counts per profile; which count vectors have a legal layout is found once by
+// exhaustive search over placements (8 slices: a few thousand vectors).
+class RepackBoundNode : public Node {
+ public:
+  RepackBoundNode() : counts_(kGpus, std::vector<int>(kProfiles, 0)) {
+    const gpu::MigModel& m = H100();
+    for (int p = 0; p < m.profile_count; ++p) {
+      if (!m.profiles[p].media_extensions) profiles_.push_back(p);
+    }
+    // Largest first, as the planner's capacity vector.
+    std::stable_sort(profiles_.begin(), profiles_.end(), [&](int a, int b) {
+      const gpu::MigProfile &pa = m.profiles[a], &pb = m.profiles[b];
+      if (pa.memory_slices != pb.memory_slices) return pa.memory_slices > pb.memory_slices;
+      return pa.compute_slices > pb.compute_slices;
+    });
+    if (static_cast<int>(profiles_.size()) != kProfiles) {
+      std::fprintf(stderr, "unexpected H100-80GB profile set\n");
+      std::exit(2);
+    }
+    size_t states = 1;
+    for (int p : profiles_) {
+      radix_.push_back(static_cast<int>(states));
+      states *= m.profiles[p].max_count + 1;
+    }
+    feasible_.assign(states, false);
+    std::vector<int> c(kProfiles, 0);
+    for (size_t s = 0; s < states; ++s) {
+      Decode(s, c);
+      feasible_[s] = Fits(c, 0, 0, 0);
+    }
+    slot_.assign(H100().profile_count, -1);
+    for (int k = 0; k < kProfiles; ++k) slot_[profiles_[k]] = k;
+  }
+
+  bool Arrive(int job, int profile) override {
+    int k = slot_[profile];
+    int best = -1;
+    std::vector<int> best_key;
+    for (int g = 0; g < kGpus; ++g) {
+      std::vector<int>& c = counts_[g];
+      if (c[k] + 1 > Max(k) || !feasible_[Encode(c, k, 1)]) continue;
+      std::vector<int> before = Capacity(c);
+      ++c[k];
+      std::vector<int> after = Capacity(c);
+      --c[k];
+      std::vector<int> key;
+      for (int q = 0; q < kProfiles; ++q) key.push_back(before[q] - after[q]);
+      int used = 0;
+      for (int q = 0; q < kProfiles; ++q)
+        used += c[q] * H100().profiles[profiles_[q]].memory_slices;
+      key.push_back(-used);
+      if (best < 0 || key < best_key) {
+        best = g;
+        best_key = key;
+      }
+    }
+    if (best < 0) return false;
+    ++counts_[best][k];
+    where_.resize(std::max<size_t>(where_.size(), job + 1));
+    where_[job] = {best, k};
+    return true;
+  }
+
+  void Depart(int job) override { --counts_[where_[job].first][where_[job].second]; }
+
+ private:
+  static constexpr int kProfiles = 6;
+
+  int Max(int k) const { return H100().profiles[profiles_[k]].max_count; }
+
+  void Decode(size_t s, std::vector<int>& c) const {
+    for (int k = kProfiles - 1; k >= 0; --k) {
+      c[k] = static_cast<int>(s / radix_[k]);
+      s %= radix_[k];
+    }
+  }
+  size_t Encode(const std::vector<int>& c, int add_k, int add) const {
+    size_t s = 0;
+    for (int k = 0; k < kProfiles; ++k)
+      s += static_cast<size_t>(c[k] + (k == add_k ? add : 0)) * radix_[k];
+    return s;
+  }
+
+  // Whether instances c[k..] fit next to `used`, placing profile k's from its start index
+  // `from` on (so each set of starts is tried once).
+  bool Fits(std::vector<int>& c, int k, int from, uint32_t used) const {
+    if (k == kProfiles) return true;
+    if (c[k] == 0) return Fits(c, k + 1, 0, used);
+    const gpu::MigProfile& p = H100().profiles[profiles_[k]];
+    for (int s = from; s < p.start_count; ++s) {
+      uint32_t m = ((1u << p.starts[s].size) - 1) << p.starts[s].start;
+      if (used & m) continue;
+      --c[k];
+      bool ok = Fits(c, k, s + 1, used | m);
+      ++c[k];
+      if (ok) return true;
+    }
+    return false;
+  }
+
+  // How many more of each profile a GPU holding `c` could take, with repacking.
+  std::vector<int> Capacity(std::vector<int>& c) const {
+    std::vector<int> cap(kProfiles, 0);
+    for (int k = 0; k < kProfiles; ++k) {
+      while (c[k] + cap[k] + 1 <= Max(k) && feasible_[Encode(c, k, cap[k] + 1)]) ++cap[k];
+    }
+    return cap;
+  }
+
+  std::vector<int> profiles_;  // Model profile indexes, largest first.
+  std::vector<int> slot_;      // Model profile index -> position in profiles_.
+  std::vector<int> radix_;
+  std::vector<bool> feasible_;
+  std::vector<std::vector<int>> counts_;
+  std::vector<std::pair<int, int>> where_;
+};
+
+struct Result {
+  double served = 0;                 // Share of measured requests served at arrival.
+  double by_profile[kMixSize] = {};  // The same per requested profile.
+};
+
+// Replays `stream` on `node`. Requests that cannot be served at arrival are dropped (a loss
+// system, as Erlang's): they never run, so the load the node sees does not depend on how long a
+// queue would be. The first `warmup` requests fill the node and are not counted.
+Result Replay(const std::vector<Arrival>& stream, int warmup, Node& node) {
+  using Departure = std::pair<double, int>;
+  std::priority_queue<Departure, std::vector<Departure>, std::greater<>> departures;
+  long served = 0, counted = 0;
+  long served_by[kMixSize] = {}, counted_by[kMixSize] = {};
+  for (int i = 0; i < static_cast<int>(stream.size()); ++i) {
+    const Arrival& a = stream[i];
+    while (!departures.empty() && departures.top().first <= a.time) {
+      node.Depart(departures.top().second);
+      departures.pop();
+    }
+    bool ok = node.Arrive(i, ProfileIndex(kMix[a.mix].profile));
+    if (ok) departures.push({a.time + a.lifetime, i});
+    if (i >= warmup) {
+      ++counted;
+      served += ok;
+      ++counted_by[a.mix];
+      served_by[a.mix] += ok;
+    }
+  }
+  Result r;
+  r.served = counted == 0 ? 0 : static_cast<double>(served) / counted;
+  for (int k = 0; k < kMixSize; ++k) {
+    r.by_profile[k] = counted_by[k] == 0 ? 0 : static_cast<double>(served_by[k]) / counted_by[k];
+  }
+  return r;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+struct Options {
+  std::vector<uint64_t> seeds = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  std::vector<double> loads = {0.8, 0.9, 1.0};
+  int requests = 20000;
+  int warmup = 2000;
+  bool markdown = false;
+  bool simulate = true;
+};
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  size_t begin = 0;
+  while (begin <= s.size()) {
+    size_t end = s.find(sep, begin);
+    if (end == std::string::npos) end = s.size();
+    parts.push_back(s.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return parts;
+}
+
+// Our flags (Google Benchmark has removed its own from argv by now).
+Options ParseOptions(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](const char* flag) -> const char* {
+      size_t n = std::strlen(flag);
+      return arg.compare(0, n, flag) == 0 ? argv[i] + n : nullptr;
+    };
+    if (const char* v = value("--seeds=")) {
+      o.seeds.clear();
+      std::vector<std::string> range = Split(v, '-');
+      if (range.size() == 2) {
+        for (uint64_t s = std::stoull(range[0]); s <= std::stoull(range[1]); ++s)
+          o.seeds.push_back(s);
+      } else {
+        for (const std::string& s : Split(v, ',')) o.seeds.push_back(std::stoull(s));
+      }
+    } else if (const char* v = value("--loads=")) {
+      o.loads.clear();
+      for (const std::string& s : Split(v, ',')) o.loads.push_back(std::stod(s));
+    } else if (const char* v = value("--requests=")) {
+      o.requests = std::stoi(v);
+    } else if (const char* v = value("--warmup=")) {
+      o.warmup = std::stoi(v);
+    } else if (arg == "--markdown") {
+      o.markdown = true;
+    } else if (arg == "--no-simulation") {
+      o.simulate = false;
+    } else {
+      std::fprintf(stderr,
+                   "usage: mig_planner_bench [--seeds=A-B|A,B,..] [--loads=0.8,0.9,1.0] "
+                   "[--requests=N] [--warmup=N] [--markdown] [--no-simulation] "
+                   "[Google Benchmark flags]\n");
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+constexpr int kPolicies = 4;
+constexpr const char* kPolicyNames[kPolicies] = {
+    "(a) gpufrac", "(b) lowest start", "(c) idle-repack oracle", "(d) per-GPU repack bound"};
+
+void Simulate(const Options& o) {
+  // results[load][policy][seed]
+  std::vector<std::vector<std::vector<Result>>> results(o.loads.size());
+  std::vector<double> plan_ns;
+  for (size_t l = 0; l < o.loads.size(); ++l) {
+    results[l].resize(kPolicies);
+    for (uint64_t seed : o.seeds) {
+      std::vector<Arrival> stream = Stream(seed, o.loads[l], o.requests);
+      PlannerNode ours(PlacementRule::kGpufrac), lowest(PlacementRule::kLowestStart);
+      PlannerNode idle_repack(PlacementRule::kGpufrac, /*repack_idle=*/true);
+      RepackBoundNode bound;
+      results[l][0].push_back(Replay(stream, o.warmup, ours));
+      results[l][1].push_back(Replay(stream, o.warmup, lowest));
+      results[l][2].push_back(Replay(stream, o.warmup, idle_repack));
+      results[l][3].push_back(Replay(stream, o.warmup, bound));
+      plan_ns.push_back(ours.MeanPlanNs());
+      if (!o.markdown) {
+        std::fprintf(stderr, "load %.2f seed %llu: gpufrac %.4f lowest %.4f oracle %.4f\n",
+                     o.loads[l], static_cast<unsigned long long>(seed), results[l][0].back().served,
+                     results[l][1].back().served, results[l][2].back().served);
+      }
+    }
+  }
+  // The median over seeds of one figure, in percent.
+  auto median = [&](size_t l, int policy, int profile) {
+    std::vector<double> v;
+    for (const Result& r : results[l][policy])
+      v.push_back(profile < 0 ? r.served : r.by_profile[profile]);
+    return 100 * Median(v);
+  };
+  std::printf(
+      "| offered load | (a) gpufrac | (b) lowest start | (c) idle-repack oracle | "
+      "(d) per-GPU repack bound | a - c | a - d | a - b |\n|---|---|---|---|---|---|---|---|\n");
+  for (size_t l = 0; l < o.loads.size(); ++l) {
+    double a = median(l, 0, -1), b = median(l, 1, -1), c = median(l, 2, -1), d = median(l, 3, -1);
+    std::printf("| %.0f%% | %.2f%% | %.2f%% | %.2f%% | %.2f%% | %+.2f | %+.2f | %+.2f |\n",
+                100 * o.loads[l], a, b, c, d, a - c, a - d, a - b);
+  }
+  std::printf("\nServed without waiting, by requested profile (median over seeds):\n\n");
+  std::printf("| offered load | policy |");
+  for (const MixEntry& e : kMix) std::printf(" %s |", e.profile);
+  std::printf("\n|---|---|");
+  for (int k = 0; k < kMixSize; ++k) std::printf("---|");
+  std::printf("\n");
+  for (size_t l = 0; l < o.loads.size(); ++l) {
+    for (int p = 0; p < kPolicies; ++p) {
+      std::printf("| %.0f%% | %s |", 100 * o.loads[l], kPolicyNames[p]);
+      for (int k = 0; k < kMixSize; ++k) std::printf(" %.1f%% |", median(l, p, k));
+      std::printf("\n");
+    }
+  }
+  std::printf("\nMean time of one PlanRequest (gpufrac rule) during the runs: %.2f us.\n",
+              Median(plan_ns) / 1000);
+}
+
+// The GPUs as a gpufrac run leaves them after 3000 requests at load 0.9: busy and idle
+// instances of every size, the state the planner usually sees.
+const std::vector<MigGpu>& MidLoadNode() {
+  static const std::vector<MigGpu> gpus = [] {
+    PlannerNode node(PlacementRule::kGpufrac);
+    Replay(Stream(7, 0.9, 3000), 0, node);
+    return node.gpus();
+  }();
+  return gpus;
+}
+
+// One PlanRequest on the mid-load node, cycling through the request mix.
+void BM_PlanRequest(benchmark::State& state) {
+  PlacementRule rule = state.range(0) == 0 ? PlacementRule::kGpufrac : PlacementRule::kLowestStart;
+  const std::vector<MigGpu>& gpus = MidLoadNode();
+  std::vector<GpuRequest> requests;
+  for (const MixEntry& e : kMix) {
+    requests.push_back(ProfileRequest(e.profile));
+  }
+  size_t i = 0;
+  for (auto _ : state) {
+    StatusOr<Plan> plan = PlanRequest(gpus, requests[i++ % requests.size()], rule);
+    benchmark::DoNotOptimize(plan);
+  }
+  state.SetLabel(rule == PlacementRule::kGpufrac ? "gpufrac" : "lowest start");
+}
+BENCHMARK(BM_PlanRequest)->Arg(0)->Arg(1);
+
+}  // namespace
+}  // namespace gpufrac::mig
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  gpufrac::mig::Options options = gpufrac::mig::ParseOptions(argc, argv);
+  if (options.simulate) gpufrac::mig::Simulate(options);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

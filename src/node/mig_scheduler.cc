@@ -1,0 +1,168 @@
+// The MIG lane of the node service (see mig_scheduler.h): queue order, the planner's choice,
+// and the driver as the record of which instances exist.
+#include "node/mig_scheduler.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "common/log.h"
+
+namespace gpufrac::node {
+
+MigScheduler::MigScheduler(std::vector<MigGpuSpec> gpus, MigBackend* backend)
+    : gpus_(std::move(gpus)), backend_(backend) {}
+
+Status MigScheduler::CheckFeasible(const GpuRequest& request) const {
+  if (gpus_.empty()) {
+    return FailedPreconditionError(FormatGpuRequest(request) +
+                                   " needs a GPU in MIG mode; no GPU on this node is");
+  }
+  Status last;
+  for (const MigGpuSpec& g : gpus_) {
+    auto profile = mig::SmallestProfile(*g.model, request);
+    if (profile.ok()) return OkStatus();
+    last = profile.status();
+  }
+  return last;
+}
+
+void MigScheduler::Enqueue(int64_t id, int queue, const GpuRequest& request, int64_t submitted_ms) {
+  Pending p{id, queue, request, submitted_ms};
+  auto before = [](const Pending& a, const Pending& b) {
+    return std::tie(a.queue, a.submitted_ms, a.id) < std::tie(b.queue, b.submitted_ms, b.id);
+  };
+  pending_.insert(std::upper_bound(pending_.begin(), pending_.end(), p, before), p);
+}
+
+bool MigScheduler::Dequeue(int64_t id) {
+  auto it =
+      std::find_if(pending_.begin(), pending_.end(), [id](const Pending& p) { return p.id == id; });
+  if (it == pending_.end()) return false;
+  pending_.erase(it);
+  waiting_.erase(id);
+  return true;
+}
+
+void MigScheduler::AddRunning(int64_t id, int gpu, const std::string& uuid) {
+  busy_[uuid] = id;
+  job_uuid_[id] = uuid;
+  job_gpu_[id] = gpu;
+}
+
+bool MigScheduler::Busy(int gpu) const {
+  for (const auto& [job, index] : job_gpu_) {
+    if (index == gpu) return true;
+  }
+  return false;
+}
+
+bool MigScheduler::Finish(int64_t id) {
+  auto it = job_uuid_.find(id);
+  if (it == job_uuid_.end()) return false;
+  busy_.erase(it->second);
+  job_uuid_.erase(it);
+  job_gpu_.erase(id);
+  return true;
+}
+
+std::vector<MigScheduler::Start> MigScheduler::Schedule() {
+  waiting_.clear();
+  std::vector<Start> started;
+  if (pending_.empty()) return started;
+  // The planner's view, rebuilt from the driver: instances in the order List gave them, so that
+  // a plan's indexes name the same instances in `found`.
+  std::vector<mig::MigGpu> state;
+  std::vector<std::vector<MigBackend::InstanceInfo>> found;
+  auto read = [&](size_t g) {
+    auto list = backend_->List(gpus_[g].index);
+    if (!list.ok()) {
+      LogWarning("MIG GPU %d: %s", gpus_[g].index, list.status().message().c_str());
+      list = std::vector<MigBackend::InstanceInfo>{};
+    }
+    mig::MigGpu gpu{gpus_[g].index, gpus_[g].model, {}};
+    for (const MigBackend::InstanceInfo& info : *list) {
+      gpu.instances.push_back({info.profile, info.placement, busy_.count(info.uuid) > 0});
+    }
+    state[g] = gpu;
+    found[g] = *list;
+  };
+  state.resize(gpus_.size());
+  found.resize(gpus_.size());
+  for (size_t g = 0; g < gpus_.size(); ++g) read(g);
+
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto plan = mig::PlanRequest(state, it->request);
+    if (!plan.ok()) {
+      waiting_[it->id] = plan.status().message();
+      ++it;
+      continue;
+    }
+    size_t g = 0;
+    while (g < gpus_.size() && gpus_[g].index != plan->gpu) ++g;
+    std::string uuid;
+    Status failed;
+    if (plan->reuse) {
+      uuid = found[g][*plan->reuse].uuid;
+    } else {
+      for (int victim : plan->destroy) {
+        failed = backend_->Destroy(plan->gpu, found[g][victim].gi_id);
+        if (!failed.ok()) break;
+      }
+      if (failed.ok()) {
+        auto created = backend_->Create(plan->gpu, plan->profile, plan->placement);
+        if (created.ok()) {
+          uuid = created->uuid;
+        } else {
+          failed = created.status();
+        }
+      }
+    }
+    if (!failed.ok()) {
+      waiting_[it->id] = failed.message();
+      read(g);
+      ++it;
+      continue;
+    }
+    const gpu::MigProfile& profile = gpus_[g].model->profiles[plan->profile];
+    busy_[uuid] = it->id;
+    job_uuid_[it->id] = uuid;
+    job_gpu_[it->id] = plan->gpu;
+    started.push_back({it->id, plan->gpu, uuid, profile.memory_bytes,
+                       gpu::MigProfileName(*gpus_[g].model, profile)});
+    read(g);
+    it = pending_.erase(it);
+  }
+  return started;
+}
+
+std::vector<MigScheduler::SliceView> MigScheduler::Slices() {
+  std::vector<SliceView> out;
+  for (const MigGpuSpec& g : gpus_) {
+    SliceView view;
+    view.gpu = g.index;
+    view.model = std::string(g.model->model ? g.model->model->short_name : "");
+    view.memory_slices = g.model->memory_slices;
+    auto list = backend_->List(g.index);
+    if (list.ok()) {
+      for (const MigBackend::InstanceInfo& info : *list) {
+        auto busy = busy_.find(info.uuid);
+        view.instances.push_back({gpu::MigProfileName(*g.model, g.model->profiles[info.profile]),
+                                  info.placement, info.uuid,
+                                  busy == busy_.end() ? 0 : busy->second});
+      }
+    }
+    out.push_back(std::move(view));
+  }
+  return out;
+}
+
+std::string MigScheduler::WaitReason(int64_t id) const {
+  auto it = waiting_.find(id);
+  if (it != waiting_.end()) return it->second;
+  for (const Pending& p : pending_) {
+    if (p.id == id) return "waiting for a MIG instance";
+  }
+  return "";
+}
+
+}  // namespace gpufrac::node

@@ -1,0 +1,107 @@
+// Jobs on the node's GPUs in MIG mode: each pending MIG job, in queue order (priority, then
+// FIFO), gets the smallest profile that holds its request and a placement chosen by the MIG
+// planner; instances are created on demand, an idle one of the right profile is reused, and idle
+// ones are destroyed only when their slices are needed. Instances serving a job are never
+// touched. What exists is always read back from the driver (MigBackend), never assumed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/gpu_request.h"
+#include "common/status.h"
+#include "gpu/mig_catalogue.h"
+#include "mig/planner.h"
+
+namespace gpufrac::node {
+
+// What the scheduler needs from NVML (gpu/mig_device.h in the service, a fake in tests).
+class MigBackend {
+ public:
+  struct InstanceInfo {
+    unsigned gi_id = 0;
+    int profile = 0;  // Index into the GPU's MigModel::profiles.
+    gpu::MigPlacement placement;
+    std::string uuid;  // "MIG-..."
+  };
+  virtual ~MigBackend() = default;
+  virtual StatusOr<std::vector<InstanceInfo>> List(int gpu) = 0;
+  virtual StatusOr<InstanceInfo> Create(int gpu, int profile, gpu::MigPlacement placement) = 0;
+  virtual Status Destroy(int gpu, unsigned gi_id) = 0;
+  // Turns MIG mode on or off (the GPU must be idle). True when the change waits for a GPU reset.
+  virtual StatusOr<bool> SetMode(int gpu, bool enabled) = 0;
+};
+
+struct MigGpuSpec {
+  int index = 0;
+  const gpu::MigModel* model = nullptr;
+};
+
+class MigScheduler {
+ public:
+  MigScheduler(std::vector<MigGpuSpec> gpus, MigBackend* backend);
+
+  bool empty() const { return gpus_.empty(); }
+  const std::vector<MigGpuSpec>& gpus() const { return gpus_; }
+  MigBackend* backend() const { return backend_; }
+  // Whether any job runs on MIG GPU `gpu`.
+  bool Busy(int gpu) const;
+  // OK when some MIG GPU here has a profile that holds `request` (else SmallestProfile's error
+  // for the largest model, or kFailedPrecondition when there are no MIG GPUs).
+  Status CheckFeasible(const GpuRequest& request) const;
+
+  void Enqueue(int64_t id, int queue, const GpuRequest& request, int64_t submitted_ms);
+  bool Dequeue(int64_t id);
+  // A job (re-adopted after a restart) runs in the instance `uuid` on GPU `gpu`.
+  void AddRunning(int64_t id, int gpu, const std::string& uuid);
+  // The job ended: its instance becomes idle (and stays, until its slices are needed).
+  bool Finish(int64_t id);
+
+  struct Start {
+    int64_t id = 0;
+    int gpu = 0;
+    std::string uuid;           // The instance's MIG UUID.
+    uint64_t memory_bytes = 0;  // What the instance has.
+    std::string profile;        // "1g.10gb"
+  };
+  // Plans and creates instances for as many pending jobs as fit now, in order. Every returned
+  // job counts as running in its instance; the caller launches it, or calls Finish.
+  std::vector<Start> Schedule();
+
+  // For status: every instance on every MIG GPU, with the job it serves (0 = idle).
+  struct SliceView {
+    int gpu = 0;
+    std::string model;
+    int memory_slices = 0;
+    struct Item {
+      std::string profile;
+      gpu::MigPlacement placement;
+      std::string uuid;
+      int64_t job = 0;
+    };
+    std::vector<Item> instances;
+  };
+  std::vector<SliceView> Slices();
+  std::string WaitReason(int64_t id) const;
+  size_t pending_count() const { return pending_.size(); }
+
+ private:
+  struct Pending {
+    int64_t id;
+    int queue;
+    GpuRequest request;
+    int64_t submitted_ms;
+  };
+  std::vector<MigGpuSpec> gpus_;
+  MigBackend* backend_;
+  std::vector<Pending> pending_;             // Kept in (queue, submitted, id) order.
+  std::map<std::string, int64_t> busy_;      // MIG UUID -> job.
+  std::map<int64_t, std::string> job_uuid_;  // job -> MIG UUID.
+  std::map<int64_t, int> job_gpu_;           // job -> GPU index (known once it started here).
+  std::map<int64_t, std::string> waiting_;   // Why a pending job waits, as of the last pass.
+};
+
+}  // namespace gpufrac::node

@@ -1,0 +1,351 @@
+// The MIG planner's rules on hand-made GPUs: smallest-profile choice, reuse of idle instances,
+// fragmentation-aware placement against the driver's lowest-start rule, lazy destruction of the
+// fewest idle slices, refusal to touch busy instances, and nodes mixing A30 and H100 GPUs.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "mig/planner.h"
+
+namespace gpufrac::mig {
+namespace {
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+const gpu::MigModel& Model(const char* name) {
+  const gpu::MigModel* model = gpu::FindMigModel(name);
+  if (model == nullptr) ADD_FAILURE() << "no MIG model " << name;
+  return *model;
+}
+const gpu::MigModel& H100() { return Model("H100-80GB"); }
+const gpu::MigModel& A30() { return Model("A30-24GB"); }
+
+int Index(const gpu::MigModel& model, const std::string& name) {
+  const gpu::MigProfile* p = gpu::FindMigProfile(model, name);
+  EXPECT_NE(p, nullptr) << name;
+  return p == nullptr ? -1 : static_cast<int>(p - model.profiles);
+}
+
+std::string Name(const gpu::MigModel& model, int profile) {
+  return gpu::MigProfileName(model, model.profiles[profile]);
+}
+
+// An instance of `name` at memory slice `start` (which must be a legal start).
+Instance Make(const gpu::MigModel& model, const std::string& name, int start, bool busy) {
+  int p = Index(model, name);
+  return Instance{.profile = p,
+                  .placement = {.start = start, .size = model.profiles[p].memory_slices},
+                  .busy = busy};
+}
+Instance Busy(const gpu::MigModel& m, const std::string& name, int start) {
+  return Make(m, name, start, true);
+}
+Instance Idle(const gpu::MigModel& m, const std::string& name, int start) {
+  return Make(m, name, start, false);
+}
+
+MigGpu Gpu(int index, const gpu::MigModel& model, std::vector<Instance> instances = {}) {
+  return MigGpu{.gpu = index, .model = &model, .instances = std::move(instances)};
+}
+
+GpuRequest Memory(uint64_t bytes) {
+  GpuRequest r;
+  r.kind = GpuRequest::Kind::kMemory;
+  r.memory_bytes = bytes;
+  return r;
+}
+GpuRequest Fraction(uint32_t milli) {
+  GpuRequest r;
+  r.kind = GpuRequest::Kind::kFraction;
+  r.fraction_milli = milli;
+  return r;
+}
+GpuRequest Profile(const std::string& name) {
+  GpuRequest r;
+  r.kind = GpuRequest::Kind::kMigProfile;
+  r.mig_profile = name;
+  return r;
+}
+GpuRequest WholeGpus(uint32_t count) {
+  GpuRequest r;
+  r.kind = GpuRequest::Kind::kWholeGpus;
+  r.gpus = count;
+  return r;
+}
+
+// The name of the profile SmallestProfile picks, or the error's code name.
+std::string Smallest(const gpu::MigModel& model, const GpuRequest& request) {
+  StatusOr<const gpu::MigProfile*> p = SmallestProfile(model, request);
+  if (!p.ok()) return std::string(StatusCodeName(p.status().code()));
+  return gpu::MigProfileName(model, **p);
+}
+
+TEST(SmallestProfileTest, MemoryFitsTheSizeInTheName) {
+  EXPECT_EQ(Smallest(H100(), Memory(1)), "1g.10gb");
+  EXPECT_EQ(Smallest(H100(), Memory(10 * kGiB)), "1g.10gb");
+  EXPECT_EQ(Smallest(H100(), Memory(10 * kGiB + 1)), "1g.20gb");
+  EXPECT_EQ(Smallest(H100(), Memory(11 * kGiB)), "1g.20gb");
+  EXPECT_EQ(Smallest(H100(), Memory(20 * kGiB)), "1g.20gb");
+  // 3g.40gb and 4g.40gb have the same memory: the one with fewer compute slices.
+  EXPECT_EQ(Smallest(H100(), Memory(21 * kGiB)), "3g.40gb");
+  EXPECT_EQ(Smallest(H100(), Memory(80 * kGiB)), "7g.80gb");
+  EXPECT_EQ(Smallest(A30(), Memory(10 * kGiB)), "2g.12gb");
+}
+
+TEST(SmallestProfileTest, FractionIsAShareOfMemoryAndCompute) {
+  EXPECT_EQ(Smallest(H100(), Fraction(100)), "1g.10gb");
+  EXPECT_EQ(Smallest(H100(), Fraction(125)), "1g.10gb");
+  // 1g.20gb has a quarter of the memory but a seventh of the compute.
+  EXPECT_EQ(Smallest(H100(), Fraction(250)), "2g.20gb");
+  EXPECT_EQ(Smallest(H100(), Fraction(500)), "4g.40gb");
+  EXPECT_EQ(Smallest(H100(), Fraction(999)), "7g.80gb");
+  EXPECT_EQ(Smallest(A30(), Fraction(250)), "1g.6gb");
+}
+
+TEST(SmallestProfileTest, ProfileNamedExactlyIncludingMediaExtensions) {
+  EXPECT_EQ(Smallest(H100(), Profile("3g.40gb")), "3g.40gb");
+  EXPECT_EQ(Smallest(H100(), Profile("1g.10gb+me")), "1g.10gb+me");
+  EXPECT_TRUE(SmallestProfile(H100(), Profile("1g.10gb+me")).value()->media_extensions);
+  // Never chosen for a size: a small memory request gets the plain 1g profile.
+  EXPECT_FALSE(SmallestProfile(H100(), Memory(kGiB)).value()->media_extensions);
+}
+
+TEST(SmallestProfileTest, Errors) {
+  GpuRequest whole = WholeGpus(1);
+  EXPECT_EQ(SmallestProfile(H100(), whole).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SmallestProfile(H100(), Memory(81 * kGiB)).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(SmallestProfile(A30(), Memory(25 * kGiB)).status().code(),
+            StatusCode::kInvalidArgument);
+
+  Status unknown = SmallestProfile(H100(), Profile("5g.50gb")).status();
+  EXPECT_EQ(unknown.code(), StatusCode::kNotFound);
+  EXPECT_NE(unknown.message().find("5g.50gb"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.message().find("1g.10gb"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.message().find("7g.80gb"), std::string::npos) << unknown;
+  // A profile of another model.
+  EXPECT_EQ(SmallestProfile(A30(), Profile("1g.10gb")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(unknown.message().find('\n'), std::string::npos);
+}
+
+TEST(PlanRequestTest, ReusesAnIdleInstanceBeforeCreating) {
+  std::vector<MigGpu> gpus = {Gpu(0, H100(), {Idle(H100(), "1g.10gb", 3)})};
+  Plan plan = PlanRequest(gpus, Memory(5 * kGiB)).value();
+  EXPECT_EQ(plan.gpu, 0);
+  ASSERT_TRUE(plan.reuse.has_value());
+  EXPECT_EQ(*plan.reuse, 0);
+  EXPECT_TRUE(plan.destroy.empty());
+  // The lowest-start baseline reuses too.
+  EXPECT_EQ(PlanRequest(gpus, Memory(5 * kGiB), PlacementRule::kLowestStart).value().reuse, 0);
+}
+
+TEST(PlanRequestTest, ReusesOnTheFullestGpu) {
+  // GPU 0 holds only an idle 1g.10gb: once that goes, it is a whole 7g again. GPU 1's idle
+  // 1g.10gb sits among busy instances, where its slice is of little use to anyone else.
+  std::vector<MigGpu> gpus = {
+      Gpu(0, H100(), {Idle(H100(), "1g.10gb", 0)}),
+      Gpu(1, H100(),
+          {Busy(H100(), "4g.40gb", 0), Busy(H100(), "2g.20gb", 4), Idle(H100(), "1g.10gb", 6)})};
+  Plan plan = PlanRequest(gpus, Profile("1g.10gb")).value();
+  EXPECT_EQ(plan.gpu, 1);
+  EXPECT_EQ(plan.reuse, 2);
+}
+
+TEST(PlanRequestTest, DoesNotReuseWhereThatRulesOutALargerProfile) {
+  const gpu::MigModel& m = H100();
+  // Reusing GPU 0's idle 1g.10gb would keep a job on a GPU that can otherwise take a 7g.80gb;
+  // creating one at GPU 1's free slices 4-7 only costs a 3g.40gb there.
+  std::vector<MigGpu> gpus = {Gpu(0, m, {Idle(m, "1g.10gb", 0)}),
+                              Gpu(1, m, {Busy(m, "3g.40gb", 0)})};
+  Plan plan = PlanRequest(gpus, Profile("1g.10gb")).value();
+  EXPECT_EQ(plan.gpu, 1);
+  EXPECT_FALSE(plan.reuse.has_value());
+  EXPECT_TRUE(plan.destroy.empty());
+  // The baseline reuses whatever it finds first.
+  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kLowestStart).value().reuse, 0);
+}
+
+TEST(PlanRequestTest, NeverReusesABusyInstance) {
+  std::vector<MigGpu> gpus = {Gpu(0, H100(), {Busy(H100(), "1g.10gb", 0)})};
+  for (PlacementRule rule : {PlacementRule::kGpufrac, PlacementRule::kLowestStart}) {
+    Plan plan = PlanRequest(gpus, Profile("1g.10gb"), rule).value();
+    EXPECT_FALSE(plan.reuse.has_value());
+    EXPECT_TRUE(plan.destroy.empty());
+    EXPECT_NE(plan.placement.start, 0);
+  }
+  // An idle instance of another profile is not reused either.
+  gpus = {Gpu(0, H100(), {Idle(H100(), "1g.20gb", 0)})};
+  EXPECT_FALSE(PlanRequest(gpus, Profile("1g.10gb")).value().reuse.has_value());
+}
+
+TEST(PlanRequestTest, KeepsA4gCreatableWhereLowestStartDoesNot) {
+  const gpu::MigModel& m = H100();
+  std::vector<MigGpu> gpus = {Gpu(0, m)};
+  // A 3g.40gb at slices 0-3 rules out the only 4g.40gb placement; at 4-7 it leaves it.
+  Plan ours = PlanRequest(gpus, Profile("3g.40gb")).value();
+  Plan lowest = PlanRequest(gpus, Profile("3g.40gb"), PlacementRule::kLowestStart).value();
+  EXPECT_EQ(ours.placement.start, 4);
+  EXPECT_EQ(lowest.placement.start, 0);
+
+  std::vector<MigGpu> after_ours = {Gpu(0, m, {Busy(m, "3g.40gb", ours.placement.start)})};
+  std::vector<MigGpu> after_lowest = {Gpu(0, m, {Busy(m, "3g.40gb", lowest.placement.start)})};
+  Plan four = PlanRequest(after_ours, Profile("4g.40gb")).value();
+  EXPECT_EQ(four.placement.start, 0);
+  EXPECT_EQ(
+      PlanRequest(after_lowest, Profile("4g.40gb"), PlacementRule::kLowestStart).status().code(),
+      StatusCode::kResourceExhausted);
+}
+
+TEST(PlanRequestTest, SmallInstanceGoesWhereItCostsTheLeast) {
+  const gpu::MigModel& m = H100();
+  std::vector<MigGpu> gpus = {Gpu(0, m)};
+  // Slice 6 is the only single slice whose use leaves the 4g.40gb and all three 2g.20gb.
+  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb")).value().placement.start, 6);
+  EXPECT_EQ(
+      PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kLowestStart).value().placement.start,
+      0);
+}
+
+TEST(PlanRequestTest, PacksBeforeSpreading) {
+  const gpu::MigModel& m = H100();
+  // GPU 0 is empty (it can still take a 7g.80gb); GPU 1 already serves a 3g.40gb.
+  std::vector<MigGpu> gpus = {Gpu(0, m), Gpu(1, m, {Busy(m, "3g.40gb", 0)})};
+  Plan ours = PlanRequest(gpus, Profile("1g.10gb")).value();
+  EXPECT_EQ(ours.gpu, 1);
+  EXPECT_GE(ours.placement.start, 4);
+  Plan lowest = PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kLowestStart).value();
+  EXPECT_EQ(lowest.gpu, 0);
+  EXPECT_EQ(lowest.placement.start, 0);
+}
+
+TEST(PlanRequestTest, DestroysIdleInstancesOnlyWhenNeeded) {
+  const gpu::MigModel& m = H100();
+  // A 3g.40gb fits at 4-7 next to the idle 2g.20gb: nothing is destroyed.
+  std::vector<MigGpu> gpus = {Gpu(0, m, {Idle(m, "2g.20gb", 0)})};
+  Plan plan = PlanRequest(gpus, Profile("3g.40gb")).value();
+  EXPECT_TRUE(plan.destroy.empty());
+  EXPECT_EQ(plan.placement.start, 4);
+  // A 7g.80gb needs every slice: the idle 2g.20gb goes.
+  plan = PlanRequest(gpus, Profile("7g.80gb")).value();
+  EXPECT_EQ(plan.destroy, std::vector<int>{0});
+  EXPECT_EQ(plan.placement.start, 0);
+}
+
+TEST(PlanRequestTest, DestroysTheFewestIdleSlices) {
+  const gpu::MigModel& m = H100();
+  // A 2g.20gb can only go at slices 4-5 on either GPU. On GPU 0 that destroys an idle 3g.40gb
+  // (4 slices), on GPU 1 two idle 1g.10gb (2 slices); GPU 1's idle 1g.10gb at slice 6 is not in
+  // the way and stays.
+  std::vector<MigGpu> gpus = {
+      Gpu(0, m, {Busy(m, "4g.40gb", 0), Idle(m, "3g.40gb", 4)}),
+      Gpu(1, m,
+          {Busy(m, "4g.40gb", 0), Idle(m, "1g.10gb", 4), Idle(m, "1g.10gb", 5),
+           Idle(m, "1g.10gb", 6)}),
+  };
+  for (PlacementRule rule : {PlacementRule::kGpufrac, PlacementRule::kLowestStart}) {
+    Plan plan = PlanRequest(gpus, Profile("2g.20gb"), rule).value();
+    EXPECT_EQ(plan.gpu, 1);
+    EXPECT_EQ(plan.placement.start, 4);
+    EXPECT_EQ(plan.destroy, (std::vector<int>{1, 2}));
+    EXPECT_FALSE(plan.reuse.has_value());
+  }
+}
+
+TEST(PlanRequestTest, NeverDestroysABusyInstance) {
+  const gpu::MigModel& m = H100();
+  // Everything is idle but one busy 1g.10gb: a 7g.80gb would need it gone.
+  std::vector<MigGpu> gpus = {
+      Gpu(0, m, {Idle(m, "3g.40gb", 0), Busy(m, "1g.10gb", 4), Idle(m, "1g.10gb", 5)})};
+  for (PlacementRule rule : {PlacementRule::kGpufrac, PlacementRule::kLowestStart}) {
+    StatusOr<Plan> plan = PlanRequest(gpus, Profile("7g.80gb"), rule);
+    EXPECT_EQ(plan.status().code(), StatusCode::kResourceExhausted);
+    // A 4g.40gb can have slices 0-3 once the idle 3g.40gb is destroyed.
+    Plan four = PlanRequest(gpus, Profile("4g.40gb"), rule).value();
+    EXPECT_EQ(four.destroy, std::vector<int>{0});
+  }
+}
+
+TEST(PlanRequestTest, ExhaustedWhenBusyInstancesFillTheGpus) {
+  const gpu::MigModel& m = H100();
+  std::vector<MigGpu> gpus = {Gpu(0, m, {Busy(m, "4g.40gb", 0), Busy(m, "3g.40gb", 4)}),
+                              Gpu(1, m, {Busy(m, "7g.80gb", 0)})};
+  Status status = PlanRequest(gpus, Memory(kGiB)).status();
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(status.message().find("1g.10gb"), std::string::npos) << status;
+  EXPECT_EQ(status.message().find('\n'), std::string::npos);
+}
+
+TEST(PlanRequestTest, RespectsTheMaximumCount) {
+  const gpu::MigModel& m = H100();
+  // There is one set of media engines: a second 1g.10gb+me cannot be created, free slices or not.
+  std::vector<MigGpu> gpus = {Gpu(0, m, {Busy(m, "1g.10gb+me", 0)})};
+  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb+me")).status().code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_TRUE(PlanRequest(gpus, Profile("1g.10gb")).ok());
+}
+
+TEST(PlanRequestTest, WholeGpusAndUnknownProfilesAreErrors) {
+  std::vector<MigGpu> gpus = {Gpu(0, H100())};
+  GpuRequest whole = WholeGpus(1);
+  EXPECT_EQ(PlanRequest(gpus, whole).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanRequest(gpus, Profile("9g.99gb")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(PlanRequest(gpus, Memory(100 * kGiB)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanRequest({}, Memory(kGiB)).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(PlanRequestTest, MixedModels) {
+  const gpu::MigModel& a30 = A30();
+  const gpu::MigModel& h100 = H100();
+  std::vector<MigGpu> gpus = {Gpu(0, a30), Gpu(1, h100)};
+
+  // 5 GiB: 1g.6gb on the A30 wastes less than 1g.10gb on the H100.
+  Plan plan = PlanRequest(gpus, Memory(5 * kGiB)).value();
+  EXPECT_EQ(plan.gpu, 0);
+  EXPECT_EQ(Name(a30, plan.profile), "1g.6gb");
+  // A profile only one model has goes to that model.
+  plan = PlanRequest(gpus, Profile("2g.20gb")).value();
+  EXPECT_EQ(plan.gpu, 1);
+  EXPECT_EQ(Name(h100, plan.profile), "2g.20gb");
+  plan = PlanRequest(gpus, Profile("2g.12gb")).value();
+  EXPECT_EQ(plan.gpu, 0);
+  // 30 GiB is more than an A30 has, but an H100's 3g.40gb holds it.
+  plan = PlanRequest(gpus, Memory(30 * kGiB)).value();
+  EXPECT_EQ(plan.gpu, 1);
+  EXPECT_EQ(Name(h100, plan.profile), "3g.40gb");
+  // --gpu-model restricts the choice.
+  GpuRequest on_h100 = Memory(5 * kGiB);
+  on_h100.gpu_model = "h100-80gb";
+  plan = PlanRequest(gpus, on_h100).value();
+  EXPECT_EQ(plan.gpu, 1);
+  EXPECT_EQ(Name(h100, plan.profile), "1g.10gb");
+  on_h100.gpu_model = "B200";
+  EXPECT_EQ(PlanRequest(gpus, on_h100).status().code(), StatusCode::kNotFound);
+
+  // The A30 full of busy instances: a 1g.6gb cannot be served, a memory request moves on to the
+  // H100.
+  gpus[0].instances = {Busy(a30, "4g.24gb", 0)};
+  EXPECT_EQ(PlanRequest(gpus, Profile("1g.6gb")).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(PlanRequest(gpus, Memory(5 * kGiB)).value().gpu, 1);
+  // The lowest-start baseline takes the first GPU with room.
+  gpus[0].instances.clear();
+  EXPECT_EQ(PlanRequest(gpus, Memory(5 * kGiB), PlacementRule::kLowestStart).value().gpu, 0);
+  gpus[1].instances = {Busy(h100, "1g.10gb", 0)};
+  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kLowestStart).value().gpu, 1);
+}
+
+TEST(PlanRequestTest, Deterministic) {
+  const gpu::MigModel& m = H100();
+  std::vector<MigGpu> gpus = {Gpu(0, m, {Busy(m, "2g.20gb", 2), Idle(m, "1g.10gb", 6)}),
+                              Gpu(1, m, {Idle(m, "3g.40gb", 4)}), Gpu(2, m)};
+  Plan a = PlanRequest(gpus, Profile("2g.20gb")).value();
+  for (int i = 0; i < 10; ++i) {
+    Plan b = PlanRequest(gpus, Profile("2g.20gb")).value();
+    EXPECT_EQ(a.gpu, b.gpu);
+    EXPECT_EQ(a.placement.start, b.placement.start);
+    EXPECT_EQ(a.destroy, b.destroy);
+  }
+}
+
+}  // namespace
+}  // namespace gpufrac::mig

@@ -1,0 +1,139 @@
+// The node service's MIG lane against a fake driver: instances created on demand with the
+// smallest profile, reused when idle, destroyed only when their slices are needed, never while
+// they serve a job.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "node/mig_scheduler.h"
+
+namespace gpufrac::node {
+namespace {
+
+// A driver that keeps instances in memory and refuses overlaps, like NVML.
+class FakeBackend : public MigBackend {
+ public:
+  StatusOr<std::vector<InstanceInfo>> List(int gpu) override { return gpus_[gpu]; }
+  StatusOr<InstanceInfo> Create(int gpu, int profile, gpu::MigPlacement p) override {
+    for (const InstanceInfo& i : gpus_[gpu]) {
+      bool overlap =
+          p.start < i.placement.start + i.placement.size && i.placement.start < p.start + p.size;
+      if (overlap) return ResourceExhaustedError("overlap");
+    }
+    ++creates;
+    InstanceInfo info{next_id_, profile, p, "MIG-fake-" + std::to_string(next_id_)};
+    ++next_id_;
+    gpus_[gpu].push_back(info);
+    return info;
+  }
+  Status Destroy(int gpu, unsigned gi_id) override {
+    auto& list = gpus_[gpu];
+    for (auto it = list.begin(); it != list.end(); ++it) {
+      if (it->gi_id == gi_id) {
+        list.erase(it);
+        ++destroys;
+        return OkStatus();
+      }
+    }
+    return NotFoundError("no instance");
+  }
+  StatusOr<bool> SetMode(int, bool) override { return false; }
+  int creates = 0;
+  int destroys = 0;
+
+ private:
+  std::map<int, std::vector<InstanceInfo>> gpus_;
+  unsigned next_id_ = 1;
+};
+
+GpuRequest Memory(uint64_t gib) {
+  GpuRequest r;
+  r.kind = GpuRequest::Kind::kMemory;
+  r.memory_bytes = gib << 30;
+  return r;
+}
+
+GpuRequest Profile(const std::string& name) {
+  GpuRequest r;
+  r.kind = GpuRequest::Kind::kMigProfile;
+  r.mig_profile = name;
+  return r;
+}
+
+class MigSchedulerTest : public ::testing::Test {
+ protected:
+  MigSchedulerTest() : scheduler_({{0, gpu::FindMigModel("H100-80GB")}}, &backend_) {}
+  FakeBackend backend_;
+  MigScheduler scheduler_;
+};
+
+TEST_F(MigSchedulerTest, CreatesTheSmallestProfileThatHoldsTheRequest) {
+  scheduler_.Enqueue(1, 0, Memory(10), 1);
+  auto started = scheduler_.Schedule();
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].id, 1);
+  EXPECT_EQ(started[0].profile, "1g.10gb");
+  EXPECT_EQ(started[0].gpu, 0);
+  EXPECT_GT(started[0].memory_bytes, 9ull << 30);
+  EXPECT_EQ(backend_.creates, 1);
+  auto slices = scheduler_.Slices();
+  ASSERT_EQ(slices[0].instances.size(), 1u);
+  EXPECT_EQ(slices[0].instances[0].job, 1);
+}
+
+TEST_F(MigSchedulerTest, ReusesAnIdleInstanceBeforeCreatingOne) {
+  scheduler_.Enqueue(1, 0, Memory(10), 1);
+  std::string uuid = scheduler_.Schedule().at(0).uuid;
+  EXPECT_TRUE(scheduler_.Finish(1));
+  scheduler_.Enqueue(2, 0, Profile("1g.10gb"), 2);
+  auto started = scheduler_.Schedule();
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].uuid, uuid);
+  EXPECT_EQ(backend_.creates, 1);
+}
+
+TEST_F(MigSchedulerTest, DestroysIdleInstancesOnlyWhenTheirSlicesAreNeeded) {
+  for (int i = 1; i <= 7; ++i) scheduler_.Enqueue(i, 0, Profile("1g.10gb"), i);
+  ASSERT_EQ(scheduler_.Schedule().size(), 7u);
+  for (int i = 1; i <= 7; ++i) scheduler_.Finish(i);
+  EXPECT_EQ(scheduler_.Slices()[0].instances.size(), 7u) << "idle instances stay (lazy)";
+  scheduler_.Enqueue(8, 0, Profile("7g.80gb"), 8);
+  auto started = scheduler_.Schedule();
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].profile, "7g.80gb");
+  EXPECT_EQ(backend_.destroys, 7);
+}
+
+TEST_F(MigSchedulerTest, NeverTouchesAnInstanceThatServesAJob) {
+  scheduler_.Enqueue(1, 0, Profile("1g.10gb"), 1);
+  ASSERT_EQ(scheduler_.Schedule().size(), 1u);
+  scheduler_.Enqueue(2, 0, Profile("7g.80gb"), 2);
+  EXPECT_TRUE(scheduler_.Schedule().empty());
+  EXPECT_EQ(backend_.destroys, 0);
+  EXPECT_FALSE(scheduler_.WaitReason(2).empty());
+  scheduler_.Finish(1);
+  auto started = scheduler_.Schedule();
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].id, 2);
+}
+
+TEST_F(MigSchedulerTest, HigherQueuesGoFirst) {
+  scheduler_.Enqueue(1, 1, Profile("4g.40gb"), 1);
+  scheduler_.Enqueue(2, 0, Profile("7g.80gb"), 2);
+  auto started = scheduler_.Schedule();
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].id, 2);
+}
+
+TEST(MigScheduler, RequestsThatNoMigGpuCanHoldAreRefused) {
+  FakeBackend backend;
+  MigScheduler none({}, &backend);
+  EXPECT_EQ(none.CheckFeasible(Profile("1g.10gb")).code(), StatusCode::kFailedPrecondition);
+  MigScheduler a30({{0, gpu::FindMigModel("A30-24GB")}}, &backend);
+  EXPECT_TRUE(a30.CheckFeasible(Memory(6)).ok());
+  EXPECT_FALSE(a30.CheckFeasible(Memory(40)).ok());
+  EXPECT_FALSE(a30.CheckFeasible(Profile("7g.80gb")).ok());
+}
+
+}  // namespace
+}  // namespace gpufrac::node
