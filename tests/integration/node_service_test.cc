@@ -695,6 +695,40 @@ TEST(NodeServiceMig, AppliesAndExportsMigPartedFilesWhateverTheOrder) {
   EXPECT_NE(several.err.find("name one with -c"), std::string::npos) << several.err;
 }
 
+TEST(NodeServiceMig, AnApplyThatFailsHalfwayDestroysWhatItCreated) {
+  Daemon d("2xA100-40GB:mig");
+  std::string file = d.dir() + "/mig.yaml";
+  std::ofstream(file) << "version: v1\nmig-configs:\n  one:\n    - devices: [1]\n"
+                         "      mig-enabled: true\n      mig-devices: {\"3g.20gb\": 1}\n"
+                         "  small:\n    - devices: all\n      mig-enabled: true\n"
+                         "      mig-devices: {\"1g.5gb\": 7}\n";
+  ASSERT_EQ(d.Cli({"mig", "apply", "-f", file, "-c", "one"}).status, 0);
+  json status = d.Get("/v1/status").body;
+  std::string uuid = status["mig"][1]["instances"][0]["uuid"];
+  // A process gpufrac does not know about runs in GPU 1's instance, so the driver refuses to
+  // destroy it, after GPU 0's seven instances were created.
+  std::string state = d.dir() + "/state";
+  char tag[9];
+  std::snprintf(tag, sizeof(tag), "%08x", static_cast<unsigned>(std::hash<std::string>{}(state)));
+  std::string seen;
+  pid_t holder = Start({ProbePath(), "hold", std::to_string(1 << 30)},
+                       {{"LD_LIBRARY_PATH", GPUFRAC_SIMGPU_DIR},
+                        {"SIMGPU_CONFIG", "2xA100-40GB:mig"},
+                        {"SIMGPU_NAMESPACE", std::string("gpufracd-") + tag},
+                        {"CUDA_VISIBLE_DEVICES", uuid}},
+                       "hold=", &seen);
+  ASSERT_NE(seen.find("hold=0"), std::string::npos) << seen;
+  RunResult failed = d.Cli({"mig", "apply", "-f", file, "-c", "small"});
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  EXPECT_NE(failed.status, 0);
+  EXPECT_NE(failed.err.find("destroyed again"), std::string::npos) << failed.err;
+  json after = d.Get("/v1/status").body;
+  EXPECT_TRUE(after["mig"][0]["instances"].empty()) << after.dump();
+  ASSERT_EQ(after["mig"][1]["instances"].size(), 1u) << after.dump();
+  EXPECT_EQ(after["mig"][1]["instances"][0]["uuid"], uuid);
+}
+
 TEST(NodeService, MetricsDescribeGpusQueuesAndSchedulingLatency) {
   Daemon d("1xH100-80GB");
   int64_t id = d.Submit({"sleep", "30"}, {{"gpu-memory", "10G"}}).body["id"];
