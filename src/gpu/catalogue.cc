@@ -126,7 +126,9 @@ constexpr std::array kModels = {
 
 constexpr char ToLowerAscii(char c) { return (c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c; }
 
-constexpr bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+}  // namespace
+
+bool NamesEqualIgnoringCase(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (ToLowerAscii(a[i]) != ToLowerAscii(b[i])) return false;
@@ -134,13 +136,11 @@ constexpr bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
-}  // namespace
-
 std::span<const GpuModel> AllModels() { return kModels; }
 
 const GpuModel* FindModel(std::string_view short_name) {
   for (const GpuModel& model : kModels) {
-    if (EqualsIgnoreCase(model.short_name, short_name)) return &model;
+    if (NamesEqualIgnoringCase(model.short_name, short_name)) return &model;
   }
   return nullptr;
 }

@@ -37,6 +37,10 @@ std::span<const GpuModel> AllModels();
 // The model whose short name matches, ignoring ASCII case; nullptr if none does.
 const GpuModel* FindModel(std::string_view short_name);
 
+// Whether two model or profile names are equal ignoring ASCII case (this library is linked into
+// the simulated driver, so it cannot use gpufrac_common's helper).
+bool NamesEqualIgnoringCase(std::string_view a, std::string_view b);
+
 // The model whose NVML name matches exactly (as nvmlDeviceGetName returns it); nullptr if none.
 const GpuModel* FindModelByNvmlName(std::string_view nvml_name);
 

@@ -128,18 +128,6 @@ const std::array<MigModel, kMigSpecs.size()>& MigTable() {
   return table;
 }
 
-constexpr char ToLowerAscii(char c) { return (c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c; }
-
-// A local copy on purpose: this library is linked into the simulated driver and may not depend
-// on gpufrac_common.
-constexpr bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (ToLowerAscii(a[i]) != ToLowerAscii(b[i])) return false;
-  }
-  return true;
-}
-
 // The GB figure of a profile's name: its memory slices' share of the model's nominal size,
 // rounded half up. That one rule gives every name NVIDIA documents, e.g. 141 x 4/8 = 70.5 ->
 // "3g.71gb", 94 x 2/8 = 23.5 -> "1g.24gb", 180 x 1/8 = 22.5 -> "1g.23gb".
@@ -185,7 +173,7 @@ const MigModel* FindMigModel(const GpuModel& model) {
 
 const MigModel* FindMigModel(std::string_view short_name) {
   for (const MigModel& m : MigTable()) {
-    if (m.model != nullptr && EqualsIgnoreCase(m.model->short_name, short_name)) return &m;
+    if (m.model != nullptr && NamesEqualIgnoringCase(m.model->short_name, short_name)) return &m;
   }
   return nullptr;
 }
@@ -221,7 +209,7 @@ const MigProfile* FindMigProfile(const MigModel& model, std::string_view name) {
   for (int i = 0; i < model.profile_count; ++i) {
     char buf[kMaxNameLength];
     const std::size_t n = FormatMigProfileName(model, model.profiles[i], buf, sizeof(buf));
-    if (n != 0 && EqualsIgnoreCase(std::string_view(buf, n), name)) return &model.profiles[i];
+    if (n != 0 && NamesEqualIgnoringCase(std::string_view(buf, n), name)) return &model.profiles[i];
   }
   return nullptr;
 }

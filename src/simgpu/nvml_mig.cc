@@ -258,6 +258,19 @@ std::vector<MigIds> MigDevicesLocked(int device) {
   return found;
 }
 
+// The GPU or compute instance id of a MIG device handle; NOT_SUPPORTED for a physical GPU.
+nvmlReturn_t MigDeviceId(abi::nvmlDevice_t handle, unsigned int* id, bool gpu_instance) {
+  if (nvmlReturn_t result = simgpu::NvmlCheckInit(); result != abi::NVML_SUCCESS) return result;
+  if (id == nullptr) return abi::NVML_ERROR_INVALID_ARGUMENT;
+  MigIds ids;
+  if (GetMigDevice(handle, &ids) != abi::NVML_SUCCESS) {
+    return simgpu::NvmlDeviceFromHandle(handle) != nullptr ? abi::NVML_ERROR_NOT_SUPPORTED
+                                                           : abi::NVML_ERROR_INVALID_ARGUMENT;
+  }
+  *id = static_cast<unsigned int>(gpu_instance ? ids.gpu_instance : ids.compute_instance);
+  return abi::NVML_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -585,27 +598,11 @@ nvmlReturn_t nvmlDeviceIsMigDeviceHandle(abi::nvmlDevice_t handle, unsigned int*
 }
 
 nvmlReturn_t nvmlDeviceGetGpuInstanceId(abi::nvmlDevice_t handle, unsigned int* id) {
-  if (nvmlReturn_t result = simgpu::NvmlCheckInit(); result != abi::NVML_SUCCESS) return result;
-  if (id == nullptr) return abi::NVML_ERROR_INVALID_ARGUMENT;
-  MigIds ids;
-  if (GetMigDevice(handle, &ids) != abi::NVML_SUCCESS) {
-    return simgpu::NvmlDeviceFromHandle(handle) != nullptr ? abi::NVML_ERROR_NOT_SUPPORTED
-                                                           : abi::NVML_ERROR_INVALID_ARGUMENT;
-  }
-  *id = static_cast<unsigned int>(ids.gpu_instance);
-  return abi::NVML_SUCCESS;
+  return MigDeviceId(handle, id, /*gpu_instance=*/true);
 }
 
 nvmlReturn_t nvmlDeviceGetComputeInstanceId(abi::nvmlDevice_t handle, unsigned int* id) {
-  if (nvmlReturn_t result = simgpu::NvmlCheckInit(); result != abi::NVML_SUCCESS) return result;
-  if (id == nullptr) return abi::NVML_ERROR_INVALID_ARGUMENT;
-  MigIds ids;
-  if (GetMigDevice(handle, &ids) != abi::NVML_SUCCESS) {
-    return simgpu::NvmlDeviceFromHandle(handle) != nullptr ? abi::NVML_ERROR_NOT_SUPPORTED
-                                                           : abi::NVML_ERROR_INVALID_ARGUMENT;
-  }
-  *id = static_cast<unsigned int>(ids.compute_instance);
-  return abi::NVML_SUCCESS;
+  return MigDeviceId(handle, id, /*gpu_instance=*/false);
 }
 
 // As documented, zero when MIG is not supported or not enabled; otherwise one MIG device per
