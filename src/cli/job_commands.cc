@@ -225,12 +225,14 @@ void PrintJobs(const json& jobs) {
 }
 
 void PrintStatus(const json& status) {
-  std::printf("%-4s %-12s %-40s %10s %10s %10s %6s\n", "GPU", "MODEL", "UUID", "MEMORY",
+  std::printf("%-4s %-18s %-40s %10s %10s %10s %6s\n", "GPU", "MODEL", "UUID", "MEMORY",
               "ALLOCATED", "USED", "FREE");
   for (const json& g : status["gpus"]) {
-    std::printf("%-4lld %-12s %-40s %10s %10s %10s %6s\n", static_cast<long long>(Int(g, "index")),
-                Str(g, "model").empty() ? "?" : Str(g, "model").c_str(),
-                Clip(Str(g, "uuid"), 40).c_str(), FormatSize(Int(g, "memory_total")).c_str(),
+    std::string model = Str(g, "model").empty() ? "?" : Str(g, "model");
+    if (Str(g, "mode") == "whole") model += " (whole)";
+    std::printf("%-4lld %-18s %-40s %10s %10s %10s %6s\n", static_cast<long long>(Int(g, "index")),
+                model.c_str(), Clip(Str(g, "uuid"), 40).c_str(),
+                FormatSize(Int(g, "memory_total")).c_str(),
                 FormatSize(Int(g, "allocated_memory")).c_str(),
                 FormatSize(Int(g, "used_memory")).c_str(), Share(Num(g, "free_share")).c_str());
     for (const json& w : g["workloads"]) {

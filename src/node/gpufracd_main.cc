@@ -42,6 +42,7 @@ struct Flags {
   std::string sim;
   std::string admin_group;
   std::string policy = "gpufrac";
+  std::vector<int> whole_gpus;
   double starvation_seconds = 600;
   int kill_grace_seconds = 10;
   bool verbose = false;
@@ -171,6 +172,14 @@ int Run(const Flags& f) {
     config.inventory = *inventory;
   }
 
+  for (int index : f.whole_gpus) {
+    bool found = false;
+    for (NodeGpu& g : config.inventory.gpus) {
+      if (g.index == index) g.whole_only = found = true;
+    }
+    if (!found) return Fail("--whole-gpus: no GPU " + std::to_string(index) + " on this node");
+  }
+
   // MIG: GPUs already in MIG mode are served by the MIG lane. A driver without MIG support
   // leaves every GPU to the shared lane.
   std::unique_ptr<gpu::MigControl> mig_control;
@@ -240,6 +249,9 @@ int main(int argc, char** argv) {
   app.add_option("--sim", f.sim,
                  "Simulated GPUs instead of this machine's, e.g. 2xH100-80GB,1xA30-24GB");
   app.add_option("--admin-group", f.admin_group, "Members see and cancel every user's jobs");
+  app.add_option("--whole-gpus", f.whole_gpus,
+                 "GPUs (indexes, e.g. 2,3) that serve whole-GPU jobs only, never shares")
+      ->delimiter(',');
   app.add_option("--policy", f.policy, "Placement policy for choosing GPUs (default gpufrac)");
   app.add_option("--starvation-seconds", f.starvation_seconds,
                  "A job waiting longer than this goes ahead of every queue (default 600)")

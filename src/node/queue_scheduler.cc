@@ -86,8 +86,9 @@ struct QueueScheduler::Impl {
     std::string model;  // As the node reports it; "" when not in the catalogue.
     uint64_t memory_bytes = 0;
     uint64_t context_bytes = 0;
-    int model_id = 0;       // In the cluster's ModelNames.
-    std::vector<int> gpus;  // Positions in gpus_, by NVML index; placement GPU g is gpus[g].
+    int model_id = 0;         // In the cluster's ModelNames.
+    std::vector<int> gpus;    // Positions in gpus_, by NVML index; placement GPU g is gpus[g].
+    bool whole_only = false;  // Its GPUs take whole-GPU jobs only.
   };
 
   // The distinct requests of pending jobs. Jobs with equal requests share one, which holds the
@@ -198,9 +199,16 @@ struct QueueScheduler::Impl {
   int fruitless = 0;                 // Jobs in a row that got nothing since open reached 0.
   std::vector<std::optional<int64_t>> reserved_for;  // By position in gpus.
 
+  // GPUs alike in everything that scheduling looks at share one placement node.
+  static bool InGroup(const NodeGpu& gpu, const Group& g) {
+    return g.model == gpu.model && g.memory_bytes == gpu.memory_bytes &&
+           g.context_bytes == gpu.context_bytes && g.whole_only == gpu.whole_only;
+  }
+
   Translation Translate(const GpuRequest& r, const Group& g) const {
     Translation t;
     if (!r.gpu_model.empty() && !EqualsIgnoreCase(g.model, r.gpu_model)) return t;
+    if (g.whole_only && r.kind != GpuRequest::Kind::kWholeGpus) return t;
     pl::Request& p = t.request;
     if (!r.gpu_model.empty()) p.models = pl::ModelSet{1} << g.model_id;
     const uint64_t total = g.memory_bytes;
@@ -631,12 +639,10 @@ StatusOr<std::unique_ptr<QueueScheduler>> QueueScheduler::Create(std::vector<Nod
   s.options = std::move(options);
   // Group GPUs by model; smallest GPUs first, so that bit order is the preference order.
   for (const NodeGpu& gpu : gpus) {
-    auto it = std::find_if(s.groups.begin(), s.groups.end(), [&](const Impl::Group& g) {
-      return g.model == gpu.model && g.memory_bytes == gpu.memory_bytes &&
-             g.context_bytes == gpu.context_bytes;
-    });
+    auto it = std::find_if(s.groups.begin(), s.groups.end(),
+                           [&](const Impl::Group& g) { return Impl::InGroup(gpu, g); });
     if (it == s.groups.end()) {
-      s.groups.push_back({gpu.model, gpu.memory_bytes, gpu.context_bytes, 0, {}});
+      s.groups.push_back({gpu.model, gpu.memory_bytes, gpu.context_bytes, 0, {}, gpu.whole_only});
     }
   }
   std::stable_sort(
@@ -653,8 +659,7 @@ StatusOr<std::unique_ptr<QueueScheduler>> QueueScheduler::Create(std::vector<Nod
     const NodeGpu& gpu = s.gpus[pos];
     for (size_t g = 0; g < s.groups.size(); ++g) {
       Impl::Group& group = s.groups[g];
-      if (group.model == gpu.model && group.memory_bytes == gpu.memory_bytes &&
-          group.context_bytes == gpu.context_bytes) {
+      if (Impl::InGroup(gpu, group)) {
         s.gpu_group[pos] = static_cast<int>(g);
         s.gpu_slot[pos] = static_cast<int>(group.gpus.size());
         group.gpus.push_back(static_cast<int>(pos));
@@ -752,6 +757,19 @@ Status QueueScheduler::CheckFeasible(int queue, const GpuRequest& request) const
   }
 
   // Which allowed groups can hold it at all, and if none, why.
+  if (request.kind != GpuRequest::Kind::kWholeGpus) {
+    uint64_t shared = 0;
+    for (size_t g = 0; g < s.groups.size(); ++g) {
+      if (!s.groups[g].whole_only) shared |= uint64_t{1} << g;
+    }
+    if ((allowed & shared) == 0) {
+      return InvalidArgumentError(
+          flags + " needs a GPU that can be shared; " +
+          (request.gpu_model.empty() ? "every GPU" : "every " + request.gpu_model) +
+          " here takes whole-GPU jobs only (ask for --gpus 1)");
+    }
+    allowed &= shared;
+  }
   uint64_t valid = 0;
   for (size_t g = 0; g < s.groups.size(); ++g) {
     if ((allowed >> g & 1) && s.Translate(request, s.groups[g]).ok) valid |= uint64_t{1} << g;

@@ -729,6 +729,25 @@ TEST(NodeServiceMig, AnApplyThatFailsHalfwayDestroysWhatItCreated) {
   EXPECT_EQ(after["mig"][1]["instances"][0]["uuid"], uuid);
 }
 
+TEST(NodeService, WholeGpusServeWholeGpuJobsOnly) {
+  Daemon d("2xH100-80GB", {"--whole-gpus", "1"});
+  std::vector<int64_t> halves;
+  for (int i = 0; i < 3; ++i) {
+    halves.push_back(d.Submit({"sleep", "30"}, {{"gpu-fraction", 0.5}}).body["id"]);
+  }
+  d.WaitFor(halves[1], "running");
+  int64_t whole = d.Submit({"sleep", "30"}, {{"gpus", 1}}).body["id"];
+  json w = d.WaitFor(whole, "running");
+  EXPECT_EQ(w["gpus"][0]["index"], 1);
+  EXPECT_EQ(d.Job(halves[2])["state"], "pending") << "a share must not go to the whole GPU";
+  json status = d.Get("/v1/status").body;
+  EXPECT_EQ(status["gpus"][1]["mode"], "whole");
+  EXPECT_EQ(status["gpus"][0]["mode"], "shared");
+  for (int64_t id : halves) d.Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+  d.Post("/v1/jobs/" + std::to_string(whole) + "/cancel", json::object());
+  d.WaitFor(whole, "final");
+}
+
 TEST(NodeService, MetricsDescribeGpusQueuesAndSchedulingLatency) {
   Daemon d("1xH100-80GB");
   int64_t id = d.Submit({"sleep", "30"}, {{"gpu-memory", "10G"}}).body["id"];

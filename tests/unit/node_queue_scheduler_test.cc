@@ -162,6 +162,29 @@ TEST(QueueScheduler, TranslatesEachRequestKindPerModel) {
   EXPECT_EQ(Find(d, 4).gpus, std::vector<GpuShare>({{0, "GPU-h100-0", 250, kH100Memory / 4}}));
 }
 
+TEST(QueueScheduler, AWholeOnlyGpuNeverTakesAShare) {
+  NodeGpu whole = H100(1);
+  whole.whole_only = true;
+  auto s = Make({H100(0), whole}, Queues({{"default", 1}}));
+  for (int64_t id = 1; id <= 3; ++id) {
+    s->Enqueue({.id = id, .queue = 0, .request = Fraction(500), .submitted_ms = id});
+  }
+  auto d = s->Schedule(0);
+  ASSERT_EQ(d.size(), 2u) << "the third half must wait rather than share GPU 1";
+  for (const StartDecision& start : d) EXPECT_EQ(start.gpus[0].index, 0);
+  s->Enqueue({.id = 4, .queue = 0, .request = Whole(1), .submitted_ms = 4});
+  auto whole_start = s->Schedule(1);
+  ASSERT_EQ(whole_start.size(), 1u);
+  EXPECT_EQ(whole_start[0].id, 4);
+  EXPECT_EQ(whole_start[0].gpus[0].index, 1);
+
+  auto only_whole = Make({whole}, Queues({{"default", 1}}));
+  Status shared = only_whole->CheckFeasible(0, Memory(4 * kGiB));
+  EXPECT_EQ(shared.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(shared.message(), "whole-GPU jobs only")) << shared;
+  EXPECT_TRUE(only_whole->CheckFeasible(0, Whole(1)).ok());
+}
+
 TEST(QueueScheduler, WholeGpusGetAllTheirMemoryOnTheSmallestModel) {
   auto s = Make({H100(0), A30(1)}, Queues({{"default", 1}}));
   s->Enqueue({.id = 1, .queue = 0, .request = Whole(1), .submitted_ms = 0});
