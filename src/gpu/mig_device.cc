@@ -532,4 +532,28 @@ Status MigControl::DestroyInstance(unsigned index, unsigned gi_id) const {
   return OkStatus();
 }
 
+MigModel MigModelFromDriver(const MigModel& model, const std::vector<MigProfileInfo>& driver) {
+  MigModel out = model;
+  out.profile_count = 0;
+  for (int p = 0; p < model.profile_count; ++p) {
+    const MigProfile& known = model.profiles[p];
+    for (const MigProfileInfo& info : driver) {
+      if (info.profile_id != known.profile_id || info.placements.empty()) continue;
+      MigProfile merged = known;
+      merged.memory_bytes = info.memory_bytes;
+      merged.compute_slices = info.compute_slices;
+      merged.max_count = info.max_count;
+      merged.memory_slices = info.placements[0].size;
+      merged.start_count = 0;
+      for (const MigPlacement& placement : info.placements) {
+        if (merged.start_count == kMaxMigStarts) break;
+        merged.starts[merged.start_count++] = placement;
+      }
+      out.profiles[out.profile_count++] = merged;
+      break;
+    }
+  }
+  return out;
+}
+
 }  // namespace gpufrac::gpu

@@ -56,6 +56,14 @@ struct MigInstance {
 
 struct MigNvmlApi;  // The NVML entry points MigControl uses (mig_device.cc).
 
+// The catalogue's `model` with what the driver reports put in its place: for every profile the
+// driver lists that the catalogue also has (same profile id), the driver's memory, compute
+// slices, maximum count and legal placements. Profiles the driver does not list are dropped
+// (this GPU or driver does not offer them); ones the catalogue lacks are left out, since
+// gpufrac cannot name them reliably. This is how a real GPU's own tables win over the built-in
+// ones.
+MigModel MigModelFromDriver(const MigModel& model, const std::vector<MigProfileInfo>& driver);
+
 // NVML loaded and initialised for the object's lifetime. Thread-safe (NVML is). GPUs are named
 // by NVML index. Errors name the NVML call and GPU in one line:
 //  - kFailedPrecondition "... GPU N (<model>) has no MIG" for a GPU without MIG;

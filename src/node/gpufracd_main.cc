@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -184,6 +185,7 @@ int Run(const Flags& f) {
   // leaves every GPU to the shared lane.
   std::unique_ptr<gpu::MigControl> mig_control;
   std::unique_ptr<NvmlMigBackend> mig_backend;
+  std::deque<gpu::MigModel> driver_models;  // Stable addresses for the service's lifetime.
   if (auto control = gpu::MigControl::Open(config.inventory.nvml_library); control.ok()) {
     mig_control = std::move(*control);
     if (Status modes = ReadMigModes(*mig_control, &config.inventory); !modes.ok()) {
@@ -191,8 +193,15 @@ int Run(const Flags& f) {
     }
     std::map<int, const gpu::MigModel*> models;
     for (const NodeGpu& g : config.inventory.gpus) {
-      if (const gpu::MigModel* m = g.model.empty() ? nullptr : gpu::FindMigModel(g.model)) {
-        models[g.index] = m;
+      const gpu::MigModel* m = g.model.empty() ? nullptr : gpu::FindMigModel(g.model);
+      if (!m) continue;
+      models[g.index] = m;
+      // A GPU in MIG mode tells its own profile tables; they win over the built-in ones.
+      if (!config.inventory.mig_enabled.count(g.index)) continue;
+      if (auto profiles = mig_control->Profiles(static_cast<unsigned>(g.index)); profiles.ok()) {
+        driver_models.push_back(gpu::MigModelFromDriver(*m, *profiles));
+        models[g.index] = &driver_models.back();
+        config.mig_models[g.index] = &driver_models.back();
       }
     }
     mig_backend = std::make_unique<NvmlMigBackend>(mig_control.get(), models);

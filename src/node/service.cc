@@ -582,6 +582,13 @@ void Service::ReleaseShares(int64_t id) {
   if (!scheduler_->Finish(id)) mig_->Finish(id);
 }
 
+const gpu::MigModel* Service::MigModelOf(const NodeGpu& gpu) const {
+  if (auto it = config_.mig_models.find(gpu.index); it != config_.mig_models.end()) {
+    return it->second;
+  }
+  return gpu.model.empty() ? nullptr : gpu::FindMigModel(gpu.model);
+}
+
 Status Service::BuildLanes() {
   std::vector<NodeGpu> shared;
   std::vector<MigGpuSpec> mig;
@@ -591,7 +598,7 @@ Status Service::BuildLanes() {
       continue;
     }
     // A GPU in MIG mode that gpufrac cannot drive (unknown model, no MIG backend) is left alone.
-    const gpu::MigModel* model = g.model.empty() ? nullptr : gpu::FindMigModel(g.model);
+    const gpu::MigModel* model = MigModelOf(g);
     if (model && config_.mig_backend) mig.push_back({g.index, model});
   }
   GPUFRAC_ASSIGN_OR_RETURN(scheduler_,
@@ -621,8 +628,7 @@ StatusOr<bool> Service::SetMigMode(int gpu, bool enabled) {
     if (g.index == gpu) node_gpu = &g;
   }
   if (!node_gpu) return NotFoundError("no GPU " + std::to_string(gpu) + " on this node");
-  const gpu::MigModel* model =
-      node_gpu->model.empty() ? nullptr : gpu::FindMigModel(node_gpu->model);
+  const gpu::MigModel* model = MigModelOf(*node_gpu);
   if (!model) {
     return FailedPreconditionError("GPU " + std::to_string(gpu) + " (" +
                                    (node_gpu->model.empty() ? "unknown model" : node_gpu->model) +
@@ -700,8 +706,8 @@ StatusOr<std::vector<std::string>> Service::ApplyMigParted(const std::string& ya
                                           : " is in MIG mode; run gpufrac mig disable --gpu ") +
                                      std::to_string(g.index) + " first");
     }
-    if (!enabled) continue;
-    const gpu::MigModel* mig_model = gpu::FindMigModel(*model);
+    const gpu::MigModel* mig_model = MigModelOf(g);
+    if (!enabled || !mig_model) continue;
     if (mig_->Busy(g.index)) {
       return FailedPreconditionError(which +
                                      " has MIG instances serving jobs; apply needs it idle");
@@ -749,7 +755,7 @@ std::string Service::ExportMigParted(const std::string& name) {
   for (const NodeGpu& g : config_.inventory.gpus) {
     mig::GpuLayout layout;
     layout.index = g.index;
-    layout.model = g.model.empty() ? nullptr : gpu::FindMigModel(g.model);
+    layout.model = MigModelOf(g);
     layout.mig_enabled = config_.inventory.mig_enabled.count(g.index) > 0;
     if (layout.mig_enabled && layout.model && config_.mig_backend) {
       auto instances = config_.mig_backend->List(g.index);

@@ -40,6 +40,9 @@ struct ServiceConfig {
   // The driver's MIG operations; must outlive the service. Null: MIG is not available (GPUs
   // in MIG mode are then left alone).
   MigBackend* mig_backend = nullptr;
+  // Per GPU index, the MIG tables its driver reported (must outlive the service); GPUs not
+  // listed use the built-in catalogue.
+  std::map<int, const gpu::MigModel*> mig_models;
 };
 
 // What a submission carries besides who sent it.
@@ -135,6 +138,8 @@ class Service {
   // (Re)creates both lanes from config_.inventory and the current MIG modes, and puts every
   // active job back in its lane.
   Status BuildLanes();
+  // The MIG tables of `gpu`: its driver's when known, else the catalogue's; null without MIG.
+  const gpu::MigModel* MigModelOf(const NodeGpu& gpu) const;
   std::string WorkloadName(int64_t id) const;
   LaunchSpec MakeLaunchSpec(const Job& job) const;
   int64_t NowMs() const;

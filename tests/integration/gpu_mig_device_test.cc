@@ -198,3 +198,40 @@ TEST_F(GpuMigDeviceTest, CreateListAndDestroy) {
 
 }  // namespace
 }  // namespace gpufrac::simgpu::testing
+
+namespace gpufrac::gpu {
+namespace {
+
+TEST(MigModelFromDriverTest, TheDriversTablesWinOverTheCatalogues) {
+  const MigModel& h100 = *FindMigModel("H100-80GB");
+  const MigProfile* small = FindMigProfile(h100, "1g.10gb");
+  const MigProfile* full = FindMigProfile(h100, "7g.80gb");
+  ASSERT_TRUE(small && full);
+  MigProfileInfo driver_small;
+  driver_small.profile_id = small->profile_id;
+  driver_small.compute_slices = 1;
+  driver_small.max_count = 3;
+  driver_small.memory_bytes = 9000ull << 20;
+  driver_small.placements = {{0, 1}, {2, 1}, {4, 1}};
+  MigProfileInfo driver_full;
+  driver_full.profile_id = full->profile_id;
+  driver_full.compute_slices = 7;
+  driver_full.max_count = 1;
+  driver_full.memory_bytes = full->memory_bytes;
+  driver_full.placements = {{0, 8}};
+  MigProfileInfo unknown;
+  unknown.profile_id = 999;
+  unknown.placements = {{0, 1}};
+  MigModel merged = MigModelFromDriver(h100, {driver_full, unknown, driver_small});
+  ASSERT_EQ(merged.profile_count, 2);
+  EXPECT_EQ(merged.profiles[0].profile_id, small->profile_id) << "catalogue order is kept";
+  EXPECT_EQ(merged.profiles[0].memory_bytes, 9000ull << 20);
+  EXPECT_EQ(merged.profiles[0].max_count, 3);
+  ASSERT_EQ(merged.profiles[0].start_count, 3);
+  EXPECT_EQ(merged.profiles[0].starts[2].start, 4);
+  EXPECT_EQ(MigProfileName(merged, merged.profiles[0]), "1g.10gb");
+  EXPECT_EQ(merged.profiles[1].profile_id, full->profile_id);
+}
+
+}  // namespace
+}  // namespace gpufrac::gpu

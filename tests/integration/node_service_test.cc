@@ -392,9 +392,11 @@ TEST(NodeService, RunKeepsFollowingItsJobAcrossAServiceRestart) {
           static_cast<char*>(nullptr));
     _exit(127);
   }
+  // Once `run` is following the job's output (the submission's answer has arrived).
   for (int i = 0; i < 500; ++i) {
-    json jobs = d.Get("/v1/jobs").body["jobs"];
-    if (!jobs.empty() && jobs[0]["state"] == "running") break;
+    std::ifstream in(out);
+    std::string line;
+    if (std::getline(in, line) && line == "before") break;
     std::this_thread::sleep_for(10ms);
   }
   d.Stop(SIGKILL);
