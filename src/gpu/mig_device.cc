@@ -380,6 +380,7 @@ StatusOr<MigModeChange> MigControl::SetMigMode(unsigned index, bool enabled) con
                       ", then ask again, or reset the GPU)";
       break;
     case abi::NVML_ERROR_RESET_REQUIRED:
+      change.reset_required = true;
       change.reason = what + ": the GPU needs a reset (or, in a VM, a reboot) to apply it";
       break;
     default:

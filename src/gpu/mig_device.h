@@ -26,6 +26,7 @@ struct MigModeChange {
   // The change did not take effect: the GPU was in use (or, when disabling, still had
   // instances), or it needs a GPU reset or a VM reboot. `reason` says which, in one line.
   bool waiting = false;
+  bool reset_required = false;  // Waiting only for a GPU reset (not for processes to end).
   std::string reason;
 };
 

@@ -485,9 +485,11 @@ class Api {
     if (name.empty() || name.size() > 63) {
       return Error(InvalidArgumentError("name must be 1 to 63 characters"));
     }
+    auto text = service_->ExportMigParted(name);
+    if (!text.ok()) return Error(text.status());
     HttpResponse r;
     r.content_type = "application/yaml";
-    r.body = service_->ExportMigParted(name);
+    r.body = *text;
     return r;
   }
 

@@ -75,10 +75,13 @@ StatusOr<Inventory> SimulatedGpus(const std::string& spec, const std::string& si
 }
 
 Status ReadMigModes(const gpu::MigControl& control, Inventory* inventory) {
+  // Every GPU, not only the catalogue's MIG models: a GPU in MIG mode that gpufrac cannot
+  // drive must still be kept out of the shared lane (it has no usable whole device).
   for (const NodeGpu& g : inventory->gpus) {
-    if (g.model.empty() || !gpu::FindMigModel(g.model)) continue;
-    GPUFRAC_ASSIGN_OR_RETURN(gpu::MigMode mode, control.GetMigMode(static_cast<unsigned>(g.index)));
-    if (mode.current) inventory->mig_enabled.insert(g.index);
+    auto mode = control.GetMigMode(static_cast<unsigned>(g.index));
+    if (!mode.ok() && mode.status().code() == StatusCode::kFailedPrecondition) continue;  // No MIG.
+    if (!mode.ok()) return mode.status();
+    if (mode->current) inventory->mig_enabled.insert(g.index);
   }
   return OkStatus();
 }

@@ -186,7 +186,11 @@ int Run(const Flags& f) {
   std::unique_ptr<gpu::MigControl> mig_control;
   std::unique_ptr<NvmlMigBackend> mig_backend;
   std::deque<gpu::MigModel> driver_models;  // Stable addresses for the service's lifetime.
-  if (auto control = gpu::MigControl::Open(config.inventory.nvml_library); control.ok()) {
+  auto control = gpu::MigControl::Open(config.inventory.nvml_library);
+  if (!control.ok()) {
+    std::fprintf(stderr, "gpufracd: no MIG control (%s); GPUs in MIG mode are left alone\n",
+                 control.status().message().c_str());
+  } else {
     mig_control = std::move(*control);
     if (Status modes = ReadMigModes(*mig_control, &config.inventory); !modes.ok()) {
       return Fail(modes.message());

@@ -52,8 +52,12 @@ StatusOr<bool> NvmlMigBackend::SetMode(int gpu, bool enabled) {
   GPUFRAC_ASSIGN_OR_RETURN(gpu::MigModeChange change,
                            control_->SetMigMode(static_cast<unsigned>(gpu), enabled));
   if (change.mode.current == enabled) return false;
-  // Accepted but not active yet: the GPU needs a reset. Not even pending: refused.
-  if (change.mode.pending == enabled) return true;
+  if (change.reset_required) return true;
+  // Blocked by processes gpufrac does not know about: take the request back, so that a later
+  // reset does not switch the GPU unexpectedly, and refuse.
+  if (change.mode.pending == enabled) {
+    (void)control_->SetMigMode(static_cast<unsigned>(gpu), !enabled);
+  }
   return FailedPreconditionError("GPU " + std::to_string(gpu) + ": " + change.reason);
 }
 

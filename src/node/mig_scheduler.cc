@@ -17,8 +17,14 @@ Status MigScheduler::CheckFeasible(const GpuRequest& request) const {
     return FailedPreconditionError(FormatGpuRequest(request) +
                                    " needs a GPU in MIG mode; no GPU on this node is");
   }
-  Status last;
+  Status last = FailedPreconditionError("--gpu-model " + request.gpu_model +
+                                        ": no GPU of that model is in MIG mode here");
   for (const MigGpuSpec& g : gpus_) {
+    if (!request.gpu_model.empty() &&
+        !(g.model->model &&
+          gpu::NamesEqualIgnoringCase(g.model->model->short_name, request.gpu_model))) {
+      continue;
+    }
     auto profile = mig::SmallestProfile(*g.model, request);
     if (profile.ok()) return OkStatus();
     last = profile.status();
@@ -80,14 +86,23 @@ std::vector<MigScheduler::Start> MigScheduler::Schedule() {
       list = std::vector<MigBackend::InstanceInfo>{};
     }
     mig::MigGpu gpu{gpus_[g].index, gpus_[g].model, {}};
+    std::vector<MigBackend::InstanceInfo> usable;
     for (const MigBackend::InstanceInfo& info : *list) {
-      gpu.instances.push_back({info.profile, info.placement, busy_.count(info.uuid) > 0});
+      // An instance without a compute instance (a creation cut short) can run nothing: clear
+      // it away rather than hand it to a job. If the driver refuses, keep clear of it.
+      if (info.uuid.empty() && backend_->Destroy(gpus_[g].index, info.gi_id).ok()) continue;
+      bool busy = info.uuid.empty() || busy_.count(info.uuid) > 0 ||
+                  refused_.count({gpus_[g].index, info.gi_id}) > 0;
+      gpu.instances.push_back({info.profile, info.placement, busy});
+      usable.push_back(info);
     }
+    *list = usable;
     state[g] = gpu;
     found[g] = *list;
   };
   state.resize(gpus_.size());
   found.resize(gpus_.size());
+  refused_.clear();
   for (size_t g = 0; g < gpus_.size(); ++g) read(g);
 
   for (auto it = pending_.begin(); it != pending_.end();) {
@@ -101,12 +116,19 @@ std::vector<MigScheduler::Start> MigScheduler::Schedule() {
     while (g < gpus_.size() && gpus_[g].index != plan->gpu) ++g;
     std::string uuid;
     Status failed;
+    bool replan = false;
     if (plan->reuse) {
       uuid = found[g][*plan->reuse].uuid;
     } else {
       for (int victim : plan->destroy) {
         failed = backend_->Destroy(plan->gpu, found[g][victim].gi_id);
-        if (!failed.ok()) break;
+        if (!failed.ok()) {
+          // In use by a process gpufrac does not know about: off limits for this pass, and
+          // the same job is planned again around it (each refusal rules out one instance).
+          refused_.insert({plan->gpu, found[g][victim].gi_id});
+          replan = true;
+          break;
+        }
       }
       if (failed.ok()) {
         auto created = backend_->Create(plan->gpu, plan->profile, plan->placement);
@@ -120,7 +142,7 @@ std::vector<MigScheduler::Start> MigScheduler::Schedule() {
     if (!failed.ok()) {
       waiting_[it->id] = failed.message();
       read(g);
-      ++it;
+      if (!replan) ++it;
       continue;
     }
     const gpu::MigProfile& profile = gpus_[g].model->profiles[plan->profile];

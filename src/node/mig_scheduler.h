@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,6 @@ class MigScheduler {
 
   bool empty() const { return gpus_.empty(); }
   const std::vector<MigGpuSpec>& gpus() const { return gpus_; }
-  MigBackend* backend() const { return backend_; }
   // Whether any job runs on MIG GPU `gpu`.
   bool Busy(int gpu) const;
   // OK when some MIG GPU here has a profile that holds `request` (else SmallestProfile's error
@@ -86,7 +86,6 @@ class MigScheduler {
   };
   std::vector<SliceView> Slices();
   std::string WaitReason(int64_t id) const;
-  size_t pending_count() const { return pending_.size(); }
 
  private:
   struct Pending {
@@ -97,11 +96,12 @@ class MigScheduler {
   };
   std::vector<MigGpuSpec> gpus_;
   MigBackend* backend_;
-  std::vector<Pending> pending_;             // Kept in (queue, submitted, id) order.
-  std::map<std::string, int64_t> busy_;      // MIG UUID -> job.
-  std::map<int64_t, std::string> job_uuid_;  // job -> MIG UUID.
-  std::map<int64_t, int> job_gpu_;           // job -> GPU index (known once it started here).
-  std::map<int64_t, std::string> waiting_;   // Why a pending job waits, as of the last pass.
+  std::vector<Pending> pending_;                // Kept in (queue, submitted, id) order.
+  std::map<std::string, int64_t> busy_;         // MIG UUID -> job.
+  std::map<int64_t, std::string> job_uuid_;     // job -> MIG UUID.
+  std::map<int64_t, int> job_gpu_;              // job -> GPU index (known once it started here).
+  std::map<int64_t, std::string> waiting_;      // Why a pending job waits, as of the last pass.
+  std::set<std::pair<int, unsigned>> refused_;  // (GPU, GI) the driver would not destroy.
 };
 
 }  // namespace gpufrac::node

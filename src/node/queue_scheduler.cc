@@ -723,7 +723,7 @@ std::optional<int> QueueScheduler::QueueIndex(const std::string& name) const {
   return std::nullopt;
 }
 
-Status QueueScheduler::CheckFeasible(int queue, const GpuRequest& request) const {
+Status QueueScheduler::CheckFeasible(int queue, const GpuRequest& request, bool check_quota) const {
   const Impl& s = *impl_;
   if (queue < 0 || queue >= static_cast<int>(s.config.queues.size())) {
     return InvalidArgumentError("no queue number " + std::to_string(queue) + " here");
@@ -838,7 +838,7 @@ Status QueueScheduler::CheckFeasible(int queue, const GpuRequest& request) const
       least_group = g;
     }
   }
-  if (least > q.quota) {
+  if (check_quota && least > q.quota) {
     std::string need = flags;
     if (request.kind == GpuRequest::Kind::kMemory) {
       need += " (" + FormatMilli(static_cast<uint32_t>(least)) + " of a " +

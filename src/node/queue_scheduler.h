@@ -82,7 +82,8 @@ class QueueScheduler {
   // H100-80GB and 1 A30-24GB", "--gpu-memory 100GiB is more than any GPU here has (largest:
   // H100-80GB, 79.6 GiB)", "--gpu-model L4: no such GPU here (H100-80GB, A30-24GB)",
   // "queue interactive's quota (0.25 of 4 GPUs) is less than --gpus 2".
-  Status CheckFeasible(int queue, const GpuRequest& request) const;
+  // With `check_quota` false, the queue's quota is left out (whether the GPUs could hold it).
+  Status CheckFeasible(int queue, const GpuRequest& request, bool check_quota = true) const;
 
   // A pending job joins the end of its queue. Requires CheckFeasible to have passed.
   void Enqueue(const PendingJob& job);

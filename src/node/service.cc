@@ -554,12 +554,15 @@ namespace gpufrac::node {
 bool Service::UsesMig(int queue, const GpuRequest& request) const {
   if (request.kind == GpuRequest::Kind::kMigProfile) return true;
   if (request.kind == GpuRequest::Kind::kWholeGpus || mig_->empty()) return false;
-  return !scheduler_->CheckFeasible(queue, request).ok() && mig_->CheckFeasible(request).ok();
+  // Only what the other GPUs could never hold: a queue's quota is no way around to MIG.
+  return !scheduler_->CheckFeasible(queue, request, /*check_quota=*/false).ok();
 }
 
 Status Service::CheckFeasible(int queue, const GpuRequest& request) const {
-  return UsesMig(queue, request) ? mig_->CheckFeasible(request)
-                                 : scheduler_->CheckFeasible(queue, request);
+  if (!UsesMig(queue, request)) return scheduler_->CheckFeasible(queue, request);
+  Status mig = mig_->CheckFeasible(request);
+  if (mig.ok() || request.kind == GpuRequest::Kind::kMigProfile) return mig;
+  return scheduler_->CheckFeasible(queue, request);  // Says why the other GPUs cannot.
 }
 
 void Service::EnqueueJob(const Job& job, int queue) {
@@ -660,6 +663,23 @@ StatusOr<bool> Service::SetMigMode(int gpu, bool enabled) {
     config_.inventory.mig_enabled.erase(gpu);
   }
   GPUFRAC_RETURN_IF_ERROR(BuildLanes());
+  // Pending jobs that only the GPU's old mode could serve would wait forever: fail them, as a
+  // restart would.
+  std::vector<int64_t> stranded;
+  for (const auto& [id, job] : active_) {
+    if (job.state != JobState::kPending) continue;
+    int queue = scheduler_->QueueIndex(job.spec.queue).value_or(0);
+    if (!CheckFeasible(queue, job.spec.request).ok()) stranded.push_back(id);
+  }
+  for (int64_t id : stranded) {
+    Job& job = active_[id];
+    int queue = scheduler_->QueueIndex(job.spec.queue).value_or(0);
+    std::string why = CheckFeasible(queue, job.spec.request).message();
+    if (Finish(job, JobState::kFailed, "can no longer run on this node: " + why, -1, 0).ok() &&
+        !scheduler_->Dequeue(id)) {
+      mig_->Dequeue(id);
+    }
+  }
   kicked_ = true;
   wake_.notify_one();
   return false;
@@ -721,18 +741,29 @@ StatusOr<std::vector<std::string>> Service::ApplyMigParted(const std::string& ya
                                 " matches no GPU in MIG mode on this node");
   }
   std::vector<std::pair<int, unsigned>> created;
+  std::vector<std::pair<int, MigBackend::InstanceInfo>> destroyed;
+  // Back to the layout before the apply: what it created goes, what it destroyed comes back
+  // (at the same placement).
   auto roll_back = [&](const Status& why) {
     for (const auto& [gpu, gi] : created) (void)config_.mig_backend->Destroy(gpu, gi);
-    return Status(why.code(), why.message() + "; the " + std::to_string(created.size()) +
-                                  " instance(s) this apply created were destroyed again");
+    int restored = 0;
+    for (const auto& [gpu, info] : destroyed) {
+      restored += config_.mig_backend->Create(gpu, info.profile, info.placement).ok();
+    }
+    return Status(why.code(), why.message() + "; rolled back: the " +
+                                  std::to_string(created.size()) +
+                                  " instance(s) this apply created were destroyed again and " +
+                                  std::to_string(restored) + " of the " +
+                                  std::to_string(destroyed.size()) + " it removed restored");
   };
   std::vector<std::string> report;
   for (const Step& step : steps) {
     auto existing = config_.mig_backend->List(step.gpu);
     if (!existing.ok()) return roll_back(existing.status());
     for (const MigBackend::InstanceInfo& i : *existing) {
-      Status destroyed = config_.mig_backend->Destroy(step.gpu, i.gi_id);
-      if (!destroyed.ok()) return roll_back(destroyed);
+      Status gone = config_.mig_backend->Destroy(step.gpu, i.gi_id);
+      if (!gone.ok()) return roll_back(gone);
+      destroyed.push_back({step.gpu, i});
     }
     std::string line = "GPU " + std::to_string(step.gpu) + ":";
     for (const mig::LayoutInstance& want : step.layout) {
@@ -749,7 +780,7 @@ StatusOr<std::vector<std::string>> Service::ApplyMigParted(const std::string& ya
   return report;
 }
 
-std::string Service::ExportMigParted(const std::string& name) {
+StatusOr<std::string> Service::ExportMigParted(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<mig::GpuLayout> layouts;
   for (const NodeGpu& g : config_.inventory.gpus) {
@@ -758,10 +789,9 @@ std::string Service::ExportMigParted(const std::string& name) {
     layout.model = MigModelOf(g);
     layout.mig_enabled = config_.inventory.mig_enabled.count(g.index) > 0;
     if (layout.mig_enabled && layout.model && config_.mig_backend) {
-      auto instances = config_.mig_backend->List(g.index);
-      if (instances.ok()) {
-        for (const MigBackend::InstanceInfo& i : *instances) layout.profiles.push_back(i.profile);
-      }
+      // An export that silently left a GPU out would wipe it when applied later.
+      GPUFRAC_ASSIGN_OR_RETURN(auto instances, config_.mig_backend->List(g.index));
+      for (const MigBackend::InstanceInfo& i : instances) layout.profiles.push_back(i.profile);
     }
     layouts.push_back(layout);
   }

@@ -106,7 +106,7 @@ class Service {
   StatusOr<std::vector<std::string>> ApplyMigParted(const std::string& yaml,
                                                     const std::string& config);
   // The current layout as a mig-parted file with one configuration called `name`.
-  std::string ExportMigParted(const std::string& name);
+  StatusOr<std::string> ExportMigParted(const std::string& name);
   const QueueConfig& queue_config() const { return config_.queues; }
   bool simulated() const { return config_.inventory.simulated; }
   // Prometheus exposition of the current state.

@@ -461,7 +461,8 @@ TEST(NodeService, SurvivesKillNineAtRandomPoints) {
     }
   }
   for (int64_t id : ids) EXPECT_EQ(d.WaitFor(id, "final", 60s)["state"], "succeeded") << id;
-  for (const json& g : d.Get("/v1/status").body["gpus"]) EXPECT_EQ(g["allocated_share"], 0);
+  json final_status = d.Get("/v1/status").body;
+  for (const json& g : final_status["gpus"]) EXPECT_EQ(g["allocated_share"], 0);
   // Each job wrote its token once: it ran exactly once.
   std::ifstream in(ran);
   std::map<std::string, int> runs;
@@ -748,6 +749,56 @@ TEST(NodeService, WholeGpusServeWholeGpuJobsOnly) {
   for (int64_t id : halves) d.Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
   d.Post("/v1/jobs/" + std::to_string(whole) + "/cancel", json::object());
   d.WaitFor(whole, "final");
+}
+
+TEST(NodeServiceMig, ARunningMigJobSurvivesAServiceKillAndKeepsItsInstance) {
+  Daemon d("1xA100-40GB:mig,1xH100-80GB", {},
+           "version: 1\nqueues:\n  - name: small\n    quota: 0.25\n  - name: big\n");
+  std::string marker = d.dir() + "/may-end";
+  int64_t id = d.Submit({"sh", "-c", "while [ ! -e " + marker + " ]; do sleep 0.05; done"},
+                        {{"mig-profile", "1g.5gb"}}, "big")
+                   .body["id"];
+  json job = d.WaitFor(id, "running");
+  std::string uuid = job["gpus"][0]["uuid"];
+  d.Stop(SIGKILL);
+  d.Start();
+  // Re-adopted: its instance still serves it, and a second 1g.5gb job gets another instance.
+  int64_t second = d.Submit({"true"}, {{"mig-profile", "1g.5gb"}}, "big").body["id"];
+  json other = d.WaitFor(second, "succeeded");
+  EXPECT_NE(other["gpus"][0]["uuid"], uuid);
+  bool serving = false;
+  json status = d.Get("/v1/status").body;
+  for (const json& i : status["mig"][0]["instances"]) {
+    if (i["uuid"] == uuid) serving = i["job"] == id;
+  }
+  EXPECT_TRUE(serving) << status.dump() << " " << uuid;
+  // A request over the queue's quota is refused, not sent to MIG to get around the quota.
+  RunResult over = d.Cli({"submit", "-q", "small", "--gpu-memory", "60G", "--", "true"});
+  EXPECT_EQ(over.status, 2);
+  EXPECT_NE(over.err.find("quota"), std::string::npos) << over.err;
+  // A model no MIG GPU here has is refused at submit, not left pending.
+  RunResult model =
+      d.Cli({"submit", "--mig-profile", "1g.10gb", "--gpu-model", "H100-80GB", "--", "true"});
+  EXPECT_NE(model.status, 0);
+  EXPECT_NE(model.err.find("H100-80GB"), std::string::npos) << model.err;
+  std::ofstream(marker) << "";
+  EXPECT_EQ(d.WaitFor(id, "final")["state"], "succeeded");
+}
+
+TEST(NodeServiceMig, AModeChangeFailsPendingJobsOnlyTheOldModeCouldServe) {
+  Daemon d("2xH100-80GB");
+  int64_t half = d.Submit({"sleep", "30"}, {{"gpu-fraction", 0.5}}).body["id"];
+  d.WaitFor(half, "running");
+  int64_t both = d.Submit({"true"}, {{"gpus", 2}}).body["id"];
+  RunResult on = d.Cli({"mig", "enable", "--gpu", "1"});
+  ASSERT_EQ(on.status, 0) << on.err;
+  json stranded = d.WaitFor(both, "final");
+  EXPECT_EQ(stranded["state"], "failed");
+  EXPECT_NE(stranded["reason"].get<std::string>().find("can no longer run"), std::string::npos)
+      << stranded.dump();
+  EXPECT_EQ(d.Job(half)["state"], "running");
+  d.Post("/v1/jobs/" + std::to_string(half) + "/cancel", json::object());
+  d.WaitFor(half, "final");
 }
 
 TEST(NodeService, MetricsDescribeGpusQueuesAndSchedulingLatency) {
