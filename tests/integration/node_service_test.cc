@@ -509,7 +509,12 @@ TEST(NodeService, TcpCallersNeedTheTokenAndMayRunJobsAsANamedUser) {
   chmod(token_file.c_str(), 0600);
   Daemon d("1xH100-80GB", {"--listen", "127.0.0.1:0", "--token-file", token_file});
   unlink(token_file.c_str());
+  // The service names its port once it serves (the API may answer a moment before).
   std::string log = d.Log();
+  for (int i = 0; i < 200 && log.find("and 127.0.0.1:") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(10ms);
+    log = d.Log();
+  }
   size_t at = log.find("and 127.0.0.1:");
   ASSERT_NE(at, std::string::npos) << log;
   int port = std::atoi(log.c_str() + at + 14);
