@@ -64,7 +64,8 @@ int Gpufrac(const std::string& socket, std::vector<std::string> args, bool echo 
 CLI::App* AddDemoCommand(CLI::App& app, DemoOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "demo", "Show the node service at work on simulated GPUs (temporary; nothing to set up)");
-  cmd->add_option("--sim", o.sim, "Simulated GPUs (default 2xH100-80GB,1xA30-24GB)");
+  cmd->add_option("--sim", o.sim,
+                  "Simulated GPUs (default 2xH100-80GB,1xA30-24GB,1xA100-40GB:mig)");
   cmd->add_flag("--keep", o.keep, "Keep the demo's directory (state, logs) afterwards");
   return cmd;
 }
@@ -136,9 +137,13 @@ int RunDemo(const DemoOptions& o) {
                    "work", gib(12), "1"});
   Gpufrac(socket, {"submit", "-q", "batch", "--name", "two-gpus", "--gpus", "2", "--", probe,
                    "work", g, "2"});
+  Gpufrac(socket, {"submit", "-q", "batch", "--name", "mig-slice", "--mig-profile", "2g.10gb", "--",
+                   probe, "work", gib(8), "3"});
 
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  std::printf("\n== While they run: each GPU, the share and memory each job holds\n");
+  std::printf(
+      "\n== While they run: each GPU, the share and memory each job holds; the MIG GPU's"
+      " slice map\n");
   Gpufrac(socket, {"status"});
   std::printf("\n");
   Gpufrac(socket, {"ps"});

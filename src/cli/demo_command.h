@@ -7,8 +7,8 @@
 namespace gpufrac::cli {
 
 struct DemoOptions {
-  std::string sim = "2xH100-80GB,1xA30-24GB";  // --sim
-  bool keep = false;                           // --keep: leave the directory for inspection
+  std::string sim = "2xH100-80GB,1xA30-24GB,1xA100-40GB:mig";  // --sim
+  bool keep = false;  // --keep: leave the directory for inspection
 };
 
 CLI::App* AddDemoCommand(CLI::App& app, DemoOptions& options);
