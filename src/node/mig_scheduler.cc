@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "common/log.h"
+#include "common/units.h"
 
 namespace gpufrac::node {
 
@@ -150,6 +151,8 @@ std::vector<MigScheduler::Start> MigScheduler::Schedule() {
     job_uuid_[it->id] = uuid;
     job_gpu_[it->id] = plan->gpu;
     started.push_back({it->id, plan->gpu, uuid, profile.memory_bytes,
+                       static_cast<uint32_t>(kMilliPerGpu * profile.memory_slices /
+                                             gpus_[g].model->memory_slices),
                        gpu::MigProfileName(*gpus_[g].model, profile)});
     read(g);
     it = pending_.erase(it);

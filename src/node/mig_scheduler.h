@@ -65,6 +65,7 @@ class MigScheduler {
     int gpu = 0;
     std::string uuid;           // The instance's MIG UUID.
     uint64_t memory_bytes = 0;  // What the instance has.
+    uint32_t milli = 0;         // Its share of the GPU (memory slices), in thousandths.
     std::string profile;        // "1g.10gb"
   };
   // Plans and creates instances for as many pending jobs as fit now, in order. Every returned

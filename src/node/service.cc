@@ -432,17 +432,11 @@ void Service::ScheduleAndLaunch() {
       mig_->Finish(start.id);
       continue;
     }
-    const gpu::MigModel* model = nullptr;
-    for (const MigGpuSpec& g : mig_->gpus()) {
-      if (g.index == start.gpu) model = g.model;
-    }
     GpuShare share;
     share.index = start.gpu;
     share.uuid = start.uuid;
     share.memory_bytes = start.memory_bytes;
-    share.milli = model ? static_cast<uint32_t>(kMilliPerGpu * start.memory_bytes /
-                                                std::max<uint64_t>(1, model->model->memory_bytes))
-                        : 0;
+    share.milli = start.milli;
     Launch(it->second, StartDecision{start.id, {share}});
   }
 }
@@ -547,9 +541,6 @@ void Service::ReturnToQueue(Job& job) {
   job = pending;
   EnqueueJob(job, *queue);
 }
-}  // namespace gpufrac::node
-
-namespace gpufrac::node {
 
 bool Service::UsesMig(int queue, const GpuRequest& request) const {
   if (request.kind == GpuRequest::Kind::kMigProfile) return true;
