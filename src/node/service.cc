@@ -333,7 +333,21 @@ std::vector<Service::GpuStatus> Service::Gpus() {
 }
 std::vector<QueueScheduler::QueueView> Service::Queues() {
   std::lock_guard<std::mutex> lock(mu_);
-  return scheduler_->Queues();
+  std::vector<QueueScheduler::QueueView> views = scheduler_->Queues();
+  // The MIG lane's jobs count in their queues too (the queue scheduler knows only its own).
+  for (const auto& [id, job] : active_) {
+    std::optional<int> queue = scheduler_->QueueIndex(job.spec.queue);
+    if (!queue || *queue >= static_cast<int>(views.size())) continue;
+    QueueScheduler::QueueView& view = views[*queue];
+    bool on_mig = !job.gpus.empty() && job.gpus[0].uuid.rfind("MIG-", 0) == 0;
+    if (job.state == JobState::kRunning && on_mig) {
+      ++view.running;
+      view.milli_in_use += job.gpus[0].milli;
+    } else if (job.state == JobState::kPending && UsesMig(*queue, job.spec.request)) {
+      ++view.pending;
+    }
+  }
+  return views;
 }
 
 std::string Service::RenderMetrics() {

@@ -786,6 +786,9 @@ TEST(NodeServiceMig, ARunningMigJobSurvivesAServiceKillAndKeepsItsInstance) {
       d.Cli({"submit", "--mig-profile", "1g.10gb", "--gpu-model", "H100-80GB", "--", "true"});
   EXPECT_NE(model.status, 0);
   EXPECT_NE(model.err.find("H100-80GB"), std::string::npos) << model.err;
+  json queues = d.Get("/v1/queues").body["queues"];
+  EXPECT_EQ(queues[1]["running"], 1) << "MIG jobs count in their queue";
+  EXPECT_GT(queues[1]["share_in_use"].get<double>(), 0.1);
   std::ofstream(marker) << "";
   EXPECT_EQ(d.WaitFor(id, "final")["state"], "succeeded");
 }
