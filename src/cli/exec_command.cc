@@ -24,28 +24,17 @@
 #include "gpu/devices.h"
 #include "limiter/budget.h"
 #include "limiter/limit_config.h"
+#include "node/paths.h"
 
 namespace gpufrac::cli {
 namespace {
 
 constexpr int kExitBadInput = 2;
 constexpr int kExitFailure = 1;
-// Used when the GPU model is not in the catalogue: a CUDA 12 context on a recent GPU.
-constexpr uint64_t kDefaultContextBytes = uint64_t{512} << 20;
 
 int Fail(int code, const std::string& message) {
   std::fprintf(stderr, "gpufrac exec: %s\n", message.c_str());
   return code;
-}
-
-// libgpufrac.so: $GPUFRAC_LIBRARY, else ../lib/libgpufrac.so next to this executable.
-std::string LimiterPath(const std::string& self_path) {
-  if (const char* env = getenv("GPUFRAC_LIBRARY"); env && *env) return env;
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  std::string dir = n > 0 ? std::string(exe, static_cast<size_t>(n)) : self_path;
-  dir = dir.substr(0, dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/'));
-  return dir + "/../lib/libgpufrac.so";
 }
 
 std::string RandomSuffix() {
@@ -196,7 +185,7 @@ CLI::App* AddExecCommand(CLI::App& app, ExecOptions& o) {
   return cmd;
 }
 
-int RunExec(const ExecOptions& o, const std::string& self_path) {
+int RunExec(const ExecOptions& o) {
   StatusOr<GpuRequest> request = ParseGpuRequest(o.request);
   if (!request.ok()) return Fail(kExitBadInput, request.status().message());
   if (request->kind == GpuRequest::Kind::kMigProfile) {
@@ -232,7 +221,7 @@ int RunExec(const ExecOptions& o, const std::string& self_path) {
                                    std::to_string(device->index) + " (" + device->name +
                                    ") has: " + FormatSize(device->memory_total));
   }
-  uint64_t context = device->model ? device->model->context_bytes : kDefaultContextBytes;
+  uint64_t context = gpu::ContextBytes(device->model);
   if (limit <= context) {
     return Fail(kExitBadInput, FormatSize(limit) + " cannot hold even the CUDA context on " +
                                    device->name + " (about " + FormatSize(context) +
@@ -241,7 +230,7 @@ int RunExec(const ExecOptions& o, const std::string& self_path) {
 
   // An absolute path: the command may change directory before it loads CUDA.
   char resolved[PATH_MAX];
-  const std::string wanted = LimiterPath(self_path);
+  const std::string wanted = node::LimiterLibraryPath();
   if (!realpath(wanted.c_str(), resolved) || access(resolved, R_OK) != 0) {
     return Fail(kExitFailure, "cannot find the limiter library " + wanted +
                                   " (build it, or point GPUFRAC_LIBRARY at libgpufrac.so)");

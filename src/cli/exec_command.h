@@ -22,6 +22,6 @@ CLI::App* AddExecCommand(CLI::App& app, ExecOptions& options);
 // Runs the command and returns the exit status gpufrac should exit with: the command's own; if a
 // signal ended the command, gpufrac cleans up and ends itself with the same signal (a shell sees
 // 128+N); 2 for bad input (after printing one line); 1 for other failures.
-int RunExec(const ExecOptions& options, const std::string& self_path);
+int RunExec(const ExecOptions& options);
 
 }  // namespace gpufrac::cli

@@ -184,6 +184,12 @@ bool JobCommands::parsed() const {
 
 namespace {
 
+// Without request flags the job gets its queue's default.
+bool AnyRequestFlag(const GpuRequestText& r) {
+  return !r.gpu_memory.empty() || !r.gpu_fraction.empty() || !r.gpus.empty() ||
+         !r.mig_profile.empty() || !r.gpu_model.empty();
+}
+
 StatusOr<json> Submit(ServiceClient& client, const JobCommandOptions& o) {
   json body = {{"command", o.command}};
   char cwd[PATH_MAX];
@@ -195,11 +201,7 @@ StatusOr<json> Submit(ServiceClient& client, const JobCommandOptions& o) {
   if (!o.queue.empty()) body["queue"] = o.queue;
   if (!o.name.empty()) body["name"] = o.name;
   const GpuRequestText& r = o.request;
-  if (!r.gpu_memory.empty() || !r.gpu_fraction.empty() || !r.gpus.empty() ||
-      !r.mig_profile.empty() || !r.gpu_model.empty()) {
-    // Checked here too, so that a typo is reported before anything is sent.
-    StatusOr<GpuRequest> parsed = ParseGpuRequest(r);
-    if (!parsed.ok()) return parsed.status();
+  if (AnyRequestFlag(r)) {  // Checked by Run before anything is sent.
     json request = json::object();
     if (!r.gpu_memory.empty()) request["gpu-memory"] = r.gpu_memory;
     if (!r.gpu_fraction.empty()) request["gpu-fraction"] = r.gpu_fraction;
@@ -338,11 +340,9 @@ int JobCommands::Run() {
                      : status_->parsed() ? "status"
                                          : "queues";
   if (submit_->parsed() || run_->parsed()) {
+    // A typo is reported before a service is looked for (or started).
     StatusOr<GpuRequest> check = ParseGpuRequest(o_.request);
-    bool any = !o_.request.gpu_memory.empty() || !o_.request.gpu_fraction.empty() ||
-               !o_.request.gpus.empty() || !o_.request.mig_profile.empty() ||
-               !o_.request.gpu_model.empty();
-    if (any && !check.ok()) return Fail(what, check.status());
+    if (AnyRequestFlag(o_.request) && !check.ok()) return Fail(what, check.status());
   }
   // A service that hangs up mid-request is an error to report, not a reason to die.
   signal(SIGPIPE, SIG_IGN);

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpufrac: %s (see gpufrac --help)\n", e.what());
     return 2;
   }
-  if (exec_cmd->parsed()) return gpufrac::cli::RunExec(exec, argv[0]);
+  if (exec_cmd->parsed()) return gpufrac::cli::RunExec(exec);
   if (sim_cmd->parsed()) return gpufrac::cli::RunSim(sim);
   if (jobs.parsed()) return jobs.Run();
   if (mig.parsed()) return mig.Run();

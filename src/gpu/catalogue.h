@@ -31,6 +31,13 @@ struct GpuModel {
   std::uint64_t context_bytes;
 };
 
+// One CUDA context's memory on `model`, or on a GPU the catalogue lacks (model == nullptr) the
+// figure for a CUDA 12 context on a recent GPU.
+inline constexpr std::uint64_t kUnknownModelContextBytes = std::uint64_t{512} << 20;
+inline std::uint64_t ContextBytes(const GpuModel* model) {
+  return model ? model->context_bytes : kUnknownModelContextBytes;
+}
+
 // Every model in the catalogue, in a fixed order.
 std::span<const GpuModel> AllModels();
 

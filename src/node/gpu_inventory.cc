@@ -12,9 +12,6 @@
 namespace gpufrac::node {
 namespace {
 
-// Used when a GPU is not in the catalogue: a CUDA 12 context on a recent GPU.
-constexpr uint64_t kDefaultContextBytes = uint64_t{512} << 20;
-
 Inventory FromDevices(const std::vector<gpu::DeviceInfo>& devices) {
   Inventory inventory;
   for (const gpu::DeviceInfo& d : devices) {
@@ -23,7 +20,7 @@ Inventory FromDevices(const std::vector<gpu::DeviceInfo>& devices) {
     g.uuid = d.uuid;
     g.model = d.model ? std::string(d.model->short_name) : std::string();
     g.memory_bytes = d.memory_total;
-    g.context_bytes = d.model ? d.model->context_bytes : kDefaultContextBytes;
+    g.context_bytes = gpu::ContextBytes(d.model);
     inventory.gpus.push_back(g);
   }
   return inventory;

@@ -52,23 +52,21 @@ bool MigScheduler::Dequeue(int64_t id) {
 
 void MigScheduler::AddRunning(int64_t id, int gpu, const std::string& uuid) {
   busy_[uuid] = id;
-  job_uuid_[id] = uuid;
-  job_gpu_[id] = gpu;
+  running_[id] = {gpu, uuid};
 }
 
 bool MigScheduler::Busy(int gpu) const {
-  for (const auto& [job, index] : job_gpu_) {
-    if (index == gpu) return true;
+  for (const auto& [job, where] : running_) {
+    if (where.gpu == gpu) return true;
   }
   return false;
 }
 
 bool MigScheduler::Finish(int64_t id) {
-  auto it = job_uuid_.find(id);
-  if (it == job_uuid_.end()) return false;
-  busy_.erase(it->second);
-  job_uuid_.erase(it);
-  job_gpu_.erase(id);
+  auto it = running_.find(id);
+  if (it == running_.end()) return false;
+  busy_.erase(it->second.uuid);
+  running_.erase(it);
   return true;
 }
 
@@ -148,8 +146,7 @@ std::vector<MigScheduler::Start> MigScheduler::Schedule() {
     }
     const gpu::MigProfile& profile = gpus_[g].model->profiles[plan->profile];
     busy_[uuid] = it->id;
-    job_uuid_[it->id] = uuid;
-    job_gpu_[it->id] = plan->gpu;
+    running_[it->id] = {plan->gpu, uuid};
     started.push_back({it->id, plan->gpu, uuid, profile.memory_bytes,
                        static_cast<uint32_t>(kMilliPerGpu * profile.memory_slices /
                                              gpus_[g].model->memory_slices),

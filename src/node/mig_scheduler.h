@@ -97,10 +97,13 @@ class MigScheduler {
   };
   std::vector<MigGpuSpec> gpus_;
   MigBackend* backend_;
-  std::vector<Pending> pending_;                // Kept in (queue, submitted, id) order.
-  std::map<std::string, int64_t> busy_;         // MIG UUID -> job.
-  std::map<int64_t, std::string> job_uuid_;     // job -> MIG UUID.
-  std::map<int64_t, int> job_gpu_;              // job -> GPU index (known once it started here).
+  std::vector<Pending> pending_;         // Kept in (queue, submitted, id) order.
+  std::map<std::string, int64_t> busy_;  // MIG UUID -> job.
+  struct Running {
+    int gpu;
+    std::string uuid;
+  };
+  std::map<int64_t, Running> running_;          // job -> its GPU and instance.
   std::map<int64_t, std::string> waiting_;      // Why a pending job waits, as of the last pass.
   std::set<std::pair<int, unsigned>> refused_;  // (GPU, GI) the driver would not destroy.
 };
