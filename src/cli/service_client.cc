@@ -47,7 +47,7 @@ StatusCode CodeFromName(const std::string& name, int http_status) {
   for (StatusCode c :
        {StatusCode::kInvalidArgument, StatusCode::kNotFound, StatusCode::kFailedPrecondition,
         StatusCode::kResourceExhausted, StatusCode::kUnavailable, StatusCode::kInternal,
-        StatusCode::kPermissionDenied}) {
+        StatusCode::kPermissionDenied, StatusCode::kAborted}) {
     if (StatusCodeName(c) == name) return c;
   }
   if (http_status == 401 || http_status == 403) return StatusCode::kPermissionDenied;

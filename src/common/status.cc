@@ -25,6 +25,8 @@ std::string_view StatusCodeName(StatusCode code) {
       return "INTERNAL";
     case StatusCode::kPermissionDenied:
       return "PERMISSION_DENIED";
+    case StatusCode::kAborted:
+      return "ABORTED";
   }
   return "UNKNOWN";
 }
@@ -74,6 +76,9 @@ Status InternalError(std::string message) {
 }
 Status PermissionDeniedError(std::string message) {
   return Status(StatusCode::kPermissionDenied, std::move(message));
+}
+Status AbortedError(std::string message) {
+  return Status(StatusCode::kAborted, std::move(message));
 }
 
 namespace internal {

@@ -20,6 +20,7 @@ enum class StatusCode : int {
   kUnavailable,         // A dependency is missing or down (no driver, daemon unreachable).
   kInternal,            // A bug or an unexpected answer from below; not the user's fault.
   kPermissionDenied,    // The caller may not do this (e.g. NVML needs root for MIG changes).
+  kAborted,             // A concurrent change won (e.g. a write conflict); read again and retry.
 };
 
 // "OK", "INVALID_ARGUMENT", ... for logs and --json output.
@@ -65,6 +66,7 @@ Status ResourceExhaustedError(std::string message);
 Status UnavailableError(std::string message);
 Status InternalError(std::string message);
 Status PermissionDeniedError(std::string message);
+Status AbortedError(std::string message);
 
 namespace internal {
 // Reading the value of a failed StatusOr is a programming error: report it and abort.

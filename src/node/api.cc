@@ -46,6 +46,7 @@ int HttpStatusOf(StatusCode code) {
     case StatusCode::kNotFound:
       return 404;
     case StatusCode::kFailedPrecondition:
+    case StatusCode::kAborted:
       return 409;
     case StatusCode::kResourceExhausted:
       return 429;

@@ -155,54 +155,6 @@ std::vector<std::string> JobEnvironment(const LaunchSpec& spec, const std::strin
   return env;
 }
 
-// Creates `path` (which must not exist) holding `text`, with exactly `mode` whatever the umask.
-Status WriteNewFile(const std::string& path, const std::string& text, mode_t mode) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-  if (fd < 0) return UnavailableError(ErrnoText("cannot create " + path, errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      close(fd);
-      return UnavailableError(ErrnoText("cannot write " + path, err));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (fchmod(fd, mode) != 0) {
-    int err = errno;
-    close(fd);
-    return UnavailableError(ErrnoText("cannot set the mode of " + path, err));
-  }
-  close(fd);
-  return OkStatus();
-}
-
-StatusOr<std::string> LimitFileText(const LaunchSpec& spec) {
-  limiter::LimitConfig config{};
-  std::snprintf(config.workload, sizeof(config.workload), "%s", spec.workload.c_str());
-  config.quiet = false;
-  config.gpu_count = static_cast<int>(spec.gpus.size());
-  for (size_t i = 0; i < spec.gpus.size(); ++i) {
-    limiter::GpuLimit& g = config.gpus[i];
-    std::snprintf(g.uuid, sizeof(g.uuid), "%s", spec.gpus[i].uuid.c_str());
-    limiter::ParseUuid(g.uuid, g.uuid_bytes);
-    g.limit_bytes = spec.gpus[i].limit_bytes;
-    g.context_bytes = spec.gpus[i].context_bytes;
-  }
-  char text[limiter::kMaxLimitFileBytes];
-  size_t len = limiter::FormatLimitConfig(config, text, sizeof(text));
-  // Read back as the limiter will, so that a job never starts with a file its limiter refuses.
-  limiter::LimitConfig parsed;
-  char err[256];
-  if (len == 0 || !limiter::ParseLimitConfig(text, len, &parsed, err, sizeof(err))) {
-    return InternalError(std::string("the limit file would not parse: ") +
-                         (len == 0 ? "too long" : err));
-  }
-  return std::string(text, len);
-}
-
 std::string BudgetNameOf(const std::string& workload, const std::string& uuid) {
   char name[160];
   if (!limiter::BudgetName(workload.c_str(), uuid.c_str(), name, sizeof(name))) return "";
@@ -312,6 +264,55 @@ void CloseIfOpen(int& fd) {
 
 }  // namespace
 
+Status WriteNewFile(const std::string& path, const std::string& text, mode_t mode) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (fd < 0) return UnavailableError(ErrnoText("cannot create " + path, errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      return UnavailableError(ErrnoText("cannot write " + path, err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fchmod(fd, mode) != 0) {
+    int err = errno;
+    close(fd);
+    return UnavailableError(ErrnoText("cannot set the mode of " + path, err));
+  }
+  close(fd);
+  return OkStatus();
+}
+
+StatusOr<std::string> LimitFileText(const std::string& workload,
+                                    const std::vector<LaunchSpec::Gpu>& gpus) {
+  limiter::LimitConfig config{};
+  std::snprintf(config.workload, sizeof(config.workload), "%s", workload.c_str());
+  config.quiet = false;
+  config.gpu_count = static_cast<int>(gpus.size());
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    limiter::GpuLimit& g = config.gpus[i];
+    std::snprintf(g.uuid, sizeof(g.uuid), "%s", gpus[i].uuid.c_str());
+    limiter::ParseUuid(g.uuid, g.uuid_bytes);
+    g.limit_bytes = gpus[i].limit_bytes;
+    g.context_bytes = gpus[i].context_bytes;
+  }
+  char text[limiter::kMaxLimitFileBytes];
+  size_t len = limiter::FormatLimitConfig(config, text, sizeof(text));
+  // Read back as the limiter will, so that a job never starts with a file its limiter refuses.
+  limiter::LimitConfig parsed;
+  char err[256];
+  if (len == 0 || !limiter::ParseLimitConfig(text, len, &parsed, err, sizeof(err))) {
+    return InternalError(std::string("the limit file would not parse: ") +
+                         (len == 0 ? "too long" : err));
+  }
+  return std::string(text, len);
+}
+
+
 std::string Outcome::Describe() const {
   switch (kind) {
     case Kind::kExited:
@@ -337,7 +338,7 @@ JobRunner::~JobRunner() {
 
 StatusOr<ProcessRef> JobRunner::Prepare(const LaunchSpec& spec) {
   GPUFRAC_RETURN_IF_ERROR(Validate(spec));
-  GPUFRAC_ASSIGN_OR_RETURN(std::string limits_text, LimitFileText(spec));
+  GPUFRAC_ASSIGN_OR_RETURN(std::string limits_text, LimitFileText(spec.workload, spec.gpus));
   const std::string& dir = spec.job_dir;
   const std::string limit_file = dir + "/" + kLimitsFile;
 

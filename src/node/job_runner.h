@@ -51,6 +51,14 @@ struct LaunchSpec {
   int kill_grace_seconds = 10;         // SIGTERM -> SIGKILL on cancel.
 };
 
+// The limit file (limiter/limit_config.h) giving `workload` these GPUs and limits, checked by
+// parsing it back as the limiter will. kInternal when it would not parse (e.g. too many GPUs).
+StatusOr<std::string> LimitFileText(const std::string& workload,
+                                    const std::vector<LaunchSpec::Gpu>& gpus);
+
+// Creates `path` (which must not exist) holding `text`, with exactly `mode` whatever the umask.
+Status WriteNewFile(const std::string& path, const std::string& text, mode_t mode);
+
 // How the job ended, as JOB_DIR/outcome records it.
 struct Outcome {
   enum class Kind { kExited, kSignaled, kNotStarted, kExecFailed };

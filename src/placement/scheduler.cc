@@ -110,25 +110,31 @@ void Scheduler::EvictIfFull() {
   }
 }
 
-std::optional<Placement> Scheduler::Choose(const Request& r) {
-  std::optional<int> node;
-  if (policy_->volatile_scores()) {
-    node = ScanAll(r);
+Scheduler::KindCache& Scheduler::CacheFor(const Request& r) {
+  auto it = cache_.find(r);
+  if (it == cache_.end()) {
+    EvictIfFull();
+    it = cache_.emplace(r, KindCache{}).first;
+    Rebuild(it->second, r);
   } else {
-    auto it = cache_.find(r);
-    if (it == cache_.end()) {
-      EvictIfFull();
-      it = cache_.emplace(r, KindCache{}).first;
-      Rebuild(it->second, r);
-    } else {
-      Refresh(it->second, r);
-    }
-    it->second.last_used = ++uses_;
-    node = BestNode(it->second);
+    Refresh(it->second, r);
   }
+  it->second.last_used = ++uses_;
+  return it->second;
+}
+
+std::optional<Placement> Scheduler::Choose(const Request& r) {
+  std::optional<int> node = policy_->volatile_scores() ? ScanAll(r) : BestNode(CacheFor(r));
   if (!node) return std::nullopt;
   const Node& n = cluster_->node(*node);
   return Placement{*node, policy_->ChooseGpus(n, r)};
+}
+
+std::optional<double> Scheduler::Score(int node, const Request& r) {
+  double score = policy_->volatile_scores() ? NodeScore(node, r)
+                                            : CacheFor(r).tree[leaf_base_ + rank_[node]];
+  if (score == kNoFit) return std::nullopt;
+  return score;
 }
 
 std::optional<Placement> Scheduler::Place(const Request& r) {

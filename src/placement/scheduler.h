@@ -29,6 +29,10 @@ class Scheduler {
   // Choose, then apply the placement to the cluster.
   std::optional<Placement> Place(const Request& r);
 
+  // n's score for r as Choose sees it (from the same cache), or nullopt when r does not fit n.
+  // For callers that rank nodes themselves, e.g. the Kubernetes scheduler extender.
+  std::optional<double> Score(int node, const Request& r);
+
   // Gives back a placement made by Place.
   void Release(const Placement& p, const Request& r) { cluster_->Release(p, r); }
 
@@ -45,6 +49,7 @@ class Scheduler {
   };
 
   double NodeScore(int node, const Request& r);
+  KindCache& CacheFor(const Request& r);
   void Refresh(KindCache& kind, const Request& r);
   void Rebuild(KindCache& kind, const Request& r);
   std::optional<int> BestNode(const KindCache& kind) const;

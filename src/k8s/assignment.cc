@@ -1,0 +1,78 @@
+// The assignment document (pod annotation gpufrac.io/assignment) to and from JSON.
+#include "k8s/assignment.h"
+
+#include <nlohmann/json.hpp>
+
+#include "k8s/json_fields.h"
+
+namespace gpufrac::k8s {
+
+using nlohmann::json;
+
+json AssignmentToJson(const Assignment& a) {
+  json containers = json::array();
+  for (const ContainerAssignment& c : a.containers) {
+    json gpus = json::array();
+    for (const GpuGrant& g : c.gpus) {
+      json gpu = {{"index", g.index},
+                  {"uuid", g.uuid},
+                  {"milli", g.milli},
+                  {"memory_bytes", g.memory_bytes}};
+      if (g.mig) {
+        gpu["mig"] = {{"profile", g.mig->profile}, {"start", g.mig->start}, {"size", g.mig->size}};
+      }
+      gpus.push_back(std::move(gpu));
+    }
+    containers.push_back({{"name", c.container}, {"gpus", std::move(gpus)}});
+  }
+  return {{"version", 1},
+          {"node", a.node},
+          {"time_ms", a.time_ms},
+          {"containers", std::move(containers)}};
+}
+
+StatusOr<Assignment> AssignmentFromJson(const json& document) {
+  const std::string where = "gpufrac.io/assignment";
+  GPUFRAC_ASSIGN_OR_RETURN(int version, JsonField<int>(document, "version", where));
+  if (version != 1) {
+    return InvalidArgumentError(where + ".version is " + std::to_string(version) +
+                                "; this gpufrac reads version 1");
+  }
+  Assignment a;
+  GPUFRAC_ASSIGN_OR_RETURN(a.node, JsonField<std::string>(document, "node", where));
+  const int64_t zero = 0;
+  GPUFRAC_ASSIGN_OR_RETURN(a.time_ms, JsonField<int64_t>(document, "time_ms", where, &zero));
+  GPUFRAC_ASSIGN_OR_RETURN(json containers, JsonField<json>(document, "containers", where));
+  if (!containers.is_array()) return InvalidArgumentError(where + ".containers is not a list");
+  for (size_t i = 0; i < containers.size(); ++i) {
+    const std::string at = where + ".containers[" + std::to_string(i) + "]";
+    ContainerAssignment c;
+    GPUFRAC_ASSIGN_OR_RETURN(c.container, JsonField<std::string>(containers[i], "name", at));
+    GPUFRAC_ASSIGN_OR_RETURN(json gpus, JsonField<json>(containers[i], "gpus", at));
+    if (!gpus.is_array() || gpus.empty()) return InvalidArgumentError(at + ".gpus is empty");
+    for (size_t k = 0; k < gpus.size(); ++k) {
+      const std::string g_at = at + ".gpus[" + std::to_string(k) + "]";
+      GpuGrant g;
+      GPUFRAC_ASSIGN_OR_RETURN(g.index, JsonField<int>(gpus[k], "index", g_at));
+      GPUFRAC_ASSIGN_OR_RETURN(g.uuid, JsonField<std::string>(gpus[k], "uuid", g_at));
+      GPUFRAC_ASSIGN_OR_RETURN(g.milli, JsonField<uint32_t>(gpus[k], "milli", g_at));
+      GPUFRAC_ASSIGN_OR_RETURN(g.memory_bytes, JsonField<uint64_t>(gpus[k], "memory_bytes", g_at));
+      if (gpus[k].contains("mig")) {
+        const json& m = gpus[k]["mig"];
+        MigGrant mig;
+        GPUFRAC_ASSIGN_OR_RETURN(mig.profile, JsonField<std::string>(m, "profile", g_at + ".mig"));
+        GPUFRAC_ASSIGN_OR_RETURN(mig.start, JsonField<int>(m, "start", g_at + ".mig"));
+        GPUFRAC_ASSIGN_OR_RETURN(mig.size, JsonField<int>(m, "size", g_at + ".mig"));
+        g.mig = std::move(mig);
+      }
+      if (g.index < 0 || g.milli == 0 || g.milli > 1000) {
+        return InvalidArgumentError(g_at + " has an impossible GPU index or share");
+      }
+      c.gpus.push_back(std::move(g));
+    }
+    a.containers.push_back(std::move(c));
+  }
+  return a;
+}
+
+}  // namespace gpufrac::k8s

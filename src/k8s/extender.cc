@@ -1,0 +1,303 @@
+// The extender's three verbs and its view of pods and nodes. kube-scheduler's Go types carry no
+// JSON tags, so their fields travel under their Go names ("Pod", "NodeNames", "FailedNodes",
+// "Host", "Score", "PodName", ...); Go reads them back ignoring case, and so do we.
+#include "k8s/extender.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include "common/log.h"
+#include "k8s/object_fields.h"
+
+namespace gpufrac::k8s {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kMaxExtenderPriority = 10;  // k8s.io/kube-scheduler/extender/v1.
+
+// The candidate nodes of ExtenderArgs: NodeNames (nodeCacheCapable) or Nodes.items.
+struct Candidates {
+  std::vector<std::string> names;
+  const json* items = nullptr;  // Node objects when sent, in the order of `names`.
+};
+
+StatusOr<Candidates> CandidatesOf(const json& args) {
+  Candidates c;
+  if (const json* names = FieldOf(args, "NodeNames"); names != nullptr && names->is_array()) {
+    for (const json& n : *names) {
+      if (!n.is_string()) return InvalidArgumentError("NodeNames holds a non-string");
+      c.names.push_back(n.get<std::string>());
+    }
+    return c;
+  }
+  const json* nodes = FieldOf(args, "Nodes");
+  const json* items = nodes != nullptr ? FieldOf(*nodes, "items") : nullptr;
+  if (items == nullptr || !items->is_array()) {
+    return InvalidArgumentError("ExtenderArgs has neither NodeNames nor Nodes.items");
+  }
+  for (const json& n : *items) c.names.push_back(MetaOf(n, "name"));
+  c.items = items;
+  return c;
+}
+
+std::string ErrorBody(const std::string& message) { return json{{"Error", message}}.dump(); }
+
+// The booking a pod holds according to its own record, if it holds one: bound to the node of
+// its assignment and not finished.
+std::optional<Assignment> HeldAssignment(const json& pod) {
+  if (PodFinished(pod)) return std::nullopt;
+  std::optional<Assignment> a = AssignmentOf(pod);
+  if (!a || PodNodeName(pod) != a->node) return std::nullopt;
+  return a;
+}
+
+}  // namespace
+
+Extender::Extender(Ledger* ledger, ClusterApi* api, ExtenderOptions options)
+    : ledger_(ledger), api_(api), options_(std::move(options)) {}
+
+Extender::Stats Extender::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+std::string Extender::Filter(const std::string& body) {
+  json args = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const json* pod = FieldOf(args, "Pod");
+  if (args.is_discarded() || pod == nullptr) return ErrorBody("filter: the body is not ExtenderArgs");
+  StatusOr<Candidates> candidates = CandidatesOf(args);
+  if (!candidates.ok()) return ErrorBody("filter: " + candidates.status().message());
+  json failed = json::object();
+  json unresolvable = json::object();
+  std::vector<bool> keep(candidates->names.size(), false);
+  StatusOr<PodRequest> request = ParsePodRequest(*pod);
+  if (!request.ok()) {
+    // Nothing will change this on any node: say so on the pod, and to the scheduler.
+    api_->PodEvent(*pod, "GpufracInvalidRequest", request.status().message(), /*warning=*/true);
+    for (const std::string& n : candidates->names) unresolvable[n] = request.status().message();
+  } else {
+    std::vector<Ledger::Verdict> verdicts;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.filters;
+      verdicts = ledger_->Evaluate(*request, candidates->names);
+    }
+    for (size_t i = 0; i < verdicts.size(); ++i) {
+      keep[i] = verdicts[i].fits;
+      if (!keep[i]) failed[candidates->names[i]] = verdicts[i].reason;
+    }
+  }
+  json result = {{"FailedNodes", failed}, {"FailedAndUnresolvableNodes", unresolvable},
+                 {"Error", ""}};
+  if (candidates->items != nullptr) {
+    json items = json::array();
+    for (size_t i = 0; i < keep.size(); ++i) {
+      if (keep[i]) items.push_back((*candidates->items)[i]);
+    }
+    result["Nodes"] = {{"metadata", json::object()}, {"items", std::move(items)}};
+    result["NodeNames"] = nullptr;
+  } else {
+    json names = json::array();
+    for (size_t i = 0; i < keep.size(); ++i) {
+      if (keep[i]) names.push_back(candidates->names[i]);
+    }
+    result["NodeNames"] = std::move(names);
+    result["Nodes"] = nullptr;
+  }
+  return result.dump();
+}
+
+std::string Extender::Prioritize(const std::string& body) {
+  json args = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const json* pod = FieldOf(args, "Pod");
+  // HostPriorityList has no error field: a bad body is answered with no scores, which the
+  // scheduler treats as all zero.
+  if (args.is_discarded() || pod == nullptr) return "[]";
+  StatusOr<Candidates> candidates = CandidatesOf(args);
+  if (!candidates.ok()) return "[]";
+  StatusOr<PodRequest> request = ParsePodRequest(*pod);
+  std::vector<Ledger::Verdict> verdicts(candidates->names.size());
+  if (request.ok() && !request->empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.prioritizes;
+    verdicts = ledger_->Evaluate(*request, candidates->names);
+  }
+  // The policy's scores mean nothing on their own: spread the fitting nodes over 0..10, best
+  // at 10, so that kube-scheduler's weighted sum ranks them in the policy's order.
+  double lo = 0, hi = 0;
+  bool any = false;
+  for (const Ledger::Verdict& v : verdicts) {
+    if (!v.fits) continue;
+    lo = any ? std::min(lo, v.score) : v.score;
+    hi = any ? std::max(hi, v.score) : v.score;
+    any = true;
+  }
+  json list = json::array();
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    int64_t score = 0;
+    if (verdicts[i].fits) {
+      score = hi > lo ? std::llround((verdicts[i].score - lo) / (hi - lo) * kMaxExtenderPriority)
+                      : kMaxExtenderPriority;
+    }
+    list.push_back({{"Host", candidates->names[i]}, {"Score", score}});
+  }
+  return list.dump();
+}
+
+std::string Extender::Bind(const std::string& body) {
+  json args = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  std::string name = StringOf(args, "PodName");
+  std::string ns = StringOf(args, "PodNamespace");
+  std::string uid = StringOf(args, "PodUID");
+  std::string node = StringOf(args, "Node");
+  if (args.is_discarded() || name.empty() || node.empty()) {
+    return ErrorBody("bind: the body is not ExtenderBindingArgs");
+  }
+  StatusOr<json> pod = api_->GetPod(ns, name);
+  Status result = pod.status();
+  if (result.ok() && !uid.empty() && MetaOf(*pod, "uid") != uid) {
+    result = NotFoundError("pod " + ns + "/" + name + " was deleted and created again");
+  }
+  if (result.ok()) {
+    const std::string holder = options_.holder + "/" + uid;
+    auto deadline = std::chrono::steady_clock::now() + options_.lock_wait;
+    for (;;) {
+      result = api_->LockNode(node, holder, options_.lock_ttl);
+      if (result.code() != StatusCode::kAborted || std::chrono::steady_clock::now() >= deadline) {
+        break;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.lock_conflicts;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (result.ok()) {
+      result = BindLocked(*pod, node);
+      api_->UnlockNode(node, holder);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.binds;
+  if (result.ok()) return json{{"Error", ""}}.dump();
+  ++stats_.bind_failures;
+  LogWarning("bind %s/%s to %s: %s", ns.c_str(), name.c_str(), node.c_str(),
+             result.message().c_str());
+  return ErrorBody("gpufrac: " + result.message());
+}
+
+Status Extender::BindLocked(const json& pod, const std::string& node) {
+  GPUFRAC_ASSIGN_OR_RETURN(PodRequest request, ParsePodRequest(pod));
+  GPUFRAC_RETURN_IF_ERROR(RefreshNode(node));
+  const std::string ns = MetaOf(pod, "namespace"), name = MetaOf(pod, "name");
+  Assignment assignment;
+  if (!request.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    GPUFRAC_ASSIGN_OR_RETURN(assignment, ledger_->Choose(request, node));
+  }
+  assignment.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+  if (!request.empty()) {
+    GPUFRAC_RETURN_IF_ERROR(api_->AnnotatePod(ns, name, MetaOf(pod, "resourceVersion"),
+                                              {{std::string(kAnnotationAssignment),
+                                                AssignmentToJson(assignment).dump()}}));
+  }
+  Status bound = api_->BindPod(ns, name, MetaOf(pod, "uid"), node);
+  if (!bound.ok()) {
+    // Leave no record of a booking that did not happen (the pod may already be gone).
+    if (!request.empty()) {
+      StatusOr<json> now = api_->GetPod(ns, name);
+      if (now.ok() && PodNodeName(*now).empty()) {
+        (void)api_->AnnotatePod(ns, name, MetaOf(*now, "resourceVersion"),
+                                {{std::string(kAnnotationAssignment), ""}});
+      }
+    }
+    return bound;
+  }
+  if (!request.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ledger_->Book(PodKey(pod), assignment);
+  }
+  std::string summary;
+  for (const ContainerAssignment& c : assignment.containers) {
+    for (const GpuGrant& g : c.gpus) {
+      if (!summary.empty()) summary += ", ";
+      summary += c.container + ": GPU " + std::to_string(g.index);
+      if (g.mig) {
+        summary += " MIG " + g.mig->profile + " at " + std::to_string(g.mig->start);
+      } else if (g.milli < 1000) {
+        summary += " x " + std::to_string(g.milli) + "/1000";
+      }
+    }
+  }
+  if (!summary.empty()) api_->PodEvent(pod, "GpufracAssigned", "on " + node + ": " + summary, false);
+  return OkStatus();
+}
+
+// Re-reads the node's bookings from the pods bound to it, so that a decision under the node's
+// lock sees every booking another extender made, whatever this one's watch has delivered.
+Status Extender::RefreshNode(const std::string& node) {
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<json> pods, api_->ListPodsOnNode(node));
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> stale = ledger_->PodsOn(node);
+  for (const json& pod : pods) {
+    std::string key = PodKey(pod);
+    std::erase(stale, key);
+    if (std::optional<Assignment> a = HeldAssignment(pod)) {
+      ledger_->Book(key, *a);
+    } else {
+      ledger_->Unbook(key);
+    }
+  }
+  for (const std::string& key : stale) ledger_->Unbook(key);
+  return OkStatus();
+}
+
+void Extender::OnPod(const json& pod) {
+  std::optional<Assignment> a = HeldAssignment(pod);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (a) {
+    ledger_->Book(PodKey(pod), *a);
+  } else {
+    ledger_->Unbook(PodKey(pod));
+  }
+}
+
+void Extender::OnPodDeleted(const json& pod) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ledger_->Unbook(PodKey(pod));
+}
+
+void Extender::OnNode(const json& node) {
+  std::string name = MetaOf(node, "name");
+  std::string text = AnnotationOf(node, kAnnotationInventory);
+  std::optional<NodeInventory> inventory;
+  if (!text.empty()) {
+    StatusOr<NodeInventory> parsed =
+        InventoryFromJson(json::parse(text, nullptr, /*allow_exceptions=*/false));
+    if (parsed.ok()) {
+      inventory = std::move(*parsed);
+    } else {
+      LogWarning("node %s: ignoring its GPU inventory: %s", name.c_str(),
+                 parsed.status().message().c_str());
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (inventory) {
+    ledger_->SetNode(name, *inventory);
+  } else {
+    ledger_->RemoveNode(name);
+  }
+}
+
+void Extender::OnNodeDeleted(const json& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ledger_->RemoveNode(MetaOf(node, "name"));
+}
+
+}  // namespace gpufrac::k8s

@@ -1,0 +1,11 @@
+# The pod request grammar, the inventory and assignment documents, the extender's books (Ledger)
+# and the kube-scheduler extender protocol. Pure of I/O: the API server is behind ClusterApi.
+add_library(gpufrac_k8s STATIC pod_request.cc inventory.cc assignment.cc object_fields.cc ledger.cc
+            extender.cc)
+target_link_libraries(gpufrac_k8s PUBLIC gpufrac_common gpufrac_placement gpufrac_mig_planner
+                      gpufrac_gpu_catalogue nlohmann_json::nlohmann_json)
+
+# The node agent's resource manager behind the device plugin (slots, Allocate, MIG, limit files).
+add_library(gpufrac_k8s_agent STATIC gpu_provider.cc)
+target_link_libraries(gpufrac_k8s_agent PUBLIC gpufrac_k8s gpufrac_k8s_plugin gpufrac_node_mig
+                      gpufrac_node_runner)

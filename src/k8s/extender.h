@@ -1,0 +1,67 @@
+// The kube-scheduler extender protocol (filter, prioritize, bind over HTTP + JSON) on top of the
+// Ledger. The bodies are exactly what kube-scheduler sends and expects (ExtenderArgs,
+// ExtenderFilterResult, HostPriorityList, ExtenderBindingArgs, ExtenderBindingResult of
+// k8s.io/kube-scheduler/extender/v1; nodeCacheCapable: node names only, or full node lists).
+//
+// Binding never double-books a GPU share, also with two extenders racing, a pod deleted
+// mid-bind, a node that disappears or an extender that restarted: under the node's lock
+// (ClusterApi::LockNode) the node's bookings are re-read from the pods bound to it, the GPUs are
+// chosen, the assignment is written on the pod (conditional on its resourceVersion) and the pod
+// is bound, before the lock is given back. The books are otherwise kept from the pod and node
+// watches (OnPod, OnNode, ...), and rebuilt from the pods on start.
+#pragma once
+
+#include <chrono>
+#include <mutex>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "k8s/cluster_api.h"
+#include "k8s/ledger.h"
+#include "k8s/object_fields.h"
+
+namespace gpufrac::k8s {
+
+struct ExtenderOptions {
+  std::string holder = "gpufrac-extender";  // Names this extender in node locks (unique each).
+  std::chrono::seconds lock_ttl{15};
+  std::chrono::milliseconds lock_wait{5000};  // How long bind waits for another's lock.
+};
+
+class Extender {
+ public:
+  // `ledger` and `api` must outlive the extender.
+  Extender(Ledger* ledger, ClusterApi* api, ExtenderOptions options = {});
+
+  // Request body in, response body out (HTTP 200 either way: errors go in the "Error" field,
+  // as kube-scheduler expects).
+  std::string Filter(const std::string& body);
+  std::string Prioritize(const std::string& body);
+  std::string Bind(const std::string& body);
+
+  // The watches' view of the cluster. A pod counts while it is bound (or assigned) and not
+  // finished; a node while it carries a gpufrac inventory.
+  void OnPod(const nlohmann::json& pod);
+  void OnPodDeleted(const nlohmann::json& pod);
+  void OnNode(const nlohmann::json& node);
+  void OnNodeDeleted(const nlohmann::json& node);
+
+  // Counters for metrics and tests.
+  struct Stats {
+    uint64_t filters = 0, prioritizes = 0, binds = 0, bind_failures = 0, lock_conflicts = 0;
+  };
+  Stats stats() const;
+
+ private:
+  Status BindLocked(const nlohmann::json& pod, const std::string& node);
+  Status RefreshNode(const std::string& node);
+
+  Ledger* ledger_;
+  ClusterApi* api_;
+  ExtenderOptions options_;
+  mutable std::mutex mu_;  // Guards ledger_ and stats_.
+  Stats stats_;
+};
+
+}  // namespace gpufrac::k8s

@@ -1,0 +1,264 @@
+// The node agent's resource manager: slots, the pod an Allocate is for, MIG instances on demand,
+// limit files and what the container gets.
+#include "k8s/gpu_provider.h"
+
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "common/log.h"
+#include "common/units.h"
+#include "gpu/catalogue.h"
+#include "gpu/mig_catalogue.h"
+#include "k8s/object_fields.h"
+#include "node/job_runner.h"
+
+namespace gpufrac::k8s {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string SlotId(int gpu, int slot) {
+  return "gpu" + std::to_string(gpu) + "-slot" + std::to_string(slot);
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+// The limiter's workload id: names its shared budgets, so it must be unique per container and
+// use [A-Za-z0-9_.-] only, 63 characters at most.
+std::string WorkloadId(const std::string& uid, const std::string& container) {
+  std::string id = "k8s-" + uid.substr(0, 18) + "-" + container;
+  for (char& c : id) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  }
+  return id.substr(0, 63);
+}
+
+// One container of a pod that a kubelet Allocate may be for.
+struct Candidate {
+  int64_t time_ms;
+  std::string key;
+  size_t pod;        // Index into the listed pods.
+  size_t container;  // Index into the pod's assignment.
+  Assignment assignment;
+};
+
+json AllocatedOf(const json& pod) {
+  std::string text = AnnotationOf(pod, kAnnotationAllocated);
+  json doc = text.empty() ? json::object() : json::parse(text, nullptr, false);
+  return doc.is_object() ? doc : json::object();
+}
+
+bool Overlaps(const gpu::MigPlacement& a, int start, int size) {
+  return a.start < start + size && start < a.start + a.size;
+}
+
+}  // namespace
+
+GpuProvider::GpuProvider(AgentOptions options, NodeInventory inventory, ClusterApi* api,
+                         node::MigBackend* mig)
+    : options_(std::move(options)), api_(api), mig_(mig), inventory_(std::move(inventory)) {
+  std::error_code ec;
+  fs::create_directories(options_.host_dir, ec);
+  std::string preload = options_.host_dir + "/ld.so.preload";
+  if (!Exists(preload)) {
+    Status s = node::WriteNewFile(preload, std::string(kContainerLimiter) + "\n", 0444);
+    if (!s.ok()) LogWarning("%s", s.message().c_str());
+  }
+}
+
+void GpuProvider::SetInventory(NodeInventory inventory) {
+  std::lock_guard<std::mutex> lock(mu_);
+  inventory_ = std::move(inventory);
+}
+
+NodeInventory GpuProvider::inventory() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return inventory_;
+}
+
+std::vector<PluginDevice> GpuProvider::Devices() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<PluginDevice> devices;
+  for (const GpuInfo& g : inventory_.gpus) {
+    for (int s = 0; s < options_.slots_per_gpu; ++s) {
+      devices.push_back({.id = SlotId(g.index, s), .healthy = g.healthy, .numa_node = {}});
+    }
+  }
+  return devices;
+}
+
+StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::string>& device_ids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StatusOr<std::vector<json>> listed = api_->ListPodsOnNode(options_.node);
+  if (!listed.ok()) {
+    return UnavailableError("cannot list the pods on node " + options_.node + ": " +
+                            listed.status().message());
+  }
+  const std::vector<json>& pods = *listed;
+
+  // The oldest booked container that the kubelet has not started yet, with as many GPUs as it
+  // was given devices.
+  std::optional<Candidate> chosen;
+  for (size_t p = 0; p < pods.size(); ++p) {
+    if (PodFinished(pods[p])) continue;
+    std::optional<Assignment> a = AssignmentOf(pods[p]);
+    if (!a || a->node != options_.node) continue;
+    json allocated = AllocatedOf(pods[p]);
+    for (size_t c = 0; c < a->containers.size(); ++c) {
+      const ContainerAssignment& ca = a->containers[c];
+      if (ca.gpus.size() != device_ids.size() || allocated.contains(ca.container)) continue;
+      Candidate cand{a->time_ms, PodKey(pods[p]), p, c, *a};
+      if (!chosen || std::tie(cand.time_ms, cand.key, cand.container) <
+                         std::tie(chosen->time_ms, chosen->key, chosen->container)) {
+        chosen = std::move(cand);
+      }
+    }
+  }
+  if (!chosen) {
+    return FailedPreconditionError(
+        "no pod bound to node " + options_.node + " has a container booked on " +
+        std::to_string(device_ids.size()) +
+        " GPU(s) that is waiting to start; pods that ask for gpufrac.io/gpu must be scheduled "
+        "through gpufrac's scheduler extender (see docs/kubernetes.md)");
+  }
+  const json& pod = pods[chosen->pod];
+  const ContainerAssignment& ca = chosen->assignment.containers[chosen->container];
+  const std::string uid = MetaOf(pod, "uid");
+
+  ContainerAllocation out;
+  std::vector<std::string> uuids;
+  std::vector<node::LaunchSpec::Gpu> limited;
+  for (const GpuGrant& g : ca.gpus) {
+    if (g.mig) {
+      GPUFRAC_ASSIGN_OR_RETURN(std::string uuid, MigUuid(g.index, *g.mig, pods));
+      uuids.push_back(uuid);
+      continue;
+    }
+    uuids.push_back(g.uuid);
+    if (g.milli < kMilliPerGpu) {
+      const GpuInfo* info = nullptr;
+      for (const GpuInfo& i : inventory_.gpus) {
+        if (i.index == g.index) info = &i;
+      }
+      limited.push_back({.uuid = g.uuid,
+                         .limit_bytes = g.memory_bytes,
+                         .context_bytes = gpu::ContextBytes(
+                             info != nullptr ? gpu::FindModel(info->model) : nullptr)});
+    }
+  }
+  std::string visible;
+  for (const std::string& u : uuids) visible += (visible.empty() ? "" : ",") + u;
+  out.envs["CUDA_VISIBLE_DEVICES"] = visible;
+  out.envs["NVIDIA_VISIBLE_DEVICES"] = visible;
+
+  if (!limited.empty()) {
+    GPUFRAC_ASSIGN_OR_RETURN(std::string text,
+                             node::LimitFileText(WorkloadId(uid, ca.container), limited));
+    std::string dir = options_.host_dir + "/pods/" + uid + "/" + ca.container;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return UnavailableError("cannot create " + dir + ": " + ec.message());
+    std::string file = dir + "/limits";
+    fs::remove(file, ec);  // A retried Allocate writes it afresh.
+    GPUFRAC_RETURN_IF_ERROR(node::WriteNewFile(file, text, 0444));
+    out.mounts.push_back({std::string(kContainerLimitFile), file, true});
+    out.mounts.push_back(
+        {std::string(kContainerLimiter), options_.host_dir + "/lib/libgpufrac.so", true});
+    out.mounts.push_back(
+        {std::string(kContainerPreload), options_.host_dir + "/ld.so.preload", true});
+  }
+  std::vector<std::string> nodes = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
+  for (const GpuGrant& g : ca.gpus) nodes.push_back("nvidia" + std::to_string(g.index));
+  for (const std::string& n : nodes) {
+    std::string host = options_.dev_dir + "/" + n;
+    if (Exists(host)) out.devices.push_back({"/dev/" + n, host, "rw"});
+  }
+
+  // Record it, so that the next Allocate does not pick this container again.
+  json allocated = AllocatedOf(pod);
+  allocated[ca.container] = {{"devices", device_ids}, {"uuids", uuids}};
+  Status noted = api_->AnnotatePod(MetaOf(pod, "namespace"), MetaOf(pod, "name"),
+                                   MetaOf(pod, "resourceVersion"),
+                                   {{std::string(kAnnotationAllocated), allocated.dump()}});
+  if (!noted.ok()) {
+    return UnavailableError("cannot record the allocation on pod " + chosen->key + ": " +
+                            noted.message());
+  }
+  LogInfo("allocated %s container %s: %s", chosen->key.c_str(), ca.container.c_str(),
+          visible.c_str());
+  return out;
+}
+
+StatusOr<std::string> GpuProvider::MigUuid(int gpu, const MigGrant& grant,
+                                           const std::vector<json>& pods) {
+  const GpuInfo* info = nullptr;
+  for (const GpuInfo& i : inventory_.gpus) {
+    if (i.index == gpu) info = &i;
+  }
+  const gpu::MigModel* model = info != nullptr ? gpu::FindMigModel(info->model) : nullptr;
+  if (info == nullptr || info->mode != GpuMode::kMig || model == nullptr) {
+    return FailedPreconditionError("GPU " + std::to_string(gpu) + " of node " + options_.node +
+                                   " is not a MIG GPU any more; delete the pod to reschedule it");
+  }
+  if (mig_ == nullptr) {
+    return FailedPreconditionError("the gpufrac agent on node " + options_.node +
+                                   " cannot control MIG (no NVML MIG access)");
+  }
+  const gpu::MigProfile* profile = gpu::FindMigProfile(*model, grant.profile);
+  if (profile == nullptr) {
+    return InvalidArgumentError(info->model + " has no MIG profile " + grant.profile);
+  }
+  const int profile_index = static_cast<int>(profile - model->profiles);
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<node::MigBackend::InstanceInfo> instances, mig_->List(gpu));
+  for (const auto& i : instances) {
+    if (i.profile == profile_index && i.placement.start == grant.start) return i.uuid;
+  }
+  // Placements other live pods hold on this GPU: never destroyed.
+  std::set<int> held;
+  for (const json& pod : pods) {
+    if (PodFinished(pod)) continue;
+    std::optional<Assignment> a = AssignmentOf(pod);
+    if (!a || a->node != options_.node) continue;
+    for (const ContainerAssignment& c : a->containers) {
+      for (const GpuGrant& g : c.gpus) {
+        if (g.index == gpu && g.mig && !(g.mig->start == grant.start)) held.insert(g.mig->start);
+      }
+    }
+  }
+  for (const auto& i : instances) {
+    if (!Overlaps(i.placement, grant.start, grant.size)) continue;
+    if (held.count(i.placement.start) > 0) {
+      return AbortedError("MIG slices " + std::to_string(grant.start) + "-" +
+                          std::to_string(grant.start + grant.size - 1) + " of GPU " +
+                          std::to_string(gpu) + " are held by another pod's instance");
+    }
+    GPUFRAC_RETURN_IF_ERROR(mig_->Destroy(gpu, i.gi_id));
+  }
+  GPUFRAC_ASSIGN_OR_RETURN(node::MigBackend::InstanceInfo made,
+                           mig_->Create(gpu, profile_index, {grant.start, grant.size}));
+  return made.uuid;
+}
+
+int GpuProvider::CleanUp(const std::vector<std::string>& live) {
+  std::set<std::string> keep(live.begin(), live.end());
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& entry : fs::directory_iterator(options_.host_dir + "/pods", ec)) {
+    if (keep.count(entry.path().filename().string()) > 0) continue;
+    if (fs::remove_all(entry.path(), ec) > 0 && !ec) ++removed;
+  }
+  return removed;
+}
+
+}  // namespace gpufrac::k8s

@@ -1,0 +1,73 @@
+// The node agent's resource manager behind the device plugin: advertises every GPU as a number
+// of shareable slots, and in Allocate finds the pod the kubelet is starting (from the
+// assignments the extender wrote on the pods bound to this node), creates its MIG instance if it
+// has one, writes its read-only limit file and returns what the container gets: the GPU or MIG
+// UUIDs, the limiter library, the limit file, an /etc/ld.so.preload that loads the limiter, and
+// the device nodes.
+//
+// The kubelet's Allocate does not say which pod it is for. The agent takes the pod bound to this
+// node longest ago (by its assignment's time, then name) that has a container booked on exactly
+// as many GPUs as the kubelet gives devices and not yet allocated, and records the allocation on
+// the pod (annotation gpufrac.io/allocated) so that the next Allocate skips it. The kubelet
+// admits one pod at a time, in the order the scheduler bound them, so the oldest is the one.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "k8s/assignment.h"
+#include "k8s/cluster_api.h"
+#include "k8s/device_provider.h"
+#include "k8s/inventory.h"
+#include "node/mig_scheduler.h"
+
+namespace gpufrac::k8s {
+
+inline constexpr std::string_view kAnnotationAllocated = "gpufrac.io/allocated";
+
+struct AgentOptions {
+  std::string node;        // This node's name.
+  int slots_per_gpu = 10;  // Devices advertised per GPU: how many pods may share one.
+  // On the host (the agent writes here; the kubelet mounts from here): libgpufrac.so, the
+  // preload file, and pods/<uid>/<container>/limits.
+  std::string host_dir = "/var/lib/gpufrac";
+  std::string dev_dir = "/dev";  // Device nodes are passed only when they exist here.
+};
+
+// Where things appear inside the container.
+inline constexpr std::string_view kContainerLimiter = "/usr/local/gpufrac/libgpufrac.so";
+inline constexpr std::string_view kContainerLimitFile = "/etc/gpufrac/limits";
+inline constexpr std::string_view kContainerPreload = "/etc/ld.so.preload";
+
+class GpuProvider : public DeviceProvider {
+ public:
+  // `api` and `mig` (may be null when no GPU is in MIG mode) must outlive the provider. Creates
+  // host_dir/ld.so.preload if missing.
+  GpuProvider(AgentOptions options, NodeInventory inventory, ClusterApi* api,
+               node::MigBackend* mig);
+
+  // A new view of the GPUs (health, MIG instances); the caller then tells the plugin.
+  void SetInventory(NodeInventory inventory);
+  NodeInventory inventory() const;
+
+  std::vector<PluginDevice> Devices() override;
+  StatusOr<ContainerAllocation> Allocate(const std::vector<std::string>& device_ids) override;
+
+  // Removes the limit files of pods that are no longer on this node (`live` holds the UIDs of
+  // those that are). Returns how many pod directories were removed.
+  int CleanUp(const std::vector<std::string>& live);
+
+ private:
+  StatusOr<std::string> MigUuid(int gpu, const MigGrant& grant,
+                                const std::vector<nlohmann::json>& pods);
+
+  AgentOptions options_;
+  ClusterApi* api_;
+  node::MigBackend* mig_;
+  mutable std::mutex mu_;  // Guards inventory_ and serialises Allocate.
+  NodeInventory inventory_;
+};
+
+}  // namespace gpufrac::k8s

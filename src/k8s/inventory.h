@@ -1,0 +1,55 @@
+// A node's GPUs as the node agent publishes them for the scheduler extender: one JSON document
+// in the node annotation gpufrac.io/gpus, written by the agent and read by the extender, so the
+// two agree on what exists (model, memory, mode, health, MIG instances) without sharing memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/status.h"
+
+namespace gpufrac::k8s {
+
+inline constexpr std::string_view kAnnotationInventory = "gpufrac.io/gpus";
+
+// How a GPU is used: whole GPUs only, fractions under the limiter, or dynamic MIG.
+enum class GpuMode { kWhole, kShared, kMig };
+std::string_view GpuModeName(GpuMode mode);  // "whole", "shared", "mig"
+
+// A MIG instance that exists on a GPU.
+struct MigInstanceInfo {
+  std::string profile;  // "2g.20gb"
+  int start = 0;        // Placement, in memory slices.
+  int size = 0;
+  std::string uuid;     // "MIG-..."; "" when unknown.
+  std::string pod;      // "namespace/name" of the pod it serves; "" when idle.
+  friend bool operator==(const MigInstanceInfo&, const MigInstanceInfo&) = default;
+};
+
+struct GpuInfo {
+  int index = 0;
+  std::string uuid;           // "GPU-..."
+  std::string model;          // Catalogue short name ("H100-80GB"); "" when unknown.
+  uint64_t memory_bytes = 0;  // Total memory.
+  GpuMode mode = GpuMode::kShared;
+  bool healthy = true;
+  std::vector<MigInstanceInfo> mig;  // kMig only.
+  friend bool operator==(const GpuInfo&, const GpuInfo&) = default;
+};
+
+struct NodeInventory {
+  std::vector<GpuInfo> gpus;  // By index.
+  int slots_per_gpu = 0;      // Pods that may share one GPU (the device plugin's slots).
+  friend bool operator==(const NodeInventory&, const NodeInventory&) = default;
+};
+
+nlohmann::json InventoryToJson(const NodeInventory& inventory);
+// kInvalidArgument naming the field when the document is malformed (duplicate indexes, an
+// unknown mode, a negative size, ...).
+StatusOr<NodeInventory> InventoryFromJson(const nlohmann::json& document);
+
+}  // namespace gpufrac::k8s

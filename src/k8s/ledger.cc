@@ -1,0 +1,564 @@
+// The extender's books. Each node's non-MIG GPUs form one placement-library node per group of
+// alike GPUs (model, memory, whole-only), all in one placement::Cluster that is rebuilt when the
+// set of nodes or their GPUs change (rare) and into which every booking is applied, so that the
+// placement Scheduler's per-node score cache answers Evaluate for thousands of nodes cheaply.
+// MIG GPUs are kept as the MIG planner's slice maps, built per node when asked.
+#include "k8s/ledger.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+#include <numeric>
+#include <set>
+
+#include "common/text.h"
+#include "common/units.h"
+#include "gpu/catalogue.h"
+#include "gpu/mig_catalogue.h"
+#include "mig/planner.h"
+#include "placement/cluster.h"
+#include "placement/fit.h"
+#include "placement/policies.h"
+#include "placement/scheduler.h"
+#include "placement/typical_workload.h"
+
+namespace gpufrac::k8s {
+namespace {
+
+namespace pl = placement;
+
+constexpr uint64_t kHostPlenty = uint64_t{1} << 60;  // CPU and memory are kube-scheduler's job.
+// The typical workload the policy measures fragmentation against is rebuilt from the bookings
+// after this many changes (or an eighth of them, when there are more).
+constexpr size_t kTypicalRebuildChanges = 64;
+
+// Alike GPUs of one node: one placement node.
+struct Group {
+  std::string model;
+  uint64_t memory_bytes = 0;
+  uint64_t context_bytes = 0;
+  bool whole_only = false;
+  std::vector<int> gpus;  // Slot -> GPU index.
+  int cluster_node = -1;
+};
+
+struct NodeEntry {
+  NodeInventory inventory;
+  std::vector<Group> groups;
+  bool has_mig = false;  // Some healthy GPU in MIG mode.
+};
+
+// What a booking took from the cluster, so that it is given back exactly.
+struct Taken {
+  int cluster_node;
+  int slot;
+  pl::Request request;
+};
+
+struct Booking {
+  Assignment assignment;
+  std::vector<Taken> taken;
+  bool overbooked = false;
+};
+
+// One container's request as the placement library sees it on one group, or nothing when the
+// group cannot hold it (wrong model, too small, whole-only).
+std::optional<pl::Request> Translate(const ContainerRequest& r, const Group& g) {
+  if (!r.mig_profile.empty()) return std::nullopt;
+  if (!r.gpu_model.empty() && !EqualsIgnoreCase(r.gpu_model, g.model)) return std::nullopt;
+  if (r.gpus > g.gpus.size()) return std::nullopt;
+  const uint64_t total = g.memory_bytes;
+  pl::Request p;
+  p.gpu_count = r.gpus;
+  if (r.WholeGpus()) {
+    p.gpu_milli = kMilliPerGpu;
+    p.gpu_memory_bytes = total;
+    return p;
+  }
+  if (g.whole_only) return std::nullopt;
+  if (r.memory_bytes > 0) {
+    if (r.memory_bytes > total || r.memory_bytes <= g.context_bytes) return std::nullopt;
+    unsigned __int128 scaled = static_cast<unsigned __int128>(r.memory_bytes) * kMilliPerGpu;
+    uint64_t milli = static_cast<uint64_t>((scaled + total - 1) / total);
+    p.gpu_milli = static_cast<uint32_t>(std::clamp<uint64_t>(milli, 1, kMilliPerGpu));
+    p.gpu_memory_bytes = r.memory_bytes;
+  } else {
+    uint64_t limit =
+        static_cast<uint64_t>(static_cast<unsigned __int128>(total) * r.fraction_milli / kMilliPerGpu);
+    if (limit <= g.context_bytes) return std::nullopt;
+    p.gpu_milli = r.fraction_milli;
+    p.gpu_memory_bytes = limit;
+  }
+  return p;
+}
+
+GpuRequest MigRequestOf(const ContainerRequest& r) {
+  GpuRequest g;
+  g.gpu_model = r.gpu_model;
+  if (!r.mig_profile.empty()) {
+    g.kind = GpuRequest::Kind::kMigProfile;
+    g.mig_profile = r.mig_profile;
+  } else if (r.memory_bytes > 0) {
+    g.kind = GpuRequest::Kind::kMemory;
+    g.memory_bytes = r.memory_bytes;
+  } else {
+    g.kind = GpuRequest::Kind::kFraction;
+    g.fraction_milli = r.fraction_milli;
+  }
+  return g;
+}
+
+// Takes p's share of one GPU on a copy of a placement node (the multi-container path).
+void TakeOnCopy(pl::Node& n, pl::GpuSet gpus, const pl::Request& p) {
+  for (int s = 0; s < n.spec.gpu_count; ++s) {
+    if (!(gpus >> s & 1)) continue;
+    n.gpu_free_milli[s] -= p.gpu_milli;
+    if (n.spec.gpu_memory_bytes > 0) n.gpu_free_memory[s] -= p.gpu_memory_bytes;
+  }
+}
+
+}  // namespace
+
+struct Ledger::Impl {
+  LedgerOptions options;
+  std::unordered_map<std::string, NodeEntry> nodes;
+  std::unordered_map<std::string, Booking> bookings;
+  // Pods with bookings per node, for the MIG slice maps.
+  std::map<std::string, std::set<std::string>> pods_on_node;
+
+  // Built by Rebuild when `dirty`.
+  bool dirty = true;
+  std::optional<pl::Cluster> cluster;
+  std::unique_ptr<pl::TypicalWorkload> typical;
+  std::unique_ptr<pl::Policy> policy;
+  std::unique_ptr<pl::Scheduler> scheduler;
+  size_t typical_changes = 0;
+
+  // ---- Building ----
+
+  static std::vector<Group> GroupsOf(const NodeInventory& inventory) {
+    std::vector<Group> groups;
+    for (const GpuInfo& gpu : inventory.gpus) {
+      if (gpu.mode == GpuMode::kMig || !gpu.healthy) continue;
+      const bool whole_only = gpu.mode == GpuMode::kWhole;
+      auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+        return g.model == gpu.model && g.memory_bytes == gpu.memory_bytes &&
+               g.whole_only == whole_only;
+      });
+      if (it == groups.end()) {
+        Group g;
+        g.model = gpu.model;
+        g.memory_bytes = gpu.memory_bytes;
+        g.context_bytes = gpu::ContextBytes(gpu::FindModel(gpu.model));
+        g.whole_only = whole_only;
+        groups.push_back(std::move(g));
+        it = groups.end() - 1;
+      }
+      if (it->gpus.size() < static_cast<size_t>(pl::kMaxGpusPerNode)) it->gpus.push_back(gpu.index);
+    }
+    return groups;
+  }
+
+  void Rebuild() {
+    pl::ModelNames names;
+    std::vector<pl::NodeSpec> specs;
+    for (auto& [name, entry] : nodes) {
+      for (Group& g : entry.groups) {
+        StatusOr<int> model = names.Intern(g.model.empty() ? "unknown-model" : g.model);
+        if (!model.ok()) {  // More than 64 models in one cluster: leave the rest out.
+          g.cluster_node = -1;
+          continue;
+        }
+        g.cluster_node = static_cast<int>(specs.size());
+        specs.push_back({.name = name,
+                         .cpu_milli = kHostPlenty,
+                         .memory_bytes = kHostPlenty,
+                         .model = *model,
+                         .gpu_count = static_cast<int>(g.gpus.size()),
+                         .gpu_memory_bytes = g.memory_bytes});
+      }
+    }
+    scheduler.reset();
+    policy.reset();
+    StatusOr<pl::Cluster> made = pl::Cluster::Create(std::move(names), std::move(specs));
+    cluster = std::move(*made);  // The specs are valid by construction.
+    for (auto& [pod, booking] : bookings) Apply(booking);
+    RebuildPolicy();
+    dirty = false;
+  }
+
+  void RebuildPolicy() {
+    std::vector<pl::Request> sample;
+    for (const auto& [pod, booking] : bookings) {
+      for (const Taken& t : booking.taken) {
+        pl::Request r = t.request;
+        r.gpu_memory_bytes = 0;
+        sample.push_back(r);
+      }
+    }
+    auto next = std::make_unique<pl::TypicalWorkload>(pl::TypicalWorkload::FromRequests(sample));
+    scheduler.reset();
+    policy = std::move(*pl::MakePolicy(options.policy,
+                                       {.typical = next.get(), .seed = 0, .cluster = &*cluster}));
+    typical = std::move(next);
+    std::vector<int> rank(cluster->size());
+    std::iota(rank.begin(), rank.end(), 0);
+    scheduler = std::make_unique<pl::Scheduler>(&*cluster, policy.get(), std::move(rank));
+    typical_changes = 0;
+  }
+
+  void Ensure() {
+    if (dirty) {
+      Rebuild();
+    } else if (typical_changes >= std::max(kTypicalRebuildChanges, bookings.size() / 8)) {
+      RebuildPolicy();
+    }
+  }
+
+  // ---- Bookings in the cluster ----
+
+  // Where GPU `index` of `node` sits in the cluster: (cluster node, slot), or nullopt.
+  std::optional<std::pair<int, int>> SlotOf(const std::string& node, int index) const {
+    auto it = nodes.find(node);
+    if (it == nodes.end()) return std::nullopt;
+    for (const Group& g : it->second.groups) {
+      if (g.cluster_node < 0) continue;
+      for (size_t s = 0; s < g.gpus.size(); ++s) {
+        if (g.gpus[s] == index) return std::make_pair(g.cluster_node, static_cast<int>(s));
+      }
+    }
+    return std::nullopt;
+  }
+
+  // Takes a booking's shares (clamped to what is free, so that the books never go negative).
+  void Apply(Booking& b) {
+    b.taken.clear();
+    b.overbooked = false;
+    if (dirty && !cluster) return;
+    const std::string& node = b.assignment.node;
+    for (const ContainerAssignment& c : b.assignment.containers) {
+      for (const GpuGrant& g : c.gpus) {
+        if (g.mig) continue;  // In the MIG slice maps instead.
+        std::optional<std::pair<int, int>> at = SlotOf(node, g.index);
+        if (!at) {
+          b.overbooked |= nodes.count(node) > 0;
+          continue;
+        }
+        const pl::Node& n = cluster->node(at->first);
+        pl::Request r;
+        r.gpu_count = 1;
+        r.gpu_milli = std::min(g.milli, n.gpu_free_milli[at->second]);
+        r.gpu_memory_bytes = std::min(g.memory_bytes, n.gpu_free_memory[at->second]);
+        if (r.gpu_milli < g.milli || r.gpu_memory_bytes < g.memory_bytes) b.overbooked = true;
+        if (r.gpu_milli == 0) continue;
+        pl::Placement p{at->first, pl::GpuSet{1} << at->second};
+        cluster->Apply(p, r);
+        b.taken.push_back({at->first, at->second, r});
+      }
+    }
+  }
+
+  void Release(Booking& b) {
+    if (!cluster) return;
+    for (const Taken& t : b.taken) {
+      cluster->Release(pl::Placement{t.cluster_node, pl::GpuSet{1} << t.slot}, t.request);
+    }
+    b.taken.clear();
+  }
+
+  // ---- MIG slice maps ----
+
+  std::vector<mig::MigGpu> MigGpusOf(const std::string& name, const NodeEntry& entry) const {
+    std::vector<mig::MigGpu> out;
+    for (const GpuInfo& gpu : entry.inventory.gpus) {
+      if (gpu.mode != GpuMode::kMig || !gpu.healthy) continue;
+      const gpu::MigModel* model = gpu::FindMigModel(gpu.model);
+      if (model == nullptr) continue;
+      mig::MigGpu g{.gpu = gpu.index, .model = model, .instances = {}};
+      for (const MigInstanceInfo& m : gpu.mig) {
+        const gpu::MigProfile* p = gpu::FindMigProfile(*model, m.profile);
+        if (p == nullptr) continue;
+        g.instances.push_back({static_cast<int>(p - model->profiles),
+                               {m.start, m.size},
+                               /*busy=*/!m.pod.empty()});
+      }
+      out.push_back(std::move(g));
+    }
+    auto pods = pods_on_node.find(name);
+    if (pods == pods_on_node.end()) return out;
+    for (const std::string& pod : pods->second) {
+      for (const ContainerAssignment& c : bookings.at(pod).assignment.containers) {
+        for (const GpuGrant& grant : c.gpus) {
+          if (grant.mig) AddBookedInstance(out, grant);
+        }
+      }
+    }
+    return out;
+  }
+
+  // A booked MIG placement is busy whether or not the agent has created the instance yet.
+  static void AddBookedInstance(std::vector<mig::MigGpu>& gpus, const GpuGrant& grant) {
+    for (mig::MigGpu& g : gpus) {
+      if (g.gpu != grant.index) continue;
+      const gpu::MigProfile* p = gpu::FindMigProfile(*g.model, grant.mig->profile);
+      if (p == nullptr) return;
+      int profile = static_cast<int>(p - g.model->profiles);
+      for (mig::Instance& i : g.instances) {
+        if (i.profile == profile && i.placement.start == grant.mig->start) {
+          i.busy = true;
+          return;
+        }
+      }
+      // Idle instances in its way will be destroyed by the agent when it creates this one.
+      std::erase_if(g.instances, [&](const mig::Instance& i) {
+        return !i.busy && i.placement.start < grant.mig->start + grant.mig->size &&
+               grant.mig->start < i.placement.start + i.placement.size;
+      });
+      g.instances.push_back({profile, {grant.mig->start, grant.mig->size}, true});
+      return;
+    }
+  }
+
+  // ---- Decisions ----
+
+  struct Outcome {
+    bool fits = false;
+    double score = 0;
+    std::string reason;
+    Assignment assignment;  // Filled when `choose`.
+  };
+
+  Outcome Decide(const std::string& name, const NodeEntry& entry, const PodRequest& request,
+                 bool choose) {
+    Outcome out;
+    if (choose) out.assignment.node = name;
+    const bool single = request.containers.size() == 1;
+    // Copies for pods of several containers, which must fit together.
+    std::vector<pl::Node> views;
+    std::vector<mig::MigGpu> mig_gpus;
+    bool mig_built = false;
+    if (!single) {
+      for (const Group& g : entry.groups) {
+        views.push_back(g.cluster_node >= 0 ? cluster->node(g.cluster_node) : pl::Node{});
+      }
+    }
+    for (const ContainerRequest& c : request.containers) {
+      ContainerAssignment granted;
+      if (choose) granted.container = c.container;
+      // 1. Shared and whole GPUs: the best group by the policy's score.
+      std::optional<double> best_score;
+      int best_group = -1;
+      pl::Request best_request;
+      bool could_ever = false;
+      for (size_t gi = 0; gi < entry.groups.size(); ++gi) {
+        const Group& g = entry.groups[gi];
+        if (g.cluster_node < 0) continue;
+        std::optional<pl::Request> p = Translate(c, g);
+        if (!p) continue;
+        could_ever = true;
+        std::optional<double> score;
+        if (single) {
+          score = scheduler->Score(g.cluster_node, *p);
+        } else if (pl::Fits(views[gi], *p)) {
+          score = policy->Score(views[gi], *p);
+        }
+        if (score && (!best_score || *score > *best_score)) {
+          best_score = score;
+          best_group = static_cast<int>(gi);
+          best_request = *p;
+        }
+      }
+      if (best_group >= 0) {
+        out.score += *best_score;
+        const Group& g = entry.groups[best_group];
+        if (choose || !single) {
+          const pl::Node& n = single ? cluster->node(g.cluster_node) : views[best_group];
+          pl::GpuSet gpus = policy->ChooseGpus(n, best_request);
+          if (!single) TakeOnCopy(views[best_group], gpus, best_request);
+          for (size_t s = 0; s < g.gpus.size(); ++s) {
+            if (!(gpus >> s & 1)) continue;
+            granted.gpus.push_back({.index = g.gpus[s],
+                                    .uuid = UuidOf(entry, g.gpus[s]),
+                                    .milli = best_request.gpu_milli,
+                                    .memory_bytes = best_request.gpu_memory_bytes,
+                                    .mig = std::nullopt});
+          }
+        }
+        if (choose) out.assignment.containers.push_back(std::move(granted));
+        continue;
+      }
+      // 2. Dynamic MIG: a MIG profile, or one GPU's memory or fraction on a MIG GPU.
+      if (c.gpus == 1 && (!c.mig_profile.empty() || !c.WholeGpus())) {
+        if (!mig_built && entry.has_mig) {
+          mig_gpus = MigGpusOf(name, entry);
+          mig_built = true;
+        }
+        if (!mig_gpus.empty()) {
+          StatusOr<mig::Plan> plan = mig::PlanRequest(mig_gpus, MigRequestOf(c));
+          if (plan.ok()) {
+            mig::MigGpu& g = *std::find_if(mig_gpus.begin(), mig_gpus.end(),
+                                           [&](const mig::MigGpu& m) { return m.gpu == plan->gpu; });
+            const gpu::MigProfile& profile = g.model->profiles[plan->profile];
+            GpuGrant grant{.index = plan->gpu,
+                           .uuid = UuidOf(entry, plan->gpu),
+                           .milli = static_cast<uint32_t>(
+                               kMilliPerGpu * profile.memory_slices / g.model->memory_slices),
+                           .memory_bytes = profile.memory_bytes,
+                           .mig = MigGrant{gpu::MigProfileName(*g.model, profile),
+                                           plan->placement.start, plan->placement.size}};
+            AddBookedInstance(mig_gpus, grant);  // Later containers see it taken.
+            granted.gpus.push_back(std::move(grant));
+            if (choose) out.assignment.containers.push_back(std::move(granted));
+            continue;
+          }
+          out.reason = "container " + c.container + ": " + plan.status().message();
+          return out;
+        }
+      }
+      out.reason = "container " + c.container + " (" + DescribeRequest(c) + "): " +
+                   (could_ever ? "not enough free GPU capacity on this node now"
+                               : "no GPU on this node can hold it (" + Summary(entry) + ")");
+      return out;
+    }
+    out.fits = true;
+    return out;
+  }
+
+  static std::string UuidOf(const NodeEntry& entry, int index) {
+    for (const GpuInfo& g : entry.inventory.gpus) {
+      if (g.index == index) return g.uuid;
+    }
+    return "";
+  }
+
+  // "8 x H100-80GB shared, 2 x A100-80GB mig"
+  static std::string Summary(const NodeEntry& entry) {
+    std::vector<std::pair<std::string, int>> kinds;
+    for (const GpuInfo& g : entry.inventory.gpus) {
+      std::string kind = (g.model.empty() ? "unknown GPU" : g.model) + " " +
+                         std::string(GpuModeName(g.mode)) + (g.healthy ? "" : " unhealthy");
+      auto it = std::find_if(kinds.begin(), kinds.end(), [&](auto& k) { return k.first == kind; });
+      if (it == kinds.end()) {
+        kinds.push_back({kind, 1});
+      } else {
+        ++it->second;
+      }
+    }
+    std::string s;
+    for (const auto& [kind, n] : kinds) {
+      if (!s.empty()) s += ", ";
+      s += std::to_string(n) + " x " + kind;
+    }
+    return s.empty() ? "no GPUs" : s;
+  }
+};
+
+Ledger::Ledger(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Ledger::~Ledger() = default;
+
+StatusOr<std::unique_ptr<Ledger>> Ledger::Create(LedgerOptions options) {
+  // Checked here so that MakePolicy cannot fail later.
+  StatusOr<pl::Cluster> empty = pl::Cluster::Create({}, {});
+  pl::TypicalWorkload typical;
+  GPUFRAC_RETURN_IF_ERROR(
+      pl::MakePolicy(options.policy, {.typical = &typical, .seed = 0, .cluster = &*empty}).status());
+  auto impl = std::make_unique<Impl>();
+  impl->options = std::move(options);
+  return std::unique_ptr<Ledger>(new Ledger(std::move(impl)));
+}
+
+void Ledger::SetNode(const std::string& node, const NodeInventory& inventory) {
+  auto it = impl_->nodes.find(node);
+  if (it != impl_->nodes.end() && it->second.inventory == inventory) return;
+  bool has_mig = std::any_of(inventory.gpus.begin(), inventory.gpus.end(), [](const GpuInfo& g) {
+    return g.mode == GpuMode::kMig && g.healthy;
+  });
+  impl_->nodes[node] = NodeEntry{inventory, Impl::GroupsOf(inventory), has_mig};
+  impl_->dirty = true;
+}
+
+void Ledger::RemoveNode(const std::string& node) {
+  if (impl_->nodes.erase(node) > 0) impl_->dirty = true;
+}
+
+bool Ledger::HasNode(const std::string& node) const { return impl_->nodes.count(node) > 0; }
+
+void Ledger::Book(const std::string& pod, const Assignment& assignment) {
+  Unbook(pod);
+  Booking& b = impl_->bookings[pod];
+  b.assignment = assignment;
+  impl_->pods_on_node[assignment.node].insert(pod);
+  if (!impl_->dirty) impl_->Apply(b);
+  ++impl_->typical_changes;
+}
+
+bool Ledger::Unbook(const std::string& pod) {
+  auto it = impl_->bookings.find(pod);
+  if (it == impl_->bookings.end()) return false;
+  if (!impl_->dirty) impl_->Release(it->second);
+  auto on = impl_->pods_on_node.find(it->second.assignment.node);
+  if (on != impl_->pods_on_node.end()) {
+    on->second.erase(pod);
+    if (on->second.empty()) impl_->pods_on_node.erase(on);
+  }
+  impl_->bookings.erase(it);
+  ++impl_->typical_changes;
+  return true;
+}
+
+std::optional<Assignment> Ledger::BookingOf(const std::string& pod) const {
+  auto it = impl_->bookings.find(pod);
+  if (it == impl_->bookings.end()) return std::nullopt;
+  return it->second.assignment;
+}
+
+std::vector<std::string> Ledger::PodsOn(const std::string& node) const {
+  auto it = impl_->pods_on_node.find(node);
+  if (it == impl_->pods_on_node.end()) return {};
+  return {it->second.begin(), it->second.end()};
+}
+
+size_t Ledger::booking_count() const { return impl_->bookings.size(); }
+
+std::vector<Ledger::Verdict> Ledger::Evaluate(const PodRequest& request,
+                                              const std::vector<std::string>& nodes) {
+  impl_->Ensure();
+  std::vector<Verdict> out(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    auto it = impl_->nodes.find(nodes[i]);
+    if (it == impl_->nodes.end()) {
+      out[i].reason = "no gpufrac agent has published this node's GPUs";
+      continue;
+    }
+    if (request.empty()) {
+      out[i].fits = true;
+      continue;
+    }
+    Impl::Outcome o = impl_->Decide(it->first, it->second, request, /*choose=*/false);
+    out[i] = {o.fits, o.score, std::move(o.reason)};
+  }
+  return out;
+}
+
+StatusOr<Assignment> Ledger::Choose(const PodRequest& request, const std::string& node) {
+  impl_->Ensure();
+  auto it = impl_->nodes.find(node);
+  if (it == impl_->nodes.end()) {
+    return NotFoundError("node " + node + ": no gpufrac agent has published its GPUs");
+  }
+  Impl::Outcome o = impl_->Decide(it->first, it->second, request, /*choose=*/true);
+  if (!o.fits) return ResourceExhaustedError("node " + node + ": " + o.reason);
+  return o.assignment;
+}
+
+std::vector<std::string> Ledger::Overbooked() const {
+  impl_->Ensure();
+  std::vector<std::string> out;
+  for (const auto& [pod, b] : impl_->bookings) {
+    if (b.overbooked) out.push_back(pod);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace gpufrac::k8s

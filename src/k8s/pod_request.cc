@@ -1,0 +1,288 @@
+// Reading a pod's GPU request. Extended resources must be whole numbers in Kubernetes, so the
+// quantity grammar needed here is the integer part of it: digits with an optional SI or binary
+// suffix ("4096", "4Ki", "2k").
+#include "k8s/pod_request.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "common/gpu_request.h"
+#include "common/units.h"
+
+namespace gpufrac::k8s {
+namespace {
+
+using nlohmann::json;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// A whole-number Kubernetes quantity: "12", "4Ki", "2k", or a JSON number.
+StatusOr<uint64_t> WholeQuantity(const json& value, const std::string& where) {
+  auto bad = [&](const std::string& text) {
+    return InvalidArgumentError(where + " is \"" + text +
+                                "\"; write a whole number (extended resources are integers)");
+  };
+  if (value.is_number_unsigned()) return value.get<uint64_t>();
+  if (value.is_number_integer()) return bad(std::to_string(value.get<int64_t>()));
+  if (!value.is_string()) return bad(value.dump());
+  const std::string text = value.get<std::string>();
+  size_t i = 0;
+  uint64_t n = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    if (n > (std::numeric_limits<uint64_t>::max() - 9) / 10) return bad(text);
+    n = n * 10 + static_cast<uint64_t>(text[i] - '0');
+  }
+  if (i == 0) return bad(text);
+  std::string_view suffix = std::string_view(text).substr(i);
+  struct Unit {
+    std::string_view name;
+    int power;    // Of `base`.
+    uint64_t base;
+  };
+  static constexpr Unit kUnits[] = {{"", 0, 10},    {"k", 1, 1000}, {"M", 2, 1000}, {"G", 3, 1000},
+                                    {"T", 4, 1000}, {"P", 5, 1000}, {"E", 6, 1000}, {"Ki", 1, 1024},
+                                    {"Mi", 2, 1024}, {"Gi", 3, 1024}, {"Ti", 4, 1024},
+                                    {"Pi", 5, 1024}, {"Ei", 6, 1024}};
+  for (const Unit& u : kUnits) {
+    if (u.name != suffix) continue;
+    for (int p = 0; p < u.power; ++p) {
+      if (n > std::numeric_limits<uint64_t>::max() / u.base) return bad(text);
+      n *= u.base;
+    }
+    return n;
+  }
+  return bad(text);
+}
+
+const json* Find(const json& object, std::string_view key) {
+  if (!object.is_object()) return nullptr;
+  auto it = object.find(std::string(key));
+  return it == object.end() ? nullptr : &*it;
+}
+
+// limits[key], else requests[key], else nullptr.
+const json* ResourceValue(const json& container, std::string_view key) {
+  const json* resources = Find(container, "resources");
+  if (resources == nullptr) return nullptr;
+  for (std::string_view part : {"limits", "requests"}) {
+    const json* list = Find(*resources, part);
+    if (const json* v = list ? Find(*list, key) : nullptr) return v;
+  }
+  return nullptr;
+}
+
+bool AsksForGpufrac(const json& container) {
+  for (std::string_view key : {kResourceGpu, kResourceGpuMemory, kResourceGpuFraction}) {
+    if (ResourceValue(container, key) != nullptr) return true;
+  }
+  return false;
+}
+
+std::string ContainerName(const json& container, size_t index) {
+  const json* name = Find(container, "name");
+  return name && name->is_string() ? name->get<std::string>() : "#" + std::to_string(index);
+}
+
+std::string Annotation(const json& pod, std::string_view key) {
+  const json* metadata = Find(pod, "metadata");
+  const json* annotations = metadata ? Find(*metadata, "annotations") : nullptr;
+  const json* value = annotations ? Find(*annotations, key) : nullptr;
+  return value && value->is_string() ? value->get<std::string>() : "";
+}
+
+// The gpufrac.io resources of one container; nullopt when it asks for none.
+StatusOr<std::optional<ContainerRequest>> FromResources(const json& container,
+                                                        const std::string& name) {
+  const std::string where = "container " + name + ": ";
+  const json* count = ResourceValue(container, kResourceGpu);
+  const json* memory = ResourceValue(container, kResourceGpuMemory);
+  const json* fraction = ResourceValue(container, kResourceGpuFraction);
+  if (count == nullptr && memory == nullptr && fraction == nullptr) return std::nullopt;
+  if (memory != nullptr && fraction != nullptr) {
+    return InvalidArgumentError(where + std::string(kResourceGpuMemory) + " and " +
+                                std::string(kResourceGpuFraction) +
+                                " are both given; ask for one of them per GPU");
+  }
+  if (ResourceValue(container, "nvidia.com/gpu") != nullptr) {
+    return InvalidArgumentError(where + "nvidia.com/gpu and gpufrac.io resources are both given; "
+                                "ask for gpufrac.io/gpu only");
+  }
+  ContainerRequest r;
+  r.container = name;
+  uint64_t gpus = 0;
+  if (count != nullptr) {
+    GPUFRAC_ASSIGN_OR_RETURN(gpus, WholeQuantity(*count, where + std::string(kResourceGpu)));
+  }
+  if (gpus == 0) {
+    return InvalidArgumentError(where + (memory != nullptr ? std::string(kResourceGpuMemory)
+                                                           : std::string(kResourceGpuFraction)) +
+                                " needs " + std::string(kResourceGpu) +
+                                ": N, the number of GPUs it applies to (quotas count it)");
+  }
+  if (gpus > kMaxWholeGpus) {
+    return InvalidArgumentError(where + std::string(kResourceGpu) + " is " + std::to_string(gpus) +
+                                "; at most " + std::to_string(kMaxWholeGpus) + " GPUs");
+  }
+  r.gpus = static_cast<uint32_t>(gpus);
+  if (memory != nullptr) {
+    std::string key = where + std::string(kResourceGpuMemory);
+    GPUFRAC_ASSIGN_OR_RETURN(uint64_t mib, WholeQuantity(*memory, key));
+    if (mib == 0 || mib > (uint64_t{1} << 30)) {
+      return InvalidArgumentError(key + " is " + std::to_string(mib) +
+                                  " MiB; give the memory per GPU in MiB, e.g. 4096");
+    }
+    r.memory_bytes = mib * kMiB;
+  }
+  if (fraction != nullptr) {
+    std::string key = where + std::string(kResourceGpuFraction);
+    GPUFRAC_ASSIGN_OR_RETURN(uint64_t milli, WholeQuantity(*fraction, key));
+    if (milli == 0 || milli >= kMilliPerGpu) {
+      return InvalidArgumentError(key + " is " + std::to_string(milli) +
+                                  "; give thousandths of a GPU from 1 to 999 (250 is a quarter), "
+                                  "or leave it out for whole GPUs");
+    }
+    r.fraction_milli = static_cast<uint32_t>(milli);
+  }
+  return std::optional<ContainerRequest>(std::move(r));
+}
+
+// KAI/Run:ai's pod annotations, for the container they name (default: the first).
+StatusOr<std::optional<ContainerRequest>> FromKaiAnnotations(const json& pod,
+                                                             const json& containers) {
+  std::string fraction = Annotation(pod, kKaiGpuFraction);
+  std::string memory = Annotation(pod, kKaiGpuMemory);
+  if (fraction.empty() && memory.empty()) return std::nullopt;
+  if (!fraction.empty() && !memory.empty()) {
+    return InvalidArgumentError("annotations gpu-fraction and gpu-memory are both given; "
+                                "keep one of them");
+  }
+  std::string target = Annotation(pod, kKaiContainerName);
+  const json* chosen = nullptr;
+  for (size_t i = 0; i < containers.size(); ++i) {
+    if (target.empty() || ContainerName(containers[i], i) == target) {
+      chosen = &containers[i];
+      break;
+    }
+  }
+  if (chosen == nullptr) {
+    return InvalidArgumentError("annotation gpu-fraction-container-name names container \"" +
+                                target + "\", which the pod does not have");
+  }
+  ContainerRequest r;
+  r.container = ContainerName(*chosen, chosen - &containers[0]);
+  r.from_annotations = true;
+  if (AsksForGpufrac(*chosen)) {
+    return InvalidArgumentError("container " + r.container +
+                                ": KAI/Run:ai annotations and gpufrac.io resources are both "
+                                "given; keep the gpufrac.io resources");
+  }
+  r.gpus = 1;
+  std::string devices = Annotation(pod, kKaiFractionDevices);
+  if (!devices.empty()) {
+    StatusOr<uint64_t> n = WholeQuantity(json(devices), "annotation gpu-fraction-num-devices");
+    if (!n.ok()) return n.status();
+    if (*n == 0 || *n > kMaxWholeGpus) {
+      return InvalidArgumentError("annotation gpu-fraction-num-devices is " + devices +
+                                  "; give 1 to " + std::to_string(kMaxWholeGpus));
+    }
+    r.gpus = static_cast<uint32_t>(*n);
+  }
+  if (!fraction.empty()) {
+    StatusOr<double> f = ParseFraction(fraction, /*allow_one=*/false);
+    if (!f.ok()) return f.status().WithContext("annotation gpu-fraction");
+    r.fraction_milli = FractionToMilli(*f);
+  } else {
+    StatusOr<uint64_t> mib = WholeQuantity(json(memory), "annotation gpu-memory");
+    if (!mib.ok()) return mib.status();
+    if (*mib == 0 || *mib > (uint64_t{1} << 30)) {
+      return InvalidArgumentError("annotation gpu-memory is " + memory +
+                                  "; give the memory per GPU in MiB, e.g. 4096");
+    }
+    r.memory_bytes = *mib * kMiB;
+  }
+  return std::optional<ContainerRequest>(std::move(r));
+}
+
+}  // namespace
+
+StatusOr<PodRequest> ParsePodRequest(const json& pod) {
+  if (!pod.is_object()) return InvalidArgumentError("the pod is not a JSON object");
+  const json* spec = Find(pod, "spec");
+  static const json kNone = json::array();
+  const json* containers = spec ? Find(*spec, "containers") : nullptr;
+  if (containers == nullptr || !containers->is_array()) containers = &kNone;
+  if (const json* init = spec ? Find(*spec, "initContainers") : nullptr; init && init->is_array()) {
+    for (size_t i = 0; i < init->size(); ++i) {
+      if (AsksForGpufrac((*init)[i])) {
+        return InvalidArgumentError("init container " + ContainerName((*init)[i], i) +
+                                    " asks for gpufrac.io resources; only regular containers "
+                                    "may (move the GPU work into one)");
+      }
+    }
+  }
+
+  GPUFRAC_ASSIGN_OR_RETURN(std::optional<ContainerRequest> kai, FromKaiAnnotations(pod, *containers));
+  PodRequest out;
+  for (size_t i = 0; i < containers->size(); ++i) {
+    const json& c = (*containers)[i];
+    std::string name = ContainerName(c, i);
+    if (kai && kai->container == name) {
+      out.containers.push_back(std::move(*kai));
+      kai.reset();
+      continue;
+    }
+    GPUFRAC_ASSIGN_OR_RETURN(std::optional<ContainerRequest> r, FromResources(c, name));
+    if (r) out.containers.push_back(std::move(*r));
+  }
+
+  std::string profile = Annotation(pod, kAnnotationMigProfile);
+  if (!profile.empty()) {
+    GpuRequestText text;
+    text.mig_profile = profile;
+    StatusOr<GpuRequest> parsed = ParseGpuRequest(text);
+    if (!parsed.ok()) {
+      return InvalidArgumentError("annotation " + std::string(kAnnotationMigProfile) + " is \"" +
+                                  profile + "\"; write a profile name such as 1g.10gb or 2g.20gb");
+    }
+    if (out.containers.empty()) {
+      return InvalidArgumentError("annotation " + std::string(kAnnotationMigProfile) +
+                                  " needs a container with " + std::string(kResourceGpu) + ": 1");
+    }
+    for (ContainerRequest& r : out.containers) {
+      if (!r.WholeGpus() || r.from_annotations) {
+        return InvalidArgumentError("container " + r.container + ": annotation " +
+                                    std::string(kAnnotationMigProfile) +
+                                    " and a GPU memory or fraction are both given; a MIG "
+                                    "instance has its own memory, keep one of them");
+      }
+      if (r.gpus != 1) {
+        return InvalidArgumentError("container " + r.container + ": annotation " +
+                                    std::string(kAnnotationMigProfile) + " gives one instance, but " +
+                                    std::string(kResourceGpu) + " is " + std::to_string(r.gpus) +
+                                    "; set it to 1");
+      }
+      r.mig_profile = parsed->mig_profile;
+    }
+  }
+  std::string model = Annotation(pod, kAnnotationGpuModel);
+  for (ContainerRequest& r : out.containers) r.gpu_model = model;
+  return out;
+}
+
+std::string DescribeRequest(const ContainerRequest& r) {
+  std::string s;
+  if (!r.mig_profile.empty()) {
+    s = "MIG " + r.mig_profile;
+  } else {
+    s = std::to_string(r.gpus) + (r.gpus == 1 ? " GPU" : " GPUs");
+    if (r.memory_bytes > 0) s += " x " + FormatSize(r.memory_bytes);
+    if (r.fraction_milli > 0) s += " x " + FormatMilli(r.fraction_milli);
+  }
+  if (!r.gpu_model.empty()) s += " (" + r.gpu_model + ")";
+  return s;
+}
+
+}  // namespace gpufrac::k8s

@@ -1,0 +1,65 @@
+// What a pod asks of the GPUs, read from its containers' extended resources (gpufrac.io/gpu,
+// gpufrac.io/gpu-memory, gpufrac.io/gpu-fraction) and its annotations (gpufrac.io/mig-profile,
+// gpufrac.io/gpu-model, and KAI/Run:ai's gpu-fraction and gpu-memory for migration). One parser,
+// used by the scheduler extender and the node agent alike, so both read a pod the same way.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/status.h"
+
+namespace gpufrac::k8s {
+
+inline constexpr std::string_view kResourceGpu = "gpufrac.io/gpu";
+inline constexpr std::string_view kResourceGpuMemory = "gpufrac.io/gpu-memory";      // MiB
+inline constexpr std::string_view kResourceGpuFraction = "gpufrac.io/gpu-fraction";  // 1/1000
+inline constexpr std::string_view kAnnotationMigProfile = "gpufrac.io/mig-profile";
+inline constexpr std::string_view kAnnotationGpuModel = "gpufrac.io/gpu-model";
+// KAI scheduler / Run:ai annotations, accepted so that their pods move over unchanged.
+inline constexpr std::string_view kKaiGpuFraction = "gpu-fraction";  // "0.5"
+inline constexpr std::string_view kKaiGpuMemory = "gpu-memory";      // MiB, "4096"
+inline constexpr std::string_view kKaiFractionDevices = "gpu-fraction-num-devices";
+inline constexpr std::string_view kKaiContainerName = "gpu-fraction-container-name";
+
+// What one container asks for, per GPU it uses.
+struct ContainerRequest {
+  std::string container;
+  uint32_t gpus = 0;            // How many GPUs (>= 1).
+  uint64_t memory_bytes = 0;    // Memory on each GPU; 0 when not asked for.
+  uint32_t fraction_milli = 0;  // Share of each GPU, 1..999; 0 when not asked for.
+  std::string mig_profile;      // A MIG instance ("2g.20gb", lower case); then gpus == 1.
+  std::string gpu_model;        // Allowed GPU model ("A100-80GB"); "" = any.
+  bool from_annotations = false;  // Asked with KAI/Run:ai annotations, not gpufrac.io resources.
+
+  // Neither memory, fraction nor a MIG profile: `gpus` whole GPUs.
+  bool WholeGpus() const { return memory_bytes == 0 && fraction_milli == 0 && mig_profile.empty(); }
+  friend bool operator==(const ContainerRequest&, const ContainerRequest&) = default;
+};
+
+// The pod's GPU containers, in the pod's order; empty when it asks for no GPU.
+struct PodRequest {
+  std::vector<ContainerRequest> containers;
+  bool empty() const { return containers.empty(); }
+};
+
+// Reads `pod` (a core/v1 Pod as JSON). Resources come from each container's limits (requests
+// when there is no limit). Errors are kInvalidArgument with one line naming the container and
+// the key and saying what to write instead, e.g.:
+//  - gpufrac.io/gpu-memory and gpufrac.io/gpu-fraction both given (choose one);
+//  - gpufrac.io/gpu-memory without gpufrac.io/gpu (the GPU count is what quotas count);
+//  - a fraction outside 1..999 thousandths, a memory of 0 MiB, a count above 64 or not whole;
+//  - gpufrac.io/mig-profile with a memory or fraction, with more than one GPU, with no GPU
+//    container, or naming no profile; gpufrac.io resources and KAI annotations on one container;
+//  - gpufrac.io resources on an init container, or together with nvidia.com/gpu.
+StatusOr<PodRequest> ParsePodRequest(const nlohmann::json& pod);
+
+// The request in words for events and logs: "2 GPUs", "1 GPU x 4 GiB", "1 GPU x 0.25",
+// "MIG 2g.20gb", with " (A100-80GB)" when restricted to a model.
+std::string DescribeRequest(const ContainerRequest& request);
+
+}  // namespace gpufrac::k8s

@@ -1,0 +1,1 @@
+# (filled in by the k8s work)
