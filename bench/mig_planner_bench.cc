@@ -1,7 +1,7 @@
 // The MIG planner benchmark of issue 5 (not a test): random streams of MIG requests arriving at
-// and leaving a simulated 8 x H100-80GB node, served by gpufrac's placement rule, the driver's
-// lowest-start rule, an oracle that repacks idle instances away and a bound that repacks busy
-// ones too; then the planner's speed (Google Benchmark).
+// and leaving a simulated 8 x H100-80GB node, served by gpufrac's placement rule (with and
+// without the recent demand), the driver's lowest-start rule, an oracle that repacks idle
+// instances away and a bound that repacks busy ones too; then the planner's speed.
 // Run bench/run_mig_bench.sh, which writes docs/mig-planner-benchmark.md.
 #include <benchmark/benchmark.h>
 
@@ -12,10 +12,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <queue>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "common/random.h"
+#include "mig/demand.h"
 #include "mig/planner.h"
 
 namespace gpufrac::mig {
@@ -116,16 +118,23 @@ class Node {
 class PlannerNode : public Node {
  public:
   // With `repack_idle`, an instance is destroyed as soon as its job ends: the idle-repacking
-  // oracle of the issue, for which idle instances are never in the way.
-  explicit PlannerNode(PlacementRule rule, bool repack_idle = false)
-      : rule_(rule), repack_idle_(repack_idle), gpus_(kGpus), jobs_(kGpus) {
+  // oracle of the issue, for which idle instances are never in the way. With `demand`, the
+  // planner is told how often each profile was requested recently, as the node service can
+  // count it: every arrival so far (served or not, this one included), older ones decayed with
+  // a half-life of 1,000 requests (mig::DemandTracker, as the node service and the Kubernetes
+  // extender keep it). It is learnt from the stream, not read from the mix.
+  PlannerNode(PlacementRule rule, bool demand, bool repack_idle = false)
+      : rule_(rule), use_demand_(demand), repack_idle_(repack_idle), gpus_(kGpus), jobs_(kGpus) {
     for (int g = 0; g < kGpus; ++g) gpus_[g] = MigGpu{.gpu = g, .model = &H100(), .instances = {}};
   }
 
   bool Arrive(int job, int profile) override {
     GpuRequest request = ProfileRequest(gpu::MigProfileName(H100(), H100().profiles[profile]));
+    demand_.Observe(H100(), profile);
+    std::span<const ProfileDemand> demand;
+    if (use_demand_) demand = demand_.demand();
     auto start = std::chrono::steady_clock::now();
-    StatusOr<Plan> plan = PlanRequest(gpus_, request, rule_);
+    StatusOr<Plan> plan = PlanRequest(gpus_, request, rule_, demand);
     plan_ns_ +=
         std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
     ++plans_;
@@ -198,7 +207,9 @@ class PlannerNode : public Node {
   }
 
   PlacementRule rule_;
+  bool use_demand_;
   bool repack_idle_;
+  DemandTracker demand_{1000};
   std::vector<MigGpu> gpus_;
   std::vector<std::vector<int>> jobs_;  // Per instance: its job, or -1 when idle.
   double plan_ns_ = 0;
@@ -329,6 +340,7 @@ class RepackBoundNode : public Node {
 
 struct Result {
   double served = 0;                 // Share of measured requests served at arrival.
+  double slices = 0;                 // Share of their compute slices (a second metric).
   double by_profile[kMixSize] = {};  // The same per requested profile.
 };
 
@@ -338,7 +350,7 @@ struct Result {
 Result Replay(const std::vector<Arrival>& stream, int warmup, Node& node) {
   using Departure = std::pair<double, int>;
   std::priority_queue<Departure, std::vector<Departure>, std::greater<>> departures;
-  long served = 0, counted = 0;
+  long served = 0, counted = 0, served_slices = 0, counted_slices = 0;
   long served_by[kMixSize] = {}, counted_by[kMixSize] = {};
   for (int i = 0; i < static_cast<int>(stream.size()); ++i) {
     const Arrival& a = stream[i];
@@ -346,17 +358,22 @@ Result Replay(const std::vector<Arrival>& stream, int warmup, Node& node) {
       node.Depart(departures.top().second);
       departures.pop();
     }
-    bool ok = node.Arrive(i, ProfileIndex(kMix[a.mix].profile));
+    int profile = ProfileIndex(kMix[a.mix].profile);
+    bool ok = node.Arrive(i, profile);
     if (ok) departures.push({a.time + a.lifetime, i});
     if (i >= warmup) {
+      int slices = H100().profiles[profile].compute_slices;
       ++counted;
       served += ok;
+      counted_slices += slices;
+      served_slices += ok ? slices : 0;
       ++counted_by[a.mix];
       served_by[a.mix] += ok;
     }
   }
   Result r;
   r.served = counted == 0 ? 0 : static_cast<double>(served) / counted;
+  r.slices = counted_slices == 0 ? 0 : static_cast<double>(served_slices) / counted_slices;
   for (int k = 0; k < kMixSize; ++k) {
     r.by_profile[k] = counted_by[k] == 0 ? 0 : static_cast<double>(served_by[k]) / counted_by[k];
   }
@@ -430,9 +447,10 @@ Options ParseOptions(int argc, char** argv) {
   return o;
 }
 
-constexpr int kPolicies = 4;
+constexpr int kPolicies = 5;
 constexpr const char* kPolicyNames[kPolicies] = {
-    "(a) gpufrac", "(b) lowest start", "(c) idle-repack oracle", "(d) per-GPU repack bound"};
+    "(a) gpufrac", "(b) lowest start", "(c) idle-repack oracle", "(d) per-GPU repack bound",
+    "(a0) gpufrac, no demand"};
 
 void Simulate(const Options& o) {
   // results[load][policy][seed]
@@ -442,13 +460,17 @@ void Simulate(const Options& o) {
     results[l].resize(kPolicies);
     for (uint64_t seed : o.seeds) {
       std::vector<Arrival> stream = Stream(seed, o.loads[l], o.requests);
-      PlannerNode ours(PlacementRule::kGpufrac), lowest(PlacementRule::kLowestStart);
-      PlannerNode idle_repack(PlacementRule::kGpufrac, /*repack_idle=*/true);
+      PlannerNode ours(PlacementRule::kGpufrac, /*demand=*/true);
+      PlannerNode lowest(PlacementRule::kLowestStart, /*demand=*/false);
+      // The oracle gets what (a) gets, demand included: it differs from (a) only in repacking.
+      PlannerNode idle_repack(PlacementRule::kGpufrac, /*demand=*/true, /*repack_idle=*/true);
+      PlannerNode no_demand(PlacementRule::kGpufrac, /*demand=*/false);
       RepackBoundNode bound;
       results[l][0].push_back(Replay(stream, o.warmup, ours));
       results[l][1].push_back(Replay(stream, o.warmup, lowest));
       results[l][2].push_back(Replay(stream, o.warmup, idle_repack));
       results[l][3].push_back(Replay(stream, o.warmup, bound));
+      results[l][4].push_back(Replay(stream, o.warmup, no_demand));
       plan_ns.push_back(ours.MeanPlanNs());
       if (!o.markdown) {
         std::fprintf(stderr, "load %.2f seed %llu: gpufrac %.4f lowest %.4f oracle %.4f\n",
@@ -466,11 +488,67 @@ void Simulate(const Options& o) {
   };
   std::printf(
       "| offered load | (a) gpufrac | (b) lowest start | (c) idle-repack oracle | "
-      "(d) per-GPU repack bound | a - c | a - d | a - b |\n|---|---|---|---|---|---|---|---|\n");
+      "(d) per-GPU repack bound | (a0) gpufrac, no demand | a - c | a - d | a - b | a0 - b |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t l = 0; l < o.loads.size(); ++l) {
     double a = median(l, 0, -1), b = median(l, 1, -1), c = median(l, 2, -1), d = median(l, 3, -1);
-    std::printf("| %.0f%% | %.2f%% | %.2f%% | %.2f%% | %.2f%% | %+.2f | %+.2f | %+.2f |\n",
-                100 * o.loads[l], a, b, c, d, a - c, a - d, a - b);
+    double a0 = median(l, 4, -1);
+    std::printf(
+        "| %.0f%% | %.2f%% | %.2f%% | %.2f%% | %.2f%% | %.2f%% | %+.2f | %+.2f | %+.2f | %+.2f |\n",
+        100 * o.loads[l], a, b, c, d, a0, a - c, a - d, a - b, a0 - b);
+  }
+  // Every policy replays the same stream for a seed, so the per-seed difference of two policies
+  // is free of the stream's own variation (a few tenths of a point between seeds): its mean,
+  // standard deviation and sign count say whether a small gap is consistent or noise.
+  struct Paired {
+    double mean = 0, sd = 0;
+    int above = 0, below = 0;
+  };
+  auto paired = [&](size_t l, int x, int y, bool slices) {
+    std::vector<double> d;
+    Paired p;
+    for (size_t i = 0; i < o.seeds.size(); ++i) {
+      const Result &rx = results[l][x][i], &ry = results[l][y][i];
+      d.push_back(100 * (slices ? rx.slices - ry.slices : rx.served - ry.served));
+      p.above += d.back() > 0;
+      p.below += d.back() < 0;
+    }
+    for (double v : d) p.mean += v / d.size();
+    for (double v : d) p.sd += (v - p.mean) * (v - p.mean);
+    p.sd = d.size() > 1 ? std::sqrt(p.sd / (d.size() - 1)) : 0;
+    return p;
+  };
+  std::printf(
+      "\nPaired by seed (%zu seeds): the difference in points, mean +- standard deviation over "
+      "seeds, and the seeds where it is above / below zero:\n\n",
+      o.seeds.size());
+  std::printf(
+      "| offered load | a - b | seeds a > b / a < b | a - c | seeds a > c / a < c | a0 - b | "
+      "seeds a0 > b / a0 < b |\n|---|---|---|---|---|---|---|\n");
+  for (size_t l = 0; l < o.loads.size(); ++l) {
+    Paired ab = paired(l, 0, 1, false), ac = paired(l, 0, 2, false), a0b = paired(l, 4, 1, false);
+    std::printf(
+        "| %.0f%% | %+.2f +- %.2f | %d / %d | %+.2f +- %.2f | %d / %d | %+.2f +- %.2f | %d / %d "
+        "|\n",
+        100 * o.loads[l], ab.mean, ab.sd, ab.above, ab.below, ac.mean, ac.sd, ac.above, ac.below,
+        a0b.mean, a0b.sd, a0b.above, a0b.below);
+  }
+  std::printf(
+      "\nSecond metric: share of the requested compute slices served without waiting (median "
+      "over seeds; paired a - b as above):\n\n");
+  std::printf(
+      "| offered load | (a) gpufrac | (b) lowest start | (c) idle-repack oracle | "
+      "(d) per-GPU repack bound | (a0) gpufrac, no demand | a - b paired | seeds a > b / a < b "
+      "|\n|---|---|---|---|---|---|---|---|\n");
+  for (size_t l = 0; l < o.loads.size(); ++l) {
+    std::printf("| %.0f%% |", 100 * o.loads[l]);
+    for (int p = 0; p < kPolicies; ++p) {
+      std::vector<double> v;
+      for (const Result& r : results[l][p]) v.push_back(r.slices);
+      std::printf(" %.2f%% |", 100 * Median(v));
+    }
+    Paired ab = paired(l, 0, 1, true);
+    std::printf(" %+.2f +- %.2f | %d / %d |\n", ab.mean, ab.sd, ab.above, ab.below);
   }
   std::printf("\nServed without waiting, by requested profile (median over seeds):\n\n");
   std::printf("| offered load | policy |");
@@ -493,29 +571,36 @@ void Simulate(const Options& o) {
 // instances of every size, the state the planner usually sees.
 const std::vector<MigGpu>& MidLoadNode() {
   static const std::vector<MigGpu> gpus = [] {
-    PlannerNode node(PlacementRule::kGpufrac);
+    PlannerNode node(PlacementRule::kGpufrac, /*demand=*/true);
     Replay(Stream(7, 0.9, 3000), 0, node);
     return node.gpus();
   }();
   return gpus;
 }
 
-// One PlanRequest on the mid-load node, cycling through the request mix.
+// One PlanRequest on the mid-load node, cycling through the request mix. Arg 0: gpufrac told the
+// mix as its demand; 1: lowest start; 2: gpufrac without demand.
 void BM_PlanRequest(benchmark::State& state) {
-  PlacementRule rule = state.range(0) == 0 ? PlacementRule::kGpufrac : PlacementRule::kLowestStart;
+  PlacementRule rule = state.range(0) == 1 ? PlacementRule::kLowestStart : PlacementRule::kGpufrac;
   const std::vector<MigGpu>& gpus = MidLoadNode();
   std::vector<GpuRequest> requests;
+  ProfileDemand mix{.model = &H100(), .weight = {}};
   for (const MixEntry& e : kMix) {
     requests.push_back(ProfileRequest(e.profile));
+    mix.weight[ProfileIndex(e.profile)] = e.weight;
   }
+  std::span<const ProfileDemand> demand;
+  if (state.range(0) == 0) demand = {&mix, 1};
   size_t i = 0;
   for (auto _ : state) {
-    StatusOr<Plan> plan = PlanRequest(gpus, requests[i++ % requests.size()], rule);
+    StatusOr<Plan> plan = PlanRequest(gpus, requests[i++ % requests.size()], rule, demand);
     benchmark::DoNotOptimize(plan);
   }
-  state.SetLabel(rule == PlacementRule::kGpufrac ? "gpufrac" : "lowest start");
+  state.SetLabel(state.range(0) == 0   ? "gpufrac, with demand"
+                 : state.range(0) == 1 ? "lowest start"
+                                       : "gpufrac, no demand");
 }
-BENCHMARK(BM_PlanRequest)->Arg(0)->Arg(1);
+BENCHMARK(BM_PlanRequest)->Arg(0)->Arg(1)->Arg(2);
 
 }  // namespace
 }  // namespace gpufrac::mig

@@ -1,1 +1,9 @@
-# (filled in by the k8s work)
+# Tests of the Kubernetes scheduler extender: the pod request grammar, the inventory and
+# assignment documents and the Ledger, and the extender protocol against an in-memory API server.
+gpufrac_test(k8s_pod_request_test unit SOURCES unit/k8s_pod_request_test.cc
+             LIBS gpufrac_k8s $<TARGET_NAME_IF_EXISTS:GTest::gmock>)
+gpufrac_test(k8s_ledger_test unit SOURCES unit/k8s_ledger_test.cc
+             LIBS gpufrac_k8s $<TARGET_NAME_IF_EXISTS:GTest::gmock>)
+gpufrac_test(k8s_extender_test unit SOURCES unit/k8s_extender_test.cc
+             LIBS gpufrac_k8s $<TARGET_NAME_IF_EXISTS:GTest::gmock>)
+target_include_directories(k8s_extender_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})

@@ -6,6 +6,7 @@
 #include "cli/demo_command.h"
 #include "cli/exec_command.h"
 #include "cli/job_commands.h"
+#include "cli/k8s_command.h"
 #include "cli/mig_command.h"
 #include "cli/sim_command.h"
 
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
   CLI::App* sim_cmd = gpufrac::cli::AddSimCommand(app, sim);
   gpufrac::cli::JobCommands jobs(app);
   gpufrac::cli::MigCommand mig(app);
+  gpufrac::cli::K8sCommand k8s(app);
   gpufrac::cli::DemoOptions demo;
   CLI::App* demo_cmd = gpufrac::cli::AddDemoCommand(app, demo);
 
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
   if (sim_cmd->parsed()) return gpufrac::cli::RunSim(sim);
   if (jobs.parsed()) return jobs.Run();
   if (mig.parsed()) return mig.Run();
+  if (k8s.parsed()) return k8s.Run();
   if (demo_cmd->parsed()) return gpufrac::cli::RunDemo(demo);
   return 2;
 }

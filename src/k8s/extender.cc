@@ -76,8 +76,17 @@ std::string Extender::Filter(const std::string& body) {
   std::vector<bool> keep(candidates->names.size(), false);
   StatusOr<PodRequest> request = ParsePodRequest(*pod);
   if (!request.ok()) {
-    // Nothing will change this on any node: say so on the pod, and to the scheduler.
-    api_->PodEvent(*pod, "GpufracInvalidRequest", request.status().message(), /*warning=*/true);
+    // Nothing will change this on any node: say so on the pod (once, not at every retry), and
+    // to the scheduler.
+    bool first;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      first = warned_.insert(MetaOf(*pod, "uid")).second;
+      if (warned_.size() > 10000) warned_.clear();
+    }
+    if (first) {
+      api_->PodEvent(*pod, "GpufracInvalidRequest", request.status().message(), /*warning=*/true);
+    }
     for (const std::string& n : candidates->names) unresolvable[n] = request.status().message();
   } else {
     std::vector<Ledger::Verdict> verdicts;
@@ -190,10 +199,27 @@ std::string Extender::Bind(const std::string& body) {
   return ErrorBody("gpufrac: " + result.message());
 }
 
-Status Extender::BindLocked(const json& pod, const std::string& node) {
+Status Extender::BindLocked(const json& first_read, const std::string& node) {
+  const std::string ns = MetaOf(first_read, "namespace"), name = MetaOf(first_read, "name");
+  // Read again under the lock: a bind that kube-scheduler retries may already have happened,
+  // and choosing GPUs again would overwrite the record of the ones the pod holds.
+  GPUFRAC_ASSIGN_OR_RETURN(json pod, api_->GetPod(ns, name));
+  if (MetaOf(pod, "uid") != MetaOf(first_read, "uid")) {
+    return NotFoundError("pod " + ns + "/" + name + " was deleted and created again");
+  }
+  if (std::string bound = PodNodeName(pod); !bound.empty()) {
+    std::optional<Assignment> held = HeldAssignment(pod);
+    if (bound == node && (held || ParsePodRequest(pod).value_or(PodRequest{}).empty())) {
+      if (held) {
+        std::lock_guard<std::mutex> lock(mu_);
+        ledger_->Book(PodKey(pod), *held);
+      }
+      return OkStatus();  // Already done.
+    }
+    return FailedPreconditionError("pod " + ns + "/" + name + " is already bound to node " + bound);
+  }
   GPUFRAC_ASSIGN_OR_RETURN(PodRequest request, ParsePodRequest(pod));
   GPUFRAC_RETURN_IF_ERROR(RefreshNode(node));
-  const std::string ns = MetaOf(pod, "namespace"), name = MetaOf(pod, "name");
   Assignment assignment;
   if (!request.empty()) {
     std::lock_guard<std::mutex> lock(mu_);

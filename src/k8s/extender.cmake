@@ -9,3 +9,8 @@ target_link_libraries(gpufrac_k8s PUBLIC gpufrac_common gpufrac_placement gpufra
 add_library(gpufrac_k8s_agent STATIC gpu_provider.cc)
 target_link_libraries(gpufrac_k8s_agent PUBLIC gpufrac_k8s gpufrac_k8s_plugin gpufrac_node_mig
                       gpufrac_node_runner)
+
+# The processes: ClusterApi over the API server, the extender service and the node agent.
+add_library(gpufrac_k8s_services STATIC kube_cluster_api.cc extender_service.cc agent_service.cc)
+target_link_libraries(gpufrac_k8s_services PUBLIC gpufrac_k8s gpufrac_k8s_agent gpufrac_k8s_client
+                      gpufrac_node_service PRIVATE PkgConfig::HTTPLIB)

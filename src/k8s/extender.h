@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
@@ -40,8 +41,8 @@ class Extender {
   std::string Prioritize(const std::string& body);
   std::string Bind(const std::string& body);
 
-  // The watches' view of the cluster. A pod counts while it is bound (or assigned) and not
-  // finished; a node while it carries a gpufrac inventory.
+  // The watches' view of the cluster. A pod counts while it is bound to the node of its
+  // assignment and not finished; a node while it carries a gpufrac inventory.
   void OnPod(const nlohmann::json& pod);
   void OnPodDeleted(const nlohmann::json& pod);
   void OnNode(const nlohmann::json& node);
@@ -62,6 +63,7 @@ class Extender {
   ExtenderOptions options_;
   mutable std::mutex mu_;  // Guards ledger_ and stats_.
   Stats stats_;
+  std::set<std::string> warned_;  // UIDs of pods told about an invalid request.
 };
 
 }  // namespace gpufrac::k8s

@@ -86,6 +86,7 @@ StatusOr<NodeInventory> InventoryFromJson(const json& document) {
     if (gpu.mode == GpuMode::kMig) {
       const json none = json::array();
       GPUFRAC_ASSIGN_OR_RETURN(json instances, JsonField<json>(g, "mig", at, &none));
+      if (!instances.is_array()) return InvalidArgumentError(at + ".mig is not a list");
       for (size_t k = 0; k < instances.size(); ++k) {
         const std::string in = at + ".mig[" + std::to_string(k) + "]";
         const std::string empty;

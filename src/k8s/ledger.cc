@@ -15,6 +15,7 @@
 #include "common/units.h"
 #include "gpu/catalogue.h"
 #include "gpu/mig_catalogue.h"
+#include "mig/demand.h"
 #include "mig/planner.h"
 #include "placement/cluster.h"
 #include "placement/fit.h"
@@ -133,6 +134,8 @@ struct Ledger::Impl {
   std::unique_ptr<pl::Policy> policy;
   std::unique_ptr<pl::Scheduler> scheduler;
   size_t typical_changes = 0;
+  // Recent MIG requests by profile, so the planner keeps room for what is in demand.
+  mig::DemandTracker mig_demand;
 
   // ---- Building ----
 
@@ -394,7 +397,8 @@ struct Ledger::Impl {
           mig_built = true;
         }
         if (!mig_gpus.empty()) {
-          StatusOr<mig::Plan> plan = mig::PlanRequest(mig_gpus, MigRequestOf(c));
+          StatusOr<mig::Plan> plan = mig::PlanRequest(
+              mig_gpus, MigRequestOf(c), mig::PlacementRule::kGpufrac, mig_demand.demand());
           if (plan.ok()) {
             mig::MigGpu& g = *std::find_if(mig_gpus.begin(), mig_gpus.end(),
                                            [&](const mig::MigGpu& m) { return m.gpu == plan->gpu; });
@@ -484,6 +488,9 @@ void Ledger::RemoveNode(const std::string& node) {
 bool Ledger::HasNode(const std::string& node) const { return impl_->nodes.count(node) > 0; }
 
 void Ledger::Book(const std::string& pod, const Assignment& assignment) {
+  // Watches report every change of a pod; most leave its booking as it was.
+  auto held = impl_->bookings.find(pod);
+  if (held != impl_->bookings.end() && held->second.assignment == assignment) return;
   Unbook(pod);
   Booking& b = impl_->bookings[pod];
   b.assignment = assignment;
@@ -499,6 +506,11 @@ bool Ledger::Unbook(const std::string& pod) {
   auto on = impl_->pods_on_node.find(it->second.assignment.node);
   if (on != impl_->pods_on_node.end()) {
     on->second.erase(pod);
+    // An overbooked neighbour holds more than the books counted for it (they were clamped to
+    // what was free): now that there is room, count it again from scratch.
+    for (const std::string& other : on->second) {
+      if (impl_->bookings.at(other).overbooked) impl_->dirty = true;
+    }
     if (on->second.empty()) impl_->pods_on_node.erase(on);
   }
   impl_->bookings.erase(it);
@@ -525,13 +537,13 @@ std::vector<Ledger::Verdict> Ledger::Evaluate(const PodRequest& request,
   impl_->Ensure();
   std::vector<Verdict> out(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
+    if (request.empty()) {  // Not ours to judge: every node will do.
+      out[i].fits = true;
+      continue;
+    }
     auto it = impl_->nodes.find(nodes[i]);
     if (it == impl_->nodes.end()) {
       out[i].reason = "no gpufrac agent has published this node's GPUs";
-      continue;
-    }
-    if (request.empty()) {
-      out[i].fits = true;
       continue;
     }
     Impl::Outcome o = impl_->Decide(it->first, it->second, request, /*choose=*/false);
@@ -545,6 +557,15 @@ StatusOr<Assignment> Ledger::Choose(const PodRequest& request, const std::string
   auto it = impl_->nodes.find(node);
   if (it == impl_->nodes.end()) {
     return NotFoundError("node " + node + ": no gpufrac agent has published its GPUs");
+  }
+  if (it->second.has_mig) {
+    std::vector<const gpu::MigModel*> models;
+    for (const GpuInfo& g : it->second.inventory.gpus) {
+      if (g.mode == GpuMode::kMig) models.push_back(gpu::FindMigModel(g.model));
+    }
+    for (const ContainerRequest& c : request.containers) {
+      if (c.gpus == 1 && !c.WholeGpus()) impl_->mig_demand.Observe(MigRequestOf(c), models);
+    }
   }
   Impl::Outcome o = impl_->Decide(it->first, it->second, request, /*choose=*/true);
   if (!o.fits) return ResourceExhaustedError("node " + node + ": " + o.reason);

@@ -26,7 +26,11 @@ StatusOr<uint64_t> WholeQuantity(const json& value, const std::string& where) {
                                 "\"; write a whole number (extended resources are integers)");
   };
   if (value.is_number_unsigned()) return value.get<uint64_t>();
-  if (value.is_number_integer()) return bad(std::to_string(value.get<int64_t>()));
+  if (value.is_number_integer()) {
+    int64_t n = value.get<int64_t>();
+    if (n < 0) return bad(std::to_string(n));
+    return static_cast<uint64_t>(n);
+  }
   if (!value.is_string()) return bad(value.dump());
   const std::string text = value.get<std::string>();
   size_t i = 0;
@@ -116,6 +120,7 @@ StatusOr<std::optional<ContainerRequest>> FromResources(const json& container,
   if (count != nullptr) {
     GPUFRAC_ASSIGN_OR_RETURN(gpus, WholeQuantity(*count, where + std::string(kResourceGpu)));
   }
+  if (gpus == 0 && memory == nullptr && fraction == nullptr) return std::nullopt;  // "0": none.
   if (gpus == 0) {
     return InvalidArgumentError(where + (memory != nullptr ? std::string(kResourceGpuMemory)
                                                            : std::string(kResourceGpuFraction)) +
@@ -174,12 +179,25 @@ StatusOr<std::optional<ContainerRequest>> FromKaiAnnotations(const json& pod,
   ContainerRequest r;
   r.container = ContainerName(*chosen, chosen - &containers[0]);
   r.from_annotations = true;
-  if (AsksForGpufrac(*chosen)) {
+  // gpufrac.io/gpu may come with them: it routes the container through gpufrac's device
+  // plugin (so it gets the limiter) and counts in quotas; the annotations give the amount.
+  if (ResourceValue(*chosen, kResourceGpuMemory) != nullptr ||
+      ResourceValue(*chosen, kResourceGpuFraction) != nullptr) {
     return InvalidArgumentError("container " + r.container +
-                                ": KAI/Run:ai annotations and gpufrac.io resources are both "
-                                "given; keep the gpufrac.io resources");
+                                ": KAI/Run:ai annotations and gpufrac.io/gpu-memory or "
+                                "gpu-fraction are both given; keep the gpufrac.io resources");
   }
   r.gpus = 1;
+  if (const json* count = ResourceValue(*chosen, kResourceGpu)) {
+    GPUFRAC_ASSIGN_OR_RETURN(uint64_t n, WholeQuantity(*count, "container " + r.container + ": " +
+                                                                   std::string(kResourceGpu)));
+    if (n == 0 || n > kMaxWholeGpus) {
+      return InvalidArgumentError("container " + r.container + ": " + std::string(kResourceGpu) +
+                                  " is " + std::to_string(n) + "; give 1 to " +
+                                  std::to_string(kMaxWholeGpus));
+    }
+    r.gpus = static_cast<uint32_t>(n);
+  }
   std::string devices = Annotation(pod, kKaiFractionDevices);
   if (!devices.empty()) {
     StatusOr<uint64_t> n = WholeQuantity(json(devices), "annotation gpu-fraction-num-devices");
@@ -187,6 +205,11 @@ StatusOr<std::optional<ContainerRequest>> FromKaiAnnotations(const json& pod,
     if (*n == 0 || *n > kMaxWholeGpus) {
       return InvalidArgumentError("annotation gpu-fraction-num-devices is " + devices +
                                   "; give 1 to " + std::to_string(kMaxWholeGpus));
+    }
+    if (ResourceValue(*chosen, kResourceGpu) != nullptr && *n != r.gpus) {
+      return InvalidArgumentError("annotation gpu-fraction-num-devices is " + devices + " but " +
+                                  std::string(kResourceGpu) + " is " + std::to_string(r.gpus) +
+                                  "; make them equal");
     }
     r.gpus = static_cast<uint32_t>(*n);
   }

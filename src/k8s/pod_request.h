@@ -54,7 +54,8 @@ struct PodRequest {
 //  - gpufrac.io/gpu-memory without gpufrac.io/gpu (the GPU count is what quotas count);
 //  - a fraction outside 1..999 thousandths, a memory of 0 MiB, a count above 64 or not whole;
 //  - gpufrac.io/mig-profile with a memory or fraction, with more than one GPU, with no GPU
-//    container, or naming no profile; gpufrac.io resources and KAI annotations on one container;
+//    container, or naming no profile; KAI annotations with gpufrac.io/gpu-memory or
+//    gpu-fraction on one container (with gpufrac.io/gpu they are fine: it gives the count);
 //  - gpufrac.io resources on an init container, or together with nvidia.com/gpu.
 StatusOr<PodRequest> ParsePodRequest(const nlohmann::json& pod);
 

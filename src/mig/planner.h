@@ -1,11 +1,13 @@
 // The MIG planner: for a request, the smallest GPU instance profile that holds it, and the GPU
-// and placement that keep the largest future profiles creatable, reusing an idle instance of the
-// right profile first and destroying idle instances only when their slices are needed. Pure (no
-// NVML): the node service applies its plans, the benchmark replays streams of requests.
+// and placement that keep the most useful future profiles creatable, reusing an idle instance of
+// the right profile and destroying idle instances only when their slices are worth more free.
+// Pure (no NVML): the node service applies its plans, the benchmark replays streams of requests.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -50,16 +52,40 @@ struct Plan {
 };
 
 enum class PlacementRule {
-  kGpufrac,      // Keep the largest future profiles creatable (the default).
+  kGpufrac,      // Keep the most useful future profiles creatable (the default).
   kLowestStart,  // What the driver does without an explicit placement: the lowest legal start.
 };
 
-// Where `request` goes on `gpus`: an idle instance of the chosen profile if one can be reused
-// (kGpufrac skips one whose reuse would rule out a larger profile than creating on free slices
-// would), else free slices, else the fewest idle slices destroyed. kResourceExhausted when it
-// cannot be served now without touching a busy instance (the message says what is in the way).
-// Errors of SmallestProfile when no GPU's model could ever hold it.
+// How often each profile of one model has been asked for recently: weight[i] for profile index i
+// of `*model` (MigModel::profiles). Only ratios matter; weights must be finite and >= 0 (+me
+// profiles' weights are ignored; all zero counts as no demand). A caller that has no history
+// passes none: the rule is then the same for every mix.
+struct ProfileDemand {
+  const gpu::MigModel* model = nullptr;
+  std::array<double, gpu::kMaxMigProfiles> weight{};
+};
+
+// Where `request` goes on `gpus`.
+//
+// kLowestStart: an idle instance of the chosen profile if there is one (the first), else the
+// first GPU and lowest legal start on free slices, else the fewest idle slices destroyed.
+//
+// kGpufrac: among reusing an idle instance of the chosen profile, creating on free slices and
+// creating after destroying idle instances, the plan that rules out the least future capacity
+// (creatable instances of each profile, busy instances only: idle ones can be destroyed). With
+// `demand` for the GPU's model, capacity is weighed by it: ruling out one instance of profile k
+// costs weight[k] x k's memory slices (the expected slices a future request could not have;
+// FGD's expected fragmentation), and the lexicographic rule below breaks ties. Without it, the
+// loss of a larger profile always outweighs any loss of smaller ones. At equal loss it reuses
+// rather than creates, and destroys the fewest idle slices. Idle instances are destroyed only
+// by a plan's `destroy`, never on their own.
+//
+// Both: never a busy instance. kResourceExhausted when the request cannot be served now without
+// touching a busy instance (the message says what is in the way). Errors of SmallestProfile
+// when no GPU's model could ever hold it. `demand` entries for models not on the node are
+// ignored; the first entry for a model counts.
 StatusOr<Plan> PlanRequest(const std::vector<MigGpu>& gpus, const GpuRequest& request,
-                           PlacementRule rule = PlacementRule::kGpufrac);
+                           PlacementRule rule = PlacementRule::kGpufrac,
+                           std::span<const ProfileDemand> demand = {});
 
 }  // namespace gpufrac::mig

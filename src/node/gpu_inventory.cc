@@ -7,6 +7,7 @@
 
 #include "gpu/devices.h"
 #include "gpu/mig_catalogue.h"
+#include "node/paths.h"
 #include "simgpu/config.h"
 
 namespace gpufrac::node {
@@ -81,6 +82,51 @@ Status ReadMigModes(const gpu::MigControl& control, Inventory* inventory) {
     if (mode->current) inventory->mig_enabled.insert(g.index);
   }
   return OkStatus();
+}
+
+StatusOr<std::unique_ptr<NodeGpus>> OpenNodeGpus(const NodeGpusOptions& options,
+                                                 std::string* warning) {
+  auto gpus = std::make_unique<NodeGpus>();
+  StatusOr<Inventory> inventory = options.sim.empty()
+                                      ? DiscoverGpus()
+                                      : SimulatedGpus(options.sim, SimgpuDir(), options.sim_namespace);
+  if (!inventory.ok()) return inventory.status();
+  gpus->inventory = std::move(*inventory);
+  for (int index : options.whole_gpus) {
+    bool found = false;
+    for (NodeGpu& g : gpus->inventory.gpus) {
+      if (g.index == index) g.whole_only = found = true;
+    }
+    if (!found) {
+      return InvalidArgumentError("--whole-gpus: no GPU " + std::to_string(index) +
+                                  " on this node");
+    }
+  }
+  auto control = gpu::MigControl::Open(gpus->inventory.nvml_library);
+  if (!control.ok()) {
+    if (warning != nullptr) {
+      *warning = "no MIG control (" + control.status().message() +
+                 "); GPUs in MIG mode are left alone";
+    }
+    return gpus;
+  }
+  gpus->mig_control = std::move(*control);
+  GPUFRAC_RETURN_IF_ERROR(ReadMigModes(*gpus->mig_control, &gpus->inventory));
+  std::map<int, const gpu::MigModel*> models;
+  for (const NodeGpu& g : gpus->inventory.gpus) {
+    const gpu::MigModel* m = g.model.empty() ? nullptr : gpu::FindMigModel(g.model);
+    if (m == nullptr) continue;
+    models[g.index] = m;
+    // A GPU in MIG mode tells its own profile tables; they win over the built-in ones.
+    if (!gpus->inventory.mig_enabled.count(g.index)) continue;
+    auto profiles = gpus->mig_control->Profiles(static_cast<unsigned>(g.index));
+    if (!profiles.ok()) continue;
+    gpus->driver_models.push_back(gpu::MigModelFromDriver(*m, *profiles));
+    models[g.index] = &gpus->driver_models.back();
+    gpus->mig_models[g.index] = &gpus->driver_models.back();
+  }
+  gpus->mig_backend = std::make_unique<NvmlMigBackend>(gpus->mig_control.get(), models);
+  return gpus;
 }
 
 }  // namespace gpufrac::node

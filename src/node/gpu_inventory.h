@@ -2,12 +2,16 @@
 // the operator asks for them (`--sim 2xH100-80GB,1xA30-24GB`; never silently).
 #pragma once
 
+#include <deque>
+#include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "gpu/mig_device.h"
+#include "node/mig_backend_nvml.h"
 #include "node/queue_scheduler.h"
 
 namespace gpufrac::node {
@@ -35,5 +39,28 @@ StatusOr<Inventory> DiscoverGpus();
 // this service and its jobs share.
 StatusOr<Inventory> SimulatedGpus(const std::string& spec, const std::string& simgpu_dir,
                                   const std::string& name_space);
+
+// A node's GPUs ready to serve: the inventory (real or simulated, with whole-only GPUs marked and
+// MIG modes read) and, when the driver offers MIG control, the MIG backend with each MIG GPU's
+// profile tables (the driver's, when the GPU is in MIG mode; else the catalogue's).
+struct NodeGpus {
+  Inventory inventory;
+  std::unique_ptr<gpu::MigControl> mig_control;    // Null without MIG support.
+  std::unique_ptr<NvmlMigBackend> mig_backend;     // Null without MIG support.
+  std::map<int, const gpu::MigModel*> mig_models;  // GPUs in MIG mode -> the driver's tables.
+  std::deque<gpu::MigModel> driver_models;         // Storage for those tables.
+};
+
+struct NodeGpusOptions {
+  std::string sim;             // Simulated GPUs ("2xH100-80GB"), or "" for this machine's.
+  std::string sim_namespace;   // The simulated machine's name (see SimulatedGpus).
+  std::vector<int> whole_gpus;  // GPUs that serve whole-GPU jobs only.
+};
+
+// Discovers the GPUs and sets up MIG control. Errors: those of DiscoverGpus/SimulatedGpus,
+// ReadMigModes, and kInvalidArgument for a --whole-gpus index the node does not have. A driver
+// without MIG control is not an error (`warning` says so; GPUs in MIG mode are then left alone).
+StatusOr<std::unique_ptr<NodeGpus>> OpenNodeGpus(const NodeGpusOptions& options,
+                                                 std::string* warning);
 
 }  // namespace gpufrac::node

@@ -161,56 +161,17 @@ int Run(const Flags& f) {
     api.admin_group = *gid;
   }
 
-  if (f.sim.empty()) {
-    auto inventory = DiscoverGpus();
-    if (!inventory.ok()) return Fail(inventory.status().message());
-    config.inventory = *inventory;
-  } else {
-    // One simulated machine per state directory, so two services never share simulated GPUs.
-    std::string ns = "gpufracd-" + StateDirTag(config.state_dir);
-    auto inventory = SimulatedGpus(f.sim, SimgpuDir(), ns);
-    if (!inventory.ok()) return Fail(inventory.status().message());
-    config.inventory = *inventory;
-  }
-
-  for (int index : f.whole_gpus) {
-    bool found = false;
-    for (NodeGpu& g : config.inventory.gpus) {
-      if (g.index == index) g.whole_only = found = true;
-    }
-    if (!found) return Fail("--whole-gpus: no GPU " + std::to_string(index) + " on this node");
-  }
-
-  // MIG: GPUs already in MIG mode are served by the MIG lane. A driver without MIG support
-  // leaves every GPU to the shared lane.
-  std::unique_ptr<gpu::MigControl> mig_control;
-  std::unique_ptr<NvmlMigBackend> mig_backend;
-  std::deque<gpu::MigModel> driver_models;  // Stable addresses for the service's lifetime.
-  auto control = gpu::MigControl::Open(config.inventory.nvml_library);
-  if (!control.ok()) {
-    std::fprintf(stderr, "gpufracd: no MIG control (%s); GPUs in MIG mode are left alone\n",
-                 control.status().message().c_str());
-  } else {
-    mig_control = std::move(*control);
-    if (Status modes = ReadMigModes(*mig_control, &config.inventory); !modes.ok()) {
-      return Fail(modes.message());
-    }
-    std::map<int, const gpu::MigModel*> models;
-    for (const NodeGpu& g : config.inventory.gpus) {
-      const gpu::MigModel* m = g.model.empty() ? nullptr : gpu::FindMigModel(g.model);
-      if (!m) continue;
-      models[g.index] = m;
-      // A GPU in MIG mode tells its own profile tables; they win over the built-in ones.
-      if (!config.inventory.mig_enabled.count(g.index)) continue;
-      if (auto profiles = mig_control->Profiles(static_cast<unsigned>(g.index)); profiles.ok()) {
-        driver_models.push_back(gpu::MigModelFromDriver(*m, *profiles));
-        models[g.index] = &driver_models.back();
-        config.mig_models[g.index] = &driver_models.back();
-      }
-    }
-    mig_backend = std::make_unique<NvmlMigBackend>(mig_control.get(), models);
-    config.mig_backend = mig_backend.get();
-  }
+  // One simulated machine per state directory, so two services never share simulated GPUs.
+  std::string warning;
+  auto gpus = OpenNodeGpus({.sim = f.sim,
+                            .sim_namespace = "gpufracd-" + StateDirTag(config.state_dir),
+                            .whole_gpus = f.whole_gpus},
+                           &warning);
+  if (!gpus.ok()) return Fail(gpus.status().message());
+  if (!warning.empty()) std::fprintf(stderr, "gpufracd: %s\n", warning.c_str());
+  config.inventory = (*gpus)->inventory;
+  config.mig_backend = (*gpus)->mig_backend.get();
+  config.mig_models = (*gpus)->mig_models;
 
   // Signals are taken synchronously by this thread; every other thread inherits the mask.
   sigset_t stop_signals;

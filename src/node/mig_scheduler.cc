@@ -35,6 +35,9 @@ Status MigScheduler::CheckFeasible(const GpuRequest& request) const {
 
 void MigScheduler::Enqueue(int64_t id, int queue, const GpuRequest& request, int64_t submitted_ms) {
   Pending p{id, queue, request, submitted_ms};
+  std::vector<const gpu::MigModel*> models;
+  for (const MigGpuSpec& g : gpus_) models.push_back(g.model);
+  demand_.Observe(request, models);
   auto before = [](const Pending& a, const Pending& b) {
     return std::tie(a.queue, a.submitted_ms, a.id) < std::tie(b.queue, b.submitted_ms, b.id);
   };
@@ -105,7 +108,8 @@ std::vector<MigScheduler::Start> MigScheduler::Schedule() {
   for (size_t g = 0; g < gpus_.size(); ++g) read(g);
 
   for (auto it = pending_.begin(); it != pending_.end();) {
-    auto plan = mig::PlanRequest(state, it->request);
+    auto plan = mig::PlanRequest(state, it->request, mig::PlacementRule::kGpufrac,
+                                 demand_.demand());
     if (!plan.ok()) {
       waiting_[it->id] = plan.status().message();
       ++it;

@@ -15,6 +15,7 @@
 #include "common/gpu_request.h"
 #include "common/status.h"
 #include "gpu/mig_catalogue.h"
+#include "mig/demand.h"
 #include "mig/planner.h"
 
 namespace gpufrac::node {
@@ -106,6 +107,8 @@ class MigScheduler {
   std::map<int64_t, Running> running_;          // job -> its GPU and instance.
   std::map<int64_t, std::string> waiting_;      // Why a pending job waits, as of the last pass.
   std::set<std::pair<int, unsigned>> refused_;  // (GPU, GI) the driver would not destroy.
+  // What was asked for recently, by profile: the planner keeps room for what is in demand.
+  mig::DemandTracker demand_;
 };
 
 }  // namespace gpufrac::node

@@ -1,6 +1,6 @@
 // The MIG planner's rules on hand-made GPUs: smallest-profile choice, reuse of idle instances,
-// fragmentation-aware placement against the driver's lowest-start rule, lazy destruction of the
-// fewest idle slices, refusal to touch busy instances, and nodes mixing A30 and H100 GPUs.
+// fragmentation-aware placement against the driver's lowest-start rule, demand weighting, lazy
+// destruction, refusal to touch busy instances, and nodes mixing A30 and H100 GPUs.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -130,7 +130,8 @@ TEST(SmallestProfileTest, Errors) {
 }
 
 TEST(PlanRequestTest, ReusesAnIdleInstanceBeforeCreating) {
-  std::vector<MigGpu> gpus = {Gpu(0, H100(), {Idle(H100(), "1g.10gb", 3)})};
+  // Slice 6 is where a new 1g.10gb would go too: reusing costs nothing more than creating.
+  std::vector<MigGpu> gpus = {Gpu(0, H100(), {Idle(H100(), "1g.10gb", 6)})};
   Plan plan = PlanRequest(gpus, Memory(5 * kGiB)).value();
   EXPECT_EQ(plan.gpu, 0);
   ASSERT_TRUE(plan.reuse.has_value());
@@ -138,6 +139,24 @@ TEST(PlanRequestTest, ReusesAnIdleInstanceBeforeCreating) {
   EXPECT_TRUE(plan.destroy.empty());
   // The lowest-start baseline reuses too.
   EXPECT_EQ(PlanRequest(gpus, Memory(5 * kGiB), PlacementRule::kLowestStart).value().reuse, 0);
+}
+
+TEST(PlanRequestTest, CreatesRatherThanReuseAnInstanceThatBlocksA4g) {
+  const gpu::MigModel& m = H100();
+  // A job on the idle 1g.10gb at slice 3 would keep the 4g.40gb (slices 0-3) uncreatable while
+  // it runs; a new 1g.10gb at slice 6 leaves it creatable, and the idle one can still be
+  // destroyed when a 4g.40gb comes.
+  std::vector<MigGpu> gpus = {Gpu(0, m, {Idle(m, "1g.10gb", 3)})};
+  Plan plan = PlanRequest(gpus, Profile("1g.10gb")).value();
+  EXPECT_FALSE(plan.reuse.has_value());
+  EXPECT_TRUE(plan.destroy.empty());
+  EXPECT_EQ(plan.placement.start, 6);
+  gpus[0].instances.push_back(Busy(m, "1g.10gb", plan.placement.start));
+  Plan four = PlanRequest(gpus, Profile("4g.40gb")).value();
+  EXPECT_EQ(four.destroy, std::vector<int>{0});
+  // The baseline reuses whatever it finds.
+  gpus[0].instances.pop_back();
+  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kLowestStart).value().reuse, 0);
 }
 
 TEST(PlanRequestTest, ReusesOnTheFullestGpu) {
@@ -232,6 +251,26 @@ TEST(PlanRequestTest, DestroysIdleInstancesOnlyWhenNeeded) {
   EXPECT_EQ(plan.placement.start, 0);
 }
 
+TEST(PlanRequestTest, DestroysIdleInstancesOnlyWhenNothingElseServes) {
+  const gpu::MigModel& m = H100();
+  // GPU 0's slices 4-7 hold an idle 3g.40gb; GPU 1 is empty. Destroying the idle 3g.40gb would
+  // keep GPU 1 whole, but free slices can serve the 2g.20gb, so nothing is destroyed (lazy
+  // destruction: creating an instance takes seconds on a real GPU, and the idle one may be
+  // reused). Both rules agree.
+  std::vector<MigGpu> gpus = {Gpu(0, m, {Busy(m, "4g.40gb", 0), Idle(m, "3g.40gb", 4)}), Gpu(1, m)};
+  for (PlacementRule rule : {PlacementRule::kGpufrac, PlacementRule::kLowestStart}) {
+    Plan plan = PlanRequest(gpus, Profile("2g.20gb"), rule).value();
+    EXPECT_EQ(plan.gpu, 1);
+    EXPECT_TRUE(plan.destroy.empty());
+  }
+  // Once GPU 1 is busy too, the idle 3g.40gb's slices are needed, and it goes.
+  gpus[1] = Gpu(1, m, {Busy(m, "7g.80gb", 0)});
+  Plan plan = PlanRequest(gpus, Profile("2g.20gb")).value();
+  EXPECT_EQ(plan.gpu, 0);
+  EXPECT_EQ(plan.placement.start, 4);
+  EXPECT_EQ(plan.destroy, std::vector<int>{1});
+}
+
 TEST(PlanRequestTest, DestroysTheFewestIdleSlices) {
   const gpu::MigModel& m = H100();
   // A 2g.20gb can only go at slices 4-5 on either GPU. On GPU 0 that destroys an idle 3g.40gb
@@ -250,6 +289,51 @@ TEST(PlanRequestTest, DestroysTheFewestIdleSlices) {
     EXPECT_EQ(plan.destroy, (std::vector<int>{1, 2}));
     EXPECT_FALSE(plan.reuse.has_value());
   }
+}
+
+TEST(PlanRequestTest, DemandWeighsWhatAPlacementRulesOut) {
+  const gpu::MigModel& m = H100();
+  // GPU 0 is empty; GPU 1 serves a 3g.40gb at slices 4-7, so a 1g.10gb there takes one of the
+  // slices 0-3 and rules out its 4g.40gb (and a 3g.40gb and a 2g.20gb); on GPU 0 it rules out
+  // the 7g.80gb (and a 3g.40gb).
+  std::vector<MigGpu> gpus = {Gpu(0, m), Gpu(1, m, {Busy(m, "3g.40gb", 4)})};
+  // Without demand a larger profile always counts more: GPU 0 keeps its 7g.80gb.
+  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb")).value().gpu, 1);
+
+  // Nobody asks for 7g.80gb, many for 4g.40gb and 2g.20gb: GPU 1 keeps its 4g.40gb.
+  ProfileDemand no_7g{.model = &m, .weight = {}};
+  no_7g.weight[Index(m, "1g.10gb")] = 5;
+  no_7g.weight[Index(m, "2g.20gb")] = 3;
+  no_7g.weight[Index(m, "4g.40gb")] = 3;
+  std::vector<ProfileDemand> demand = {no_7g};
+  Plan plan = PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kGpufrac, demand).value();
+  EXPECT_EQ(plan.gpu, 0);
+  // And on GPU 0, where it does not break the 4g.40gb either.
+  EXPECT_GE(plan.placement.start, 4);
+
+  // Mostly 7g.80gb: GPU 0 keeps it, as without demand.
+  ProfileDemand big{.model = &m, .weight = {}};
+  big.weight[Index(m, "7g.80gb")] = 1;
+  demand = {big};
+  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kGpufrac, demand).value().gpu, 1);
+
+  // Demand for another model, or all zero, is no demand.
+  ProfileDemand other{.model = &A30(), .weight = {}};
+  other.weight[0] = 1;
+  ProfileDemand zero{.model = &m, .weight = {}};
+  for (const ProfileDemand& d : {other, zero}) {
+    demand = {d};
+    EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kGpufrac, demand).value().gpu,
+              1);
+  }
+  // The baseline ignores demand.
+  demand = {no_7g};
+  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kLowestStart, demand).value().gpu,
+            0);
+  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kLowestStart, demand)
+                .value()
+                .placement.start,
+            0);
 }
 
 TEST(PlanRequestTest, NeverDestroysABusyInstance) {

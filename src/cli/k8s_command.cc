@@ -1,0 +1,136 @@
+// The Kubernetes subcommands: configuration from flags, an API client from the kubeconfig or
+// the pod's service account, and the process run until SIGTERM or SIGINT.
+#include "cli/k8s_command.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <thread>
+
+#include "common/log.h"
+#include "k8s/agent_service.h"
+#include "k8s/extender_service.h"
+#include "k8s/kube_config.h"
+#include "node/paths.h"
+
+namespace gpufrac::cli {
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "gpufrac k8s: %s\n", message.c_str());
+  return 1;
+}
+
+// Blocks the stop signals in every thread, and calls `stop` from a thread that waits for one.
+std::thread StopOnSignal(std::function<void()> stop) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // cpp-httplib writes without MSG_NOSIGNAL: a peer hanging up must not kill the process.
+  signal(SIGPIPE, SIG_IGN);
+  return std::thread([set, stop = std::move(stop)] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    LogInfo("signal %d: stopping", sig);
+    stop();
+  });
+}
+
+}  // namespace
+
+K8sCommand::K8sCommand(CLI::App& app) {
+  k8s_ = app.add_subcommand("k8s", "gpufrac on Kubernetes: the node agent and the scheduler extender");
+  k8s_->require_subcommand(1);
+  auto common = [this](CLI::App* cmd) {
+    cmd->add_option("--kubeconfig", kubeconfig_,
+                    "kubeconfig file (outside a cluster); default: the pod's service account");
+    cmd->add_option("--context", context_, "kubeconfig context (default: its current-context)");
+    cmd->add_flag("--verbose,-v", verbose_, "log every decision");
+  };
+  agent_ = k8s_->add_subcommand("agent", "node agent: kubelet device plugin for gpufrac.io/gpu, "
+                                         "GPU inventory and labels for the extender");
+  common(agent_);
+  agent_->add_option("--node", node_, "this node's name (default: $NODE_NAME)");
+  agent_->add_option("--kubelet-dir", kubelet_dir_, "the kubelet's device-plugin directory")
+      ->capture_default_str();
+  agent_->add_option("--host-dir", host_dir_,
+                     "host directory for the limiter library and limit files")
+      ->capture_default_str();
+  agent_->add_option("--slots-per-gpu", slots_per_gpu_, "pods that may share one GPU")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  agent_->add_option("--whole-gpus", whole_gpus_, "GPU indexes that serve whole-GPU pods only")
+      ->delimiter(',');
+  agent_->add_option("--sim", sim_, "simulated GPUs instead of this machine's, e.g. 2xH100-80GB");
+  agent_->add_option("--resync", resync_seconds_, "seconds between health and inventory checks")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
+  extender_ = k8s_->add_subcommand("extender", "kube-scheduler extender: filter, prioritize, bind");
+  common(extender_);
+  extender_->add_option("--listen", listen_, "HOST:PORT to serve on")->capture_default_str();
+  extender_->add_option("--policy", policy_, "placement policy")->capture_default_str();
+}
+
+bool K8sCommand::parsed() const { return k8s_->parsed(); }
+
+int K8sCommand::Run() {
+  SetLogLevel(verbose_ ? LogLevel::kDebug : LogLevel::kInfo);
+  return agent_->parsed() ? RunAgent() : RunExtender();
+}
+
+namespace {
+
+StatusOr<std::unique_ptr<k8s::ApiClient>> MakeClient(const std::string& kubeconfig,
+                                                     const std::string& context) {
+  StatusOr<k8s::ClientConfig> config =
+      kubeconfig.empty() ? k8s::InClusterConfig() : k8s::LoadKubeconfig(kubeconfig, context);
+  if (!config.ok()) return config.status();
+  return k8s::ApiClient::Create(std::move(*config));
+}
+
+}  // namespace
+
+int K8sCommand::RunAgent() {
+  if (node_.empty()) {
+    const char* env = std::getenv("NODE_NAME");
+    node_ = env != nullptr ? env : "";
+  }
+  auto client = MakeClient(kubeconfig_, context_);
+  if (!client.ok()) return Fail(client.status().message());
+  k8s::AgentServiceOptions options;
+  options.agent.node = node_;
+  options.agent.slots_per_gpu = slots_per_gpu_;
+  options.agent.host_dir = host_dir_;
+  options.kubelet_dir = kubelet_dir_;
+  options.sim = sim_;
+  options.whole_gpus = whole_gpus_;
+  options.limiter_path = node::LimiterLibraryPath();
+  options.resync = std::chrono::seconds(resync_seconds_);
+  auto agent = k8s::AgentService::Create(client->get(), std::move(options));
+  if (!agent.ok()) return Fail(agent.status().message());
+  std::thread signals = StopOnSignal([&agent] { (*agent)->Stop(); });
+  signals.detach();
+  Status s = (*agent)->Run();
+  if (!s.ok()) return Fail(s.message());
+  return 0;
+}
+
+int K8sCommand::RunExtender() {
+  auto client = MakeClient(kubeconfig_, context_);
+  if (!client.ok()) return Fail(client.status().message());
+  auto service =
+      k8s::ExtenderService::Create(client->get(), {.listen = listen_, .policy = policy_, .holder = ""});
+  if (!service.ok()) return Fail(service.status().message());
+  std::thread signals = StopOnSignal([&service] { (*service)->Stop(); });
+  signals.detach();
+  Status s = (*service)->Run();
+  if (!s.ok()) return Fail(s.message());
+  return 0;
+}
+
+}  // namespace gpufrac::cli

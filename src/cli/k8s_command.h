@@ -1,0 +1,42 @@
+// `gpufrac k8s agent` and `gpufrac k8s extender`: gpufrac's two Kubernetes processes, the node
+// agent (device plugin, GPU inventory) and the scheduler extender.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+
+namespace gpufrac::cli {
+
+class K8sCommand {
+ public:
+  explicit K8sCommand(CLI::App& app);
+  bool parsed() const;
+  int Run();
+
+ private:
+  int RunAgent();
+  int RunExtender();
+
+  std::string kubeconfig_;
+  std::string context_;
+  bool verbose_ = false;
+  // agent
+  std::string node_;
+  std::string kubelet_dir_ = "/var/lib/kubelet/device-plugins";
+  std::string host_dir_ = "/var/lib/gpufrac";
+  int slots_per_gpu_ = 10;
+  std::vector<int> whole_gpus_;
+  std::string sim_;
+  int resync_seconds_ = 10;
+  // extender
+  std::string listen_ = "0.0.0.0:8888";
+  std::string policy_ = "gpufrac";
+
+  CLI::App* k8s_;
+  CLI::App* agent_;
+  CLI::App* extender_;
+};
+
+}  // namespace gpufrac::cli

@@ -1,0 +1,278 @@
+// The node agent process: GPUs, limiter install, inventory publication, device plugin, resync.
+#include "k8s/agent_service.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <condition_variable>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "common/log.h"
+#include "gpu/devices.h"
+#include "gpu/mig_catalogue.h"
+#include "k8s/device_plugin.h"
+#include "k8s/kube_cluster_api.h"
+#include "k8s/object_fields.h"
+#include "k8s/pod_request.h"
+#include "node/gpu_inventory.h"
+#include "node/paths.h"
+
+namespace gpufrac::k8s {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Label values: at most 63 characters of [A-Za-z0-9._-], starting and ending alphanumeric.
+std::string LabelValue(std::string text) {
+  for (char& c : text) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
+  }
+  if (text.size() > 63) text.resize(63);
+  while (!text.empty() && !std::isalnum(static_cast<unsigned char>(text.back()))) text.pop_back();
+  while (!text.empty() && !std::isalnum(static_cast<unsigned char>(text.front()))) text.erase(0, 1);
+  return text;
+}
+
+// Copies the limiter where the kubelet can mount it from, replacing an older copy atomically
+// (a container starting meanwhile sees the old or the new file, never half of one).
+Status InstallLimiter(const std::string& from, const std::string& host_dir) {
+  std::error_code ec;
+  if (from.empty() || !fs::exists(from, ec)) {
+    return FailedPreconditionError("cannot find the limiter library libgpufrac.so" +
+                                   (from.empty() ? std::string() : " at " + from) +
+                                   "; install gpufrac completely or pass its path");
+  }
+  fs::create_directories(host_dir + "/lib", ec);
+  std::string target = host_dir + "/lib/libgpufrac.so";
+  std::string temp = target + ".new";
+  fs::remove(temp, ec);
+  if (!fs::copy_file(from, temp, ec) || ec) {
+    return UnavailableError("cannot copy " + from + " to " + temp + ": " + ec.message());
+  }
+  fs::permissions(temp, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                            fs::perms::others_read | fs::perms::others_exec, ec);
+  fs::rename(temp, target, ec);
+  if (ec) return UnavailableError("cannot install " + target + ": " + ec.message());
+  return OkStatus();
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> NodeLabels(const NodeInventory& inventory,
+                                                            const std::string& product_name) {
+  std::vector<std::pair<std::string, std::string>> labels;
+  uint64_t memory_mib = 0;
+  bool mig_capable = false;
+  int mig = 0;
+  for (const GpuInfo& g : inventory.gpus) {
+    memory_mib = std::max(memory_mib, g.memory_bytes >> 20);
+    mig_capable |= gpu::FindMigModel(g.model) != nullptr;
+    mig += g.mode == GpuMode::kMig;
+  }
+  labels.push_back({"nvidia.com/gpu.present", "true"});
+  labels.push_back({"nvidia.com/gpu.count", std::to_string(inventory.gpus.size())});
+  labels.push_back({"nvidia.com/gpu.product", LabelValue(product_name)});
+  labels.push_back({"nvidia.com/gpu.memory", std::to_string(memory_mib)});
+  labels.push_back({"nvidia.com/mig.capable", mig_capable ? "true" : "false"});
+  labels.push_back({"gpufrac.io/agent", "true"});
+  labels.push_back({"gpufrac.io/gpu-model",
+                    LabelValue(inventory.gpus.empty() ? "" : inventory.gpus.front().model)});
+  labels.push_back({"gpufrac.io/mig-gpus", std::to_string(mig)});
+  return labels;
+}
+
+struct AgentService::Impl {
+  ApiClient* client = nullptr;
+  AgentServiceOptions options;
+  std::unique_ptr<node::NodeGpus> gpus;
+  std::string product_name;
+  std::unique_ptr<KubeClusterApi> api;
+  std::unique_ptr<GpuProvider> provider;
+  std::unique_ptr<DevicePlugin> plugin;
+  std::string published;  // The inventory document last written to the node.
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+
+  // The GPUs as they are now: modes, health and MIG instances (with the pods they serve).
+  NodeInventory Observe(const std::vector<nlohmann::json>& pods) {
+    NodeInventory inv;
+    inv.slots_per_gpu = options.agent.slots_per_gpu;
+    std::set<std::string> present;  // UUIDs NVML still lists (a lost GPU drops out).
+    bool listed = false;
+    if (auto devices = gpu::ListDevices(gpus->inventory.nvml_library); devices.ok()) {
+      listed = true;
+      for (const gpu::DeviceInfo& d : *devices) present.insert(d.uuid);
+    } else {
+      LogWarning("cannot read GPU health: %s", devices.status().message().c_str());
+    }
+    for (const node::NodeGpu& g : gpus->inventory.gpus) {
+      GpuInfo info;
+      info.index = g.index;
+      info.uuid = g.uuid;
+      info.model = g.model;
+      info.memory_bytes = g.memory_bytes;
+      info.mode = gpus->inventory.mig_enabled.count(g.index) > 0 ? GpuMode::kMig
+                  : g.whole_only                                  ? GpuMode::kWhole
+                                                                  : GpuMode::kShared;
+      info.healthy = !listed || present.count(g.uuid) > 0;
+      if (info.mode == GpuMode::kMig && gpus->mig_backend) {
+        const gpu::MigModel* model = gpus->mig_models.count(g.index) ? gpus->mig_models[g.index]
+                                                                      : gpu::FindMigModel(g.model);
+        auto instances = gpus->mig_backend->List(g.index);
+        if (instances.ok() && model != nullptr) {
+          for (const auto& i : *instances) {
+            MigInstanceInfo m;
+            m.profile = gpu::MigProfileName(*model, model->profiles[i.profile]);
+            m.start = i.placement.start;
+            m.size = i.placement.size;
+            m.uuid = i.uuid;
+            m.pod = PodAt(pods, g.index, m.start);
+            info.mig.push_back(std::move(m));
+          }
+        }
+      }
+      inv.gpus.push_back(std::move(info));
+    }
+    return inv;
+  }
+
+  // The live pod whose assignment holds the MIG placement at `start` on `gpu`, or "".
+  std::string PodAt(const std::vector<nlohmann::json>& pods, int gpu, int start) const {
+    for (const nlohmann::json& pod : pods) {
+      if (PodFinished(pod)) continue;
+      std::optional<Assignment> a = AssignmentOf(pod);
+      if (!a || a->node != options.agent.node) continue;
+      for (const ContainerAssignment& c : a->containers) {
+        for (const GpuGrant& grant : c.gpus) {
+          if (grant.index == gpu && grant.mig && grant.mig->start == start) return PodKey(pod);
+        }
+      }
+    }
+    return "";
+  }
+
+  Status Publish(const NodeInventory& inv) {
+    std::string doc = InventoryToJson(inv).dump();
+    if (doc == published) return OkStatus();
+    nlohmann::json labels = nlohmann::json::object();
+    for (const auto& [k, v] : NodeLabels(inv, product_name)) labels[k] = v;
+    nlohmann::json patch = {
+        {"metadata",
+         {{"labels", labels}, {"annotations", {{std::string(kAnnotationInventory), doc}}}}}};
+    StatusOr<nlohmann::json> done = client->Patch("/api/v1/nodes/" + options.agent.node, patch);
+    if (!done.ok()) {
+      if (done.status().code() == StatusCode::kNotFound) {
+        return NotFoundError("node " + options.agent.node +
+                             " does not exist; run the agent with --node set to this node's "
+                             "name (the DaemonSet passes spec.nodeName as NODE_NAME)");
+      }
+      return done.status().WithContext("publishing the GPU inventory");
+    }
+    published = doc;
+    return OkStatus();
+  }
+};
+
+AgentService::AgentService(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+AgentService::~AgentService() { Stop(); }
+
+StatusOr<std::unique_ptr<AgentService>> AgentService::Create(ApiClient* client,
+                                                             AgentServiceOptions options) {
+  if (options.agent.node.empty()) {
+    return InvalidArgumentError("the node's name is not known: pass --node NAME or set NODE_NAME");
+  }
+  if (options.agent.slots_per_gpu < 1 || options.agent.slots_per_gpu > 64) {
+    return InvalidArgumentError("--slots-per-gpu " + std::to_string(options.agent.slots_per_gpu) +
+                                ": give 1 to 64 pods per GPU");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->client = client;
+  impl->options = std::move(options);
+  impl->api = std::make_unique<KubeClusterApi>(client);
+  return std::unique_ptr<AgentService>(new AgentService(std::move(impl)));
+}
+
+Status AgentService::Start() {
+  Impl& s = *impl_;
+  std::string warning;
+  GPUFRAC_ASSIGN_OR_RETURN(s.gpus, node::OpenNodeGpus({.sim = s.options.sim,
+                                                       // One simulated machine per host directory.
+                                                       .sim_namespace = "k8s-" + node::StateDirTag(s.options.agent.host_dir),
+                                                       .whole_gpus = s.options.whole_gpus},
+                                                      &warning));
+  if (!warning.empty()) LogWarning("%s", warning.c_str());
+  if (auto devices = gpu::ListDevices(s.gpus->inventory.nvml_library);
+      devices.ok() && !devices->empty()) {
+    s.product_name = devices->front().name;
+  }
+  GPUFRAC_RETURN_IF_ERROR(InstallLimiter(s.options.limiter_path, s.options.agent.host_dir));
+  StatusOr<std::vector<nlohmann::json>> pods = s.api->ListPodsOnNode(s.options.agent.node);
+  if (!pods.ok()) return pods.status().WithContext("listing the pods on this node");
+  NodeInventory inv = s.Observe(*pods);
+  GPUFRAC_RETURN_IF_ERROR(s.Publish(inv));
+  s.provider = std::make_unique<GpuProvider>(s.options.agent, inv, s.api.get(),
+                                             s.gpus->mig_backend.get());
+  DevicePluginOptions plugin;
+  plugin.resource_name = std::string(kResourceGpu);
+  plugin.kubelet_dir = s.options.kubelet_dir;
+  plugin.socket_name = "gpufrac-gpu.sock";
+  plugin.preferred_allocation = false;
+  s.plugin = std::make_unique<DevicePlugin>(plugin, s.provider.get());
+  GPUFRAC_RETURN_IF_ERROR(s.plugin->Start());
+  LogInfo("gpufrac agent on node %s: %zu GPU(s), %d slots each, device plugin at %s",
+          s.options.agent.node.c_str(), inv.gpus.size(), s.options.agent.slots_per_gpu,
+          s.plugin->socket_path().c_str());
+  return OkStatus();
+}
+
+Status AgentService::Resync() {
+  Impl& s = *impl_;
+  if (!s.provider) return FailedPreconditionError("the agent has not started");
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<nlohmann::json> pods,
+                           s.api->ListPodsOnNode(s.options.agent.node));
+  NodeInventory inv = s.Observe(pods);
+  if (!(inv == s.provider->inventory())) {
+    s.provider->SetInventory(inv);
+    s.plugin->DevicesChanged();
+  }
+  GPUFRAC_RETURN_IF_ERROR(s.Publish(inv));
+  std::vector<std::string> live;
+  for (const nlohmann::json& pod : pods) {
+    if (!PodFinished(pod)) live.push_back(MetaOf(pod, "uid"));
+  }
+  s.provider->CleanUp(live);
+  return OkStatus();
+}
+
+Status AgentService::Run() {
+  GPUFRAC_RETURN_IF_ERROR(Start());
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  while (!impl_->stop) {
+    impl_->cv.wait_for(lock, impl_->options.resync, [this] { return impl_->stop; });
+    if (impl_->stop) break;
+    lock.unlock();
+    if (Status s = Resync(); !s.ok()) LogWarning("resync: %s", s.message().c_str());
+    lock.lock();
+  }
+  return OkStatus();
+}
+
+void AgentService::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->plugin) impl_->plugin->Stop();
+}
+
+NodeInventory AgentService::inventory() const {
+  return impl_->provider ? impl_->provider->inventory() : NodeInventory{};
+}
+
+}  // namespace gpufrac::k8s

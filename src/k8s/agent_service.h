@@ -1,0 +1,58 @@
+// `gpufrac k8s agent`: the node agent as a process (a DaemonSet pod on every GPU node). Finds
+// the node's GPUs (or simulated ones), installs the limiter library where containers can mount
+// it, publishes the GPU inventory for the extender (node annotation gpufrac.io/gpus) with GPU
+// feature discovery style labels, serves the kubelet device plugin for gpufrac.io/gpu, and every
+// resync period refreshes MIG instances and GPU health, republishes what changed and removes the
+// limit files of pods that are gone.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "k8s/api_client.h"
+#include "k8s/gpu_provider.h"
+
+namespace gpufrac::k8s {
+
+struct AgentServiceOptions {
+  AgentOptions agent;
+  std::string kubelet_dir = "/var/lib/kubelet/device-plugins";
+  std::string sim;              // Simulated GPUs ("2xH100-80GB"); "" for this machine's.
+  std::vector<int> whole_gpus;  // GPUs that serve whole-GPU pods only.
+  std::string limiter_path;     // libgpufrac.so to install into host_dir/lib.
+  std::chrono::milliseconds resync{10000};
+};
+
+// The labels the agent puts on its node (GPU feature discovery's names, plus gpufrac's own).
+std::vector<std::pair<std::string, std::string>> NodeLabels(const NodeInventory& inventory,
+                                                            const std::string& product_name);
+
+class AgentService {
+ public:
+  // `client` must outlive the service.
+  static StatusOr<std::unique_ptr<AgentService>> Create(ApiClient* client,
+                                                        AgentServiceOptions options);
+  ~AgentService();
+
+  // Discovers the GPUs, installs the limiter, publishes the inventory and starts the device
+  // plugin. Errors say what to fix (no GPUs, no kubelet directory, node not found, ...).
+  Status Start();
+  // One resync: MIG instances, health, republish on change, clean-up. Run() calls it
+  // periodically; tests call it directly.
+  Status Resync();
+  // Start, then Resync every period until Stop().
+  Status Run();
+  void Stop();
+
+  NodeInventory inventory() const;
+
+ private:
+  struct Impl;
+  explicit AgentService(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpufrac::k8s

@@ -1,0 +1,147 @@
+// The extender process: reflectors feeding the Extender, and cpp-httplib serving it.
+#include "k8s/extender_service.h"
+
+#include <unistd.h>
+
+#include <httplib.h>
+
+#include <mutex>
+
+#include "common/log.h"
+#include "k8s/extender.h"
+#include "k8s/kube_cluster_api.h"
+#include "k8s/ledger.h"
+#include "k8s/reflector.h"
+
+namespace gpufrac::k8s {
+
+struct ExtenderService::Impl {
+  ApiClient* client = nullptr;
+  ExtenderServiceOptions options;
+  std::string host;
+  int requested_port = 0;
+  std::unique_ptr<Ledger> ledger;
+  std::unique_ptr<KubeClusterApi> api;
+  std::unique_ptr<Extender> extender;
+  std::unique_ptr<Reflector> nodes;
+  std::unique_ptr<Reflector> pods;
+  httplib::Server server;
+  std::atomic<int> port{0};
+};
+
+ExtenderService::ExtenderService(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ExtenderService::~ExtenderService() { Stop(); }
+
+StatusOr<std::unique_ptr<ExtenderService>> ExtenderService::Create(
+    ApiClient* client, ExtenderServiceOptions options) {
+  auto impl = std::make_unique<Impl>();
+  size_t colon = options.listen.rfind(':');
+  if (colon == std::string::npos) {
+    return InvalidArgumentError("--listen " + options.listen + ": write HOST:PORT, e.g. 0.0.0.0:8888");
+  }
+  impl->host = options.listen.substr(0, colon);
+  if (impl->host.size() >= 2 && impl->host.front() == '[') {
+    impl->host = impl->host.substr(1, impl->host.size() - 2);
+  }
+  try {
+    impl->requested_port = std::stoi(options.listen.substr(colon + 1));
+  } catch (...) {
+    impl->requested_port = -1;
+  }
+  if (impl->requested_port < 0 || impl->requested_port > 65535) {
+    return InvalidArgumentError("--listen " + options.listen + ": the port is not a number 0-65535");
+  }
+  if (options.holder.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    options.holder = std::string(host) + "-" + std::to_string(getpid());
+  }
+  GPUFRAC_ASSIGN_OR_RETURN(impl->ledger, Ledger::Create({.policy = options.policy}));
+  impl->client = client;
+  impl->options = std::move(options);
+  impl->api = std::make_unique<KubeClusterApi>(client);
+  impl->extender = std::make_unique<Extender>(impl->ledger.get(), impl->api.get(),
+                                              ExtenderOptions{.holder = impl->options.holder});
+  return std::unique_ptr<ExtenderService>(new ExtenderService(std::move(impl)));
+}
+
+Status ExtenderService::Run() {
+  Impl& s = *impl_;
+  Extender* extender = s.extender.get();
+  s.nodes = std::make_unique<Reflector>(
+      *s.client, "/api/v1/nodes", ListOptions{},
+      Reflector::Handlers{[extender](const json& n) { extender->OnNode(n); },
+                          [extender](const json& n) { extender->OnNodeDeleted(n); }});
+  // Finished pods hold nothing; leaving them out keeps the watch small on busy clusters.
+  ListOptions pod_options;
+  pod_options.field_selector = "status.phase!=Succeeded,status.phase!=Failed";
+  s.pods = std::make_unique<Reflector>(
+      *s.client, "/api/v1/pods", pod_options,
+      Reflector::Handlers{[extender](const json& p) { extender->OnPod(p); },
+                          [extender](const json& p) { extender->OnPodDeleted(p); }});
+  s.nodes->Start();
+  s.pods->Start();
+
+  // Until the books are built, answers would be guesses: say so, and kube-scheduler retries.
+  auto body_route = [this, &s](std::string (Extender::*verb)(const std::string&)) {
+    return [this, &s, verb](const httplib::Request& req, httplib::Response& res) {
+      std::string body = ready() ? (s.extender.get()->*verb)(req.body)
+                                 : json{{"Error", "gpufrac extender: still reading the cluster's "
+                                                  "nodes and pods"}}.dump();
+      res.set_content(body, "application/json");
+    };
+  };
+  s.server.Post("/filter", body_route(&Extender::Filter));
+  s.server.Post("/prioritize", body_route(&Extender::Prioritize));
+  s.server.Post("/bind", body_route(&Extender::Bind));
+  s.server.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+    bool ok = ready();
+    res.status = ok ? 200 : 503;
+    res.set_content(ok ? "ok\n" : "reading nodes and pods\n", "text/plain");
+  });
+  s.server.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
+    Extender::Stats st = s.extender->stats();
+    std::string text;
+    auto counter = [&text](const char* name, const char* help, uint64_t v) {
+      text += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" +
+              name + " " + std::to_string(v) + "\n";
+    };
+    counter("gpufrac_extender_filters_total", "Filter calls.", st.filters);
+    counter("gpufrac_extender_prioritizes_total", "Prioritize calls.", st.prioritizes);
+    counter("gpufrac_extender_binds_total", "Bind calls.", st.binds);
+    counter("gpufrac_extender_bind_failures_total", "Bind calls that failed.", st.bind_failures);
+    counter("gpufrac_extender_lock_conflicts_total", "Waits for another extender's node lock.",
+            st.lock_conflicts);
+    res.set_content(text, "text/plain; version=0.0.4");
+  });
+
+  int port = s.requested_port == 0 ? s.server.bind_to_any_port(s.host)
+                                   : (s.server.bind_to_port(s.host, s.requested_port)
+                                          ? s.requested_port
+                                          : -1);
+  if (port <= 0) {
+    s.nodes->Stop();
+    s.pods->Stop();
+    return UnavailableError("cannot listen on " + s.options.listen +
+                            " (in use, or not an address of this machine)");
+  }
+  s.port = port;
+  LogInfo("gpufrac extender listening on %s:%d", s.host.c_str(), port);
+  s.server.listen_after_bind();
+  return OkStatus();
+}
+
+void ExtenderService::Stop() {
+  impl_->server.stop();
+  if (impl_->nodes) impl_->nodes->Stop();
+  if (impl_->pods) impl_->pods->Stop();
+}
+
+int ExtenderService::port() const { return impl_->port; }
+
+bool ExtenderService::ready() const {
+  return impl_->nodes && impl_->pods && impl_->nodes->synced() && impl_->pods->synced();
+}
+
+}  // namespace gpufrac::k8s

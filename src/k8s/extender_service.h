@@ -1,0 +1,44 @@
+// `gpufrac k8s extender`: the scheduler extender as a process. Watches nodes (their GPU
+// inventories) and pods (their assignments) into the Ledger, and serves kube-scheduler's
+// POST /filter, /prioritize and /bind, plus GET /healthz (200 once the books are built from the
+// cluster) and GET /metrics (Prometheus text).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "k8s/api_client.h"
+
+namespace gpufrac::k8s {
+
+struct ExtenderServiceOptions {
+  std::string listen = "0.0.0.0:8888";  // HOST:PORT; port 0 picks a free one.
+  std::string policy = "gpufrac";       // Placement policy (placement/policies.h).
+  std::string holder;                   // Names this replica in node locks; "" = hostname/pid.
+};
+
+class ExtenderService {
+ public:
+  // `client` must outlive the service. Fails on a bad --listen or --policy.
+  static StatusOr<std::unique_ptr<ExtenderService>> Create(ApiClient* client,
+                                                           ExtenderServiceOptions options);
+  ~ExtenderService();
+
+  // Binds the port, starts the watches and serves until Stop(). kUnavailable when the port
+  // cannot be bound.
+  Status Run();
+  void Stop();
+  // The bound port once Run has bound it (0 before).
+  int port() const;
+  // True once the first lists of nodes and pods have been read into the books.
+  bool ready() const;
+
+ private:
+  struct Impl;
+  explicit ExtenderService(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpufrac::k8s

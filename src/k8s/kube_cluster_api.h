@@ -1,0 +1,37 @@
+// ClusterApi over the API server (ApiClient): pods, bindings, events, and the node booking lock
+// kept as the node annotation gpufrac.io/lock ("<holder> <expiry, Unix seconds>"), taken and
+// given back with the node's resourceVersion as precondition.
+#pragma once
+
+#include <string_view>
+
+#include "k8s/api_client.h"
+#include "k8s/cluster_api.h"
+
+namespace gpufrac::k8s {
+
+inline constexpr std::string_view kAnnotationLock = "gpufrac.io/lock";
+
+class KubeClusterApi : public ClusterApi {
+ public:
+  // `client` must outlive this object.
+  explicit KubeClusterApi(ApiClient* client) : client_(client) {}
+
+  StatusOr<nlohmann::json> GetPod(const std::string& ns, const std::string& name) override;
+  StatusOr<std::vector<nlohmann::json>> ListPodsOnNode(const std::string& node) override;
+  Status AnnotatePod(const std::string& ns, const std::string& name,
+                     const std::string& resource_version,
+                     const std::vector<std::pair<std::string, std::string>>& set) override;
+  Status BindPod(const std::string& ns, const std::string& name, const std::string& uid,
+                 const std::string& node) override;
+  Status LockNode(const std::string& node, const std::string& holder,
+                  std::chrono::seconds ttl) override;
+  void UnlockNode(const std::string& node, const std::string& holder) override;
+  void PodEvent(const nlohmann::json& pod, const std::string& reason, const std::string& message,
+                bool warning) override;
+
+ private:
+  ApiClient* client_;
+};
+
+}  // namespace gpufrac::k8s

@@ -1,0 +1,310 @@
+// gpufrac on Kubernetes from end to end, without a cluster: the node agent on simulated GPUs
+// publishing to a fake API server and registering with a fake kubelet, the scheduler extender
+// serving kube-scheduler's HTTP calls, and the kubelet's Allocate giving the container exactly
+// what the extender booked.
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "k8s/agent_service.h"
+#include "k8s/api_client.h"
+#include "k8s/extender_service.h"
+#include "k8s/fake_apiserver.h"
+#include "k8s/fake_kubelet.h"
+#include "k8s/inventory.h"
+#include "k8s/object_fields.h"
+
+namespace gpufrac::k8s {
+namespace {
+
+using testing::FakeApiServer;
+using testing::FakeKubelet;
+using testing::KubeletClient;
+using testing::TempDir;
+
+constexpr char kNode[] = "gpu-node-1";
+
+json NodeObject() {
+  return {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", kNode}}}};
+}
+
+json PodObject(const std::string& name, json limits, json annotations = json::object()) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", name}, {"namespace", "team-a"}, {"annotations", annotations}}},
+          {"spec",
+           {{"containers",
+             {{{"name", "main"}, {"image", "pytorch"}, {"resources", {{"limits", limits}}}}}}}},
+          {"status", {{"phase", "Pending"}}}};
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+template <typename F>
+bool Eventually(F f, std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (f()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return f();
+}
+
+class K8sEndToEnd : public ::testing::Test {
+ protected:
+  void StartAll(const std::string& sim) {
+    setenv("GPUFRAC_SIMGPU_DIR", GPUFRAC_SIMGPU_DIR, 1);
+    auto server = FakeApiServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+    server_->Put(NodeObject());
+    auto client = ApiClient::Create(server_->client_config());
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    client_ = std::move(*client);
+
+    kubelet_ = std::make_unique<FakeKubelet>(kubelet_dir_.path());
+    ASSERT_TRUE(kubelet_->Start().ok());
+    AgentServiceOptions options;
+    options.agent.node = kNode;
+    options.agent.slots_per_gpu = 4;
+    options.agent.host_dir = host_dir_.path();
+    options.agent.dev_dir = host_dir_.path() + "/dev";  // No device nodes here.
+    options.kubelet_dir = kubelet_dir_.path();
+    options.sim = sim;
+    options.limiter_path = std::string(GPUFRAC_BUILD_DIR) + "/lib/libgpufrac.so";
+    auto agent = AgentService::Create(client_.get(), options);
+    ASSERT_TRUE(agent.ok()) << agent.status().ToString();
+    agent_ = std::move(*agent);
+    Status started = agent_->Start();
+    ASSERT_TRUE(started.ok()) << started.ToString();
+    ASSERT_TRUE(kubelet_->WaitForRegistrations(1, std::chrono::seconds(5)));
+
+    StartExtender();
+  }
+
+  void StartExtender() {
+    if (extender_) {
+      extender_->Stop();
+      extender_thread_.join();
+    }
+    auto extender = ExtenderService::Create(client_.get(), {.listen = "127.0.0.1:0",
+                                                            .policy = "gpufrac",
+                                                            .holder = "test"});
+    ASSERT_TRUE(extender.ok()) << extender.status().ToString();
+    extender_ = std::move(*extender);
+    extender_thread_ = std::thread([this] { ASSERT_TRUE(extender_->Run().ok()); });
+    ASSERT_TRUE(Eventually([&] { return extender_->port() > 0 && extender_->ready(); }));
+    http_ = std::make_unique<httplib::Client>("127.0.0.1", extender_->port());
+  }
+
+  void TearDown() override {
+    if (extender_) {
+      extender_->Stop();
+      extender_thread_.join();
+    }
+    if (agent_) agent_->Stop();
+  }
+
+  json Call(const std::string& verb, const json& body) {
+    auto res = http_->Post(("/" + verb).c_str(), body.dump(), "application/json");
+    EXPECT_TRUE(res) << verb;
+    if (!res) return nullptr;
+    EXPECT_EQ(res->status, 200);
+    return json::parse(res->body);
+  }
+
+  // What kube-scheduler does for one pod: filter, prioritize, bind to the best node.
+  // Returns the bind error ("" on success) or the filter's reason.
+  std::string Schedule(const json& pod) {
+    json args = {{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", {kNode}}};
+    json filtered = Call("filter", args);
+    if (filtered["NodeNames"].empty()) {
+      for (const json& reason : filtered["FailedNodes"]) return "filter: " + reason.get<std::string>();
+      for (const json& reason : filtered["FailedAndUnresolvableNodes"]) {
+        return "unresolvable: " + reason.get<std::string>();
+      }
+      return "filter: no node";
+    }
+    json scores = Call("prioritize", args);
+    EXPECT_EQ(scores.size(), 1u);
+    json bound = Call("bind", {{"PodName", MetaOf(pod, "name")},
+                               {"PodNamespace", MetaOf(pod, "namespace")},
+                               {"PodUID", MetaOf(pod, "uid")},
+                               {"Node", kNode}});
+    return bound["Error"].get<std::string>();
+  }
+
+  std::string Endpoint() {
+    auto regs = kubelet_->registrations();
+    return regs.back().endpoint();
+  }
+
+  NodeInventory PublishedInventory() {
+    std::optional<json> node = server_->Get("nodes", "", kNode);
+    EXPECT_TRUE(node.has_value());
+    std::string text = AnnotationOf(*node, kAnnotationInventory);
+    auto inv = InventoryFromJson(json::parse(text));
+    EXPECT_TRUE(inv.ok()) << inv.status().ToString();
+    return inv.ok() ? *inv : NodeInventory{};
+  }
+
+  TempDir kubelet_dir_;
+  TempDir host_dir_;
+  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<ApiClient> client_;
+  std::unique_ptr<FakeKubelet> kubelet_;
+  std::unique_ptr<AgentService> agent_;
+  std::unique_ptr<ExtenderService> extender_;
+  std::thread extender_thread_;
+  std::unique_ptr<httplib::Client> http_;
+};
+
+TEST_F(K8sEndToEnd, AgentPublishesInventoryLabelsAndSlots) {
+  StartAll("2xH100-80GB");
+  NodeInventory inv = PublishedInventory();
+  ASSERT_EQ(inv.gpus.size(), 2u);
+  EXPECT_EQ(inv.gpus[0].model, "H100-80GB");
+  EXPECT_EQ(inv.gpus[0].mode, GpuMode::kShared);
+  EXPECT_TRUE(inv.gpus[0].healthy);
+  EXPECT_EQ(inv.slots_per_gpu, 4);
+  std::optional<json> node = server_->Get("nodes", "", kNode);
+  json labels = (*node)["metadata"]["labels"];
+  EXPECT_EQ(labels["nvidia.com/gpu.count"], "2");
+  EXPECT_EQ(labels["nvidia.com/mig.capable"], "true");
+  EXPECT_EQ(labels["gpufrac.io/gpu-model"], "H100-80GB");
+  // The limiter is installed where the kubelet mounts it from.
+  struct stat st;
+  EXPECT_EQ(stat((host_dir_.path() + "/lib/libgpufrac.so").c_str(), &st), 0);
+  EXPECT_EQ(ReadFile(host_dir_.path() + "/ld.so.preload"), "/usr/local/gpufrac/libgpufrac.so\n");
+
+  auto regs = kubelet_->registrations();
+  EXPECT_EQ(regs[0].resource_name(), "gpufrac.io/gpu");
+  KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+  kubelet.StartListAndWatch();
+  auto list = kubelet.NextDeviceList(std::chrono::seconds(5));
+  ASSERT_TRUE(list.has_value());
+  EXPECT_EQ(list->devices_size(), 8);  // 2 GPUs x 4 slots.
+}
+
+TEST_F(K8sEndToEnd, FractionIsBookedBoundAndAllocatedWithItsLimit) {
+  StartAll("2xH100-80GB");
+  json pod = server_->Put(PodObject("train", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}}));
+  ASSERT_EQ(Schedule(pod), "");
+  json bound = *server_->Get("pods", "team-a", "train");
+  EXPECT_EQ(PodNodeName(bound), kNode);
+  std::optional<Assignment> a = AssignmentOf(bound);
+  ASSERT_TRUE(a.has_value());
+  ASSERT_EQ(a->containers.size(), 1u);
+  const GpuGrant& grant = a->containers[0].gpus.at(0);
+  EXPECT_EQ(grant.milli, 250u);
+  NodeInventory inv = PublishedInventory();
+  const uint64_t total = inv.gpus[grant.index].memory_bytes;
+  EXPECT_EQ(grant.memory_bytes, total / 4);
+
+  // The kubelet starts it: one slot, and the container gets the booked GPU and limit.
+  KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+  v1beta1::AllocateResponse response;
+  grpc::Status s = kubelet.Allocate({{"gpu1-slot3"}}, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const auto& c = response.container_responses(0);
+  EXPECT_EQ(c.envs().at("CUDA_VISIBLE_DEVICES"), grant.uuid);
+  EXPECT_EQ(c.envs().at("NVIDIA_VISIBLE_DEVICES"), grant.uuid);
+  std::string limit_file;
+  bool preload = false, library = false;
+  for (const auto& m : c.mounts()) {
+    if (m.container_path() == "/etc/gpufrac/limits") limit_file = m.host_path();
+    preload |= m.container_path() == "/etc/ld.so.preload" && m.read_only();
+    library |= m.container_path() == "/usr/local/gpufrac/libgpufrac.so" && m.read_only();
+  }
+  EXPECT_TRUE(preload);
+  EXPECT_TRUE(library);
+  ASSERT_FALSE(limit_file.empty());
+  std::string text = ReadFile(limit_file);
+  EXPECT_NE(text.find("gpu " + grant.uuid + " limit " + std::to_string(total / 4)),
+            std::string::npos)
+      << text;
+  // The pod records it, so the next Allocate does not pick the same container again.
+  json after = *server_->Get("pods", "team-a", "train");
+  EXPECT_FALSE(AnnotationOf(after, "gpufrac.io/allocated").empty());
+  s = kubelet.Allocate({{"gpu0-slot0"}}, &response);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.error_message().find("waiting to start"), std::string::npos) << s.error_message();
+}
+
+TEST_F(K8sEndToEnd, NeverDoubleBooksAndFreesWhenThePodGoes) {
+  StartAll("1xH100-80GB");
+  json p1 = server_->Put(PodObject("a", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "600"}}));
+  ASSERT_EQ(Schedule(p1), "");
+  json p2 = server_->Put(PodObject("b", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "600"}}));
+  std::string why = Schedule(p2);
+  EXPECT_NE(why.find("filter:"), std::string::npos) << why;
+
+  // A restarted extender rebuilds its books from the pods: still full.
+  StartExtender();
+  why = Schedule(p2);
+  EXPECT_NE(why.find("filter:"), std::string::npos) << why;
+
+  // The first pod goes away: its share is free again.
+  server_->Delete("pods", "team-a", "a");
+  EXPECT_TRUE(Eventually([&] { return Schedule(p2).empty(); }));
+}
+
+TEST_F(K8sEndToEnd, InvalidRequestIsRefusedWithAnEvent) {
+  StartAll("1xH100-80GB");
+  json pod = server_->Put(PodObject("bad", {{"gpufrac.io/gpu", "1"},
+                                            {"gpufrac.io/gpu-fraction", "250"},
+                                            {"gpufrac.io/gpu-memory", "4096"}}));
+  std::string why = Schedule(pod);
+  EXPECT_NE(why.find("unresolvable:"), std::string::npos) << why;
+  EXPECT_NE(why.find("gpufrac.io/gpu-memory"), std::string::npos) << why;
+  auto events = server_->requests("POST", "/api/v1/namespaces/team-a/events");
+  ASSERT_FALSE(events.empty());
+  json event = json::parse(events.back().body);
+  EXPECT_EQ(event["type"], "Warning");
+  EXPECT_EQ(event["involvedObject"]["name"], "bad");
+}
+
+TEST_F(K8sEndToEnd, MigProfileGetsAnInstanceCreatedAtAllocate) {
+  StartAll("1xA100-40GB:mig");
+  NodeInventory inv = PublishedInventory();
+  ASSERT_EQ(inv.gpus.size(), 1u);
+  ASSERT_EQ(inv.gpus[0].mode, GpuMode::kMig);
+  json pod = server_->Put(
+      PodObject("mig", {{"gpufrac.io/gpu", "1"}}, {{"gpufrac.io/mig-profile", "3g.20gb"}}));
+  ASSERT_EQ(Schedule(pod), "");
+  std::optional<Assignment> a = AssignmentOf(*server_->Get("pods", "team-a", "mig"));
+  ASSERT_TRUE(a.has_value());
+  const GpuGrant& grant = a->containers[0].gpus.at(0);
+  ASSERT_TRUE(grant.mig.has_value());
+  EXPECT_EQ(grant.mig->profile, "3g.20gb");
+
+  KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+  v1beta1::AllocateResponse response;
+  grpc::Status s = kubelet.Allocate({{"gpu0-slot0"}}, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  std::string visible = response.container_responses(0).envs().at("CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(visible.rfind("MIG-", 0), 0u) << visible;
+  // No limiter for a hardware partition.
+  EXPECT_EQ(response.container_responses(0).mounts_size(), 0);
+
+  // The next resync publishes the instance with the pod it serves.
+  ASSERT_TRUE(agent_->Resync().ok());
+  inv = PublishedInventory();
+  ASSERT_EQ(inv.gpus[0].mig.size(), 1u);
+  EXPECT_EQ(inv.gpus[0].mig[0].uuid, visible);
+  EXPECT_EQ(inv.gpus[0].mig[0].pod, "team-a/mig");
+  EXPECT_EQ(inv.gpus[0].mig[0].start, grant.mig->start);
+}
+
+}  // namespace
+}  // namespace gpufrac::k8s

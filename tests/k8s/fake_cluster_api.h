@@ -1,0 +1,285 @@
+// An in-memory API server for the scheduler extender's tests: pods and nodes with resourceVersions,
+// the binding subresource, the node lock with holder and expiry, recorded events, a clock the
+// test moves, and switches that inject the failures the bind protocol must survive.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "k8s/cluster_api.h"
+
+namespace gpufrac::k8s::testing {
+
+class FakeClusterApi : public ClusterApi {
+ public:
+  struct Event {
+    std::string pod;  // "namespace/name"
+    std::string reason;
+    std::string message;
+    bool warning = false;
+  };
+
+  // ---- The objects ----
+
+  // Adds or replaces a pod; gives it a uid (when it has none) and a new resourceVersion.
+  // Returns the stored object.
+  nlohmann::json PutPod(nlohmann::json pod) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& meta = pod["metadata"];
+    if (!meta.contains("namespace")) meta["namespace"] = "default";
+    if (!meta.contains("uid")) meta["uid"] = "uid-" + std::to_string(++next_uid_);
+    meta["resourceVersion"] = NextVersion();
+    pods_[Key(meta["namespace"].get<std::string>(), meta["name"].get<std::string>())] = pod;
+    return pod;
+  }
+  std::optional<nlohmann::json> Pod(const std::string& ns, const std::string& name) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pods_.find(Key(ns, name));
+    if (it == pods_.end()) return std::nullopt;
+    return it->second;
+  }
+  void DeletePod(const std::string& ns, const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pods_.erase(Key(ns, name));
+  }
+  // Sets status.phase ("Succeeded", ...); returns the stored object.
+  nlohmann::json SetPodPhase(const std::string& ns, const std::string& name,
+                             const std::string& phase) {
+    std::lock_guard<std::mutex> lock(mu_);
+    nlohmann::json& pod = pods_.at(Key(ns, name));
+    pod["status"]["phase"] = phase;
+    pod["metadata"]["resourceVersion"] = NextVersion();
+    return pod;
+  }
+  std::vector<nlohmann::json> AllPods() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<nlohmann::json> out;
+    for (const auto& [key, pod] : pods_) out.push_back(pod);
+    return out;
+  }
+
+  nlohmann::json PutNode(nlohmann::json node) {
+    std::lock_guard<std::mutex> lock(mu_);
+    node["metadata"]["resourceVersion"] = NextVersion();
+    nodes_[node["metadata"]["name"].get<std::string>()] = node;
+    return node;
+  }
+  void DeleteNode(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    nodes_.erase(name);
+    locks_.erase(name);
+  }
+  std::vector<nlohmann::json> AllNodes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<nlohmann::json> out;
+    for (const auto& [name, node] : nodes_) out.push_back(node);
+    return out;
+  }
+
+  std::vector<Event> events() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+  // Who holds the node's lock now ("" when nobody does or it has expired).
+  std::string LockHolder(const std::string& node) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = locks_.find(node);
+    return it != locks_.end() && it->second.expires > NowLocked() ? it->second.holder : "";
+  }
+  int bind_calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return bind_calls_;
+  }
+  int annotate_calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return annotate_calls_;
+  }
+
+  // The clock the locks expire by: real time plus what the test has advanced.
+  void Advance(std::chrono::seconds by) {
+    std::lock_guard<std::mutex> lock(mu_);
+    offset_ += by;
+  }
+
+  // ---- Injected failures (each applies once, to the next matching call) ----
+
+  // The pod is deleted just before the next AnnotatePod / BindPod of it reaches the "server".
+  void DeletePodBeforeAnnotate(const std::string& ns, const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    delete_before_annotate_ = Key(ns, name);
+  }
+  void DeletePodBeforeBind(const std::string& ns, const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    delete_before_bind_ = Key(ns, name);
+  }
+  // Someone else changes the pod just before the next AnnotatePod: its precondition fails.
+  void ConflictOnNextAnnotate() {
+    std::lock_guard<std::mutex> lock(mu_);
+    conflict_on_annotate_ = true;
+  }
+  // The next BindPod fails with `status` (the pod stays unbound).
+  void FailNextBind(Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_bind_ = std::move(status);
+  }
+  // Runs once, at the start of the next BindPod, outside the fake's lock (so it may call the
+  // fake, e.g. to run another extender's bind while this one holds the node's lock).
+  void BeforeNextBind(std::function<void()> hook) {
+    std::lock_guard<std::mutex> lock(mu_);
+    before_bind_ = std::move(hook);
+  }
+
+  // ---- ClusterApi ----
+
+  StatusOr<nlohmann::json> GetPod(const std::string& ns, const std::string& name) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pods_.find(Key(ns, name));
+    if (it == pods_.end()) return NotFoundError("pods \"" + name + "\" not found");
+    return it->second;
+  }
+
+  StatusOr<std::vector<nlohmann::json>> ListPodsOnNode(const std::string& node) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<nlohmann::json> out;
+    for (const auto& [key, pod] : pods_) {
+      if (pod.contains("spec") && pod["spec"].value("nodeName", "") == node) out.push_back(pod);
+    }
+    return out;
+  }
+
+  Status AnnotatePod(const std::string& ns, const std::string& name,
+                     const std::string& resource_version,
+                     const std::vector<std::pair<std::string, std::string>>& set) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string key = Key(ns, name);
+    if (delete_before_annotate_ == key) {
+      delete_before_annotate_.clear();
+      pods_.erase(key);
+    }
+    auto it = pods_.find(key);
+    if (it == pods_.end()) return NotFoundError("pods \"" + name + "\" not found");
+    nlohmann::json& pod = it->second;
+    if (conflict_on_annotate_) {
+      conflict_on_annotate_ = false;
+      pod["metadata"]["resourceVersion"] = NextVersion();
+    }
+    if (pod["metadata"]["resourceVersion"] != resource_version) {
+      return AbortedError(
+          "the object has been modified; please apply your changes to the "
+          "latest version and try again");
+    }
+    nlohmann::json& annotations = pod["metadata"]["annotations"];
+    if (!annotations.is_object()) annotations = nlohmann::json::object();
+    for (const auto& [k, v] : set) {
+      if (v.empty()) {
+        annotations.erase(k);
+      } else {
+        annotations[k] = v;
+      }
+    }
+    pod["metadata"]["resourceVersion"] = NextVersion();
+    ++annotate_calls_;
+    return OkStatus();
+  }
+
+  Status BindPod(const std::string& ns, const std::string& name, const std::string& uid,
+                 const std::string& node) override {
+    std::function<void()> hook;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hook = std::exchange(before_bind_, nullptr);
+    }
+    if (hook) hook();
+    std::lock_guard<std::mutex> lock(mu_);
+    ++bind_calls_;
+    const std::string key = Key(ns, name);
+    if (delete_before_bind_ == key) {
+      delete_before_bind_.clear();
+      pods_.erase(key);
+    }
+    if (fail_bind_) {
+      Status s = *std::exchange(fail_bind_, std::nullopt);
+      return s;
+    }
+    auto it = pods_.find(key);
+    if (it == pods_.end()) return NotFoundError("pods \"" + name + "\" not found");
+    nlohmann::json& pod = it->second;
+    if (pod["metadata"]["uid"] != uid) return AbortedError("the pod's UID changed");
+    if (pod.contains("spec") && !pod["spec"].value("nodeName", "").empty()) {
+      return AbortedError("pod " + name + " is already assigned to node " +
+                          pod["spec"]["nodeName"].get<std::string>());
+    }
+    if (nodes_.count(node) == 0) return NotFoundError("nodes \"" + node + "\" not found");
+    pod["spec"]["nodeName"] = node;
+    pod["metadata"]["resourceVersion"] = NextVersion();
+    return OkStatus();
+  }
+
+  Status LockNode(const std::string& node, const std::string& holder,
+                  std::chrono::seconds ttl) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (nodes_.count(node) == 0) return NotFoundError("nodes \"" + node + "\" not found");
+    auto it = locks_.find(node);
+    const auto now = NowLocked();
+    if (it != locks_.end() && it->second.holder != holder && it->second.expires > now) {
+      return AbortedError("node " + node + " is locked by " + it->second.holder);
+    }
+    locks_[node] = {holder, now + ttl};
+    nodes_[node]["metadata"]["resourceVersion"] = NextVersion();
+    return OkStatus();
+  }
+
+  void UnlockNode(const std::string& node, const std::string& holder) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = locks_.find(node);
+    if (it != locks_.end() && it->second.holder == holder) locks_.erase(it);
+  }
+
+  void PodEvent(const nlohmann::json& pod, const std::string& reason, const std::string& message,
+                bool warning) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string ns = "", name = "";
+    if (pod.contains("metadata")) {
+      ns = pod["metadata"].value("namespace", "");
+      name = pod["metadata"].value("name", "");
+    }
+    events_.push_back({ns + "/" + name, reason, message, warning});
+  }
+
+ private:
+  struct NodeLock {
+    std::string holder;
+    std::chrono::steady_clock::time_point expires;
+  };
+
+  static std::string Key(const std::string& ns, const std::string& name) { return ns + "/" + name; }
+  std::string NextVersion() { return std::to_string(++version_); }
+  std::chrono::steady_clock::time_point NowLocked() const {
+    return std::chrono::steady_clock::now() + offset_;
+  }
+
+  mutable std::mutex mu_;
+  std::map<std::string, nlohmann::json> pods_;
+  std::map<std::string, nlohmann::json> nodes_;
+  std::map<std::string, NodeLock> locks_;
+  std::vector<Event> events_;
+  uint64_t version_ = 0;
+  uint64_t next_uid_ = 0;
+  int bind_calls_ = 0;
+  int annotate_calls_ = 0;
+  std::chrono::seconds offset_{0};
+  std::string delete_before_annotate_;
+  std::string delete_before_bind_;
+  bool conflict_on_annotate_ = false;
+  std::optional<Status> fail_bind_;
+  std::function<void()> before_bind_;
+};
+
+}  // namespace gpufrac::k8s::testing

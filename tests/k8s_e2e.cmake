@@ -1,0 +1,6 @@
+# gpufrac on Kubernetes from end to end: the agent on simulated GPUs, the extender over HTTP, a
+# fake API server and a fake kubelet.
+gpufrac_test(k8s_end_to_end_test integration
+             SOURCES integration/k8s_end_to_end_test.cc
+             LIBS gpufrac_k8s_services k8s_fake_apiserver gpufrac_fake_kubelet PkgConfig::HTTPLIB)
+add_dependencies(k8s_end_to_end_test gpufrac simgpu_nvml simgpu_cuda)

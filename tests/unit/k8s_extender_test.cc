@@ -1,0 +1,661 @@
+// The kube-scheduler extender protocol against an in-memory API server: the exact bodies
+// kube-scheduler sends and reads (Go field names), bind's record-then-bind order and its
+// failures (pod deleted mid-bind, conflicts, node gone), two extenders racing for one GPU, a
+// restarted extender rebuilding its books from the watches, lock expiry and finished pods.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <latch>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu/catalogue.h"
+#include "k8s/assignment.h"
+#include "k8s/extender.h"
+#include "k8s/fake_cluster_api.h"
+#include "k8s/inventory.h"
+#include "k8s/ledger.h"
+
+namespace gpufrac::k8s {
+namespace {
+
+using nlohmann::json;
+using ::testing::ElementsAre;
+using testing::FakeClusterApi;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
+
+// ---- Objects as the API server holds them ----
+
+NodeInventory Inventory(const std::string& node, int count, const std::string& model,
+                        GpuMode mode = GpuMode::kShared) {
+  NodeInventory inv;
+  inv.slots_per_gpu = 8;
+  for (int i = 0; i < count; ++i) {
+    GpuInfo g;
+    g.index = i;
+    g.uuid = "GPU-" + node + "-" + std::to_string(i);
+    g.model = model;
+    g.memory_bytes = gpu::FindModel(model)->memory_bytes;
+    g.mode = mode;
+    inv.gpus.push_back(g);
+  }
+  return inv;
+}
+
+json NodeObject(const std::string& name, const NodeInventory* inventory) {
+  json node = {{"apiVersion", "v1"},
+               {"kind", "Node"},
+               {"metadata", {{"name", name}, {"labels", {{"kubernetes.io/hostname", name}}}}},
+               {"status", {{"capacity", {{"cpu", "64"}}}}}};
+  if (inventory != nullptr) {
+    node["metadata"]["annotations"] = {
+        {std::string(kAnnotationInventory), InventoryToJson(*inventory).dump()}};
+  }
+  return node;
+}
+
+// A pending pod with one container "main" with these limits.
+json PodObject(const std::string& name, json limits, json annotations = json::object()) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", name}, {"namespace", "default"}, {"annotations", annotations}}},
+          {"spec",
+           {{"schedulerName", "default-scheduler"},
+            {"containers",
+             {{{"name", "main"}, {"image", "cuda:12"}, {"resources", {{"limits", limits}}}}}}}},
+          {"status", {{"phase", "Pending"}}}};
+}
+
+json FractionLimits(int milli) {
+  return {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", std::to_string(milli)}};
+}
+
+// ---- Bodies exactly as kube-scheduler's HTTPExtender marshals them ----
+
+// nodeCacheCapable: true.
+std::string FilterByNames(const json& pod, const std::vector<std::string>& names) {
+  return json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", names}}.dump();
+}
+// nodeCacheCapable: false.
+std::string FilterByNodes(const json& pod, const std::vector<json>& nodes) {
+  return json{{"Pod", pod},
+              {"Nodes", {{"metadata", json::object()}, {"items", nodes}}},
+              {"NodeNames", nullptr}}
+      .dump();
+}
+std::string BindBody(const json& pod, const std::string& node) {
+  return json{{"PodName", pod["metadata"]["name"]},
+              {"PodNamespace", pod["metadata"]["namespace"]},
+              {"PodUID", pod["metadata"]["uid"]},
+              {"Node", node}}
+      .dump();
+}
+
+// One extender with its own books on a shared fake API server.
+struct Scheduler {
+  std::unique_ptr<Ledger> ledger;
+  std::unique_ptr<Extender> extender;
+
+  Scheduler(FakeClusterApi& api, ExtenderOptions options = {}) {
+    StatusOr<std::unique_ptr<Ledger>> l = Ledger::Create();
+    EXPECT_TRUE(l.ok()) << l.status();
+    ledger = std::move(*l);
+    extender = std::make_unique<Extender>(ledger.get(), &api, std::move(options));
+    for (const json& node : api.AllNodes()) extender->OnNode(node);
+  }
+
+  // The response body of Filter by names, parsed.
+  json Filter(const json& pod, const std::vector<std::string>& names) {
+    return json::parse(extender->Filter(FilterByNames(pod, names)));
+  }
+  // Bind's "Error" ("" on success).
+  std::string Bind(const json& pod, const std::string& node) {
+    json result = json::parse(extender->Bind(BindBody(pod, node)));
+    EXPECT_TRUE(result.is_object() && result.contains("Error")) << result.dump();
+    EXPECT_EQ(result.size(), 1u) << "ExtenderBindingResult has the one field Error";
+    return result.value("Error", "<missing>");
+  }
+  bool Fits(const json& pod, const std::string& node) {
+    json r = Filter(pod, {node});
+    return r["NodeNames"] == json::array({node});
+  }
+};
+
+class ExtenderTest : public ::testing::Test {
+ protected:
+  // n1: one shared A100-80GB; n2: one whole-only A100-80GB; cpu: no gpufrac agent.
+  void SetUp() override {
+    n1_ = Inventory("n1", 1, "A100-80GB");
+    n2_ = Inventory("n2", 1, "A100-80GB", GpuMode::kWhole);
+    api_.PutNode(NodeObject("n1", &n1_));
+    api_.PutNode(NodeObject("n2", &n2_));
+    api_.PutNode(NodeObject("cpu", nullptr));
+  }
+
+  json AddPod(const std::string& name, json limits, json annotations = json::object()) {
+    return api_.PutPod(PodObject(name, std::move(limits), std::move(annotations)));
+  }
+  json Stored(const std::string& name) {
+    std::optional<json> pod = api_.Pod("default", name);
+    EXPECT_TRUE(pod.has_value()) << name;
+    return pod.value_or(json::object());
+  }
+  static std::string NodeNameOf(const json& pod) {
+    return pod.contains("spec") ? pod["spec"].value("nodeName", "") : "";
+  }
+  static std::string AssignmentText(const json& pod) {
+    if (!pod.contains("metadata") || !pod["metadata"].contains("annotations")) return "";
+    return pod["metadata"]["annotations"].value(std::string(kAnnotationAssignment), "");
+  }
+
+  NodeInventory n1_, n2_;
+  FakeClusterApi api_;
+};
+
+// ---- Filter ----
+
+TEST_F(ExtenderTest, FilterByNodeNames) {
+  Scheduler s(api_);
+  json pod = AddPod("p", FractionLimits(500));
+  json r = json::parse(s.extender->Filter(FilterByNames(pod, {"n1", "n2", "cpu"})));
+  std::set<std::string> keys;
+  for (auto it = r.begin(); it != r.end(); ++it) keys.insert(it.key());
+  EXPECT_EQ(keys, (std::set<std::string>{"Nodes", "NodeNames", "FailedNodes",
+                                         "FailedAndUnresolvableNodes", "Error"}));
+  EXPECT_EQ(r["NodeNames"], json::array({"n1"}));
+  EXPECT_TRUE(r["Nodes"].is_null());
+  EXPECT_EQ(r["Error"], "");
+  ASSERT_TRUE(r["FailedNodes"].is_object());
+  EXPECT_EQ(r["FailedNodes"].size(), 2u);
+  EXPECT_THAT(r["FailedNodes"].value("n2", ""), HasSubstr("whole"));
+  EXPECT_THAT(r["FailedNodes"].value("cpu", ""), HasSubstr("no gpufrac agent"));
+  EXPECT_EQ(r["FailedAndUnresolvableNodes"], json::object());
+  EXPECT_EQ(s.extender->stats().filters, 1u);
+}
+
+TEST_F(ExtenderTest, FilterByFullNodes) {
+  Scheduler s(api_);
+  json pod = AddPod("p", {{"gpufrac.io/gpu", "1"}});
+  std::vector<json> nodes = api_.AllNodes();  // cpu, n1, n2
+  json r = json::parse(s.extender->Filter(FilterByNodes(pod, nodes)));
+  EXPECT_TRUE(r["NodeNames"].is_null());
+  ASSERT_TRUE(r["Nodes"].is_object());
+  ASSERT_TRUE(r["Nodes"]["items"].is_array());
+  ASSERT_EQ(r["Nodes"]["items"].size(), 2u);
+  // The node objects come back as they were sent.
+  EXPECT_EQ(r["Nodes"]["items"][0], nodes[1]);
+  EXPECT_EQ(r["Nodes"]["items"][1], nodes[2]);
+  EXPECT_EQ(r["FailedNodes"].size(), 1u);
+  EXPECT_TRUE(r["FailedNodes"].contains("cpu"));
+  EXPECT_EQ(r["Error"], "");
+}
+
+TEST_F(ExtenderTest, FilterReadsGoNamesIgnoringCase) {
+  Scheduler s(api_);
+  json pod = AddPod("p", FractionLimits(500));
+  json r = json::parse(s.extender->Filter(json{{"pod", pod}, {"nodenames", {"n1", "n2"}}}.dump()));
+  EXPECT_EQ(r["NodeNames"], json::array({"n1"}));
+}
+
+TEST_F(ExtenderTest, FilterOfAnInvalidRequestIsUnresolvableEverywhereWithOneWarning) {
+  Scheduler s(api_);
+  json pod = AddPod("bad", {{"gpufrac.io/gpu", "1"},
+                            {"gpufrac.io/gpu-memory", "4096"},
+                            {"gpufrac.io/gpu-fraction", "250"}});
+  json r = s.Filter(pod, {"n1", "n2"});
+  EXPECT_EQ(r["NodeNames"], json::array());
+  EXPECT_EQ(r["FailedNodes"], json::object());
+  EXPECT_EQ(r["Error"], "");
+  ASSERT_EQ(r["FailedAndUnresolvableNodes"].size(), 2u);
+  for (const char* n : {"n1", "n2"}) {
+    std::string why = r["FailedAndUnresolvableNodes"].value(n, "");
+    EXPECT_THAT(why, HasSubstr("gpufrac.io/gpu-memory")) << n;
+    EXPECT_THAT(why, HasSubstr("gpufrac.io/gpu-fraction")) << n;
+  }
+  std::vector<FakeClusterApi::Event> events = api_.events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].pod, "default/bad");
+  EXPECT_TRUE(events[0].warning);
+  EXPECT_THAT(events[0].message, HasSubstr("gpufrac.io/gpu-fraction"));
+}
+
+TEST_F(ExtenderTest, FilterOfABadBodyAnswersWithAnError) {
+  Scheduler s(api_);
+  for (const char* body : {"not json", "{}", R"({"Pod": {}, "NodeNames": null, "Nodes": null})"}) {
+    json r = json::parse(s.extender->Filter(body));
+    EXPECT_FALSE(r.value("Error", "").empty()) << body;
+  }
+}
+
+// A pod that asks for no GPU must still be schedulable everywhere, including on nodes with no
+// gpufrac agent: the extender is called for every pod (KAI pods ask by annotation only).
+TEST_F(ExtenderTest, FilterKeepsEveryNodeForAPodWithoutGpus) {
+  Scheduler s(api_);
+  json pod = AddPod("web", {{"cpu", "1"}});
+  json r = s.Filter(pod, {"n1", "n2", "cpu"});
+  EXPECT_EQ(r["NodeNames"], json::array({"n1", "n2", "cpu"})) << r.dump();
+  EXPECT_EQ(r["FailedNodes"], json::object());
+}
+
+// ---- Prioritize ----
+
+TEST_F(ExtenderTest, PrioritizeScoresFromZeroToTenWithTheBestAtTen) {
+  NodeInventory n3 = Inventory("n3", 2, "A100-80GB"), n4 = Inventory("n4", 1, "A100-80GB");
+  api_.PutNode(NodeObject("n3", &n3));
+  api_.PutNode(NodeObject("n4", &n4));
+  Scheduler s(api_);
+  ASSERT_EQ(s.Bind(AddPod("half", FractionLimits(500)), "n1"), "");
+  ASSERT_EQ(s.Bind(AddPod("full", {{"gpufrac.io/gpu", "1"}}), "n4"), "");
+
+  json pod = AddPod("p", FractionLimits(500));
+  std::string body = FilterByNames(pod, {"n1", "n2", "n3", "n4"});
+  json list = json::parse(s.extender->Prioritize(body));
+  ASSERT_TRUE(list.is_array());
+  ASSERT_EQ(list.size(), 4u);
+  int64_t best = -1;
+  std::string best_host;
+  for (size_t i = 0; i < list.size(); ++i) {
+    EXPECT_EQ(list[i].size(), 2u) << "HostPriority is {Host, Score}";
+    EXPECT_EQ(list[i]["Host"], std::vector<std::string>({"n1", "n2", "n3", "n4"})[i]);
+    int64_t score = list[i]["Score"].get<int64_t>();
+    EXPECT_GE(score, 0);
+    EXPECT_LE(score, 10);
+    if (score > best) {
+      best = score;
+      best_host = list[i]["Host"];
+    }
+  }
+  EXPECT_EQ(best, 10);
+  EXPECT_TRUE(best_host == "n1" || best_host == "n3") << best_host;
+  EXPECT_EQ(list[1]["Score"], 0) << "n2 is whole-only";
+  EXPECT_EQ(list[3]["Score"], 0) << "n4 is full";
+  EXPECT_EQ(s.extender->stats().prioritizes, 1u);
+}
+
+TEST_F(ExtenderTest, PrioritizeGivesTenToEqualNodesAndNothingForBadBodies) {
+  NodeInventory n3 = Inventory("n3", 1, "A100-80GB");
+  api_.PutNode(NodeObject("n3", &n3));
+  Scheduler s(api_);
+  json pod = AddPod("p", FractionLimits(300));
+  json list = json::parse(s.extender->Prioritize(FilterByNames(pod, {"n1", "n3"})));
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0]["Score"], 10);
+  EXPECT_EQ(list[1]["Score"], 10);
+  EXPECT_EQ(json::parse(s.extender->Prioritize("garbage")), json::array());
+}
+
+// ---- Bind ----
+
+TEST_F(ExtenderTest, BindRecordsTheAssignmentThenBindsAndBooks) {
+  Scheduler s(api_);
+  json pod = AddPod("p", FractionLimits(600));
+  std::string annotation_at_bind = "<bind not called>";
+  api_.BeforeNextBind([&] { annotation_at_bind = AssignmentText(Stored("p")); });
+
+  ASSERT_EQ(s.Bind(pod, "n1"), "");
+  EXPECT_FALSE(annotation_at_bind.empty()) << "the assignment is written before the binding";
+
+  json stored = Stored("p");
+  EXPECT_EQ(NodeNameOf(stored), "n1");
+  StatusOr<Assignment> a = AssignmentFromJson(json::parse(AssignmentText(stored)));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(AssignmentText(stored), annotation_at_bind);
+  EXPECT_EQ(a->node, "n1");
+  EXPECT_GT(a->time_ms, 0);
+  ASSERT_EQ(a->containers.size(), 1u);
+  EXPECT_EQ(a->containers[0].container, "main");
+  ASSERT_EQ(a->containers[0].gpus.size(), 1u);
+  EXPECT_EQ(a->containers[0].gpus[0].index, 0);
+  EXPECT_EQ(a->containers[0].gpus[0].uuid, "GPU-n1-0");
+  EXPECT_EQ(a->containers[0].gpus[0].milli, 600u);
+
+  ASSERT_TRUE(s.ledger->BookingOf("default/p").has_value());
+  EXPECT_EQ(*s.ledger->BookingOf("default/p"), *a);
+  EXPECT_EQ(api_.LockHolder("n1"), "") << "the node's lock is given back";
+
+  // The next pod sees what is left.
+  EXPECT_FALSE(s.Fits(AddPod("q", FractionLimits(600)), "n1"));
+  EXPECT_TRUE(s.Fits(AddPod("r", FractionLimits(400)), "n1"));
+
+  bool assigned_event = false;
+  for (const FakeClusterApi::Event& e : api_.events()) {
+    if (e.pod == "default/p" && !e.warning && e.message.find("n1") != std::string::npos) {
+      assigned_event = true;
+    }
+  }
+  EXPECT_TRUE(assigned_event);
+  EXPECT_EQ(s.extender->stats().binds, 1u);
+  EXPECT_EQ(s.extender->stats().bind_failures, 0u);
+}
+
+TEST_F(ExtenderTest, BindOfAPodWithoutGpusBindsWithoutAnAssignment) {
+  Scheduler s(api_);
+  json pod = AddPod("web", {{"cpu", "1"}});
+  ASSERT_EQ(s.Bind(pod, "cpu"), "");
+  json stored = Stored("web");
+  EXPECT_EQ(NodeNameOf(stored), "cpu");
+  EXPECT_EQ(AssignmentText(stored), "");
+  EXPECT_EQ(s.ledger->booking_count(), 0u);
+}
+
+TEST_F(ExtenderTest, BindOfAMigPodRecordsThePlacement) {
+  NodeInventory mig = Inventory("mig", 1, "H100-80GB", GpuMode::kMig);
+  api_.PutNode(NodeObject("mig", &mig));
+  Scheduler s(api_);
+  json pod = AddPod("m", {{"gpufrac.io/gpu", "1"}}, {{"gpufrac.io/mig-profile", "3g.40gb"}});
+  ASSERT_EQ(s.Bind(pod, "mig"), "");
+  StatusOr<Assignment> a = AssignmentFromJson(json::parse(AssignmentText(Stored("m"))));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(a->containers[0].gpus[0].mig.has_value());
+  EXPECT_EQ(a->containers[0].gpus[0].mig->profile, "3g.40gb");
+  EXPECT_TRUE(s.Fits(
+      AddPod("m2", {{"gpufrac.io/gpu", "1"}}, {{"gpufrac.io/mig-profile", "3g.40gb"}}), "mig"));
+  ASSERT_EQ(s.Bind(Stored("m2"), "mig"), "");
+  EXPECT_FALSE(s.Fits(
+      AddPod("m3", {{"gpufrac.io/gpu", "1"}}, {{"gpufrac.io/mig-profile", "1g.10gb"}}), "mig"));
+}
+
+TEST_F(ExtenderTest, BindOfAPodDeletedBeforeItsAssignmentIsWrittenLeavesNoBooking) {
+  Scheduler s(api_);
+  json pod = AddPod("p", FractionLimits(600));
+  api_.DeletePodBeforeAnnotate("default", "p");
+  EXPECT_NE(s.Bind(pod, "n1"), "");
+  EXPECT_FALSE(s.ledger->BookingOf("default/p").has_value());
+  EXPECT_EQ(s.ledger->booking_count(), 0u);
+  EXPECT_EQ(api_.bind_calls(), 0);
+  EXPECT_EQ(api_.LockHolder("n1"), "");
+  EXPECT_TRUE(s.Fits(AddPod("q", FractionLimits(1000 - 1)), "n1"));
+  EXPECT_EQ(s.extender->stats().bind_failures, 1u);
+}
+
+TEST_F(ExtenderTest, BindOfAPodDeletedBeforeTheBindingLeavesNoBooking) {
+  Scheduler s(api_);
+  json pod = AddPod("p", FractionLimits(600));
+  api_.DeletePodBeforeBind("default", "p");
+  EXPECT_NE(s.Bind(pod, "n1"), "");
+  EXPECT_FALSE(s.ledger->BookingOf("default/p").has_value());
+  EXPECT_FALSE(api_.Pod("default", "p").has_value());
+  EXPECT_EQ(api_.LockHolder("n1"), "");
+  EXPECT_TRUE(s.Fits(AddPod("q", FractionLimits(999)), "n1"));
+}
+
+TEST_F(ExtenderTest, BindOfAPodThatIsGoneOrWasRecreated) {
+  Scheduler s(api_);
+  json ghost = PodObject("ghost", FractionLimits(100));
+  ghost["metadata"]["uid"] = "uid-ghost";
+  EXPECT_THAT(s.Bind(ghost, "n1"), HasSubstr("not found"));
+
+  json pod = AddPod("p", FractionLimits(600));
+  json old = pod;
+  old["metadata"]["uid"] = "uid-of-an-older-pod";
+  EXPECT_NE(s.Bind(old, "n1"), "");
+  EXPECT_EQ(NodeNameOf(Stored("p")), "");
+  EXPECT_EQ(AssignmentText(Stored("p")), "");
+  EXPECT_EQ(s.ledger->booking_count(), 0u);
+}
+
+TEST_F(ExtenderTest, BindFailureRemovesTheAssignment) {
+  Scheduler s(api_);
+  json pod = AddPod("p", FractionLimits(600));
+  api_.FailNextBind(InternalError("etcdserver: request timed out"));
+  std::string error = s.Bind(pod, "n1");
+  EXPECT_THAT(error, HasSubstr("request timed out"));
+  json stored = Stored("p");
+  EXPECT_EQ(NodeNameOf(stored), "");
+  EXPECT_EQ(AssignmentText(stored), "") << "no record of a booking that did not happen";
+  EXPECT_EQ(s.ledger->booking_count(), 0u);
+  EXPECT_EQ(api_.LockHolder("n1"), "");
+  // The scheduler retries; this time it works.
+  ASSERT_EQ(s.Bind(Stored("p"), "n1"), "");
+  EXPECT_EQ(NodeNameOf(Stored("p")), "n1");
+  EXPECT_NE(AssignmentText(Stored("p")), "");
+}
+
+TEST_F(ExtenderTest, BindFailsWhenThePodChangedUnderIt) {
+  Scheduler s(api_);
+  json pod = AddPod("p", FractionLimits(600));
+  api_.ConflictOnNextAnnotate();
+  EXPECT_NE(s.Bind(pod, "n1"), "");
+  EXPECT_EQ(NodeNameOf(Stored("p")), "");
+  EXPECT_EQ(AssignmentText(Stored("p")), "");
+  EXPECT_EQ(api_.bind_calls(), 0);
+  EXPECT_EQ(s.ledger->booking_count(), 0u);
+}
+
+TEST_F(ExtenderTest, BindToANodeThatIsGone) {
+  Scheduler s(api_);
+  json pod = AddPod("p", FractionLimits(600));
+  api_.DeleteNode("n1");  // The extender's watch has not caught up.
+  EXPECT_NE(s.Bind(pod, "n1"), "");
+  EXPECT_EQ(NodeNameOf(Stored("p")), "");
+  EXPECT_EQ(AssignmentText(Stored("p")), "");
+  EXPECT_EQ(s.ledger->booking_count(), 0u);
+}
+
+TEST_F(ExtenderTest, BindWhereThePodNoLongerFits) {
+  Scheduler s(api_);
+  ASSERT_EQ(s.Bind(AddPod("a", FractionLimits(700)), "n1"), "");
+  std::string error = s.Bind(AddPod("b", FractionLimits(700)), "n1");
+  EXPECT_THAT(error, HasSubstr("n1"));
+  EXPECT_EQ(NodeNameOf(Stored("b")), "");
+  EXPECT_EQ(AssignmentText(Stored("b")), "");
+  EXPECT_FALSE(s.ledger->BookingOf("default/b").has_value());
+}
+
+// kube-scheduler retries a bind whose answer it did not get, though the pod was bound. The
+// assignment the node agent has already given the container must stay the pod's record:
+// rewriting it to other GPUs would make the books disagree with what the pod holds.
+TEST_F(ExtenderTest, ARetriedBindKeepsTheAssignmentOfTheBoundPod) {
+  NodeInventory n3 = Inventory("n3", 2, "A100-80GB");
+  api_.PutNode(NodeObject("n3", &n3));
+  Scheduler s(api_);
+  json pod = AddPod("p", FractionLimits(600));
+  ASSERT_EQ(s.Bind(pod, "n3"), "");
+  StatusOr<Assignment> first = AssignmentFromJson(json::parse(AssignmentText(Stored("p"))));
+  ASSERT_TRUE(first.ok()) << first.status();
+
+  s.Bind(Stored("p"), "n3");  // Succeeding (idempotent) or failing are both acceptable answers.
+  StatusOr<Assignment> now = AssignmentFromJson(json::parse(AssignmentText(Stored("p"))));
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(AssignmentToJson(*now)["containers"], AssignmentToJson(*first)["containers"])
+      << "the bound pod's assignment was rewritten";
+  EXPECT_EQ(NodeNameOf(Stored("p")), "n3");
+
+  // And the books, as the watch then reports the pod, still have p on its original GPU.
+  s.extender->OnPod(Stored("p"));
+  const int gpu = first->containers[0].gpus[0].index;
+  json other = AddPod("q", FractionLimits(600));
+  ASSERT_EQ(s.Bind(other, "n3"), "");
+  StatusOr<Assignment> q = AssignmentFromJson(json::parse(AssignmentText(Stored("q"))));
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_NE(q->containers[0].gpus[0].index, gpu) << "p and q would share 1.2 of one GPU";
+}
+
+// ---- Two extenders, one API server ----
+
+// B has not seen A's binding through its watch; under the node's lock it re-reads the node's
+// pods and refuses.
+TEST_F(ExtenderTest, SecondExtenderSeesTheFirstsBindingUnderTheLock) {
+  Scheduler a(api_, {.holder = "extender-a"});
+  Scheduler b(api_, {.holder = "extender-b"});
+  json p = AddPod("p", FractionLimits(600));
+  json q = AddPod("q", FractionLimits(600));
+  EXPECT_TRUE(b.Fits(q, "n1")) << "B's books are stale, so its filter lets q through";
+  ASSERT_EQ(a.Bind(p, "n1"), "");
+  EXPECT_NE(b.Bind(q, "n1"), "");
+  EXPECT_EQ(NodeNameOf(Stored("q")), "");
+  EXPECT_EQ(AssignmentText(Stored("q")), "");
+  EXPECT_TRUE(b.ledger->BookingOf("default/p").has_value()) << "B learnt of p from the node";
+  EXPECT_FALSE(b.ledger->BookingOf("default/q").has_value());
+  EXPECT_THAT(b.ledger->Overbooked(), IsEmpty());
+}
+
+// B tries to bind while A holds the node's lock (between A's assignment and its binding).
+TEST_F(ExtenderTest, SecondExtenderWaitsForTheLockAndThenRefuses) {
+  Scheduler a(api_, {.holder = "extender-a"});
+  Scheduler b(api_, {.holder = "extender-b",
+                     .lock_ttl = std::chrono::seconds(15),
+                     .lock_wait = std::chrono::milliseconds(100)});
+  json p = AddPod("p", FractionLimits(600));
+  json q = AddPod("q", FractionLimits(600));
+  std::string b_error = "<not run>";
+  api_.BeforeNextBind([&] { b_error = b.Bind(q, "n1"); });
+  ASSERT_EQ(a.Bind(p, "n1"), "");
+  EXPECT_NE(b_error, "");
+  EXPECT_NE(b_error, "<not run>");
+  EXPECT_GT(b.extender->stats().lock_conflicts, 0u);
+  EXPECT_EQ(NodeNameOf(Stored("p")), "n1");
+  EXPECT_EQ(NodeNameOf(Stored("q")), "");
+  EXPECT_EQ(AssignmentText(Stored("q")), "");
+}
+
+TEST(ExtenderRaceTest, TwoExtendersRacingForOneGpuNeverBothWin) {
+  for (int round = 0; round < 25; ++round) {
+    FakeClusterApi api;
+    NodeInventory inv = Inventory("n1", 1, "A100-80GB");
+    api.PutNode(NodeObject("n1", &inv));
+    Scheduler a(api, {.holder = "extender-a"});
+    Scheduler b(api, {.holder = "extender-b"});
+    json p = api.PutPod(PodObject("p", FractionLimits(600)));
+    json q = api.PutPod(PodObject("q", FractionLimits(600)));
+    std::string a_error, b_error;
+    std::latch start(2);
+    std::thread ta([&] {
+      start.arrive_and_wait();
+      a_error = a.Bind(p, "n1");
+    });
+    std::thread tb([&] {
+      start.arrive_and_wait();
+      b_error = b.Bind(q, "n1");
+    });
+    ta.join();
+    tb.join();
+    EXPECT_EQ(a_error.empty() + b_error.empty(), 1)
+        << "round " << round << ": a \"" << a_error << "\", b \"" << b_error << "\"";
+    int bound = 0, annotated = 0;
+    for (const json& pod : api.AllPods()) {
+      bound += !pod["spec"].value("nodeName", "").empty();
+      annotated += pod["metadata"].contains("annotations") &&
+                   pod["metadata"]["annotations"].contains(std::string(kAnnotationAssignment));
+    }
+    EXPECT_EQ(bound, 1) << "round " << round;
+    EXPECT_EQ(annotated, 1) << "round " << round;
+  }
+}
+
+// ---- Restart, locks, finished pods ----
+
+TEST_F(ExtenderTest, ARestartedExtenderRebuildsTheSameBooksFromTheWatches) {
+  NodeInventory n3 = Inventory("n3", 4, "H100-80GB");
+  api_.PutNode(NodeObject("n3", &n3));
+  Scheduler before(api_);
+  ASSERT_EQ(before.Bind(AddPod("a", FractionLimits(300)), "n1"), "");
+  ASSERT_EQ(before.Bind(AddPod("b", {{"gpufrac.io/gpu", "2"}}), "n3"), "");
+  ASSERT_EQ(
+      before.Bind(AddPod("c", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "20480"}}), "n3"),
+      "");
+  ASSERT_EQ(before.Bind(AddPod("d", {{"gpufrac.io/gpu", "1"}}), "n2"), "");
+  AddPod("pending", FractionLimits(100));  // Not bound: holds nothing.
+
+  // Pods first, then nodes (bookings on nodes that appear later count), as a watch may deliver.
+  auto ledger = std::move(*Ledger::Create());
+  Extender after(ledger.get(), &api_);
+  for (const json& pod : api_.AllPods()) after.OnPod(pod);
+  for (const json& node : api_.AllNodes()) after.OnNode(node);
+
+  EXPECT_EQ(ledger->booking_count(), before.ledger->booking_count());
+  for (const char* pod : {"default/a", "default/b", "default/c", "default/d"}) {
+    ASSERT_TRUE(ledger->BookingOf(pod).has_value()) << pod;
+    EXPECT_EQ(*ledger->BookingOf(pod), *before.ledger->BookingOf(pod)) << pod;
+  }
+  EXPECT_FALSE(ledger->BookingOf("default/pending").has_value());
+  for (const json& probe :
+       {PodObject("x", FractionLimits(700)), PodObject("y", FractionLimits(701)),
+        PodObject("z", {{"gpufrac.io/gpu", "2"}}), PodObject("w", {{"gpufrac.io/gpu", "1"}})}) {
+    std::string body = FilterByNames(probe, {"n1", "n2", "n3", "cpu"});
+    EXPECT_EQ(json::parse(after.Filter(body))["NodeNames"],
+              json::parse(before.extender->Filter(body))["NodeNames"])
+        << probe["metadata"]["name"];
+  }
+  EXPECT_EQ(json::parse(after.Filter(
+                FilterByNames(PodObject("x", FractionLimits(700)), {"n1"})))["NodeNames"],
+            json::array({"n1"}));
+  EXPECT_EQ(json::parse(after.Filter(
+                FilterByNames(PodObject("y", FractionLimits(701)), {"n1"})))["NodeNames"],
+            json::array());
+}
+
+TEST_F(ExtenderTest, AnExpiredLockOfAnotherHolderIsTakenOver) {
+  Scheduler s(api_, {.holder = "extender-a",
+                     .lock_ttl = std::chrono::seconds(15),
+                     .lock_wait = std::chrono::milliseconds(60)});
+  ASSERT_TRUE(api_.LockNode("n1", "crashed-extender", std::chrono::seconds(10)).ok());
+  json pod = AddPod("p", FractionLimits(500));
+  EXPECT_NE(s.Bind(pod, "n1"), "") << "a live lock of another holder is respected";
+  EXPECT_EQ(api_.LockHolder("n1"), "crashed-extender");
+  EXPECT_GT(s.extender->stats().lock_conflicts, 0u);
+  EXPECT_EQ(NodeNameOf(Stored("p")), "");
+
+  api_.Advance(std::chrono::seconds(11));
+  ASSERT_EQ(s.Bind(Stored("p"), "n1"), "");
+  EXPECT_EQ(NodeNameOf(Stored("p")), "n1");
+  EXPECT_EQ(api_.LockHolder("n1"), "");
+}
+
+TEST_F(ExtenderTest, AFinishedPodFreesItsBooking) {
+  Scheduler s(api_);
+  ASSERT_EQ(s.Bind(AddPod("job", {{"gpufrac.io/gpu", "1"}}), "n1"), "");
+  json next = AddPod("next", FractionLimits(500));
+  EXPECT_FALSE(s.Fits(next, "n1"));
+  s.extender->OnPod(api_.SetPodPhase("default", "job", "Succeeded"));
+  EXPECT_FALSE(s.ledger->BookingOf("default/job").has_value());
+  EXPECT_TRUE(s.Fits(next, "n1"));
+
+  ASSERT_EQ(s.Bind(next, "n1"), "");
+  EXPECT_FALSE(s.Fits(AddPod("more", FractionLimits(600)), "n1"));
+  s.extender->OnPodDeleted(Stored("next"));
+  EXPECT_TRUE(s.Fits(Stored("more"), "n1"));
+}
+
+TEST_F(ExtenderTest, NodeWatchAddsAndRemovesNodes) {
+  Scheduler s(api_);
+  json pod = AddPod("p", FractionLimits(500));
+  NodeInventory n5 = Inventory("n5", 1, "L4");
+  EXPECT_FALSE(s.Fits(pod, "n5"));
+  s.extender->OnNode(NodeObject("n5", &n5));
+  EXPECT_TRUE(s.Fits(pod, "n5"));
+  // The agent stopped publishing: the node is no longer offered.
+  s.extender->OnNode(NodeObject("n5", nullptr));
+  EXPECT_FALSE(s.Fits(pod, "n5"));
+  // A malformed inventory is ignored (logged), not a crash.
+  json broken = NodeObject("n5", nullptr);
+  broken["metadata"]["annotations"] = {{std::string(kAnnotationInventory), "{\"version\": 7}"}};
+  s.extender->OnNode(broken);
+  EXPECT_FALSE(s.Fits(pod, "n5"));
+  s.extender->OnNode(NodeObject("n5", &n5));
+  EXPECT_TRUE(s.Fits(pod, "n5"));
+  s.extender->OnNodeDeleted(NodeObject("n5", &n5));
+  EXPECT_FALSE(s.Fits(pod, "n5"));
+}
+
+// A pod whose assignment names another node than the one it is bound to holds nothing there.
+TEST_F(ExtenderTest, OnPodCountsOnlyAssignmentsOfTheBoundNode) {
+  Scheduler s(api_);
+  json pod = AddPod("p", FractionLimits(500));
+  ASSERT_EQ(s.Bind(pod, "n1"), "");
+  json moved = Stored("p");
+  moved["spec"]["nodeName"] = "n2";
+  s.extender->OnPod(moved);
+  EXPECT_FALSE(s.ledger->BookingOf("default/p").has_value());
+  s.extender->OnPod(Stored("p"));
+  EXPECT_TRUE(s.ledger->BookingOf("default/p").has_value());
+}
+
+}  // namespace
+}  // namespace gpufrac::k8s

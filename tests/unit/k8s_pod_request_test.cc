@@ -1,0 +1,436 @@
+// How a pod's GPU request is read: every form a user may write (gpufrac.io resources, MIG and
+// model annotations, KAI/Run:ai annotations), every combination that is refused with a message
+// naming the key, container order, and the request in words.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "k8s/pod_request.h"
+
+namespace gpufrac::k8s {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+json Container(const std::string& name, json limits, json requests = nullptr) {
+  json c = {{"name", name}, {"image", "cuda:12"}};
+  if (!limits.is_null()) c["resources"]["limits"] = std::move(limits);
+  if (!requests.is_null()) c["resources"]["requests"] = std::move(requests);
+  return c;
+}
+
+json Pod(std::vector<json> containers, json annotations = json::object()) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", "p"}, {"namespace", "default"}, {"annotations", annotations}}},
+          {"spec", {{"containers", containers}}}};
+}
+
+// A one-container pod ("main") with these limits.
+json Simple(json limits, json annotations = json::object()) {
+  return Pod({Container("main", std::move(limits))}, std::move(annotations));
+}
+
+ContainerRequest Only(const json& pod) {
+  StatusOr<PodRequest> r = ParsePodRequest(pod);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok() || r->containers.size() != 1) {
+    ADD_FAILURE() << "expected one GPU container";
+    return {};
+  }
+  return r->containers[0];
+}
+
+// The parse fails with kInvalidArgument; returns the message.
+std::string Error(const json& pod) {
+  StatusOr<PodRequest> r = ParsePodRequest(pod);
+  EXPECT_FALSE(r.ok()) << "parsed a pod that should be refused: " << pod.dump();
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status();
+  return r.status().message();
+}
+
+// ---- Valid forms ----
+
+TEST(PodRequestTest, WholeGpus) {
+  ContainerRequest r = Only(Simple({{"gpufrac.io/gpu", "2"}}));
+  EXPECT_EQ(r.container, "main");
+  EXPECT_EQ(r.gpus, 2u);
+  EXPECT_TRUE(r.WholeGpus());
+  EXPECT_EQ(r.memory_bytes, 0u);
+  EXPECT_EQ(r.fraction_milli, 0u);
+  EXPECT_FALSE(r.from_annotations);
+}
+
+TEST(PodRequestTest, MemoryPerGpuInMiB) {
+  ContainerRequest r = Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "4096"}}));
+  EXPECT_EQ(r.gpus, 1u);
+  EXPECT_EQ(r.memory_bytes, 4 * kGiB);
+  EXPECT_FALSE(r.WholeGpus());
+}
+
+TEST(PodRequestTest, SeveralGpusTimesMemory) {
+  ContainerRequest r = Only(Simple({{"gpufrac.io/gpu", "2"}, {"gpufrac.io/gpu-memory", "8192"}}));
+  EXPECT_EQ(r.gpus, 2u);
+  EXPECT_EQ(r.memory_bytes, 8 * kGiB);
+}
+
+TEST(PodRequestTest, Fraction) {
+  ContainerRequest r = Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}}));
+  EXPECT_EQ(r.gpus, 1u);
+  EXPECT_EQ(r.fraction_milli, 250u);
+  EXPECT_EQ(r.memory_bytes, 0u);
+  EXPECT_FALSE(r.WholeGpus());
+}
+
+TEST(PodRequestTest, QuantitySuffixes) {
+  // "4Ki" MiB is 4096 MiB; "2k" is 2000 MiB; "1k" GPUs is too many, but "1" is one.
+  EXPECT_EQ(Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "4Ki"}})).memory_bytes,
+            4096 * kMiB);
+  EXPECT_EQ(Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "2k"}})).memory_bytes,
+            2000 * kMiB);
+  EXPECT_EQ(Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "1Mi"}})).memory_bytes,
+            (uint64_t{1} << 20) * kMiB);
+}
+
+TEST(PodRequestTest, JsonNumbers) {
+  // As they arrive from the API server: parsed from text.
+  ContainerRequest r =
+      Only(Simple(json::parse(R"({"gpufrac.io/gpu": 1, "gpufrac.io/gpu-fraction": 500})")));
+  EXPECT_EQ(r.gpus, 1u);
+  EXPECT_EQ(r.fraction_milli, 500u);
+  ContainerRequest m =
+      Only(Simple(json::parse(R"({"gpufrac.io/gpu": 3, "gpufrac.io/gpu-memory": 1024})")));
+  EXPECT_EQ(m.gpus, 3u);
+  EXPECT_EQ(m.memory_bytes, kGiB);
+}
+
+// A pod built in C++ holds positive numbers as signed integers; they are the same quantities.
+TEST(PodRequestTest, JsonNumbersBuiltInCode) {
+  ContainerRequest r = Only(Simple({{"gpufrac.io/gpu", 1}, {"gpufrac.io/gpu-fraction", 500}}));
+  EXPECT_EQ(r.gpus, 1u);
+  EXPECT_EQ(r.fraction_milli, 500u);
+}
+
+TEST(PodRequestTest, RequestsAreReadWhenThereAreNoLimits) {
+  json pod = Pod(
+      {Container("main", nullptr, {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "2048"}})});
+  ContainerRequest r = Only(pod);
+  EXPECT_EQ(r.gpus, 1u);
+  EXPECT_EQ(r.memory_bytes, 2 * kGiB);
+}
+
+TEST(PodRequestTest, LimitsWinOverRequests) {
+  json pod = Pod({Container("main", {{"gpufrac.io/gpu", "2"}}, {{"gpufrac.io/gpu", "1"}})});
+  EXPECT_EQ(Only(pod).gpus, 2u);
+}
+
+TEST(PodRequestTest, MigProfileAnnotationIsLowerCased) {
+  ContainerRequest r =
+      Only(Simple({{"gpufrac.io/gpu", "1"}}, {{"gpufrac.io/mig-profile", "2G.20GB"}}));
+  EXPECT_EQ(r.gpus, 1u);
+  EXPECT_EQ(r.mig_profile, "2g.20gb");
+  EXPECT_FALSE(r.WholeGpus());
+}
+
+TEST(PodRequestTest, GpuModelAnnotationAppliesToEveryContainer) {
+  json pod = Pod({Container("a", {{"gpufrac.io/gpu", "1"}}),
+                  Container("b", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "100"}})},
+                 {{"gpufrac.io/gpu-model", "A100-80GB"}});
+  StatusOr<PodRequest> r = ParsePodRequest(pod);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->containers.size(), 2u);
+  EXPECT_EQ(r->containers[0].gpu_model, "A100-80GB");
+  EXPECT_EQ(r->containers[1].gpu_model, "A100-80GB");
+}
+
+TEST(PodRequestTest, KaiFractionOnTheFirstContainer) {
+  json pod =
+      Pod({Container("first", nullptr), Container("second", nullptr)}, {{"gpu-fraction", "0.5"}});
+  ContainerRequest r = Only(pod);
+  EXPECT_EQ(r.container, "first");
+  EXPECT_EQ(r.gpus, 1u);
+  EXPECT_EQ(r.fraction_milli, 500u);
+  EXPECT_TRUE(r.from_annotations);
+}
+
+TEST(PodRequestTest, KaiMemory) {
+  ContainerRequest r = Only(Pod({Container("main", nullptr)}, {{"gpu-memory", "4096"}}));
+  EXPECT_EQ(r.gpus, 1u);
+  EXPECT_EQ(r.memory_bytes, 4 * kGiB);
+  EXPECT_EQ(r.fraction_milli, 0u);
+  EXPECT_TRUE(r.from_annotations);
+}
+
+TEST(PodRequestTest, KaiOnANamedContainer) {
+  json pod = Pod({Container("sidecar", nullptr), Container("worker", nullptr)},
+                 {{"gpu-fraction", "0.25"}, {"gpu-fraction-container-name", "worker"}});
+  ContainerRequest r = Only(pod);
+  EXPECT_EQ(r.container, "worker");
+  EXPECT_EQ(r.fraction_milli, 250u);
+}
+
+TEST(PodRequestTest, KaiNumberOfDevices) {
+  json pod = Pod({Container("main", nullptr)},
+                 {{"gpu-fraction", "0.5"}, {"gpu-fraction-num-devices", "2"}});
+  ContainerRequest r = Only(pod);
+  EXPECT_EQ(r.gpus, 2u);
+  EXPECT_EQ(r.fraction_milli, 500u);
+}
+
+TEST(PodRequestTest, ContainersKeepThePodsOrder) {
+  json pod = Pod({Container("a", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}}),
+                  Container("no-gpu", {{"cpu", "2"}}), Container("c", {{"gpufrac.io/gpu", "2"}}),
+                  Container("d", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "1024"}})});
+  StatusOr<PodRequest> r = ParsePodRequest(pod);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->containers.size(), 3u);
+  EXPECT_EQ(r->containers[0].container, "a");
+  EXPECT_EQ(r->containers[0].fraction_milli, 250u);
+  EXPECT_EQ(r->containers[1].container, "c");
+  EXPECT_EQ(r->containers[1].gpus, 2u);
+  EXPECT_EQ(r->containers[2].container, "d");
+  EXPECT_EQ(r->containers[2].memory_bytes, kGiB);
+}
+
+TEST(PodRequestTest, KaiContainerKeepsItsPlaceAmongResourceContainers) {
+  json pod = Pod({Container("a", {{"gpufrac.io/gpu", "1"}}), Container("b", nullptr),
+                  Container("c", {{"gpufrac.io/gpu", "1"}})},
+                 {{"gpu-memory", "2048"}, {"gpu-fraction-container-name", "b"}});
+  StatusOr<PodRequest> r = ParsePodRequest(pod);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->containers.size(), 3u);
+  EXPECT_EQ(r->containers[0].container, "a");
+  EXPECT_EQ(r->containers[1].container, "b");
+  EXPECT_TRUE(r->containers[1].from_annotations);
+  EXPECT_EQ(r->containers[1].memory_bytes, 2 * kGiB);
+  EXPECT_EQ(r->containers[2].container, "c");
+}
+
+TEST(PodRequestTest, PodsWithoutGpusAskForNothing) {
+  StatusOr<PodRequest> cpu = ParsePodRequest(Simple({{"cpu", "1"}, {"memory", "1Gi"}}));
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_TRUE(cpu->empty());
+  StatusOr<PodRequest> no_spec = ParsePodRequest(json{{"metadata", {{"name", "x"}}}});
+  ASSERT_TRUE(no_spec.ok()) << no_spec.status();
+  EXPECT_TRUE(no_spec->empty());
+  // nvidia.com/gpu alone is the NVIDIA device plugin's business, not ours.
+  StatusOr<PodRequest> nvidia = ParsePodRequest(Simple({{"nvidia.com/gpu", "1"}}));
+  ASSERT_TRUE(nvidia.ok()) << nvidia.status();
+  EXPECT_TRUE(nvidia->empty());
+  // The model annotation alone asks for no GPU.
+  StatusOr<PodRequest> model =
+      ParsePodRequest(Simple({{"cpu", "1"}}, {{"gpufrac.io/gpu-model", "H100-80GB"}}));
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_TRUE(model->empty());
+}
+
+// ---- Refused combinations: kInvalidArgument naming the key ----
+
+TEST(PodRequestTest, MemoryAndFractionTogether) {
+  std::string m = Error(Simple({{"gpufrac.io/gpu", "1"},
+                                {"gpufrac.io/gpu-memory", "1024"},
+                                {"gpufrac.io/gpu-fraction", "250"}}));
+  EXPECT_THAT(m, HasSubstr("gpufrac.io/gpu-memory"));
+  EXPECT_THAT(m, HasSubstr("gpufrac.io/gpu-fraction"));
+  EXPECT_THAT(m, HasSubstr("main"));
+}
+
+TEST(PodRequestTest, MemoryOrFractionWithoutACount) {
+  std::string m = Error(Simple({{"gpufrac.io/gpu-memory", "1024"}}));
+  EXPECT_THAT(m, HasSubstr("gpufrac.io/gpu-memory"));
+  EXPECT_THAT(m, HasSubstr("gpufrac.io/gpu:"));
+  std::string f = Error(Simple({{"gpufrac.io/gpu-fraction", "250"}}));
+  EXPECT_THAT(f, HasSubstr("gpufrac.io/gpu-fraction"));
+  EXPECT_THAT(f, HasSubstr("gpufrac.io/gpu:"));
+}
+
+TEST(PodRequestTest, ZeroCountDoesNotBlameAKeyThePodDoesNotHave) {
+  StatusOr<PodRequest> r = ParsePodRequest(Simple({{"gpufrac.io/gpu", "0"}}));
+  if (r.ok()) {
+    EXPECT_TRUE(r->empty());
+  } else {
+    EXPECT_THAT(r.status().message(), HasSubstr("gpufrac.io/gpu"));
+    EXPECT_THAT(r.status().message(), Not(HasSubstr("gpu-fraction")))
+        << "the pod has no gpufrac.io/gpu-fraction";
+    EXPECT_THAT(r.status().message(), Not(HasSubstr("gpu-memory")));
+  }
+}
+
+TEST(PodRequestTest, FractionOutOfRange) {
+  for (const char* milli : {"0", "1000", "1500"}) {
+    std::string m = Error(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", milli}}));
+    EXPECT_THAT(m, HasSubstr("gpufrac.io/gpu-fraction")) << milli;
+  }
+  EXPECT_EQ(
+      Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "1"}})).fraction_milli, 1u);
+  EXPECT_EQ(
+      Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "999"}})).fraction_milli,
+      999u);
+}
+
+TEST(PodRequestTest, ZeroMemory) {
+  std::string m = Error(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "0"}}));
+  EXPECT_THAT(m, HasSubstr("gpufrac.io/gpu-memory"));
+}
+
+TEST(PodRequestTest, CountTooLargeOrNotWhole) {
+  EXPECT_EQ(Only(Simple({{"gpufrac.io/gpu", "64"}})).gpus, 64u);
+  EXPECT_THAT(Error(Simple({{"gpufrac.io/gpu", "65"}})), HasSubstr("gpufrac.io/gpu"));
+  EXPECT_THAT(Error(Simple({{"gpufrac.io/gpu", "1k"}})), HasSubstr("gpufrac.io/gpu"));
+  EXPECT_THAT(Error(Simple({{"gpufrac.io/gpu", "1.5"}})), HasSubstr("gpufrac.io/gpu"));
+  EXPECT_THAT(Error(Simple({{"gpufrac.io/gpu", "500m"}})), HasSubstr("gpufrac.io/gpu"));
+  EXPECT_THAT(Error(Simple({{"gpufrac.io/gpu", "two"}})), HasSubstr("gpufrac.io/gpu"));
+  EXPECT_THAT(Error(Simple({{"gpufrac.io/gpu", -1}})), HasSubstr("gpufrac.io/gpu"));
+  EXPECT_THAT(Error(Simple({{"gpufrac.io/gpu", 1.5}})), HasSubstr("gpufrac.io/gpu"));
+  EXPECT_THAT(Error(Simple({{"gpufrac.io/gpu", "99999999999999999999999"}})),
+              HasSubstr("gpufrac.io/gpu"));
+  EXPECT_THAT(Error(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "1.5Gi"}})),
+              HasSubstr("gpufrac.io/gpu-memory"));
+}
+
+TEST(PodRequestTest, TogetherWithNvidiaGpu) {
+  std::string m = Error(Simple({{"gpufrac.io/gpu", "1"}, {"nvidia.com/gpu", "1"}}));
+  EXPECT_THAT(m, HasSubstr("nvidia.com/gpu"));
+  EXPECT_THAT(m, HasSubstr("main"));
+}
+
+TEST(PodRequestTest, OnAnInitContainer) {
+  json pod = Simple({{"cpu", "1"}});
+  pod["spec"]["initContainers"] = json::array({Container("warmup", {{"gpufrac.io/gpu", "1"}})});
+  std::string m = Error(pod);
+  EXPECT_THAT(m, HasSubstr("init container"));
+  EXPECT_THAT(m, HasSubstr("warmup"));
+  EXPECT_THAT(m, HasSubstr("gpufrac.io"));
+}
+
+TEST(PodRequestTest, MigProfileWithMemoryOrFraction) {
+  json mig = {{"gpufrac.io/mig-profile", "1g.10gb"}};
+  std::string m = Error(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "1024"}}, mig));
+  EXPECT_THAT(m, HasSubstr("gpufrac.io/mig-profile"));
+  std::string f = Error(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "100"}}, mig));
+  EXPECT_THAT(f, HasSubstr("gpufrac.io/mig-profile"));
+  std::string k = Error(Pod({Container("main", nullptr)},
+                            {{"gpufrac.io/mig-profile", "1g.10gb"}, {"gpu-fraction", "0.5"}}));
+  EXPECT_THAT(k, HasSubstr("gpufrac.io/mig-profile"));
+}
+
+TEST(PodRequestTest, MigProfileWithSeveralGpus) {
+  std::string m = Error(Simple({{"gpufrac.io/gpu", "2"}}, {{"gpufrac.io/mig-profile", "1g.10gb"}}));
+  EXPECT_THAT(m, HasSubstr("gpufrac.io/mig-profile"));
+  EXPECT_THAT(m, HasSubstr("gpufrac.io/gpu"));
+}
+
+TEST(PodRequestTest, MigProfileWithoutAGpuContainer) {
+  std::string m = Error(Simple({{"cpu", "1"}}, {{"gpufrac.io/mig-profile", "1g.10gb"}}));
+  EXPECT_THAT(m, HasSubstr("gpufrac.io/mig-profile"));
+}
+
+TEST(PodRequestTest, MigProfileNamingNoProfile) {
+  for (const char* bad : {"big", "10gb", "1g", "g.10gb"}) {
+    std::string m = Error(Simple({{"gpufrac.io/gpu", "1"}}, {{"gpufrac.io/mig-profile", bad}}));
+    EXPECT_THAT(m, HasSubstr("gpufrac.io/mig-profile")) << bad;
+  }
+}
+
+TEST(PodRequestTest, KaiAnnotationsWithAGpuCountUseTheDevicePlugin) {
+  // gpufrac.io/gpu routes the container through gpufrac's device plugin (and quotas); the
+  // annotation gives the amount.
+  ContainerRequest r = Only(Simple({{"gpufrac.io/gpu", "2"}}, {{"gpu-fraction", "0.5"}}));
+  EXPECT_EQ(r.gpus, 2u);
+  EXPECT_EQ(r.fraction_milli, 500u);
+  EXPECT_TRUE(r.from_annotations);
+  std::string m = Error(Simple({{"gpufrac.io/gpu", "2"}},
+                               {{"gpu-fraction", "0.5"}, {"gpu-fraction-num-devices", "3"}}));
+  EXPECT_THAT(m, HasSubstr("gpu-fraction-num-devices"));
+}
+
+TEST(PodRequestTest, KaiAnnotationsWithGpufracAmountsOnOneContainer) {
+  std::string m = Error(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "1024"}},
+                               {{"gpu-fraction", "0.5"}}));
+  EXPECT_THAT(m, HasSubstr("main"));
+  EXPECT_THAT(m, HasSubstr("gpufrac.io/gpu-memory"));
+  EXPECT_THAT(m, HasSubstr("KAI"));
+}
+
+TEST(PodRequestTest, KaiFractionAndMemoryTogether) {
+  std::string m =
+      Error(Pod({Container("main", nullptr)}, {{"gpu-fraction", "0.5"}, {"gpu-memory", "1024"}}));
+  EXPECT_THAT(m, HasSubstr("gpu-fraction"));
+  EXPECT_THAT(m, HasSubstr("gpu-memory"));
+}
+
+TEST(PodRequestTest, KaiContainerNameThatDoesNotExist) {
+  std::string m = Error(Pod({Container("main", nullptr)},
+                            {{"gpu-fraction", "0.5"}, {"gpu-fraction-container-name", "ghost"}}));
+  EXPECT_THAT(m, HasSubstr("gpu-fraction-container-name"));
+  EXPECT_THAT(m, HasSubstr("ghost"));
+}
+
+TEST(PodRequestTest, KaiBadValues) {
+  for (const char* devices : {"0", "65", "x", "1.5"}) {
+    std::string m = Error(Pod({Container("main", nullptr)},
+                              {{"gpu-fraction", "0.5"}, {"gpu-fraction-num-devices", devices}}));
+    EXPECT_THAT(m, HasSubstr("gpu-fraction-num-devices")) << devices;
+  }
+  for (const char* fraction : {"1.5", "0", "half", "1"}) {
+    std::string m = Error(Pod({Container("main", nullptr)}, {{"gpu-fraction", fraction}}));
+    EXPECT_THAT(m, HasSubstr("gpu-fraction")) << fraction;
+  }
+  for (const char* memory : {"0", "lots", "-5"}) {
+    std::string m = Error(Pod({Container("main", nullptr)}, {{"gpu-memory", memory}}));
+    EXPECT_THAT(m, HasSubstr("gpu-memory")) << memory;
+  }
+}
+
+TEST(PodRequestTest, NotAnObject) {
+  StatusOr<PodRequest> r = ParsePodRequest(json::array());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+}
+
+// ---- In words ----
+
+ContainerRequest Req(uint32_t gpus, uint64_t memory, uint32_t milli, std::string mig = "",
+                     std::string model = "") {
+  ContainerRequest r;
+  r.container = "c";
+  r.gpus = gpus;
+  r.memory_bytes = memory;
+  r.fraction_milli = milli;
+  r.mig_profile = std::move(mig);
+  r.gpu_model = std::move(model);
+  return r;
+}
+
+TEST(PodRequestTest, DescribeRequest) {
+  EXPECT_EQ(DescribeRequest(Req(2, 0, 0)), "2 GPUs");
+  EXPECT_EQ(DescribeRequest(Req(1, 0, 0)), "1 GPU");
+  EXPECT_EQ(DescribeRequest(Req(1, 4 * kGiB, 0)), "1 GPU x 4 GiB");
+  EXPECT_EQ(DescribeRequest(Req(2, 512 * kMiB, 0)), "2 GPUs x 512 MiB");
+  EXPECT_EQ(DescribeRequest(Req(1, 0, 250)), "1 GPU x 0.25");
+  EXPECT_EQ(DescribeRequest(Req(1, 0, 0, "2g.20gb")), "MIG 2g.20gb");
+  EXPECT_EQ(DescribeRequest(Req(1, 0, 250, "", "A100-80GB")), "1 GPU x 0.25 (A100-80GB)");
+  EXPECT_EQ(DescribeRequest(Req(1, 0, 0, "1g.10gb", "H100-80GB")), "MIG 1g.10gb (H100-80GB)");
+}
+
+TEST(PodRequestTest, DescribeParsedRequests) {
+  EXPECT_EQ(
+      DescribeRequest(Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "4096"}}))),
+      "1 GPU x 4 GiB");
+  EXPECT_EQ(DescribeRequest(
+                Only(Simple({{"gpufrac.io/gpu", "1"}}, {{"gpufrac.io/mig-profile", "3g.40gb"},
+                                                        {"gpufrac.io/gpu-model", "H100-80GB"}}))),
+            "MIG 3g.40gb (H100-80GB)");
+}
+
+}  // namespace
+}  // namespace gpufrac::k8s
