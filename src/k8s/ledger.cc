@@ -129,6 +129,16 @@ struct Ledger::Impl {
 
   // Built by Rebuild when `dirty`.
   bool dirty = true;
+  // Bumped by every change that can change a verdict; the last Evaluate is reused while it
+  // stands (kube-scheduler asks prioritize about the nodes filter just passed).
+  uint64_t version = 0;
+  struct LastEvaluate {
+    PodRequest request;
+    uint64_t version = 0;
+    std::vector<std::string> nodes;
+    std::vector<Verdict> verdicts;
+  };
+  std::optional<LastEvaluate> last;
   std::optional<pl::Cluster> cluster;
   std::unique_ptr<pl::TypicalWorkload> typical;
   std::unique_ptr<pl::Policy> policy;
@@ -208,6 +218,7 @@ struct Ledger::Impl {
     std::iota(rank.begin(), rank.end(), 0);
     scheduler = std::make_unique<pl::Scheduler>(&*cluster, policy.get(), std::move(rank));
     typical_changes = 0;
+    ++version;
   }
 
   void Ensure() {
@@ -479,10 +490,14 @@ void Ledger::SetNode(const std::string& node, const NodeInventory& inventory) {
   });
   impl_->nodes[node] = NodeEntry{inventory, Impl::GroupsOf(inventory), has_mig};
   impl_->dirty = true;
+  ++impl_->version;
 }
 
 void Ledger::RemoveNode(const std::string& node) {
-  if (impl_->nodes.erase(node) > 0) impl_->dirty = true;
+  if (impl_->nodes.erase(node) > 0) {
+    impl_->dirty = true;
+    ++impl_->version;
+  }
 }
 
 bool Ledger::HasNode(const std::string& node) const { return impl_->nodes.count(node) > 0; }
@@ -497,6 +512,7 @@ void Ledger::Book(const std::string& pod, const Assignment& assignment) {
   impl_->pods_on_node[assignment.node].insert(pod);
   if (!impl_->dirty) impl_->Apply(b);
   ++impl_->typical_changes;
+  ++impl_->version;
 }
 
 bool Ledger::Unbook(const std::string& pod) {
@@ -515,6 +531,7 @@ bool Ledger::Unbook(const std::string& pod) {
   }
   impl_->bookings.erase(it);
   ++impl_->typical_changes;
+  ++impl_->version;
   return true;
 }
 
@@ -536,6 +553,18 @@ std::vector<Ledger::Verdict> Ledger::Evaluate(const PodRequest& request,
                                               const std::vector<std::string>& nodes) {
   impl_->Ensure();
   std::vector<Verdict> out(nodes.size());
+  // The same pod on the same books, about nodes the last call was asked about in the same
+  // order: its answers stand.
+  if (const auto& last = impl_->last;
+      last && last->version == impl_->version && last->request == request) {
+    size_t j = 0;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      while (j < last->nodes.size() && last->nodes[j] != nodes[i]) ++j;
+      if (j == last->nodes.size()) break;
+      out[i] = last->verdicts[j++];
+      if (i + 1 == nodes.size()) return out;
+    }
+  }
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (request.empty()) {  // Not ours to judge: every node will do.
       out[i].fits = true;
@@ -549,6 +578,7 @@ std::vector<Ledger::Verdict> Ledger::Evaluate(const PodRequest& request,
     Impl::Outcome o = impl_->Decide(it->first, it->second, request, /*choose=*/false);
     out[i] = {o.fits, o.score, std::move(o.reason)};
   }
+  impl_->last = Impl::LastEvaluate{request, impl_->version, nodes, out};
   return out;
 }
 
@@ -566,6 +596,7 @@ StatusOr<Assignment> Ledger::Choose(const PodRequest& request, const std::string
     for (const ContainerRequest& c : request.containers) {
       if (c.gpus == 1 && !c.WholeGpus()) impl_->mig_demand.Observe(MigRequestOf(c), models);
     }
+    ++impl_->version;
   }
   Impl::Outcome o = impl_->Decide(it->first, it->second, request, /*choose=*/true);
   if (!o.fits) return ResourceExhaustedError("node " + node + ": " + o.reason);

@@ -45,6 +45,7 @@ struct ContainerRequest {
 struct PodRequest {
   std::vector<ContainerRequest> containers;
   bool empty() const { return containers.empty(); }
+  friend bool operator==(const PodRequest&, const PodRequest&) = default;
 };
 
 // Reads `pod` (a core/v1 Pod as JSON). Resources come from each container's limits (requests

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The Kubernetes scheduler extender benchmark of issue 6 (not a test): builds
+# bench/k8s_extender_bench, measures filter + prioritize latency for one pod against 5,000 nodes
+# of 8 GPUs (three runs with different seeds), and writes docs/k8s-extender-benchmark.md.
+# Usage: bench/run_k8s_bench.sh [build dir]   (default ./build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j"$(nproc)" --target k8s_extender_bench >/dev/null
+bench="$build/bin/k8s_extender_bench"
+runs=""
+for seed in 1 2 3; do
+  runs+="### Seed $seed"$'\n\n'"$("$bench" --nodes=5000 --gpus=8 --pods=1000 --fill=0.6 --seed=$seed)"$'\n\n'
+done
+small=$("$bench" --nodes=500 --gpus=8 --pods=1000 --fill=0.6 --seed=1)
+cat >docs/k8s-extender-benchmark.md <<DOC
+# Scheduler extender benchmark: filter + prioritize at 5,000 nodes
+
+Written by \`bench/run_k8s_bench.sh\` (source: \`bench/k8s_extender_bench.cc\`). Not a test.
+Measured on this machine: $(nproc) cores, $(uname -m), $(date -u +%Y-%m-%d).
+
+## Setup
+
+- 5,000 nodes of 8 x H100-80GB in \`shared\` mode, each announced to the extender as the node
+  agent announces it (a Node object with the gpufrac.io/gpus annotation, through \`OnNode\`).
+- Before measuring, pods are booked on random nodes (where the Ledger itself puts them on that
+  node) until 60% of the GPU capacity is taken: about 41,500 pods, a mix of 0.1, 0.25 (twice as
+  often), 0.5, 10 GiB, 1 whole GPU and 2 whole GPUs.
+- Then 1,000 pods in the same mix are scheduled one after the other, as kube-scheduler does
+  with \`nodeCacheCapable: true\`: \`Filter\` gets the full ExtenderArgs JSON (the pod as the API
+  server stores it, and all 5,000 node names), \`Prioritize\` gets the nodes that passed. Each
+  call is timed from the request body (a string) to the response body (a string): JSON parsing,
+  the pod's request, the Ledger's verdicts (the gpufrac placement policy's scores, from the
+  placement library's per-node cache) and the JSON answer. Between calls the pod is booked on
+  the best-scored node and a random earlier pod ends, so every call sees changed nodes.
+- The first call after start is reported apart: it scores every node for a kind of request the
+  cache has not seen (kube-scheduler's retries and every later pod of that kind then use the
+  cache).
+
+## Results
+
+$runs
+### 500 nodes, for scale
+
+$small
+
+## Reading the results
+
+The issue's target is a p99 under 10 ms for filter + prioritize for one pod against 5,000 nodes
+with 8 GPUs each; the table above says where it stands on this machine. Most of the time goes
+into JSON: parsing 5,000 node names and writing 5,000 answers. The Ledger's own work is a cache
+lookup per node, because the placement scores of unchanged nodes are kept from call to call;
+\`Prioritize\` reuses the verdicts \`Filter\` just computed when nothing changed in between.
+
+## Reproduce
+
+\`\`\`
+bench/run_k8s_bench.sh            # builds into ./build and rewrites this file
+build/bin/k8s_extender_bench --nodes=5000 --gpus=8 --pods=400 --fill=0.8
+\`\`\`
+DOC
+echo "wrote docs/k8s-extender-benchmark.md" >&2
