@@ -4,3 +4,8 @@ gpufrac_test(k8s_end_to_end_test integration
              SOURCES integration/k8s_end_to_end_test.cc
              LIBS gpufrac_k8s_services k8s_fake_apiserver gpufrac_fake_kubelet PkgConfig::HTTPLIB)
 add_dependencies(k8s_end_to_end_test gpufrac simgpu_nvml simgpu_cuda)
+
+# The API calls behind ClusterApi, as the fake HTTPS API server receives them.
+gpufrac_test(k8s_kube_cluster_api_test integration
+             SOURCES integration/k8s_kube_cluster_api_test.cc
+             LIBS gpufrac_k8s_services k8s_fake_apiserver)

@@ -1,0 +1,129 @@
+// The extender's and agent's API calls as the API server receives them (paths, verbs, bodies,
+// resourceVersion preconditions) and how they react to conflicts, against the fake HTTPS API
+// server.
+#include <gtest/gtest.h>
+
+#include "k8s/api_client.h"
+#include "k8s/fake_apiserver.h"
+#include "k8s/kube_cluster_api.h"
+#include "k8s/object_fields.h"
+
+namespace gpufrac::k8s {
+namespace {
+
+using testing::FakeApiServer;
+
+class KubeClusterApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = FakeApiServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+    auto client = ApiClient::Create(server_->client_config());
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    client_ = std::move(*client);
+    api_ = std::make_unique<KubeClusterApi>(client_.get());
+    server_->Put({{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", "n1"}}}});
+    pod_ = server_->Put({{"apiVersion", "v1"},
+                         {"kind", "Pod"},
+                         {"metadata", {{"name", "p"}, {"namespace", "ns"}}},
+                         {"spec", {{"containers", {{{"name", "main"}, {"image", "x"}}}}}}});
+  }
+
+  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<ApiClient> client_;
+  std::unique_ptr<KubeClusterApi> api_;
+  json pod_;
+};
+
+TEST_F(KubeClusterApiTest, AnnotatePodCarriesTheResourceVersionAndRemovesEmptyValues) {
+  ASSERT_TRUE(api_->AnnotatePod("ns", "p", MetaOf(pod_, "resourceVersion"),
+                                {{"gpufrac.io/assignment", "{}"}, {"gone", ""}})
+                  .ok());
+  auto patches = server_->requests("PATCH", "/api/v1/namespaces/ns/pods/p");
+  ASSERT_EQ(patches.size(), 1u);
+  EXPECT_EQ(patches[0].content_type, "application/merge-patch+json");
+  json body = json::parse(patches[0].body);
+  EXPECT_EQ(body["metadata"]["resourceVersion"], MetaOf(pod_, "resourceVersion"));
+  EXPECT_EQ(body["metadata"]["annotations"]["gpufrac.io/assignment"], "{}");
+  EXPECT_TRUE(body["metadata"]["annotations"]["gone"].is_null());
+  // The pod changed since: the same write is refused as a conflict.
+  Status stale = api_->AnnotatePod("ns", "p", MetaOf(pod_, "resourceVersion"), {{"a", "b"}});
+  EXPECT_EQ(stale.code(), StatusCode::kAborted) << stale.ToString();
+  // And a pod that is gone is NotFound.
+  server_->Delete("pods", "ns", "p");
+  EXPECT_EQ(api_->AnnotatePod("ns", "p", "", {{"a", "b"}}).code(), StatusCode::kNotFound);
+}
+
+TEST_F(KubeClusterApiTest, BindPostsABindingWithThePodUid) {
+  ASSERT_TRUE(api_->BindPod("ns", "p", MetaOf(pod_, "uid"), "n1").ok());
+  auto posts = server_->requests("POST", "/api/v1/namespaces/ns/pods/p/binding");
+  ASSERT_EQ(posts.size(), 1u);
+  json body = json::parse(posts[0].body);
+  EXPECT_EQ(body["kind"], "Binding");
+  EXPECT_EQ(body["metadata"]["uid"], MetaOf(pod_, "uid"));
+  EXPECT_EQ(body["target"]["kind"], "Node");
+  EXPECT_EQ(body["target"]["name"], "n1");
+  EXPECT_EQ(PodNodeName(*server_->Get("pods", "ns", "p")), "n1");
+  // A second bind is refused: the pod is bound.
+  EXPECT_EQ(api_->BindPod("ns", "p", MetaOf(pod_, "uid"), "n1").code(), StatusCode::kAborted);
+}
+
+TEST_F(KubeClusterApiTest, NodeLockIsExclusiveConditionalAndExpires) {
+  ASSERT_TRUE(api_->LockNode("n1", "a", std::chrono::seconds(30)).ok());
+  auto patches = server_->requests("PATCH", "/api/v1/nodes/n1");
+  ASSERT_EQ(patches.size(), 1u);
+  json body = json::parse(patches[0].body);
+  EXPECT_FALSE(body["metadata"]["resourceVersion"].get<std::string>().empty());
+  std::string lock = body["metadata"]["annotations"]["gpufrac.io/lock"];
+  EXPECT_EQ(lock.rfind("a ", 0), 0u) << lock;
+
+  // Someone else is refused while it holds; the holder may take it again.
+  EXPECT_EQ(api_->LockNode("n1", "b", std::chrono::seconds(30)).code(), StatusCode::kAborted);
+  EXPECT_TRUE(api_->LockNode("n1", "a", std::chrono::seconds(30)).ok());
+  // Only the holder gives it back.
+  api_->UnlockNode("n1", "b");
+  EXPECT_FALSE(AnnotationOf(*server_->Get("nodes", "", "n1"), "gpufrac.io/lock").empty());
+  api_->UnlockNode("n1", "a");
+  EXPECT_TRUE(AnnotationOf(*server_->Get("nodes", "", "n1"), "gpufrac.io/lock").empty());
+
+  // Two takers that read the same node: the second write conflicts (409) and is refused.
+  server_->FailNext("PATCH", "/api/v1/nodes/n1", 409, 1, false, "Conflict");
+  EXPECT_EQ(api_->LockNode("n1", "b", std::chrono::seconds(30)).code(), StatusCode::kAborted);
+
+  // An expired lock is taken over.
+  json node = *server_->Get("nodes", "", "n1");
+  node["metadata"]["annotations"]["gpufrac.io/lock"] = "crashed-extender 1000";
+  server_->Put(node);
+  EXPECT_TRUE(api_->LockNode("n1", "b", std::chrono::seconds(30)).ok());
+
+  // A node that is gone cannot be locked.
+  EXPECT_EQ(api_->LockNode("missing", "a", std::chrono::seconds(30)).code(),
+            StatusCode::kNotFound);
+}
+
+TEST_F(KubeClusterApiTest, ListsThePodsOfOneNodeAndPostsEvents) {
+  ASSERT_TRUE(api_->BindPod("ns", "p", MetaOf(pod_, "uid"), "n1").ok());
+  server_->Put({{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata", {{"name", "other"}, {"namespace", "ns"}}},
+                {"spec", {{"nodeName", "n2"}, {"containers", json::array()}}}});
+  auto pods = api_->ListPodsOnNode("n1");
+  ASSERT_TRUE(pods.ok()) << pods.status().ToString();
+  ASSERT_EQ(pods->size(), 1u);
+  EXPECT_EQ(MetaOf((*pods)[0], "name"), "p");
+  auto lists = server_->requests("GET", "/api/v1/pods");
+  ASSERT_FALSE(lists.empty());
+  EXPECT_EQ(lists.back().Param("fieldSelector"), "spec.nodeName=n1");
+
+  api_->PodEvent(pod_, "GpufracAssigned", "on n1: main: GPU 0", /*warning=*/false);
+  auto events = server_->requests("POST", "/api/v1/namespaces/ns/events");
+  ASSERT_EQ(events.size(), 1u);
+  json event = json::parse(events[0].body);
+  EXPECT_EQ(event["involvedObject"]["uid"], MetaOf(pod_, "uid"));
+  EXPECT_EQ(event["reason"], "GpufracAssigned");
+  EXPECT_EQ(event["type"], "Normal");
+}
+
+}  // namespace
+}  // namespace gpufrac::k8s
