@@ -111,7 +111,8 @@ constexpr std::array kModels = {
              .max_clock_khz = 1785000,
              .context_bytes = kHopperBlackwellContextBytes},
     // The Hopper GPU of a GH200 Grace Hopper superchip with 96 GB HBM3 (NVML names the superchip
-    // by its total memory, 480 GB with the Grace LPDDR5X).
+    // by its total memory, 480 GB with the Grace LPDDR5X). 97871 MiB is what nvidia-smi reports
+    // for it on several machines' published outputs.
     GpuModel{.short_name = "GH200-96GB",
              .nvml_name = "NVIDIA GH200 480GB",
              .architecture = "Hopper",

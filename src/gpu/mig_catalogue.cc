@@ -66,47 +66,56 @@ constexpr MigModel EightSliceModel(int nominal_gb, EightSliceMemory mib) {
   return m;
 }
 
-// A30-24GB: 4 memory and 4 compute slices (MIG user guide, "A30 MIG Profiles"; profile ids as
-// nvidia-smi -lgip lists them on A30). The memory figures are derived, not observed: each
-// profile's share of 24576 MiB less what the driver withholds on A100-40GB for the same number
-// of 5 GB-class slices (256 MiB for one or two slices, 512 MiB for the whole GPU).
+// A30-24GB: 4 memory and 4 compute slices (MIG user guide, "A30 MIG Profiles"). Profile ids,
+// placements (-lgipp) and memory as nvidia-smi shows them on an A30, from a public A30 session log
+// on driver 535.183.01 (repository not identified): MIG devices of a 1g and a 2g instance report
+// 5952 and 11968 MiB, -lgip lists 5.81 / 11.69 / 23.44 GiB (4g.24gb: 24000 MiB), 2g.12gb+me is
+// id 6, and -lgipp gives {0,1,2,3}:1, {0,2}:2 and {0}:4. Summer-Lo/Docker_configuration
+// (000-MIG/README.md) shows the same ids, placements and 5.81 / 11.69 GiB on an older driver, with
+// 4g.24gb at 23.50 GiB.
 constexpr MigModel A30Model() {
   MigModel m;
   m.memory_slices = 4;
   m.compute_slices = 4;
   m.nominal_memory_gb = 24;
   const MigProfile rows[] = {
-      Row(kNvml1Slice, 14, 1, 1, 5888, 4, false, {0, 1, 2, 3}),
-      Row(kNvml1SliceRev1, 21, 1, 1, 5888, 1, true, {0, 1, 2, 3}),
-      Row(kNvml2Slice, 5, 2, 2, 12032, 2, false, {0, 2}),
-      Row(kNvml2SliceRev1, 6, 2, 2, 12032, 1, true, {0, 2}),
-      Row(kNvml4Slice, 0, 4, 4, 24064, 1, false, {0}),
+      Row(kNvml1Slice, 14, 1, 1, 5952, 4, false, {0, 1, 2, 3}),
+      Row(kNvml1SliceRev1, 21, 1, 1, 5952, 1, true, {0, 1, 2, 3}),
+      Row(kNvml2Slice, 5, 2, 2, 11968, 2, false, {0, 2}),
+      Row(kNvml2SliceRev1, 6, 2, 2, 11968, 1, true, {0, 2}),
+      Row(kNvml4Slice, 0, 4, 4, 24000, 1, false, {0}),
   };
   for (const MigProfile& p : rows) m.profiles[m.profile_count++] = p;
   return m;
 }
 
 // Memory figures are nvmlGpuInstanceProfileInfo_t.memorySizeMB as `nvidia-smi mig -lgip` prints
-// it (in GiB with two decimals; x.62 and x.38 are x.625 and x.375). Sources:
+// it (GiB with two decimals; x.62 and x.38 are x.625 and x.375), or the MiB total nvidia-smi shows
+// for a MIG device where one was captured. Sources:
 // - A100-40GB: the MIG user guide's -lgip example for A100-SXM4-40GB (1g.5gb 4.75, 2g.10gb 9.75,
 //   3g.20gb 19.62, 7g.40gb 39.50 GiB); 1g.10gb has 2g.10gb's two memory slices.
-// - A100-80GB: 2g.20gb 19968 MiB per nvidia-smi on A100-SXM4-80GB (nvitop issue listing);
-//   3g.40gb 39.25 and 7g.80gb 79.00 GiB, the figures behind the "3g.39gb"/"7g.79gb" names older
-//   drivers printed (mig-parted issue 31, gpu-operator issue 351); 1g 9.50 GiB.
+// - A100-80GB: -lgip on A100 80GB (1g 9.50, 2g 19.50, 3g/4g 39.25, 7g 79.00 GiB), quoted in several
+//   public MIG walkthroughs; 2g.20gb 19968 MiB per nvidia-smi (nvitop PR 8); the 3g.39gb/7g.79gb
+//   names older drivers printed (mig-parted issue 31, gpu-operator issue 351) come from these.
 // - H100-80GB: nvidia-smi mig -lgip on H100 80GB HBM3 (9.75 / 19.62 / 39.50 / 79.25 GiB).
-// - H100-94GB (H100 NVL): gpu-operator PR 900 / mig-parted PR 101 -lgip (10.75 / 21.62 /
-//   46.38 GiB); 7g.94gb not shown there, derived as two 3g instances' memory.
-// - GH200-96GB: not observed; derived from the H100 NVL figures scaled by the ratio of the two
-//   cards' NVML totals (97871 / 95830), rounded down to 128 MiB.
+// - H100-94GB (H100 NVL): -lgip in gpu-operator PR 900 / mig-parted PR 101 (10.75 / 21.62 /
+//   46.38 GiB); MIG devices of 11008, 22144 and 47488 MiB and 7g.94gb at 93.12 GiB on driver
+//   560.35.03 (an Azure NC40ads_H100_v5 MIG walkthrough, AlizeeChen11/mig-and-mps, mig/README.md).
+// - GH200-96GB ("NVIDIA GH200 480GB"): -lgip in
+//   kf-cuanschutz/NVIDIA_Grace_Hopper_benchmarking_logs_, Daily_installs_loggings/
+//   Lessons_learned_from_the_slurm_MIG_installation.md (11.00 / 23.00 / 46.50 / 93.00 GiB); MIG
+//   devices of 23552 and 47616 MiB on driver 570.133.20 (sgawe11/RAG-on-GH200-with-MIG,
+//   README.md).
 // - H200-141GB: mig-parted issue 120 -lgip (16.00 / 32.25 / 69.50 / 139.75 GiB).
-// - B200: mig-parted PR 166 -lgip (1g.23gb 22.00, 1g.45gb/2g.45gb 44.25 GiB); 3g/4g/7g not shown
-//   there, derived as two and four times the two-slice figure.
+// - B200: mig-parted PR 166 / gpu-operator PR 1242 -lgip (1g.23gb 22.00, 1g.45gb/2g.45gb 44.25
+//   GiB; mig-parted PR 187 shows 1g.23gb at 20.50 on another driver). ESTIMATES: 3g/4g.90gb and
+//   7g.180gb are not shown in any source found; they are two and four times the two-slice figure.
 constexpr std::array kMigSpecs = {
     EightSliceModel(40, {.one = 4864, .two = 9984, .four = 20096, .eight = 40448}),
     EightSliceModel(80, {.one = 9728, .two = 19968, .four = 40192, .eight = 80896}),
     EightSliceModel(80, {.one = 9984, .two = 20096, .four = 40448, .eight = 81152}),
-    EightSliceModel(94, {.one = 11008, .two = 22144, .four = 47488, .eight = 94976}),
-    EightSliceModel(96, {.one = 11136, .two = 22528, .four = 48384, .eight = 96896}),
+    EightSliceModel(94, {.one = 11008, .two = 22144, .four = 47488, .eight = 95360}),
+    EightSliceModel(96, {.one = 11264, .two = 23552, .four = 47616, .eight = 95232}),
     EightSliceModel(141, {.one = 16384, .two = 33024, .four = 71168, .eight = 143104}),
     A30Model(),
     EightSliceModel(180, {.one = 22528, .two = 45312, .four = 90624, .eight = 181248}),

@@ -218,6 +218,40 @@ TEST(MigCatalogueTest, KnownMemoryFigures) {
   EXPECT_EQ(FindMigProfile(*h100, "1g.10gb")->memory_bytes, 9984 * kMiB);
   EXPECT_EQ(FindMigProfile(*h100, "3g.40gb")->memory_bytes, 40448 * kMiB);
   EXPECT_EQ(FindMigProfile(*h100, "7g.80gb")->memory_bytes, 81152 * kMiB);
+
+  // Figures nvidia-smi printed on real cards (sources in mig_catalogue.cc).
+  const MigModel* a30 = FindMigModel("A30-24GB");
+  ASSERT_NE(a30, nullptr);
+  EXPECT_EQ(FindMigProfile(*a30, "1g.6gb")->memory_bytes, 5952 * kMiB);
+  EXPECT_EQ(FindMigProfile(*a30, "2g.12gb+me")->memory_bytes, 11968 * kMiB);
+  EXPECT_EQ(FindMigProfile(*a30, "4g.24gb")->memory_bytes, 24000 * kMiB);
+  const MigModel* nvl = FindMigModel("H100-94GB");
+  ASSERT_NE(nvl, nullptr);
+  EXPECT_EQ(FindMigProfile(*nvl, "1g.12gb")->memory_bytes, 11008 * kMiB);
+  EXPECT_EQ(FindMigProfile(*nvl, "3g.47gb")->memory_bytes, 47488 * kMiB);
+  EXPECT_EQ(FindMigProfile(*nvl, "7g.94gb")->memory_bytes, 95360 * kMiB);
+  const MigModel* gh200 = FindMigModel("GH200-96GB");
+  ASSERT_NE(gh200, nullptr);
+  EXPECT_EQ(FindMigProfile(*gh200, "1g.12gb")->memory_bytes, 11264 * kMiB);
+  EXPECT_EQ(FindMigProfile(*gh200, "2g.24gb")->memory_bytes, 23552 * kMiB);
+  EXPECT_EQ(FindMigProfile(*gh200, "4g.48gb")->memory_bytes, 47616 * kMiB);
+  EXPECT_EQ(FindMigProfile(*gh200, "7g.96gb")->memory_bytes, 95232 * kMiB);
+}
+
+// The A30's -lgipp placements, the 2g.12gb+me one included, and its profile ids.
+TEST(MigCatalogueTest, A30PlacementsAndIds) {
+  const MigModel* a30 = FindMigModel("A30-24GB");
+  ASSERT_NE(a30, nullptr);
+  const MigProfile* me = FindMigProfile(*a30, "2g.12gb+me");
+  ASSERT_NE(me, nullptr);
+  EXPECT_EQ(me->profile_id, 6u);
+  ASSERT_EQ(me->start_count, 2);
+  EXPECT_EQ(me->starts[0].start, 0);
+  EXPECT_EQ(me->starts[1].start, 2);
+  EXPECT_EQ(FindMigProfile(*a30, "1g.6gb")->profile_id, 14u);
+  EXPECT_EQ(FindMigProfile(*a30, "1g.6gb+me")->profile_id, 21u);
+  EXPECT_EQ(FindMigProfile(*a30, "2g.12gb")->profile_id, 5u);
+  EXPECT_EQ(FindMigProfile(*a30, "4g.24gb")->profile_id, 0u);
 }
 
 TEST(MigCatalogueTest, NvmlIdsAreDistinctAndKnown) {
