@@ -16,6 +16,7 @@ enum nvmlReturn_t : int {
   NVML_ERROR_NOT_FOUND = 6,
   NVML_ERROR_INSUFFICIENT_SIZE = 7,
   NVML_ERROR_DRIVER_NOT_LOADED = 9,
+  NVML_ERROR_TIMEOUT = 10,
   NVML_ERROR_FUNCTION_NOT_FOUND = 13,
   NVML_ERROR_GPU_IS_LOST = 15,
   NVML_ERROR_RESET_REQUIRED = 16,
@@ -265,5 +266,47 @@ using nvmlDeviceGetMigDeviceHandleByIndex_t = nvmlReturn_t (*)(nvmlDevice_t devi
                                                                nvmlDevice_t* migDevice);
 using nvmlDeviceGetDeviceHandleFromMigDeviceHandle_t = nvmlReturn_t (*)(nvmlDevice_t migDevice,
                                                                         nvmlDevice_t* device);
+
+// ---- Events --------------------------------------------------------------------------------
+// Event type bits (nvml.h defines them as macros; constants here). Combine them with '|' for
+// nvmlDeviceRegisterEvents; nvmlDeviceGetSupportedEventTypes says which a GPU offers (ECC events
+// need ECC on).
+constexpr unsigned long long nvmlEventTypeNone = 0x0ULL;
+constexpr unsigned long long nvmlEventTypeSingleBitEccError = 0x1ULL;
+constexpr unsigned long long nvmlEventTypeDoubleBitEccError = 0x2ULL;
+constexpr unsigned long long nvmlEventTypePState = 0x4ULL;
+constexpr unsigned long long nvmlEventTypeXidCriticalError = 0x8ULL;
+constexpr unsigned long long nvmlEventTypeClock = 0x10ULL;  // Kepler only
+constexpr unsigned long long nvmlEventTypePowerSourceChange = 0x80ULL;
+constexpr unsigned long long nvmlEventMigConfigChange = 0x100ULL;
+
+// nvmlEventData_t's gpuInstanceId / computeInstanceId when an event is not attributable to a
+// MIG instance.
+constexpr unsigned int kNvmlEventNoInstanceId = 0xFFFFFFFFu;
+// nvmlEventData_t's eventData for an XID the driver could not identify.
+constexpr unsigned long long kNvmlUnknownXid = 999;
+
+struct nvmlEventSet_st;
+using nvmlEventSet_t = nvmlEventSet_st*;
+
+struct nvmlEventData_t {
+  nvmlDevice_t device;           // The GPU the event happened on.
+  unsigned long long eventType;  // One nvmlEventType* bit.
+  unsigned long long eventData;  // The XID for nvmlEventTypeXidCriticalError, else 0.
+  unsigned int gpuInstanceId;    // kNvmlEventNoInstanceId unless attributable to an instance.
+  unsigned int computeInstanceId;
+};
+static_assert(sizeof(nvmlEventData_t) == 32 && offsetof(nvmlEventData_t, gpuInstanceId) == 24,
+              "nvmlEventData_t must match nvml.h");
+
+using nvmlDeviceGetSupportedEventTypes_t = nvmlReturn_t (*)(nvmlDevice_t device,
+                                                            unsigned long long* eventTypes);
+using nvmlDeviceRegisterEvents_t = nvmlReturn_t (*)(nvmlDevice_t device,
+                                                    unsigned long long eventTypes,
+                                                    nvmlEventSet_t set);
+using nvmlEventSetCreate_t = nvmlReturn_t (*)(nvmlEventSet_t* set);
+using nvmlEventSetWait_v2_t = nvmlReturn_t (*)(nvmlEventSet_t set, nvmlEventData_t* data,
+                                               unsigned int timeoutms);
+using nvmlEventSetFree_t = nvmlReturn_t (*)(nvmlEventSet_t set);
 
 }  // namespace gpufrac::abi

@@ -47,11 +47,17 @@ nvmlReturn_t CopyString(std::string_view text, char* buffer, unsigned int length
   return abi::NVML_SUCCESS;
 }
 
-// The device behind a handle, after the init check.
+// The device behind a handle, after the init check; NVML_ERROR_GPU_IS_LOST for a lost GPU.
 nvmlReturn_t GetDevice(abi::nvmlDevice_t handle, const simgpu::NvmlDevice** device) {
   if (nvmlReturn_t result = simgpu::NvmlCheckInit(); result != abi::NVML_SUCCESS) return result;
   *device = simgpu::NvmlDeviceFromHandle(handle);
-  return *device != nullptr ? abi::NVML_SUCCESS : abi::NVML_ERROR_INVALID_ARGUMENT;
+  if (*device == nullptr) return abi::NVML_ERROR_INVALID_ARGUMENT;
+  return simgpu::NvmlCheckDevice((*device)->index);
+}
+
+// NVML_ERROR_GPU_IS_LOST when the MIG device's GPU is lost.
+nvmlReturn_t CheckMigDevice(const simgpu::MigIds& ids) {
+  return simgpu::NvmlCheckDevice(static_cast<unsigned int>(ids.device));
 }
 
 // A live MIG device handle's ids; false for anything else.
@@ -119,6 +125,8 @@ const char* nvmlErrorString(nvmlReturn_t result) {
       return "Insufficient Size";
     case abi::NVML_ERROR_DRIVER_NOT_LOADED:
       return "Driver Not Loaded";
+    case abi::NVML_ERROR_TIMEOUT:
+      return "Timeout";
     case abi::NVML_ERROR_FUNCTION_NOT_FOUND:
       return "Function Not Found";
     case abi::NVML_ERROR_GPU_IS_LOST:
@@ -161,6 +169,11 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, abi::nvmlDevice_t
   if (nvmlReturn_t result = simgpu::NvmlCheckInit(); result != abi::NVML_SUCCESS) return result;
   const simgpu::NvmlDevice* found = simgpu::NvmlDeviceAt(index);
   if (device == nullptr || found == nullptr) return abi::NVML_ERROR_INVALID_ARGUMENT;
+  // A GPU that fell off the bus cannot be opened (nvidia-smi: "Unable to determine the device
+  // handle for GPU ...: GPU is lost"); handles taken before stay, and their queries fail.
+  if (nvmlReturn_t result = simgpu::NvmlCheckDevice(index); result != abi::NVML_SUCCESS) {
+    return result;
+  }
   *device = simgpu::NvmlHandle(found);
   return abi::NVML_SUCCESS;
 }
@@ -171,6 +184,9 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, abi::nvmlDevice_t* devi
   for (unsigned int i = 0; i < simgpu::NvmlDeviceCount(); ++i) {
     const simgpu::NvmlDevice* candidate = simgpu::NvmlDeviceAt(i);
     if (candidate->uuid == uuid) {
+      if (nvmlReturn_t result = simgpu::NvmlCheckDevice(i); result != abi::NVML_SUCCESS) {
+        return result;
+      }
       *device = simgpu::NvmlHandle(candidate);
       return abi::NVML_SUCCESS;
     }
@@ -186,6 +202,10 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, abi::nvmlDevice_t* devi
              ++c) {
           if (shared.gpu_instances[g].compute[c].live != 0 &&
               simgpu::FormatMigUuid(simgpu::MigDeviceUuid(shared, g, c)) == uuid) {
+            if (nvmlReturn_t result = simgpu::NvmlCheckDevice(static_cast<unsigned int>(d));
+                result != abi::NVML_SUCCESS) {
+              return result;
+            }
             *device = simgpu::NvmlMigDeviceHandle(
                 {.device = d, .gpu_instance = g, .compute_instance = c});
             return abi::NVML_SUCCESS;
@@ -210,6 +230,7 @@ nvmlReturn_t nvmlDeviceGetIndex(abi::nvmlDevice_t handle, unsigned int* index) {
 nvmlReturn_t nvmlDeviceGetName(abi::nvmlDevice_t handle, char* name, unsigned int length) {
   if (simgpu::MigIds ids;
       simgpu::NvmlCheckInit() == abi::NVML_SUCCESS && GetLiveMigDevice(handle, &ids)) {
+    if (nvmlReturn_t result = CheckMigDevice(ids); result != abi::NVML_SUCCESS) return result;
     simgpu::MigLock lock(simgpu::NvmlMachine());
     return CopyString(simgpu::MigDeviceName(simgpu::NvmlMachine().devices[ids.device],
                                             ids.gpu_instance, ids.compute_instance),
@@ -226,6 +247,7 @@ nvmlReturn_t nvmlDeviceGetName(abi::nvmlDevice_t handle, char* name, unsigned in
 nvmlReturn_t nvmlDeviceGetUUID(abi::nvmlDevice_t handle, char* uuid, unsigned int length) {
   if (simgpu::MigIds ids;
       simgpu::NvmlCheckInit() == abi::NVML_SUCCESS && GetLiveMigDevice(handle, &ids)) {
+    if (nvmlReturn_t result = CheckMigDevice(ids); result != abi::NVML_SUCCESS) return result;
     return CopyString(
         simgpu::FormatMigUuid(simgpu::MigDeviceUuid(simgpu::NvmlMachine().devices[ids.device],
                                                     ids.gpu_instance, ids.compute_instance)),
@@ -241,6 +263,7 @@ nvmlReturn_t nvmlDeviceGetUUID(abi::nvmlDevice_t handle, char* uuid, unsigned in
 nvmlReturn_t nvmlDeviceGetMemoryInfo(abi::nvmlDevice_t handle, abi::nvmlMemory_t* memory) {
   if (simgpu::MigIds ids;
       simgpu::NvmlCheckInit() == abi::NVML_SUCCESS && GetLiveMigDevice(handle, &ids)) {
+    if (nvmlReturn_t result = CheckMigDevice(ids); result != abi::NVML_SUCCESS) return result;
     if (memory == nullptr) return abi::NVML_ERROR_INVALID_ARGUMENT;
     MigMemoryOf(ids, &memory->total, &memory->free, &memory->used);
     return abi::NVML_SUCCESS;
@@ -258,6 +281,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(abi::nvmlDevice_t handle, abi::nvmlMemory_t
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(abi::nvmlDevice_t handle, abi::nvmlMemory_v2_t* memory) {
   if (simgpu::MigIds ids;
       simgpu::NvmlCheckInit() == abi::NVML_SUCCESS && GetLiveMigDevice(handle, &ids)) {
+    if (nvmlReturn_t result = CheckMigDevice(ids); result != abi::NVML_SUCCESS) return result;
     if (memory == nullptr) return abi::NVML_ERROR_INVALID_ARGUMENT;
     if (memory->version != abi::kNvmlMemoryV2Version) {
       return abi::NVML_ERROR_ARGUMENT_VERSION_MISMATCH;

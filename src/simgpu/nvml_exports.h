@@ -48,7 +48,12 @@
   X(nvmlDeviceGetComputeInstanceId)                \
   X(nvmlDeviceGetMaxMigDeviceCount)                \
   X(nvmlDeviceGetMigDeviceHandleByIndex)           \
-  X(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)
+  X(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)  \
+  X(nvmlDeviceGetSupportedEventTypes)              \
+  X(nvmlDeviceRegisterEvents)                      \
+  X(nvmlEventSetCreate)                            \
+  X(nvmlEventSetWait_v2)                           \
+  X(nvmlEventSetFree)
 
 #define SIMGPU_DECLARE_NVML_ENTRY_POINT(symbol) \
   SIMGPU_EXPORT std::remove_pointer_t<::gpufrac::abi::symbol##_t> symbol;

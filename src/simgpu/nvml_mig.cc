@@ -24,7 +24,7 @@ nvmlReturn_t GetPhysical(abi::nvmlDevice_t handle, int* index) {
   const simgpu::NvmlDevice* device = simgpu::NvmlDeviceFromHandle(handle);
   if (device == nullptr) return abi::NVML_ERROR_INVALID_ARGUMENT;
   *index = static_cast<int>(device->index);
-  return abi::NVML_SUCCESS;
+  return simgpu::NvmlCheckDevice(device->index);
 }
 
 simgpu::SharedDevice& Shared(int device) { return simgpu::NvmlMachine().devices[device]; }
@@ -72,7 +72,7 @@ nvmlReturn_t GetGpuInstance(abi::nvmlGpuInstance_t handle, MigIds* ids) {
       Shared(ids->device).gpu_instances[ids->gpu_instance].live == 0) {
     return abi::NVML_ERROR_INVALID_ARGUMENT;
   }
-  return abi::NVML_SUCCESS;
+  return simgpu::NvmlCheckDevice(static_cast<unsigned int>(ids->device));
 }
 
 bool ComputeInstanceLive(const MigIds& ids) {
@@ -86,7 +86,7 @@ nvmlReturn_t GetComputeInstance(abi::nvmlComputeInstance_t handle, MigIds* ids) 
   if (!simgpu::NvmlComputeInstanceFromHandle(handle, ids) || !ComputeInstanceLive(*ids)) {
     return abi::NVML_ERROR_INVALID_ARGUMENT;
   }
-  return abi::NVML_SUCCESS;
+  return simgpu::NvmlCheckDevice(static_cast<unsigned int>(ids->device));
 }
 
 nvmlReturn_t GetMigDevice(abi::nvmlDevice_t handle, MigIds* ids) {
@@ -94,7 +94,7 @@ nvmlReturn_t GetMigDevice(abi::nvmlDevice_t handle, MigIds* ids) {
   if (!simgpu::NvmlMigDeviceFromHandle(handle, ids) || !ComputeInstanceLive(*ids)) {
     return abi::NVML_ERROR_INVALID_ARGUMENT;
   }
-  return abi::NVML_SUCCESS;
+  return simgpu::NvmlCheckDevice(static_cast<unsigned int>(ids->device));
 }
 
 void CopyName(const std::string& text, char* buffer) {
@@ -263,7 +263,8 @@ nvmlReturn_t MigDeviceId(abi::nvmlDevice_t handle, unsigned int* id, bool gpu_in
   if (nvmlReturn_t result = simgpu::NvmlCheckInit(); result != abi::NVML_SUCCESS) return result;
   if (id == nullptr) return abi::NVML_ERROR_INVALID_ARGUMENT;
   MigIds ids;
-  if (GetMigDevice(handle, &ids) != abi::NVML_SUCCESS) {
+  if (nvmlReturn_t result = GetMigDevice(handle, &ids); result != abi::NVML_SUCCESS) {
+    if (result == abi::NVML_ERROR_GPU_IS_LOST) return result;
     return simgpu::NvmlDeviceFromHandle(handle) != nullptr ? abi::NVML_ERROR_NOT_SUPPORTED
                                                            : abi::NVML_ERROR_INVALID_ARGUMENT;
   }
@@ -588,9 +589,10 @@ nvmlReturn_t nvmlDeviceIsMigDeviceHandle(abi::nvmlDevice_t handle, unsigned int*
   if (nvmlReturn_t result = simgpu::NvmlCheckInit(); result != abi::NVML_SUCCESS) return result;
   if (is_mig_device == nullptr) return abi::NVML_ERROR_INVALID_ARGUMENT;
   MigIds ids;
-  if (GetMigDevice(handle, &ids) == abi::NVML_SUCCESS) {
-    *is_mig_device = 1;
-    return abi::NVML_SUCCESS;
+  if (nvmlReturn_t result = GetMigDevice(handle, &ids);
+      result != abi::NVML_ERROR_INVALID_ARGUMENT) {
+    if (result == abi::NVML_SUCCESS) *is_mig_device = 1;
+    return result;
   }
   if (simgpu::NvmlDeviceFromHandle(handle) == nullptr) return abi::NVML_ERROR_INVALID_ARGUMENT;
   *is_mig_device = 0;

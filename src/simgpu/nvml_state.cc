@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "simgpu/device_events.h"
 #include "simgpu/uuid.h"
 
 namespace gpufrac::simgpu {
@@ -44,35 +45,52 @@ bool DecodeComputeSlot(int slot, MigIds* ids) {
   return true;
 }
 
+// Joins the machine and builds the device records, once; `caller` names the function for
+// messages.
+SharedMachine* AttachLocked(const char* caller) {
+  if (g_machine != nullptr) return g_machine;
+  std::string error;
+  SharedMachine* machine = AttachSharedMachineFromEnv(&error);
+  if (machine == nullptr) {
+    std::fprintf(stderr, "simgpu: %s: %s\n", caller, error.c_str());
+    return nullptr;
+  }
+  for (int i = 0; i < machine->device_count; ++i) {
+    NvmlDevice& device = g_devices[i];
+    device.index = static_cast<unsigned int>(i);
+    device.model = DeviceModel(machine->devices[i]);
+    if (device.model == nullptr) {
+      std::fprintf(stderr, "simgpu: %s: unknown GPU model %s\n", caller, machine->devices[i].model);
+      return nullptr;
+    }
+    Uuid uuid;
+    std::copy(std::begin(machine->devices[i].uuid), std::end(machine->devices[i].uuid),
+              uuid.begin());
+    device.uuid = FormatGpuUuid(uuid);
+  }
+  g_device_count = static_cast<unsigned int>(machine->device_count);
+  g_machine = machine;
+  return g_machine;
+}
+
 }  // namespace
 
 abi::nvmlReturn_t NvmlInit() {
   std::lock_guard lock(g_mu);
-  if (g_machine == nullptr) {
-    std::string error;
-    SharedMachine* machine = AttachSharedMachineFromEnv(&error);
-    if (machine == nullptr) {
-      std::fprintf(stderr, "simgpu: nvmlInit: %s\n", error.c_str());
-      return abi::NVML_ERROR_UNKNOWN;
-    }
-    for (int i = 0; i < machine->device_count; ++i) {
-      NvmlDevice& device = g_devices[i];
-      device.index = static_cast<unsigned int>(i);
-      device.model = DeviceModel(machine->devices[i]);
-      if (device.model == nullptr) {
-        std::fprintf(stderr, "simgpu: nvmlInit: unknown GPU model %s\n", machine->devices[i].model);
-        return abi::NVML_ERROR_UNKNOWN;
-      }
-      Uuid uuid;
-      std::copy(std::begin(machine->devices[i].uuid), std::end(machine->devices[i].uuid),
-                uuid.begin());
-      device.uuid = FormatGpuUuid(uuid);
-    }
-    g_device_count = static_cast<unsigned int>(machine->device_count);
-    g_machine = machine;
-  }
+  if (AttachLocked("nvmlInit") == nullptr) return abi::NVML_ERROR_UNKNOWN;
   g_references.fetch_add(1, std::memory_order_release);
   return abi::NVML_SUCCESS;
+}
+
+SharedMachine* NvmlAttachMachine(const char* caller) {
+  std::lock_guard lock(g_mu);
+  return AttachLocked(caller);
+}
+
+abi::nvmlReturn_t NvmlCheckDevice(unsigned int index) {
+  return index < g_device_count && DeviceLost(*g_machine, static_cast<int>(index))
+             ? abi::NVML_ERROR_GPU_IS_LOST
+             : abi::NVML_SUCCESS;
 }
 
 abi::nvmlReturn_t NvmlShutdown() {

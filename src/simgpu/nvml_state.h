@@ -25,6 +25,15 @@ abi::nvmlReturn_t NvmlShutdown();
 // NVML_ERROR_UNINITIALIZED unless at least one nvmlInit is outstanding.
 abi::nvmlReturn_t NvmlCheckInit();
 
+// The machine, joined if no nvmlInit has joined it yet, without taking an NVML reference (for
+// the simulator's fault-injection controls); nullptr, after a message on stderr naming
+// `caller`, when it cannot be joined.
+SharedMachine* NvmlAttachMachine(const char* caller);
+
+// NVML_ERROR_GPU_IS_LOST while the physical GPU `index` is lost, else NVML_SUCCESS. Every query
+// on a GPU (or one of its MIG devices and instances) asks this after resolving its handle.
+abi::nvmlReturn_t NvmlCheckDevice(unsigned int index);
+
 SharedMachine& NvmlMachine();
 unsigned int NvmlDeviceCount();
 // The device by index; nullptr when out of range.

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <new>
 
+#include "simgpu/device_events.h"
 #include "simgpu/mig_state.h"
 #include "simgpu/uuid.h"
 
@@ -21,7 +22,7 @@ namespace gpufrac::simgpu {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x53494d47;  // "SIMG"
-constexpr std::uint32_t kLayoutVersion = 2;   // 2: MIG state
+constexpr std::uint32_t kLayoutVersion = 3;   // 2: MIG state; 3: events, lost GPUs
 
 std::string ErrnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
@@ -36,6 +37,7 @@ void InitialiseMachine(SharedMachine* machine, std::string_view name_space,
   const std::string text = FormatMachineConfig(config);
   std::strncpy(machine->config, text.c_str(), sizeof(machine->config) - 1);
   InitialiseMigMutex(*machine);
+  InitialiseEventLog(*machine);
   for (int i = 0; i < config.device_count; ++i) {
     SharedDevice& device = machine->devices[i];
     const gpu::GpuModel& model = *config.models[i];

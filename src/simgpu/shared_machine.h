@@ -19,6 +19,9 @@ inline constexpr int kMaxProcessSlots = 512;
 // mig_state.h), and a GPU of 8 memory slices has 15 possible placements of power-of-two sizes.
 inline constexpr int kMaxGpuInstances = 16;
 inline constexpr int kMaxComputeInstances = 8;  // per GPU instance (at most 7 compute slices)
+// NVML events the machine remembers (see device_events.h); a reader that falls further behind
+// loses the oldest, as NVML's own queue would.
+inline constexpr int kEventLogSize = 256;
 
 struct SharedComputeInstance {
   std::uint32_t live;  // 0: free entry
@@ -51,6 +54,9 @@ struct SharedDevice {
   // NVML_DEVICE_MIG_DISABLE / _ENABLE; changed under SharedMachine::mig_mutex.
   std::uint32_t mig_current;
   std::uint32_t mig_pending;
+  // Nonzero while the GPU "has fallen off the bus" (simgpuSetGpuLost): NVML calls on it answer
+  // NVML_ERROR_GPU_IS_LOST.
+  std::atomic<std::uint32_t> lost;
   // Device memory held by all processes of the namespace; never exceeds total_bytes. With MIG
   // on it is the sum of the instances' used_bytes.
   alignas(64) std::atomic<std::uint64_t> used_bytes;
@@ -67,6 +73,26 @@ struct ProcessSlot {
   std::atomic<std::uint64_t> mig_binding;
 };
 
+// One NVML event (nvmlEventData_t without the process-local device handle).
+struct SharedEvent {
+  std::uint64_t sequence;  // position in the log since the machine was created
+  std::uint64_t type;      // one nvmlEventType* bit
+  std::uint64_t data;      // the XID for XID events
+  std::uint32_t device;
+  std::uint32_t gpu_instance_id;
+  std::uint32_t compute_instance_id;
+};
+
+// Every event of the machine, in order: entry `sequence % kEventLogSize` holds event `sequence`.
+// `mutex` (robust, process-shared) guards the entries and `next_sequence`; `signal` changes on
+// every new event and every lost-GPU change, and waiters sleep on it with a futex.
+struct SharedEventLog {
+  pthread_mutex_t mutex;
+  std::uint64_t next_sequence;
+  SharedEvent entries[kEventLogSize];
+  alignas(64) std::atomic<std::uint32_t> signal;
+};
+
 struct SharedMachine {
   std::atomic<std::uint32_t> magic;  // written last by the creator
   std::uint32_t layout_version;
@@ -77,10 +103,14 @@ struct SharedMachine {
   pthread_mutex_t mig_mutex;
   SharedDevice devices[kMaxDevices];
   ProcessSlot slots[kMaxProcessSlots];
+  SharedEventLog events;
 };
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
               "shared counters must be address-free atomics");
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free &&
+                  sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t),
+              "the event signal must be usable as a futex word");
 
 // "/simgpu.<uid>.<namespace>", with characters other than [A-Za-z0-9._-] replaced by '_'.
 std::string SharedMemoryName(std::string_view name_space);
