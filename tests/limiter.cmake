@@ -17,6 +17,8 @@ gpufrac_test(limiter_proc_address_test unit SOURCES unit/limiter_proc_address_te
 gpufrac_test(limiter_exports_test unit SOURCES unit/limiter_exports_test.cc LIBS gpufrac_abi
              ${CMAKE_DL_LIBS})
 add_dependencies(limiter_exports_test gpufrac)
+gpufrac_test(limiter_glibc_test unit SOURCES unit/limiter_glibc_test.cc)
+add_dependencies(limiter_glibc_test gpufrac)
 
 add_library(gpufrac_test_harness STATIC integration/harness.cc)
 target_include_directories(gpufrac_test_harness PUBLIC ${PROJECT_SOURCE_DIR}/tests

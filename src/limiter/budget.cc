@@ -4,13 +4,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+
+#include "limiter/file_stat.h"
 
 namespace gpufrac::limiter {
 namespace {
@@ -107,6 +108,38 @@ void SleepBriefly() {
   nanosleep(&ts, nullptr);
 }
 
+// POSIX shared memory without shm_open/shm_unlink, which live in librt before glibc 2.34 (a library
+// the limiter does not link, see glibc_symbols.h). glibc's shm_open is open(2) of the name, less
+// its leading slashes, under /dev/shm with O_NOFOLLOW and O_CLOEXEC; doing the same here keeps the
+// segments where launchers, the node service and tests find them with shm_open.
+bool SharedMemoryPath(const char* name, char* path, size_t len) {
+  while (*name == '/') ++name;
+  if (*name == '\0' || strchr(name, '/') != nullptr) {
+    errno = EINVAL;
+    return false;
+  }
+  int n = snprintf(path, len, "/dev/shm/%s", name);
+  if (n < 0 || static_cast<size_t>(n) >= len) {
+    errno = ENAMETOOLONG;
+    return false;
+  }
+  return true;
+}
+
+constexpr size_t kSharedMemoryPathMax = sizeof("/dev/shm/") + 255;  // NAME_MAX
+
+int OpenSharedMemory(const char* name, int flags, mode_t mode) {
+  char path[kSharedMemoryPathMax];
+  if (!SharedMemoryPath(name, path, sizeof(path))) return -1;
+  return open(path, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+}
+
+int UnlinkSharedMemory(const char* name) {
+  char path[kSharedMemoryPathMax];
+  if (!SharedMemoryPath(name, path, sizeof(path))) return -1;
+  return unlink(path);
+}
+
 }  // namespace
 
 void Budget::Close() {
@@ -130,7 +163,7 @@ bool Budget::Open(const char* name, uint64_t limit, uint64_t context_bytes, char
     snprintf(err, err_len, "budget limit must be between 1 byte and 512 GiB");
     return false;
   }
-  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  int fd = OpenSharedMemory(name, O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) {
     if (errno == EEXIST) return Attach(name, err, err_len);
     snprintf(err, err_len, "cannot create budget segment %s: %s", name, strerror(errno));
@@ -139,7 +172,7 @@ bool Budget::Open(const char* name, uint64_t limit, uint64_t context_bytes, char
   if (ftruncate(fd, sizeof(BudgetSegment)) != 0 || !Map(fd, err, err_len)) {
     if (!seg_) snprintf(err, err_len, "cannot size budget segment %s: %s", name, strerror(errno));
     close(fd);
-    shm_unlink(name);
+    UnlinkSharedMemory(name);
     return false;
   }
   close(fd);
@@ -162,7 +195,7 @@ bool Budget::Open(const char* name, uint64_t limit, uint64_t context_bytes, char
 }
 
 bool Budget::Attach(const char* name, char* err, size_t err_len) {
-  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+  int fd = OpenSharedMemory(name, O_RDWR, 0);
   if (fd < 0) {
     snprintf(err, err_len, "cannot open budget segment %s: %s", name, strerror(errno));
     return false;
@@ -170,7 +203,7 @@ bool Budget::Attach(const char* name, char* err, size_t err_len) {
   // The creator may still be sizing and initialising it.
   for (int tries = 0;; ++tries) {
     struct stat st;
-    if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == sizeof(BudgetSegment)) break;
+    if (StatFd(fd, &st) == 0 && static_cast<size_t>(st.st_size) == sizeof(BudgetSegment)) break;
     if (tries == 2000) {
       close(fd);
       snprintf(err, err_len, "budget segment %s has the wrong size (another gpufrac version?)",
@@ -204,7 +237,7 @@ bool Budget::Attach(const char* name, char* err, size_t err_len) {
   return true;
 }
 
-bool Budget::Unlink(const char* name) { return shm_unlink(name) == 0; }
+bool Budget::Unlink(const char* name) { return UnlinkSharedMemory(name) == 0; }
 
 uint64_t Budget::used() const {
   int64_t v = Value(seg_->global.load(std::memory_order_acquire));
@@ -212,7 +245,7 @@ uint64_t Budget::used() const {
 }
 
 bool Budget::PeekUsed(const char* name, uint64_t* used) {
-  int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+  int fd = OpenSharedMemory(name, O_RDONLY, 0);
   if (fd < 0) return false;
   uint64_t magic = 0, global = 0;
   bool ok = pread(fd, &magic, sizeof(magic), offsetof(BudgetSegment, magic)) == sizeof(magic) &&

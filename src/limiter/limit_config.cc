@@ -3,11 +3,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+
+#include "limiter/file_stat.h"
 
 namespace gpufrac::limiter {
 namespace {
@@ -191,7 +192,7 @@ bool LoadLimitFile(const char* path, LimitConfig* out, char* err, size_t err_len
     return false;
   }
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (StatFd(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
     snprintf(err, err_len, "limit file %s is not a regular file", path);
     return false;

@@ -4,11 +4,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+
+#include "limiter/file_stat.h"
 
 namespace gpufrac::limiter {
 namespace {
@@ -82,7 +83,7 @@ bool IsAlive(const ProcessId& id) {
 
 uint64_t PidNamespace() {
   struct stat st;
-  return stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+  return StatPath("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
 }
 
 }  // namespace gpufrac::limiter

@@ -4,12 +4,13 @@
 
 #include <pthread.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+
+#include "limiter/file_stat.h"
 
 namespace gpufrac::limiter {
 
@@ -87,7 +88,7 @@ void ForkChild() {
 // Which limit file applies: the fixed container path if it exists, else the environment variable.
 const char* LimitFilePath() {
   struct stat st;
-  if (stat(kContainerLimitFile, &st) == 0) return kContainerLimitFile;
+  if (StatPath(kContainerLimitFile, &st) == 0) return kContainerLimitFile;
   const char* env = getenv(kLimitFileEnv);
   return (env && *env) ? env : nullptr;
 }
