@@ -73,6 +73,45 @@ using nvmlDeviceGetUUID_t = nvmlReturn_t (*)(nvmlDevice_t device, char* uuid, un
 using nvmlDeviceGetMemoryInfo_t = nvmlReturn_t (*)(nvmlDevice_t device, nvmlMemory_t* memory);
 using nvmlDeviceGetMemoryInfo_v2_t = nvmlReturn_t (*)(nvmlDevice_t device, nvmlMemory_v2_t* memory);
 
+// ---- Running processes ---------------------------------------------------------------------
+// nvmlDeviceGetComputeRunningProcesses (v1, no suffix) fills the legacy layout. _v2 and _v3 fill
+// nvmlProcessInfo_v2_t, which nvml.h also names nvmlProcessInfo_t. (The 535.43-535.86 drivers'
+// headers briefly gave _v3 a 32-byte struct with usedGpuCcProtectedMemory; 535.98 reverted it.
+// _v2 has kept the 24-byte layout on every driver that exports it.)
+
+// nvmlProcessInfo_v2_t's gpuInstanceId / computeInstanceId when MIG is off.
+constexpr unsigned int kNvmlProcessNoInstanceId = 0xFFFFFFFFu;
+
+struct nvmlProcessInfo_v1_t {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+};
+
+struct nvmlProcessInfo_v2_t {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;      // The process's GPU instance in MIG mode, else 0xFFFFFFFF.
+  unsigned int computeInstanceId;  // Likewise its compute instance.
+};
+using nvmlProcessInfo_t = nvmlProcessInfo_v2_t;
+static_assert(sizeof(nvmlProcessInfo_v1_t) == 16 && sizeof(nvmlProcessInfo_v2_t) == 24 &&
+                  offsetof(nvmlProcessInfo_v2_t, gpuInstanceId) == 16,
+              "nvmlProcessInfo_t must match nvml.h");
+
+// Processes with a compute context on `device` (a GPU or a MIG device). Call with *infoCount = 0
+// (infos may then be null) to learn the count: NVML_ERROR_INSUFFICIENT_SIZE and the count in
+// *infoCount, or NVML_SUCCESS when there are none. A count too small for the list is answered
+// the same way; otherwise *infoCount becomes the number of entries filled.
+using nvmlDeviceGetComputeRunningProcesses_t = nvmlReturn_t (*)(nvmlDevice_t device,
+                                                                unsigned int* infoCount,
+                                                                nvmlProcessInfo_v1_t* infos);
+using nvmlDeviceGetComputeRunningProcesses_v2_t = nvmlReturn_t (*)(nvmlDevice_t device,
+                                                                   unsigned int* infoCount,
+                                                                   nvmlProcessInfo_v2_t* infos);
+using nvmlDeviceGetComputeRunningProcesses_v3_t = nvmlReturn_t (*)(nvmlDevice_t device,
+                                                                   unsigned int* infoCount,
+                                                                   nvmlProcessInfo_t* infos);
+
 // ---- Multi-Instance GPU (MIG) ------------------------------------------------------------------
 // Values of nvml.h's MIG defines (macros there; constants here).
 

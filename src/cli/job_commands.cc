@@ -14,6 +14,7 @@
 
 #include "cli/service_client.h"
 #include "common/units.h"
+#include "node/mig_scheduler.h"
 
 namespace gpufrac::cli {
 namespace {
@@ -251,14 +252,24 @@ void PrintStatus(const json& status) {
   if (status.contains("mig") && status["mig"].is_array()) {
     for (const json& g : status["mig"]) {
       int slices = static_cast<int>(Int(g, "memory_slices"));
-      // One character per memory slice: the instance's letter (upper case when it serves a job,
-      // lower case when idle) or '.' for a free slice.
+      // One character per memory slice: the instance's letter (upper case when it serves a job
+      // or holds a process gpufrac did not start, lower case when idle) or '.' for a free slice.
       std::string map(static_cast<size_t>(std::max(slices, 0)), '.');
       std::string lines;
       char letter = 'a';
       for (const json& i : g["instances"]) {
         bool busy = i.contains("job") && i["job"].is_number();
-        char c = busy ? static_cast<char>(letter - 'a' + 'A') : letter;
+        bool foreign = i.value("in_use", false);
+        std::vector<unsigned> pids;
+        if (i.contains("pids") && i["pids"].is_array()) {
+          for (const json& p : i["pids"]) {
+            if (p.is_number_unsigned()) pids.push_back(p.get<unsigned>());
+          }
+        }
+        std::string use = busy      ? "job " + std::to_string(Int(i, "job"))
+                          : foreign ? node::MigScheduler::ForeignUseText(pids)
+                                    : std::string("idle");
+        char c = busy || foreign ? static_cast<char>(letter - 'a' + 'A') : letter;
         for (int s = 0; s < Int(i, "size"); ++s) {
           size_t at = static_cast<size_t>(Int(i, "start") + s);
           if (at < map.size()) map[at] = c;
@@ -267,8 +278,7 @@ void PrintStatus(const json& status) {
         std::snprintf(line, sizeof(line), "     %c %-10s slices %lld-%lld  %s  %s\n", c,
                       Str(i, "profile").c_str(), static_cast<long long>(Int(i, "start")),
                       static_cast<long long>(Int(i, "start") + Int(i, "size") - 1),
-                      Str(i, "uuid").c_str(),
-                      busy ? ("job " + std::to_string(Int(i, "job"))).c_str() : "idle");
+                      Str(i, "uuid").c_str(), use.c_str());
         lines += line;
         letter = letter == 'z' ? 'a' : static_cast<char>(letter + 1);
       }

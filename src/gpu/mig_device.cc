@@ -42,6 +42,10 @@ struct MigNvmlApi {
   abi::nvmlDeviceGetMigDeviceHandleByIndex_t mig_device_by_index = nullptr;
   abi::nvmlDeviceGetGpuInstanceId_t mig_gi_id = nullptr;
   abi::nvmlDeviceGetComputeInstanceId_t mig_ci_id = nullptr;
+  // nvmlDeviceGetComputeRunningProcesses_v2, else _v3 (same layout; see nvml_abi.h for why _v2
+  // first). Null when the driver has neither.
+  abi::nvmlDeviceGetComputeRunningProcesses_v2_t running_processes = nullptr;
+  const char* running_processes_name = "";
 
   ~MigNvmlApi() {
     if (shutdown != nullptr) {
@@ -217,11 +221,40 @@ StatusOr<std::map<unsigned, abi::nvmlComputeInstance_t>> ComputeInstances(
   return found;
 }
 
+// The pids NVML lists on a GPU or MIG device handle, ascending. The list can grow between the
+// call that sizes it and the one that fills it; a few retries cover that.
+StatusOr<std::vector<unsigned>> RunningPids(const Api& api, const Gpu& gpu,
+                                            abi::nvmlDevice_t handle, const std::string& what) {
+  if (api.running_processes == nullptr) {
+    return FailedPreconditionError(api.library_name +
+                                   " has no nvmlDeviceGetComputeRunningProcesses_v2 or _v3; the "
+                                   "NVIDIA driver is too old to list processes (update it)");
+  }
+  const std::string call = gpu.Call(api.running_processes_name, what);
+  unsigned count = 0;
+  auto rc = api.running_processes(handle, &count, nullptr);
+  std::vector<abi::nvmlProcessInfo_v2_t> infos;
+  for (int attempt = 0; rc == abi::NVML_ERROR_INSUFFICIENT_SIZE && attempt < 4; ++attempt) {
+    count += 4;  // room for processes that start meanwhile
+    infos.assign(count, abi::nvmlProcessInfo_v2_t{});
+    rc = api.running_processes(handle, &count, infos.data());
+  }
+  if (rc != abi::NVML_SUCCESS) return MigError(api, rc, call, gpu.label);
+  std::vector<unsigned> pids;
+  for (unsigned i = 0; i < count && i < infos.size(); ++i) pids.push_back(infos[i].pid);
+  std::sort(pids.begin(), pids.end());
+  pids.erase(std::unique(pids.begin(), pids.end()), pids.end());
+  return pids;
+}
+
 // What the MIG device handles say about each (GPU instance id, compute instance id).
 struct MigDeviceFacts {
+  abi::nvmlDevice_t handle = nullptr;
   std::string uuid;
   uint64_t total = 0;
   uint64_t used = 0;
+  // The processes in it; empty when the driver could not list them (logged).
+  std::vector<unsigned> pids;
 };
 using MigDeviceMap = std::map<std::pair<unsigned, unsigned>, MigDeviceFacts>;
 
@@ -258,7 +291,17 @@ StatusOr<MigDeviceMap> MigDevices(const Api& api, const Gpu& gpu) {
       return MigError(api, failed, gpu.Call(call, "MIG device " + std::to_string(i)), gpu.label);
     }
     uuid[sizeof(uuid) - 1] = '\0';
-    found[{gi, ci}] = MigDeviceFacts{.uuid = uuid, .total = memory.total, .used = memory.used};
+    MigDeviceFacts facts{
+        .handle = mig, .uuid = uuid, .total = memory.total, .used = memory.used, .pids = {}};
+    // A listing that fails must not hide the instances: the pids stay unknown (empty), and
+    // DestroyInstance's refusal remains the last word.
+    auto pids = RunningPids(api, gpu, mig, "MIG device " + std::to_string(i));
+    if (pids.ok()) {
+      facts.pids = std::move(*pids);
+    } else {
+      LogDebug("%s", pids.status().message().c_str());
+    }
+    found[{gi, ci}] = std::move(facts);
   }
   return found;
 }
@@ -279,12 +322,16 @@ StatusOr<MigInstance> Describe(const Api& api, const Gpu& gpu, abi::nvmlGpuInsta
   for (const auto& [id, handle] : computes) {
     instance.ci_ids.push_back(id);
     auto facts = mig_devices.find({info.id, id});
-    if (instance.uuid.empty() && facts != mig_devices.end()) {
+    if (facts == mig_devices.end()) continue;
+    if (instance.uuid.empty()) {
       instance.uuid = facts->second.uuid;
       instance.memory_total = facts->second.total;
       instance.memory_used = facts->second.used;
     }
+    instance.pids.insert(instance.pids.end(), facts->second.pids.begin(), facts->second.pids.end());
   }
+  std::sort(instance.pids.begin(), instance.pids.end());
+  instance.pids.erase(std::unique(instance.pids.begin(), instance.pids.end()), instance.pids.end());
   return instance;
 }
 
@@ -340,6 +387,14 @@ StatusOr<std::unique_ptr<MigControl>> MigControl::Open(const std::string& librar
       Resolve(lib, name, "nvmlDeviceGetMigDeviceHandleByIndex", &api->mig_device_by_index));
   GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlDeviceGetGpuInstanceId", &api->mig_gi_id));
   GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlDeviceGetComputeInstanceId", &api->mig_ci_id));
+  // Optional: without it MIG control still works, and instances' processes are unknown.
+  for (const char* symbol :
+       {"nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetComputeRunningProcesses_v3"}) {
+    if (api->running_processes == nullptr &&
+        Resolve(lib, name, symbol, &api->running_processes).ok()) {
+      api->running_processes_name = symbol;
+    }
+  }
   abi::nvmlShutdown_t shutdown = nullptr;
   GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlShutdown", &shutdown));
   if (auto rc = init(); rc != abi::NVML_SUCCESS) {
@@ -506,6 +561,31 @@ StatusOr<MigInstance> MigControl::CreateInstance(unsigned index, unsigned profil
                               gpu.label + " (" + what + ")"));
   }
   return instance;
+}
+
+StatusOr<std::vector<unsigned>> MigControl::InstancePids(unsigned index, unsigned gi_id) const {
+  GPUFRAC_ASSIGN_OR_RETURN(Gpu gpu, GetMigGpu(*api_, index));
+  const std::string what = "instance " + std::to_string(gi_id);
+  abi::nvmlGpuInstance_t gi = nullptr;
+  if (auto rc = api_->get_gi_by_id(gpu.handle, gi_id, &gi); rc != abi::NVML_SUCCESS) {
+    if (rc == abi::NVML_ERROR_NOT_FOUND || rc == abi::NVML_ERROR_INVALID_ARGUMENT) {
+      return NotFoundError(gpu.label + " has no GPU instance " + std::to_string(gi_id));
+    }
+    return MigError(*api_, rc, gpu.Call("nvmlDeviceGetGpuInstanceById", what), gpu.label);
+  }
+  GPUFRAC_ASSIGN_OR_RETURN(auto mig_devices, MigDevices(*api_, gpu));
+  std::vector<unsigned> pids;
+  for (const auto& [ids, facts] : mig_devices) {
+    if (ids.first != gi_id) continue;
+    // Asked again, so that a failure is reported rather than read as "no processes".
+    GPUFRAC_ASSIGN_OR_RETURN(
+        auto found, RunningPids(*api_, gpu, facts.handle,
+                                what + ", compute instance " + std::to_string(ids.second)));
+    pids.insert(pids.end(), found.begin(), found.end());
+  }
+  std::sort(pids.begin(), pids.end());
+  pids.erase(std::unique(pids.begin(), pids.end()), pids.end());
+  return pids;
 }
 
 Status MigControl::DestroyInstance(unsigned index, unsigned gi_id) const {

@@ -49,10 +49,13 @@ struct MigInstance {
   std::vector<unsigned> ci_ids;
   std::string uuid;  // "MIG-..." of its first compute instance; "" when it has none.
   // The instance's memory (NVML on the MIG device). A process's memory shows up in
-  // `memory_used`, but drivers may hold some too: only DestroyInstance's refusal proves a
-  // workload.
+  // `memory_used`, but drivers may hold some too: `pids` is the evidence of a workload.
   uint64_t memory_total = 0;
   uint64_t memory_used = 0;
+  // Processes with a CUDA context in any of its compute instances, as NVML lists them on its MIG
+  // devices (host pids), ascending. Empty when none run, and when the driver could not list them
+  // (InstancePids says why).
+  std::vector<unsigned> pids;
 };
 
 struct MigNvmlApi;  // The NVML entry points MigControl uses (mig_device.cc).
@@ -96,6 +99,11 @@ class MigControl {
   // On failure nothing created is left behind.
   StatusOr<MigInstance> CreateInstance(unsigned gpu, unsigned profile_id,
                                        MigPlacement placement) const;
+  // The processes with a CUDA context in GPU instance `gi_id` (any of its compute instances),
+  // ascending: nvmlDeviceGetComputeRunningProcesses on each of its MIG device handles. kNotFound
+  // for an instance that does not exist; kFailedPrecondition when the driver has no process
+  // listing.
+  StatusOr<std::vector<unsigned>> InstancePids(unsigned gpu, unsigned gi_id) const;
   // Destroys the GPU instance's compute instances, then the instance. Refused while a process
   // runs in it (for CreateInstance's instances, which have one compute instance, nothing is
   // destroyed then).

@@ -423,7 +423,9 @@ class Api {
                              {"start", i.placement.start},
                              {"size", i.placement.size},
                              {"uuid", i.uuid},
-                             {"job", i.job > 0 ? json(i.job) : json(nullptr)}});
+                             {"job", i.job > 0 ? json(i.job) : json(nullptr)},
+                             {"in_use", i.in_use},
+                             {"pids", i.pids}});
       }
       mig.push_back({{"gpu", v.gpu},
                      {"model", v.model},

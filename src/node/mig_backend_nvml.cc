@@ -26,7 +26,12 @@ StatusOr<std::vector<MigBackend::InstanceInfo>> NvmlMigBackend::List(int gpu) {
       return InternalError("GPU " + std::to_string(gpu) + " has an instance of profile id " +
                            std::to_string(i.profile_id) + ", which gpufrac's catalogue lacks");
     }
-    out.push_back({i.gi_id, profile, i.placement, i.uuid});
+    out.push_back({.gi_id = i.gi_id,
+                   .profile = profile,
+                   .placement = i.placement,
+                   .uuid = i.uuid,
+                   .in_use = !i.pids.empty(),
+                   .pids = i.pids});
   }
   return out;
 }
@@ -41,7 +46,12 @@ StatusOr<MigBackend::InstanceInfo> NvmlMigBackend::Create(int gpu, int profile,
       gpu::MigInstance made,
       control_->CreateInstance(static_cast<unsigned>(gpu), model->profiles[profile].profile_id,
                                placement));
-  return InstanceInfo{made.gi_id, profile, made.placement, made.uuid};
+  return InstanceInfo{.gi_id = made.gi_id,
+                      .profile = profile,
+                      .placement = made.placement,
+                      .uuid = made.uuid,
+                      .in_use = !made.pids.empty(),
+                      .pids = made.pids};
 }
 
 Status NvmlMigBackend::Destroy(int gpu, unsigned gi_id) {

@@ -9,6 +9,20 @@
 #include "common/units.h"
 
 namespace gpufrac::node {
+namespace {
+
+std::string SlicesText(gpu::MigPlacement p) {
+  return std::to_string(p.start) + "-" + std::to_string(p.start + p.size - 1);
+}
+
+}  // namespace
+
+std::string MigScheduler::ForeignUseText(const std::vector<unsigned>& pids) {
+  if (pids.empty()) return "in use by a process gpufrac did not start";
+  std::string text = pids.size() == 1 ? "in use by pid " : "in use by pids ";
+  for (size_t i = 0; i < pids.size(); ++i) text += (i ? ", " : "") + std::to_string(pids[i]);
+  return text + " (not gpufrac)";
+}
 
 MigScheduler::MigScheduler(std::vector<MigGpuSpec> gpus, MigBackend* backend)
     : gpus_(std::move(gpus)), backend_(backend) {}
@@ -81,6 +95,9 @@ std::vector<MigScheduler::Start> MigScheduler::Schedule() {
   // a plan's indexes name the same instances in `found`.
   std::vector<mig::MigGpu> state;
   std::vector<std::vector<MigBackend::InstanceInfo>> found;
+  // Per GPU, per instance in `found`: whether it holds a process that is not one of our jobs.
+  std::vector<std::vector<bool>> foreign;
+  std::map<std::string, std::vector<unsigned>> foreign_now;
   auto read = [&](size_t g) {
     auto list = backend_->List(gpus_[g].index);
     if (!list.ok()) {
@@ -89,13 +106,34 @@ std::vector<MigScheduler::Start> MigScheduler::Schedule() {
     }
     mig::MigGpu gpu{gpus_[g].index, gpus_[g].model, {}};
     std::vector<MigBackend::InstanceInfo> usable;
+    foreign[g].clear();
     for (const MigBackend::InstanceInfo& info : *list) {
       // An instance without a compute instance (a creation cut short) can run nothing: clear
       // it away rather than hand it to a job. If the driver refuses, keep clear of it.
-      if (info.uuid.empty() && backend_->Destroy(gpus_[g].index, info.gi_id).ok()) continue;
-      bool busy = info.uuid.empty() || busy_.count(info.uuid) > 0 ||
-                  refused_.count({gpus_[g].index, info.gi_id}) > 0;
+      if (info.uuid.empty() && !info.in_use && backend_->Destroy(gpus_[g].index, info.gi_id).ok()) {
+        continue;
+      }
+      const bool ours = busy_.count(info.uuid) > 0;
+      // A process we did not start (by hand, or a job whose record was lost) shares nothing
+      // with a new job and loses nothing to us: the instance is as busy as one of our own.
+      const bool stranger = info.in_use && !ours;
+      bool busy =
+          info.uuid.empty() || ours || stranger || refused_.count({gpus_[g].index, info.gi_id}) > 0;
+      if (stranger) {
+        foreign_now[info.uuid] = info.pids;
+        auto seen = foreign_.find(info.uuid);
+        if (seen == foreign_.end() || seen->second != info.pids) {
+          LogInfo(
+              "MIG GPU %d: %s instance at slices %s (%s) is %s; it is neither reused nor "
+              "destroyed while that runs",
+              gpus_[g].index,
+              gpu::MigProfileName(*gpus_[g].model, gpus_[g].model->profiles[info.profile]).c_str(),
+              SlicesText(info.placement).c_str(), info.uuid.c_str(),
+              ForeignUseText(info.pids).c_str());
+        }
+      }
       gpu.instances.push_back({info.profile, info.placement, busy});
+      foreign[g].push_back(stranger);
       usable.push_back(info);
     }
     *list = usable;
@@ -104,14 +142,53 @@ std::vector<MigScheduler::Start> MigScheduler::Schedule() {
   };
   state.resize(gpus_.size());
   found.resize(gpus_.size());
+  foreign.resize(gpus_.size());
   refused_.clear();
   for (size_t g = 0; g < gpus_.size(); ++g) read(g);
+  foreign_ = foreign_now;
+  // Why a job that cannot be planned waits, when instances holding strangers' processes are in
+  // its way: plan again as if they were idle, and name those the plan would have reused or
+  // destroyed.
+  auto blocked_by_strangers = [&](const GpuRequest& request) -> std::string {
+    std::vector<mig::MigGpu> relaxed = state;
+    bool any = false;
+    for (size_t g = 0; g < relaxed.size(); ++g) {
+      for (size_t k = 0; k < relaxed[g].instances.size(); ++k) {
+        if (!foreign[g][k]) continue;
+        relaxed[g].instances[k].busy = refused_.count({gpus_[g].index, found[g][k].gi_id}) > 0;
+        any = true;
+      }
+    }
+    if (!any) return "";
+    auto plan = mig::PlanRequest(relaxed, request, mig::PlacementRule::kGpufrac, demand_.demand());
+    if (!plan.ok()) return "";
+    size_t g = 0;
+    while (g < gpus_.size() && gpus_[g].index != plan->gpu) ++g;
+    std::vector<int> touched = plan->destroy;
+    if (plan->reuse) touched.push_back(*plan->reuse);
+    std::string named;
+    for (int k : touched) {
+      if (!foreign[g][k]) continue;
+      const MigBackend::InstanceInfo& info = found[g][k];
+      named += std::string(named.empty() ? "" : "; ") + "the " +
+               gpu::MigProfileName(*gpus_[g].model, gpus_[g].model->profiles[info.profile]) +
+               " instance on GPU " + std::to_string(plan->gpu) + " (slices " +
+               SlicesText(info.placement) + ", " + info.uuid + ") is " + ForeignUseText(info.pids);
+    }
+    if (named.empty()) return "";
+    return named + "; gpufrac leaves it alone until that ends";
+  };
 
   for (auto it = pending_.begin(); it != pending_.end();) {
-    auto plan = mig::PlanRequest(state, it->request, mig::PlacementRule::kGpufrac,
-                                 demand_.demand());
+    auto plan =
+        mig::PlanRequest(state, it->request, mig::PlacementRule::kGpufrac, demand_.demand());
     if (!plan.ok()) {
-      waiting_[it->id] = plan.status().message();
+      std::string strangers;
+      if (plan.status().code() == StatusCode::kResourceExhausted) {
+        strangers = blocked_by_strangers(it->request);
+      }
+      waiting_[it->id] =
+          strangers.empty() ? plan.status().message() : plan.status().message() + "; " + strangers;
       ++it;
       continue;
     }
@@ -173,8 +250,8 @@ std::vector<MigScheduler::SliceView> MigScheduler::Slices() {
       for (const MigBackend::InstanceInfo& info : *list) {
         auto busy = busy_.find(info.uuid);
         view.instances.push_back({gpu::MigProfileName(*g.model, g.model->profiles[info.profile]),
-                                  info.placement, info.uuid,
-                                  busy == busy_.end() ? 0 : busy->second});
+                                  info.placement, info.uuid, busy == busy_.end() ? 0 : busy->second,
+                                  info.in_use, info.pids});
       }
     }
     out.push_back(std::move(view));

@@ -1,8 +1,9 @@
 // Jobs on the node's GPUs in MIG mode: each pending MIG job, in queue order (priority, then
 // FIFO), gets the smallest profile that holds its request and a placement chosen by the MIG
 // planner; instances are created on demand, an idle one of the right profile is reused, and idle
-// ones are destroyed only when their slices are needed. Instances serving a job are never
-// touched. What exists is always read back from the driver (MigBackend), never assumed.
+// ones are destroyed only when their slices are needed. Instances serving a job, or holding a
+// process gpufrac did not start, are never touched. What exists is always read back from the
+// driver (MigBackend), never assumed.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,10 @@ class MigBackend {
     int profile = 0;  // Index into the GPU's MigModel::profiles.
     gpu::MigPlacement placement;
     std::string uuid;  // "MIG-..."
+    // Processes with a CUDA context run in it (gpufrac's jobs or anyone's), as far as the driver
+    // can tell; `pids` names them when it can (host pids, ascending).
+    bool in_use = false;
+    std::vector<unsigned> pids;
   };
   virtual ~MigBackend() = default;
   virtual StatusOr<std::vector<InstanceInfo>> List(int gpu) = 0;
@@ -73,7 +78,10 @@ class MigScheduler {
   // job counts as running in its instance; the caller launches it, or calls Finish.
   std::vector<Start> Schedule();
 
-  // For status: every instance on every MIG GPU, with the job it serves (0 = idle).
+  // For status: every instance on every MIG GPU, with the job it serves (0 = none) and the
+  // processes in it. `in_use` with job 0: a workload gpufrac did not start (started by hand with
+  // CUDA_VISIBLE_DEVICES=MIG-..., or a job whose record was lost), which keeps the instance
+  // from being reused or destroyed.
   struct SliceView {
     int gpu = 0;
     std::string model;
@@ -83,11 +91,18 @@ class MigScheduler {
       gpu::MigPlacement placement;
       std::string uuid;
       int64_t job = 0;
+      bool in_use = false;
+      std::vector<unsigned> pids;
     };
     std::vector<Item> instances;
   };
   std::vector<SliceView> Slices();
   std::string WaitReason(int64_t id) const;
+
+  // "in use by pid 4242 (not gpufrac)", "in use by pids 1, 2 (not gpufrac)", or without pids
+  // "in use by a process gpufrac did not start": how status and wait reasons name a foreign
+  // workload.
+  static std::string ForeignUseText(const std::vector<unsigned>& pids);
 
  private:
   struct Pending {
@@ -107,6 +122,9 @@ class MigScheduler {
   std::map<int64_t, Running> running_;          // job -> its GPU and instance.
   std::map<int64_t, std::string> waiting_;      // Why a pending job waits, as of the last pass.
   std::set<std::pair<int, unsigned>> refused_;  // (GPU, GI) the driver would not destroy.
+  // Instances last seen holding processes gpufrac did not start: MIG UUID -> pids (logged once
+  // per change).
+  std::map<std::string, std::vector<unsigned>> foreign_;
   // What was asked for recently, by profile: the planner keeps room for what is in demand.
   mig::DemandTracker demand_;
 };

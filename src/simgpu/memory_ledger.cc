@@ -111,6 +111,12 @@ int ReclaimDeadProcesses(SharedMachine& machine, bool self_is_stale) {
   return reclaimed;
 }
 
+std::optional<ProcessIdentity> SlotOwner(const ProcessSlot& slot) {
+  const std::uint64_t owner = slot.owner.load(std::memory_order_acquire);
+  if (owner == kFreeOwner || owner == kReclaiming) return std::nullopt;
+  return UnpackOwner(owner);
+}
+
 ProcessSlot* ClaimSlot(SharedMachine& machine, const ProcessIdentity& self) {
   const std::uint64_t packed = PackOwner(self);
   for (ProcessSlot& slot : machine.slots) {

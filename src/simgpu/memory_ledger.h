@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "simgpu/process_identity.h"
 #include "simgpu/shared_machine.h"
@@ -30,6 +31,9 @@ std::uint64_t MigUsedBytes(const SharedMachine& machine, int device, int gpu_ins
 // `self_is_stale`, slots bearing the caller's own identity are freed too: they belong to an
 // earlier program image of this process (exec keeps pid and start time). Returns how many.
 int ReclaimDeadProcesses(SharedMachine& machine, bool self_is_stale);
+
+// The process owning `slot`; nullopt for a free slot or one being reclaimed.
+std::optional<ProcessIdentity> SlotOwner(const ProcessSlot& slot);
 
 // Takes a free slot for `self`; nullptr if all are taken by live processes.
 ProcessSlot* ClaimSlot(SharedMachine& machine, const ProcessIdentity& self);

@@ -163,6 +163,36 @@ bool InstanceBusyLocked(SharedMachine& machine, int device, int gpu_instance,
   return false;
 }
 
+std::vector<DeviceProcess> DeviceProcessesLocked(SharedMachine& machine, int device,
+                                                 int gpu_instance, int compute_instance) {
+  ReclaimDeadProcesses(machine, /*self_is_stale=*/false);
+  const SharedDevice& shared = machine.devices[device];
+  std::vector<DeviceProcess> found;
+  for (const ProcessSlot& slot : machine.slots) {
+    const std::optional<ProcessIdentity> owner = SlotOwner(slot);
+    const std::uint64_t used = slot.used_bytes[device].load(std::memory_order_relaxed);
+    if (!owner.has_value() || used == 0) continue;
+    DeviceProcess process{.pid = owner->pid, .used_bytes = used};
+    const auto binding = UnpackMigBinding(slot.mig_binding.load(std::memory_order_acquire));
+    if (binding.has_value() && binding->device == device) {
+      const SharedGpuInstance& instance = shared.gpu_instances[binding->gpu_instance];
+      // A binding to an instance destroyed since (only possible for a process the driver let
+      // go) names no MIG device any more.
+      if (instance.live != 0 &&
+          binding->generation == static_cast<std::uint32_t>(instance.generation)) {
+        process.gpu_instance = binding->gpu_instance;
+        process.compute_instance = binding->compute_instance;
+      }
+    }
+    if (gpu_instance >= 0 &&
+        (process.gpu_instance != gpu_instance || process.compute_instance != compute_instance)) {
+      continue;
+    }
+    found.push_back(process);
+  }
+  return found;
+}
+
 nvmlReturn_t SetMigModeLocked(SharedMachine& machine, int device, unsigned int mode,
                               nvmlReturn_t* activation) {
   SharedDevice& shared = machine.devices[device];

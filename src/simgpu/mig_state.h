@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "abi/nvml_abi.h"
 #include "gpu/mig_catalogue.h"
@@ -70,6 +71,19 @@ bool DeviceBusyLocked(SharedMachine& machine, int device);
 // Whether a live process is bound to the GPU instance (any of its compute instances when
 // `compute_instance` < 0). Reclaims dead processes first.
 bool InstanceBusyLocked(SharedMachine& machine, int device, int gpu_instance, int compute_instance);
+
+// A live process with a CUDA context on a GPU: one that holds memory there (every active
+// context holds its context_bytes). The ids are its MIG device's, -1 when it uses the whole GPU.
+struct DeviceProcess {
+  int pid = 0;
+  std::uint64_t used_bytes = 0;
+  int gpu_instance = -1;
+  int compute_instance = -1;
+};
+// The processes on `device`, by slot; with `gpu_instance` >= 0 only those in that MIG device
+// (`compute_instance`). Reclaims dead processes first, so the dead are never listed.
+std::vector<DeviceProcess> DeviceProcessesLocked(SharedMachine& machine, int device,
+                                                 int gpu_instance, int compute_instance);
 
 // nvmlDeviceSetMigMode: the change takes effect at once when the GPU is idle (no process, and
 // no GPU instance left when disabling); otherwise it stays pending and `activation` is

@@ -23,6 +23,9 @@
   X(nvmlDeviceGetUUID)                             \
   X(nvmlDeviceGetMemoryInfo)                       \
   X(nvmlDeviceGetMemoryInfo_v2)                    \
+  X(nvmlDeviceGetComputeRunningProcesses)          \
+  X(nvmlDeviceGetComputeRunningProcesses_v2)       \
+  X(nvmlDeviceGetComputeRunningProcesses_v3)       \
   X(nvmlDeviceGetMigMode)                          \
   X(nvmlDeviceSetMigMode)                          \
   X(nvmlDeviceGetGpuInstanceProfileInfo)           \

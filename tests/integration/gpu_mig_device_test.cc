@@ -1,7 +1,7 @@
 // gpu/mig_device (gpufrac's NVML MIG client) against the simulated NVML: errors for GPUs without
 // MIG or with MIG mode off, a mode change that waits for a busy GPU, profiles read from the
-// driver matching the catalogue, and instances created, listed and destroyed (refused while a
-// process runs in one).
+// driver matching the catalogue, instances created, listed and destroyed (refused while a
+// process runs in one), and the processes running in each instance.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -193,6 +193,53 @@ TEST_F(GpuMigDeviceTest, CreateListAndDestroy) {
     ASSERT_TRUE(listed.ok());
     EXPECT_TRUE(listed->empty());
     EXPECT_EQ(StatusCode::kNotFound, control->DestroyInstance(0, created->gi_id).code());
+  });
+}
+
+// A process started by hand in an instance (CUDA_VISIBLE_DEVICES=MIG-...) is listed in it, by
+// ListInstances and InstancePids, and nowhere else; once it is dead it is gone.
+TEST_F(GpuMigDeviceTest, ListsTheProcessesInAnInstance) {
+  RunInChild("1xA100-40GB:mig", [] {
+    auto control = OpenControl();
+    ASSERT_NE(nullptr, control);
+    auto busy =
+        control->CreateInstance(0, Profile("A100-40GB", "1g.5gb").profile_id, MigPlacement{0, 1});
+    ASSERT_TRUE(busy.ok()) << busy.status().message();
+    auto idle =
+        control->CreateInstance(0, Profile("A100-40GB", "2g.10gb").profile_id, MigPlacement{4, 2});
+    ASSERT_TRUE(idle.ok()) << idle.status().message();
+    auto none = control->InstancePids(0, busy->gi_id);
+    ASSERT_TRUE(none.ok()) << none.status().message();
+    EXPECT_TRUE(none->empty());
+
+    std::string seen;
+    const pid_t probe = gpufrac::testing::Start(
+        {gpufrac::testing::ProbePath(), "hold", "1048576"},
+        {{"LD_LIBRARY_PATH", GPUFRAC_SIMGPU_DIR}, {"CUDA_VISIBLE_DEVICES", busy->uuid}},
+        "hold=", &seen);
+    ASSERT_GT(probe, 0);
+    ASSERT_TRUE(Contains(seen, "hold=0")) << seen;
+    const std::vector<unsigned> expected = {static_cast<unsigned>(probe)};
+    auto pids = control->InstancePids(0, busy->gi_id);
+    ASSERT_TRUE(pids.ok()) << pids.status().message();
+    EXPECT_EQ(expected, *pids);
+    pids = control->InstancePids(0, idle->gi_id);
+    ASSERT_TRUE(pids.ok()) << pids.status().message();
+    EXPECT_TRUE(pids->empty());
+    auto listed = control->ListInstances(0);
+    ASSERT_TRUE(listed.ok()) << listed.status().message();
+    ASSERT_EQ(2u, listed->size());
+    for (const gpu::MigInstance& instance : *listed) {
+      EXPECT_EQ(instance.gi_id == busy->gi_id ? expected : std::vector<unsigned>{}, instance.pids)
+          << instance.gi_id;
+    }
+    EXPECT_EQ(StatusCode::kNotFound, control->InstancePids(0, 9).status().code());
+
+    ::kill(probe, SIGKILL);
+    ::waitpid(probe, nullptr, 0);
+    pids = control->InstancePids(0, busy->gi_id);
+    ASSERT_TRUE(pids.ok()) << pids.status().message();
+    EXPECT_TRUE(pids->empty());
   });
 }
 

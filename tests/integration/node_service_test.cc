@@ -737,6 +737,66 @@ TEST(NodeServiceMig, AnApplyThatFailsHalfwayDestroysWhatItCreated) {
   EXPECT_EQ(after["mig"][1]["instances"][0]["uuid"], uuid);
 }
 
+// Issue 5: an instance holding a process gpufrac did not start is never handed to a job, nor
+// destroyed under it; a job that could only be served by destroying it waits and says why.
+TEST(NodeServiceMig, AnInstanceWithAProcessGpufracDidNotStartIsLeftAlone) {
+  Daemon d("1xA100-40GB:mig");
+  RunResult first = d.Cli({"run", "--mig-profile", "1g.5gb", "--", "true"});
+  ASSERT_EQ(first.status, 0) << first.err;
+  json instances = d.Get("/v1/status").body["mig"][0]["instances"];
+  ASSERT_EQ(instances.size(), 1u) << instances.dump();
+  ASSERT_TRUE(instances[0]["job"].is_null()) << "idle once its job ended";
+  std::string uuid = instances[0]["uuid"];
+  // Someone starts a CUDA program in the idle instance by hand.
+  std::string state = d.dir() + "/state";
+  char tag[9];
+  std::snprintf(tag, sizeof(tag), "%08x", static_cast<unsigned>(std::hash<std::string>{}(state)));
+  std::string seen;
+  pid_t stranger = Start({ProbePath(), "hold", std::to_string(1 << 20)},
+                         {{"LD_LIBRARY_PATH", GPUFRAC_SIMGPU_DIR},
+                          {"SIMGPU_CONFIG", "1xA100-40GB:mig"},
+                          {"SIMGPU_NAMESPACE", std::string("gpufracd-") + tag},
+                          {"CUDA_VISIBLE_DEVICES", uuid}},
+                         "hold=", &seen);
+  ASSERT_NE(seen.find("hold=0"), std::string::npos) << seen;
+  // The next job of the same profile gets an instance of its own.
+  RunResult next = d.Cli(
+      {"run", "--mig-profile", "1g.5gb", "--", "sh", "-c", "echo visible=$CUDA_VISIBLE_DEVICES"});
+  ASSERT_EQ(next.status, 0) << next.err;
+  EXPECT_EQ(next.out.find(uuid), std::string::npos) << next.out;
+  EXPECT_NE(next.out.find("visible=MIG-"), std::string::npos) << next.out;
+  // The whole GPU needs every slice: it waits, naming the instance and the process.
+  int64_t whole = d.Submit({"true"}, {{"mig-profile", "7g.40gb"}}).body["id"];
+  std::string waiting;
+  for (int i = 0; i < 200 && waiting.find("not gpufrac") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(20ms);
+    json job = d.Job(whole);
+    ASSERT_EQ(job["state"], "pending") << job.dump();
+    waiting = job.value("waiting_for", "");
+  }
+  EXPECT_NE(waiting.find("in use by pid " + std::to_string(stranger) + " (not gpufrac)"),
+            std::string::npos)
+      << waiting;
+  EXPECT_NE(waiting.find(uuid), std::string::npos) << waiting;
+  json status = d.Get("/v1/status").body;
+  bool listed = false;
+  for (const json& i : status["mig"][0]["instances"]) {
+    if (i["uuid"] != uuid) continue;
+    listed = i["job"].is_null();
+    EXPECT_EQ(i["in_use"], true) << i.dump();
+    EXPECT_EQ(i["pids"], json::array({stranger})) << i.dump();
+  }
+  EXPECT_TRUE(listed) << "the instance was not destroyed: " << status.dump();
+  RunResult table = d.Cli({"status"});
+  EXPECT_NE(table.out.find("in use by pid " + std::to_string(stranger) + " (not gpufrac)"),
+            std::string::npos)
+      << table.out;
+  // Once the process is gone, its instance is idle like any other and makes room.
+  kill(stranger, SIGKILL);
+  waitpid(stranger, nullptr, 0);
+  EXPECT_EQ(d.WaitFor(whole, "final")["state"], "succeeded");
+}
+
 TEST(NodeService, WholeGpusServeWholeGpuJobsOnly) {
   Daemon d("2xH100-80GB", {"--whole-gpus", "1"});
   std::vector<int64_t> halves;

@@ -1,6 +1,7 @@
 // Simulated MIG: MIG mode (and its refusal while the GPU is in use), the profile and placement
 // tables of every MIG model, GPU and compute instance rules with NVML's error codes, MIG device
-// handles and UUIDs, and CUDA processes running in a MIG device (CUDA_VISIBLE_DEVICES=MIG-...).
+// handles and UUIDs, CUDA processes running in a MIG device (CUDA_VISIBLE_DEVICES=MIG-...) and
+// NVML's listing of them (nvmlDeviceGetComputeRunningProcesses).
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -419,6 +420,192 @@ TEST_F(SimGpuMigTest, DestroyIsRefusedWhileAProcessRunsInTheInstance) {
     ::waitpid(probe, nullptr, 0);
     EXPECT_NVML(nvmlComputeInstanceDestroy(compute));
     EXPECT_NVML(nvmlGpuInstanceDestroy(instance));
+  });
+}
+
+// The pids nvmlDeviceGetComputeRunningProcesses_v3 lists on `device`, sized by the documented
+// protocol (a count query first).
+std::vector<abi::nvmlProcessInfo_t> RunningProcesses(abi::nvmlDevice_t device) {
+  unsigned int count = 0;
+  const abi::nvmlReturn_t sized = nvmlDeviceGetComputeRunningProcesses_v3(device, &count, nullptr);
+  if (sized == abi::NVML_SUCCESS) {
+    EXPECT_EQ(0u, count);
+    return {};
+  }
+  EXPECT_EQ(abi::NVML_ERROR_INSUFFICIENT_SIZE, sized);
+  std::vector<abi::nvmlProcessInfo_t> infos(count);
+  EXPECT_NVML(nvmlDeviceGetComputeRunningProcesses_v3(device, &count, infos.data()));
+  infos.resize(count);
+  return infos;
+}
+
+std::vector<unsigned int> Pids(const std::vector<abi::nvmlProcessInfo_t>& infos) {
+  std::vector<unsigned int> pids;
+  for (const abi::nvmlProcessInfo_t& info : infos) pids.push_back(info.pid);
+  std::sort(pids.begin(), pids.end());
+  return pids;
+}
+
+// NVML lists the processes with a CUDA context: on a GPU handle all of them, those in its MIG
+// devices with their instance ids (NVML's aggregate view for the parent GPU); on a MIG device
+// handle only the ones in it. A GPU without MIG gives 0xFFFFFFFF as instance ids.
+TEST_F(SimGpuMigTest, RunningProcessesOnGpuAndMigDeviceHandles) {
+  const std::string ns = name_space();
+  RunInChild("1xA100-40GB:mig,1xL4", [ns] {
+    ASSERT_NVML(nvmlInit_v2());
+    abi::nvmlDevice_t a100 = Device(0);
+    abi::nvmlGpuInstance_t small = nullptr;
+    ASSERT_NVML(Create(a100, Profile("A100-40GB", "1g.5gb"), 6, &small));
+    CreateFullCompute(small, 1);
+    abi::nvmlGpuInstance_t medium = nullptr;
+    ASSERT_NVML(Create(a100, Profile("A100-40GB", "2g.10gb"), 0, &medium));
+    CreateFullCompute(medium, 2);
+    // MIG devices are ordered by GPU instance id: 2g.10gb at 0 is id 3, 1g.5gb at 6 is id 13.
+    const unsigned int small_id = Info(small).id;
+    const unsigned int medium_id = Info(medium).id;
+    ASSERT_LT(medium_id, small_id);
+    const std::string medium_uuid = MigUuidAt(a100, 0);
+    const std::string small_uuid = MigUuidAt(a100, 1);
+    abi::nvmlDevice_t small_device = nullptr;
+    ASSERT_NVML(nvmlDeviceGetHandleByUUID(small_uuid.c_str(), &small_device));
+    abi::nvmlDevice_t medium_device = nullptr;
+    ASSERT_NVML(nvmlDeviceGetHandleByUUID(medium_uuid.c_str(), &medium_device));
+    EXPECT_TRUE(RunningProcesses(a100).empty());
+    EXPECT_TRUE(RunningProcesses(small_device).empty());
+
+    std::vector<pid_t> probes;
+    for (const std::string& visible : {small_uuid, small_uuid, FormatGpuUuid(DeviceUuid(ns, 1))}) {
+      std::string seen;
+      probes.push_back(gpufrac::testing::Start({ProbePath(), "hold", "1073741824"},
+                                               ProbeEnv(visible), "hold=", &seen));
+      ASSERT_GT(probes.back(), 0);
+      ASSERT_NE(std::string::npos, seen.find("hold=0")) << seen;
+    }
+    const std::vector<unsigned int> in_small = {static_cast<unsigned int>(probes[0]),
+                                                static_cast<unsigned int>(probes[1])};
+    const std::vector<unsigned int> sorted_small =
+        in_small[0] < in_small[1] ? in_small : std::vector<unsigned int>{in_small[1], in_small[0]};
+
+    const std::vector<abi::nvmlProcessInfo_t> on_gpu = RunningProcesses(a100);
+    EXPECT_EQ(sorted_small, Pids(on_gpu));
+    for (const abi::nvmlProcessInfo_t& info : on_gpu) {
+      EXPECT_EQ(small_id, info.gpuInstanceId);
+      EXPECT_EQ(0u, info.computeInstanceId);
+      EXPECT_GE(info.usedGpuMemory, kGiB);  // its allocation and its context
+    }
+    const std::vector<abi::nvmlProcessInfo_t> on_mig = RunningProcesses(small_device);
+    EXPECT_EQ(sorted_small, Pids(on_mig));
+    for (const abi::nvmlProcessInfo_t& info : on_mig) EXPECT_EQ(small_id, info.gpuInstanceId);
+    EXPECT_TRUE(RunningProcesses(medium_device).empty());
+    const std::vector<abi::nvmlProcessInfo_t> on_l4 = RunningProcesses(Device(1));
+    ASSERT_EQ(1u, on_l4.size());
+    EXPECT_EQ(static_cast<unsigned int>(probes[2]), on_l4[0].pid);
+    EXPECT_EQ(abi::kNvmlProcessNoInstanceId, on_l4[0].gpuInstanceId);
+    EXPECT_EQ(abi::kNvmlProcessNoInstanceId, on_l4[0].computeInstanceId);
+
+    // _v2 has the same layout; the unversioned (v1) one fills the legacy 16-byte entries.
+    abi::nvmlProcessInfo_v2_t v2[4] = {};
+    unsigned int count = 4;
+    ASSERT_NVML(nvmlDeviceGetComputeRunningProcesses_v2(small_device, &count, v2));
+    EXPECT_EQ(2u, count);
+    EXPECT_EQ(small_id, v2[1].gpuInstanceId);
+    abi::nvmlProcessInfo_v1_t v1[4] = {};
+    count = 4;
+    ASSERT_NVML(nvmlDeviceGetComputeRunningProcesses(small_device, &count, v1));
+    ASSERT_EQ(2u, count);
+    EXPECT_EQ(sorted_small, (std::vector<unsigned int>{std::min(v1[0].pid, v1[1].pid),
+                                                       std::max(v1[0].pid, v1[1].pid)}));
+    EXPECT_GE(v1[0].usedGpuMemory, kGiB);
+
+    for (pid_t probe : probes) {
+      ::kill(probe, SIGKILL);
+      ::waitpid(probe, nullptr, 0);
+    }
+  });
+}
+
+// The documented size protocol: *infoCount = 0 (infos may be null) asks for the count; a count
+// too small gets NVML_ERROR_INSUFFICIENT_SIZE and the count needed; a big enough one is set to
+// the number filled.
+TEST_F(SimGpuMigTest, RunningProcessesFollowTheSizeProtocol) {
+  RunInChild("1xH100-80GB", [] {
+    ASSERT_NVML(nvmlInit_v2());
+    abi::nvmlDevice_t device = Device(0);
+    unsigned int count = 0;
+    ASSERT_NVML(nvmlDeviceGetComputeRunningProcesses_v3(device, &count, nullptr));
+    EXPECT_EQ(0u, count);
+
+    std::vector<pid_t> probes;
+    for (int i = 0; i < 3; ++i) {
+      std::string seen;
+      probes.push_back(
+          gpufrac::testing::Start({ProbePath(), "hold", "1048576"}, ProbeEnv("0"), "hold=", &seen));
+      ASSERT_NE(std::string::npos, seen.find("hold=0")) << seen;
+    }
+    count = 0;
+    EXPECT_EQ(abi::NVML_ERROR_INSUFFICIENT_SIZE,
+              nvmlDeviceGetComputeRunningProcesses_v3(device, &count, nullptr));
+    EXPECT_EQ(3u, count);
+    abi::nvmlProcessInfo_t infos[8] = {};
+    count = 2;
+    EXPECT_EQ(abi::NVML_ERROR_INSUFFICIENT_SIZE,
+              nvmlDeviceGetComputeRunningProcesses_v3(device, &count, infos));
+    EXPECT_EQ(3u, count);
+    count = 8;
+    ASSERT_NVML(nvmlDeviceGetComputeRunningProcesses_v3(device, &count, infos));
+    EXPECT_EQ(3u, count);
+    std::vector<unsigned int> listed = {infos[0].pid, infos[1].pid, infos[2].pid};
+    std::vector<unsigned int> started(probes.begin(), probes.end());
+    std::sort(listed.begin(), listed.end());
+    std::sort(started.begin(), started.end());
+    EXPECT_EQ(started, listed);
+
+    // Null arguments, and a call before nvmlInit.
+    EXPECT_EQ(abi::NVML_ERROR_INVALID_ARGUMENT,
+              nvmlDeviceGetComputeRunningProcesses_v3(device, nullptr, infos));
+    count = 8;
+    EXPECT_EQ(abi::NVML_ERROR_INVALID_ARGUMENT,
+              nvmlDeviceGetComputeRunningProcesses_v3(device, &count, nullptr));
+    EXPECT_EQ(abi::NVML_ERROR_INVALID_ARGUMENT,
+              nvmlDeviceGetComputeRunningProcesses_v3(nullptr, &count, infos));
+    ASSERT_NVML(nvmlShutdown());
+    EXPECT_EQ(abi::NVML_ERROR_UNINITIALIZED,
+              nvmlDeviceGetComputeRunningProcesses_v3(device, &count, infos));
+    for (pid_t probe : probes) {
+      ::kill(probe, SIGKILL);
+      ::waitpid(probe, nullptr, 0);
+    }
+  });
+}
+
+// A process that dies without exiting cleanly is gone from the listing at once (its slot is
+// reclaimed, as the driver frees a dead process's context), and its instance is free again.
+TEST_F(SimGpuMigTest, ADeadProcessIsNotListed) {
+  RunInChild("1xH100-80GB:mig", [] {
+    ASSERT_NVML(nvmlInit_v2());
+    abi::nvmlDevice_t device = Device(0);
+    abi::nvmlGpuInstance_t instance = nullptr;
+    ASSERT_NVML(Create(device, Profile("H100-80GB", "1g.10gb"), 3, &instance));
+    abi::nvmlComputeInstance_t compute = CreateFullCompute(instance, 1);
+    const std::string uuid = MigUuidAt(device, 0);
+    abi::nvmlDevice_t mig = nullptr;
+    ASSERT_NVML(nvmlDeviceGetHandleByUUID(uuid.c_str(), &mig));
+    std::string seen;
+    const pid_t probe = gpufrac::testing::Start({ProbePath(), "hold", "1073741824"}, ProbeEnv(uuid),
+                                                "hold=", &seen);
+    ASSERT_NE(std::string::npos, seen.find("hold=0")) << seen;
+    ASSERT_EQ(1u, RunningProcesses(mig).size());
+    ASSERT_EQ(1u, RunningProcesses(device).size());
+    ::kill(probe, SIGKILL);
+    ::waitpid(probe, nullptr, 0);
+    EXPECT_TRUE(RunningProcesses(mig).empty());
+    EXPECT_TRUE(RunningProcesses(device).empty());
+    EXPECT_NVML(nvmlComputeInstanceDestroy(compute));
+    EXPECT_NVML(nvmlGpuInstanceDestroy(instance));
+    // The MIG device handle outlives its instance, and now names nothing.
+    unsigned int count = 0;
+    EXPECT_EQ(abi::NVML_ERROR_INVALID_ARGUMENT,
+              nvmlDeviceGetComputeRunningProcesses_v3(mig, &count, nullptr));
   });
 }
 

@@ -1,6 +1,6 @@
 // The node service's MIG lane against a fake driver: instances created on demand with the
 // smallest profile, reused when idle, destroyed only when their slices are needed, never while
-// they serve a job.
+// they serve a job or hold a process gpufrac did not start.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -10,7 +10,8 @@
 namespace gpufrac::node {
 namespace {
 
-// A driver that keeps instances in memory and refuses overlaps, like NVML.
+// A driver that keeps instances in memory and refuses overlaps, and destroying an instance with
+// processes in it, like NVML.
 class FakeBackend : public MigBackend {
  public:
   StatusOr<std::vector<InstanceInfo>> List(int gpu) override { return gpus_[gpu]; }
@@ -21,15 +22,17 @@ class FakeBackend : public MigBackend {
       if (overlap) return ResourceExhaustedError("overlap");
     }
     ++creates;
-    InstanceInfo info{next_id_, profile, p, "MIG-fake-" + std::to_string(next_id_)};
+    InstanceInfo info{next_id_, profile, p, "MIG-fake-" + std::to_string(next_id_), false, {}};
     ++next_id_;
     gpus_[gpu].push_back(info);
     return info;
   }
   Status Destroy(int gpu, unsigned gi_id) override {
+    ++destroy_attempts;
     auto& list = gpus_[gpu];
     for (auto it = list.begin(); it != list.end(); ++it) {
       if (it->gi_id == gi_id) {
+        if (it->in_use) return FailedPreconditionError("instance in use by a workload");
         list.erase(it);
         ++destroys;
         return OkStatus();
@@ -38,8 +41,20 @@ class FakeBackend : public MigBackend {
     return NotFoundError("no instance");
   }
   StatusOr<bool> SetMode(int, bool) override { return false; }
+  // Processes (none: `pids` empty) start or end in the instance `uuid`.
+  void SetProcesses(int gpu, const std::string& uuid, std::vector<unsigned> pids) {
+    for (InstanceInfo& i : gpus_[gpu]) {
+      if (i.uuid == uuid) {
+        i.in_use = !pids.empty();
+        i.pids = std::move(pids);
+        return;
+      }
+    }
+    ADD_FAILURE() << "no instance " << uuid;
+  }
   int creates = 0;
   int destroys = 0;
+  int destroy_attempts = 0;
 
  private:
   std::map<int, std::vector<InstanceInfo>> gpus_;
@@ -115,6 +130,54 @@ TEST_F(MigSchedulerTest, NeverTouchesAnInstanceThatServesAJob) {
   auto started = scheduler_.Schedule();
   ASSERT_EQ(started.size(), 1u);
   EXPECT_EQ(started[0].id, 2);
+}
+
+// A process gpufrac did not start (by hand with CUDA_VISIBLE_DEVICES=MIG-..., or a job of an
+// earlier service whose record was lost) makes an instance as busy as one of gpufrac's jobs.
+TEST_F(MigSchedulerTest, AnInstanceWithAStrangersProcessIsNeitherReusedNorDestroyed) {
+  scheduler_.Enqueue(1, 0, Profile("1g.10gb"), 1);
+  std::string uuid = scheduler_.Schedule().at(0).uuid;
+  scheduler_.Finish(1);
+  backend_.SetProcesses(0, uuid, {4242});
+  scheduler_.Enqueue(2, 0, Profile("1g.10gb"), 2);
+  auto started = scheduler_.Schedule();
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_NE(started[0].uuid, uuid) << "the stranger's instance must not be reused";
+  EXPECT_EQ(backend_.creates, 2);
+  EXPECT_EQ(backend_.destroy_attempts, 0);
+  bool shown = false;
+  for (const MigScheduler::SliceView::Item& i : scheduler_.Slices()[0].instances) {
+    if (i.uuid != uuid) continue;
+    shown = true;
+    EXPECT_EQ(i.job, 0);
+    EXPECT_TRUE(i.in_use);
+    EXPECT_EQ(i.pids, std::vector<unsigned>{4242});
+  }
+  EXPECT_TRUE(shown);
+  EXPECT_EQ(MigScheduler::ForeignUseText({4242}), "in use by pid 4242 (not gpufrac)");
+}
+
+TEST_F(MigSchedulerTest, ARequestThatNeedsAStrangersInstanceWaitsAndNamesIt) {
+  for (int i = 1; i <= 2; ++i) scheduler_.Enqueue(i, 0, Profile("1g.10gb"), i);
+  auto first = scheduler_.Schedule();
+  ASSERT_EQ(first.size(), 2u);
+  scheduler_.Finish(1);
+  scheduler_.Finish(2);
+  backend_.SetProcesses(0, first[1].uuid, {4242, 4343});
+  // The whole GPU needs both instances gone; one holds a stranger's processes.
+  scheduler_.Enqueue(3, 0, Profile("7g.80gb"), 3);
+  EXPECT_TRUE(scheduler_.Schedule().empty());
+  EXPECT_EQ(backend_.destroy_attempts, 0) << "not even tried: destroying could race the process";
+  const std::string reason = scheduler_.WaitReason(3);
+  EXPECT_NE(reason.find("in use by pids 4242, 4343 (not gpufrac)"), std::string::npos) << reason;
+  EXPECT_NE(reason.find(first[1].uuid), std::string::npos) << reason;
+  EXPECT_EQ(reason.find(first[0].uuid), std::string::npos) << "the idle one is not in the way";
+  // Once the stranger is gone, the slices are freed as for any idle instance.
+  backend_.SetProcesses(0, first[1].uuid, {});
+  auto started = scheduler_.Schedule();
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].profile, "7g.80gb");
+  EXPECT_EQ(backend_.destroys, 2);
 }
 
 TEST_F(MigSchedulerTest, HigherQueuesGoFirst) {
