@@ -9,3 +9,11 @@ add_dependencies(k8s_end_to_end_test gpufrac simgpu_nvml simgpu_cuda)
 gpufrac_test(k8s_kube_cluster_api_test integration
              SOURCES integration/k8s_kube_cluster_api_test.cc
              LIBS gpufrac_k8s_services k8s_fake_apiserver)
+
+# The agent serving NVIDIA's resource names (nvidia.com/gpu, nvidia.com/mig-<profile>) on
+# simulated GPUs, against the fake API server and kubelet.
+gpufrac_test(k8s_nvidia_resources_test integration
+             SOURCES integration/k8s_nvidia_resources_test.cc
+             LIBS gpufrac_k8s_services k8s_fake_apiserver gpufrac_fake_kubelet
+                  $<TARGET_NAME_IF_EXISTS:GTest::gmock>)
+add_dependencies(k8s_nvidia_resources_test gpufrac simgpu_nvml simgpu_cuda)

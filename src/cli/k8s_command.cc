@@ -66,6 +66,16 @@ K8sCommand::K8sCommand(CLI::App& app) {
       ->check(CLI::Range(1, 64));
   agent_->add_option("--whole-gpus", whole_gpus_, "GPU indexes that serve whole-GPU pods only")
       ->delimiter(',');
+  agent_
+      ->add_option("--nvidia-gpus", nvidia_gpus_,
+                   "GPU indexes served whole as nvidia.com/gpu (as NVIDIA's device plugin "
+                   "does), outside gpufrac's own scheduling")
+      ->delimiter(',');
+  agent_
+      ->add_option("--static-mig-gpus", static_mig_gpus_,
+                   "GPU indexes in MIG mode whose existing instances are served as "
+                   "nvidia.com/mig-<profile>, outside gpufrac's own scheduling")
+      ->delimiter(',');
   agent_->add_option("--sim", sim_, "simulated GPUs instead of this machine's, e.g. 2xH100-80GB");
   agent_->add_option("--resync", resync_seconds_, "seconds between health and inventory checks")
       ->capture_default_str()
@@ -74,6 +84,17 @@ K8sCommand::K8sCommand(CLI::App& app) {
   common(extender_);
   extender_->add_option("--listen", listen_, "HOST:PORT to serve on")->capture_default_str();
   extender_->add_option("--policy", policy_, "placement policy")->capture_default_str();
+  extender_->add_flag("--reservation-pods", reservation_pods_,
+                      "keep a pod asking for nvidia.com/gpu: 1 on every GPU with fractional "
+                      "bookings, so that other schedulers and NVIDIA's device plugin see it taken");
+  extender_
+      ->add_option("--reservation-namespace", reservation_namespace_,
+                   "namespace of the reservation pods")
+      ->capture_default_str();
+  extender_->add_option("--reservation-image", reservation_image_, "image of the reservation pods")
+      ->capture_default_str();
+  extender_->add_option("--reservation-priority-class", reservation_priority_class_,
+                        "priorityClassName of the reservation pods (default: none)");
 }
 
 bool K8sCommand::parsed() const { return k8s_->parsed(); }
@@ -109,6 +130,8 @@ int K8sCommand::RunAgent() {
   options.kubelet_dir = kubelet_dir_;
   options.sim = sim_;
   options.whole_gpus = whole_gpus_;
+  options.nvidia_gpus = nvidia_gpus_;
+  options.static_mig_gpus = static_mig_gpus_;
   options.limiter_path = node::LimiterLibraryPath();
   options.resync = std::chrono::seconds(resync_seconds_);
   auto agent = k8s::AgentService::Create(client->get(), std::move(options));
@@ -123,8 +146,12 @@ int K8sCommand::RunAgent() {
 int K8sCommand::RunExtender() {
   auto client = MakeClient(kubeconfig_, context_);
   if (!client.ok()) return Fail(client.status().message());
-  auto service =
-      k8s::ExtenderService::Create(client->get(), {.listen = listen_, .policy = policy_, .holder = ""});
+  k8s::ExtenderServiceOptions options{.listen = listen_, .policy = policy_, .holder = ""};
+  options.reservation_pods = reservation_pods_;
+  options.reservation.ns = reservation_namespace_;
+  options.reservation.image = reservation_image_;
+  options.reservation.priority_class = reservation_priority_class_;
+  auto service = k8s::ExtenderService::Create(client->get(), std::move(options));
   if (!service.ok()) return Fail(service.status().message());
   std::thread signals = StopOnSignal([&service] { (*service)->Stop(); });
   signals.detach();

@@ -28,11 +28,17 @@ class K8sCommand {
   std::string host_dir_ = "/var/lib/gpufrac";
   int slots_per_gpu_ = 10;
   std::vector<int> whole_gpus_;
+  std::vector<int> nvidia_gpus_;
+  std::vector<int> static_mig_gpus_;
   std::string sim_;
   int resync_seconds_ = 10;
   // extender
   std::string listen_ = "0.0.0.0:8888";
   std::string policy_ = "gpufrac";
+  bool reservation_pods_ = false;
+  std::string reservation_namespace_ = "gpufrac-system";
+  std::string reservation_image_ = "registry.k8s.io/pause:3.9";
+  std::string reservation_priority_class_;
 
   CLI::App* k8s_;
   CLI::App* agent_;

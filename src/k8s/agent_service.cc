@@ -1,13 +1,12 @@
 // The node agent process: GPUs, limiter install, inventory publication, device plugin, resync.
 #include "k8s/agent_service.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <condition_variable>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "common/log.h"
@@ -15,8 +14,10 @@
 #include "gpu/mig_catalogue.h"
 #include "k8s/device_plugin.h"
 #include "k8s/kube_cluster_api.h"
+#include "k8s/nvidia_provider.h"
 #include "k8s/object_fields.h"
 #include "k8s/pod_request.h"
+#include "k8s/reservations.h"
 #include "node/gpu_inventory.h"
 #include "node/paths.h"
 
@@ -92,7 +93,14 @@ struct AgentService::Impl {
   std::unique_ptr<KubeClusterApi> api;
   std::unique_ptr<GpuProvider> provider;
   std::unique_ptr<DevicePlugin> plugin;
-  std::string published;  // The inventory document last written to the node.
+  std::string published;  // The inventory document and labels last written to the node.
+  NvidiaGpus nvidia;
+  struct NvidiaPlugin {
+    std::unique_ptr<NvidiaProvider> provider;
+    std::unique_ptr<DevicePlugin> plugin;
+  };
+  std::mutex plugins_mu;  // Guards nvidia_plugins (Resync adds, Stop may run meanwhile).
+  std::map<std::string, NvidiaPlugin> nvidia_plugins;  // By resource name.
 
   std::mutex mu;
   std::condition_variable cv;
@@ -156,11 +164,16 @@ struct AgentService::Impl {
     return "";
   }
 
-  Status Publish(const NodeInventory& inv) {
-    std::string doc = InventoryToJson(inv).dump();
-    if (doc == published) return OkStatus();
+  // Publishes `all` (every GPU of the node) without the NVIDIA-named GPUs, with labels
+  // describing all of them.
+  Status Publish(const NodeInventory& all) {
+    std::string doc = InventoryToJson(WithoutNvidiaGpus(all, nvidia)).dump();
     nlohmann::json labels = nlohmann::json::object();
-    for (const auto& [k, v] : NodeLabels(inv, product_name)) labels[k] = v;
+    for (const auto& [k, v] : NodeLabels(all, product_name)) labels[k] = v;
+    // The extender makes no reservation pods where this agent serves nvidia.com/gpu itself.
+    labels[std::string(kLabelServesNvidiaGpu)] =
+        nvidia.whole.empty() ? nlohmann::json(nullptr) : nlohmann::json("true");
+    if (doc + labels.dump() == published) return OkStatus();
     nlohmann::json patch = {
         {"metadata",
          {{"labels", labels}, {"annotations", {{std::string(kAnnotationInventory), doc}}}}}};
@@ -173,7 +186,42 @@ struct AgentService::Impl {
       }
       return done.status().WithContext("publishing the GPU inventory");
     }
-    published = doc;
+    published = doc + labels.dump();
+    return OkStatus();
+  }
+
+  // Serves NVIDIA's resource names for the devices they have now: a plugin per resource (one
+  // for a MIG profile that appears later too), and an empty list for a profile that is gone.
+  Status SyncNvidia(const NodeInventory& all) {
+    std::map<std::string, std::vector<NvidiaDevice>> resources = NvidiaResources(all, nvidia);
+    std::lock_guard<std::mutex> lock(plugins_mu);
+    for (auto& [resource, entry] : nvidia_plugins) {
+      if (resources.count(resource) == 0 && entry.provider->SetDevices({})) {
+        entry.plugin->DevicesChanged();
+      }
+    }
+    for (auto& [resource, devices] : resources) {
+      auto it = nvidia_plugins.find(resource);
+      if (it != nvidia_plugins.end()) {
+        if (it->second.provider->SetDevices(std::move(devices)))
+          it->second.plugin->DevicesChanged();
+        continue;
+      }
+      NvidiaPlugin entry;
+      const size_t count = devices.size();
+      entry.provider =
+          std::make_unique<NvidiaProvider>(resource, options.agent.dev_dir, std::move(devices));
+      DevicePluginOptions plugin_options;
+      plugin_options.resource_name = resource;
+      plugin_options.kubelet_dir = options.kubelet_dir;
+      plugin_options.socket_name = NvidiaSocketName(resource);
+      plugin_options.preferred_allocation = false;
+      entry.plugin = std::make_unique<DevicePlugin>(plugin_options, entry.provider.get());
+      GPUFRAC_RETURN_IF_ERROR(entry.plugin->Start());
+      LogInfo("serving %s: %zu device(s), device plugin at %s", resource.c_str(), count,
+              entry.plugin->socket_path().c_str());
+      nvidia_plugins[resource] = std::move(entry);
+    }
     return OkStatus();
   }
 };
@@ -192,6 +240,7 @@ StatusOr<std::unique_ptr<AgentService>> AgentService::Create(ApiClient* client,
   }
   auto impl = std::make_unique<Impl>();
   impl->client = client;
+  impl->nvidia = {.whole = options.nvidia_gpus, .static_mig = options.static_mig_gpus};
   impl->options = std::move(options);
   impl->api = std::make_unique<KubeClusterApi>(client);
   return std::unique_ptr<AgentService>(new AgentService(std::move(impl)));
@@ -213,8 +262,10 @@ Status AgentService::Start() {
   GPUFRAC_RETURN_IF_ERROR(InstallLimiter(s.options.limiter_path, s.options.agent.host_dir));
   StatusOr<std::vector<nlohmann::json>> pods = s.api->ListPodsOnNode(s.options.agent.node);
   if (!pods.ok()) return pods.status().WithContext("listing the pods on this node");
-  NodeInventory inv = s.Observe(*pods);
-  GPUFRAC_RETURN_IF_ERROR(s.Publish(inv));
+  NodeInventory all = s.Observe(*pods);
+  GPUFRAC_RETURN_IF_ERROR(CheckNvidiaGpus(all, s.nvidia));
+  GPUFRAC_RETURN_IF_ERROR(s.Publish(all));
+  NodeInventory inv = WithoutNvidiaGpus(all, s.nvidia);
   s.provider = std::make_unique<GpuProvider>(s.options.agent, inv, s.api.get(),
                                              s.gpus->mig_backend.get());
   DevicePluginOptions plugin;
@@ -227,7 +278,7 @@ Status AgentService::Start() {
   LogInfo("gpufrac agent on node %s: %zu GPU(s), %d slots each, device plugin at %s",
           s.options.agent.node.c_str(), inv.gpus.size(), s.options.agent.slots_per_gpu,
           s.plugin->socket_path().c_str());
-  return OkStatus();
+  return s.SyncNvidia(all);
 }
 
 Status AgentService::Resync() {
@@ -235,12 +286,14 @@ Status AgentService::Resync() {
   if (!s.provider) return FailedPreconditionError("the agent has not started");
   GPUFRAC_ASSIGN_OR_RETURN(std::vector<nlohmann::json> pods,
                            s.api->ListPodsOnNode(s.options.agent.node));
-  NodeInventory inv = s.Observe(pods);
+  NodeInventory all = s.Observe(pods);
+  NodeInventory inv = WithoutNvidiaGpus(all, s.nvidia);
   if (!(inv == s.provider->inventory())) {
     s.provider->SetInventory(inv);
     s.plugin->DevicesChanged();
   }
-  GPUFRAC_RETURN_IF_ERROR(s.Publish(inv));
+  GPUFRAC_RETURN_IF_ERROR(s.SyncNvidia(all));
+  GPUFRAC_RETURN_IF_ERROR(s.Publish(all));
   std::vector<std::string> live;
   for (const nlohmann::json& pod : pods) {
     if (!PodFinished(pod)) live.push_back(MetaOf(pod, "uid"));
@@ -269,6 +322,8 @@ void AgentService::Stop() {
   }
   impl_->cv.notify_all();
   if (impl_->plugin) impl_->plugin->Stop();
+  std::lock_guard<std::mutex> lock(impl_->plugins_mu);
+  for (auto& [resource, entry] : impl_->nvidia_plugins) entry.plugin->Stop();
 }
 
 NodeInventory AgentService::inventory() const {

@@ -1,9 +1,10 @@
 // `gpufrac k8s agent`: the node agent as a process (a DaemonSet pod on every GPU node). Finds
 // the node's GPUs (or simulated ones), installs the limiter library where containers can mount
 // it, publishes the GPU inventory for the extender (node annotation gpufrac.io/gpus) with GPU
-// feature discovery style labels, serves the kubelet device plugin for gpufrac.io/gpu, and every
-// resync period refreshes MIG instances and GPU health, republishes what changed and removes the
-// limit files of pods that are gone.
+// feature discovery style labels, serves the kubelet device plugin for gpufrac.io/gpu (and, for
+// GPUs the operator keeps out of gpufrac's scheduling, NVIDIA's nvidia.com/gpu and
+// nvidia.com/mig-<profile>: nvidia_provider.h), and every resync period refreshes MIG instances
+// and GPU health, republishes what changed and removes the limit files of pods that are gone.
 #pragma once
 
 #include <chrono>
@@ -22,6 +23,11 @@ struct AgentServiceOptions {
   std::string kubelet_dir = "/var/lib/kubelet/device-plugins";
   std::string sim;              // Simulated GPUs ("2xH100-80GB"); "" for this machine's.
   std::vector<int> whole_gpus;  // GPUs that serve whole-GPU pods only.
+  // GPUs served under NVIDIA's resource names instead of gpufrac.io/gpu: whole as nvidia.com/gpu,
+  // and GPUs in MIG mode whose existing instances are served as nvidia.com/mig-<profile>. Left
+  // out of the inventory published for the extender, so gpufrac never books them.
+  std::vector<int> nvidia_gpus;
+  std::vector<int> static_mig_gpus;
   std::string limiter_path;     // libgpufrac.so to install into host_dir/lib.
   std::chrono::milliseconds resync{10000};
 };
@@ -38,7 +44,8 @@ class AgentService {
   ~AgentService();
 
   // Discovers the GPUs, installs the limiter, publishes the inventory and starts the device
-  // plugin. Errors say what to fix (no GPUs, no kubelet directory, node not found, ...).
+  // plugins. Errors say what to fix (no GPUs, no kubelet directory, node not found, a GPU given
+  // to NVIDIA's resource names that cannot be, ...).
   Status Start();
   // One resync: MIG instances, health, republish on change, clean-up. Run() calls it
   // periodically; tests call it directly.
@@ -47,6 +54,7 @@ class AgentService {
   Status Run();
   void Stop();
 
+  // The GPUs gpufrac schedules (the published inventory: without the NVIDIA-named ones).
   NodeInventory inventory() const;
 
  private:

@@ -1,7 +1,8 @@
 // What the scheduler extender needs from the Kubernetes API server, as one small interface: read
 // a pod, list the pods on a node, record an assignment, bind, lock a node for the length of one
-// bind, post an event. The real implementation talks HTTPS to the API server (kube_cluster_api.h);
-// tests use an in-memory one. Keeping this narrow is what makes the bind protocol testable.
+// bind, post an event, and create, list and delete the GPU reservation pods. The real
+// implementation talks HTTPS to the API server (kube_cluster_api.h); tests use an in-memory one.
+// Keeping this narrow is what makes the bind protocol testable.
 #pragma once
 
 #include <chrono>
@@ -42,6 +43,29 @@ class ClusterApi {
   // An event on the pod, for `kubectl describe pod` (best effort).
   virtual void PodEvent(const nlohmann::json& pod, const std::string& reason,
                         const std::string& message, bool warning) = 0;
+
+  // For the reservation pods (reservations.h); the defaults answer kFailedPrecondition, so an
+  // implementation that never reserves GPUs need not provide them.
+  //
+  // Creates `pod` in `ns` and returns the stored object; kFailedPrecondition when a pod of that
+  // name already exists.
+  virtual StatusOr<nlohmann::json> CreatePod(const std::string& ns, const nlohmann::json& pod);
+  // Deletes the pod; kNotFound when it is already gone.
+  virtual Status DeletePod(const std::string& ns, const std::string& name);
+  // The pods of `ns` that match `label_selector` ("app.kubernetes.io/name=x"), in any phase.
+  virtual StatusOr<std::vector<nlohmann::json>> ListPods(const std::string& ns,
+                                                         const std::string& label_selector);
 };
+
+inline StatusOr<nlohmann::json> ClusterApi::CreatePod(const std::string&, const nlohmann::json&) {
+  return FailedPreconditionError("this cluster client cannot create pods");
+}
+inline Status ClusterApi::DeletePod(const std::string&, const std::string&) {
+  return FailedPreconditionError("this cluster client cannot delete pods");
+}
+inline StatusOr<std::vector<nlohmann::json>> ClusterApi::ListPods(const std::string&,
+                                                                  const std::string&) {
+  return FailedPreconditionError("this cluster client cannot list pods by label");
+}
 
 }  // namespace gpufrac::k8s

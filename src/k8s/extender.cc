@@ -212,7 +212,7 @@ Status Extender::BindLocked(const json& first_read, const std::string& node) {
     if (bound == node && (held || ParsePodRequest(pod).value_or(PodRequest{}).empty())) {
       if (held) {
         std::lock_guard<std::mutex> lock(mu_);
-        ledger_->Book(PodKey(pod), *held);
+        BookLocked(PodKey(pod), *held);
       }
       return OkStatus();  // Already done.
     }
@@ -247,7 +247,7 @@ Status Extender::BindLocked(const json& first_read, const std::string& node) {
   }
   if (!request.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
-    ledger_->Book(PodKey(pod), assignment);
+    BookLocked(PodKey(pod), assignment);
   }
   std::string summary;
   for (const ContainerAssignment& c : assignment.containers) {
@@ -275,28 +275,38 @@ Status Extender::RefreshNode(const std::string& node) {
     std::string key = PodKey(pod);
     std::erase(stale, key);
     if (std::optional<Assignment> a = HeldAssignment(pod)) {
-      ledger_->Book(key, *a);
+      BookLocked(key, *a);
     } else {
-      ledger_->Unbook(key);
+      UnbookLocked(key);
     }
   }
-  for (const std::string& key : stale) ledger_->Unbook(key);
+  for (const std::string& key : stale) UnbookLocked(key);
   return OkStatus();
+}
+
+void Extender::BookLocked(const std::string& pod, const Assignment& assignment) {
+  ledger_->Book(pod, assignment);
+  if (options_.reservations != nullptr) options_.reservations->SetPod(pod, assignment);
+}
+
+void Extender::UnbookLocked(const std::string& pod) {
+  ledger_->Unbook(pod);
+  if (options_.reservations != nullptr) options_.reservations->SetPod(pod, std::nullopt);
 }
 
 void Extender::OnPod(const json& pod) {
   std::optional<Assignment> a = HeldAssignment(pod);
   std::lock_guard<std::mutex> lock(mu_);
   if (a) {
-    ledger_->Book(PodKey(pod), *a);
+    BookLocked(PodKey(pod), *a);
   } else {
-    ledger_->Unbook(PodKey(pod));
+    UnbookLocked(PodKey(pod));
   }
 }
 
 void Extender::OnPodDeleted(const json& pod) {
   std::lock_guard<std::mutex> lock(mu_);
-  ledger_->Unbook(PodKey(pod));
+  UnbookLocked(PodKey(pod));
 }
 
 void Extender::OnNode(const json& node) {
@@ -312,6 +322,12 @@ void Extender::OnNode(const json& node) {
       LogWarning("node %s: ignoring its GPU inventory: %s", name.c_str(),
                  parsed.status().message().c_str());
     }
+  }
+  if (options_.reservations != nullptr) {
+    const json* labels = FieldOf(node, "metadata");
+    labels = labels != nullptr ? FieldOf(*labels, "labels") : nullptr;
+    bool serves_nvidia = labels != nullptr && StringOf(*labels, kLabelServesNvidiaGpu) == "true";
+    options_.reservations->SetNodeReservable(name, !serves_nvidia);
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (inventory) {

@@ -1,12 +1,14 @@
 # The pod request grammar, the inventory and assignment documents, the extender's books (Ledger)
-# and the kube-scheduler extender protocol. Pure of I/O: the API server is behind ClusterApi.
+# the kube-scheduler extender protocol and the GPU reservation pods. Pure of I/O: the API server
+# is behind ClusterApi.
 add_library(gpufrac_k8s STATIC pod_request.cc inventory.cc assignment.cc object_fields.cc ledger.cc
-            extender.cc)
+            extender.cc reservations.cc)
 target_link_libraries(gpufrac_k8s PUBLIC gpufrac_common gpufrac_placement gpufrac_mig_planner
                       gpufrac_gpu_catalogue nlohmann_json::nlohmann_json)
 
-# The node agent's resource manager behind the device plugin (slots, Allocate, MIG, limit files).
-add_library(gpufrac_k8s_agent STATIC gpu_provider.cc)
+# The node agent's resource managers behind the device plugins: gpufrac.io/gpu (slots, Allocate,
+# MIG, limit files) and NVIDIA's resource names (whole GPUs, static MIG instances).
+add_library(gpufrac_k8s_agent STATIC gpu_provider.cc nvidia_provider.cc)
 target_link_libraries(gpufrac_k8s_agent PUBLIC gpufrac_k8s gpufrac_k8s_plugin gpufrac_node_mig
                       gpufrac_node_runner)
 

@@ -9,6 +9,10 @@
 // chosen, the assignment is written on the pod (conditional on its resourceVersion) and the pod
 // is bound, before the lock is given back. The books are otherwise kept from the pod and node
 // watches (OnPod, OnNode, ...), and rebuilt from the pods on start.
+//
+// With reservations (ExtenderOptions::reservations), every change of a pod's booking is also
+// told to Reservations, which keeps one reservation pod per GPU with fractional bookings; it acts
+// on the API server on its own schedule, so a reservation never delays or fails a bind.
 #pragma once
 
 #include <chrono>
@@ -21,6 +25,7 @@
 #include "k8s/cluster_api.h"
 #include "k8s/ledger.h"
 #include "k8s/object_fields.h"
+#include "k8s/reservations.h"
 
 namespace gpufrac::k8s {
 
@@ -28,6 +33,7 @@ struct ExtenderOptions {
   std::string holder = "gpufrac-extender";  // Names this extender in node locks (unique each).
   std::chrono::seconds lock_ttl{15};
   std::chrono::milliseconds lock_wait{5000};  // How long bind waits for another's lock.
+  Reservations* reservations = nullptr;       // Told of every booking when set; must outlive.
 };
 
 class Extender {
@@ -57,6 +63,9 @@ class Extender {
  private:
   Status BindLocked(const nlohmann::json& pod, const std::string& node);
   Status RefreshNode(const std::string& node);
+  // The books change only through these two (mu_ held), so Reservations sees every change.
+  void BookLocked(const std::string& pod, const Assignment& assignment);
+  void UnbookLocked(const std::string& pod);
 
   Ledger* ledger_;
   ClusterApi* api_;

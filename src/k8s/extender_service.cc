@@ -22,6 +22,7 @@ struct ExtenderService::Impl {
   int requested_port = 0;
   std::unique_ptr<Ledger> ledger;
   std::unique_ptr<KubeClusterApi> api;
+  std::unique_ptr<Reservations> reservations;  // Null unless reservation_pods.
   std::unique_ptr<Extender> extender;
   std::unique_ptr<Reflector> nodes;
   std::unique_ptr<Reflector> pods;
@@ -61,8 +62,16 @@ StatusOr<std::unique_ptr<ExtenderService>> ExtenderService::Create(
   impl->client = client;
   impl->options = std::move(options);
   impl->api = std::make_unique<KubeClusterApi>(client);
-  impl->extender = std::make_unique<Extender>(impl->ledger.get(), impl->api.get(),
-                                              ExtenderOptions{.holder = impl->options.holder});
+  if (impl->options.reservation_pods) {
+    if (impl->options.reservation.ns.empty() || impl->options.reservation.image.empty()) {
+      return InvalidArgumentError(
+          "--reservation-namespace and --reservation-image must not be empty");
+    }
+    impl->reservations = std::make_unique<Reservations>(impl->api.get(), impl->options.reservation);
+  }
+  impl->extender = std::make_unique<Extender>(
+      impl->ledger.get(), impl->api.get(),
+      ExtenderOptions{.holder = impl->options.holder, .reservations = impl->reservations.get()});
   return std::unique_ptr<ExtenderService>(new ExtenderService(std::move(impl)));
 }
 
@@ -82,6 +91,7 @@ Status ExtenderService::Run() {
                           [extender](const json& p) { extender->OnPodDeleted(p); }});
   s.nodes->Start();
   s.pods->Start();
+  if (s.reservations) s.reservations->Start([this] { return ready(); });
 
   // Until the books are built, answers would be guesses: say so, and kube-scheduler retries.
   auto body_route = [this, &s](std::string (Extender::*verb)(const std::string&)) {
@@ -113,6 +123,20 @@ Status ExtenderService::Run() {
     counter("gpufrac_extender_bind_failures_total", "Bind calls that failed.", st.bind_failures);
     counter("gpufrac_extender_lock_conflicts_total", "Waits for another extender's node lock.",
             st.lock_conflicts);
+    if (s.reservations) {
+      Reservations::Stats r = s.reservations->stats();
+      counter("gpufrac_extender_reservations_created_total", "Reservation pods created.",
+              r.created);
+      counter("gpufrac_extender_reservations_deleted_total", "Reservation pods deleted.",
+              r.deleted);
+      counter("gpufrac_extender_reservation_failures_total",
+              "Failed reservation pod calls (retried at the next reconcile).", r.failures);
+      text +=
+          "# HELP gpufrac_extender_reserved_gpus GPUs that need a reservation pod now.\n"
+          "# TYPE gpufrac_extender_reserved_gpus gauge\n"
+          "gpufrac_extender_reserved_gpus " +
+          std::to_string(s.reservations->wanted().size()) + "\n";
+    }
     res.set_content(text, "text/plain; version=0.0.4");
   });
 
@@ -121,6 +145,7 @@ Status ExtenderService::Run() {
                                           ? s.requested_port
                                           : -1);
   if (port <= 0) {
+    if (s.reservations) s.reservations->Stop();
     s.nodes->Stop();
     s.pods->Stop();
     return UnavailableError("cannot listen on " + s.options.listen +
@@ -134,6 +159,7 @@ Status ExtenderService::Run() {
 
 void ExtenderService::Stop() {
   impl_->server.stop();
+  if (impl_->reservations) impl_->reservations->Stop();
   if (impl_->nodes) impl_->nodes->Stop();
   if (impl_->pods) impl_->pods->Stop();
 }

@@ -1,7 +1,8 @@
 // `gpufrac k8s extender`: the scheduler extender as a process. Watches nodes (their GPU
 // inventories) and pods (their assignments) into the Ledger, and serves kube-scheduler's
 // POST /filter, /prioritize and /bind, plus GET /healthz (200 once the books are built from the
-// cluster) and GET /metrics (Prometheus text).
+// cluster) and GET /metrics (Prometheus text). With reservation pods on, it also keeps one
+// reservation pod per GPU that holds fractional bookings (reservations.h).
 #pragma once
 
 #include <atomic>
@@ -10,6 +11,7 @@
 
 #include "common/status.h"
 #include "k8s/api_client.h"
+#include "k8s/reservations.h"
 
 namespace gpufrac::k8s {
 
@@ -17,6 +19,8 @@ struct ExtenderServiceOptions {
   std::string listen = "0.0.0.0:8888";  // HOST:PORT; port 0 picks a free one.
   std::string policy = "gpufrac";       // Placement policy (placement/policies.h).
   std::string holder;                   // Names this replica in node locks; "" = hostname/pid.
+  bool reservation_pods = false;        // Reserve GPUs with fractional bookings (Run:ai style).
+  ReservationOptions reservation{};     // Namespace, image, ... of the reservation pods.
 };
 
 class ExtenderService {

@@ -16,6 +16,7 @@
 #include "common/units.h"
 #include "gpu/catalogue.h"
 #include "gpu/mig_catalogue.h"
+#include "k8s/nvidia_provider.h"
 #include "k8s/object_fields.h"
 #include "node/job_runner.h"
 
@@ -178,12 +179,9 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
     out.mounts.push_back(
         {std::string(kContainerPreload), options_.host_dir + "/ld.so.preload", true});
   }
-  std::vector<std::string> nodes = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
-  for (const GpuGrant& g : ca.gpus) nodes.push_back("nvidia" + std::to_string(g.index));
-  for (const std::string& n : nodes) {
-    std::string host = options_.dev_dir + "/" + n;
-    if (Exists(host)) out.devices.push_back({"/dev/" + n, host, "rw"});
-  }
+  std::vector<int> indexes;
+  for (const GpuGrant& g : ca.gpus) indexes.push_back(g.index);
+  out.devices = ExistingDeviceNodes(options_.dev_dir, indexes);
 
   // Record it, so that the next Allocate does not pick this container again.
   json allocated = AllocatedOf(pod);

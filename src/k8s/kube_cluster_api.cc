@@ -53,6 +53,26 @@ StatusOr<std::vector<json>> KubeClusterApi::ListPodsOnNode(const std::string& no
   return pods;
 }
 
+StatusOr<json> KubeClusterApi::CreatePod(const std::string& ns, const json& pod) {
+  return client_->Create("/api/v1/namespaces/" + ns + "/pods", pod);
+}
+
+Status KubeClusterApi::DeletePod(const std::string& ns, const std::string& name) {
+  return client_->Delete(PodPath(ns, name)).status();
+}
+
+StatusOr<std::vector<json>> KubeClusterApi::ListPods(const std::string& ns,
+                                                     const std::string& label_selector) {
+  ListOptions options;
+  options.label_selector = label_selector;
+  GPUFRAC_ASSIGN_OR_RETURN(json list, client_->List("/api/v1/namespaces/" + ns + "/pods", options));
+  std::vector<json> pods;
+  if (list.contains("items") && list["items"].is_array()) {
+    for (json& item : list["items"]) pods.push_back(std::move(item));
+  }
+  return pods;
+}
+
 Status KubeClusterApi::AnnotatePod(const std::string& ns, const std::string& name,
                                    const std::string& resource_version,
                                    const std::vector<std::pair<std::string, std::string>>& set) {

@@ -1,6 +1,6 @@
-// ClusterApi over the API server (ApiClient): pods, bindings, events, and the node booking lock
-// kept as the node annotation gpufrac.io/lock ("<holder> <expiry, Unix seconds>"), taken and
-// given back with the node's resourceVersion as precondition.
+// ClusterApi over the API server (ApiClient): pods, bindings, events, reservation pods, and the
+// node booking lock kept as the node annotation gpufrac.io/lock ("<holder> <expiry, Unix
+// seconds>"), taken and given back with the node's resourceVersion as precondition.
 #pragma once
 
 #include <string_view>
@@ -29,6 +29,10 @@ class KubeClusterApi : public ClusterApi {
   void UnlockNode(const std::string& node, const std::string& holder) override;
   void PodEvent(const nlohmann::json& pod, const std::string& reason, const std::string& message,
                 bool warning) override;
+  StatusOr<nlohmann::json> CreatePod(const std::string& ns, const nlohmann::json& pod) override;
+  Status DeletePod(const std::string& ns, const std::string& name) override;
+  StatusOr<std::vector<nlohmann::json>> ListPods(const std::string& ns,
+                                                 const std::string& label_selector) override;
 
  private:
   ApiClient* client_;

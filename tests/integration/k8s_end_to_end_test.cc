@@ -18,6 +18,7 @@
 #include "k8s/fake_kubelet.h"
 #include "k8s/inventory.h"
 #include "k8s/object_fields.h"
+#include "k8s/reservations.h"
 
 namespace gpufrac::k8s {
 namespace {
@@ -97,9 +98,10 @@ class K8sEndToEnd : public ::testing::Test {
       extender_->Stop();
       extender_thread_.join();
     }
-    auto extender = ExtenderService::Create(client_.get(), {.listen = "127.0.0.1:0",
-                                                            .policy = "gpufrac",
-                                                            .holder = "test"});
+    ExtenderServiceOptions options{.listen = "127.0.0.1:0", .policy = "gpufrac", .holder = "test"};
+    options.reservation_pods = reservation_pods_;
+    options.reservation.settle = std::chrono::milliseconds(10);
+    auto extender = ExtenderService::Create(client_.get(), std::move(options));
     ASSERT_TRUE(extender.ok()) << extender.status().ToString();
     extender_ = std::move(*extender);
     extender_thread_ = std::thread([this] { ASSERT_TRUE(extender_->Run().ok()); });
@@ -158,6 +160,7 @@ class K8sEndToEnd : public ::testing::Test {
     return inv.ok() ? *inv : NodeInventory{};
   }
 
+  bool reservation_pods_ = false;  // Set before StartAll.
   TempDir kubelet_dir_;
   TempDir host_dir_;
   std::unique_ptr<FakeApiServer> server_;
@@ -304,6 +307,80 @@ TEST_F(K8sEndToEnd, MigProfileGetsAnInstanceCreatedAtAllocate) {
   EXPECT_EQ(inv.gpus[0].mig[0].uuid, visible);
   EXPECT_EQ(inv.gpus[0].mig[0].pod, "team-a/mig");
   EXPECT_EQ(inv.gpus[0].mig[0].start, grant.mig->start);
+}
+
+// --reservation-pods: the GPU holding a fraction gets a pause pod asking for nvidia.com/gpu in
+// gpufrac-system, bound to the node; it goes when the fraction does, and a restarted extender
+// removes reservations nothing needs.
+TEST_F(K8sEndToEnd, FractionalGpuIsReservedWithAPodWhileItHasFractions) {
+  reservation_pods_ = true;
+  StartAll("2xH100-80GB");
+  json pod = server_->Put(
+      PodObject("train", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}}));
+  ASSERT_EQ(Schedule(pod), "");
+  const GpuGrant grant =
+      AssignmentOf(*server_->Get("pods", "team-a", "train"))->containers[0].gpus[0];
+  const std::string name =
+      "gpufrac-reserve-" + std::string(kNode) + "-gpu" + std::to_string(grant.index);
+
+  ASSERT_TRUE(Eventually([&] { return server_->Get("pods", "gpufrac-system", name).has_value(); }));
+  auto posts = server_->requests("POST", "/api/v1/namespaces/gpufrac-system/pods");
+  ASSERT_EQ(posts.size(), 1u);
+  json sent = json::parse(posts[0].body);
+  EXPECT_EQ(sent["metadata"]["name"], name);
+  EXPECT_EQ(sent["metadata"]["labels"]["app.kubernetes.io/name"], "gpufrac-reservation");
+  EXPECT_EQ(sent["metadata"]["annotations"]["gpufrac.io/reserves"], grant.uuid);
+  EXPECT_EQ(sent["metadata"]["annotations"]["gpufrac.io/node"], kNode);
+  EXPECT_EQ(sent["spec"]["nodeName"], kNode);
+  EXPECT_EQ(sent["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "1");
+  EXPECT_EQ(sent["spec"]["tolerations"][0]["operator"], "Exists");
+
+  // A second fraction on the same GPU: no second reservation.
+  json second = server_->Put(
+      PodObject("eval", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}}));
+  ASSERT_EQ(Schedule(second), "");
+  ASSERT_EQ(AssignmentOf(*server_->Get("pods", "team-a", "eval"))->containers[0].gpus[0].index,
+            grant.index);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(server_->requests("POST", "/api/v1/namespaces/gpufrac-system/pods").size(), 1u);
+
+  // Both go: so does the reservation.
+  server_->Delete("pods", "team-a", "train");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(server_->Get("pods", "gpufrac-system", name).has_value());
+  json done = *server_->Get("pods", "team-a", "eval");
+  done["status"]["phase"] = "Succeeded";
+  server_->Put(done);
+  EXPECT_TRUE(
+      Eventually([&] { return !server_->Get("pods", "gpufrac-system", name).has_value(); }));
+}
+
+TEST_F(K8sEndToEnd, ARestartedExtenderDeletesOrphanReservationsAndMakesMissingOnes) {
+  reservation_pods_ = true;
+  StartAll("2xH100-80GB");
+  json pod = server_->Put(
+      PodObject("train", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}}));
+  ASSERT_EQ(Schedule(pod), "");
+  const GpuGrant grant =
+      AssignmentOf(*server_->Get("pods", "team-a", "train"))->containers[0].gpus[0];
+  const std::string name =
+      "gpufrac-reserve-" + std::string(kNode) + "-gpu" + std::to_string(grant.index);
+  ASSERT_TRUE(Eventually([&] { return server_->Get("pods", "gpufrac-system", name).has_value(); }));
+
+  // Meanwhile, without an extender: the reservation is deleted, and an orphan appears.
+  extender_->Stop();
+  extender_thread_.join();
+  extender_.reset();
+  server_->Delete("pods", "gpufrac-system", name);
+  const int other = 1 - grant.index;
+  server_->Put(ReservationPod({}, kNode, other, "GPU-gone"));
+  const std::string orphan = ReservationPodName(kNode, other);
+
+  StartExtender();
+  EXPECT_TRUE(Eventually([&] {
+    return server_->Get("pods", "gpufrac-system", name).has_value() &&
+           !server_->Get("pods", "gpufrac-system", orphan).has_value();
+  }));
 }
 
 }  // namespace

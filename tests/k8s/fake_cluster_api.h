@@ -1,6 +1,7 @@
 // An in-memory API server for the scheduler extender's tests: pods and nodes with resourceVersions,
-// the binding subresource, the node lock with holder and expiry, recorded events, a clock the
-// test moves, and switches that inject the failures the bind protocol must survive.
+// the binding subresource, the node lock with holder and expiry, recorded events, pod creation,
+// deletion and listing by label (reservation pods), a clock the test moves, and switches that
+// inject the failures the bind protocol and the reservations must survive.
 #pragma once
 
 #include <chrono>
@@ -44,10 +45,6 @@ class FakeClusterApi : public ClusterApi {
     auto it = pods_.find(Key(ns, name));
     if (it == pods_.end()) return std::nullopt;
     return it->second;
-  }
-  void DeletePod(const std::string& ns, const std::string& name) {
-    std::lock_guard<std::mutex> lock(mu_);
-    pods_.erase(Key(ns, name));
   }
   // Sets status.phase ("Succeeded", ...); returns the stored object.
   nlohmann::json SetPodPhase(const std::string& ns, const std::string& name,
@@ -101,6 +98,23 @@ class FakeClusterApi : public ClusterApi {
     std::lock_guard<std::mutex> lock(mu_);
     return annotate_calls_;
   }
+  int create_calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return create_calls_;
+  }
+  int delete_calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return delete_calls_;
+  }
+  // The pods of `ns` (all of them), sorted by name.
+  std::vector<nlohmann::json> PodsIn(const std::string& ns) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<nlohmann::json> out;
+    for (const auto& [key, pod] : pods_) {
+      if (pod["metadata"].value("namespace", "") == ns) out.push_back(pod);
+    }
+    return out;
+  }
 
   // The clock the locks expire by: real time plus what the test has advanced.
   void Advance(std::chrono::seconds by) {
@@ -128,6 +142,19 @@ class FakeClusterApi : public ClusterApi {
   void FailNextBind(Status status) {
     std::lock_guard<std::mutex> lock(mu_);
     fail_bind_ = std::move(status);
+  }
+  // The next CreatePod / DeletePod / ListPods fails with `status`.
+  void FailNextCreatePod(Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_create_ = std::move(status);
+  }
+  void FailNextDeletePod(Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_delete_ = std::move(status);
+  }
+  void FailNextListPods(Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_list_ = std::move(status);
   }
   // Runs once, at the start of the next BindPod, outside the fake's lock (so it may call the
   // fake, e.g. to run another extender's bind while this one holds the node's lock).
@@ -242,6 +269,64 @@ class FakeClusterApi : public ClusterApi {
     if (it != locks_.end() && it->second.holder == holder) locks_.erase(it);
   }
 
+  StatusOr<nlohmann::json> CreatePod(const std::string& ns, const nlohmann::json& pod) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++create_calls_;
+    if (fail_create_) return *std::exchange(fail_create_, std::nullopt);
+    nlohmann::json stored = pod;
+    auto& meta = stored["metadata"];
+    const std::string name = meta.value("name", "");
+    if (name.empty()) return InvalidArgumentError("metadata.name: Required value");
+    if (meta.contains("namespace") && meta["namespace"] != ns) {
+      return InvalidArgumentError("the namespace of the object does not match the request's");
+    }
+    if (pods_.count(Key(ns, name)) > 0) {
+      return FailedPreconditionError("pods \"" + name + "\" already exists");
+    }
+    meta["namespace"] = ns;
+    meta["uid"] = "uid-" + std::to_string(++next_uid_);
+    meta["resourceVersion"] = NextVersion();
+    pods_[Key(ns, name)] = stored;
+    return stored;
+  }
+
+  Status DeletePod(const std::string& ns, const std::string& name) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++delete_calls_;
+    if (fail_delete_) return *std::exchange(fail_delete_, std::nullopt);
+    if (pods_.erase(Key(ns, name)) == 0) return NotFoundError("pods \"" + name + "\" not found");
+    return OkStatus();
+  }
+
+  // `label_selector` as "k=v[,k=v...]" (equality only).
+  StatusOr<std::vector<nlohmann::json>> ListPods(const std::string& ns,
+                                                 const std::string& label_selector) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fail_list_) return *std::exchange(fail_list_, std::nullopt);
+    std::vector<std::pair<std::string, std::string>> wanted;
+    size_t at = 0;
+    while (at < label_selector.size()) {
+      size_t comma = label_selector.find(',', at);
+      if (comma == std::string::npos) comma = label_selector.size();
+      std::string term = label_selector.substr(at, comma - at);
+      size_t eq = term.find('=');
+      if (eq == std::string::npos) return InvalidArgumentError("bad selector " + label_selector);
+      wanted.push_back({term.substr(0, eq), term.substr(eq + 1)});
+      at = comma + 1;
+    }
+    std::vector<nlohmann::json> out;
+    for (const auto& [key, pod] : pods_) {
+      const nlohmann::json& meta = pod["metadata"];
+      if (meta.value("namespace", "") != ns) continue;
+      bool match = true;
+      for (const auto& [k, v] : wanted) {
+        match = match && meta.contains("labels") && meta["labels"].value(k, "") == v;
+      }
+      if (match) out.push_back(pod);
+    }
+    return out;
+  }
+
   void PodEvent(const nlohmann::json& pod, const std::string& reason, const std::string& message,
                 bool warning) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -274,11 +359,16 @@ class FakeClusterApi : public ClusterApi {
   uint64_t next_uid_ = 0;
   int bind_calls_ = 0;
   int annotate_calls_ = 0;
+  int create_calls_ = 0;
+  int delete_calls_ = 0;
   std::chrono::seconds offset_{0};
   std::string delete_before_annotate_;
   std::string delete_before_bind_;
   bool conflict_on_annotate_ = false;
   std::optional<Status> fail_bind_;
+  std::optional<Status> fail_create_;
+  std::optional<Status> fail_delete_;
+  std::optional<Status> fail_list_;
   std::function<void()> before_bind_;
 };
 
