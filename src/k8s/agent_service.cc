@@ -6,11 +6,13 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "common/log.h"
 #include "gpu/devices.h"
+#include "gpu/health.h"
 #include "gpu/mig_catalogue.h"
 #include "k8s/device_plugin.h"
 #include "k8s/kube_cluster_api.h"
@@ -105,19 +107,34 @@ struct AgentService::Impl {
   std::mutex mu;
   std::condition_variable cv;
   bool stop = false;
+  bool health_changed = false;  // The watcher saw a GPU turn unhealthy: resync now.
+
+  // GPU health from NVML's events (critical XIDs, double-bit ECC) and lost-GPU errors; null
+  // when NVML offers no events (then every GPU counts as healthy, and the log says why).
+  std::unique_ptr<gpu::HealthMonitor> health;
+  std::set<std::string> reported;  // UUIDs whose failure has been logged.
+
+  // The health of every GPU now, by UUID (index for a GPU lost before the monitor opened).
+  std::map<std::string, gpu::GpuHealth> HealthNow() {
+    std::map<std::string, gpu::GpuHealth> out;
+    if (!health) return out;
+    for (gpu::GpuHealth& h : health->Check(std::chrono::milliseconds(0))) {
+      std::string key = h.uuid.empty() ? "#" + std::to_string(h.index) : h.uuid;
+      if (!h.healthy && reported.insert(key).second) {
+        LogWarning("GPU %u (%s) is unhealthy: %s; its devices are reported unhealthy to the "
+                   "kubelet and the extender places nothing new on it",
+                   h.index, key.c_str(), h.reason.c_str());
+      }
+      out[key] = std::move(h);
+    }
+    return out;
+  }
 
   // The GPUs as they are now: modes, health and MIG instances (with the pods they serve).
   NodeInventory Observe(const std::vector<nlohmann::json>& pods) {
     NodeInventory inv;
     inv.slots_per_gpu = options.agent.slots_per_gpu;
-    std::set<std::string> present;  // UUIDs NVML still lists (a lost GPU drops out).
-    bool listed = false;
-    if (auto devices = gpu::ListDevices(gpus->inventory.nvml_library); devices.ok()) {
-      listed = true;
-      for (const gpu::DeviceInfo& d : *devices) present.insert(d.uuid);
-    } else {
-      LogWarning("cannot read GPU health: %s", devices.status().message().c_str());
-    }
+    std::map<std::string, gpu::GpuHealth> health_now = HealthNow();
     for (const node::NodeGpu& g : gpus->inventory.gpus) {
       GpuInfo info;
       info.index = g.index;
@@ -127,7 +144,9 @@ struct AgentService::Impl {
       info.mode = gpus->inventory.mig_enabled.count(g.index) > 0 ? GpuMode::kMig
                   : g.whole_only                                  ? GpuMode::kWhole
                                                                   : GpuMode::kShared;
-      info.healthy = !listed || present.count(g.uuid) > 0;
+      auto h = health_now.find(g.uuid);
+      if (h == health_now.end()) h = health_now.find("#" + std::to_string(g.index));
+      info.healthy = h == health_now.end() || h->second.healthy;
       if (info.mode == GpuMode::kMig && gpus->mig_backend) {
         const gpu::MigModel* model = gpus->mig_models.count(g.index) ? gpus->mig_models[g.index]
                                                                       : gpu::FindMigModel(g.model);
@@ -255,6 +274,13 @@ Status AgentService::Start() {
                                                        .whole_gpus = s.options.whole_gpus},
                                                       &warning));
   if (!warning.empty()) LogWarning("%s", warning.c_str());
+  // After OpenNodeGpus, which names the simulated machine when GPUs are simulated.
+  if (auto monitor = gpu::HealthMonitor::Open(s.gpus->inventory.nvml_library); monitor.ok()) {
+    s.health = std::move(*monitor);
+  } else {
+    LogWarning("GPU health is not watched (%s); every GPU is reported healthy",
+               monitor.status().message().c_str());
+  }
   if (auto devices = gpu::ListDevices(s.gpus->inventory.nvml_library);
       devices.ok() && !devices->empty()) {
     s.product_name = devices->front().name;
@@ -304,14 +330,42 @@ Status AgentService::Resync() {
 
 Status AgentService::Run() {
   GPUFRAC_RETURN_IF_ERROR(Start());
-  std::unique_lock<std::mutex> lock(impl_->mu);
-  while (!impl_->stop) {
-    impl_->cv.wait_for(lock, impl_->options.resync, [this] { return impl_->stop; });
-    if (impl_->stop) break;
+  Impl& s = *impl_;
+  // Waits for health events, so that a failing GPU is reported within a second rather than at
+  // the next resync.
+  std::thread watcher;
+  if (s.health) {
+    watcher = std::thread([&s] {
+      size_t unhealthy = 0;
+      for (;;) {
+        {
+          std::lock_guard<std::mutex> lock(s.mu);
+          if (s.stop) return;
+        }
+        size_t now = 0;
+        for (const gpu::GpuHealth& h : s.health->Check(std::chrono::milliseconds(500))) {
+          now += !h.healthy;
+        }
+        if (now != unhealthy) {
+          unhealthy = now;
+          std::lock_guard<std::mutex> lock(s.mu);
+          s.health_changed = true;
+          s.cv.notify_all();
+        }
+      }
+    });
+  }
+  std::unique_lock<std::mutex> lock(s.mu);
+  while (!s.stop) {
+    s.cv.wait_for(lock, s.options.resync, [&s] { return s.stop || s.health_changed; });
+    if (s.stop) break;
+    s.health_changed = false;
     lock.unlock();
-    if (Status s = Resync(); !s.ok()) LogWarning("resync: %s", s.message().c_str());
+    if (Status st = Resync(); !st.ok()) LogWarning("resync: %s", st.message().c_str());
     lock.lock();
   }
+  lock.unlock();
+  if (watcher.joinable()) watcher.join();
   return OkStatus();
 }
 

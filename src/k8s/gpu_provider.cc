@@ -219,8 +219,21 @@ StatusOr<std::string> GpuProvider::MigUuid(int gpu, const MigGrant& grant,
   }
   const int profile_index = static_cast<int>(profile - model->profiles);
   GPUFRAC_ASSIGN_OR_RETURN(std::vector<node::MigBackend::InstanceInfo> instances, mig_->List(gpu));
+  // A process gpufrac did not start (NVML lists it) keeps its instance: never handed to a pod,
+  // never destroyed.
+  auto stranger = [&](const node::MigBackend::InstanceInfo& i) {
+    return FailedPreconditionError("the MIG instance at slices " +
+                                   std::to_string(i.placement.start) + "-" +
+                                   std::to_string(i.placement.start + i.placement.size - 1) +
+                                   " of GPU " + std::to_string(gpu) + " (" + i.uuid + ") is " +
+                                   node::MigScheduler::ForeignUseText(i.pids) +
+                                   "; delete the pod to place it elsewhere");
+  };
   for (const auto& i : instances) {
-    if (i.profile == profile_index && i.placement.start == grant.start) return i.uuid;
+    if (i.profile == profile_index && i.placement.start == grant.start) {
+      if (i.in_use) return stranger(i);
+      return i.uuid;
+    }
   }
   // Placements other live pods hold on this GPU: never destroyed.
   std::set<int> held;
@@ -236,6 +249,7 @@ StatusOr<std::string> GpuProvider::MigUuid(int gpu, const MigGrant& grant,
   }
   for (const auto& i : instances) {
     if (!Overlaps(i.placement, grant.start, grant.size)) continue;
+    if (i.in_use) return stranger(i);
     if (held.count(i.placement.start) > 0) {
       return AbortedError("MIG slices " + std::to_string(grant.start) + "-" +
                           std::to_string(grant.start + grant.size - 1) + " of GPU " +

@@ -135,9 +135,14 @@ struct Ledger::Impl {
   struct LastEvaluate {
     PodRequest request;
     uint64_t version = 0;
-    std::vector<std::string> nodes;
-    std::vector<Verdict> verdicts;
+    // The nodes asked about, as the keys of `nodes` (stable while the version stands; null for
+    // a node without an entry, which never matches), and whether each fit and its score.
+    std::vector<const std::string*> nodes;
+    std::vector<std::pair<bool, double>> fits;
   };
+  // Decide's reason for a busy node, for the container it was last built for.
+  std::string busy_reason;
+  const ContainerRequest* busy_reason_for = nullptr;
   std::optional<LastEvaluate> last;
   std::optional<pl::Cluster> cluster;
   std::unique_ptr<pl::TypicalWorkload> typical;
@@ -430,9 +435,19 @@ struct Ledger::Impl {
           return out;
         }
       }
-      out.reason = "container " + c.container + " (" + DescribeRequest(c) + "): " +
-                   (could_ever ? "not enough free GPU capacity on this node now"
-                               : "no GPU on this node can hold it (" + Summary(entry) + ")");
+      if (could_ever) {
+        // The same words for every busy node: built once per request (thousands of nodes may
+        // be full).
+        if (busy_reason_for != &c) {
+          busy_reason = "container " + c.container + " (" + DescribeRequest(c) +
+                        "): not enough free GPU capacity on this node now";
+          busy_reason_for = &c;
+        }
+        out.reason = busy_reason;
+      } else {
+        out.reason = "container " + c.container + " (" + DescribeRequest(c) +
+                     "): no GPU on this node can hold it (" + Summary(entry) + ")";
+      }
       return out;
     }
     out.fits = true;
@@ -552,19 +567,29 @@ size_t Ledger::booking_count() const { return impl_->bookings.size(); }
 std::vector<Ledger::Verdict> Ledger::Evaluate(const PodRequest& request,
                                               const std::vector<std::string>& nodes) {
   impl_->Ensure();
+  impl_->busy_reason_for = nullptr;
   std::vector<Verdict> out(nodes.size());
   // The same pod on the same books, about nodes the last call was asked about in the same
-  // order: its answers stand.
+  // order (kube-scheduler's prioritize after filter): those that fit keep their answers; the
+  // others are decided again, for their reasons.
+  std::vector<bool> known(nodes.size(), false);
   if (const auto& last = impl_->last;
       last && last->version == impl_->version && last->request == request) {
     size_t j = 0;
     for (size_t i = 0; i < nodes.size(); ++i) {
-      while (j < last->nodes.size() && last->nodes[j] != nodes[i]) ++j;
+      while (j < last->nodes.size() && (last->nodes[j] == nullptr || *last->nodes[j] != nodes[i])) {
+        ++j;
+      }
       if (j == last->nodes.size()) break;
-      out[i] = last->verdicts[j++];
-      if (i + 1 == nodes.size()) return out;
+      auto [fits, score] = last->fits[j++];
+      if (fits) {
+        out[i] = {true, score, ""};
+        known[i] = true;
+      }
     }
   }
+  std::vector<const std::string*> keys(nodes.size(), nullptr);
+  std::vector<std::pair<bool, double>> fits(nodes.size(), {false, 0});
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (request.empty()) {  // Not ours to judge: every node will do.
       out[i].fits = true;
@@ -575,15 +600,20 @@ std::vector<Ledger::Verdict> Ledger::Evaluate(const PodRequest& request,
       out[i].reason = "no gpufrac agent has published this node's GPUs";
       continue;
     }
-    Impl::Outcome o = impl_->Decide(it->first, it->second, request, /*choose=*/false);
-    out[i] = {o.fits, o.score, std::move(o.reason)};
+    keys[i] = &it->first;
+    if (!known[i]) {
+      Impl::Outcome o = impl_->Decide(it->first, it->second, request, /*choose=*/false);
+      out[i] = {o.fits, o.score, std::move(o.reason)};
+    }
+    fits[i] = {out[i].fits, out[i].score};
   }
-  impl_->last = Impl::LastEvaluate{request, impl_->version, nodes, out};
+  impl_->last = Impl::LastEvaluate{request, impl_->version, std::move(keys), std::move(fits)};
   return out;
 }
 
 StatusOr<Assignment> Ledger::Choose(const PodRequest& request, const std::string& node) {
   impl_->Ensure();
+  impl_->busy_reason_for = nullptr;
   auto it = impl_->nodes.find(node);
   if (it == impl_->nodes.end()) {
     return NotFoundError("node " + node + ": no gpufrac agent has published its GPUs");

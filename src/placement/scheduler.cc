@@ -106,11 +106,17 @@ void Scheduler::EvictIfFull() {
     for (auto it = cache_.begin(); it != cache_.end(); ++it) {
       if (it->second.last_used < oldest->second.last_used) oldest = it;
     }
+    if (&oldest->second == last_kind_) last_kind_ = nullptr;
     cache_.erase(oldest);
   }
 }
 
 Scheduler::KindCache& Scheduler::CacheFor(const Request& r) {
+  if (last_kind_ != nullptr && last_request_ == r) {
+    Refresh(*last_kind_, r);
+    last_kind_->last_used = ++uses_;
+    return *last_kind_;
+  }
   auto it = cache_.find(r);
   if (it == cache_.end()) {
     EvictIfFull();
@@ -120,6 +126,8 @@ Scheduler::KindCache& Scheduler::CacheFor(const Request& r) {
     Refresh(it->second, r);
   }
   it->second.last_used = ++uses_;
+  last_kind_ = &it->second;  // Map nodes stay put until erased (EvictIfFull forgets it).
+  last_request_ = r;
   return it->second;
 }
 

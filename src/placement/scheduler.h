@@ -63,6 +63,9 @@ class Scheduler {
   size_t leaf_base_ = 1;           // Power of two >= node count.
   std::unordered_map<Request, KindCache, RequestHash> cache_;
   std::vector<uint64_t> seen_;  // Per node: the refresh pass that last rescored it.
+  // The kind CacheFor returned last: callers score many nodes for one request in a row.
+  KindCache* last_kind_ = nullptr;
+  Request last_request_;
   uint64_t pass_ = 0;
   uint64_t uses_ = 0;
 };

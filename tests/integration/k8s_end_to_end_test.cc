@@ -2,6 +2,7 @@
 // publishing to a fake API server and registering with a fake kubelet, the scheduler extender
 // serving kube-scheduler's HTTP calls, and the kubelet's Allocate giving the container exactly
 // what the extender booked.
+#include <dlfcn.h>
 #include <sys/stat.h>
 
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include "k8s/inventory.h"
 #include "k8s/object_fields.h"
 #include "k8s/reservations.h"
+#include "simgpu/fault_injection.h"
 
 namespace gpufrac::k8s {
 namespace {
@@ -381,6 +383,74 @@ TEST_F(K8sEndToEnd, ARestartedExtenderDeletesOrphanReservationsAndMakesMissingOn
     return server_->Get("pods", "gpufrac-system", name).has_value() &&
            !server_->Get("pods", "gpufrac-system", orphan).has_value();
   }));
+}
+
+TEST_F(K8sEndToEnd, WholeGpusAreAllocatedWithoutTheLimiter) {
+  StartAll("2xH100-80GB");
+  json pod = server_->Put(PodObject("whole", {{"gpufrac.io/gpu", "2"}}));
+  ASSERT_EQ(Schedule(pod), "");
+  std::optional<Assignment> a = AssignmentOf(*server_->Get("pods", "team-a", "whole"));
+  ASSERT_TRUE(a.has_value());
+  ASSERT_EQ(a->containers[0].gpus.size(), 2u);
+  NodeInventory inv = PublishedInventory();
+  KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+  v1beta1::AllocateResponse response;
+  grpc::Status s = kubelet.Allocate({{"gpu0-slot1", "gpu1-slot2"}}, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const auto& c = response.container_responses(0);
+  EXPECT_EQ(c.envs().at("CUDA_VISIBLE_DEVICES"), inv.gpus[0].uuid + "," + inv.gpus[1].uuid);
+  // A whole GPU needs no limit: no limiter, no limit file.
+  EXPECT_EQ(c.mounts_size(), 0);
+  // Nothing else fits on the node now.
+  json more = server_->Put(PodObject("more", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "100"}}));
+  EXPECT_NE(Schedule(more).find("filter:"), std::string::npos);
+}
+
+TEST_F(K8sEndToEnd, ALostGpuIsReportedUnhealthyAndGetsNoNewPods) {
+  StartAll("2xH100-80GB");
+  KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+  kubelet.StartListAndWatch();
+  auto first = kubelet.NextDeviceList(std::chrono::seconds(5));
+  ASSERT_TRUE(first.has_value());
+  for (const auto& d : first->devices()) EXPECT_EQ(d.health(), "Healthy") << d.id();
+
+  // GPU 1 falls off the bus (the simulator's fault control, in the agent's simulated machine).
+  void* nvml = dlopen((std::string(GPUFRAC_SIMGPU_DIR) + "/libnvidia-ml.so.1").c_str(),
+                      RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(nvml, nullptr) << dlerror();
+  auto set_lost = reinterpret_cast<simgpu::simgpuSetGpuLost_t>(
+      dlsym(nvml, simgpu::kSimgpuSetGpuLostSymbol));
+  ASSERT_NE(set_lost, nullptr);
+  ASSERT_EQ(set_lost(1, 1), abi::NVML_SUCCESS);
+  ASSERT_TRUE(agent_->Resync().ok());
+  set_lost(1, 0);
+
+  // The kubelet hears it: GPU 1's slots turn unhealthy, GPU 0's stay healthy.
+  std::optional<v1beta1::ListAndWatchResponse> update;
+  ASSERT_TRUE(Eventually([&] {
+    update = kubelet.NextDeviceList(std::chrono::milliseconds(200));
+    return update.has_value();
+  }));
+  for (const auto& d : update->devices()) {
+    bool on_gpu1 = d.id().rfind("gpu1-", 0) == 0;
+    EXPECT_EQ(d.health(), on_gpu1 ? "Unhealthy" : "Healthy") << d.id();
+  }
+  // The extender hears it through the published inventory: new pods go to GPU 0 only, and once
+  // GPU 0 is full the node is full.
+  NodeInventory inv = PublishedInventory();
+  EXPECT_TRUE(inv.gpus[0].healthy);
+  EXPECT_FALSE(inv.gpus[1].healthy);
+  ASSERT_TRUE(Eventually([&] {
+    json probe = {{"Pod", PodObject("probe", {{"gpufrac.io/gpu", "1"}})},
+                  {"NodeNames", {kNode}}};
+    return Call("filter", probe)["NodeNames"].size() == 1;
+  }));
+  json a = server_->Put(PodObject("a", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "700"}}));
+  ASSERT_EQ(Schedule(a), "");
+  EXPECT_EQ(AssignmentOf(*server_->Get("pods", "team-a", "a"))->containers[0].gpus[0].index, 0);
+  json b = server_->Put(PodObject("b", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "700"}}));
+  EXPECT_NE(Schedule(b).find("filter:"), std::string::npos);
+  dlclose(nvml);
 }
 
 }  // namespace
