@@ -256,9 +256,19 @@ Status Extender::BindLocked(const json& first_read, const std::string& node) {
                            std::chrono::system_clock::now().time_since_epoch())
                            .count();
   if (!request.empty()) {
-    GPUFRAC_RETURN_IF_ERROR(api_->AnnotatePod(ns, name, MetaOf(pod, "resourceVersion"),
-                                              {{std::string(kAnnotationAssignment),
-                                                AssignmentToJson(assignment).dump()}}));
+    // Conditional on the pod's resourceVersion; a change meanwhile (its status, a label) is
+    // read again and the write retried, as long as the pod is still unbound and the same pod.
+    const std::string record = AssignmentToJson(assignment).dump();
+    std::string version = MetaOf(pod, "resourceVersion");
+    Status written;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      written = api_->AnnotatePod(ns, name, version, {{std::string(kAnnotationAssignment), record}});
+      if (written.code() != StatusCode::kAborted) break;
+      GPUFRAC_ASSIGN_OR_RETURN(json now, api_->GetPod(ns, name));
+      if (MetaOf(now, "uid") != MetaOf(pod, "uid") || !PodNodeName(now).empty()) break;
+      version = MetaOf(now, "resourceVersion");
+    }
+    GPUFRAC_RETURN_IF_ERROR(written);
   }
   Status bound = api_->BindPod(ns, name, MetaOf(pod, "uid"), node);
   if (!bound.ok()) {

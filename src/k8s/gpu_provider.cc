@@ -183,12 +183,26 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
   for (const GpuGrant& g : ca.gpus) indexes.push_back(g.index);
   out.devices = ExistingDeviceNodes(options_.dev_dir, indexes);
 
-  // Record it, so that the next Allocate does not pick this container again.
-  json allocated = AllocatedOf(pod);
-  allocated[ca.container] = {{"devices", device_ids}, {"uuids", uuids}};
-  Status noted = api_->AnnotatePod(MetaOf(pod, "namespace"), MetaOf(pod, "name"),
-                                   MetaOf(pod, "resourceVersion"),
-                                   {{std::string(kAnnotationAllocated), allocated.dump()}});
+  // Record it, so that the next Allocate does not pick this container again. The write is
+  // conditional on the pod's resourceVersion (so records of two containers cannot overwrite
+  // each other); the kubelet updates a starting pod's status often, so a conflict means
+  // "read again", not failure.
+  const std::string ns = MetaOf(pod, "namespace"), name = MetaOf(pod, "name");
+  json current = pod;
+  Status noted;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    json allocated = AllocatedOf(current);
+    allocated[ca.container] = {{"devices", device_ids}, {"uuids", uuids}};
+    noted = api_->AnnotatePod(ns, name, MetaOf(current, "resourceVersion"),
+                              {{std::string(kAnnotationAllocated), allocated.dump()}});
+    if (noted.code() != StatusCode::kAborted) break;
+    StatusOr<json> reread = api_->GetPod(ns, name);
+    if (!reread.ok()) {
+      noted = reread.status();
+      break;
+    }
+    current = std::move(*reread);
+  }
   if (!noted.ok()) {
     return UnavailableError("cannot record the allocation on pod " + chosen->key + ": " +
                             noted.message());

@@ -216,7 +216,10 @@ TEST_F(K8sEndToEnd, FractionIsBookedBoundAndAllocatedWithItsLimit) {
   const uint64_t total = inv.gpus[grant.index].memory_bytes;
   EXPECT_EQ(grant.memory_bytes, total / 4);
 
-  // The kubelet starts it: one slot, and the container gets the booked GPU and limit.
+  // The kubelet starts it: one slot, and the container gets the booked GPU and limit. The
+  // kubelet is updating the pod's status meanwhile: the agent's first record of the allocation
+  // meets a conflict and is written again.
+  server_->FailNext("PATCH", "/api/v1/namespaces/team-a/pods/train", 409, 1, false, "Conflict");
   KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
   v1beta1::AllocateResponse response;
   grpc::Status s = kubelet.Allocate({{"gpu1-slot3"}}, &response);
