@@ -41,6 +41,13 @@ std::thread StopOnSignal(std::function<void()> stop) {
   });
 }
 
+// Run has returned (stopped by a signal, or failed): wakes the signal thread if no signal came,
+// and waits for it, so that it never calls Stop on an object that is gone.
+void JoinSignalThread(std::thread& signals) {
+  pthread_kill(signals.native_handle(), SIGTERM);
+  signals.join();
+}
+
 }  // namespace
 
 K8sCommand::K8sCommand(CLI::App& app) {
@@ -137,8 +144,8 @@ int K8sCommand::RunAgent() {
   auto agent = k8s::AgentService::Create(client->get(), std::move(options));
   if (!agent.ok()) return Fail(agent.status().message());
   std::thread signals = StopOnSignal([&agent] { (*agent)->Stop(); });
-  signals.detach();
   Status s = (*agent)->Run();
+  JoinSignalThread(signals);
   if (!s.ok()) return Fail(s.message());
   return 0;
 }
@@ -154,8 +161,8 @@ int K8sCommand::RunExtender() {
   auto service = k8s::ExtenderService::Create(client->get(), std::move(options));
   if (!service.ok()) return Fail(service.status().message());
   std::thread signals = StopOnSignal([&service] { (*service)->Stop(); });
-  signals.detach();
   Status s = (*service)->Run();
+  JoinSignalThread(signals);
   if (!s.ok()) return Fail(s.message());
   return 0;
 }

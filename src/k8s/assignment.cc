@@ -23,7 +23,9 @@ json AssignmentToJson(const Assignment& a) {
       }
       gpus.push_back(std::move(gpu));
     }
-    containers.push_back({{"name", c.container}, {"gpus", std::move(gpus)}});
+    json entry = {{"name", c.container}, {"gpus", std::move(gpus)}};
+    if (!c.device_plugin) entry["device_plugin"] = false;
+    containers.push_back(std::move(entry));
   }
   return {{"version", 1},
           {"node", a.node},
@@ -48,6 +50,9 @@ StatusOr<Assignment> AssignmentFromJson(const json& document) {
     const std::string at = where + ".containers[" + std::to_string(i) + "]";
     ContainerAssignment c;
     GPUFRAC_ASSIGN_OR_RETURN(c.container, JsonField<std::string>(containers[i], "name", at));
+    const bool yes = true;
+    GPUFRAC_ASSIGN_OR_RETURN(c.device_plugin,
+                             JsonField<bool>(containers[i], "device_plugin", at, &yes));
     GPUFRAC_ASSIGN_OR_RETURN(json gpus, JsonField<json>(containers[i], "gpus", at));
     if (!gpus.is_array() || gpus.empty()) return InvalidArgumentError(at + ".gpus is empty");
     for (size_t k = 0; k < gpus.size(); ++k) {

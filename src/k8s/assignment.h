@@ -38,6 +38,9 @@ struct GpuGrant {
 struct ContainerAssignment {
   std::string container;
   std::vector<GpuGrant> gpus;
+  // The kubelet calls the device plugin for this container (it asks for gpufrac.io/gpu). An
+  // annotation-only container is booked but never allocated, so Allocate must not match it.
+  bool device_plugin = true;
   friend bool operator==(const ContainerAssignment&, const ContainerAssignment&) = default;
 };
 

@@ -213,8 +213,12 @@ std::string Extender::Bind(const std::string& body) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (result.ok()) {
-      result = BindLocked(*pod, node);
+      std::string assigned;
+      result = BindLocked(*pod, node, std::chrono::steady_clock::now(), &assigned);
       api_->UnlockNode(node, holder);
+      if (result.ok() && !assigned.empty()) {
+        api_->PodEvent(*pod, "GpufracAssigned", "on " + node + ": " + assigned, false);
+      }
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -226,8 +230,19 @@ std::string Extender::Bind(const std::string& body) {
   return ErrorBody("gpufrac: " + result.message());
 }
 
-Status Extender::BindLocked(const json& first_read, const std::string& node) {
+Status Extender::BindLocked(const json& first_read, const std::string& node,
+                            std::chrono::steady_clock::time_point locked, std::string* assigned) {
   const std::string ns = MetaOf(first_read, "namespace"), name = MetaOf(first_read, "name");
+  // The lock expires on its own (so that a crashed extender cannot block a node); every write
+  // is made only while it certainly still holds, with a margin for the write itself.
+  auto still_locked = [&]() -> Status {
+    if (std::chrono::steady_clock::now() - locked + options_.lock_margin < options_.lock_ttl) {
+      return OkStatus();
+    }
+    return AbortedError("the lock on node " + node +
+                        " ran out before the bind was done (the API server is slow); "
+                        "kube-scheduler will try again");
+  };
   // Read again under the lock: a bind that kube-scheduler retries may already have happened,
   // and choosing GPUs again would overwrite the record of the ones the pod holds.
   GPUFRAC_ASSIGN_OR_RETURN(json pod, api_->GetPod(ns, name));
@@ -244,6 +259,20 @@ Status Extender::BindLocked(const json& first_read, const std::string& node) {
       return OkStatus();  // Already done.
     }
     return FailedPreconditionError("pod " + ns + "/" + name + " is already bound to node " + bound);
+  }
+  // Unbound with a fresh assignment for another node: another extender is binding it there
+  // right now (kube-scheduler gave up waiting and tried elsewhere). Two binds must not both
+  // write the record; this one yields.
+  const std::string before = AnnotationOf(pod, kAnnotationAssignment);
+  if (std::optional<Assignment> other = AssignmentOf(pod); other && other->node != node) {
+    int64_t age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count() -
+                     other->time_ms;
+    if (age_ms < std::chrono::duration_cast<std::chrono::milliseconds>(options_.lock_ttl).count()) {
+      return AbortedError("pod " + ns + "/" + name + " is being bound to node " + other->node +
+                          " by another extender");
+    }
   }
   GPUFRAC_ASSIGN_OR_RETURN(PodRequest request, ParsePodRequest(pod));
   GPUFRAC_RETURN_IF_ERROR(RefreshNode(node));
@@ -262,14 +291,21 @@ Status Extender::BindLocked(const json& first_read, const std::string& node) {
     std::string version = MetaOf(pod, "resourceVersion");
     Status written;
     for (int attempt = 0; attempt < 5; ++attempt) {
+      GPUFRAC_RETURN_IF_ERROR(still_locked());
       written = api_->AnnotatePod(ns, name, version, {{std::string(kAnnotationAssignment), record}});
       if (written.code() != StatusCode::kAborted) break;
       GPUFRAC_ASSIGN_OR_RETURN(json now, api_->GetPod(ns, name));
-      if (MetaOf(now, "uid") != MetaOf(pod, "uid") || !PodNodeName(now).empty()) break;
+      // Only an unrelated change is written over: not another pod, a bound pod, or another
+      // extender's record.
+      if (MetaOf(now, "uid") != MetaOf(pod, "uid") || !PodNodeName(now).empty() ||
+          AnnotationOf(now, kAnnotationAssignment) != before) {
+        break;
+      }
       version = MetaOf(now, "resourceVersion");
     }
     GPUFRAC_RETURN_IF_ERROR(written);
   }
+  GPUFRAC_RETURN_IF_ERROR(still_locked());
   Status bound = api_->BindPod(ns, name, MetaOf(pod, "uid"), node);
   if (!bound.ok()) {
     // Leave no record of a booking that did not happen (the pod may already be gone).
@@ -284,9 +320,9 @@ Status Extender::BindLocked(const json& first_read, const std::string& node) {
   }
   if (!request.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
-    BookLocked(PodKey(pod), assignment);
+    if (gone_.count(MetaOf(pod, "uid")) == 0) BookLocked(PodKey(pod), assignment);
   }
-  std::string summary;
+  std::string& summary = *assigned;
   for (const ContainerAssignment& c : assignment.containers) {
     for (const GpuGrant& g : c.gpus) {
       if (!summary.empty()) summary += ", ";
@@ -298,7 +334,6 @@ Status Extender::BindLocked(const json& first_read, const std::string& node) {
       }
     }
   }
-  if (!summary.empty()) api_->PodEvent(pod, "GpufracAssigned", "on " + node + ": " + summary, false);
   return OkStatus();
 }
 
@@ -334,15 +369,22 @@ void Extender::UnbookLocked(const std::string& pod) {
 void Extender::OnPod(const json& pod) {
   std::optional<Assignment> a = HeldAssignment(pod);
   std::lock_guard<std::mutex> lock(mu_);
+  if (gone_.count(MetaOf(pod, "uid")) > 0) return;  // A late event about a deleted pod.
   if (a) {
     BookLocked(PodKey(pod), *a);
-  } else {
+  } else if (PodFinished(pod) || !PodNodeName(pod).empty() ||
+             AnnotationOf(pod, kAnnotationAssignment).empty()) {
     UnbookLocked(PodKey(pod));
   }
+  // Otherwise it is between its assignment and its binding: the bind decides, and a late event
+  // from before the binding must not undo what it booked.
 }
 
 void Extender::OnPodDeleted(const json& pod) {
   std::lock_guard<std::mutex> lock(mu_);
+  // Remembered, so that a bind finishing after the deletion does not book it again.
+  if (gone_.size() > 100000) gone_.clear();
+  gone_.insert(MetaOf(pod, "uid"));
   UnbookLocked(PodKey(pod));
 }
 

@@ -31,7 +31,10 @@ namespace gpufrac::k8s {
 
 struct ExtenderOptions {
   std::string holder = "gpufrac-extender";  // Names this extender in node locks (unique each).
-  std::chrono::seconds lock_ttl{15};
+  // A node lock lapses after lock_ttl, so that a crashed extender cannot block a node; a bind
+  // writes nothing once less than lock_margin of it is left.
+  std::chrono::seconds lock_ttl{60};
+  std::chrono::seconds lock_margin{10};
   std::chrono::milliseconds lock_wait{5000};  // How long bind waits for another's lock.
   Reservations* reservations = nullptr;       // Told of every booking when set; must outlive.
 };
@@ -61,7 +64,9 @@ class Extender {
   Stats stats() const;
 
  private:
-  Status BindLocked(const nlohmann::json& pod, const std::string& node);
+  // Binds under the node's lock, taken at `locked`; `assigned` gets the GPUs in words.
+  Status BindLocked(const nlohmann::json& pod, const std::string& node,
+                    std::chrono::steady_clock::time_point locked, std::string* assigned);
   Status RefreshNode(const std::string& node);
   // The books change only through these two (mu_ held), so Reservations sees every change.
   void BookLocked(const std::string& pod, const Assignment& assignment);
@@ -73,6 +78,7 @@ class Extender {
   mutable std::mutex mu_;  // Guards ledger_ and stats_.
   Stats stats_;
   std::set<std::string> warned_;  // UIDs of pods told about an invalid request.
+  std::set<std::string> gone_;    // UIDs of deleted pods.
 };
 
 }  // namespace gpufrac::k8s

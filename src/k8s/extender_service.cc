@@ -28,6 +28,7 @@ struct ExtenderService::Impl {
   std::unique_ptr<Reflector> pods;
   httplib::Server server;
   std::atomic<int> port{0};
+  std::atomic<bool> stopping{false};
 };
 
 ExtenderService::ExtenderService(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -153,11 +154,14 @@ Status ExtenderService::Run() {
   }
   s.port = port;
   LogInfo("gpufrac extender listening on %s:%d", s.host.c_str(), port);
-  s.server.listen_after_bind();
+  // A Stop() before the server runs would not reach it (cpp-httplib stops only a running
+  // server): it is seen here instead.
+  if (!s.stopping) s.server.listen_after_bind();
   return OkStatus();
 }
 
 void ExtenderService::Stop() {
+  impl_->stopping = true;
   impl_->server.stop();
   if (impl_->reservations) impl_->reservations->Stop();
   if (impl_->nodes) impl_->nodes->Stop();

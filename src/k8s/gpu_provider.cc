@@ -118,7 +118,10 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
     json allocated = AllocatedOf(pods[p]);
     for (size_t c = 0; c < a->containers.size(); ++c) {
       const ContainerAssignment& ca = a->containers[c];
-      if (ca.gpus.size() != device_ids.size() || allocated.contains(ca.container)) continue;
+      if (!ca.device_plugin || ca.gpus.size() != device_ids.size() ||
+          allocated.contains(ca.container)) {
+        continue;
+      }
       Candidate cand{a->time_ms, PodKey(pods[p]), p, c, *a};
       if (!chosen || std::tie(cand.time_ms, cand.key, cand.container) <
                          std::tie(chosen->time_ms, chosen->key, chosen->container)) {
@@ -277,11 +280,19 @@ StatusOr<std::string> GpuProvider::MigUuid(int gpu, const MigGrant& grant,
 }
 
 int GpuProvider::CleanUp(const std::vector<std::string>& live) {
+  // `live` was listed before this call: a pod allocated since is not in it, so its directory is
+  // kept while young (the runtime mounts its limit file when the container starts).
+  constexpr auto kGrace = std::chrono::minutes(5);
+  std::lock_guard<std::mutex> lock(mu_);
   std::set<std::string> keep(live.begin(), live.end());
   std::error_code ec;
   int removed = 0;
+  const auto now = fs::file_time_type::clock::now();
   for (const auto& entry : fs::directory_iterator(options_.host_dir + "/pods", ec)) {
     if (keep.count(entry.path().filename().string()) > 0) continue;
+    std::error_code time_ec;
+    auto written = fs::last_write_time(entry.path(), time_ec);
+    if (time_ec || now - written < kGrace) continue;
     if (fs::remove_all(entry.path(), ec) > 0 && !ec) ++removed;
   }
   return removed;

@@ -56,7 +56,8 @@ class GpuProvider : public DeviceProvider {
   StatusOr<ContainerAllocation> Allocate(const std::vector<std::string>& device_ids) override;
 
   // Removes the limit files of pods that are no longer on this node (`live` holds the UIDs of
-  // those that are). Returns how many pod directories were removed.
+  // those that are), once they are five minutes old (a pod allocated after `live` was listed
+  // keeps its own). Returns how many pod directories were removed.
   int CleanUp(const std::vector<std::string>& live);
 
  private:

@@ -363,7 +363,10 @@ struct Ledger::Impl {
     }
     for (const ContainerRequest& c : request.containers) {
       ContainerAssignment granted;
-      if (choose) granted.container = c.container;
+      if (choose) {
+        granted.container = c.container;
+        granted.device_plugin = c.device_plugin;
+      }
       // 1. Shared and whole GPUs: the best group by the policy's score.
       std::optional<double> best_score;
       int best_group = -1;

@@ -188,6 +188,7 @@ StatusOr<std::optional<ContainerRequest>> FromKaiAnnotations(const json& pod,
                                 "gpu-fraction are both given; keep the gpufrac.io resources");
   }
   r.gpus = 1;
+  r.device_plugin = ResourceValue(*chosen, kResourceGpu) != nullptr;
   if (const json* count = ResourceValue(*chosen, kResourceGpu)) {
     GPUFRAC_ASSIGN_OR_RETURN(uint64_t n, WholeQuantity(*count, "container " + r.container + ": " +
                                                                    std::string(kResourceGpu)));

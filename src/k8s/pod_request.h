@@ -35,6 +35,9 @@ struct ContainerRequest {
   std::string mig_profile;      // A MIG instance ("2g.20gb", lower case); then gpus == 1.
   std::string gpu_model;        // Allowed GPU model ("A100-80GB"); "" = any.
   bool from_annotations = false;  // Asked with KAI/Run:ai annotations, not gpufrac.io resources.
+  // Asks for gpufrac.io/gpu, so the kubelet calls gpufrac's device plugin for it (and the
+  // container gets its GPUs and limits there). False for annotation-only containers.
+  bool device_plugin = true;
 
   // Neither memory, fraction nor a MIG profile: `gpus` whole GPUs.
   bool WholeGpus() const { return memory_bytes == 0 && fraction_milli == 0 && mig_profile.empty(); }

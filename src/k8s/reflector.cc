@@ -39,6 +39,8 @@ void Reflector::Stop() {
   }
   cv_.notify_all();
   stopper_.Stop();
+  // Stop may be called from two threads (a signal handler's and a destructor): one joins.
+  std::lock_guard<std::mutex> join_lock(join_mu_);
   if (thread_.joinable()) thread_.join();
 }
 

@@ -94,6 +94,7 @@ class Reflector {
   std::atomic<bool> stopping_{false};
   WatchStopper stopper_;
   std::thread thread_;
+  std::mutex join_mu_;  // Serialises joining thread_.
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;  // Signals sync and stop.

@@ -388,6 +388,26 @@ TEST_F(K8sEndToEnd, ARestartedExtenderDeletesOrphanReservationsAndMakesMissingOn
   }));
 }
 
+TEST_F(K8sEndToEnd, AnAnnotationOnlyPodIsNeverTakenForAnAllocate) {
+  StartAll("2xH100-80GB");
+  // A KAI-style pod asks only with an annotation: it is booked, but the kubelet never calls the
+  // device plugin for it. The next pod's Allocate must get the next pod's booking.
+  json kai = server_->Put(PodObject("kai", {{"cpu", "1"}}, {{"gpu-fraction", "0.5"}}));
+  ASSERT_EQ(Schedule(kai), "");
+  json real = server_->Put(PodObject("real", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "700"}}));
+  ASSERT_EQ(Schedule(real), "");
+  std::optional<Assignment> a = AssignmentOf(*server_->Get("pods", "team-a", "real"));
+  ASSERT_TRUE(a.has_value());
+  KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+  v1beta1::AllocateResponse response;
+  grpc::Status st = kubelet.Allocate({{"gpu0-slot0"}}, &response);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(response.container_responses(0).envs().at("CUDA_VISIBLE_DEVICES"),
+            a->containers[0].gpus[0].uuid);
+  EXPECT_FALSE(AnnotationOf(*server_->Get("pods", "team-a", "real"), "gpufrac.io/allocated").empty());
+  EXPECT_TRUE(AnnotationOf(*server_->Get("pods", "team-a", "kai"), "gpufrac.io/allocated").empty());
+}
+
 TEST_F(K8sEndToEnd, WholeGpusAreAllocatedWithoutTheLimiter) {
   StartAll("2xH100-80GB");
   json pod = server_->Put(PodObject("whole", {{"gpufrac.io/gpu", "2"}}));

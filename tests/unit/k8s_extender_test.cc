@@ -661,3 +661,54 @@ TEST_F(ExtenderTest, OnPodCountsOnlyAssignmentsOfTheBoundNode) {
 
 }  // namespace
 }  // namespace gpufrac::k8s
+
+namespace gpufrac::k8s {
+namespace {
+
+TEST_F(ExtenderTest, YieldsToAnotherExtenderBindingThePodElsewhere) {
+  // kube-scheduler gave up waiting on one bind (to n2) and tried again on n1 while the first is
+  // still running: the pod carries a fresh assignment for n2 and is unbound. The second bind
+  // must not write over it.
+  Scheduler s(api_);
+  Assignment elsewhere;
+  elsewhere.node = "n2";
+  elsewhere.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  elsewhere.containers.push_back({.container = "main",
+                                  .gpus = {{.index = 0, .uuid = "GPU-x", .milli = 600,
+                                            .memory_bytes = 1, .mig = std::nullopt}},
+                                  .device_plugin = true});
+  json pod = AddPod("p", FractionLimits(600),
+                    {{std::string(kAnnotationAssignment), AssignmentToJson(elsewhere).dump()}});
+  std::string error = s.Bind(pod, "n1");
+  EXPECT_NE(error.find("another extender"), std::string::npos) << error;
+  EXPECT_EQ(NodeNameOf(Stored("p")), "");
+  EXPECT_EQ(AssignmentFromJson(json::parse(AssignmentText(Stored("p"))))->node, "n2");
+  // A stale record (a bind that died long ago) does not block it.
+  elsewhere.time_ms -= 3600 * 1000;
+  pod = AddPod("q", FractionLimits(600),
+               {{std::string(kAnnotationAssignment), AssignmentToJson(elsewhere).dump()}});
+  EXPECT_EQ(s.Bind(pod, "n1"), "");
+}
+
+TEST_F(ExtenderTest, LateEventsNeitherUndoABindNorBookADeletedPod) {
+  Scheduler s(api_);
+  json pod = AddPod("p", FractionLimits(600));
+  ASSERT_EQ(s.Bind(pod, "n1"), "");
+  ASSERT_EQ(s.ledger->booking_count(), 1u);
+  // The watch delivers the pod as it was between the assignment and the binding.
+  json between = Stored("p");
+  between["spec"].erase("nodeName");
+  s.extender->OnPod(between);
+  EXPECT_EQ(s.ledger->booking_count(), 1u) << "an event from before the binding undid it";
+  // Deleted; then an older event arrives: it stays unbooked.
+  json bound = Stored("p");
+  s.extender->OnPodDeleted(bound);
+  EXPECT_EQ(s.ledger->booking_count(), 0u);
+  s.extender->OnPod(bound);
+  EXPECT_EQ(s.ledger->booking_count(), 0u) << "a late event booked a deleted pod";
+}
+
+}  // namespace
+}  // namespace gpufrac::k8s
