@@ -10,6 +10,7 @@
 
 #include "abi/nvml_abi.h"
 #include "common/log.h"
+#include "gpu/nvml_library.h"
 #include "common/text.h"
 
 namespace gpufrac::gpu {
@@ -125,15 +126,8 @@ std::string DescribeDevices(const std::vector<DeviceInfo>& devices) {
 StatusOr<std::vector<DeviceInfo>> ListDevices() { return ListDevices(kNvmlLibraryName); }
 
 StatusOr<std::vector<DeviceInfo>> ListDevices(const std::string& library) {
-  LibraryHandle handle(dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL));
-  if (!handle) {
-    const char* why = dlerror();
-    LogDebug("dlopen(%s): %s", library.c_str(), why != nullptr ? why : "unknown error");
-    return UnavailableError("no NVIDIA driver found (" + library +
-                            " could not be loaded); install the NVIDIA driver (nvidia-smi should "
-                            "then list the GPUs), or add the directory holding " +
-                            library + " to LD_LIBRARY_PATH");
-  }
+  GPUFRAC_ASSIGN_OR_RETURN(void* opened, OpenNvmlLibrary(library));
+  LibraryHandle handle(opened);
   NvmlApi api;
   GPUFRAC_RETURN_IF_ERROR(ResolveAll(handle.get(), library, &api));
 

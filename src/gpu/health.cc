@@ -11,6 +11,7 @@
 
 #include "abi/nvml_abi.h"
 #include "common/log.h"
+#include "gpu/nvml_library.h"
 
 namespace gpufrac::gpu {
 namespace {
@@ -298,15 +299,7 @@ HealthMonitor::~HealthMonitor() = default;
 StatusOr<std::unique_ptr<HealthMonitor>> HealthMonitor::Open(const std::string& library) {
   auto state = std::make_unique<State>();
   state->library_name = library;
-  state->library = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (state->library == nullptr) {
-    const char* why = dlerror();
-    LogDebug("dlopen(%s): %s", library.c_str(), why != nullptr ? why : "unknown error");
-    return UnavailableError("no NVIDIA driver found (" + library +
-                            " could not be loaded); install the NVIDIA driver, or add the "
-                            "directory holding " +
-                            library + " to LD_LIBRARY_PATH");
-  }
+  GPUFRAC_ASSIGN_OR_RETURN(state->library, OpenNvmlLibrary(library));
   GPUFRAC_RETURN_IF_ERROR(state->ResolveAll());
   if (auto rc = state->init(); rc != abi::NVML_SUCCESS) {
     return state->CallError(rc, "nvmlInit_v2");

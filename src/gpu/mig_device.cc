@@ -12,6 +12,7 @@
 
 #include "abi/nvml_abi.h"
 #include "common/log.h"
+#include "gpu/nvml_library.h"
 
 namespace gpufrac::gpu {
 
@@ -335,6 +336,21 @@ StatusOr<MigInstance> Describe(const Api& api, const Gpu& gpu, abi::nvmlGpuInsta
   return instance;
 }
 
+// The GPU instance `gi_id` of `gpu`: kNotFound when there is none.
+StatusOr<abi::nvmlGpuInstance_t> GpuInstanceById(const MigNvmlApi& api, const Gpu& gpu,
+                                                 unsigned gi_id) {
+  abi::nvmlGpuInstance_t gi = nullptr;
+  if (auto rc = api.get_gi_by_id(gpu.handle, gi_id, &gi); rc != abi::NVML_SUCCESS) {
+    if (rc == abi::NVML_ERROR_NOT_FOUND || rc == abi::NVML_ERROR_INVALID_ARGUMENT) {
+      return NotFoundError(gpu.label + " has no GPU instance " + std::to_string(gi_id));
+    }
+    return MigError(api, rc,
+                    gpu.Call("nvmlDeviceGetGpuInstanceById", "instance " + std::to_string(gi_id)),
+                    gpu.label);
+  }
+  return gi;
+}
+
 }  // namespace
 
 MigControl::MigControl(std::unique_ptr<MigNvmlApi> api) : api_(std::move(api)) {}
@@ -344,15 +360,7 @@ MigControl::~MigControl() = default;
 StatusOr<std::unique_ptr<MigControl>> MigControl::Open(const std::string& library) {
   auto api = std::make_unique<MigNvmlApi>();
   api->library_name = library;
-  api->library = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (api->library == nullptr) {
-    const char* why = dlerror();
-    LogDebug("dlopen(%s): %s", library.c_str(), why != nullptr ? why : "unknown error");
-    return UnavailableError("no NVIDIA driver found (" + library +
-                            " could not be loaded); install the NVIDIA driver, or add the "
-                            "directory holding " +
-                            library + " to LD_LIBRARY_PATH");
-  }
+  GPUFRAC_ASSIGN_OR_RETURN(api->library, OpenNvmlLibrary(library));
   void* lib = api->library;
   const std::string& name = api->library_name;
   abi::nvmlInit_v2_t init = nullptr;
@@ -566,13 +574,7 @@ StatusOr<MigInstance> MigControl::CreateInstance(unsigned index, unsigned profil
 StatusOr<std::vector<unsigned>> MigControl::InstancePids(unsigned index, unsigned gi_id) const {
   GPUFRAC_ASSIGN_OR_RETURN(Gpu gpu, GetMigGpu(*api_, index));
   const std::string what = "instance " + std::to_string(gi_id);
-  abi::nvmlGpuInstance_t gi = nullptr;
-  if (auto rc = api_->get_gi_by_id(gpu.handle, gi_id, &gi); rc != abi::NVML_SUCCESS) {
-    if (rc == abi::NVML_ERROR_NOT_FOUND || rc == abi::NVML_ERROR_INVALID_ARGUMENT) {
-      return NotFoundError(gpu.label + " has no GPU instance " + std::to_string(gi_id));
-    }
-    return MigError(*api_, rc, gpu.Call("nvmlDeviceGetGpuInstanceById", what), gpu.label);
-  }
+  GPUFRAC_RETURN_IF_ERROR(GpuInstanceById(*api_, gpu, gi_id).status());
   GPUFRAC_ASSIGN_OR_RETURN(auto mig_devices, MigDevices(*api_, gpu));
   std::vector<unsigned> pids;
   for (const auto& [ids, facts] : mig_devices) {
@@ -591,13 +593,7 @@ StatusOr<std::vector<unsigned>> MigControl::InstancePids(unsigned index, unsigne
 Status MigControl::DestroyInstance(unsigned index, unsigned gi_id) const {
   GPUFRAC_ASSIGN_OR_RETURN(Gpu gpu, GetMigGpu(*api_, index));
   const std::string what = "instance " + std::to_string(gi_id);
-  abi::nvmlGpuInstance_t gi = nullptr;
-  if (auto rc = api_->get_gi_by_id(gpu.handle, gi_id, &gi); rc != abi::NVML_SUCCESS) {
-    if (rc == abi::NVML_ERROR_NOT_FOUND || rc == abi::NVML_ERROR_INVALID_ARGUMENT) {
-      return NotFoundError(gpu.label + " has no GPU instance " + std::to_string(gi_id));
-    }
-    return MigError(*api_, rc, gpu.Call("nvmlDeviceGetGpuInstanceById", what), gpu.label);
-  }
+  GPUFRAC_ASSIGN_OR_RETURN(abi::nvmlGpuInstance_t gi, GpuInstanceById(*api_, gpu, gi_id));
   GPUFRAC_ASSIGN_OR_RETURN(auto computes, ComputeInstances(*api_, gpu, gi));
   for (const auto& [id, handle] : computes) {
     if (auto rc = api_->destroy_ci(handle); rc != abi::NVML_SUCCESS) {

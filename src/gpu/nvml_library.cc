@@ -1,0 +1,21 @@
+// dlopen of NVML with a user-facing error.
+#include "gpu/nvml_library.h"
+
+#include <dlfcn.h>
+
+#include "common/log.h"
+
+namespace gpufrac::gpu {
+
+StatusOr<void*> OpenNvmlLibrary(const std::string& library) {
+  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle != nullptr) return handle;
+  const char* why = dlerror();
+  LogDebug("dlopen(%s): %s", library.c_str(), why != nullptr ? why : "unknown error");
+  return UnavailableError("no NVIDIA driver found (" + library +
+                          " could not be loaded); install the NVIDIA driver (nvidia-smi should "
+                          "then list the GPUs), or add the directory holding " +
+                          library + " to LD_LIBRARY_PATH");
+}
+
+}  // namespace gpufrac::gpu
