@@ -35,10 +35,7 @@ using LibraryHandle = std::unique_ptr<void, DlCloser>;
 
 template <typename Fn>
 Status Resolve(void* library, const std::string& library_name, const char* symbol, Fn* out) {
-  *out = reinterpret_cast<Fn>(dlsym(library, symbol));
-  if (*out != nullptr) return OkStatus();
-  return FailedPreconditionError(library_name + " has no " + symbol +
-                                 "; the NVIDIA driver is too old for gpufrac (update it)");
+  return ResolveNvmlSymbol(library, library_name, symbol, "gpufrac", out);
 }
 
 Status ResolveAll(void* library, const std::string& name, NvmlApi* api) {
@@ -57,9 +54,7 @@ Status ResolveAll(void* library, const std::string& name, NvmlApi* api) {
 // Turns a failed NVML call into a Status naming the call; `call` reads like
 // "nvmlDeviceGetName(GPU 1)".
 Status NvmlError(const NvmlApi& api, abi::nvmlReturn_t rc, const std::string& call) {
-  const char* text = api.error_string(rc);
-  std::string message = call + " failed: " + (text != nullptr ? text : "unknown error") +
-                        " (NVML error " + std::to_string(static_cast<int>(rc)) + ")";
+  std::string message = call + " failed: " + NvmlErrorText(api.error_string, rc);
   switch (rc) {
     case abi::NVML_ERROR_DRIVER_NOT_LOADED:
       return UnavailableError(std::move(message) +

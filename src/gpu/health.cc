@@ -110,19 +110,11 @@ struct HealthMonitor::State {
     if (library != nullptr) dlclose(library);
   }
 
-  std::string ErrorText(abi::nvmlReturn_t rc) const {
-    const char* text = error_string != nullptr ? error_string(rc) : nullptr;
-    return (text != nullptr ? text : "unknown error") + std::string(" (NVML error ") +
-           std::to_string(static_cast<int>(rc)) + ")";
-  }
+  std::string ErrorText(abi::nvmlReturn_t rc) const { return NvmlErrorText(error_string, rc); }
 
   template <typename Fn>
   Status Resolve(const char* symbol, Fn* out) {
-    *out = reinterpret_cast<Fn>(dlsym(library, symbol));
-    if (*out != nullptr) return OkStatus();
-    return FailedPreconditionError(library_name + " has no " + symbol +
-                                   "; the NVIDIA driver is too old for GPU health checks "
-                                   "(update it)");
+    return ResolveNvmlSymbol(library, library_name, symbol, "GPU health checks", out);
   }
 
   Status ResolveAll() {

@@ -57,11 +57,7 @@ struct MigNvmlApi {
     if (library != nullptr) dlclose(library);
   }
 
-  std::string ErrorText(abi::nvmlReturn_t rc) const {
-    const char* text = error_string != nullptr ? error_string(rc) : nullptr;
-    return (text != nullptr ? text : "unknown error") + std::string(" (NVML error ") +
-           std::to_string(static_cast<int>(rc)) + ")";
-  }
+  std::string ErrorText(abi::nvmlReturn_t rc) const { return NvmlErrorText(error_string, rc); }
 };
 
 namespace {
@@ -70,10 +66,7 @@ using Api = MigNvmlApi;
 
 template <typename Fn>
 Status Resolve(void* library, const std::string& name, const char* symbol, Fn* out) {
-  *out = reinterpret_cast<Fn>(dlsym(library, symbol));
-  if (*out != nullptr) return OkStatus();
-  return FailedPreconditionError(name + " has no " + symbol +
-                                 "; the NVIDIA driver is too old for MIG control (update it)");
+  return ResolveNvmlSymbol(library, name, symbol, "MIG control", out);
 }
 
 std::string GpuLabel(unsigned gpu) { return "GPU " + std::to_string(gpu); }

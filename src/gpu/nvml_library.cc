@@ -18,4 +18,10 @@ StatusOr<void*> OpenNvmlLibrary(const std::string& library) {
                           library + " to LD_LIBRARY_PATH");
 }
 
+std::string NvmlErrorText(abi::nvmlErrorString_t error_string, abi::nvmlReturn_t rc) {
+  const char* text = error_string != nullptr ? error_string(rc) : nullptr;
+  return (text != nullptr ? text : "unknown error") + std::string(" (NVML error ") +
+         std::to_string(static_cast<int>(rc)) + ")";
+}
+
 }  // namespace gpufrac::gpu

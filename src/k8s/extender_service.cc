@@ -12,6 +12,7 @@
 #include "k8s/kube_cluster_api.h"
 #include "k8s/ledger.h"
 #include "k8s/reflector.h"
+#include "node/metrics.h"
 
 namespace gpufrac::k8s {
 
@@ -112,12 +113,13 @@ Status ExtenderService::Run() {
     res.set_content(ok ? "ok\n" : "reading nodes and pods\n", "text/plain");
   });
   s.server.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
-    Extender::Stats st = s.extender->stats();
-    std::string text;
-    auto counter = [&text](const char* name, const char* help, uint64_t v) {
-      text += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" +
-              name + " " + std::to_string(v) + "\n";
+    // The node service's Prometheus writer, filled afresh from the counters at each scrape.
+    node::Metrics m;
+    auto counter = [&m](const char* name, const char* help, uint64_t v) {
+      m.Declare(name, "counter", help);
+      m.Set(name, {}, static_cast<double>(v));
     };
+    Extender::Stats st = s.extender->stats();
     counter("gpufrac_extender_filters_total", "Filter calls.", st.filters);
     counter("gpufrac_extender_prioritizes_total", "Prioritize calls.", st.prioritizes);
     counter("gpufrac_extender_binds_total", "Bind calls.", st.binds);
@@ -132,13 +134,12 @@ Status ExtenderService::Run() {
               r.deleted);
       counter("gpufrac_extender_reservation_failures_total",
               "Failed reservation pod calls (retried at the next reconcile).", r.failures);
-      text +=
-          "# HELP gpufrac_extender_reserved_gpus GPUs that need a reservation pod now.\n"
-          "# TYPE gpufrac_extender_reserved_gpus gauge\n"
-          "gpufrac_extender_reserved_gpus " +
-          std::to_string(s.reservations->wanted().size()) + "\n";
+      m.Declare("gpufrac_extender_reserved_gpus", "gauge",
+                "GPUs that need a reservation pod now.");
+      m.Set("gpufrac_extender_reserved_gpus", {},
+            static_cast<double>(s.reservations->wanted().size()));
     }
-    res.set_content(text, "text/plain; version=0.0.4");
+    res.set_content(m.Render(), "text/plain; version=0.0.4");
   });
 
   int port = s.requested_port == 0 ? s.server.bind_to_any_port(s.host)

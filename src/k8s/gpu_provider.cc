@@ -2,8 +2,6 @@
 // limit files and what the container gets.
 #include "k8s/gpu_provider.h"
 
-#include <sys/stat.h>
-
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -30,10 +28,6 @@ std::string SlotId(int gpu, int slot) {
   return "gpu" + std::to_string(gpu) + "-slot" + std::to_string(slot);
 }
 
-bool Exists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
-}
 
 // The limiter's workload id: names its shared budgets, so it must be unique per container and
 // use [A-Za-z0-9_.-] only, 63 characters at most.
@@ -72,7 +66,7 @@ GpuProvider::GpuProvider(AgentOptions options, NodeInventory inventory, ClusterA
   std::error_code ec;
   fs::create_directories(options_.host_dir, ec);
   std::string preload = options_.host_dir + "/ld.so.preload";
-  if (!Exists(preload)) {
+  if (!fs::exists(preload, ec)) {
     Status s = node::WriteNewFile(preload, std::string(kContainerLimiter) + "\n", 0444);
     if (!s.ok()) LogWarning("%s", s.message().c_str());
   }

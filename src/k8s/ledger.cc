@@ -19,6 +19,7 @@
 #include "mig/planner.h"
 #include "placement/cluster.h"
 #include "placement/fit.h"
+#include "placement/gpu_share.h"
 #include "placement/policies.h"
 #include "placement/scheduler.h"
 #include "placement/typical_workload.h"
@@ -77,19 +78,12 @@ std::optional<pl::Request> Translate(const ContainerRequest& r, const Group& g) 
     return p;
   }
   if (g.whole_only) return std::nullopt;
-  if (r.memory_bytes > 0) {
-    if (r.memory_bytes > total || r.memory_bytes <= g.context_bytes) return std::nullopt;
-    unsigned __int128 scaled = static_cast<unsigned __int128>(r.memory_bytes) * kMilliPerGpu;
-    uint64_t milli = static_cast<uint64_t>((scaled + total - 1) / total);
-    p.gpu_milli = static_cast<uint32_t>(std::clamp<uint64_t>(milli, 1, kMilliPerGpu));
-    p.gpu_memory_bytes = r.memory_bytes;
-  } else {
-    uint64_t limit =
-        static_cast<uint64_t>(static_cast<unsigned __int128>(total) * r.fraction_milli / kMilliPerGpu);
-    if (limit <= g.context_bytes) return std::nullopt;
-    p.gpu_milli = r.fraction_milli;
-    p.gpu_memory_bytes = limit;
-  }
+  std::optional<pl::GpuShareSize> share =
+      r.memory_bytes > 0 ? pl::ShareForMemory(r.memory_bytes, total, g.context_bytes)
+                         : pl::ShareForFraction(r.fraction_milli, total, g.context_bytes);
+  if (!share) return std::nullopt;
+  p.gpu_milli = share->milli;
+  p.gpu_memory_bytes = share->memory_bytes;
   return p;
 }
 

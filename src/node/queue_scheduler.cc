@@ -20,6 +20,7 @@
 #include "common/units.h"
 #include "placement/cluster.h"
 #include "placement/fit.h"
+#include "placement/gpu_share.h"
 #include "placement/policies.h"
 #include "placement/typical_workload.h"
 
@@ -213,25 +214,16 @@ struct QueueScheduler::Impl {
     if (!r.gpu_model.empty()) p.models = pl::ModelSet{1} << g.model_id;
     const uint64_t total = g.memory_bytes;
     switch (r.kind) {
-      case GpuRequest::Kind::kMemory: {
-        if (r.memory_bytes == 0 || r.memory_bytes > total || r.memory_bytes <= g.context_bytes) {
-          return t;
-        }
-        unsigned __int128 scaled = static_cast<unsigned __int128>(r.memory_bytes) * kMilliPerGpu;
-        uint64_t milli = static_cast<uint64_t>((scaled + total - 1) / total);
-        p.gpu_count = 1;
-        p.gpu_milli = static_cast<uint32_t>(std::clamp<uint64_t>(milli, 1, kMilliPerGpu));
-        p.gpu_memory_bytes = r.memory_bytes;
-        break;
-      }
+      case GpuRequest::Kind::kMemory:
       case GpuRequest::Kind::kFraction: {
-        if (r.fraction_milli == 0 || r.fraction_milli >= kMilliPerGpu) return t;
-        uint64_t limit = static_cast<uint64_t>(static_cast<unsigned __int128>(total) *
-                                               r.fraction_milli / kMilliPerGpu);
-        if (limit <= g.context_bytes) return t;
+        std::optional<pl::GpuShareSize> share =
+            r.kind == GpuRequest::Kind::kMemory
+                ? pl::ShareForMemory(r.memory_bytes, total, g.context_bytes)
+                : pl::ShareForFraction(r.fraction_milli, total, g.context_bytes);
+        if (!share) return t;
         p.gpu_count = 1;
-        p.gpu_milli = r.fraction_milli;
-        p.gpu_memory_bytes = limit;
+        p.gpu_milli = share->milli;
+        p.gpu_memory_bytes = share->memory_bytes;
         break;
       }
       case GpuRequest::Kind::kWholeGpus:

@@ -205,6 +205,10 @@ TEST_F(K8sEndToEnd, FractionIsBookedBoundAndAllocatedWithItsLimit) {
   StartAll("2xH100-80GB");
   json pod = server_->Put(PodObject("train", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}}));
   ASSERT_EQ(Schedule(pod), "");
+  auto metrics = http_->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("\ngpufrac_extender_binds_total 1\n"), std::string::npos)
+      << metrics->body;
   json bound = *server_->Get("pods", "team-a", "train");
   EXPECT_EQ(PodNodeName(bound), kNode);
   std::optional<Assignment> a = AssignmentOf(bound);
