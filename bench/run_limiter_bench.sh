@@ -4,8 +4,13 @@
 # the medians and the difference. Usage: bench/run_limiter_bench.sh [extra benchmark flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/build.sh >/dev/null
-build=$PWD/build
+# GPUFRAC_BUILD_DIR: an already built tree to measure instead of building ./build.
+if [[ -n ${GPUFRAC_BUILD_DIR:-} ]]; then
+  build=$(cd "$GPUFRAC_BUILD_DIR" && pwd)
+else
+  scripts/build.sh >/dev/null
+  build=$PWD/build
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"; rm -f /dev/shm/simgpu.$(id -u).bench-$$ /dev/shm/gpufrac.bench-$$.*' EXIT
 export LD_LIBRARY_PATH=$build/lib/simgpu SIMGPU_NAMESPACE=bench-$$ SIMGPU_CONFIG=1xH100-80GB
@@ -27,11 +32,12 @@ for b in json.load(open(sys.argv[1]))["benchmarks"]:
     parts = name.split("/")
     path = "limiter" if parts[1] == "1" else "direct"
     key = "/".join([parts[0]] + parts[2:])
-    rows.setdefault(key, {})[path] = b["real_time"]
-print(f"{'benchmark':28} {'direct ns':>10} {'limiter ns':>11} {'added ns':>9} {'ratio':>6}")
+    rows.setdefault(key, {})[path] = (b["real_time"], b["cpu_time"])
+print(f"{'benchmark':24} {'clock':5} {'direct ns':>10} {'limiter ns':>11} {'added ns':>9} {'ratio':>6}")
 for key, r in rows.items():
-    d, l = r.get("direct"), r.get("limiter")
-    if d is None or l is None:
+    if "direct" not in r or "limiter" not in r:
         continue
-    print(f"{key:28} {d:10.1f} {l:11.1f} {l - d:9.1f} {l / d:6.2f}")
+    for i, clock in enumerate(("wall", "cpu")):
+        d, l = r["direct"][i], r["limiter"][i]
+        print(f"{key:24} {clock:5} {d:10.1f} {l:11.1f} {l - d:9.1f} {l / d:6.2f}")
 PY

@@ -1,7 +1,8 @@
 // A lock-free, fixed-capacity map from a driver handle (device pointer, array, memory handle,
 // context) to what was charged for it, so that the matching free releases exactly that amount.
 // Open addressing with linear probing; O(1) expected, heap-free after Init (one anonymous mapping,
-// whose pages the kernel only backs once touched). Lookups never probe further than the longest
+// whose pages the kernel only backs once touched). A small first part holds the entries as long as
+// they fit, so that the slots in use stay in the CPU's caches; a large overflow part takes the rest. Lookups never probe further than the longest
 // probe any insertion needed, so freed slots (tombstones) cannot make misses slow.
 //
 // Concurrency contract: a key is inserted at most once while live (the driver never hands out a
@@ -28,34 +29,30 @@ struct ChargeRecord {
 class AllocTable {
  public:
   constexpr AllocTable() = default;
-  // `capacity` must be a power of two.
-  bool Init(size_t capacity) {
-    void* p = mmap(nullptr, capacity * sizeof(Slot), PROT_READ | PROT_WRITE,
+  // `capacity` and `overflow` must be powers of two (or 0 for no overflow). Entries go to the
+  // first `capacity` slots, small enough to stay in the CPU's caches; an entry that finds no free
+  // slot within a short probe there goes to the `overflow` slots, which cost nothing until used.
+  bool Init(size_t capacity, size_t overflow = 0) {
+    void* p = mmap(nullptr, (capacity + overflow) * sizeof(Slot), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return false;
-    slots_ = static_cast<Slot*>(p);
-    mask_ = capacity - 1;
+    hot_.slots = static_cast<Slot*>(p);
+    hot_.mask = capacity - 1;
+    if (overflow) {
+      overflow_.slots = hot_.slots + capacity;
+      overflow_.mask = overflow - 1;
+    }
     return true;
   }
 
   // False if the table is full (too many live allocations to track).
   bool Insert(uint64_t key, ChargeRecord charge) {
     if (key <= kTombstone) return false;
-    for (size_t n = 0, i = Hash(key); n <= mask_; ++n, i = (i + 1) & mask_) {
-      uint64_t k = slots_[i].key.load(std::memory_order_acquire);
-      if (k != kEmpty && k != kTombstone) continue;
-      // Claimed (kBusy), filled, then published: once its key is visible the slot is complete.
-      if (slots_[i].key.compare_exchange_strong(k, kBusy, std::memory_order_acq_rel)) {
-        slots_[i].value.store(Pack(charge), std::memory_order_relaxed);
-        slots_[i].owner.store(charge.owner, std::memory_order_relaxed);
-        size_t longest = max_probe_.load(std::memory_order_relaxed);
-        while (n > longest && !max_probe_.compare_exchange_weak(longest, n)) {
-        }
-        slots_[i].key.store(key, std::memory_order_release);
-        return true;
-      }
-    }
-    return false;
+    if (hot_.Insert(key, charge, overflow_.slots ? kHotProbes : hot_.mask + 1)) return true;
+    if (!overflow_.slots) return false;
+    // Published before the entry, so that whoever looks the key up later sees it.
+    overflow_used_.store(true, std::memory_order_release);
+    return overflow_.Insert(key, charge, overflow_.mask + 1);
   }
 
   // Looks `key` up without removing it.
@@ -80,22 +77,18 @@ class AllocTable {
     return static_cast<int64_t>(slot->owner.fetch_add(static_cast<uint64_t>(delta))) + delta;
   }
 
-  // The most slots any lookup examines: the longest probe an insertion has needed.
-  size_t longest_probe() const { return max_probe_.load(std::memory_order_relaxed) + 1; }
+  // The most slots a lookup examines in the first part: the longest probe an insertion needed.
+  size_t longest_probe() const { return hot_.max_probe.load(std::memory_order_relaxed) + 1; }
+  // True once an entry has gone to the overflow slots.
+  bool overflowed() const { return overflow_used_.load(std::memory_order_acquire); }
 
   // Removes every entry owned by `owner` (a context the driver destroyed, and its memory with it),
   // calling `release(key, charge)` for each. Visits the whole table: for rare events only.
   template <typename Release>
   void TakeAllOwnedBy(uint64_t owner, Release release) {
     if (owner == 0) return;
-    for (size_t i = 0; i <= mask_; ++i) {
-      uint64_t k = slots_[i].key.load(std::memory_order_acquire);
-      ChargeRecord charge;
-      if (k > kTombstone && slots_[i].owner.load(std::memory_order_relaxed) == owner &&
-          TakeSlot(slots_[i], k, &charge)) {
-        release(k, charge);
-      }
-    }
+    hot_.TakeAllOwnedBy(owner, release);
+    if (overflowed()) overflow_.TakeAllOwnedBy(owner, release);
   }
 
  private:
@@ -103,6 +96,8 @@ class AllocTable {
   static constexpr uint64_t kEmpty = 0;
   static constexpr uint64_t kBusy = 1;
   static constexpr uint64_t kTombstone = 2;
+  // How far an insertion looks in the first part before it goes to the overflow slots.
+  static constexpr size_t kHotProbes = 64;
 
   struct Slot {
     std::atomic<uint64_t> key;
@@ -110,10 +105,6 @@ class AllocTable {
     std::atomic<uint64_t> owner;
   };
 
-  // Handles are addresses, at least 256-byte aligned: dropping the low bits keeps neighbouring
-  // allocations in neighbouring slots (cache- and TLB-friendly), and folding in the high bits
-  // spreads separate address ranges apart.
-  size_t Hash(uint64_t key) const { return static_cast<size_t>((key >> 8) ^ (key >> 29)) & mask_; }
   static uint64_t Pack(ChargeRecord c) {
     return c.bytes << 8 | static_cast<uint64_t>(c.gpu & 0xff);
   }
@@ -122,17 +113,6 @@ class AllocTable {
     uint64_t v = slot.value.load(std::memory_order_relaxed);
     return ChargeRecord{v >> 8, static_cast<int>(v & 0xff),
                         slot.owner.load(std::memory_order_relaxed)};
-  }
-
-  Slot* Locate(uint64_t key) const {
-    if (key <= kTombstone) return nullptr;
-    size_t longest = max_probe_.load(std::memory_order_acquire);
-    for (size_t n = 0, i = Hash(key); n <= longest; ++n, i = (i + 1) & mask_) {
-      uint64_t k = slots_[i].key.load(std::memory_order_acquire);
-      if (k == key) return &slots_[i];
-      if (k == kEmpty) return nullptr;
-    }
-    return nullptr;
   }
 
   // False if someone else took it first (a double free): only the first free releases.
@@ -145,9 +125,70 @@ class AllocTable {
     return true;
   }
 
-  Slot* slots_ = nullptr;
-  size_t mask_ = 0;
-  std::atomic<size_t> max_probe_{0};
+  // One open-addressing table with linear probing.
+  struct Region {
+    Slot* slots = nullptr;
+    size_t mask = 0;
+    std::atomic<size_t> max_probe{0};
+
+    // Handles are addresses, at least 256-byte aligned: dropping the low bits keeps neighbouring
+    // allocations in neighbouring slots (cache- and TLB-friendly), and folding in the high bits
+    // spreads separate address ranges apart.
+    size_t Hash(uint64_t key) const {
+      return static_cast<size_t>((key >> 8) ^ (key >> 29)) & mask;
+    }
+
+    // Looks at `probes` slots at most.
+    bool Insert(uint64_t key, ChargeRecord charge, size_t probes) {
+      for (size_t n = 0, i = Hash(key); n < probes && n <= mask; ++n, i = (i + 1) & mask) {
+        uint64_t k = slots[i].key.load(std::memory_order_acquire);
+        if (k != kEmpty && k != kTombstone) continue;
+        // Claimed (kBusy), filled, then published: once its key is visible the slot is complete.
+        if (slots[i].key.compare_exchange_strong(k, kBusy, std::memory_order_acq_rel)) {
+          slots[i].value.store(Pack(charge), std::memory_order_relaxed);
+          slots[i].owner.store(charge.owner, std::memory_order_relaxed);
+          size_t longest = max_probe.load(std::memory_order_relaxed);
+          while (n > longest && !max_probe.compare_exchange_weak(longest, n)) {
+          }
+          slots[i].key.store(key, std::memory_order_release);
+          return true;
+        }
+      }
+      return false;
+    }
+
+    Slot* Locate(uint64_t key) const {
+      size_t longest = max_probe.load(std::memory_order_acquire);
+      for (size_t n = 0, i = Hash(key); n <= longest; ++n, i = (i + 1) & mask) {
+        uint64_t k = slots[i].key.load(std::memory_order_acquire);
+        if (k == key) return &slots[i];
+        if (k == kEmpty) return nullptr;
+      }
+      return nullptr;
+    }
+
+    template <typename Release>
+    void TakeAllOwnedBy(uint64_t owner, Release& release) {
+      for (size_t i = 0; slots && i <= mask; ++i) {
+        uint64_t k = slots[i].key.load(std::memory_order_acquire);
+        ChargeRecord charge;
+        if (k > kTombstone && slots[i].owner.load(std::memory_order_relaxed) == owner &&
+            TakeSlot(slots[i], k, &charge)) {
+          release(k, charge);
+        }
+      }
+    }
+  };
+
+  Slot* Locate(uint64_t key) const {
+    if (key <= kTombstone) return nullptr;
+    if (Slot* slot = hot_.Locate(key)) return slot;
+    return overflowed() ? overflow_.Locate(key) : nullptr;
+  }
+
+  Region hot_;
+  Region overflow_;
+  std::atomic<bool> overflow_used_{false};
 };
 
 }  // namespace gpufrac::limiter

@@ -17,18 +17,21 @@ namespace gpufrac::limiter {
 namespace {
 
 constexpr uint64_t kMagic = 0x6770756672616331ull;  // "gpufrac1"
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;
 
 // Value fields: signed 40 bits. Lanes: 10 bits. A lane's records carry a 24-bit sequence number;
-// the tag in `global` has room for its low 14 bits, which is enough to tell the tagged operation
+// the tag in `global` has room for its low 13 bits, which is enough to tell the tagged operation
 // from its lane's previous one, while the full 24 bits make a stalled helper's compare-and-swap
-// fail unless 16 million operations went by meanwhile.
+// fail unless 16 million operations went by meanwhile. The tag's "committed" bit is set by the
+// operation's owner once it has folded itself into its lane, so that the next operation, in any
+// process, can skip the look at that lane (another process's cache line) in the common case.
 constexpr int kValueBits = 40;
 constexpr uint64_t kValueMask = (uint64_t{1} << kValueBits) - 1;
 constexpr uint32_t kSeqMask = (1u << 24) - 1;
-constexpr uint32_t kTagSeqMask = (1u << 14) - 1;
+constexpr uint32_t kTagSeqMask = (1u << 13) - 1;
 constexpr int kLaneShift = 40;
-constexpr int kGlobalSeqShift = 50;
+constexpr uint64_t kCommittedBit = uint64_t{1} << 50;
+constexpr int kGlobalSeqShift = 51;
 constexpr int kRecordSeqShift = 40;
 static_assert(kBudgetLanes == 1024, "the tag holds a 10-bit lane number");
 
@@ -272,6 +275,7 @@ int64_t Budget::HeldBy(const ProcessId& id) const {
 
 // Finishes the commit of the operation that `global_word` names, if its lane has not yet.
 void Budget::HelpCommit(uint64_t global_word) {
+  if (global_word & kCommittedBit) return;
   BudgetLane& lane = seg_->lanes[TagLane(global_word)];
   uint32_t seq = TagSeq(global_word);
   uint64_t committed = lane.committed.load(std::memory_order_acquire);
@@ -295,20 +299,22 @@ bool Budget::Apply(int lane_index, int64_t delta, bool check_limit) {
   lane.pending.store(Record(delta, seq), std::memory_order_release);
   const int64_t limit = static_cast<int64_t>(seg_->limit);
   uint64_t global = seg_->global.load(std::memory_order_acquire);
-  for (;;) {
+  uint64_t ours;
+  do {
     // Our own previous operation is committed already: only others' need looking at.
     if (TagLane(global) != lane_index) HelpCommit(global);
     int64_t used = Value(global);
     if (check_limit && delta > 0 && used + delta > limit) return false;
-    if (seg_->global.compare_exchange_weak(global, Global(used + delta, lane_index, seq),
-                                           std::memory_order_acq_rel, std::memory_order_acquire)) {
-      break;
-    }
-  }
+    ours = Global(used + delta, lane_index, seq);
+  } while (!seg_->global.compare_exchange_weak(global, ours, std::memory_order_acq_rel,
+                                               std::memory_order_acquire));
   // Fold the operation into the lane; if this fails, a helper already did exactly that.
   uint64_t expected = before;
   lane.committed.compare_exchange_strong(expected, Record(Value(before) + delta, seq),
                                          std::memory_order_acq_rel);
+  // Say so in `global`, unless another operation has replaced ours there already.
+  seg_->global.compare_exchange_strong(ours, ours | kCommittedBit, std::memory_order_release,
+                                       std::memory_order_relaxed);
   return true;
 }
 

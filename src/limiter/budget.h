@@ -7,10 +7,11 @@
 //    operation that changed it (lane, sequence number). Reserving is one compare-and-swap on it.
 //  - Each thread owns a lane (a cache line) recording what its process holds (`committed`, a
 //    running sum with the lane's sequence number) and the operation it is doing (`pending`).
-//  - An operation writes `pending`, swaps `global` (tagging it), then folds itself into
-//    `committed`. Before anyone swaps `global`, they first finish ("help") the commit of the
-//    operation named by the current tag. So at any moment at most one operation is in global but
-//    not yet in its lane, and the tag names it.
+//  - An operation writes `pending`, swaps `global` (tagging it), folds itself into `committed`,
+//    and then marks the tag committed if `global` still carries it. Before anyone swaps `global`,
+//    they first finish ("help") the commit of the operation named by the current tag unless it is
+//    marked. So at any moment at most one operation is in global but not yet in its lane, and the
+//    tag names it. The mark spares the next operation a look at another process's lane.
 //  - When a process dies, a survivor finishes or discards its in-flight operation (it reached
 //    `global` exactly when the tag still names it) and then releases what its lanes hold.
 //  - Death is noticed without system calls: each member process holds a robust, process-shared

@@ -108,7 +108,7 @@ __attribute__((constructor)) void LoadConfiguration() {
       return SetBroken(err);
     }
   }
-  if (!g_rt.pointers.Init(size_t{1} << 21) || !g_rt.objects.Init(size_t{1} << 16) ||
+  if (!g_rt.pointers.Init(size_t{1} << 18, size_t{1} << 21) || !g_rt.objects.Init(size_t{1} << 16) ||
       !g_rt.handles.Init(size_t{1} << 16) || !g_rt.mappings.Init(size_t{1} << 16) ||
       !g_rt.contexts.Init(size_t{1} << 12) || !ReadProcessId(getpid(), &g_self) ||
       pthread_key_create(&g_thread_key, ThreadExit) != 0) {

@@ -76,6 +76,45 @@ TEST(AllocTableTest, RefusesWhenFull) {
   EXPECT_FALSE(t.Insert(99 * 4096, ChargeRecord{1, 0, 0}));
 }
 
+TEST(AllocTableTest, EntriesBeyondTheFirstPartGoToTheOverflow) {
+  AllocTable t;
+  ASSERT_TRUE(t.Init(1 << 10, 1 << 16));
+  EXPECT_FALSE(t.overflowed());
+  // Five times what the first part holds, owned by two contexts.
+  for (uint64_t i = 1; i <= 5000; ++i) ASSERT_TRUE(t.Insert(i << 12, ChargeRecord{i, 1, i % 2}));
+  EXPECT_TRUE(t.overflowed());
+  EXPECT_LE(t.longest_probe(), 64u);  // the first part's lookups stay short
+  ChargeRecord c;
+  for (uint64_t i = 1; i <= 5000; i += 2) {
+    ASSERT_TRUE(t.Take(i << 12, &c));
+    ASSERT_EQ(c.bytes, i);
+  }
+  // Re-own the even ones to context 7 by taking and inserting them again, then destroy it: its
+  // entries are found in both parts.
+  for (uint64_t i = 2; i <= 5000; i += 2) {
+    ASSERT_TRUE(t.Take(i << 12, &c));
+    ASSERT_TRUE(t.Insert(i << 12, ChargeRecord{c.bytes, 1, 7}));
+  }
+  uint64_t released = 0;
+  int count = 0;
+  t.TakeAllOwnedBy(7, [&](uint64_t, const ChargeRecord& charge) {
+    released += charge.bytes;
+    ++count;
+  });
+  EXPECT_EQ(count, 2500);
+  EXPECT_EQ(released, 2500u * 2501u);  // 2 + 4 + ... + 5000
+  EXPECT_FALSE(t.Find(2 << 12, &c));
+}
+
+TEST(AllocTableTest, RefusesWhenBothPartsAreFull) {
+  AllocTable t;
+  ASSERT_TRUE(t.Init(4, 4));
+  for (uint64_t i = 1; i <= 8; ++i) EXPECT_TRUE(t.Insert(i * 4096, ChargeRecord{1, 0, 0}));
+  EXPECT_FALSE(t.Insert(99 * 4096, ChargeRecord{1, 0, 0}));
+  ChargeRecord c;
+  for (uint64_t i = 1; i <= 8; ++i) EXPECT_TRUE(t.Take(i * 4096, &c));
+}
+
 TEST(AllocTableTest, ConcurrentThreadsKeepTheirOwnEntries) {
   AllocTable t;
   ASSERT_TRUE(t.Init(1 << 16));
