@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Measures what libgpufrac.so adds to the driver's hot paths on the simulated GPU: builds, runs
-# bench/limiter_bench (direct and through the limiter, in the same run, 5 repetitions) and prints
-# the medians and the difference. Usage: bench/run_limiter_bench.sh [extra benchmark flags]
+# bench/limiter_bench (direct and through the limiter, in the same run, 9 repetitions or
+# $REPETITIONS) and prints the medians and the difference, in wall-clock and CPU time.
+# Usage: bench/run_limiter_bench.sh [extra benchmark flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # GPUFRAC_BUILD_DIR: an already built tree to measure instead of building ./build.
@@ -19,25 +20,31 @@ printf 'gpufrac-limits 1\nworkload bench-%s\ngpu %s limit %s context 0\n' $$ "$u
   $((64 << 30)) >"$work/limits"
 chmod 0444 "$work/limits"
 export GPUFRAC_LIMIT_FILE=$work/limits GPUFRAC_BENCH_LIMITER=$build/lib/libgpufrac.so
-"$build/bin/limiter_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+# Repetitions of direct and limited runs are interleaved in random order, so that the machine's
+# drift (the contended rows swing by 2x between runs on a 2-core machine) falls on both alike.
+"$build/bin/limiter_bench" --benchmark_repetitions="${REPETITIONS:-9}" \
+  --benchmark_enable_random_interleaving=true --benchmark_display_aggregates_only=true \
   --benchmark_out="$work/out.json" --benchmark_out_format=json "$@" >&2
 cp "$work/out.json" "${BENCH_JSON:-/dev/null}" 2>/dev/null || true
 python3 - "$work/out.json" <<'PY'
-import json, sys
-rows = {}
+import json, statistics, sys
+runs = {}
 for b in json.load(open(sys.argv[1]))["benchmarks"]:
-    if b.get("aggregate_name") != "median":
+    if b.get("run_type") != "iteration":
         continue
-    name = b["run_name"]  # e.g. BM_AllocFree/1/1000
-    parts = name.split("/")
+    parts = b["run_name"].split("/")  # e.g. BM_AllocFree/1/1000
     path = "limiter" if parts[1] == "1" else "direct"
     key = "/".join([parts[0]] + parts[2:])
-    rows.setdefault(key, {})[path] = (b["real_time"], b["cpu_time"])
-print(f"{'benchmark':24} {'clock':5} {'direct ns':>10} {'limiter ns':>11} {'added ns':>9} {'ratio':>6}")
-for key, r in rows.items():
+    runs.setdefault(key, {}).setdefault(path, []).append((b["real_time"], b["cpu_time"]))
+print(f"{'benchmark':24} {'clock':5} {'direct ns':>10} {'limiter ns':>11} {'added ns':>9} "
+      f"{'ratio':>6}  range of the limiter's runs")
+for key, r in runs.items():
     if "direct" not in r or "limiter" not in r:
         continue
     for i, clock in enumerate(("wall", "cpu")):
-        d, l = r["direct"][i], r["limiter"][i]
-        print(f"{key:24} {clock:5} {d:10.1f} {l:11.1f} {l - d:9.1f} {l / d:6.2f}")
+        d = statistics.median(x[i] for x in r["direct"])
+        lim = [x[i] for x in r["limiter"]]
+        l = statistics.median(lim)
+        print(f"{key:24} {clock:5} {d:10.1f} {l:11.1f} {l - d:9.1f} {l / d:6.2f}  "
+              f"{min(lim):.0f}-{max(lim):.0f}")
 PY
