@@ -41,3 +41,10 @@ if(GPUFRAC_CUDA_INCLUDE)
   target_include_directories(abi_check_test PRIVATE ${GPUFRAC_CUDA_INCLUDE})
   target_compile_definitions(abi_check_test PRIVATE GPUFRAC_HAVE_CUDA_H=1)
 endif()
+
+# The real-GPU check script, run on the simulated GPU (skipping what needs nvidia-smi or a
+# framework), so that its plumbing is known to work before a GPU machine's time is spent on it.
+add_test(NAME GpuChecksScript.RunsOnTheSimulatedGpu
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu/run_real_gpu_checks.sh --sim)
+set_tests_properties(GpuChecksScript.RunsOnTheSimulatedGpu PROPERTIES LABELS integration
+  ENVIRONMENT "GPUFRAC=${CMAKE_BINARY_DIR}/bin/gpufrac;GPUFRAC_SIMGPU_DIR=${GPUFRAC_SIMGPU_DIR}")

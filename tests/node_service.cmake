@@ -1,6 +1,7 @@
 # End-to-end tests of gpufracd and the gpufrac commands that talk to it (simulated GPUs).
 gpufrac_test(node_service_test integration SOURCES integration/node_service_test.cc
-             LIBS gpufrac_test_harness PkgConfig::HTTPLIB nlohmann_json::nlohmann_json)
+             LIBS gpufrac_test_harness gpufrac_node_service simgpu_core PkgConfig::HTTPLIB
+                  nlohmann_json::nlohmann_json)
 add_dependencies(node_service_test gpufracd gpufrac_main gpufrac_shim gpufrac cuda_probe
                  simgpu_cuda simgpu_nvml)
 

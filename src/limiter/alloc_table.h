@@ -2,8 +2,9 @@
 // context) to what was charged for it, so that the matching free releases exactly that amount.
 // Open addressing with linear probing; O(1) expected, heap-free after Init (one anonymous mapping,
 // whose pages the kernel only backs once touched). A small first part holds the entries as long as
-// they fit, so that the slots in use stay in the CPU's caches; a large overflow part takes the rest. Lookups never probe further than the longest
-// probe any insertion needed, so freed slots (tombstones) cannot make misses slow.
+// they fit, so that the slots in use stay in the CPU's caches; a large overflow part takes the
+// rest. Lookups never probe further than the longest probe any insertion needed, so freed slots
+// (tombstones) cannot make misses slow.
 //
 // Concurrency contract: a key is inserted at most once while live (the driver never hands out a
 // handle that is still allocated) and is taken only after it was inserted, which the callers

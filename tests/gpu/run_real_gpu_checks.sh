@@ -3,12 +3,18 @@
 # CuPy and JAX): runs each framework under `gpufrac exec`, checks nvidia-smi inside the workload
 # shows the limit, and runs two workloads on one GPU at once. Prints PASS/FAIL lines; record the
 # output in docs/real-gpu-checks.md.
+#
+# --sim runs the same script on the simulated GPU (GPUFRAC_SIMGPU_DIR, default next to the
+# gpufrac binary), skipping the checks that need nvidia-smi or a framework: the test suite does
+# that, so that the script's own plumbing is known to work before a GPU machine's time is spent.
 set -u
 cd "$(dirname "$0")/../.."
 gpufrac=${GPUFRAC:-$PWD/build/bin/gpufrac}
 probe=${PROBE:-$(dirname "$gpufrac")/cuda_probe}
 limit=$((4 << 30))
 fails=0
+sim=0
+[ "${1:-}" = --sim ] && sim=1
 check() {  # check NAME COMMAND...
   local name=$1; shift
   local out
@@ -16,7 +22,17 @@ check() {  # check NAME COMMAND...
   echo "$out" | sed "s/^/  [$name] /"
   if [ $rc -eq 0 ]; then echo "PASS $name"; else echo "FAIL $name (exit $rc)"; fails=$((fails + 1)); fi
 }
-nvidia-smi -L || { echo "no NVIDIA GPU"; exit 2; }
+real_gpu_check() {  # like check, for what only a real GPU with its tools can run
+  if [ $sim -eq 1 ]; then echo "SKIP $1 (simulated GPU)"; else check "$@"; fi
+}
+if [ $sim -eq 1 ]; then
+  lib=$(cd "$(dirname "$gpufrac")/.." && pwd)/lib/simgpu
+  export LD_LIBRARY_PATH=${GPUFRAC_SIMGPU_DIR:-$lib} SIMGPU_NAMESPACE=gpu-checks-$$ \
+    SIMGPU_CONFIG=1xH100-80GB
+  trap 'rm -f /dev/shm/simgpu.$(id -u).gpu-checks-$$' EXIT
+else
+  nvidia-smi -L || { echo "no NVIDIA GPU"; exit 2; }
+fi
 # The driver's cuGetProcAddress must hand out addresses the limiter recognises, and every access
 # path must see the limit (the simulated driver's tests, on the real one).
 check resolve bash -c "out=\$('$gpufrac' exec --gpu-memory 4G -- '$probe' resolve); echo \"\$out\"; \
@@ -32,13 +48,13 @@ for kind in mem pitch managed async pool vmm vmmmap array mipmap ctx; do
 done
 check context-memory bash -c "'$gpufrac' exec --gpu-memory 78G -- '$probe' nvml"
 for fw in torch cupy jax; do
-  check "$fw" "$gpufrac" exec --gpu-memory 4G -- python3 tests/gpu/frameworks_check.py "$fw" $limit
+  real_gpu_check "$fw" "$gpufrac" exec --gpu-memory 4G -- python3 tests/gpu/frameworks_check.py "$fw" $limit
 done
-check nvidia-smi bash -c "total=\$('$gpufrac' exec --gpu-memory 4G -- nvidia-smi \
+real_gpu_check nvidia-smi bash -c "total=\$('$gpufrac' exec --gpu-memory 4G -- nvidia-smi \
   --query-gpu=memory.total --format=csv,noheader,nounits | head -1); echo total_mib=\$total; \
   [ \"\$total\" = 4096 ]"
 # Two workloads on one GPU at the same time, each filling its own limit.
-check two-workloads bash -c "
+real_gpu_check two-workloads bash -c "
   '$gpufrac' exec --gpu-memory 3G -- python3 tests/gpu/frameworks_check.py torch $((3 << 30)) & a=\$!
   '$gpufrac' exec --gpu-memory 5G -- python3 tests/gpu/frameworks_check.py torch $((5 << 30)) & b=\$!
   wait \$a; ra=\$?; wait \$b; rb=\$?; [ \$ra -eq 0 ] && [ \$rb -eq 0 ]"

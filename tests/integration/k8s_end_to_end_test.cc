@@ -20,7 +20,9 @@
 #include "k8s/inventory.h"
 #include "k8s/object_fields.h"
 #include "k8s/reservations.h"
+#include "node/paths.h"
 #include "simgpu/fault_injection.h"
+#include "simgpu/shared_machine.h"
 
 namespace gpufrac::k8s {
 namespace {
@@ -117,6 +119,7 @@ class K8sEndToEnd : public ::testing::Test {
       extender_thread_.join();
     }
     if (agent_) agent_->Stop();
+    simgpu::RemoveSharedMachine("k8s-" + node::StateDirTag(host_dir_.path()));
   }
 
   json Call(const std::string& verb, const json& body) {

@@ -20,6 +20,7 @@
 #include "k8s/object_fields.h"
 #include "node/gpu_inventory.h"
 #include "node/paths.h"
+#include "simgpu/shared_machine.h"
 
 namespace gpufrac::k8s {
 namespace {
@@ -54,6 +55,7 @@ class NvidiaResourcesTest : public ::testing::Test {
 
   void TearDown() override {
     if (agent_) agent_->Stop();
+    simgpu::RemoveSharedMachine("k8s-" + node::StateDirTag(host_dir_.path()));
   }
 
   std::string dev_dir() const { return host_dir_.path() + "/dev"; }

@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "harness.h"
+#include "node/paths.h"
+#include "simgpu/shared_machine.h"
 
 namespace gpufrac::testing {
 namespace {
@@ -67,7 +69,16 @@ class Daemon {
     Stop(SIGTERM);
     // Jobs of a killed test may still run: end them before removing their files.
     RunCommand({"pkill", "-KILL", "-f", dir_}, {});
+    // The simulated machine, and the budgets of jobs that ended after the service stopped (its
+    // next start, from the state being removed here, would have cleaned those up).
+    const std::string tag = node::StateDirTag(dir_ + "/state");
+    simgpu::RemoveSharedMachine("gpufracd-" + tag);
     std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+      if (entry.path().filename().string().rfind("gpufrac.gpufracd-" + tag + "-", 0) == 0) {
+        std::filesystem::remove(entry.path(), ec);
+      }
+    }
     std::filesystem::remove_all(dir_, ec);
   }
 
