@@ -2,8 +2,11 @@
 // the create/delete/reconcile loop against the API server.
 #include "k8s/reservations.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
@@ -29,6 +32,16 @@ uint64_t Fnv1a(std::string_view text) {
 }
 
 bool Alnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+
+// Seconds since the pod was created, from its metadata.creationTimestamp (RFC 3339 in UTC, as the
+// API server writes it); nullopt when it has none that parses.
+std::optional<int64_t> AgeSeconds(const json& pod) {
+  const std::string created = MetaOf(pod, "creationTimestamp");
+  std::tm tm{};
+  const char* end = strptime(created.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (end == nullptr) return std::nullopt;
+  return static_cast<int64_t>(std::time(nullptr)) - static_cast<int64_t>(timegm(&tm));
+}
 
 std::string StatusReason(const json& pod) {
   const json* status = FieldOf(pod, "status");
@@ -194,10 +207,12 @@ bool Reservations::Create(const Key& key, const std::string& uuid) {
   const std::string name = ReservationPodName(node, gpu);
   StatusOr<json> made = api_->CreatePod(options_.ns, ReservationPod(options_, node, gpu, uuid));
   if (made.ok()) {
+    const std::string uid = MetaOf(*made, "uid");
     LogInfo("reserved GPU %d (%s) of node %s for gpufrac's fractions: pod %s/%s", gpu, uuid.c_str(),
             node.c_str(), options_.ns.c_str(), name.c_str());
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.created;
+    if (!uid.empty()) made_.insert(uid);
     return true;
   }
   if (made.status().code() == StatusCode::kFailedPrecondition) {
@@ -282,12 +297,17 @@ Status Reservations::Reconcile() {
     return listed.status().WithContext("listing the GPU reservation pods in " + options_.ns);
   }
   std::map<Key, std::string> want;
+  std::set<std::string> made;  // The listed pods this replica created.
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [key, w] : want_) {
       if (unreservable_.count(key.first) == 0) want[key] = w.uuid;
     }
     dirty_.clear();  // Everything is looked at now; changes from here on mark again.
+    for (const json& pod : *listed) {
+      if (made_.count(MetaOf(pod, "uid")) > 0) made.insert(MetaOf(pod, "uid"));
+    }
+    made_ = made;  // Forget the pods that are gone.
   }
   std::map<Key, std::string> live;
   for (const json& pod : *listed) {
@@ -310,6 +330,13 @@ Status Reservations::Reconcile() {
       LogWarning("reservation pod %s/%s ended: %s", options_.ns.c_str(), name.c_str(),
                  StatusReason(pod).c_str());
     } else if (w == want.end()) {
+      std::optional<int64_t> age = AgeSeconds(pod);
+      if (made.count(MetaOf(pod, "uid")) == 0 && age && *age < options_.orphan_grace.count()) {
+        // Perhaps made by another replica for a bind this one has not seen yet.
+        LogDebug("keeping the reservation pod %s/%s, %llds old, until the next reconcile",
+                 options_.ns.c_str(), name.c_str(), static_cast<long long>(*age));
+        continue;
+      }
       why = "no fractional booking on GPU " + std::to_string(index) + " of node " + node;
     } else if (w->second != uuid) {
       why = "it reserves " + uuid + ", the GPU there is now " + w->second;

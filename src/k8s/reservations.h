@@ -54,6 +54,11 @@ struct ReservationOptions {
   // together, e.g. a pod's annotation then its binding, are handled once).
   std::chrono::milliseconds settle{500};
   std::chrono::seconds reconcile_period{30};
+  // A reservation pod that another replica made is not deleted by Reconcile for want of a
+  // booking while younger than this: a replica whose watch has not yet delivered a bind would
+  // otherwise delete the reservation another replica just made for it. (Its own, one that ended,
+  // or one that reserves another GPU's UUID go at once.)
+  std::chrono::seconds orphan_grace{60};
 };
 
 // Whether this grant needs its GPU reserved: a fraction of a GPU that is not in MIG.
@@ -85,7 +90,8 @@ class Reservations {
   // changed since the last Sync. Failures are logged and retried later.
   void Sync();
   // Lists every reservation pod and makes them match the bookings: creates the missing ones,
-  // deletes orphans (a GPU without fractional bookings, another UUID, a finished pod). Only the
+  // deletes orphans (a GPU without fractional bookings, once older than orphan_grace; another
+  // UUID; a finished pod). Only the
   // list failing is an error; other failures are logged and retried later. Must not run before
   // the bookings are known (it would delete the reservations of pods not yet seen).
   Status Reconcile();
@@ -135,6 +141,7 @@ class Reservations {
   std::map<Key, std::string> have_;     // Reservation pods believed to exist -> their UUID.
   std::set<Key> dirty_;                 // GPUs changed since the last Sync.
   std::set<std::string> unreservable_;  // Nodes whose agent serves nvidia.com/gpu.
+  std::set<std::string> made_;          // UIDs of the reservation pods this replica created.
   Stats stats_;
   bool stop_ = false;
   std::thread worker_;

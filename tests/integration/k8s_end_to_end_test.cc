@@ -105,6 +105,7 @@ class K8sEndToEnd : public ::testing::Test {
     ExtenderServiceOptions options{.listen = "127.0.0.1:0", .policy = "gpufrac", .holder = "test"};
     options.reservation_pods = reservation_pods_;
     options.reservation.settle = std::chrono::milliseconds(10);
+    options.reservation.orphan_grace = orphan_grace_;
     auto extender = ExtenderService::Create(client_.get(), std::move(options));
     ASSERT_TRUE(extender.ok()) << extender.status().ToString();
     extender_ = std::move(*extender);
@@ -166,6 +167,7 @@ class K8sEndToEnd : public ::testing::Test {
   }
 
   bool reservation_pods_ = false;  // Set before StartAll.
+  std::chrono::seconds orphan_grace_{60};
   TempDir kubelet_dir_;
   TempDir host_dir_;
   std::unique_ptr<FakeApiServer> server_;
@@ -369,6 +371,9 @@ TEST_F(K8sEndToEnd, FractionalGpuIsReservedWithAPodWhileItHasFractions) {
 
 TEST_F(K8sEndToEnd, ARestartedExtenderDeletesOrphanReservationsAndMakesMissingOnes) {
   reservation_pods_ = true;
+  // The orphan made below is seconds old; one left while no extender ran would be older than the
+  // grace that protects other replicas' fresh reservations (tested in k8s_reservations_test).
+  orphan_grace_ = std::chrono::seconds(0);
   StartAll("2xH100-80GB");
   json pod = server_->Put(
       PodObject("train", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}}));

@@ -111,6 +111,13 @@ class ReservationsTest : public ::testing::Test {
   int GpuOf(const std::string& pod) {
     return AssignmentOf(Stored(pod))->containers.at(0).gpus.at(0).index;
   }
+  // Makes the reservation pod `name` look created `seconds` ago.
+  void Age(const std::string& name, int seconds) {
+    json pod = *api_.Pod(kNs, name);
+    pod["metadata"]["creationTimestamp"] = FakeClusterApi::Timestamp(
+        std::chrono::system_clock::now() - std::chrono::seconds(seconds));
+    api_.PutPod(pod);
+  }
   // The reservation pods as "name -> reserved UUID".
   std::map<std::string, std::string> Reserved() {
     std::map<std::string, std::string> out;
@@ -199,6 +206,7 @@ TEST_F(ReservationsTest, ARestartedExtenderReconcilesFromThePods) {
   // While no extender ran: b ended (its reservation is now an orphan) and a's reservation was
   // deleted by someone.
   api_.SetPodPhase("default", "b", "Failed");
+  Age(stale, 600);
   (void)api_.DeletePod(kNs, kept);
 
   Scheduler after(api_);
@@ -216,6 +224,34 @@ TEST_F(ReservationsTest, ARestartedExtenderReconcilesFromThePods) {
   ASSERT_TRUE(after.reservations->Reconcile().ok());
   EXPECT_EQ(api_.create_calls(), creates);
   EXPECT_EQ(api_.delete_calls(), deletes);
+}
+
+TEST_F(ReservationsTest, AReplicaThatHasNotSeenABindKeepsItsFreshReservation) {
+  Scheduler a(api_);
+  ASSERT_EQ(a.Bind(AddPod("p", Fraction(300)), "n1"), "");
+  a.reservations->Sync();
+  const std::string name = "gpufrac-reserve-n1-gpu" + std::to_string(GpuOf("p"));
+  ASSERT_EQ(Reserved().count(name), 1u);
+
+  // Replica b's watch has not delivered the bind yet: the reservation looks like an orphan to it,
+  // but it is younger than the grace period.
+  Scheduler b(api_);
+  ASSERT_TRUE(b.reservations->Reconcile().ok());
+  EXPECT_EQ(Reserved().count(name), 1u);
+  EXPECT_EQ(b.reservations->stats().deleted, 0u);
+
+  // Once b has seen the bind, the reservation is wanted whatever its age.
+  b.extender->OnPod(Stored("p"));
+  Age(name, 600);
+  ASSERT_TRUE(b.reservations->Reconcile().ok());
+  EXPECT_EQ(Reserved().count(name), 1u);
+
+  // A true orphan (its pod gone while no extender watched) goes once the grace is over.
+  (void)api_.DeletePod("default", "p");
+  Scheduler c(api_);
+  ASSERT_TRUE(c.reservations->Reconcile().ok());
+  EXPECT_TRUE(Reserved().empty());
+  EXPECT_EQ(c.reservations->stats().deleted, 1u);
 }
 
 TEST_F(ReservationsTest, AFailedCreationNeverFailsTheBindAndIsRetriedAtReconcile) {
