@@ -50,8 +50,9 @@ class ClusterApi {
   // Creates `pod` in `ns` and returns the stored object; kFailedPrecondition when a pod of that
   // name already exists.
   virtual StatusOr<nlohmann::json> CreatePod(const std::string& ns, const nlohmann::json& pod);
-  // Deletes the pod; kNotFound when it is already gone.
-  virtual Status DeletePod(const std::string& ns, const std::string& name);
+  // Deletes the pod if its uid is `uid` ("": whatever pod has that name); kNotFound when it is
+  // already gone, kAborted when a pod with another uid has the name now.
+  virtual Status DeletePod(const std::string& ns, const std::string& name, const std::string& uid);
   // The pods of `ns` that match `label_selector` ("app.kubernetes.io/name=x"), in any phase.
   virtual StatusOr<std::vector<nlohmann::json>> ListPods(const std::string& ns,
                                                          const std::string& label_selector);
@@ -60,7 +61,7 @@ class ClusterApi {
 inline StatusOr<nlohmann::json> ClusterApi::CreatePod(const std::string&, const nlohmann::json&) {
   return FailedPreconditionError("this cluster client cannot create pods");
 }
-inline Status ClusterApi::DeletePod(const std::string&, const std::string&) {
+inline Status ClusterApi::DeletePod(const std::string&, const std::string&, const std::string&) {
   return FailedPreconditionError("this cluster client cannot delete pods");
 }
 inline StatusOr<std::vector<nlohmann::json>> ClusterApi::ListPods(const std::string&,

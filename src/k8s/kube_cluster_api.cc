@@ -57,8 +57,11 @@ StatusOr<json> KubeClusterApi::CreatePod(const std::string& ns, const json& pod)
   return client_->Create("/api/v1/namespaces/" + ns + "/pods", pod);
 }
 
-Status KubeClusterApi::DeletePod(const std::string& ns, const std::string& name) {
-  return client_->Delete(PodPath(ns, name)).status();
+Status KubeClusterApi::DeletePod(const std::string& ns, const std::string& name,
+                                 const std::string& uid) {
+  json options = nullptr;
+  if (!uid.empty()) options = {{"preconditions", {{"uid", uid}}}};
+  return client_->Delete(PodPath(ns, name), options).status();
 }
 
 StatusOr<std::vector<json>> KubeClusterApi::ListPods(const std::string& ns,

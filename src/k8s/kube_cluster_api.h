@@ -30,7 +30,8 @@ class KubeClusterApi : public ClusterApi {
   void PodEvent(const nlohmann::json& pod, const std::string& reason, const std::string& message,
                 bool warning) override;
   StatusOr<nlohmann::json> CreatePod(const std::string& ns, const nlohmann::json& pod) override;
-  Status DeletePod(const std::string& ns, const std::string& name) override;
+  Status DeletePod(const std::string& ns, const std::string& name,
+                   const std::string& uid) override;
   StatusOr<std::vector<nlohmann::json>> ListPods(const std::string& ns,
                                                  const std::string& label_selector) override;
 

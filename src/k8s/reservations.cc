@@ -176,7 +176,7 @@ void Reservations::SetNodeReservable(const std::string& node, bool reservable) {
   for (const auto& [key, w] : want_) {
     if (key.first == node) dirty_.insert(key);
   }
-  for (const auto& [key, uuid] : have_) {
+  for (const auto& [key, held] : have_) {
     if (key.first == node) dirty_.insert(key);
   }
   wake_.notify_all();
@@ -202,7 +202,7 @@ Reservations::Stats Reservations::stats() const {
   return stats_;
 }
 
-bool Reservations::Create(const Key& key, const std::string& uuid) {
+bool Reservations::Create(const Key& key, const std::string& uuid, Held* held) {
   const auto& [node, gpu] = key;
   const std::string name = ReservationPodName(node, gpu);
   StatusOr<json> made = api_->CreatePod(options_.ns, ReservationPod(options_, node, gpu, uuid));
@@ -210,6 +210,7 @@ bool Reservations::Create(const Key& key, const std::string& uuid) {
     const std::string uid = MetaOf(*made, "uid");
     LogInfo("reserved GPU %d (%s) of node %s for gpufrac's fractions: pod %s/%s", gpu, uuid.c_str(),
             node.c_str(), options_.ns.c_str(), name.c_str());
+    *held = Held{uuid, uid};
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.created;
     if (!uid.empty()) made_.insert(uid);
@@ -221,6 +222,7 @@ bool Reservations::Create(const Key& key, const std::string& uuid) {
     StatusOr<json> existing = api_->GetPod(options_.ns, name);
     if (existing.ok() && MetaOf(*existing, "deletionTimestamp").empty() &&
         !PodFinished(*existing) && AnnotationOf(*existing, kAnnotationReserves) == uuid) {
+      *held = Held{uuid, MetaOf(*existing, "uid")};
       return true;
     }
     LogDebug("reservation pod %s/%s exists from before; retrying once it is gone",
@@ -236,8 +238,9 @@ bool Reservations::Create(const Key& key, const std::string& uuid) {
   return false;
 }
 
-bool Reservations::Delete(const std::string& name, const std::string& why) {
-  Status s = api_->DeletePod(options_.ns, name);
+bool Reservations::Delete(const std::string& name, const std::string& uid,
+                          const std::string& why) {
+  Status s = api_->DeletePod(options_.ns, name, uid);
   if (s.ok()) {
     LogInfo("deleted the reservation pod %s/%s: %s", options_.ns.c_str(), name.c_str(),
             why.c_str());
@@ -246,6 +249,13 @@ bool Reservations::Delete(const std::string& name, const std::string& why) {
     return true;
   }
   if (s.code() == StatusCode::kNotFound) return true;
+  if (s.code() == StatusCode::kAborted && !uid.empty()) {
+    // Deleted meanwhile and made again, by another replica for a booking this one has not seen
+    // yet: that one is not ours to delete.
+    LogDebug("the reservation pod %s/%s was replaced meanwhile; leaving the new one",
+             options_.ns.c_str(), name.c_str());
+    return true;
+  }
   LogWarning("cannot delete the reservation pod %s/%s: %s (retrying at the next reconcile)",
              options_.ns.c_str(), name.c_str(), s.message().c_str());
   std::lock_guard<std::mutex> lock(mu_);
@@ -256,7 +266,7 @@ bool Reservations::Delete(const std::string& name, const std::string& why) {
 void Reservations::Sync() {
   std::lock_guard<std::mutex> io(io_mu_);
   std::vector<std::pair<Key, std::string>> creates;  // GPU, UUID.
-  std::vector<Key> deletes;
+  std::vector<std::pair<Key, std::string>> deletes;  // GPU, uid of the pod.
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const Key& key : dirty_) {
@@ -264,24 +274,25 @@ void Reservations::Sync() {
       auto h = have_.find(key);
       if (w && h == have_.end()) {
         creates.push_back({key, w->uuid});
-      } else if (h != have_.end() && (!w || w->uuid != h->second)) {
+      } else if (h != have_.end() && (!w || w->uuid != h->second.uuid)) {
         // Another GPU at that index: its reservation is made again by the next Reconcile, once
         // the old pod is gone.
-        deletes.push_back(key);
+        deletes.push_back({key, h->second.uid});
       }
     }
     dirty_.clear();
   }
-  for (const Key& key : deletes) {
-    if (Delete(ReservationPodName(key.first, key.second), "no fractional booking on the GPU")) {
+  for (const auto& [key, uid] : deletes) {
+    if (Delete(ReservationPodName(key.first, key.second), uid, "no fractional booking on the GPU")) {
       std::lock_guard<std::mutex> lock(mu_);
       have_.erase(key);
     }
   }
   for (const auto& [key, uuid] : creates) {
-    if (Create(key, uuid)) {
+    Held held;
+    if (Create(key, uuid, &held)) {
       std::lock_guard<std::mutex> lock(mu_);
-      have_[key] = uuid;
+      have_[key] = held;
     }
   }
 }
@@ -309,7 +320,7 @@ Status Reservations::Reconcile() {
     }
     made_ = made;  // Forget the pods that are gone.
   }
-  std::map<Key, std::string> live;
+  std::map<Key, Held> live;
   for (const json& pod : *listed) {
     if (!MetaOf(pod, "deletionTimestamp").empty()) continue;  // Already going.
     const std::string name = MetaOf(pod, "name");
@@ -343,13 +354,15 @@ Status Reservations::Reconcile() {
     } else if (name != ReservationPodName(node, index) || live.count(key) > 0) {
       why = "another pod reserves that GPU";
     } else {
-      live[key] = uuid;
+      live[key] = Held{uuid, MetaOf(pod, "uid")};
       continue;
     }
-    Delete(name, why);
+    // Only the pod looked at: a replacement made meanwhile by another replica stays.
+    Delete(name, MetaOf(pod, "uid"), why);
   }
   for (const auto& [key, uuid] : want) {
-    if (live.count(key) == 0 && Create(key, uuid)) live[key] = uuid;
+    Held held;
+    if (live.count(key) == 0 && Create(key, uuid, &held)) live[key] = held;
   }
   std::lock_guard<std::mutex> lock(mu_);
   have_ = std::move(live);

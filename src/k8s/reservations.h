@@ -124,10 +124,15 @@ class Reservations {
 
   void RunWorker(std::function<bool()> ready);
   std::optional<Want> WantedLocked(const Key& key) const;
+  // A reservation pod believed to exist.
+  struct Held {
+    std::string uuid;  // The GPU it reserves.
+    std::string uid;   // The pod's uid ("" if unknown).
+  };
   // Create/delete one reservation; true when the API server now has what was asked (a live
-  // pod, or none).
-  bool Create(const Key& key, const std::string& uuid);
-  bool Delete(const std::string& name, const std::string& why);
+  // pod, whose uid goes to `held`; or not the pod with uid `uid`, "" for any).
+  bool Create(const Key& key, const std::string& uuid, Held* held);
+  bool Delete(const std::string& name, const std::string& uid, const std::string& why);
 
   ClusterApi* api_;
   const ReservationOptions options_;
@@ -138,7 +143,7 @@ class Reservations {
   std::condition_variable wake_;
   std::map<std::string, std::vector<Key>> pods_;  // Pod -> GPUs it holds fractions of.
   std::map<Key, Want> want_;
-  std::map<Key, std::string> have_;     // Reservation pods believed to exist -> their UUID.
+  std::map<Key, Held> have_;            // Reservation pods believed to exist.
   std::set<Key> dirty_;                 // GPUs changed since the last Sync.
   std::set<std::string> unreservable_;  // Nodes whose agent serves nvidia.com/gpu.
   std::set<std::string> made_;          // UIDs of the reservation pods this replica created.

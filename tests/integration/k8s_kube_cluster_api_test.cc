@@ -55,6 +55,20 @@ TEST_F(KubeClusterApiTest, AnnotatePodCarriesTheResourceVersionAndRemovesEmptyVa
   EXPECT_EQ(api_->AnnotatePod("ns", "p", "", {{"a", "b"}}).code(), StatusCode::kNotFound);
 }
 
+TEST_F(KubeClusterApiTest, DeletePodOnlyDeletesThePodWithTheGivenUid) {
+  // Another pod has the name now: refused as a conflict, and nothing is deleted.
+  Status other = api_->DeletePod("ns", "p", "uid-of-an-older-pod");
+  EXPECT_EQ(other.code(), StatusCode::kAborted) << other.ToString();
+  EXPECT_TRUE(server_->Get("pods", "ns", "p").has_value());
+  auto deletes = server_->requests("DELETE", "/api/v1/namespaces/ns/pods/p");
+  ASSERT_EQ(deletes.size(), 1u);
+  EXPECT_EQ(json::parse(deletes[0].body)["preconditions"]["uid"], "uid-of-an-older-pod");
+  // Its own uid deletes it; then it is NotFound.
+  ASSERT_TRUE(api_->DeletePod("ns", "p", MetaOf(pod_, "uid")).ok());
+  EXPECT_FALSE(server_->Get("pods", "ns", "p").has_value());
+  EXPECT_EQ(api_->DeletePod("ns", "p", "").code(), StatusCode::kNotFound);
+}
+
 TEST_F(KubeClusterApiTest, BindPostsABindingWithThePodUid) {
   ASSERT_TRUE(api_->BindPod("ns", "p", MetaOf(pod_, "uid"), "n1").ok());
   auto posts = server_->requests("POST", "/api/v1/namespaces/ns/pods/p/binding");

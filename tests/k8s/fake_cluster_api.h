@@ -304,11 +304,18 @@ class FakeClusterApi : public ClusterApi {
     return stored;
   }
 
-  Status DeletePod(const std::string& ns, const std::string& name) override {
+  Status DeletePod(const std::string& ns, const std::string& name,
+                   const std::string& uid) override {
     std::lock_guard<std::mutex> lock(mu_);
     ++delete_calls_;
     if (fail_delete_) return *std::exchange(fail_delete_, std::nullopt);
-    if (pods_.erase(Key(ns, name)) == 0) return NotFoundError("pods \"" + name + "\" not found");
+    auto it = pods_.find(Key(ns, name));
+    if (it == pods_.end()) return NotFoundError("pods \"" + name + "\" not found");
+    if (!uid.empty() && it->second["metadata"].value("uid", "") != uid) {
+      return AbortedError("Operation cannot be fulfilled on pods \"" + name +
+                          "\": precondition failed: uid");
+    }
+    pods_.erase(it);
     return OkStatus();
   }
 

@@ -175,7 +175,7 @@ TEST_F(ReservationsTest, TheLastFractionGoingDeletesTheReservation) {
 
   // One pod deleted: the other still holds a fraction.
   json a = Stored("a");
-  (void)api_.DeletePod("default", "a");
+  (void)api_.DeletePod("default", "a", "");
   e.extender->OnPodDeleted(a);
   e.reservations->Sync();
   EXPECT_EQ(Reserved().size(), 1u);
@@ -207,7 +207,7 @@ TEST_F(ReservationsTest, ARestartedExtenderReconcilesFromThePods) {
   // deleted by someone.
   api_.SetPodPhase("default", "b", "Failed");
   Age(stale, 600);
-  (void)api_.DeletePod(kNs, kept);
+  (void)api_.DeletePod(kNs, kept, "");
 
   Scheduler after(api_);
   // The watches deliver every pod (reservation pods included) before the first reconcile.
@@ -247,11 +247,38 @@ TEST_F(ReservationsTest, AReplicaThatHasNotSeenABindKeepsItsFreshReservation) {
   EXPECT_EQ(Reserved().count(name), 1u);
 
   // A true orphan (its pod gone while no extender watched) goes once the grace is over.
-  (void)api_.DeletePod("default", "p");
+  (void)api_.DeletePod("default", "p", "");
   Scheduler c(api_);
   ASSERT_TRUE(c.reservations->Reconcile().ok());
   EXPECT_TRUE(Reserved().empty());
   EXPECT_EQ(c.reservations->stats().deleted, 1u);
+}
+
+TEST_F(ReservationsTest, AReplicaThatSawTheLastFractionEndLeavesANewerReservationAlone) {
+  api_.PutNode(NodeObject("solo", Inventory("solo", 1, "H100-80GB")));
+  Scheduler a(api_);
+  Scheduler b(api_);
+  ASSERT_EQ(a.Bind(AddPod("p1", Fraction(300)), "solo"), "");
+  a.reservations->Sync();
+  const std::string name = "gpufrac-reserve-solo-gpu0";
+  const std::string first_uid = api_.Pod(kNs, name)->at("metadata").at("uid");
+  b.extender->OnPod(Stored("p1"));
+  ASSERT_TRUE(b.reservations->Reconcile().ok());  // b knows the reservation, by its uid.
+
+  // p1 ends and p2 takes the GPU; replica a sees both and replaces the reservation.
+  a.extender->OnPod(api_.SetPodPhase("default", "p1", "Succeeded"));
+  a.reservations->Sync();
+  ASSERT_EQ(a.Bind(AddPod("p2", Fraction(500)), "solo"), "");
+  a.reservations->Sync();
+  const std::string second_uid = api_.Pod(kNs, name)->at("metadata").at("uid");
+  ASSERT_NE(second_uid, first_uid);
+
+  // Replica b has seen p1 end but not yet p2's bind: it deletes only the pod it knew.
+  b.extender->OnPod(Stored("p1"));
+  b.reservations->Sync();
+  ASSERT_TRUE(api_.Pod(kNs, name).has_value());
+  EXPECT_EQ(api_.Pod(kNs, name)->at("metadata").at("uid"), second_uid);
+  EXPECT_EQ(b.reservations->stats().deleted, 0u);
 }
 
 TEST_F(ReservationsTest, AFailedCreationNeverFailsTheBindAndIsRetriedAtReconcile) {
