@@ -14,6 +14,11 @@
 //    tag names it. The mark spares the next operation a look at another process's lane.
 //  - When a process dies, a survivor finishes or discards its in-flight operation (it reached
 //    `global` exactly when the tag still names it) and then releases what its lanes hold.
+//    The tag carries 13 bits of the lane's sequence, which bounds this: a thread stalled between
+//    reading `global` and swapping it could mistake a later operation for the one it read if the
+//    same lane ran exactly a multiple of 8,192 operations meanwhile, left the bytes in use where
+//    they were, and was killed between its swap and its commit. Then that operation's delta
+//    would stay in `global` without a record (a leaked charge, or an overrun by a free's size).
 //  - Death is noticed without system calls: each member process holds a robust, process-shared
 //    mutex in the segment, and the kernel marks it "owner died" when the process ends, however it
 //    ends. Reserve reads those words (one per member process, packed together) and only then, on
