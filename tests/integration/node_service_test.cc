@@ -964,6 +964,9 @@ TEST(NodeService, TheFirstCommandStartsAServiceForTheUser) {
   ASSERT_GT(pid, 0);
   kill(pid, SIGTERM);
   for (int i = 0; i < 100 && kill(pid, 0) == 0; ++i) usleep(20000);
+  // The user's simulated machine, which is named after the user's state directory.
+  const std::string machine = "gpufracd-" + node::StateDirTag(home + "/.local/state/gpufrac");
+  AsNobody([&] { return simgpu::RemoveSharedMachine(machine) ? 0 : 1; });
   std::error_code ec;
   std::filesystem::remove_all(home, ec);
 }
