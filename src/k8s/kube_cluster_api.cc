@@ -1,6 +1,7 @@
 // The extender's and the agent's calls, as API-server requests.
 #include "k8s/kube_cluster_api.h"
 
+#include <chrono>
 #include <ctime>
 
 #include "common/log.h"
@@ -14,16 +15,6 @@ std::string PodPath(const std::string& ns, const std::string& name) {
 }
 
 int64_t NowSeconds() { return static_cast<int64_t>(std::time(nullptr)); }
-
-// RFC 3339 in UTC, as the API server writes times.
-std::string Rfc3339Now() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 // The lock annotation's holder and expiry; empty holder when unset or unreadable.
 std::pair<std::string, int64_t> ParseLock(const std::string& value) {
@@ -128,7 +119,7 @@ void KubeClusterApi::UnlockNode(const std::string& node, const std::string& hold
 void KubeClusterApi::PodEvent(const json& pod, const std::string& reason,
                               const std::string& message, bool warning) {
   const std::string ns = MetaOf(pod, "namespace"), name = MetaOf(pod, "name");
-  const std::string now = Rfc3339Now();
+  const std::string now = Rfc3339(std::chrono::system_clock::now());
   json event = {{"apiVersion", "v1"},
                 {"kind", "Event"},
                 {"metadata", {{"generateName", name + "."}, {"namespace", ns}}},

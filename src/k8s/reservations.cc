@@ -2,11 +2,8 @@
 // the create/delete/reconcile loop against the API server.
 #include "k8s/reservations.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <ctime>
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
@@ -32,16 +29,6 @@ uint64_t Fnv1a(std::string_view text) {
 }
 
 bool Alnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
-
-// Seconds since the pod was created, from its metadata.creationTimestamp (RFC 3339 in UTC, as the
-// API server writes it); nullopt when it has none that parses.
-std::optional<int64_t> AgeSeconds(const json& pod) {
-  const std::string created = MetaOf(pod, "creationTimestamp");
-  std::tm tm{};
-  const char* end = strptime(created.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
-  if (end == nullptr) return std::nullopt;
-  return static_cast<int64_t>(std::time(nullptr)) - static_cast<int64_t>(timegm(&tm));
-}
 
 std::string StatusReason(const json& pod) {
   const json* status = FieldOf(pod, "status");
@@ -341,11 +328,14 @@ Status Reservations::Reconcile() {
       LogWarning("reservation pod %s/%s ended: %s", options_.ns.c_str(), name.c_str(),
                  StatusReason(pod).c_str());
     } else if (w == want.end()) {
-      std::optional<int64_t> age = AgeSeconds(pod);
-      if (made.count(MetaOf(pod, "uid")) == 0 && age && *age < options_.orphan_grace.count()) {
+      std::optional<std::chrono::system_clock::time_point> created =
+          ParseRfc3339(MetaOf(pod, "creationTimestamp"));
+      if (made.count(MetaOf(pod, "uid")) == 0 && created &&
+          std::chrono::system_clock::now() - *created < options_.orphan_grace) {
         // Perhaps made by another replica for a bind this one has not seen yet.
-        LogDebug("keeping the reservation pod %s/%s, %llds old, until the next reconcile",
-                 options_.ns.c_str(), name.c_str(), static_cast<long long>(*age));
+        LogDebug("keeping the reservation pod %s/%s, made by another replica, until the next "
+                 "reconcile",
+                 options_.ns.c_str(), name.c_str());
         continue;
       }
       why = "no fractional booking on GPU " + std::to_string(index) + " of node " + node;

@@ -12,14 +12,16 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <random>
 #include <thread>
 #include <tuple>
+
+#include "k8s/object_fields.h"
 
 namespace gpufrac::k8s::testing {
 namespace {
@@ -174,15 +176,6 @@ std::string Str(const json& object, const char* a, const char* b) {
   const json& inner = object[a];
   if (!inner.contains(b) || !inner[b].is_string()) return "";
   return inner[b];
-}
-
-std::string NowTimestamp() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 std::string Trim(const std::string& text) {
@@ -396,7 +389,7 @@ struct FakeApiServer::State {
     if (!info.namespaced) meta.erase("namespace");
     if (old.is_null()) {
       meta["uid"] = "uid-" + std::to_string(++uid_counter);
-      meta["creationTimestamp"] = NowTimestamp();
+      meta["creationTimestamp"] = Rfc3339(std::chrono::system_clock::now());
     } else {
       meta["uid"] = old["metadata"]["uid"];
       meta["creationTimestamp"] = old["metadata"]["creationTimestamp"];

@@ -4,10 +4,7 @@
 // inject the failures the bind protocol and the reservations must survive.
 #pragma once
 
-#include <time.h>
-
 #include <chrono>
-#include <ctime>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -18,6 +15,7 @@
 #include <vector>
 
 #include "k8s/cluster_api.h"
+#include "k8s/object_fields.h"
 
 namespace gpufrac::k8s::testing {
 
@@ -32,15 +30,6 @@ class FakeClusterApi : public ClusterApi {
 
   // ---- The objects ----
 
-  // RFC 3339 in UTC, as the API server writes metadata.creationTimestamp.
-  static std::string Timestamp(std::chrono::system_clock::time_point at) {
-    std::time_t t = std::chrono::system_clock::to_time_t(at);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-  }
 
   // Adds or replaces a pod; gives it a uid (when it has none) and a new resourceVersion.
   // Returns the stored object.
@@ -299,7 +288,7 @@ class FakeClusterApi : public ClusterApi {
     meta["namespace"] = ns;
     meta["uid"] = "uid-" + std::to_string(++next_uid_);
     meta["resourceVersion"] = NextVersion();
-    meta["creationTimestamp"] = Timestamp(std::chrono::system_clock::now());
+    meta["creationTimestamp"] = Rfc3339(std::chrono::system_clock::now());
     pods_[Key(ns, name)] = stored;
     return stored;
   }

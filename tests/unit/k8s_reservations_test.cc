@@ -18,6 +18,7 @@
 #include "k8s/fake_cluster_api.h"
 #include "k8s/inventory.h"
 #include "k8s/ledger.h"
+#include "k8s/object_fields.h"
 #include "k8s/reservations.h"
 
 namespace gpufrac::k8s {
@@ -114,7 +115,7 @@ class ReservationsTest : public ::testing::Test {
   // Makes the reservation pod `name` look created `seconds` ago.
   void Age(const std::string& name, int seconds) {
     json pod = *api_.Pod(kNs, name);
-    pod["metadata"]["creationTimestamp"] = FakeClusterApi::Timestamp(
+    pod["metadata"]["creationTimestamp"] = Rfc3339(
         std::chrono::system_clock::now() - std::chrono::seconds(seconds));
     api_.PutPod(pod);
   }
@@ -361,6 +362,16 @@ TEST_F(ReservationsTest, TheWorkerCreatesAndDeletesOnItsOwn) {
 }
 
 // ---- The pod ----
+
+// The creation times Reconcile reads are in the API server's format.
+TEST(Rfc3339Test, WritesAndReadsTheApiServersTimes) {
+  const auto t = std::chrono::system_clock::from_time_t(1700000000);
+  EXPECT_EQ(Rfc3339(t), "2023-11-14T22:13:20Z");
+  EXPECT_EQ(ParseRfc3339("2023-11-14T22:13:20Z"), t);
+  EXPECT_EQ(ParseRfc3339("2023-11-14T22:13:20.123456Z"), t);  // fractions are ignored
+  EXPECT_FALSE(ParseRfc3339("").has_value());
+  EXPECT_FALSE(ParseRfc3339("yesterday").has_value());
+}
 
 TEST(ReservationPodTest, NameIsAStableDnsLabel) {
   EXPECT_EQ(ReservationPodName("gpu-node-1", 3), "gpufrac-reserve-gpu-node-1-gpu3");
