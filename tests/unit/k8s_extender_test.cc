@@ -13,68 +13,29 @@
 #include <thread>
 #include <vector>
 
-#include "gpu/catalogue.h"
 #include "k8s/assignment.h"
 #include "k8s/extender.h"
 #include "k8s/fake_cluster_api.h"
 #include "k8s/inventory.h"
 #include "k8s/ledger.h"
+#include "k8s/test_objects.h"
 
 namespace gpufrac::k8s {
 namespace {
 
 using nlohmann::json;
 using ::testing::ElementsAre;
+using testing::BindBody;
 using testing::FakeClusterApi;
+using testing::FractionLimits;
+using testing::Inventory;
+using testing::NodeObject;
+using testing::PodObject;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
 
 // ---- Objects as the API server holds them ----
-
-NodeInventory Inventory(const std::string& node, int count, const std::string& model,
-                        GpuMode mode = GpuMode::kShared) {
-  NodeInventory inv;
-  inv.slots_per_gpu = 8;
-  for (int i = 0; i < count; ++i) {
-    GpuInfo g;
-    g.index = i;
-    g.uuid = "GPU-" + node + "-" + std::to_string(i);
-    g.model = model;
-    g.memory_bytes = gpu::FindModel(model)->memory_bytes;
-    g.mode = mode;
-    inv.gpus.push_back(g);
-  }
-  return inv;
-}
-
-json NodeObject(const std::string& name, const NodeInventory* inventory) {
-  json node = {{"apiVersion", "v1"},
-               {"kind", "Node"},
-               {"metadata", {{"name", name}, {"labels", {{"kubernetes.io/hostname", name}}}}},
-               {"status", {{"capacity", {{"cpu", "64"}}}}}};
-  if (inventory != nullptr) {
-    node["metadata"]["annotations"] = {
-        {std::string(kAnnotationInventory), InventoryToJson(*inventory).dump()}};
-  }
-  return node;
-}
-
-// A pending pod with one container "main" with these limits.
-json PodObject(const std::string& name, json limits, json annotations = json::object()) {
-  return {{"apiVersion", "v1"},
-          {"kind", "Pod"},
-          {"metadata", {{"name", name}, {"namespace", "default"}, {"annotations", annotations}}},
-          {"spec",
-           {{"schedulerName", "default-scheduler"},
-            {"containers",
-             {{{"name", "main"}, {"image", "cuda:12"}, {"resources", {{"limits", limits}}}}}}}},
-          {"status", {{"phase", "Pending"}}}};
-}
-
-json FractionLimits(int milli) {
-  return {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", std::to_string(milli)}};
-}
 
 // ---- Bodies exactly as kube-scheduler's HTTPExtender marshals them ----
 
@@ -89,14 +50,6 @@ std::string FilterByNodes(const json& pod, const std::vector<json>& nodes) {
               {"NodeNames", nullptr}}
       .dump();
 }
-std::string BindBody(const json& pod, const std::string& node) {
-  return json{{"PodName", pod["metadata"]["name"]},
-              {"PodNamespace", pod["metadata"]["namespace"]},
-              {"PodUID", pod["metadata"]["uid"]},
-              {"Node", node}}
-      .dump();
-}
-
 // One extender with its own books on a shared fake API server.
 struct Scheduler {
   std::unique_ptr<Ledger> ledger;

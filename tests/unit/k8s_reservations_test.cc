@@ -12,7 +12,6 @@
 #include <thread>
 #include <vector>
 
-#include "gpu/catalogue.h"
 #include "k8s/assignment.h"
 #include "k8s/extender.h"
 #include "k8s/fake_cluster_api.h"
@@ -20,64 +19,21 @@
 #include "k8s/ledger.h"
 #include "k8s/object_fields.h"
 #include "k8s/reservations.h"
+#include "k8s/test_objects.h"
 
 namespace gpufrac::k8s {
 namespace {
 
 using nlohmann::json;
+using testing::BindBody;
 using testing::FakeClusterApi;
+using testing::FractionLimits;
+using testing::Inventory;
+using testing::NodeObject;
+using testing::PodObject;
 using ::testing::HasSubstr;
 
 constexpr char kNs[] = "gpufrac-system";
-
-NodeInventory Inventory(const std::string& node, int count, const std::string& model,
-                        GpuMode mode = GpuMode::kShared) {
-  NodeInventory inv;
-  inv.slots_per_gpu = 8;
-  for (int i = 0; i < count; ++i) {
-    GpuInfo g;
-    g.index = i;
-    g.uuid = "GPU-" + node + "-" + std::to_string(i);
-    g.model = model;
-    g.memory_bytes = gpu::FindModel(model)->memory_bytes;
-    g.mode = mode;
-    inv.gpus.push_back(g);
-  }
-  return inv;
-}
-
-json NodeObject(const std::string& name, const NodeInventory& inventory, json labels = {}) {
-  json node = {{"apiVersion", "v1"},
-               {"kind", "Node"},
-               {"metadata",
-                {{"name", name},
-                 {"annotations",
-                  {{std::string(kAnnotationInventory), InventoryToJson(inventory).dump()}}}}}};
-  if (labels.is_object()) node["metadata"]["labels"] = labels;
-  return node;
-}
-
-json PodObject(const std::string& name, json limits, json annotations = json::object()) {
-  return {{"apiVersion", "v1"},
-          {"kind", "Pod"},
-          {"metadata", {{"name", name}, {"namespace", "default"}, {"annotations", annotations}}},
-          {"spec",
-           {{"containers",
-             {{{"name", "main"}, {"image", "cuda:12"}, {"resources", {{"limits", limits}}}}}}}},
-          {"status", {{"phase", "Pending"}}}};
-}
-
-json Fraction(int milli) {
-  return {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", std::to_string(milli)}};
-}
-
-std::string BindBody(const json& pod, const std::string& node) {
-  return json{{"PodName", pod["metadata"]["name"]},
-              {"PodNamespace", pod["metadata"]["namespace"]},
-              {"PodUID", pod["metadata"]["uid"]},
-              {"Node", node}}
-      .dump();
-}
 
 // One extender with reservations on the shared fake API server.
 struct Scheduler {
@@ -134,7 +90,7 @@ class ReservationsTest : public ::testing::Test {
 
 TEST_F(ReservationsTest, FirstFractionOnAGpuCreatesExactlyOneReservation) {
   Scheduler e(api_);
-  ASSERT_EQ(e.Bind(AddPod("a", Fraction(300)), "n1"), "");
+  ASSERT_EQ(e.Bind(AddPod("a", FractionLimits(300)), "n1"), "");
   EXPECT_EQ(api_.create_calls(), 0) << "the bind itself makes no reservation";
   e.reservations->Sync();
   const int gpu = GpuOf("a");
@@ -143,7 +99,7 @@ TEST_F(ReservationsTest, FirstFractionOnAGpuCreatesExactlyOneReservation) {
             (std::map<std::string, std::string>{{name, "GPU-n1-" + std::to_string(gpu)}}));
 
   // A second fraction on the same GPU: still one.
-  ASSERT_EQ(e.Bind(AddPod("b", Fraction(300)), "n1"), "");
+  ASSERT_EQ(e.Bind(AddPod("b", FractionLimits(300)), "n1"), "");
   ASSERT_EQ(GpuOf("b"), gpu) << "the policy packs fractions onto one GPU";
   e.reservations->Sync();
   e.reservations->Sync();
@@ -169,8 +125,8 @@ TEST_F(ReservationsTest, WholeGpuAndMigBookingsGetNone) {
 
 TEST_F(ReservationsTest, TheLastFractionGoingDeletesTheReservation) {
   Scheduler e(api_);
-  ASSERT_EQ(e.Bind(AddPod("a", Fraction(300)), "n1"), "");
-  ASSERT_EQ(e.Bind(AddPod("b", Fraction(300)), "n1"), "");
+  ASSERT_EQ(e.Bind(AddPod("a", FractionLimits(300)), "n1"), "");
+  ASSERT_EQ(e.Bind(AddPod("b", FractionLimits(300)), "n1"), "");
   e.reservations->Sync();
   ASSERT_EQ(Reserved().size(), 1u);
 
@@ -188,7 +144,7 @@ TEST_F(ReservationsTest, TheLastFractionGoingDeletesTheReservation) {
   EXPECT_EQ(e.reservations->stats().deleted, 1u);
 
   // A new fraction brings it back.
-  ASSERT_EQ(e.Bind(AddPod("c", Fraction(500)), "n1"), "");
+  ASSERT_EQ(e.Bind(AddPod("c", FractionLimits(500)), "n1"), "");
   e.reservations->Sync();
   EXPECT_EQ(Reserved().size(), 1u);
 }
@@ -197,8 +153,8 @@ TEST_F(ReservationsTest, ARestartedExtenderReconcilesFromThePods) {
   std::string kept, stale;
   {
     Scheduler before(api_);
-    ASSERT_EQ(before.Bind(AddPod("a", Fraction(600)), "n1"), "");
-    ASSERT_EQ(before.Bind(AddPod("b", Fraction(600)), "n1"), "");  // Does not fit with a.
+    ASSERT_EQ(before.Bind(AddPod("a", FractionLimits(600)), "n1"), "");
+    ASSERT_EQ(before.Bind(AddPod("b", FractionLimits(600)), "n1"), "");  // Does not fit with a.
     before.reservations->Sync();
     ASSERT_EQ(Reserved().size(), 2u);
     kept = "gpufrac-reserve-n1-gpu" + std::to_string(GpuOf("a"));
@@ -229,7 +185,7 @@ TEST_F(ReservationsTest, ARestartedExtenderReconcilesFromThePods) {
 
 TEST_F(ReservationsTest, AReplicaThatHasNotSeenABindKeepsItsFreshReservation) {
   Scheduler a(api_);
-  ASSERT_EQ(a.Bind(AddPod("p", Fraction(300)), "n1"), "");
+  ASSERT_EQ(a.Bind(AddPod("p", FractionLimits(300)), "n1"), "");
   a.reservations->Sync();
   const std::string name = "gpufrac-reserve-n1-gpu" + std::to_string(GpuOf("p"));
   ASSERT_EQ(Reserved().count(name), 1u);
@@ -259,7 +215,7 @@ TEST_F(ReservationsTest, AReplicaThatSawTheLastFractionEndLeavesANewerReservatio
   api_.PutNode(NodeObject("solo", Inventory("solo", 1, "H100-80GB")));
   Scheduler a(api_);
   Scheduler b(api_);
-  ASSERT_EQ(a.Bind(AddPod("p1", Fraction(300)), "solo"), "");
+  ASSERT_EQ(a.Bind(AddPod("p1", FractionLimits(300)), "solo"), "");
   a.reservations->Sync();
   const std::string name = "gpufrac-reserve-solo-gpu0";
   const std::string first_uid = api_.Pod(kNs, name)->at("metadata").at("uid");
@@ -269,7 +225,7 @@ TEST_F(ReservationsTest, AReplicaThatSawTheLastFractionEndLeavesANewerReservatio
   // p1 ends and p2 takes the GPU; replica a sees both and replaces the reservation.
   a.extender->OnPod(api_.SetPodPhase("default", "p1", "Succeeded"));
   a.reservations->Sync();
-  ASSERT_EQ(a.Bind(AddPod("p2", Fraction(500)), "solo"), "");
+  ASSERT_EQ(a.Bind(AddPod("p2", FractionLimits(500)), "solo"), "");
   a.reservations->Sync();
   const std::string second_uid = api_.Pod(kNs, name)->at("metadata").at("uid");
   ASSERT_NE(second_uid, first_uid);
@@ -285,7 +241,7 @@ TEST_F(ReservationsTest, AReplicaThatSawTheLastFractionEndLeavesANewerReservatio
 TEST_F(ReservationsTest, AFailedCreationNeverFailsTheBindAndIsRetriedAtReconcile) {
   Scheduler e(api_);
   api_.FailNextCreatePod(UnavailableError("etcdserver: request timed out"));
-  ASSERT_EQ(e.Bind(AddPod("a", Fraction(300)), "n1"), "");
+  ASSERT_EQ(e.Bind(AddPod("a", FractionLimits(300)), "n1"), "");
   EXPECT_EQ(e.extender->stats().bind_failures, 0u);
   e.reservations->Sync();
   EXPECT_TRUE(Reserved().empty());
@@ -303,7 +259,7 @@ TEST_F(ReservationsTest, AFailedCreationNeverFailsTheBindAndIsRetriedAtReconcile
 
 TEST_F(ReservationsTest, AFailedDeletionIsRetriedAtReconcile) {
   Scheduler e(api_);
-  ASSERT_EQ(e.Bind(AddPod("a", Fraction(300)), "n1"), "");
+  ASSERT_EQ(e.Bind(AddPod("a", FractionLimits(300)), "n1"), "");
   e.reservations->Sync();
   api_.FailNextDeletePod(UnavailableError("etcdserver: leader changed"));
   e.extender->OnPod(api_.SetPodPhase("default", "a", "Succeeded"));
@@ -315,7 +271,7 @@ TEST_F(ReservationsTest, AFailedDeletionIsRetriedAtReconcile) {
 
 TEST_F(ReservationsTest, AReservationPodThatEndedIsReplaced) {
   Scheduler e(api_);
-  ASSERT_EQ(e.Bind(AddPod("a", Fraction(300)), "n1"), "");
+  ASSERT_EQ(e.Bind(AddPod("a", FractionLimits(300)), "n1"), "");
   e.reservations->Sync();
   ASSERT_EQ(Reserved().size(), 1u);
   const std::string name = Reserved().begin()->first;
@@ -332,8 +288,8 @@ TEST_F(ReservationsTest, NoReservationsWhereTheAgentServesNvidiaGpuItself) {
   api_.PutNode(NodeObject("own", Inventory("own", 1, "H100-80GB"),
                           {{"gpufrac.io/nvidia-gpu-plugin", "true"}}));
   Scheduler e(api_);
-  ASSERT_EQ(e.Bind(AddPod("a", Fraction(300)), "own"), "");
-  ASSERT_EQ(e.Bind(AddPod("b", Fraction(300)), "n1"), "");
+  ASSERT_EQ(e.Bind(AddPod("a", FractionLimits(300)), "own"), "");
+  ASSERT_EQ(e.Bind(AddPod("b", FractionLimits(300)), "n1"), "");
   e.reservations->Sync();
   ASSERT_EQ(Reserved().size(), 1u);
   EXPECT_THAT(Reserved().begin()->first, HasSubstr("-n1-"));
@@ -349,7 +305,7 @@ TEST_F(ReservationsTest, NoReservationsWhereTheAgentServesNvidiaGpuItself) {
 TEST_F(ReservationsTest, TheWorkerCreatesAndDeletesOnItsOwn) {
   Scheduler e(api_, {.settle = std::chrono::milliseconds(10)});
   e.reservations->Start([] { return true; });
-  ASSERT_EQ(e.Bind(AddPod("a", Fraction(300)), "n1"), "");
+  ASSERT_EQ(e.Bind(AddPod("a", FractionLimits(300)), "n1"), "");
   auto eventually = [](auto f) {
     for (int i = 0; i < 200 && !f(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
