@@ -152,6 +152,21 @@ class K8sEndToEnd : public ::testing::Test {
     return bound["Error"].get<std::string>();
   }
 
+  // Schedules a pod "train" asking for a quarter of a GPU and waits for the reservation pod of its
+  // GPU (reservation pods on). Returns that pod's name and the pod's grant; "" on failure.
+  std::string ScheduleFractionAndAwaitReservation(GpuGrant* grant) {
+    json pod = server_->Put(
+        PodObject("train", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}}));
+    EXPECT_EQ(Schedule(pod), "");
+    std::optional<Assignment> a = AssignmentOf(*server_->Get("pods", "team-a", "train"));
+    if (!a) return "";
+    *grant = a->containers[0].gpus[0];
+    const std::string name = ReservationPodName(kNode, grant->index);
+    bool made = Eventually([&] { return server_->Get("pods", "gpufrac-system", name).has_value(); });
+    EXPECT_TRUE(made) << name;
+    return made ? name : "";
+  }
+
   std::string Endpoint() {
     auto regs = kubelet_->registrations();
     return regs.back().endpoint();
@@ -329,15 +344,9 @@ TEST_F(K8sEndToEnd, MigProfileGetsAnInstanceCreatedAtAllocate) {
 TEST_F(K8sEndToEnd, FractionalGpuIsReservedWithAPodWhileItHasFractions) {
   reservation_pods_ = true;
   StartAll("2xH100-80GB");
-  json pod = server_->Put(
-      PodObject("train", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}}));
-  ASSERT_EQ(Schedule(pod), "");
-  const GpuGrant grant =
-      AssignmentOf(*server_->Get("pods", "team-a", "train"))->containers[0].gpus[0];
-  const std::string name =
-      "gpufrac-reserve-" + std::string(kNode) + "-gpu" + std::to_string(grant.index);
-
-  ASSERT_TRUE(Eventually([&] { return server_->Get("pods", "gpufrac-system", name).has_value(); }));
+  GpuGrant grant;
+  const std::string name = ScheduleFractionAndAwaitReservation(&grant);
+  ASSERT_FALSE(name.empty());
   auto posts = server_->requests("POST", "/api/v1/namespaces/gpufrac-system/pods");
   ASSERT_EQ(posts.size(), 1u);
   json sent = json::parse(posts[0].body);
@@ -375,14 +384,9 @@ TEST_F(K8sEndToEnd, ARestartedExtenderDeletesOrphanReservationsAndMakesMissingOn
   // grace that protects other replicas' fresh reservations (tested in k8s_reservations_test).
   orphan_grace_ = std::chrono::seconds(0);
   StartAll("2xH100-80GB");
-  json pod = server_->Put(
-      PodObject("train", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}}));
-  ASSERT_EQ(Schedule(pod), "");
-  const GpuGrant grant =
-      AssignmentOf(*server_->Get("pods", "team-a", "train"))->containers[0].gpus[0];
-  const std::string name =
-      "gpufrac-reserve-" + std::string(kNode) + "-gpu" + std::to_string(grant.index);
-  ASSERT_TRUE(Eventually([&] { return server_->Get("pods", "gpufrac-system", name).has_value(); }));
+  GpuGrant grant;
+  const std::string name = ScheduleFractionAndAwaitReservation(&grant);
+  ASSERT_FALSE(name.empty());
 
   // Meanwhile, without an extender: the reservation is deleted, and an orphan appears.
   extender_->Stop();
