@@ -112,19 +112,14 @@ struct AgentService::Impl {
   // GPU health from NVML's events (critical XIDs, double-bit ECC) and lost-GPU errors; null
   // when NVML offers no events (then every GPU counts as healthy, and the log says why).
   std::unique_ptr<gpu::HealthMonitor> health;
-  std::set<std::string> reported;  // UUIDs whose failure has been logged.
 
   // The health of every GPU now, by UUID (index for a GPU lost before the monitor opened).
   std::map<std::string, gpu::GpuHealth> HealthNow() {
     std::map<std::string, gpu::GpuHealth> out;
     if (!health) return out;
     for (gpu::GpuHealth& h : health->Check(std::chrono::milliseconds(0))) {
+      // The monitor has logged the failure; its devices are reported unhealthy to the kubelet.
       std::string key = h.uuid.empty() ? "#" + std::to_string(h.index) : h.uuid;
-      if (!h.healthy && reported.insert(key).second) {
-        LogWarning("GPU %u (%s) is unhealthy: %s; its devices are reported unhealthy to the "
-                   "kubelet and the extender places nothing new on it",
-                   h.index, key.c_str(), h.reason.c_str());
-      }
       out[key] = std::move(h);
     }
     return out;

@@ -145,10 +145,7 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
     }
     uuids.push_back(g.uuid);
     if (g.milli < kMilliPerGpu) {
-      const GpuInfo* info = nullptr;
-      for (const GpuInfo& i : inventory_.gpus) {
-        if (i.index == g.index) info = &i;
-      }
+      const GpuInfo* info = FindGpu(inventory_, g.index);
       limited.push_back({.uuid = g.uuid,
                          .limit_bytes = g.memory_bytes,
                          .context_bytes = gpu::ContextBytes(
@@ -211,10 +208,7 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
 
 StatusOr<std::string> GpuProvider::MigUuid(int gpu, const MigGrant& grant,
                                            const std::vector<json>& pods) {
-  const GpuInfo* info = nullptr;
-  for (const GpuInfo& i : inventory_.gpus) {
-    if (i.index == gpu) info = &i;
-  }
+  const GpuInfo* info = FindGpu(inventory_, gpu);
   const gpu::MigModel* model = info != nullptr ? gpu::FindMigModel(info->model) : nullptr;
   if (info == nullptr || info->mode != GpuMode::kMig || model == nullptr) {
     return FailedPreconditionError("GPU " + std::to_string(gpu) + " of node " + options_.node +

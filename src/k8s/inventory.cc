@@ -23,6 +23,13 @@ std::string_view GpuModeName(GpuMode mode) {
   return "shared";
 }
 
+const GpuInfo* FindGpu(const NodeInventory& inventory, int index) {
+  for (const GpuInfo& g : inventory.gpus) {
+    if (g.index == index) return &g;
+  }
+  return nullptr;
+}
+
 json InventoryToJson(const NodeInventory& inventory) {
   json gpus = json::array();
   for (const GpuInfo& g : inventory.gpus) {

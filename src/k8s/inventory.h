@@ -47,6 +47,9 @@ struct NodeInventory {
   friend bool operator==(const NodeInventory&, const NodeInventory&) = default;
 };
 
+// The GPU with NVML index `index`, or nullptr.
+const GpuInfo* FindGpu(const NodeInventory& inventory, int index);
+
 nlohmann::json InventoryToJson(const NodeInventory& inventory);
 // kInvalidArgument naming the field when the document is malformed (duplicate indexes, an
 // unknown mode, a negative size, ...).

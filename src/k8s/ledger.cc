@@ -452,10 +452,8 @@ struct Ledger::Impl {
   }
 
   static std::string UuidOf(const NodeEntry& entry, int index) {
-    for (const GpuInfo& g : entry.inventory.gpus) {
-      if (g.index == index) return g.uuid;
-    }
-    return "";
+    const GpuInfo* g = FindGpu(entry.inventory, index);
+    return g != nullptr ? g->uuid : "";
   }
 
   // "8 x H100-80GB shared, 2 x A100-80GB mig"

@@ -16,12 +16,6 @@ bool Exists(const std::string& path) {
   return stat(path.c_str(), &st) == 0;
 }
 
-const GpuInfo* Find(const NodeInventory& inventory, int index) {
-  for (const GpuInfo& g : inventory.gpus) {
-    if (g.index == index) return &g;
-  }
-  return nullptr;
-}
 
 }  // namespace
 
@@ -63,7 +57,7 @@ bool NvidiaGpus::Contains(int index) const {
 Status CheckNvidiaGpus(const NodeInventory& all, const NvidiaGpus& gpus) {
   std::set<int> whole;
   for (int index : gpus.whole) {
-    const GpuInfo* g = Find(all, index);
+    const GpuInfo* g = FindGpu(all, index);
     const std::string which = "--nvidia-gpus: GPU " + std::to_string(index);
     if (g == nullptr) return InvalidArgumentError(which + ": this node has no such GPU");
     if (!whole.insert(index).second) return InvalidArgumentError(which + " is listed twice");
@@ -78,7 +72,7 @@ Status CheckNvidiaGpus(const NodeInventory& all, const NvidiaGpus& gpus) {
   }
   std::set<int> mig;
   for (int index : gpus.static_mig) {
-    const GpuInfo* g = Find(all, index);
+    const GpuInfo* g = FindGpu(all, index);
     const std::string which = "--static-mig-gpus: GPU " + std::to_string(index);
     if (g == nullptr) return InvalidArgumentError(which + ": this node has no such GPU");
     if (!mig.insert(index).second) return InvalidArgumentError(which + " is listed twice");
@@ -105,11 +99,11 @@ std::map<std::string, std::vector<NvidiaDevice>> NvidiaResources(const NodeInven
   if (!gpus.whole.empty()) {
     std::vector<NvidiaDevice>& devices = resources[std::string(kResourceNvidiaGpu)];
     for (int index : gpus.whole) {
-      if (const GpuInfo* g = Find(all, index)) devices.push_back({g->uuid, g->index, g->healthy});
+      if (const GpuInfo* g = FindGpu(all, index)) devices.push_back({g->uuid, g->index, g->healthy});
     }
   }
   for (int index : gpus.static_mig) {
-    const GpuInfo* g = Find(all, index);
+    const GpuInfo* g = FindGpu(all, index);
     if (g == nullptr) continue;
     for (const MigInstanceInfo& m : g->mig) {
       if (m.uuid.empty()) continue;
