@@ -418,8 +418,7 @@ struct Ledger::Impl {
             const gpu::MigProfile& profile = g.model->profiles[plan->profile];
             GpuGrant grant{.index = plan->gpu,
                            .uuid = UuidOf(entry, plan->gpu),
-                           .milli = static_cast<uint32_t>(
-                               kMilliPerGpu * profile.memory_slices / g.model->memory_slices),
+                           .milli = gpu::MigProfileMilli(*g.model, profile),
                            .memory_bytes = profile.memory_bytes,
                            .mig = MigGrant{gpu::MigProfileName(*g.model, profile),
                                            plan->placement.start, plan->placement.size}};
@@ -483,10 +482,11 @@ Ledger::~Ledger() = default;
 
 StatusOr<std::unique_ptr<Ledger>> Ledger::Create(LedgerOptions options) {
   // Checked here so that MakePolicy cannot fail later.
-  StatusOr<pl::Cluster> empty = pl::Cluster::Create({}, {});
-  pl::TypicalWorkload typical;
-  GPUFRAC_RETURN_IF_ERROR(
-      pl::MakePolicy(options.policy, {.typical = &typical, .seed = 0, .cluster = &*empty}).status());
+  const auto& names = pl::PolicyNames();
+  if (std::find(names.begin(), names.end(), options.policy) == names.end()) {
+    return InvalidArgumentError("unknown policy \"" + options.policy + "\"; choose one of " +
+                                pl::PolicyNameList());
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
   return std::unique_ptr<Ledger>(new Ledger(std::move(impl)));
@@ -561,6 +561,9 @@ size_t Ledger::booking_count() const { return impl_->bookings.size(); }
 
 std::vector<Ledger::Verdict> Ledger::Evaluate(const PodRequest& request,
                                               const std::vector<std::string>& nodes) {
+  if (request.empty()) {  // Not ours to judge: every node will do.
+    return std::vector<Verdict>(nodes.size(), Verdict{true, 0, ""});
+  }
   impl_->Ensure();
   impl_->busy_reason_for = nullptr;
   std::vector<Verdict> out(nodes.size());
@@ -586,10 +589,6 @@ std::vector<Ledger::Verdict> Ledger::Evaluate(const PodRequest& request,
   std::vector<const std::string*> keys(nodes.size(), nullptr);
   std::vector<std::pair<bool, double>> fits(nodes.size(), {false, 0});
   for (size_t i = 0; i < nodes.size(); ++i) {
-    if (request.empty()) {  // Not ours to judge: every node will do.
-      out[i].fits = true;
-      continue;
-    }
     auto it = impl_->nodes.find(nodes[i]);
     if (it == impl_->nodes.end()) {
       out[i].reason = "no gpufrac agent has published this node's GPUs";
