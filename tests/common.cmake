@@ -2,6 +2,7 @@
 gpufrac_test(common_status_test unit SOURCES unit/common_status_test.cc LIBS gpufrac_common)
 gpufrac_test(common_units_test unit SOURCES unit/common_units_test.cc LIBS gpufrac_common)
 gpufrac_test(common_log_test unit SOURCES unit/common_log_test.cc LIBS gpufrac_common)
+gpufrac_test(common_text_test unit SOURCES unit/common_text_test.cc LIBS gpufrac_common)
 
 # A stand-in NVML with injectable failures, so ListDevices' error paths run without a GPU. Built
 # under a name and directory nothing else looks in.

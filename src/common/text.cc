@@ -25,3 +25,35 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
 }
 
 }  // namespace gpufrac
+
+namespace gpufrac {
+
+StatusOr<HostPort> ParseHostPort(std::string_view text, std::string_view flag,
+                                 std::string_view example) {
+  const std::string where = std::string(flag) + " " + std::string(text);
+  size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos) {
+    return InvalidArgumentError(where + ": write HOST:PORT, e.g. " + std::string(example));
+  }
+  HostPort out;
+  out.host = std::string(text.substr(0, colon));
+  if (out.host.size() >= 2 && out.host.front() == '[' && out.host.back() == ']') {
+    out.host = out.host.substr(1, out.host.size() - 2);
+  }
+  std::string_view port = text.substr(colon + 1);
+  unsigned value = 0;
+  for (char c : port) {
+    if (c < '0' || c > '9' || value > 65535) {
+      value = 65536;
+      break;
+    }
+    value = value * 10 + static_cast<unsigned>(c - '0');
+  }
+  if (port.empty() || value > 65535) {
+    return InvalidArgumentError(where + ": the port must be a number 0..65535");
+  }
+  out.port = static_cast<uint16_t>(value);
+  return out;
+}
+
+}  // namespace gpufrac

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "common/log.h"
+#include "common/text.h"
 #include "k8s/extender.h"
 #include "k8s/kube_cluster_api.h"
 #include "k8s/ledger.h"
@@ -39,22 +40,10 @@ ExtenderService::~ExtenderService() { Stop(); }
 StatusOr<std::unique_ptr<ExtenderService>> ExtenderService::Create(
     ApiClient* client, ExtenderServiceOptions options) {
   auto impl = std::make_unique<Impl>();
-  size_t colon = options.listen.rfind(':');
-  if (colon == std::string::npos) {
-    return InvalidArgumentError("--listen " + options.listen + ": write HOST:PORT, e.g. 0.0.0.0:8888");
-  }
-  impl->host = options.listen.substr(0, colon);
-  if (impl->host.size() >= 2 && impl->host.front() == '[') {
-    impl->host = impl->host.substr(1, impl->host.size() - 2);
-  }
-  try {
-    impl->requested_port = std::stoi(options.listen.substr(colon + 1));
-  } catch (...) {
-    impl->requested_port = -1;
-  }
-  if (impl->requested_port < 0 || impl->requested_port > 65535) {
-    return InvalidArgumentError("--listen " + options.listen + ": the port is not a number 0-65535");
-  }
+  GPUFRAC_ASSIGN_OR_RETURN(HostPort listen,
+                           ParseHostPort(options.listen, "--listen", "0.0.0.0:8888"));
+  impl->host = std::move(listen.host);
+  impl->requested_port = listen.port;
   if (options.holder.empty()) {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);

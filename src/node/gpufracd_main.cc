@@ -20,6 +20,7 @@
 
 #include "CLI/CLI.hpp"
 #include "common/log.h"
+#include "common/text.h"
 #include "node/api.h"
 #include "node/gpu_inventory.h"
 #include "node/http_server.h"
@@ -73,21 +74,9 @@ StatusOr<std::string> Absolute(const std::string& path, const std::string& what)
 
 StatusOr<TcpListen> ParseListen(const std::string& listen, const std::string& token_file) {
   TcpListen tcp;
-  size_t colon = listen.rfind(':');
-  if (colon == std::string::npos) {
-    return InvalidArgumentError("--listen " + listen + ": write ADDRESS:PORT, e.g. 127.0.0.1:7450");
-  }
-  tcp.address = listen.substr(0, colon);
-  if (tcp.address.size() > 2 && tcp.address.front() == '[') {
-    tcp.address = tcp.address.substr(1, tcp.address.size() - 2);
-  }
-  std::string port = listen.substr(colon + 1);
-  char* end = nullptr;
-  long p = std::strtol(port.c_str(), &end, 10);
-  if (port.empty() || *end || p < 0 || p > 65535) {
-    return InvalidArgumentError("--listen " + listen + ": the port must be 0..65535");
-  }
-  tcp.port = static_cast<uint16_t>(p);
+  GPUFRAC_ASSIGN_OR_RETURN(HostPort host_port, ParseHostPort(listen, "--listen", "127.0.0.1:7450"));
+  tcp.address = std::move(host_port.host);
+  tcp.port = host_port.port;
   if (token_file.empty()) {
     return InvalidArgumentError(
         "--listen needs --token-file FILE: TCP callers must present a "

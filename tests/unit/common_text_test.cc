@@ -1,0 +1,40 @@
+// Text helpers: case folding for names users type, and the HOST:PORT of a --listen flag.
+#include <gtest/gtest.h>
+
+#include "common/text.h"
+
+namespace gpufrac {
+namespace {
+
+TEST(TextTest, CaseFolding) {
+  EXPECT_EQ(AsciiLower("H100-80GB"), "h100-80gb");
+  EXPECT_TRUE(EqualsIgnoreCase("3G.40GB", "3g.40gb"));
+  EXPECT_FALSE(EqualsIgnoreCase("3g.40gb", "3g.40g"));
+}
+
+TEST(TextTest, HostPortAsListenFlagsTakeIt) {
+  StatusOr<HostPort> v4 = ParseHostPort("0.0.0.0:8888", "--listen", "0.0.0.0:8888");
+  ASSERT_TRUE(v4.ok()) << v4.status().ToString();
+  EXPECT_EQ(v4->host, "0.0.0.0");
+  EXPECT_EQ(v4->port, 8888);
+  StatusOr<HostPort> v6 = ParseHostPort("[::1]:0", "--listen", "x");
+  ASSERT_TRUE(v6.ok());
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->port, 0);
+  StatusOr<HostPort> any = ParseHostPort(":7450", "--listen", "x");
+  ASSERT_TRUE(any.ok());
+  EXPECT_EQ(any->host, "");
+
+  StatusOr<HostPort> no_colon = ParseHostPort("8888", "--listen", "0.0.0.0:8888");
+  EXPECT_EQ(no_colon.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(no_colon.status().message(), "--listen 8888: write HOST:PORT, e.g. 0.0.0.0:8888");
+  for (const char* bad : {"h:", "h:80abc", "h:-1", "h:65536", "h:99999999999"}) {
+    StatusOr<HostPort> r = ParseHostPort(bad, "--listen", "x");
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("0..65535"), std::string::npos) << bad;
+  }
+  EXPECT_EQ(ParseHostPort("h:65535", "--listen", "x")->port, 65535);
+}
+
+}  // namespace
+}  // namespace gpufrac
