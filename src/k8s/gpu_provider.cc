@@ -14,7 +14,7 @@
 #include "common/units.h"
 #include "gpu/catalogue.h"
 #include "gpu/mig_catalogue.h"
-#include "k8s/nvidia_provider.h"
+#include "k8s/container_gpus.h"
 #include "k8s/object_fields.h"
 #include "node/job_runner.h"
 
@@ -152,10 +152,6 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
                              info != nullptr ? gpu::FindModel(info->model) : nullptr)});
     }
   }
-  std::string visible;
-  for (const std::string& u : uuids) visible += (visible.empty() ? "" : ",") + u;
-  out.envs["CUDA_VISIBLE_DEVICES"] = visible;
-  out.envs["NVIDIA_VISIBLE_DEVICES"] = visible;
 
   if (!limited.empty()) {
     GPUFRAC_ASSIGN_OR_RETURN(std::string text,
@@ -175,7 +171,7 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
   }
   std::vector<int> indexes;
   for (const GpuGrant& g : ca.gpus) indexes.push_back(g.index);
-  out.devices = ExistingDeviceNodes(options_.dev_dir, indexes);
+  ExposeGpus(uuids, options_.dev_dir, indexes, &out);
 
   // Record it, so that the next Allocate does not pick this container again. The write is
   // conditional on the pod's resourceVersion (so records of two containers cannot overwrite
@@ -202,7 +198,7 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
                             noted.message());
   }
   LogInfo("allocated %s container %s: %s", chosen->key.c_str(), ca.container.c_str(),
-          visible.c_str());
+          out.envs["CUDA_VISIBLE_DEVICES"].c_str());
   return out;
 }
 

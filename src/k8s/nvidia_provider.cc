@@ -1,23 +1,13 @@
 // NVIDIA's resource names: which GPUs and MIG instances they cover, flag checks, and Allocate.
 #include "k8s/nvidia_provider.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <set>
 
 #include "common/log.h"
+#include "k8s/container_gpus.h"
 
 namespace gpufrac::k8s {
-namespace {
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
-}
-
-
-}  // namespace
 
 std::string NvidiaMigResource(std::string_view profile) {
   std::string name = "nvidia.com/mig-" + std::string(profile);
@@ -32,21 +22,6 @@ std::string NvidiaSocketName(std::string_view resource) {
     if (c == '/') c = '-';
   }
   return "gpufrac-nvidia-" + name + ".sock";
-}
-
-std::vector<ContainerAllocation::DeviceNode> ExistingDeviceNodes(const std::string& dev_dir,
-                                                                 const std::vector<int>& gpus) {
-  std::vector<std::string> names = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
-  std::set<int> seen;
-  for (int g : gpus) {
-    if (seen.insert(g).second) names.push_back("nvidia" + std::to_string(g));
-  }
-  std::vector<ContainerAllocation::DeviceNode> nodes;
-  for (const std::string& n : names) {
-    std::string host = dev_dir + "/" + n;
-    if (Exists(host)) nodes.push_back({"/dev/" + n, host, "rw"});
-  }
-  return nodes;
 }
 
 bool NvidiaGpus::Contains(int index) const {
@@ -149,12 +124,8 @@ StatusOr<ContainerAllocation> NvidiaProvider::Allocate(const std::vector<std::st
     }
   }
   ContainerAllocation out;
-  std::string visible;
-  for (const std::string& id : device_ids) visible += (visible.empty() ? "" : ",") + id;
-  out.envs["CUDA_VISIBLE_DEVICES"] = visible;
-  out.envs["NVIDIA_VISIBLE_DEVICES"] = visible;
-  out.devices = ExistingDeviceNodes(dev_dir_, gpus);
-  LogInfo("allocated %s: %s", resource_.c_str(), visible.c_str());
+  ExposeGpus(device_ids, dev_dir_, gpus, &out);
+  LogInfo("allocated %s: %s", resource_.c_str(), out.envs["CUDA_VISIBLE_DEVICES"].c_str());
   return out;
 }
 

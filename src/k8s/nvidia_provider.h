@@ -26,11 +26,6 @@ std::string NvidiaMigResource(std::string_view profile);
 // "gpufrac-nvidia-mig-1g.10gb.sock".
 std::string NvidiaSocketName(std::string_view resource);
 
-// The device nodes under `dev_dir` that a container using GPUs `gpus` needs and that exist:
-// nvidiactl, nvidia-uvm, nvidia-uvm-tools and nvidia<index> for each GPU (once each).
-std::vector<ContainerAllocation::DeviceNode> ExistingDeviceNodes(const std::string& dev_dir,
-                                                                 const std::vector<int>& gpus);
-
 // The GPUs the operator gave to NVIDIA's resource names (--nvidia-gpus, --static-mig-gpus).
 struct NvidiaGpus {
   std::vector<int> whole;       // Served as nvidia.com/gpu.
