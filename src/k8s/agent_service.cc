@@ -166,9 +166,8 @@ struct AgentService::Impl {
   // The live pod whose assignment holds the MIG placement at `start` on `gpu`, or "".
   std::string PodAt(const std::vector<nlohmann::json>& pods, int gpu, int start) const {
     for (const nlohmann::json& pod : pods) {
-      if (PodFinished(pod)) continue;
-      std::optional<Assignment> a = AssignmentOf(pod);
-      if (!a || a->node != options.agent.node) continue;
+      std::optional<Assignment> a = LiveAssignmentOn(pod, options.agent.node);
+      if (!a) continue;
       for (const ContainerAssignment& c : a->containers) {
         for (const GpuGrant& grant : c.gpus) {
           if (grant.index == gpu && grant.mig && grant.mig->start == start) return PodKey(pod);

@@ -106,9 +106,8 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
   // was given devices.
   std::optional<Candidate> chosen;
   for (size_t p = 0; p < pods.size(); ++p) {
-    if (PodFinished(pods[p])) continue;
-    std::optional<Assignment> a = AssignmentOf(pods[p]);
-    if (!a || a->node != options_.node) continue;
+    std::optional<Assignment> a = LiveAssignmentOn(pods[p], options_.node);
+    if (!a) continue;
     json allocated = AllocatedOf(pods[p]);
     for (size_t c = 0; c < a->containers.size(); ++c) {
       const ContainerAssignment& ca = a->containers[c];
@@ -239,9 +238,8 @@ StatusOr<std::string> GpuProvider::MigUuid(int gpu, const MigGrant& grant,
   // Placements other live pods hold on this GPU: never destroyed.
   std::set<int> held;
   for (const json& pod : pods) {
-    if (PodFinished(pod)) continue;
-    std::optional<Assignment> a = AssignmentOf(pod);
-    if (!a || a->node != options_.node) continue;
+    std::optional<Assignment> a = LiveAssignmentOn(pod, options_.node);
+    if (!a) continue;
     for (const ContainerAssignment& c : a->containers) {
       for (const GpuGrant& g : c.gpus) {
         if (g.index == gpu && g.mig && !(g.mig->start == grant.start)) held.insert(g.mig->start);

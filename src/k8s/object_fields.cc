@@ -80,4 +80,11 @@ std::optional<Assignment> AssignmentOf(const json& pod) {
   return *a;
 }
 
+std::optional<Assignment> LiveAssignmentOn(const json& pod, const std::string& node) {
+  if (PodFinished(pod)) return std::nullopt;
+  std::optional<Assignment> a = AssignmentOf(pod);
+  if (!a || a->node != node) return std::nullopt;
+  return a;
+}
+
 }  // namespace gpufrac::k8s

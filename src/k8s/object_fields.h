@@ -38,5 +38,7 @@ bool PodFinished(const nlohmann::json& pod);
 // The pod's gpufrac.io/assignment when it has a well-formed one (a malformed one is logged and
 // ignored: it cannot be honoured, and must not block the node).
 std::optional<Assignment> AssignmentOf(const nlohmann::json& pod);
+// The same for a pod that has not finished and is booked on `node`; nullopt for any other.
+std::optional<Assignment> LiveAssignmentOn(const nlohmann::json& pod, const std::string& node);
 
 }  // namespace gpufrac::k8s
