@@ -403,10 +403,8 @@ void Extender::OnNode(const json& node) {
     }
   }
   if (options_.reservations != nullptr) {
-    const json* labels = FieldOf(node, "metadata");
-    labels = labels != nullptr ? FieldOf(*labels, "labels") : nullptr;
-    bool serves_nvidia = labels != nullptr && StringOf(*labels, kLabelServesNvidiaGpu) == "true";
-    options_.reservations->SetNodeReservable(name, !serves_nvidia);
+    options_.reservations->SetNodeReservable(name,
+                                             LabelOf(node, kLabelServesNvidiaGpu) != "true");
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (inventory) {

@@ -14,6 +14,15 @@ std::string PodPath(const std::string& ns, const std::string& name) {
   return "/api/v1/namespaces/" + ns + "/pods/" + name;
 }
 
+// The objects of a list answer.
+std::vector<json> ItemsOf(json list) {
+  std::vector<json> items;
+  if (list.contains("items") && list["items"].is_array()) {
+    for (json& item : list["items"]) items.push_back(std::move(item));
+  }
+  return items;
+}
+
 int64_t NowSeconds() { return static_cast<int64_t>(std::time(nullptr)); }
 
 // The lock annotation's holder and expiry; empty holder when unset or unreadable.
@@ -37,11 +46,7 @@ StatusOr<std::vector<json>> KubeClusterApi::ListPodsOnNode(const std::string& no
   ListOptions options;
   options.field_selector = "spec.nodeName=" + node;
   GPUFRAC_ASSIGN_OR_RETURN(json list, client_->List("/api/v1/pods", options));
-  std::vector<json> pods;
-  if (list.contains("items") && list["items"].is_array()) {
-    for (json& item : list["items"]) pods.push_back(std::move(item));
-  }
-  return pods;
+  return ItemsOf(std::move(list));
 }
 
 StatusOr<json> KubeClusterApi::CreatePod(const std::string& ns, const json& pod) {
@@ -60,11 +65,7 @@ StatusOr<std::vector<json>> KubeClusterApi::ListPods(const std::string& ns,
   ListOptions options;
   options.label_selector = label_selector;
   GPUFRAC_ASSIGN_OR_RETURN(json list, client_->List("/api/v1/namespaces/" + ns + "/pods", options));
-  std::vector<json> pods;
-  if (list.contains("items") && list["items"].is_array()) {
-    for (json& item : list["items"]) pods.push_back(std::move(item));
-  }
-  return pods;
+  return ItemsOf(std::move(list));
 }
 
 Status KubeClusterApi::AnnotatePod(const std::string& ns, const std::string& name,

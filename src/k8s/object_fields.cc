@@ -33,10 +33,23 @@ std::string MetaOf(const json& object, std::string_view key) {
   return metadata != nullptr ? StringOf(*metadata, key) : "";
 }
 
-std::string AnnotationOf(const json& object, std::string_view key) {
+namespace {
+
+// metadata.<map>[key], or "".
+std::string MetadataMapValue(const json& object, std::string_view map, std::string_view key) {
   const json* metadata = FieldOf(object, "metadata");
-  const json* annotations = metadata != nullptr ? FieldOf(*metadata, "annotations") : nullptr;
-  return annotations != nullptr ? StringOf(*annotations, key) : "";
+  const json* values = metadata != nullptr ? FieldOf(*metadata, map) : nullptr;
+  return values != nullptr ? StringOf(*values, key) : "";
+}
+
+}  // namespace
+
+std::string AnnotationOf(const json& object, std::string_view key) {
+  return MetadataMapValue(object, "annotations", key);
+}
+
+std::string LabelOf(const json& object, std::string_view key) {
+  return MetadataMapValue(object, "labels", key);
 }
 
 std::string Rfc3339(std::chrono::system_clock::time_point at) {

@@ -22,6 +22,8 @@ std::string StringOf(const nlohmann::json& object, std::string_view key);
 std::string MetaOf(const nlohmann::json& object, std::string_view key);
 // metadata.annotations[key], or "".
 std::string AnnotationOf(const nlohmann::json& object, std::string_view key);
+// metadata.labels[key], or "".
+std::string LabelOf(const nlohmann::json& object, std::string_view key);
 
 // A time as the API server writes it (metadata.creationTimestamp, events): RFC 3339 in UTC, whole
 // seconds, "2026-11-25T12:00:00Z".
