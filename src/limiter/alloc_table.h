@@ -1,10 +1,12 @@
 // A lock-free, fixed-capacity map from a driver handle (device pointer, array, memory handle,
 // context) to what was charged for it, so that the matching free releases exactly that amount.
 // Open addressing with linear probing; O(1) expected, heap-free after Init (one anonymous mapping,
-// whose pages the kernel only backs once touched). A small first part holds the entries as long as
-// they fit, so that the slots in use stay in the CPU's caches; a large overflow part takes the
-// rest. Lookups never probe further than the longest probe any insertion needed, so freed slots
-// (tombstones) cannot make misses slow.
+// whose pages the kernel only backs once touched). Up to three parts of growing size: an entry goes
+// to the first part that has a free slot within a short probe, so that while few entries are live
+// the slots in use stay in the CPU's nearest caches (the driver rarely hands the same address out
+// twice, so each new entry lands on a new slot), and the last, large part takes the rest. Lookups
+// never probe further than the longest probe any insertion needed, so freed slots (tombstones)
+// cannot make misses slow.
 //
 // Concurrency contract: a key is inserted at most once while live (the driver never hands out a
 // handle that is still allocated) and is taken only after it was inserted, which the callers
@@ -30,18 +32,23 @@ struct ChargeRecord {
 class AllocTable {
  public:
   constexpr AllocTable() = default;
-  // `capacity` and `overflow` must be powers of two (or 0 for no overflow). Entries go to the
-  // first `capacity` slots, small enough to stay in the CPU's caches; an entry that finds no free
-  // slot within a short probe there goes to the `overflow` slots, which cost nothing until used.
-  bool Init(size_t capacity, size_t overflow = 0) {
-    void* p = mmap(nullptr, (capacity + overflow) * sizeof(Slot), PROT_READ | PROT_WRITE,
+  // The parts' sizes, smallest first: powers of two, or 0 for no such part. Parts after the first
+  // cost nothing until used.
+  bool Init(size_t first, size_t second = 0, size_t third = 0) {
+    const size_t sizes[kMaxParts] = {first, second, third};
+    size_t total = 0;
+    for (parts_ = 0; parts_ < kMaxParts && sizes[parts_] != 0; ++parts_) total += sizes[parts_];
+    void* p = mmap(nullptr, total * sizeof(Slot), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return false;
-    hot_.slots = static_cast<Slot*>(p);
-    hot_.mask = capacity - 1;
-    if (overflow) {
-      overflow_.slots = hot_.slots + capacity;
-      overflow_.mask = overflow - 1;
+    Slot* slots = static_cast<Slot*>(p);
+    for (int i = 0; i < parts_; ++i) {
+      part_[i].slots = slots;
+      part_[i].mask = sizes[i] - 1;
+      // How far an insertion looks before it moves on: a part's lookups walk that far once it
+      // is crowded, so the smallest of three looks least far.
+      part_[i].probes = i + 1 == parts_ ? sizes[i] : i == 0 && parts_ == 3 ? 8 : 64;
+      slots += sizes[i];
     }
     return true;
   }
@@ -49,11 +56,14 @@ class AllocTable {
   // False if the table is full (too many live allocations to track).
   bool Insert(uint64_t key, ChargeRecord charge) {
     if (key <= kTombstone) return false;
-    if (hot_.Insert(key, charge, overflow_.slots ? kHotProbes : hot_.mask + 1)) return true;
-    if (!overflow_.slots) return false;
-    // Published before the entry, so that whoever looks the key up later sees it.
-    overflow_used_.store(true, std::memory_order_release);
-    return overflow_.Insert(key, charge, overflow_.mask + 1);
+    for (int i = 0; i < parts_; ++i) {
+      // Published before the entry, so that whoever looks the key up later sees it.
+      if (i > 0 && !part_[i].used.load(std::memory_order_relaxed)) {
+        part_[i].used.store(true, std::memory_order_release);
+      }
+      if (part_[i].Insert(key, charge)) return true;
+    }
+    return false;
   }
 
   // Looks `key` up without removing it.
@@ -79,17 +89,20 @@ class AllocTable {
   }
 
   // The most slots a lookup examines in the first part: the longest probe an insertion needed.
-  size_t longest_probe() const { return hot_.max_probe.load(std::memory_order_relaxed) + 1; }
-  // True once an entry has gone to the overflow slots.
-  bool overflowed() const { return overflow_used_.load(std::memory_order_acquire); }
+  size_t longest_probe() const { return part_[0].max_probe.load(std::memory_order_relaxed) + 1; }
+  // The number of parts entries have gone to so far.
+  int parts_used() const {
+    int n = parts_ > 0 ? 1 : 0;
+    while (n < parts_ && part_[n].used.load(std::memory_order_acquire)) ++n;
+    return n;
+  }
 
   // Removes every entry owned by `owner` (a context the driver destroyed, and its memory with it),
   // calling `release(key, charge)` for each. Visits the whole table: for rare events only.
   template <typename Release>
   void TakeAllOwnedBy(uint64_t owner, Release release) {
     if (owner == 0) return;
-    hot_.TakeAllOwnedBy(owner, release);
-    if (overflowed()) overflow_.TakeAllOwnedBy(owner, release);
+    for (int i = 0, n = parts_used(); i < n; ++i) part_[i].TakeAllOwnedBy(owner, release);
   }
 
  private:
@@ -97,8 +110,7 @@ class AllocTable {
   static constexpr uint64_t kEmpty = 0;
   static constexpr uint64_t kBusy = 1;
   static constexpr uint64_t kTombstone = 2;
-  // How far an insertion looks in the first part before it goes to the overflow slots.
-  static constexpr size_t kHotProbes = 64;
+  static constexpr int kMaxParts = 3;
 
   struct Slot {
     std::atomic<uint64_t> key;
@@ -127,20 +139,20 @@ class AllocTable {
   }
 
   // One open-addressing table with linear probing.
-  struct Region {
+  struct Part {
     Slot* slots = nullptr;
     size_t mask = 0;
+    size_t probes = 0;
     std::atomic<size_t> max_probe{0};
+    std::atomic<bool> used{false};  // set before the first entry goes in (the first part: unused)
 
     // Handles are addresses, at least 256-byte aligned: dropping the low bits keeps neighbouring
     // allocations in neighbouring slots (cache- and TLB-friendly), and folding in the high bits
     // spreads separate address ranges apart.
-    size_t Hash(uint64_t key) const {
-      return static_cast<size_t>((key >> 8) ^ (key >> 29)) & mask;
-    }
+    size_t Hash(uint64_t key) const { return static_cast<size_t>((key >> 8) ^ (key >> 29)) & mask; }
 
     // Looks at `probes` slots at most.
-    bool Insert(uint64_t key, ChargeRecord charge, size_t probes) {
+    bool Insert(uint64_t key, ChargeRecord charge) {
       for (size_t n = 0, i = Hash(key); n < probes && n <= mask; ++n, i = (i + 1) & mask) {
         uint64_t k = slots[i].key.load(std::memory_order_acquire);
         if (k != kEmpty && k != kTombstone) continue;
@@ -183,13 +195,15 @@ class AllocTable {
 
   Slot* Locate(uint64_t key) const {
     if (key <= kTombstone) return nullptr;
-    if (Slot* slot = hot_.Locate(key)) return slot;
-    return overflowed() ? overflow_.Locate(key) : nullptr;
+    for (int i = 0; i < parts_; ++i) {
+      if (i > 0 && !part_[i].used.load(std::memory_order_acquire)) return nullptr;
+      if (Slot* slot = part_[i].Locate(key)) return slot;
+    }
+    return nullptr;
   }
 
-  Region hot_;
-  Region overflow_;
-  std::atomic<bool> overflow_used_{false};
+  Part part_[kMaxParts];
+  int parts_ = 0;
 };
 
 }  // namespace gpufrac::limiter

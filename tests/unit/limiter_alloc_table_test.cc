@@ -79,10 +79,10 @@ TEST(AllocTableTest, RefusesWhenFull) {
 TEST(AllocTableTest, EntriesBeyondTheFirstPartGoToTheOverflow) {
   AllocTable t;
   ASSERT_TRUE(t.Init(1 << 10, 1 << 16));
-  EXPECT_FALSE(t.overflowed());
+  EXPECT_EQ(t.parts_used(), 1);
   // Five times what the first part holds, owned by two contexts.
   for (uint64_t i = 1; i <= 5000; ++i) ASSERT_TRUE(t.Insert(i << 12, ChargeRecord{i, 1, i % 2}));
-  EXPECT_TRUE(t.overflowed());
+  EXPECT_EQ(t.parts_used(), 2);
   EXPECT_LE(t.longest_probe(), 64u);  // the first part's lookups stay short
   ChargeRecord c;
   for (uint64_t i = 1; i <= 5000; i += 2) {
@@ -104,6 +104,31 @@ TEST(AllocTableTest, EntriesBeyondTheFirstPartGoToTheOverflow) {
   EXPECT_EQ(count, 2500);
   EXPECT_EQ(released, 2500u * 2501u);  // 2 + 4 + ... + 5000
   EXPECT_FALSE(t.Find(2 << 12, &c));
+}
+
+TEST(AllocTableTest, ThreePartsFillInOrderAndAreAllSearched) {
+  AllocTable t;
+  ASSERT_TRUE(t.Init(1 << 6, 1 << 10, 1 << 16));
+  for (uint64_t i = 1; i <= 32; ++i) ASSERT_TRUE(t.Insert(i << 12, ChargeRecord{i, 0, i % 3}));
+  EXPECT_EQ(t.parts_used(), 1);  // few live entries stay in the smallest part
+  for (uint64_t i = 33; i <= 5000; ++i) ASSERT_TRUE(t.Insert(i << 12, ChargeRecord{i, 0, i % 3}));
+  EXPECT_EQ(t.parts_used(), 3);
+  EXPECT_LE(t.longest_probe(), 8u);  // lookups of the other parts' entries pass it quickly
+  ChargeRecord c;
+  for (uint64_t i = 1; i <= 5000; i += 2) {
+    ASSERT_TRUE(t.Take(i << 12, &c));
+    ASSERT_EQ(c.bytes, i);
+  }
+  uint64_t released = 0;
+  t.TakeAllOwnedBy(2, [&](uint64_t key, const ChargeRecord& charge) {
+    EXPECT_EQ(key >> 12, charge.bytes);
+    released += charge.bytes;
+  });
+  uint64_t expected = 0;  // the even i in 2..5000 with i % 3 == 2
+  for (uint64_t i = 2; i <= 5000; i += 2) expected += i % 3 == 2 ? i : 0;
+  EXPECT_EQ(released, expected);
+  EXPECT_FALSE(t.Find(2 << 12, &c));
+  EXPECT_TRUE(t.Find(4 << 12, &c));
 }
 
 TEST(AllocTableTest, RefusesWhenBothPartsAreFull) {
