@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,7 +18,7 @@ namespace gpufrac::limiter {
 namespace {
 
 constexpr uint64_t kMagic = 0x6770756672616331ull;  // "gpufrac1"
-constexpr uint32_t kVersion = 4;
+constexpr uint32_t kVersion = 5;
 
 // Value fields: signed 40 bits. Lanes: 10 bits. A lane's records carry a 24-bit sequence number;
 // the tag in `global` has room for its low 13 bits, which is enough to tell the tagged operation
@@ -52,6 +53,32 @@ uint32_t TagSeq(uint64_t global) {
 uint64_t Global(int64_t used, int lane, uint32_t seq) {
   return (static_cast<uint64_t>(used) & kValueMask) | (static_cast<uint64_t>(lane) << kLaneShift) |
          (static_cast<uint64_t>(seq & kTagSeqMask) << kGlobalSeqShift);
+}
+
+// Lane spare word: bytes (40 bits) | holder (11 bits) | committed sequence when taken (13 bits).
+constexpr uint32_t kSpareReclaimer = 2047;
+constexpr int kHolderShift = 40;
+constexpr int kHeldSeqShift = 51;
+uint64_t SpareBytes(uint64_t word) { return word & kValueMask; }
+uint32_t HolderOf(uint64_t word) { return static_cast<uint32_t>(word >> kHolderShift) & 2047; }
+uint32_t HeldSeq(uint64_t word) {
+  return static_cast<uint32_t>(word >> kHeldSeqShift) & kTagSeqMask;
+}
+uint64_t SpareWord(uint64_t bytes, uint32_t holder, uint32_t seq) {
+  return (bytes & kValueMask) | static_cast<uint64_t>(holder) << kHolderShift |
+         static_cast<uint64_t>(seq & kTagSeqMask) << kHeldSeqShift;
+}
+
+// Waiting for another thread to finish with a lane: spin briefly, then give up the CPU (the
+// holder may be waiting for it: 8 processes on 2 cores are common).
+void Relax(uint32_t spin) {
+  if (spin < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  } else {
+    sched_yield();
+  }
 }
 
 // Lane owner word: state (2 bits) | pid (22 bits) | start ticks (40 bits).
@@ -267,10 +294,15 @@ int64_t Budget::HeldBy(const ProcessId& id) const {
   for (uint32_t i = 0; i < hwm; ++i) {
     uint64_t owner = seg_->lanes[i].owner.load(std::memory_order_acquire);
     if (StateOf(owner) != kFree && SameProcess(owner, id)) {
-      held += Value(seg_->lanes[i].committed.load(std::memory_order_acquire));
+      held += Value(seg_->lanes[i].committed.load(std::memory_order_acquire)) -
+              static_cast<int64_t>(SpareOf(static_cast<int>(i)));
     }
   }
   return held;
+}
+
+uint64_t Budget::SpareOf(int lane) const {
+  return SpareBytes(seg_->lanes[lane].spare.load(std::memory_order_acquire));
 }
 
 // Finishes the commit of the operation that `global_word` names, if its lane has not yet.
@@ -318,20 +350,132 @@ bool Budget::Apply(int lane_index, int64_t delta, bool check_limit) {
   return true;
 }
 
+uint64_t Budget::SpareCap() const {
+  uint64_t cap = seg_->limit / 64;
+  return cap < kSpareMax ? cap : kSpareMax;
+}
+
+// The owner's fast paths: one compare-and-swap on its own lane, unless someone holds the word.
+bool Budget::TakeSpare(int lane, uint64_t bytes) {
+  std::atomic<uint64_t>& word = seg_->lanes[lane].spare;
+  uint64_t s = word.load(std::memory_order_relaxed);
+  return HolderOf(s) == 0 && SpareBytes(s) >= bytes &&
+         word.compare_exchange_strong(s, s - bytes, std::memory_order_acq_rel);
+}
+
+bool Budget::GiveSpare(int lane, uint64_t bytes) {
+  std::atomic<uint64_t>& word = seg_->lanes[lane].spare;
+  uint64_t s = word.load(std::memory_order_relaxed);
+  return HolderOf(s) == 0 && bytes <= SpareCap() - SpareBytes(s) &&
+         word.compare_exchange_strong(s, s + bytes, std::memory_order_acq_rel);
+}
+
+// A holder other than a reclaimer is gone once its lane has been claimed or freed by a reclaimer,
+// or its process has ended.
+bool Budget::HolderGone(uint32_t holder) const {
+  uint64_t owner = seg_->lanes[holder - 1].owner.load(std::memory_order_acquire);
+  LaneState state = StateOf(owner);
+  return state == kFree || state == kReaping || !IsAlive(IdentityOf(owner));
+}
+
+// Takes lane `index`'s spare word for `holder` (the lane's owner, another lane taking its spare
+// bytes back, or kSpareReclaimer, which must hold the reclaim lock), waiting for a live holder to
+// finish and taking over from a dead one. Returns the lane's spare bytes, or -1 when the word is
+// left to a reclaimer: a non-reclaimer never takes it from a reclaimer, nor from the lane's own
+// owner that died mid-operation.
+int64_t Budget::LockSpare(int index, uint32_t holder) {
+  BudgetLane& lane = seg_->lanes[index];
+  const uint32_t own = static_cast<uint32_t>(index) + 1;
+  for (uint32_t spin = 1;; ++spin) {
+    uint64_t s = lane.spare.load(std::memory_order_acquire);
+    uint32_t h = HolderOf(s);
+    if (h == 0) {
+      uint32_t seq = RecordSeq(lane.committed.load(std::memory_order_acquire));
+      if (lane.spare.compare_exchange_weak(s, SpareWord(SpareBytes(s), holder, seq),
+                                           std::memory_order_acq_rel, std::memory_order_acquire)) {
+        return static_cast<int64_t>(SpareBytes(s));
+      }
+      continue;
+    }
+    bool gone;
+    if (h == kSpareReclaimer) {
+      // Only one reclaimer runs at a time: to a reclaimer, this is one that died.
+      if (holder != kSpareReclaimer && holder != own) return -1;
+      gone = holder == kSpareReclaimer;
+    } else {
+      // Looking through /proc now and then only: a live holder is done in well under a
+      // microsecond unless it was descheduled.
+      gone = spin % 256 == 0 && HolderGone(h);
+      if (gone && h == own && holder != kSpareReclaimer) return -1;
+    }
+    if (!gone) {
+      Relax(spin);
+      continue;
+    }
+    // The holder died holding the word, at most one operation into the lane's records: finish
+    // or discard that operation as reclaim does. If it happened, the holder was taking the spare
+    // bytes back (a reclaimer, the only one that takes over from an owner, does not use them).
+    if (!lane.spare.compare_exchange_strong(s, SpareWord(SpareBytes(s), holder, HeldSeq(s)),
+                                            std::memory_order_acq_rel)) {
+      continue;
+    }
+    ResolveInFlight(index);
+    uint32_t seq = RecordSeq(lane.committed.load(std::memory_order_acquire));
+    uint64_t bytes = (seq & kTagSeqMask) == HeldSeq(s) ? SpareBytes(s) : 0;
+    lane.spare.store(SpareWord(bytes, holder, seq), std::memory_order_release);
+    return static_cast<int64_t>(bytes);
+  }
+}
+
+void Budget::UnlockSpare(int lane, uint64_t bytes) {
+  seg_->lanes[lane].spare.store(SpareWord(bytes, 0, 0), std::memory_order_release);
+}
+
+// Gives every other lane's spare bytes back to `global`.
+void Budget::CollectSpares(int mine) {
+  uint32_t hwm = seg_->lane_high_water.load(std::memory_order_acquire);
+  for (uint32_t i = 0; i < hwm; ++i) {
+    int index = static_cast<int>(i);
+    if (index == mine || SpareOf(index) == 0) continue;
+    int64_t bytes = LockSpare(index, static_cast<uint32_t>(mine) + 1);
+    if (bytes < 0) continue;
+    if (bytes > 0) Apply(index, -bytes, false);
+    UnlockSpare(index, 0);
+  }
+}
+
 bool Budget::TryReserve(int lane, uint64_t bytes) {
-  return bytes <= kMaxBudgetBytes && Apply(lane, static_cast<int64_t>(bytes), true);
+  if (bytes > kMaxBudgetBytes) return false;
+  uint64_t spare = static_cast<uint64_t>(LockSpare(lane, static_cast<uint32_t>(lane) + 1));
+  uint64_t from_spare = spare < bytes ? spare : bytes;
+  bool ok = from_spare == bytes || Apply(lane, static_cast<int64_t>(bytes - from_spare), true);
+  UnlockSpare(lane, ok ? spare - from_spare : spare);
+  return ok;
 }
 
 bool Budget::Reserve(int lane, const ProcessId& self, uint64_t bytes) {
   if (MemberDied()) Reclaim(self, /*wait=*/false);
+  if (TakeSpare(lane, bytes) || TryReserve(lane, bytes)) return true;
+  // Over the limit: other threads' spare bytes, and then what dead processes still hold, may be
+  // the difference (reclaimed by us or by whoever held the reclaim lock meanwhile).
+  CollectSpares(lane);
   if (TryReserve(lane, bytes)) return true;
-  // Over the limit: what dead processes still hold may be the difference (reclaimed by us or by
-  // whoever held the reclaim lock meanwhile).
   Reclaim(self, /*wait=*/true);
   return TryReserve(lane, bytes);
 }
 
-void Budget::Release(int lane, uint64_t bytes) { Apply(lane, -static_cast<int64_t>(bytes), false); }
+void Budget::Release(int lane, uint64_t bytes) {
+  if (GiveSpare(lane, bytes)) return;
+  uint64_t spare = static_cast<uint64_t>(LockSpare(lane, static_cast<uint32_t>(lane) + 1));
+  Apply(lane, -static_cast<int64_t>(bytes), false);
+  UnlockSpare(lane, spare);
+}
+
+void Budget::ReleaseSpare(int lane) {
+  int64_t spare = LockSpare(lane, static_cast<uint32_t>(lane) + 1);
+  if (spare > 0) Apply(lane, -spare, false);
+  UnlockSpare(lane, 0);
+}
 
 bool Budget::MemberDied() const {
   uint32_t hwm = seg_->member_high_water.load(std::memory_order_acquire);
@@ -406,6 +550,7 @@ int Budget::AcquireLane(const ProcessId& self) {
 }
 
 void Budget::IdleLane(int lane, const ProcessId& self) {
+  ReleaseSpare(lane);
   uint64_t active = Owner(kActive, self);
   seg_->lanes[lane].owner.compare_exchange_strong(active, Owner(kIdle, self),
                                                   std::memory_order_acq_rel);
@@ -453,6 +598,7 @@ uint64_t Budget::Reclaim(const ProcessId& self, bool wait) {
   }
   LivenessCache liveness;
   int claimed[kBudgetLanes];
+  bool is_claimed[kBudgetLanes] = {};
   int count = 0;
   uint32_t hwm = seg_->lane_high_water.load(std::memory_order_acquire);
   for (uint32_t i = 0; i < hwm; ++i) {
@@ -462,9 +608,23 @@ uint64_t Budget::Reclaim(const ProcessId& self, bool wait) {
     if (liveness.Alive(IdentityOf(owner))) continue;
     if (lane.owner.compare_exchange_strong(owner, Owner(kReaping, self),
                                            std::memory_order_acq_rel)) {
+      // Once claimed, nobody but a reclaimer takes the lane's spare word; a live thread taking the
+      // lane's spare bytes back is waited for.
+      LockSpare(static_cast<int>(i), kSpareReclaimer);
       ResolveInFlight(static_cast<int>(i));
       claimed[count++] = static_cast<int>(i);
+      is_claimed[i] = true;
     }
+  }
+  // A dead thread may have held a living lane's spare word, taking its spare bytes back: finish
+  // that before the dead thread's lane is freed and its number given to another.
+  for (uint32_t i = 0; i < hwm; ++i) {
+    uint32_t holder = HolderOf(seg_->lanes[i].spare.load(std::memory_order_acquire));
+    if (is_claimed[i] || holder == 0 || holder == kSpareReclaimer || !is_claimed[holder - 1]) {
+      continue;
+    }
+    int64_t spare = LockSpare(static_cast<int>(i), kSpareReclaimer);
+    UnlockSpare(static_cast<int>(i), static_cast<uint64_t>(spare));
   }
   int64_t released = 0;
   for (int pass = 0; pass < 2; ++pass) {
@@ -474,6 +634,7 @@ uint64_t Budget::Reclaim(const ProcessId& self, bool wait) {
       if ((pass == 0) != (held <= 0)) continue;
       if (held != 0) Apply(claimed[k], -held, false);
       released += held;
+      UnlockSpare(claimed[k], 0);
       lane.owner.store(kFree, std::memory_order_release);
     }
   }

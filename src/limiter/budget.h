@@ -23,8 +23,22 @@
 //    mutex in the segment, and the kernel marks it "owner died" when the process ends, however it
 //    ends. Reserve reads those words (one per member process, packed together) and only then, on
 //    that rare event, confirms the death through /proc and reclaims.
+//  - Spare bytes keep most operations off `global`, which every process's operations would
+//    otherwise pass one cache line between the cores through. A thread keeps what it releases, up
+//    to kSpareMax (and a 64th of the limit), in its lane's `spare`: still charged in `global` and
+//    `committed`, so the ceiling and a dead process's reclaim are unchanged. Its next reservation
+//    takes from there with one compare-and-swap on its own cache line.
+//  - A reservation that does not fit takes the other lanes' spare bytes back before it fails, so
+//    they never cause an out-of-memory error. Only the thread holding a lane's `spare` word (its
+//    owner, a thread taking the bytes back, or a reclaimer) may change that lane's records. A
+//    holder that dies leaves its lane's sequence number in the word. Whoever takes the word over
+//    resolves the lane's in-flight operation the way reclaim does, and the sequence number then
+//    says whether the dead holder's operation happened.
+//  - So `used` counts spare bytes as in use: at most kSpareMax per thread that released memory
+//    recently and has not allocated or exited since.
 // Hot paths (Reserve/Release/used) are heap-free and syscall-free; Reserve/Release are O(1) except
-// for the dead-member check, which reads one 4-byte word per member process.
+// for the dead-member check, which reads one 4-byte word per member process. The path that takes
+// spare bytes back reads every lane, and may wait (yielding the CPU) for a holder to finish.
 #pragma once
 
 #include <pthread.h>
@@ -38,6 +52,8 @@
 namespace gpufrac::limiter {
 
 constexpr int kBudgetLanes = 1024;
+// Most bytes a lane keeps spare after releases (see above).
+constexpr uint64_t kSpareMax = uint64_t{2} << 20;
 // Largest limit a budget can hold (the in-use counter is a signed 40-bit field).
 constexpr uint64_t kMaxBudgetBytes = (uint64_t{1} << 39) - 1;
 
@@ -45,6 +61,10 @@ struct alignas(64) BudgetLane {
   std::atomic<uint64_t> owner;      // state (2 bits) | pid (22 bits) | start ticks (40 bits)
   std::atomic<uint64_t> committed;  // bytes held (signed 40 bits) | sequence (24 bits)
   std::atomic<uint64_t> pending;    // delta in flight (signed 40 bits) | sequence (24 bits)
+  // Bytes held but backing no allocation (40 bits) | holder (11 bits: 0 = none, else the lane + 1
+  // of the thread working on this lane's records, or kSpareReclaimer) | the low 13 bits of
+  // `committed`'s sequence when the holder took it.
+  std::atomic<uint64_t> spare;
 };
 
 constexpr int kBudgetMembers = 256;
@@ -104,18 +124,24 @@ class Budget {
   // Takes a lane for the calling thread of process `self` (reusing an idle lane of the same
   // process first). Returns -1 if all lanes are taken by live processes.
   int AcquireLane(const ProcessId& self);
-  // Hands a lane back to its process when its thread exits; what it holds stays charged.
+  // Hands a lane back to its process when its thread exits; what it holds stays charged, less
+  // its spare bytes.
   void IdleLane(int lane, const ProcessId& self);
 
   // Reserves `bytes` through `lane`; false (and nothing reserved) if that would pass the limit,
-  // even after reclaiming what dead member processes held.
+  // even after taking back other lanes' spare bytes and reclaiming what dead member processes
+  // held.
   bool Reserve(int lane, const ProcessId& self, uint64_t bytes);
-  // Reserve without reclaiming first: fails whenever the bytes do not fit right now.
+  // Reserve from this lane's spare bytes and `global` only: fails whenever the bytes do not fit
+  // right now.
   bool TryReserve(int lane, uint64_t bytes);
   // True if some member process has died since it was last reclaimed (a few plain loads).
   bool MemberDied() const;
-  // Releases `bytes` previously reserved by any lane of the same process.
+  // Releases `bytes` previously reserved by any lane of the same process (into the lane's spare
+  // bytes while they stay under the cap).
   void Release(int lane, uint64_t bytes);
+  // Gives the lane's spare bytes back to `global`.
+  void ReleaseSpare(int lane);
 
   // Releases everything held by lanes of processes that are no longer alive and frees their lanes
   // and member slots. Returns the bytes released. One reclaimer runs at a time: with `wait`
@@ -124,16 +150,25 @@ class Budget {
 
   uint64_t limit() const { return seg_->limit; }
   uint64_t context_bytes() const { return seg_->context_bytes; }
-  // Bytes held by the workload now (never negative).
+  // Bytes held by the workload now, spare bytes included (never negative).
   uint64_t used() const;
-  // Bytes held through lanes of process `id` (for tests and diagnostics).
+  // Bytes held through lanes of process `id`, spare bytes excluded (for tests and diagnostics).
   int64_t HeldBy(const ProcessId& id) const;
+  // Spare bytes `lane` keeps now.
+  uint64_t SpareOf(int lane) const;
 
  private:
   bool Map(int fd, char* err, size_t err_len);
   bool Apply(int lane, int64_t delta, bool check_limit);
   void HelpCommit(uint64_t global_word);
   void ResolveInFlight(int lane);
+  uint64_t SpareCap() const;
+  bool TakeSpare(int lane, uint64_t bytes);
+  bool GiveSpare(int lane, uint64_t bytes);
+  int64_t LockSpare(int lane, uint32_t holder);
+  void UnlockSpare(int lane, uint64_t bytes);
+  bool HolderGone(uint32_t holder) const;
+  void CollectSpares(int lane);
   int TryJoinMember(const ProcessId& self);
 
   BudgetSegment* seg_ = nullptr;

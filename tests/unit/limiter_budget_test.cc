@@ -134,6 +134,7 @@ TEST_F(BudgetTest, ThreadsNeverHoldMoreThanTheLimitTogether) {
         held.fetch_sub(n);
         b.Release(lane, n);
       }
+      b.IdleLane(lane, self_);  // as the limiter does when a thread exits
     });
   }
   for (auto& th : threads) th.join();
@@ -377,6 +378,135 @@ TEST_F(BudgetTest, AThreadsLaneOutlivesTheThread) {
   EXPECT_EQ(b.AcquireLane(self_), lane);
   EXPECT_EQ(b.Reclaim(self_), 0u);
   EXPECT_EQ(b.HeldBy(self_), 300);
+}
+
+// A thread keeps what it frees, still charged, for its next allocation; the cap and the thread's
+// exit give the rest back.
+TEST_F(BudgetTest, AThreadKeepsWhatItFreesForItsNextAllocation) {
+  Budget b;
+  Open(b, 1ull << 30);
+  int lane = b.AcquireLane(self_);
+  ASSERT_GE(lane, 0);
+  ASSERT_TRUE(b.Reserve(lane, self_, 4096));
+  b.Release(lane, 4096);
+  EXPECT_EQ(b.SpareOf(lane), 4096u);
+  EXPECT_EQ(b.used(), 4096u);  // still charged: the ceiling holds whatever the others do
+  EXPECT_EQ(b.HeldBy(self_), 0);
+  ASSERT_TRUE(b.Reserve(lane, self_, 1000));
+  EXPECT_EQ(b.SpareOf(lane), 3096u);
+  EXPECT_EQ(b.used(), 4096u);
+  // Past the cap a release goes back to the budget; the spare bytes count toward a larger request.
+  ASSERT_TRUE(b.Reserve(lane, self_, 3 * kSpareMax));
+  EXPECT_EQ(b.SpareOf(lane), 0u);
+  EXPECT_EQ(b.used(), 3 * kSpareMax + 1000);
+  b.Release(lane, 3 * kSpareMax);
+  EXPECT_EQ(b.used(), 1000u);
+  b.Release(lane, 1000);
+  EXPECT_EQ(b.SpareOf(lane), 1000u);
+  b.IdleLane(lane, self_);
+  EXPECT_EQ(b.used(), 0u);
+  EXPECT_EQ(b.SpareOf(lane), 0u);
+}
+
+// What another process keeps spare is taken back rather than refusing a reservation that fits.
+TEST_F(BudgetTest, SpareBytesNeverCauseAnOutOfMemoryError) {
+  Budget b;
+  const uint64_t limit = 64ull << 20;  // spare bytes up to 1 MiB a lane
+  Open(b, limit);
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    Budget c;
+    ProcessId me;
+    int lane = JoinAsChild(&c, &me);
+    if (!c.Reserve(lane, me, 1 << 20)) _exit(2);
+    c.Release(lane, 1 << 20);
+    if (write(ready[1], &lane, sizeof(lane)) != sizeof(lane)) _exit(3);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  int child_lane = -1;
+  ASSERT_EQ(read(ready[0], &child_lane, sizeof(child_lane)), static_cast<ssize_t>(sizeof(int)));
+  close(ready[0]);
+  EXPECT_EQ(b.SpareOf(child_lane), 1u << 20);
+  ASSERT_GE(b.JoinMember(self_), 0);
+  int lane = b.AcquireLane(self_);
+  EXPECT_TRUE(b.Reserve(lane, self_, limit));
+  EXPECT_EQ(b.SpareOf(child_lane), 0u);
+  EXPECT_EQ(b.used(), limit);
+  EXPECT_FALSE(b.Reserve(lane, self_, 1));
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(b.Reclaim(self_), 0u);  // the child held nothing any more
+  b.Release(lane, limit);
+  EXPECT_EQ(b.used(), 0u);
+}
+
+// A process single-stepped through taking another lane's spare bytes back, killed after 0, 1, 2,
+// ... instructions: the lane it took from must stay usable and the budget exact, whether the
+// lane's owner or a reclaimer is the first to find the dead holder.
+TEST_F(BudgetTest, AKillAtEveryInstructionOfATakeBackLeavesNoCharge) {
+  Budget b;
+  const uint64_t limit = 64ull << 20, spare = 512 << 10;
+  Open(b, limit);
+  ASSERT_GE(b.JoinMember(self_), 0);
+  int keeper = b.AcquireLane(self_), filler = b.AcquireLane(self_);
+  ASSERT_GE(filler, 0);
+  int done[2];
+  ASSERT_EQ(pipe2(done, O_NONBLOCK), 0);
+  bool finished = false;
+  for (int steps = 0; !finished; ++steps) {
+    // The budget is full: `keeper` has `spare` bytes spare and `filler` holds the rest.
+    ASSERT_TRUE(b.Reserve(keeper, self_, spare));
+    b.Release(keeper, spare);
+    ASSERT_TRUE(b.Reserve(filler, self_, limit - spare));
+    ASSERT_EQ(b.SpareOf(keeper), spare);
+    pid_t pid = fork();
+    if (pid == 0) {
+      Budget cb;
+      ProcessId me;
+      int lane = JoinAsChild(&cb, &me);
+      char x = 1;
+      if (write(done[1], &x, 0) != 0) _exit(4);
+      if (ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) != 0) _exit(3);
+      raise(SIGSTOP);
+      if (!cb.Reserve(lane, me, spare / 2)) _exit(5);
+      if (write(done[1], &x, 1) != 1) _exit(4);
+      pause();
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 3) GTEST_SKIP() << "ptrace is not permitted";
+    ASSERT_TRUE(WIFSTOPPED(status)) << "child failed to set up: " << status;
+    for (int i = 0; i < steps; ++i) {
+      ASSERT_EQ(ptrace(PTRACE_SINGLESTEP, pid, nullptr, nullptr), 0);
+      ASSERT_EQ(waitpid(pid, &status, 0), pid);
+      char x;
+      if (read(done[0], &x, 1) == 1) {
+        finished = true;
+        break;
+      }
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    if (steps % 2 == 1) {
+      // The keeper's own thread finds the dead holder first.
+      ASSERT_TRUE(b.TryReserve(keeper, 1)) << "killed after " << steps << " instructions";
+      b.Release(keeper, 1);
+    }
+    b.Reclaim(self_);
+    ASSERT_EQ(b.used(), limit - spare + b.SpareOf(keeper))
+        << "killed after " << steps << " instructions";
+    b.Release(filler, limit - spare);
+    b.ReleaseSpare(keeper);
+    ASSERT_EQ(b.used(), 0u) << "killed after " << steps << " instructions";
+    ASSERT_LT(steps, 100000) << "the child never finished";
+    if (finished) RecordProperty("instructions", steps);
+  }
+  close(done[0]);
+  close(done[1]);
 }
 
 }  // namespace
