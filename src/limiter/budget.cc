@@ -55,7 +55,8 @@ uint64_t Global(int64_t used, int lane, uint32_t seq) {
          (static_cast<uint64_t>(seq & kTagSeqMask) << kGlobalSeqShift);
 }
 
-// Lane spare word: bytes (40 bits) | holder (11 bits) | committed sequence when taken (13 bits).
+// Lane spare word: bytes (40 bits) | holder (11 bits) | committed sequence when last given up (13
+// bits).
 constexpr uint32_t kSpareReclaimer = 2047;
 constexpr int kHolderShift = 40;
 constexpr int kHeldSeqShift = 51;
@@ -380,9 +381,9 @@ bool Budget::HolderGone(uint32_t holder) const {
 
 // Takes lane `index`'s spare word for `holder` (the lane's owner, another lane taking its spare
 // bytes back, or kSpareReclaimer, which must hold the reclaim lock), waiting for a live holder to
-// finish and taking over from a dead one. Returns the lane's spare bytes, or -1 when the word is
-// left to a reclaimer: a non-reclaimer never takes it from a reclaimer, nor from the lane's own
-// owner that died mid-operation.
+// finish and taking over from a dead one. Returns the lane's spare bytes, or -1 (never to the
+// owner or a reclaimer) when the word is left to a reclaimer: a taker does not take it from a
+// reclaimer, nor from the lane's own owner that died mid-operation.
 int64_t Budget::LockSpare(int index, uint32_t holder) {
   BudgetLane& lane = seg_->lanes[index];
   const uint32_t own = static_cast<uint32_t>(index) + 1;
@@ -390,18 +391,26 @@ int64_t Budget::LockSpare(int index, uint32_t holder) {
     uint64_t s = lane.spare.load(std::memory_order_acquire);
     uint32_t h = HolderOf(s);
     if (h == 0) {
-      uint32_t seq = RecordSeq(lane.committed.load(std::memory_order_acquire));
-      if (lane.spare.compare_exchange_weak(s, SpareWord(SpareBytes(s), holder, seq),
+      // A free word carries the lane's sequence number as of its last operation.
+      if (lane.spare.compare_exchange_weak(s, SpareWord(SpareBytes(s), holder, HeldSeq(s)),
                                            std::memory_order_acq_rel, std::memory_order_acquire)) {
         return static_cast<int64_t>(SpareBytes(s));
       }
       continue;
     }
-    bool gone;
+    bool gone = false, reclaim_locked = false;
     if (h == kSpareReclaimer) {
-      // Only one reclaimer runs at a time: to a reclaimer, this is one that died.
-      if (holder != kSpareReclaimer && holder != own) return -1;
-      gone = holder == kSpareReclaimer;
+      if (holder == kSpareReclaimer) {
+        gone = true;  // one reclaimer at a time: to a reclaimer, this is one that died
+      } else if (holder != own) {
+        return -1;
+      } else if (spin % 256 == 0) {
+        // A reclaimer holds a living lane's word only briefly; if the reclaim lock is free, it
+        // died doing so.
+        int r = pthread_mutex_trylock(&seg_->reclaim_lock);
+        if (r == EOWNERDEAD) pthread_mutex_consistent(&seg_->reclaim_lock);
+        gone = reclaim_locked = r == 0 || r == EOWNERDEAD;
+      }
     } else {
       // Looking through /proc now and then only: a live holder is done in well under a
       // microsecond unless it was descheduled.
@@ -412,23 +421,37 @@ int64_t Budget::LockSpare(int index, uint32_t holder) {
       Relax(spin);
       continue;
     }
-    // The holder died holding the word, at most one operation into the lane's records: finish
-    // or discard that operation as reclaim does. If it happened, the holder was taking the spare
-    // bytes back (a reclaimer, the only one that takes over from an owner, does not use them).
-    if (!lane.spare.compare_exchange_strong(s, SpareWord(SpareBytes(s), holder, HeldSeq(s)),
-                                            std::memory_order_acq_rel)) {
-      continue;
-    }
-    ResolveInFlight(index);
-    uint32_t seq = RecordSeq(lane.committed.load(std::memory_order_acquire));
-    uint64_t bytes = (seq & kTagSeqMask) == HeldSeq(s) ? SpareBytes(s) : 0;
-    lane.spare.store(SpareWord(bytes, holder, seq), std::memory_order_release);
-    return static_cast<int64_t>(bytes);
+    int64_t bytes = TakeOverSpare(index, s, holder);
+    if (reclaim_locked) pthread_mutex_unlock(&seg_->reclaim_lock);
+    if (bytes >= 0) return bytes;
   }
 }
 
+// The holder named in `word` died holding lane `index`'s spare word, at most one operation into
+// the lane's records: takes the word for `holder`, and finishes or discards that operation as
+// reclaim does. If it happened, the holder was taking the spare bytes back (a reclaimer, the only
+// one that takes over from an owner, does not use them). If not, the lane's sequence number is
+// moved on, so that no later word can look like the dead holder's. -1 if the word changed.
+int64_t Budget::TakeOverSpare(int index, uint64_t word, uint32_t holder) {
+  BudgetLane& lane = seg_->lanes[index];
+  if (!lane.spare.compare_exchange_strong(word, SpareWord(SpareBytes(word), holder, HeldSeq(word)),
+                                          std::memory_order_acq_rel)) {
+    return -1;
+  }
+  ResolveInFlight(index);
+  uint64_t bytes = 0;
+  if ((RecordSeq(lane.committed.load(std::memory_order_acquire)) & kTagSeqMask) == HeldSeq(word)) {
+    bytes = SpareBytes(word);
+    Apply(index, 0, false);
+  }
+  uint32_t seq = RecordSeq(lane.committed.load(std::memory_order_acquire));
+  lane.spare.store(SpareWord(bytes, holder, seq), std::memory_order_release);
+  return static_cast<int64_t>(bytes);
+}
+
 void Budget::UnlockSpare(int lane, uint64_t bytes) {
-  seg_->lanes[lane].spare.store(SpareWord(bytes, 0, 0), std::memory_order_release);
+  uint32_t seq = RecordSeq(seg_->lanes[lane].committed.load(std::memory_order_acquire));
+  seg_->lanes[lane].spare.store(SpareWord(bytes, 0, seq), std::memory_order_release);
 }
 
 // Gives every other lane's spare bytes back to `global`.
@@ -454,6 +477,7 @@ bool Budget::TryReserve(int lane, uint64_t bytes) {
 }
 
 bool Budget::Reserve(int lane, const ProcessId& self, uint64_t bytes) {
+  if (bytes > kMaxBudgetBytes) return false;
   if (MemberDied()) Reclaim(self, /*wait=*/false);
   if (TakeSpare(lane, bytes) || TryReserve(lane, bytes)) return true;
   // Over the limit: other threads' spare bytes, and then what dead processes still hold, may be
@@ -617,12 +641,13 @@ uint64_t Budget::Reclaim(const ProcessId& self, bool wait) {
     }
   }
   // A dead thread may have held a living lane's spare word, taking its spare bytes back: finish
-  // that before the dead thread's lane is freed and its number given to another.
+  // that before the dead thread's lane is freed and its number given to another. So may a
+  // reclaimer that died doing this.
   for (uint32_t i = 0; i < hwm; ++i) {
     uint32_t holder = HolderOf(seg_->lanes[i].spare.load(std::memory_order_acquire));
-    if (is_claimed[i] || holder == 0 || holder == kSpareReclaimer || !is_claimed[holder - 1]) {
-      continue;
-    }
+    if (is_claimed[i] || holder == 0) continue;
+    // Held by a dead lane's thread, or by a reclaimer that died (we hold the reclaim lock).
+    if (holder != kSpareReclaimer && !is_claimed[holder - 1]) continue;
     int64_t spare = LockSpare(static_cast<int>(i), kSpareReclaimer);
     UnlockSpare(static_cast<int>(i), static_cast<uint64_t>(spare));
   }

@@ -62,8 +62,8 @@ struct alignas(64) BudgetLane {
   std::atomic<uint64_t> committed;  // bytes held (signed 40 bits) | sequence (24 bits)
   std::atomic<uint64_t> pending;    // delta in flight (signed 40 bits) | sequence (24 bits)
   // Bytes held but backing no allocation (40 bits) | holder (11 bits: 0 = none, else the lane + 1
-  // of the thread working on this lane's records, or kSpareReclaimer) | the low 13 bits of
-  // `committed`'s sequence when the holder took it.
+  // of the thread working on this lane's records, or a reclaimer) | the low 13 bits of
+  // `committed`'s sequence when the word was last given up.
   std::atomic<uint64_t> spare;
 };
 
@@ -166,6 +166,7 @@ class Budget {
   bool TakeSpare(int lane, uint64_t bytes);
   bool GiveSpare(int lane, uint64_t bytes);
   int64_t LockSpare(int lane, uint32_t holder);
+  int64_t TakeOverSpare(int lane, uint64_t word, uint32_t holder);
   void UnlockSpare(int lane, uint64_t bytes);
   bool HolderGone(uint32_t holder) const;
   void CollectSpares(int lane);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -507,6 +508,57 @@ TEST_F(BudgetTest, AKillAtEveryInstructionOfATakeBackLeavesNoCharge) {
   }
   close(done[0]);
   close(done[1]);
+}
+
+// A reclaimer killed while it held a living lane's spare word (finishing a dead thread's take-back)
+// leaves the word naming "a reclaimer". The lane's owner must not wait on it for ever, and the
+// next reclaim must give the word back. The state is written into the segment directly, as the
+// dead reclaimer would have left it (encoding as in budget.cc); only ptrace could stop a real
+// reclaimer there.
+TEST_F(BudgetTest, AReclaimerKilledHoldingALivingLanesSpareWordBlocksNobody) {
+  Budget b;
+  const uint64_t limit = 64ull << 20, spare = 512 << 10;
+  Open(b, limit);
+  ASSERT_GE(b.JoinMember(self_), 0);
+  int keeper = b.AcquireLane(self_), other = b.AcquireLane(self_);
+  ASSERT_GE(other, 0);
+  for (int finder = 0; finder < 2; ++finder) {
+    ASSERT_TRUE(b.Reserve(keeper, self_, spare));
+    b.Release(keeper, spare);
+    ASSERT_EQ(b.SpareOf(keeper), spare);
+    pid_t child = fork();
+    if (child == 0) {
+      int fd = open(("/dev/shm" + name_).c_str(), O_RDWR);
+      void* p = mmap(nullptr, sizeof(BudgetSegment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (fd < 0 || p == MAP_FAILED) _exit(1);
+      auto* seg = static_cast<BudgetSegment*>(p);
+      if (pthread_mutex_lock(&seg->reclaim_lock) != 0) _exit(2);
+      BudgetLane& lane = seg->lanes[keeper];
+      uint64_t seq = (lane.committed.load() >> 40) & 0x1fff;
+      lane.spare.store(spare | uint64_t{2047} << 40 | seq << 51);
+      raise(SIGKILL);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "child failed to set up: " << status;
+    alarm(20);  // a wait that never ends fails the test instead of hanging it
+    if (finder == 0) {
+      // The owner finds it: the reclaim lock is free, so the reclaimer that held it is gone.
+      ASSERT_TRUE(b.TryReserve(keeper, 1));
+      EXPECT_EQ(b.SpareOf(keeper), spare - 1);
+      b.Release(keeper, 1);
+    } else {
+      // A reclaim finds it, and another thread can then take the spare bytes back.
+      b.Reclaim(self_);
+      ASSERT_TRUE(b.Reserve(other, self_, limit));
+      EXPECT_EQ(b.SpareOf(keeper), 0u);
+      b.Release(other, limit);
+      b.ReleaseSpare(other);
+    }
+    alarm(0);
+    b.ReleaseSpare(keeper);
+    EXPECT_EQ(b.used(), 0u) << "found by " << (finder == 0 ? "the owner" : "a reclaim");
+  }
 }
 
 }  // namespace
