@@ -69,6 +69,48 @@ class BudgetTest : public ::testing::Test {
     return ok ? child : -1;
   }
 
+  // Forks a member process that runs `before(budget, lane, me)` and then, once traced and
+  // resumed, `work(budget, lane, me)`; single-steps it `steps` instructions into `work` or until
+  // `work` returns, then kills it. Returns 1 if `work` returned, 0 if the process was killed
+  // before, -1 if ptrace is not permitted here.
+  template <typename Before, typename Work>
+  int KillAfterSteps(int steps, Before before, Work work) {
+    int done[2];
+    if (pipe2(done, O_NONBLOCK) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+      Budget cb;
+      ProcessId me;
+      int lane = JoinAsChild(&cb, &me);
+      before(cb, lane, me);
+      char x = 1;
+      if (write(done[1], &x, 0) != 0) _exit(4);  // binds write() now, not while being stepped
+      if (ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) != 0) _exit(3);
+      raise(SIGSTOP);
+      work(cb, lane, me);
+      if (write(done[1], &x, 1) != 1) _exit(4);
+      pause();
+    }
+    int status = 0, finished = 0;
+    waitpid(pid, &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 3) finished = -1;
+    EXPECT_TRUE(finished == -1 || WIFSTOPPED(status)) << "child failed to set up: " << status;
+    for (int i = 0; i < steps && finished == 0 && WIFSTOPPED(status); ++i) {
+      if (ptrace(PTRACE_SINGLESTEP, pid, nullptr, nullptr) != 0 ||
+          waitpid(pid, &status, 0) != pid) {
+        ADD_FAILURE() << "cannot step the child";
+        break;
+      }
+      char x;
+      if (read(done[0], &x, 1) == 1) finished = 1;
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    close(done[0]);
+    close(done[1]);
+    return finished;
+  }
+
   std::string name_;
   ProcessId self_;
 };
@@ -206,48 +248,22 @@ TEST_F(BudgetTest, KillsAtAnyInstructionLeaveNoCharge) {
 TEST_F(BudgetTest, AKillAtEveryInstructionLeavesNoCharge) {
   Budget b;
   Open(b, 1 << 20);
-  // The child says when it got through both; only the steps before that matter.
-  int done[2];
-  ASSERT_EQ(pipe2(done, O_NONBLOCK), 0);
-  bool finished = false;
-  for (int steps = 0; !finished; ++steps) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      Budget cb;
-      ProcessId me;
-      int lane = JoinAsChild(&cb, &me);
-      if (!cb.Reserve(lane, me, 100)) _exit(2);
-      char x = 1;
-      if (write(done[1], &x, 0) != 0) _exit(4);  // binds write() now, not while being stepped
-      if (ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) != 0) _exit(3);
-      raise(SIGSTOP);
-      cb.Reserve(lane, me, 5000);
-      cb.Release(lane, 3000);
-      if (write(done[1], &x, 1) != 1) _exit(4);
-      pause();
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 3) GTEST_SKIP() << "ptrace is not permitted";
-    ASSERT_TRUE(WIFSTOPPED(status)) << "child failed to set up: " << status;
-    for (int i = 0; i < steps; ++i) {
-      ASSERT_EQ(ptrace(PTRACE_SINGLESTEP, pid, nullptr, nullptr), 0);
-      ASSERT_EQ(waitpid(pid, &status, 0), pid);
-      char x;
-      if (read(done[0], &x, 1) == 1) {
-        finished = true;
-        break;
-      }
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
+  for (int steps = 0, finished = 0; finished == 0; ++steps) {
+    finished = KillAfterSteps(
+        steps,
+        [](Budget& cb, int lane, const ProcessId& me) {
+          if (!cb.Reserve(lane, me, 100)) _exit(2);
+        },
+        [](Budget& cb, int lane, const ProcessId& me) {
+          cb.Reserve(lane, me, 5000);
+          cb.Release(lane, 3000);
+        });
+    if (finished < 0) GTEST_SKIP() << "ptrace is not permitted";
     b.Reclaim(self_);
     ASSERT_EQ(b.used(), 0u) << "killed after " << steps << " instructions";
     ASSERT_LT(steps, 100000) << "the child never finished";
     if (finished) RecordProperty("instructions", steps);
   }
-  close(done[0]);
-  close(done[1]);
 }
 
 TEST_F(BudgetTest, PidReuseIsNotMistakenForLife) {
@@ -455,43 +471,18 @@ TEST_F(BudgetTest, AKillAtEveryInstructionOfATakeBackLeavesNoCharge) {
   ASSERT_GE(b.JoinMember(self_), 0);
   int keeper = b.AcquireLane(self_), filler = b.AcquireLane(self_);
   ASSERT_GE(filler, 0);
-  int done[2];
-  ASSERT_EQ(pipe2(done, O_NONBLOCK), 0);
-  bool finished = false;
-  for (int steps = 0; !finished; ++steps) {
+  for (int steps = 0, finished = 0; finished == 0; ++steps) {
     // The budget is full: `keeper` has `spare` bytes spare and `filler` holds the rest.
     ASSERT_TRUE(b.Reserve(keeper, self_, spare));
     b.Release(keeper, spare);
     ASSERT_TRUE(b.Reserve(filler, self_, limit - spare));
     ASSERT_EQ(b.SpareOf(keeper), spare);
-    pid_t pid = fork();
-    if (pid == 0) {
-      Budget cb;
-      ProcessId me;
-      int lane = JoinAsChild(&cb, &me);
-      char x = 1;
-      if (write(done[1], &x, 0) != 0) _exit(4);
-      if (ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) != 0) _exit(3);
-      raise(SIGSTOP);
-      if (!cb.Reserve(lane, me, spare / 2)) _exit(5);
-      if (write(done[1], &x, 1) != 1) _exit(4);
-      pause();
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 3) GTEST_SKIP() << "ptrace is not permitted";
-    ASSERT_TRUE(WIFSTOPPED(status)) << "child failed to set up: " << status;
-    for (int i = 0; i < steps; ++i) {
-      ASSERT_EQ(ptrace(PTRACE_SINGLESTEP, pid, nullptr, nullptr), 0);
-      ASSERT_EQ(waitpid(pid, &status, 0), pid);
-      char x;
-      if (read(done[0], &x, 1) == 1) {
-        finished = true;
-        break;
-      }
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
+    finished = KillAfterSteps(
+        steps, [](Budget&, int, const ProcessId&) {},
+        [spare](Budget& cb, int lane, const ProcessId& me) {
+          if (!cb.Reserve(lane, me, spare / 2)) _exit(5);
+        });
+    if (finished < 0) GTEST_SKIP() << "ptrace is not permitted";
     if (steps % 2 == 1) {
       // The keeper's own thread finds the dead holder first.
       ASSERT_TRUE(b.TryReserve(keeper, 1)) << "killed after " << steps << " instructions";
@@ -506,8 +497,6 @@ TEST_F(BudgetTest, AKillAtEveryInstructionOfATakeBackLeavesNoCharge) {
     ASSERT_LT(steps, 100000) << "the child never finished";
     if (finished) RecordProperty("instructions", steps);
   }
-  close(done[0]);
-  close(done[1]);
 }
 
 // A reclaimer killed while it held a living lane's spare word (finishing a dead thread's take-back)
