@@ -467,9 +467,14 @@ void Budget::CollectSpares(int mine) {
   }
 }
 
+// The calling thread's own lane: LockSpare never answers -1 to its owner.
+uint64_t Budget::LockOwnSpare(int lane) {
+  return static_cast<uint64_t>(LockSpare(lane, static_cast<uint32_t>(lane) + 1));
+}
+
 bool Budget::TryReserve(int lane, uint64_t bytes) {
   if (bytes > kMaxBudgetBytes) return false;
-  uint64_t spare = static_cast<uint64_t>(LockSpare(lane, static_cast<uint32_t>(lane) + 1));
+  uint64_t spare = LockOwnSpare(lane);
   uint64_t from_spare = spare < bytes ? spare : bytes;
   bool ok = from_spare == bytes || Apply(lane, static_cast<int64_t>(bytes - from_spare), true);
   UnlockSpare(lane, ok ? spare - from_spare : spare);
@@ -490,14 +495,14 @@ bool Budget::Reserve(int lane, const ProcessId& self, uint64_t bytes) {
 
 void Budget::Release(int lane, uint64_t bytes) {
   if (GiveSpare(lane, bytes)) return;
-  uint64_t spare = static_cast<uint64_t>(LockSpare(lane, static_cast<uint32_t>(lane) + 1));
+  uint64_t spare = LockOwnSpare(lane);
   Apply(lane, -static_cast<int64_t>(bytes), false);
   UnlockSpare(lane, spare);
 }
 
 void Budget::ReleaseSpare(int lane) {
-  int64_t spare = LockSpare(lane, static_cast<uint32_t>(lane) + 1);
-  if (spare > 0) Apply(lane, -spare, false);
+  uint64_t spare = LockOwnSpare(lane);
+  if (spare > 0) Apply(lane, -static_cast<int64_t>(spare), false);
   UnlockSpare(lane, 0);
 }
 
@@ -621,9 +626,7 @@ uint64_t Budget::Reclaim(const ProcessId& self, bool wait) {
     return 0;
   }
   LivenessCache liveness;
-  int claimed[kBudgetLanes];
-  bool is_claimed[kBudgetLanes] = {};
-  int count = 0;
+  bool claimed[kBudgetLanes] = {};
   uint32_t hwm = seg_->lane_high_water.load(std::memory_order_acquire);
   for (uint32_t i = 0; i < hwm; ++i) {
     BudgetLane& lane = seg_->lanes[i];
@@ -636,8 +639,7 @@ uint64_t Budget::Reclaim(const ProcessId& self, bool wait) {
       // lane's spare bytes back is waited for.
       LockSpare(static_cast<int>(i), kSpareReclaimer);
       ResolveInFlight(static_cast<int>(i));
-      claimed[count++] = static_cast<int>(i);
-      is_claimed[i] = true;
+      claimed[i] = true;
     }
   }
   // A dead thread may have held a living lane's spare word, taking its spare bytes back: finish
@@ -645,21 +647,23 @@ uint64_t Budget::Reclaim(const ProcessId& self, bool wait) {
   // reclaimer that died doing this.
   for (uint32_t i = 0; i < hwm; ++i) {
     uint32_t holder = HolderOf(seg_->lanes[i].spare.load(std::memory_order_acquire));
-    if (is_claimed[i] || holder == 0) continue;
+    if (claimed[i] || holder == 0) continue;
     // Held by a dead lane's thread, or by a reclaimer that died (we hold the reclaim lock).
-    if (holder != kSpareReclaimer && !is_claimed[holder - 1]) continue;
+    if (holder != kSpareReclaimer && !claimed[holder - 1]) continue;
     int64_t spare = LockSpare(static_cast<int>(i), kSpareReclaimer);
     UnlockSpare(static_cast<int>(i), static_cast<uint64_t>(spare));
   }
   int64_t released = 0;
   for (int pass = 0; pass < 2; ++pass) {
-    for (int k = 0; k < count; ++k) {
-      BudgetLane& lane = seg_->lanes[claimed[k]];
+    for (uint32_t i = 0; i < hwm; ++i) {
+      if (!claimed[i]) continue;
+      BudgetLane& lane = seg_->lanes[i];
       int64_t held = Value(lane.committed.load(std::memory_order_acquire));
       if ((pass == 0) != (held <= 0)) continue;
-      if (held != 0) Apply(claimed[k], -held, false);
+      if (held != 0) Apply(static_cast<int>(i), -held, false);
       released += held;
-      UnlockSpare(claimed[k], 0);
+      UnlockSpare(static_cast<int>(i), 0);
+      claimed[i] = false;  // freed: another thread may take it at once
       lane.owner.store(kFree, std::memory_order_release);
     }
   }

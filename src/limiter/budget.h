@@ -166,6 +166,7 @@ class Budget {
   bool TakeSpare(int lane, uint64_t bytes);
   bool GiveSpare(int lane, uint64_t bytes);
   int64_t LockSpare(int lane, uint32_t holder);
+  uint64_t LockOwnSpare(int lane);
   int64_t TakeOverSpare(int lane, uint64_t word, uint32_t holder);
   void UnlockSpare(int lane, uint64_t bytes);
   bool HolderGone(uint32_t holder) const;
