@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 namespace gpufrac::limiter {
 
@@ -32,24 +33,32 @@ struct ChargeRecord {
 class AllocTable {
  public:
   constexpr AllocTable() = default;
-  // The parts' sizes, smallest first: powers of two, or 0 for no such part. Parts after the first
-  // cost nothing until used.
-  bool Init(size_t first, size_t second = 0, size_t third = 0) {
-    const size_t sizes[kMaxParts] = {first, second, third};
+  // A part: its slots (a power of two) and how far an insertion looks there before it moves on
+  // to the next part (0: everywhere; the last part always looks everywhere). A part's lookups
+  // walk that far once it is crowded.
+  struct PartSize {
+    size_t slots;
+    size_t probes = 0;
+  };
+  // The parts, smallest first (three at most). Parts after the first cost nothing until used.
+  bool Init(std::initializer_list<PartSize> parts) {
+    if (parts.size() == 0 || parts.size() > kMaxParts) return false;
     size_t total = 0;
-    for (parts_ = 0; parts_ < kMaxParts && sizes[parts_] != 0; ++parts_) total += sizes[parts_];
+    for (const PartSize& p : parts) total += p.slots;
     void* p = mmap(nullptr, total * sizeof(Slot), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return false;
     Slot* slots = static_cast<Slot*>(p);
-    for (int i = 0; i < parts_; ++i) {
-      part_[i].slots = slots;
-      part_[i].mask = sizes[i] - 1;
-      // How far an insertion looks before it moves on: a part's lookups walk that far once it
-      // is crowded, so the smallest of three looks least far.
-      part_[i].probes = i + 1 == parts_ ? sizes[i] : i == 0 && parts_ == 3 ? 8 : 64;
-      slots += sizes[i];
+    parts_ = 0;
+    for (const PartSize& size : parts) {
+      Part& part = part_[parts_++];
+      part.slots = slots;
+      part.mask = size.slots - 1;
+      part.probes =
+          size.probes == 0 || parts_ == static_cast<int>(parts.size()) ? size.slots : size.probes;
+      slots += size.slots;
     }
+    parts_used_.store(1, std::memory_order_release);
     return true;
   }
 
@@ -57,9 +66,10 @@ class AllocTable {
   bool Insert(uint64_t key, ChargeRecord charge) {
     if (key <= kTombstone) return false;
     for (int i = 0; i < parts_; ++i) {
-      // Published before the entry, so that whoever looks the key up later sees it.
-      if (i > 0 && !part_[i].used.load(std::memory_order_relaxed)) {
-        part_[i].used.store(true, std::memory_order_release);
+      // Raised before the entry goes in, so that whoever looks the key up later searches there.
+      int used = parts_used_.load(std::memory_order_relaxed);
+      while (used <= i && !parts_used_.compare_exchange_weak(used, i + 1, std::memory_order_release,
+                                                             std::memory_order_relaxed)) {
       }
       if (part_[i].Insert(key, charge)) return true;
     }
@@ -90,12 +100,8 @@ class AllocTable {
 
   // The most slots a lookup examines in the first part: the longest probe an insertion needed.
   size_t longest_probe() const { return part_[0].max_probe.load(std::memory_order_relaxed) + 1; }
-  // The number of parts entries have gone to so far.
-  int parts_used() const {
-    int n = parts_ > 0 ? 1 : 0;
-    while (n < parts_ && part_[n].used.load(std::memory_order_acquire)) ++n;
-    return n;
-  }
+  // The number of parts entries have gone to so far (they fill in order).
+  int parts_used() const { return parts_used_.load(std::memory_order_acquire); }
 
   // Removes every entry owned by `owner` (a context the driver destroyed, and its memory with it),
   // calling `release(key, charge)` for each. Visits the whole table: for rare events only.
@@ -144,7 +150,6 @@ class AllocTable {
     size_t mask = 0;
     size_t probes = 0;
     std::atomic<size_t> max_probe{0};
-    std::atomic<bool> used{false};  // set before the first entry goes in (the first part: unused)
 
     // Handles are addresses, at least 256-byte aligned: dropping the low bits keeps neighbouring
     // allocations in neighbouring slots (cache- and TLB-friendly), and folding in the high bits
@@ -182,7 +187,7 @@ class AllocTable {
 
     template <typename Release>
     void TakeAllOwnedBy(uint64_t owner, Release& release) {
-      for (size_t i = 0; slots && i <= mask; ++i) {
+      for (size_t i = 0; i <= mask; ++i) {
         uint64_t k = slots[i].key.load(std::memory_order_acquire);
         ChargeRecord charge;
         if (k > kTombstone && slots[i].owner.load(std::memory_order_relaxed) == owner &&
@@ -195,8 +200,7 @@ class AllocTable {
 
   Slot* Locate(uint64_t key) const {
     if (key <= kTombstone) return nullptr;
-    for (int i = 0; i < parts_; ++i) {
-      if (i > 0 && !part_[i].used.load(std::memory_order_acquire)) return nullptr;
+    for (int i = 0, n = parts_used(); i < n; ++i) {
       if (Slot* slot = part_[i].Locate(key)) return slot;
     }
     return nullptr;
@@ -204,6 +208,7 @@ class AllocTable {
 
   Part part_[kMaxParts];
   int parts_ = 0;
+  std::atomic<int> parts_used_{0};
 };
 
 }  // namespace gpufrac::limiter

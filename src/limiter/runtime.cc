@@ -109,10 +109,11 @@ __attribute__((constructor)) void LoadConfiguration() {
     }
   }
   // Device pointers: 96 KiB of slots for the first few thousand live (in the core's own caches),
-  // 6 MiB for the next quarter million, and 48 MiB more, touched only when needed.
-  if (!g_rt.pointers.Init(size_t{1} << 12, size_t{1} << 18, size_t{1} << 21) ||
-      !g_rt.objects.Init(size_t{1} << 16) || !g_rt.handles.Init(size_t{1} << 16) ||
-      !g_rt.mappings.Init(size_t{1} << 16) || !g_rt.contexts.Init(size_t{1} << 12) ||
+  // 6 MiB for the next quarter million, and 48 MiB more, touched only when needed. The first
+  // part's probe is short because every lookup of a later part's entry walks it.
+  if (!g_rt.pointers.Init({{size_t{1} << 12, 8}, {size_t{1} << 18, 64}, {size_t{1} << 21}}) ||
+      !g_rt.objects.Init({{size_t{1} << 16}}) || !g_rt.handles.Init({{size_t{1} << 16}}) ||
+      !g_rt.mappings.Init({{size_t{1} << 16}}) || !g_rt.contexts.Init({{size_t{1} << 12}}) ||
       !ReadProcessId(getpid(), &g_self) || pthread_key_create(&g_thread_key, ThreadExit) != 0) {
     return SetBroken("cannot set up the limiter's bookkeeping");
   }

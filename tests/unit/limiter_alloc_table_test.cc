@@ -11,7 +11,7 @@ namespace {
 
 TEST(AllocTableTest, TakeReturnsWhatInsertRecorded) {
   AllocTable t;
-  ASSERT_TRUE(t.Init(1 << 10));
+  ASSERT_TRUE(t.Init({{1 << 10}}));
   EXPECT_TRUE(t.Insert(0x7f0000001000, ChargeRecord{4096, 3, 0}));
   ChargeRecord c;
   EXPECT_TRUE(t.Find(0x7f0000001000, &c));
@@ -24,7 +24,7 @@ TEST(AllocTableTest, TakeReturnsWhatInsertRecorded) {
 
 TEST(AllocTableTest, HoldsManyLiveEntriesAndReusesFreedSlots) {
   AllocTable t;
-  ASSERT_TRUE(t.Init(1 << 18));
+  ASSERT_TRUE(t.Init({{1 << 18}}));
   for (int round = 0; round < 3; ++round) {
     for (uint64_t i = 1; i <= 100000; ++i) ASSERT_TRUE(t.Insert(i << 12, ChargeRecord{i, 0, 0}));
     for (uint64_t i = 1; i <= 100000; ++i) {
@@ -37,7 +37,7 @@ TEST(AllocTableTest, HoldsManyLiveEntriesAndReusesFreedSlots) {
 
 TEST(AllocTableTest, TakesEverythingAContextOwned) {
   AllocTable t;
-  ASSERT_TRUE(t.Init(1 << 12));
+  ASSERT_TRUE(t.Init({{1 << 12}}));
   for (uint64_t i = 1; i <= 300; ++i) ASSERT_TRUE(t.Insert(i << 12, ChargeRecord{i, 0, i % 3}));
   uint64_t released = 0;
   int count = 0;
@@ -56,7 +56,7 @@ TEST(AllocTableTest, TakesEverythingAContextOwned) {
 
 TEST(AllocTableTest, MissesStayShortAfterMuchChurn) {
   AllocTable t;
-  ASSERT_TRUE(t.Init(1 << 16));
+  ASSERT_TRUE(t.Init({{1 << 16}}));
   // Millions of short-lived entries leave tombstones everywhere; a lookup of an absent key must
   // still stop after the longest probe an insertion needed, not scan the table.
   for (uint64_t i = 1; i <= 2000000; ++i) {
@@ -71,14 +71,14 @@ TEST(AllocTableTest, MissesStayShortAfterMuchChurn) {
 
 TEST(AllocTableTest, RefusesWhenFull) {
   AllocTable t;
-  ASSERT_TRUE(t.Init(4));
+  ASSERT_TRUE(t.Init({{4}}));
   for (uint64_t i = 1; i <= 4; ++i) EXPECT_TRUE(t.Insert(i * 4096, ChargeRecord{1, 0, 0}));
   EXPECT_FALSE(t.Insert(99 * 4096, ChargeRecord{1, 0, 0}));
 }
 
 TEST(AllocTableTest, EntriesBeyondTheFirstPartGoToTheOverflow) {
   AllocTable t;
-  ASSERT_TRUE(t.Init(1 << 10, 1 << 16));
+  ASSERT_TRUE(t.Init({{1 << 10, 64}, {1 << 16}}));
   EXPECT_EQ(t.parts_used(), 1);
   // Five times what the first part holds, owned by two contexts.
   for (uint64_t i = 1; i <= 5000; ++i) ASSERT_TRUE(t.Insert(i << 12, ChargeRecord{i, 1, i % 2}));
@@ -108,7 +108,7 @@ TEST(AllocTableTest, EntriesBeyondTheFirstPartGoToTheOverflow) {
 
 TEST(AllocTableTest, ThreePartsFillInOrderAndAreAllSearched) {
   AllocTable t;
-  ASSERT_TRUE(t.Init(1 << 6, 1 << 10, 1 << 16));
+  ASSERT_TRUE(t.Init({{1 << 6, 8}, {1 << 10, 64}, {1 << 16}}));
   for (uint64_t i = 1; i <= 32; ++i) ASSERT_TRUE(t.Insert(i << 12, ChargeRecord{i, 0, i % 3}));
   EXPECT_EQ(t.parts_used(), 1);  // few live entries stay in the smallest part
   for (uint64_t i = 33; i <= 5000; ++i) ASSERT_TRUE(t.Insert(i << 12, ChargeRecord{i, 0, i % 3}));
@@ -133,7 +133,7 @@ TEST(AllocTableTest, ThreePartsFillInOrderAndAreAllSearched) {
 
 TEST(AllocTableTest, RefusesWhenBothPartsAreFull) {
   AllocTable t;
-  ASSERT_TRUE(t.Init(4, 4));
+  ASSERT_TRUE(t.Init({{4, 64}, {4}}));
   for (uint64_t i = 1; i <= 8; ++i) EXPECT_TRUE(t.Insert(i * 4096, ChargeRecord{1, 0, 0}));
   EXPECT_FALSE(t.Insert(99 * 4096, ChargeRecord{1, 0, 0}));
   ChargeRecord c;
@@ -142,7 +142,7 @@ TEST(AllocTableTest, RefusesWhenBothPartsAreFull) {
 
 TEST(AllocTableTest, ConcurrentThreadsKeepTheirOwnEntries) {
   AllocTable t;
-  ASSERT_TRUE(t.Init(1 << 16));
+  ASSERT_TRUE(t.Init({{1 << 16}}));
   std::vector<std::thread> threads;
   std::atomic<int> errors{0};
   for (int th = 0; th < 4; ++th) {
