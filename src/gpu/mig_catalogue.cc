@@ -6,8 +6,6 @@
 #include <array>
 #include <initializer_list>
 
-#include "common/units.h"
-
 namespace gpufrac::gpu {
 namespace {
 
@@ -207,10 +205,6 @@ size_t FormatMigProfileName(const MigModel& model, const MigProfile& profile, ch
   }
   buf[pos] = '\0';
   return pos;
-}
-
-uint32_t MigProfileMilli(const MigModel& model, const MigProfile& profile) {
-  return static_cast<uint32_t>(kMilliPerGpu * profile.memory_slices / model.memory_slices);
 }
 
 std::string MigProfileName(const MigModel& model, const MigProfile& profile) {

@@ -66,9 +66,6 @@ std::span<const MigModel> AllMigModels();
 // instance's memory in GB rounded the way NVIDIA names them (to the nearest whole GB of the
 // marketing size: memory_slices/total_slices of the model's nominal size).
 std::string MigProfileName(const MigModel& model, const MigProfile& profile);
-// The share of the GPU an instance of `profile` stands for, in thousandths: its memory slices
-// over the model's (what a MIG booking counts as in shares and quotas).
-uint32_t MigProfileMilli(const MigModel& model, const MigProfile& profile);
 // The same without the heap (for the simulated driver): writes the NUL-terminated name into
 // `buf` and returns its length, or 0 if it does not fit.
 size_t FormatMigProfileName(const MigModel& model, const MigProfile& profile, char* buf,

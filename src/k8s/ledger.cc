@@ -418,7 +418,7 @@ struct Ledger::Impl {
             const gpu::MigProfile& profile = g.model->profiles[plan->profile];
             GpuGrant grant{.index = plan->gpu,
                            .uuid = UuidOf(entry, plan->gpu),
-                           .milli = gpu::MigProfileMilli(*g.model, profile),
+                           .milli = mig::ProfileMilli(*g.model, profile),
                            .memory_bytes = profile.memory_bytes,
                            .mig = MigGrant{gpu::MigProfileName(*g.model, profile),
                                            plan->placement.start, plan->placement.size}};

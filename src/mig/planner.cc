@@ -240,6 +240,10 @@ std::string GpuList(const std::vector<GpuState>& states) {
 
 }  // namespace
 
+uint32_t ProfileMilli(const MigModel& model, const MigProfile& profile) {
+  return static_cast<uint32_t>(kMilliPerGpu * profile.memory_slices / model.memory_slices);
+}
+
 StatusOr<const gpu::MigProfile*> SmallestProfile(const gpu::MigModel& model,
                                                  const GpuRequest& request) {
   if (request.kind == GpuRequest::Kind::kWholeGpus) {

@@ -32,6 +32,10 @@ struct MigGpu {
   std::vector<Instance> instances;
 };
 
+// The share of the GPU an instance of `profile` stands for, in thousandths: its memory slices
+// over the model's (what a MIG booking counts as in shares and quotas).
+uint32_t ProfileMilli(const gpu::MigModel& model, const gpu::MigProfile& profile);
+
 // The smallest profile of `model` that holds `request`: --mig-profile NAME names it exactly;
 // --gpu-memory X fits a profile when X is at most the size in the profile's name (10G fits
 // "1g.10gb"); --gpu-fraction F fits when F is at most the profile's share of the GPU's memory

@@ -229,7 +229,7 @@ std::vector<MigScheduler::Start> MigScheduler::Schedule() {
     busy_[uuid] = it->id;
     running_[it->id] = {plan->gpu, uuid};
     started.push_back({it->id, plan->gpu, uuid, profile.memory_bytes,
-                       gpu::MigProfileMilli(*gpus_[g].model, profile),
+                       mig::ProfileMilli(*gpus_[g].model, profile),
                        gpu::MigProfileName(*gpus_[g].model, profile)});
     read(g);
     it = pending_.erase(it);
