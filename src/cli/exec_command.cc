@@ -213,8 +213,7 @@ int RunExec(const ExecOptions& o) {
   uint64_t limit = device->memory_total;  // --gpus 1
   if (request->kind == GpuRequest::Kind::kMemory) limit = request->memory_bytes;
   if (request->kind == GpuRequest::Kind::kFraction) {
-    limit = static_cast<uint64_t>(static_cast<double>(request->fraction_milli) / kMilliPerGpu *
-                                  static_cast<double>(device->memory_total));
+    limit = BytesOfShare(device->memory_total, request->fraction_milli);
   }
   if (limit > device->memory_total) {
     return Fail(kExitBadInput, FormatSize(limit) + " is more than GPU " +

@@ -33,6 +33,12 @@ std::string FormatSize(uint64_t bytes);
 // [1, 999] (or [1, 1000]). Anything else is a kInvalidArgument error with a one-line message.
 StatusOr<double> ParseFraction(std::string_view text, bool allow_one);
 
+// The bytes `milli` thousandths of `total` bytes stand for, rounded down (exact for any sizes: the
+// one formula every entry point uses to turn a share into a memory limit).
+inline constexpr uint64_t BytesOfShare(uint64_t total, uint32_t milli) {
+  return static_cast<uint64_t>(static_cast<unsigned __int128>(total) * milli / kMilliPerGpu);
+}
+
 // A share as thousandths of a GPU, rounded to nearest; clamped to [0, 1000] (NaN gives 0).
 uint32_t FractionToMilli(double fraction);
 

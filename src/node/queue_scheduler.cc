@@ -801,8 +801,7 @@ Status QueueScheduler::CheckFeasible(int queue, const GpuRequest& request, bool 
           uint64_t limit = request.memory_bytes;
           std::string what = flags;
           if (request.kind == GpuRequest::Kind::kFraction) {
-            limit = static_cast<uint64_t>(static_cast<unsigned __int128>(group.memory_bytes) *
-                                          request.fraction_milli / kMilliPerGpu);
+            limit = BytesOfShare(group.memory_bytes, request.fraction_milli);
             what += " (" + FormatSize(limit) + " on " + s.ModelName(g) + ")";
           }
           if (limit > group.memory_bytes) continue;

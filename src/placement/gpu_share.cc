@@ -16,8 +16,7 @@ std::optional<GpuShareSize> ShareForMemory(uint64_t memory, uint64_t total, uint
 
 std::optional<GpuShareSize> ShareForFraction(uint32_t milli, uint64_t total, uint64_t context) {
   if (milli == 0 || milli >= kMilliPerGpu) return std::nullopt;
-  uint64_t limit =
-      static_cast<uint64_t>(static_cast<unsigned __int128>(total) * milli / kMilliPerGpu);
+  uint64_t limit = BytesOfShare(total, milli);
   if (limit <= context) return std::nullopt;
   return GpuShareSize{milli, limit};
 }

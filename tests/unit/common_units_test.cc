@@ -349,6 +349,14 @@ TEST(FractionToMilliTest, ClampsOutOfRange) {
   EXPECT_EQ(FractionToMilli(std::numeric_limits<double>::infinity()), 1000u);
 }
 
+TEST(BytesOfShareTest, RoundsDownWithoutOverflow) {
+  EXPECT_EQ(BytesOfShare(80ull << 30, 250), 20ull << 30);
+  EXPECT_EQ(BytesOfShare(80ull << 30, 1000), 80ull << 30);
+  EXPECT_EQ(BytesOfShare(1001, 1), 1u);  // 1.001 bytes
+  // A product past 2^64 is still exact: a thousandth of the largest size, times 999.
+  EXPECT_EQ(BytesOfShare(~0ull, 999), ~0ull / 1000 * 999 + (~0ull % 1000) * 999 / 1000);
+}
+
 TEST(FormatMilliTest, DecimalsWithoutTrailingZeros) {
   EXPECT_EQ(FormatMilli(0), "0");
   EXPECT_EQ(FormatMilli(1), "0.001");
