@@ -42,6 +42,13 @@ class NoApi : public ClusterApi {
   }
   void UnlockNode(const std::string&, const std::string&) override {}
   void PodEvent(const json&, const std::string&, const std::string&, bool) override {}
+  StatusOr<json> CreatePod(const std::string&, const json&) override { return Nope(); }
+  Status DeletePod(const std::string&, const std::string&, const std::string&) override {
+    return Nope();
+  }
+  StatusOr<std::vector<json>> ListPods(const std::string&, const std::string&) override {
+    return Nope();
+  }
 
  private:
   static Status Nope() { return UnavailableError("no API server in the benchmark"); }

@@ -19,7 +19,7 @@
 #include "k8s/nvidia_provider.h"
 #include "k8s/object_fields.h"
 #include "k8s/pod_request.h"
-#include "k8s/reservations.h"
+#include "k8s/inventory.h"
 #include "node/gpu_inventory.h"
 #include "node/paths.h"
 

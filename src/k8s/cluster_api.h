@@ -49,24 +49,14 @@ class ClusterApi {
   //
   // Creates `pod` in `ns` and returns the stored object; kFailedPrecondition when a pod of that
   // name already exists.
-  virtual StatusOr<nlohmann::json> CreatePod(const std::string& ns, const nlohmann::json& pod);
+  virtual StatusOr<nlohmann::json> CreatePod(const std::string& ns, const nlohmann::json& pod) = 0;
   // Deletes the pod if its uid is `uid` ("": whatever pod has that name); kNotFound when it is
   // already gone, kAborted when a pod with another uid has the name now.
-  virtual Status DeletePod(const std::string& ns, const std::string& name, const std::string& uid);
+  virtual Status DeletePod(const std::string& ns, const std::string& name,
+                           const std::string& uid) = 0;
   // The pods of `ns` that match `label_selector` ("app.kubernetes.io/name=x"), in any phase.
   virtual StatusOr<std::vector<nlohmann::json>> ListPods(const std::string& ns,
-                                                         const std::string& label_selector);
+                                                         const std::string& label_selector) = 0;
 };
-
-inline StatusOr<nlohmann::json> ClusterApi::CreatePod(const std::string&, const nlohmann::json&) {
-  return FailedPreconditionError("this cluster client cannot create pods");
-}
-inline Status ClusterApi::DeletePod(const std::string&, const std::string&, const std::string&) {
-  return FailedPreconditionError("this cluster client cannot delete pods");
-}
-inline StatusOr<std::vector<nlohmann::json>> ClusterApi::ListPods(const std::string&,
-                                                                  const std::string&) {
-  return FailedPreconditionError("this cluster client cannot list pods by label");
-}
 
 }  // namespace gpufrac::k8s

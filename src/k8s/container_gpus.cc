@@ -6,6 +6,7 @@
 #include <set>
 
 namespace gpufrac::k8s {
+namespace {
 
 std::vector<ContainerAllocation::DeviceNode> ExistingDeviceNodes(const std::string& dev_dir,
                                                                  const std::vector<int>& gpus) {
@@ -22,6 +23,8 @@ std::vector<ContainerAllocation::DeviceNode> ExistingDeviceNodes(const std::stri
   }
   return nodes;
 }
+
+}  // namespace
 
 void ExposeGpus(const std::vector<std::string>& ids, const std::string& dev_dir,
                 const std::vector<int>& gpus, ContainerAllocation* out) {

@@ -126,7 +126,7 @@ Status ExtenderService::Run() {
       m.Declare("gpufrac_extender_reserved_gpus", "gauge",
                 "GPUs that need a reservation pod now.");
       m.Set("gpufrac_extender_reserved_gpus", {},
-            static_cast<double>(s.reservations->wanted().size()));
+            static_cast<double>(s.reservations->wanted()));
     }
     res.set_content(m.Render(), "text/plain; version=0.0.4");
   });

@@ -15,6 +15,10 @@
 namespace gpufrac::k8s {
 
 inline constexpr std::string_view kAnnotationInventory = "gpufrac.io/gpus";
+// A node label the node agent sets while it serves `nvidia.com/gpu` itself (--nvidia-gpus).
+// There gpufrac's shared GPUs are not `nvidia.com/gpu` devices at all, so the extender makes no
+// reservation pod: one would take a GPU that the agent serves whole.
+inline constexpr std::string_view kLabelServesNvidiaGpu = "gpufrac.io/nvidia-gpu-plugin";
 
 // How a GPU is used: whole GPUs only, fractions under the limiter, or dynamic MIG.
 enum class GpuMode { kWhole, kShared, kMig };

@@ -30,7 +30,6 @@ std::string NvidiaSocketName(std::string_view resource);
 struct NvidiaGpus {
   std::vector<int> whole;       // Served as nvidia.com/gpu.
   std::vector<int> static_mig;  // Their MIG instances served as nvidia.com/mig-<profile>.
-  bool empty() const { return whole.empty() && static_mig.empty(); }
   bool Contains(int index) const;
 };
 
@@ -64,7 +63,6 @@ class NvidiaProvider : public DeviceProvider {
 
   // A new view of the devices; true when it differs (the caller then tells the plugin).
   bool SetDevices(std::vector<NvidiaDevice> devices);
-  const std::string& resource() const { return resource_; }
 
   std::vector<PluginDevice> Devices() override;
   // kNotFound for an id this resource does not have (the kubelet's view is out of date).

@@ -175,13 +175,11 @@ std::optional<Reservations::Want> Reservations::WantedLocked(const Key& key) con
   return it->second;
 }
 
-std::vector<Reservations::Gpu> Reservations::wanted() const {
+size_t Reservations::wanted() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<Gpu> out;
-  for (const auto& [key, w] : want_) {
-    if (unreservable_.count(key.first) == 0) out.push_back({key.first, key.second, w.uuid});
-  }
-  return out;
+  size_t n = 0;
+  for (const auto& entry : want_) n += unreservable_.count(entry.first.first) == 0 ? 1 : 0;
+  return n;
 }
 
 Reservations::Stats Reservations::stats() const {

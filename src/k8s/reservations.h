@@ -41,10 +41,6 @@ inline constexpr std::string_view kReservationLabelValue = "gpufrac-reservation"
 inline constexpr std::string_view kAnnotationReserves = "gpufrac.io/reserves";
 inline constexpr std::string_view kAnnotationReservedNode = "gpufrac.io/node";
 inline constexpr std::string_view kAnnotationReservedIndex = "gpufrac.io/gpu-index";
-// A node label the node agent sets while it serves `nvidia.com/gpu` itself (--nvidia-gpus).
-// There gpufrac's shared GPUs are not `nvidia.com/gpu` devices at all, so no reservation is
-// made: one would take a GPU that the agent serves whole.
-inline constexpr std::string_view kLabelServesNvidiaGpu = "gpufrac.io/nvidia-gpu-plugin";
 
 struct ReservationOptions {
   std::string ns = "gpufrac-system";
@@ -101,14 +97,8 @@ class Reservations {
   void Start(std::function<bool()> ready);
   void Stop();
 
-  // A GPU that needs a reservation now.
-  struct Gpu {
-    std::string node;
-    int index = 0;
-    std::string uuid;
-    friend bool operator==(const Gpu&, const Gpu&) = default;
-  };
-  std::vector<Gpu> wanted() const;
+  // The number of GPUs that need a reservation now.
+  size_t wanted() const;
 
   struct Stats {
     uint64_t created = 0, deleted = 0, failures = 0;

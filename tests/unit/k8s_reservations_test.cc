@@ -119,7 +119,7 @@ TEST_F(ReservationsTest, WholeGpuAndMigBookingsGetNone) {
   e.reservations->Sync();
   ASSERT_TRUE(e.reservations->Reconcile().ok());
   EXPECT_TRUE(Reserved().empty());
-  EXPECT_TRUE(e.reservations->wanted().empty());
+  EXPECT_EQ(e.reservations->wanted(), 0u);
   EXPECT_EQ(api_.create_calls(), 0);
 }
 
