@@ -51,22 +51,8 @@ Status ResolveAll(void* library, const std::string& name, NvmlApi* api) {
   return OkStatus();
 }
 
-// Turns a failed NVML call into a Status naming the call; `call` reads like
-// "nvmlDeviceGetName(GPU 1)".
 Status NvmlError(const NvmlApi& api, abi::nvmlReturn_t rc, const std::string& call) {
-  std::string message = call + " failed: " + NvmlErrorText(api.error_string, rc);
-  switch (rc) {
-    case abi::NVML_ERROR_DRIVER_NOT_LOADED:
-      return UnavailableError(std::move(message) +
-                              "; the NVIDIA kernel driver is not loaded (does nvidia-smi work?)");
-    case abi::NVML_ERROR_NO_PERMISSION:
-      return PermissionDeniedError(std::move(message));
-    case abi::NVML_ERROR_GPU_IS_LOST:
-      return UnavailableError(std::move(message) +
-                              "; the GPU has fallen off the bus and needs a reset or reboot");
-    default:
-      return InternalError(std::move(message));
-  }
+  return NvmlCallError(api.error_string, rc, call);
 }
 
 // A catalogue model is matched on the exact NVML product name.
@@ -132,8 +118,7 @@ StatusOr<std::vector<DeviceInfo>> ListDevices(const std::string& library) {
     const NvmlApi& api;
     ~ShutdownGuard() {
       if (auto rc = api.shutdown(); rc != abi::NVML_SUCCESS) {
-        const char* text = api.error_string(rc);
-        LogDebug("nvmlShutdown failed: %s", text != nullptr ? text : "unknown error");
+        LogDebug("nvmlShutdown failed: %s", NvmlErrorText(api.error_string, rc).c_str());
       }
     }
   } guard{api};

@@ -134,12 +134,7 @@ struct HealthMonitor::State {
   }
 
   Status CallError(abi::nvmlReturn_t rc, const std::string& call) const {
-    std::string message = call + " failed: " + ErrorText(rc);
-    if (rc == abi::NVML_ERROR_DRIVER_NOT_LOADED) {
-      return UnavailableError(std::move(message) +
-                              "; the NVIDIA kernel driver is not loaded (does nvidia-smi work?)");
-    }
-    return InternalError(std::move(message));
+    return NvmlCallError(error_string, rc, call);
   }
 
   // The health verdict for an NVML error on a GPU, or "" when the error says nothing about it.

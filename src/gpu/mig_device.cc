@@ -95,10 +95,8 @@ Status MigError(const Api& api, abi::nvmlReturn_t rc, const std::string& call,
       return NotFoundError(failed);
     case abi::NVML_ERROR_NO_PERMISSION:
       return PermissionDeniedError(failed + ": changing MIG needs root");
-    case abi::NVML_ERROR_GPU_IS_LOST:
-      return UnavailableError(failed + ": the GPU has fallen off the bus and needs a reset");
     default:
-      return InternalError(failed);
+      return NvmlCallError(api.error_string, rc, call);
   }
 }
 

@@ -24,4 +24,21 @@ std::string NvmlErrorText(abi::nvmlErrorString_t error_string, abi::nvmlReturn_t
          std::to_string(static_cast<int>(rc)) + ")";
 }
 
+Status NvmlCallError(abi::nvmlErrorString_t error_string, abi::nvmlReturn_t rc,
+                     const std::string& call) {
+  std::string message = call + " failed: " + NvmlErrorText(error_string, rc);
+  switch (rc) {
+    case abi::NVML_ERROR_DRIVER_NOT_LOADED:
+      return UnavailableError(std::move(message) +
+                              "; the NVIDIA kernel driver is not loaded (does nvidia-smi work?)");
+    case abi::NVML_ERROR_NO_PERMISSION:
+      return PermissionDeniedError(std::move(message));
+    case abi::NVML_ERROR_GPU_IS_LOST:
+      return UnavailableError(std::move(message) +
+                              "; the GPU has fallen off the bus and needs a reset or reboot");
+    default:
+      return InternalError(std::move(message));
+  }
+}
+
 }  // namespace gpufrac::gpu

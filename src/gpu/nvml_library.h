@@ -32,4 +32,10 @@ Status ResolveNvmlSymbol(void* library, const std::string& name, const char* sym
 // resolved) and the code.
 std::string NvmlErrorText(abi::nvmlErrorString_t error_string, abi::nvmlReturn_t rc);
 
+// A failed NVML call as a Status whose message names `call` (e.g. "nvmlDeviceGetName(GPU 1)")
+// and the error: kUnavailable when the kernel driver is not loaded or the GPU is lost (saying
+// what to do), kPermissionDenied, else kInternal.
+Status NvmlCallError(abi::nvmlErrorString_t error_string, abi::nvmlReturn_t rc,
+                     const std::string& call);
+
 }  // namespace gpufrac::gpu
