@@ -153,7 +153,7 @@ int Run(const Flags& f) {
   // One simulated machine per state directory, so two services never share simulated GPUs.
   std::string warning;
   auto gpus = OpenNodeGpus({.sim = f.sim,
-                            .sim_namespace = "gpufracd-" + StateDirTag(config.state_dir),
+                            .sim_namespace = ServiceInstanceName(config.state_dir),
                             .whole_gpus = f.whole_gpus},
                            &warning);
   if (!gpus.ok()) return Fail(gpus.status().message());

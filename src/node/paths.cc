@@ -46,6 +46,10 @@ std::string StateDirTag(const std::string& state_dir) {
   return tag;
 }
 
+std::string ServiceInstanceName(const std::string& state_dir) {
+  return "gpufracd-" + StateDirTag(state_dir);
+}
+
 std::string ExecutableDir() {
   char exe[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);

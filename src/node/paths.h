@@ -18,6 +18,10 @@ std::string DefaultSocketPath();
 // (8 hex digits of a hash of the path): names its workloads' budgets and its simulated machine.
 std::string StateDirTag(const std::string& state_dir);
 
+// The name the service on `state_dir` goes by ("gpufracd-<tag>"): its simulated machine's name,
+// and the prefix of its workloads' names ("<name>-<job id>"), so of their budgets' names too.
+std::string ServiceInstanceName(const std::string& state_dir);
+
 // The directory of the running executable (from /proc/self/exe).
 std::string ExecutableDir();
 // libgpufrac.so: $GPUFRAC_LIBRARY, else ../lib/libgpufrac.so next to the executable.

@@ -90,7 +90,7 @@ std::vector<std::string> Uuids(const Job& job) {
 
 Service::Service(ServiceConfig config, std::unique_ptr<Store> store)
     : config_(std::move(config)), store_(std::move(store)), runner_(config_.shim_path) {
-  instance_ = StateDirTag(config_.state_dir);
+  instance_ = ServiceInstanceName(config_.state_dir);
   metrics_.Declare("gpufrac_gpu_memory_bytes", "gauge", "Total memory of each GPU");
   metrics_.Declare("gpufrac_gpu_memory_allocated_bytes", "gauge",
                    "GPU memory promised to running jobs (their limits)");
@@ -172,7 +172,7 @@ std::string Service::JobDir(int64_t id) const {
 }
 
 std::string Service::WorkloadName(int64_t id) const {
-  return "gpufracd-" + instance_ + "-" + std::to_string(id);
+  return instance_ + "-" + std::to_string(id);
 }
 
 Status Service::Recover() {

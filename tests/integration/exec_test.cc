@@ -98,15 +98,8 @@ TEST_F(ExecTest, ATerminatedRunStopsTheCommandAndCleansUp) {
                      "hold", std::to_string(kGiB)},
                     machine_.Env(), "hold=", &seen);
   ASSERT_NE(seen.find("hold=0"), std::string::npos) << seen;
-  std::string budget_prefix = "gpufrac.exec-" + std::to_string(pid) + "-";
-  auto budget_exists = [&] {
-    DIR* d = opendir("/dev/shm");
-    bool found = false;
-    while (dirent* e = readdir(d))
-      found = found || std::string(e->d_name).rfind(budget_prefix, 0) == 0;
-    closedir(d);
-    return found;
-  };
+  std::string budget_prefix = "exec-" + std::to_string(pid) + "-";
+  auto budget_exists = [&] { return !testing::BudgetsStartingWith(budget_prefix).empty(); };
   EXPECT_TRUE(budget_exists());
   kill(pid, SIGTERM);
   int status = 0;

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 
 #include "limiter/budget.h"
@@ -87,6 +88,17 @@ std::map<std::string, std::string> Merge(std::map<std::string, std::string> a,
                                          const std::map<std::string, std::string>& b) {
   for (const auto& [k, v] : b) a[k] = v;
   return a;
+}
+
+std::vector<std::string> BudgetsStartingWith(const std::string& workload_prefix) {
+  std::vector<std::string> found;
+  const std::string prefix = "gpufrac." + workload_prefix;  // as limiter::BudgetName names them
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) found.push_back(name);
+  }
+  return found;
 }
 
 SimMachine::SimMachine(std::string config) : name_space_(Unique("t")), config_(std::move(config)) {}

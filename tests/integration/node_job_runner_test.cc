@@ -108,14 +108,7 @@ std::set<pid_t> ChildrenOfThisProcess() {
 
 // Names of the budget segments of `workload` in /dev/shm.
 std::vector<std::string> BudgetsOf(const std::string& workload) {
-  std::vector<std::string> found;
-  std::string prefix = "gpufrac." + workload + ".";
-  DIR* shm = opendir("/dev/shm");
-  while (dirent* e = readdir(shm)) {
-    if (std::string(e->d_name).rfind(prefix, 0) == 0) found.push_back(e->d_name);
-  }
-  closedir(shm);
-  return found;
+  return testing::BudgetsStartingWith(workload + ".");
 }
 
 mode_t ModeOf(const std::string& path) {

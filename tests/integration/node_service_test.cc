@@ -71,13 +71,11 @@ class Daemon {
     RunCommand({"pkill", "-KILL", "-f", dir_}, {});
     // The simulated machine, and the budgets of jobs that ended after the service stopped (its
     // next start, from the state being removed here, would have cleaned those up).
-    const std::string tag = node::StateDirTag(dir_ + "/state");
-    simgpu::RemoveSharedMachine("gpufracd-" + tag);
+    const std::string instance = node::ServiceInstanceName(dir_ + "/state");
+    simgpu::RemoveSharedMachine(instance);
     std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-      if (entry.path().filename().string().rfind("gpufrac.gpufracd-" + tag + "-", 0) == 0) {
-        std::filesystem::remove(entry.path(), ec);
-      }
+    for (const std::string& name : testing::BudgetsStartingWith(instance + "-")) {
+      std::filesystem::remove("/dev/shm/" + name, ec);
     }
     std::filesystem::remove_all(dir_, ec);
   }
@@ -726,14 +724,11 @@ TEST(NodeServiceMig, AnApplyThatFailsHalfwayDestroysWhatItCreated) {
   std::string uuid = status["mig"][1]["instances"][0]["uuid"];
   // A process gpufrac does not know about runs in GPU 1's instance, so the driver refuses to
   // destroy it, after GPU 0's seven instances were created.
-  std::string state = d.dir() + "/state";
-  char tag[9];
-  std::snprintf(tag, sizeof(tag), "%08x", static_cast<unsigned>(std::hash<std::string>{}(state)));
   std::string seen;
   pid_t holder = Start({ProbePath(), "hold", std::to_string(1 << 30)},
                        {{"LD_LIBRARY_PATH", GPUFRAC_SIMGPU_DIR},
                         {"SIMGPU_CONFIG", "2xA100-40GB:mig"},
-                        {"SIMGPU_NAMESPACE", std::string("gpufracd-") + tag},
+                        {"SIMGPU_NAMESPACE", node::ServiceInstanceName(d.dir() + "/state")},
                         {"CUDA_VISIBLE_DEVICES", uuid}},
                        "hold=", &seen);
   ASSERT_NE(seen.find("hold=0"), std::string::npos) << seen;
@@ -759,14 +754,11 @@ TEST(NodeServiceMig, AnInstanceWithAProcessGpufracDidNotStartIsLeftAlone) {
   ASSERT_TRUE(instances[0]["job"].is_null()) << "idle once its job ended";
   std::string uuid = instances[0]["uuid"];
   // Someone starts a CUDA program in the idle instance by hand.
-  std::string state = d.dir() + "/state";
-  char tag[9];
-  std::snprintf(tag, sizeof(tag), "%08x", static_cast<unsigned>(std::hash<std::string>{}(state)));
   std::string seen;
   pid_t stranger = Start({ProbePath(), "hold", std::to_string(1 << 20)},
                          {{"LD_LIBRARY_PATH", GPUFRAC_SIMGPU_DIR},
                           {"SIMGPU_CONFIG", "1xA100-40GB:mig"},
-                          {"SIMGPU_NAMESPACE", std::string("gpufracd-") + tag},
+                          {"SIMGPU_NAMESPACE", node::ServiceInstanceName(d.dir() + "/state")},
                           {"CUDA_VISIBLE_DEVICES", uuid}},
                          "hold=", &seen);
   ASSERT_NE(seen.find("hold=0"), std::string::npos) << seen;
@@ -965,7 +957,7 @@ TEST(NodeService, TheFirstCommandStartsAServiceForTheUser) {
   kill(pid, SIGTERM);
   for (int i = 0; i < 100 && kill(pid, 0) == 0; ++i) usleep(20000);
   // The user's simulated machine, which is named after the user's state directory.
-  const std::string machine = "gpufracd-" + node::StateDirTag(home + "/.local/state/gpufrac");
+  const std::string machine = node::ServiceInstanceName(home + "/.local/state/gpufrac");
   AsNobody([&] { return simgpu::RemoveSharedMachine(machine) ? 0 : 1; });
   std::error_code ec;
   std::filesystem::remove_all(home, ec);
