@@ -4,7 +4,7 @@ find_package(OpenSSL REQUIRED)
 add_library(k8s_fake_apiserver STATIC k8s/fake_apiserver.cc)
 target_include_directories(k8s_fake_apiserver PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(k8s_fake_apiserver
-                      PUBLIC gpufrac_k8s_client gpufrac_k8s gpufrac_common nlohmann_json::nlohmann_json
+                      PUBLIC gpufrac_k8s_client gpufrac_common nlohmann_json::nlohmann_json
                              Threads::Threads
                       PRIVATE PkgConfig::HTTPLIB OpenSSL::SSL OpenSSL::Crypto)
 

@@ -2,6 +2,7 @@
 #include "common/text.h"
 
 #include <cctype>
+#include <ctime>
 
 namespace gpufrac {
 namespace {
@@ -54,6 +55,21 @@ StatusOr<HostPort> ParseHostPort(std::string_view text, std::string_view flag,
   }
   out.port = static_cast<uint16_t>(value);
   return out;
+}
+
+std::string Rfc3339(std::chrono::system_clock::time_point at) {
+  std::time_t t = std::chrono::system_clock::to_time_t(at);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::optional<std::chrono::system_clock::time_point> ParseRfc3339(const std::string& text) {
+  std::tm tm{};
+  if (strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm) == nullptr) return std::nullopt;
+  return std::chrono::system_clock::from_time_t(timegm(&tm));
 }
 
 }  // namespace gpufrac

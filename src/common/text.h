@@ -1,8 +1,10 @@
 // Small text helpers shared by modules: ASCII case folding for names users type in any case
-// (GPU models, MIG profiles), and the HOST:PORT of a --listen flag.
+// (GPU models, MIG profiles), the HOST:PORT of a --listen flag, and RFC 3339 times.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -23,5 +25,11 @@ struct HostPort {
 // there is no colon or the port is not a number 0..65535.
 StatusOr<HostPort> ParseHostPort(std::string_view text, std::string_view flag,
                                  std::string_view example);
+
+// A time as the Kubernetes API server writes it (metadata.creationTimestamp, events): RFC 3339 in
+// UTC, whole seconds, "2026-11-25T12:00:00Z".
+std::string Rfc3339(std::chrono::system_clock::time_point at);
+// The reverse (fractions of a second ignored); nullopt when `text` is not such a time.
+std::optional<std::chrono::system_clock::time_point> ParseRfc3339(const std::string& text);
 
 }  // namespace gpufrac

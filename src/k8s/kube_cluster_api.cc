@@ -5,6 +5,7 @@
 #include <ctime>
 
 #include "common/log.h"
+#include "common/text.h"
 #include "k8s/object_fields.h"
 
 namespace gpufrac::k8s {

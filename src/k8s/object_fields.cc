@@ -3,7 +3,6 @@
 
 #include <time.h>
 
-#include <ctime>
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
@@ -50,21 +49,6 @@ std::string AnnotationOf(const json& object, std::string_view key) {
 
 std::string LabelOf(const json& object, std::string_view key) {
   return MetadataMapValue(object, "labels", key);
-}
-
-std::string Rfc3339(std::chrono::system_clock::time_point at) {
-  std::time_t t = std::chrono::system_clock::to_time_t(at);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-std::optional<std::chrono::system_clock::time_point> ParseRfc3339(const std::string& text) {
-  std::tm tm{};
-  if (strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm) == nullptr) return std::nullopt;
-  return std::chrono::system_clock::from_time_t(timegm(&tm));
 }
 
 std::string PodKey(const json& pod) { return MetaOf(pod, "namespace") + "/" + MetaOf(pod, "name"); }

@@ -3,7 +3,6 @@
 // exists, as Go's encoding/json reads them (kube-scheduler's extender bodies carry Go names).
 #pragma once
 
-#include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,12 +23,6 @@ std::string MetaOf(const nlohmann::json& object, std::string_view key);
 std::string AnnotationOf(const nlohmann::json& object, std::string_view key);
 // metadata.labels[key], or "".
 std::string LabelOf(const nlohmann::json& object, std::string_view key);
-
-// A time as the API server writes it (metadata.creationTimestamp, events): RFC 3339 in UTC, whole
-// seconds, "2026-11-25T12:00:00Z".
-std::string Rfc3339(std::chrono::system_clock::time_point at);
-// The reverse (fractions of a second ignored); nullopt when `text` is not such a time.
-std::optional<std::chrono::system_clock::time_point> ParseRfc3339(const std::string& text);
 
 // "namespace/name".
 std::string PodKey(const nlohmann::json& pod);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "common/text.h"
 #include "common/units.h"
 #include "k8s/object_fields.h"
 

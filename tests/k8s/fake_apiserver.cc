@@ -21,7 +21,7 @@
 #include <thread>
 #include <tuple>
 
-#include "k8s/object_fields.h"
+#include "common/text.h"
 
 namespace gpufrac::k8s::testing {
 namespace {

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/text.h"
 #include "k8s/cluster_api.h"
 #include "k8s/object_fields.h"
 

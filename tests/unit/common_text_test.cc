@@ -36,5 +36,14 @@ TEST(TextTest, HostPortAsListenFlagsTakeIt) {
   EXPECT_EQ(ParseHostPort("h:65535", "--listen", "x")->port, 65535);
 }
 
+TEST(Rfc3339Test, WritesAndReadsTheApiServersTimes) {
+  const auto t = std::chrono::system_clock::from_time_t(1700000000);
+  EXPECT_EQ(Rfc3339(t), "2023-11-14T22:13:20Z");
+  EXPECT_EQ(ParseRfc3339("2023-11-14T22:13:20Z"), t);
+  EXPECT_EQ(ParseRfc3339("2023-11-14T22:13:20.123456Z"), t);  // fractions are ignored
+  EXPECT_FALSE(ParseRfc3339("").has_value());
+  EXPECT_FALSE(ParseRfc3339("yesterday").has_value());
+}
+
 }  // namespace
 }  // namespace gpufrac

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/text.h"
 #include "k8s/assignment.h"
 #include "k8s/extender.h"
 #include "k8s/fake_cluster_api.h"
@@ -320,15 +321,6 @@ TEST_F(ReservationsTest, TheWorkerCreatesAndDeletesOnItsOwn) {
 // ---- The pod ----
 
 // The creation times Reconcile reads are in the API server's format.
-TEST(Rfc3339Test, WritesAndReadsTheApiServersTimes) {
-  const auto t = std::chrono::system_clock::from_time_t(1700000000);
-  EXPECT_EQ(Rfc3339(t), "2023-11-14T22:13:20Z");
-  EXPECT_EQ(ParseRfc3339("2023-11-14T22:13:20Z"), t);
-  EXPECT_EQ(ParseRfc3339("2023-11-14T22:13:20.123456Z"), t);  // fractions are ignored
-  EXPECT_FALSE(ParseRfc3339("").has_value());
-  EXPECT_FALSE(ParseRfc3339("yesterday").has_value());
-}
-
 TEST(ReservationPodTest, NameIsAStableDnsLabel) {
   EXPECT_EQ(ReservationPodName("gpu-node-1", 3), "gpufrac-reserve-gpu-node-1-gpu3");
   EXPECT_EQ(ReservationPodName("ip-10-0-0-1.ec2.internal", 0),
