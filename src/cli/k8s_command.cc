@@ -95,12 +95,12 @@ K8sCommand::K8sCommand(CLI::App& app) {
                       "keep a pod asking for nvidia.com/gpu: 1 on every GPU with fractional "
                       "bookings, so that other schedulers and NVIDIA's device plugin see it taken");
   extender_
-      ->add_option("--reservation-namespace", reservation_namespace_,
+      ->add_option("--reservation-namespace", reservation_.ns,
                    "namespace of the reservation pods")
       ->capture_default_str();
-  extender_->add_option("--reservation-image", reservation_image_, "image of the reservation pods")
+  extender_->add_option("--reservation-image", reservation_.image, "image of the reservation pods")
       ->capture_default_str();
-  extender_->add_option("--reservation-priority-class", reservation_priority_class_,
+  extender_->add_option("--reservation-priority-class", reservation_.priority_class,
                         "priorityClassName of the reservation pods (default: none)");
 }
 
@@ -155,9 +155,7 @@ int K8sCommand::RunExtender() {
   if (!client.ok()) return Fail(client.status().message());
   k8s::ExtenderServiceOptions options{.listen = listen_, .policy = policy_, .holder = ""};
   options.reservation_pods = reservation_pods_;
-  options.reservation.ns = reservation_namespace_;
-  options.reservation.image = reservation_image_;
-  options.reservation.priority_class = reservation_priority_class_;
+  options.reservation = reservation_;
   auto service = k8s::ExtenderService::Create(client->get(), std::move(options));
   if (!service.ok()) return Fail(service.status().message());
   std::thread signals = StopOnSignal([&service] { (*service)->Stop(); });

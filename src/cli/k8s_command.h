@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "k8s/reservations.h"
 
 namespace gpufrac::cli {
 
@@ -36,9 +37,7 @@ class K8sCommand {
   std::string listen_ = "0.0.0.0:8888";
   std::string policy_ = "gpufrac";
   bool reservation_pods_ = false;
-  std::string reservation_namespace_ = "gpufrac-system";
-  std::string reservation_image_ = "registry.k8s.io/pause:3.9";
-  std::string reservation_priority_class_;
+  k8s::ReservationOptions reservation_;  // the flags set its namespace, image and priority class
 
   CLI::App* k8s_;
   CLI::App* agent_;
