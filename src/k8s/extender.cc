@@ -201,7 +201,10 @@ std::string Extender::Bind(const std::string& body) {
   if (result.ok()) {
     const std::string holder = options_.holder + "/" + uid;
     auto deadline = std::chrono::steady_clock::now() + options_.lock_wait;
+    // The lock's time to live may start as early as the request: count from there.
+    std::chrono::steady_clock::time_point asked;
     for (;;) {
+      asked = std::chrono::steady_clock::now();
       result = api_->LockNode(node, holder, options_.lock_ttl);
       if (result.code() != StatusCode::kAborted || std::chrono::steady_clock::now() >= deadline) {
         break;
@@ -214,7 +217,7 @@ std::string Extender::Bind(const std::string& body) {
     }
     if (result.ok()) {
       std::string assigned;
-      result = BindLocked(*pod, node, std::chrono::steady_clock::now(), &assigned);
+      result = BindLocked(*pod, node, asked, &assigned);
       api_->UnlockNode(node, holder);
       if (result.ok() && !assigned.empty()) {
         api_->PodEvent(*pod, "GpufracAssigned", "on " + node + ": " + assigned, false);

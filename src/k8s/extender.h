@@ -64,7 +64,7 @@ class Extender {
   Stats stats() const;
 
  private:
-  // Binds under the node's lock, taken at `locked`; `assigned` gets the GPUs in words.
+  // Binds under the node's lock, asked for at `locked`; `assigned` gets the GPUs in words.
   Status BindLocked(const nlohmann::json& pod, const std::string& node,
                     std::chrono::steady_clock::time_point locked, std::string* assigned);
   Status RefreshNode(const std::string& node);
