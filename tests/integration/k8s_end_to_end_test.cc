@@ -20,6 +20,7 @@
 #include "k8s/inventory.h"
 #include "k8s/object_fields.h"
 #include "k8s/reservations.h"
+#include "k8s/test_objects.h"
 #include "node/paths.h"
 #include "simgpu/fault_injection.h"
 #include "simgpu/shared_machine.h"
@@ -38,14 +39,10 @@ json NodeObject() {
   return {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", kNode}}}};
 }
 
-json PodObject(const std::string& name, json limits, json annotations = json::object()) {
-  return {{"apiVersion", "v1"},
-          {"kind", "Pod"},
-          {"metadata", {{"name", name}, {"namespace", "team-a"}, {"annotations", annotations}}},
-          {"spec",
-           {{"containers",
-             {{{"name", "main"}, {"image", "pytorch"}, {"resources", {{"limits", limits}}}}}}}},
-          {"status", {{"phase", "Pending"}}}};
+// The tests' pods live in namespace team-a.
+json PodObject(const std::string& name, const json& limits,
+               const json& annotations = json::object()) {
+  return testing::PodObject(name, limits, annotations, "team-a");
 }
 
 std::string ReadFile(const std::string& path) {
@@ -156,7 +153,7 @@ class K8sEndToEnd : public ::testing::Test {
   // GPU (reservation pods on). Returns that pod's name and the pod's grant; "" on failure.
   std::string ScheduleFractionAndAwaitReservation(GpuGrant* grant) {
     json pod = server_->Put(
-        PodObject("train", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}}));
+        PodObject("train", testing::FractionLimits(250)));
     EXPECT_EQ(Schedule(pod), "");
     std::optional<Assignment> a = AssignmentOf(*server_->Get("pods", "team-a", "train"));
     if (!a) return "";
@@ -223,7 +220,7 @@ TEST_F(K8sEndToEnd, AgentPublishesInventoryLabelsAndSlots) {
 
 TEST_F(K8sEndToEnd, FractionIsBookedBoundAndAllocatedWithItsLimit) {
   StartAll("2xH100-80GB");
-  json pod = server_->Put(PodObject("train", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}}));
+  json pod = server_->Put(PodObject("train", testing::FractionLimits(250)));
   ASSERT_EQ(Schedule(pod), "");
   auto metrics = http_->Get("/metrics");
   ASSERT_TRUE(metrics);
@@ -275,9 +272,9 @@ TEST_F(K8sEndToEnd, FractionIsBookedBoundAndAllocatedWithItsLimit) {
 
 TEST_F(K8sEndToEnd, NeverDoubleBooksAndFreesWhenThePodGoes) {
   StartAll("1xH100-80GB");
-  json p1 = server_->Put(PodObject("a", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "600"}}));
+  json p1 = server_->Put(PodObject("a", testing::FractionLimits(600)));
   ASSERT_EQ(Schedule(p1), "");
-  json p2 = server_->Put(PodObject("b", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "600"}}));
+  json p2 = server_->Put(PodObject("b", testing::FractionLimits(600)));
   std::string why = Schedule(p2);
   EXPECT_NE(why.find("filter:"), std::string::npos) << why;
 
@@ -360,7 +357,7 @@ TEST_F(K8sEndToEnd, FractionalGpuIsReservedWithAPodWhileItHasFractions) {
 
   // A second fraction on the same GPU: no second reservation.
   json second = server_->Put(
-      PodObject("eval", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}}));
+      PodObject("eval", testing::FractionLimits(250)));
   ASSERT_EQ(Schedule(second), "");
   ASSERT_EQ(AssignmentOf(*server_->Get("pods", "team-a", "eval"))->containers[0].gpus[0].index,
             grant.index);
@@ -410,7 +407,7 @@ TEST_F(K8sEndToEnd, AnAnnotationOnlyPodIsNeverTakenForAnAllocate) {
   // device plugin for it. The next pod's Allocate must get the next pod's booking.
   json kai = server_->Put(PodObject("kai", {{"cpu", "1"}}, {{"gpu-fraction", "0.5"}}));
   ASSERT_EQ(Schedule(kai), "");
-  json real = server_->Put(PodObject("real", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "700"}}));
+  json real = server_->Put(PodObject("real", testing::FractionLimits(700)));
   ASSERT_EQ(Schedule(real), "");
   std::optional<Assignment> a = AssignmentOf(*server_->Get("pods", "team-a", "real"));
   ASSERT_TRUE(a.has_value());
@@ -441,7 +438,7 @@ TEST_F(K8sEndToEnd, WholeGpusAreAllocatedWithoutTheLimiter) {
   // A whole GPU needs no limit: no limiter, no limit file.
   EXPECT_EQ(c.mounts_size(), 0);
   // Nothing else fits on the node now.
-  json more = server_->Put(PodObject("more", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "100"}}));
+  json more = server_->Put(PodObject("more", testing::FractionLimits(100)));
   EXPECT_NE(Schedule(more).find("filter:"), std::string::npos);
 }
 
@@ -484,10 +481,10 @@ TEST_F(K8sEndToEnd, ALostGpuIsReportedUnhealthyAndGetsNoNewPods) {
                   {"NodeNames", {kNode}}};
     return Call("filter", probe)["NodeNames"].size() == 1;
   }));
-  json a = server_->Put(PodObject("a", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "700"}}));
+  json a = server_->Put(PodObject("a", testing::FractionLimits(700)));
   ASSERT_EQ(Schedule(a), "");
   EXPECT_EQ(AssignmentOf(*server_->Get("pods", "team-a", "a"))->containers[0].gpus[0].index, 0);
-  json b = server_->Put(PodObject("b", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "700"}}));
+  json b = server_->Put(PodObject("b", testing::FractionLimits(700)));
   EXPECT_NE(Schedule(b).find("filter:"), std::string::npos);
   dlclose(nvml);
 }

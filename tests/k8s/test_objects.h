@@ -50,10 +50,11 @@ inline nlohmann::json NodeObject(const std::string& name, const NodeInventory& i
 
 // A pending pod in "default" with one container "main" with these limits.
 inline nlohmann::json PodObject(const std::string& name, const nlohmann::json& limits,
-                                const nlohmann::json& annotations = nlohmann::json::object()) {
+                                const nlohmann::json& annotations = nlohmann::json::object(),
+                                const std::string& ns = "default") {
   return {{"apiVersion", "v1"},
           {"kind", "Pod"},
-          {"metadata", {{"name", name}, {"namespace", "default"}, {"annotations", annotations}}},
+          {"metadata", {{"name", name}, {"namespace", ns}, {"annotations", annotations}}},
           {"spec",
            {{"schedulerName", "default-scheduler"},
             {"containers",
