@@ -11,14 +11,16 @@ set -u
 cd "$(dirname "$0")/../.."
 gpufrac=${GPUFRAC:-$PWD/build/bin/gpufrac}
 probe=${PROBE:-$(dirname "$gpufrac")/cuda_probe}
+export GPUFRAC=$gpufrac PROBE=$probe  # for physical_use.sh
 limit=$((4 << 30))
+check_timeout=${CHECK_TIMEOUT:-240}  # seconds: a hung check fails (exit 124), the rest go on
 fails=0
 sim=0
 [ "${1:-}" = --sim ] && sim=1
 check() {  # check NAME COMMAND...
   local name=$1; shift
   local out
-  out=$("$@" 2>&1); local rc=$?
+  out=$(timeout -k 5 "$check_timeout" "$@" 2>&1); local rc=$?
   echo "$out" | sed "s/^/  [$name] /"
   if [ $rc -eq 0 ]; then echo "PASS $name"; else echo "FAIL $name (exit $rc)"; fails=$((fails + 1)); fi
 }
@@ -46,17 +48,24 @@ for kind in mem pitch managed async pool vmm vmmmap array mipmap ctx; do
   check "charge-$kind" bash -c "out=\$('$gpufrac' exec --gpu-memory 4G -- '$probe' alloc $kind 67108864); \
     echo \"\$out\"; echo \"\$out\" | grep -q 'alloc=0 .* free=0 after=0'"
 done
-check context-memory bash -c "'$gpufrac' exec --gpu-memory 78G -- '$probe' nvml"
-for fw in torch cupy jax; do
-  real_gpu_check "$fw" "$gpufrac" exec --gpu-memory 4G -- python3 tests/gpu/frameworks_check.py "$fw" $limit
+# A process killed with SIGKILL while holding 3 GiB of a 4 GiB limit leaves no charge behind: the
+# next process of the workload gets the same 3 GiB.
+check sigkill-reclaim "$gpufrac" exec --gpu-memory 4G -- bash -c '
+  out=$(mktemp); "$1" hold 3221225472 >"$out" & pid=$!
+  until grep -q "^hold=" "$out"; do sleep 0.1; done
+  cat "$out"; rm -f "$out"; kill -9 $pid; wait $pid
+  "$1" alloc mem 3221225472 | tee /dev/stderr | grep -q "^alloc=0 "' reclaim "$probe"
+# What a bare CUDA context really costs (the limiter charges an estimate per GPU model).
+real_gpu_check context-memory tests/gpu/physical_use.sh context
+# Each framework under a 4 GiB limit sees that total, fills it and gets its own out-of-memory
+# error, while the GPU's physical use (read outside the workload) stays within the limit.
+for fw in torch cupy jax jax-platform; do
+  real_gpu_check "$fw" tests/gpu/physical_use.sh fill $limit:$fw
 done
 real_gpu_check nvidia-smi bash -c "total=\$('$gpufrac' exec --gpu-memory 4G -- nvidia-smi \
   --query-gpu=memory.total --format=csv,noheader,nounits | head -1); echo total_mib=\$total; \
   [ \"\$total\" = 4096 ]"
-# Two workloads on one GPU at the same time, each filling its own limit.
-real_gpu_check two-workloads bash -c "
-  '$gpufrac' exec --gpu-memory 3G -- python3 tests/gpu/frameworks_check.py torch $((3 << 30)) & a=\$!
-  '$gpufrac' exec --gpu-memory 5G -- python3 tests/gpu/frameworks_check.py torch $((5 << 30)) & b=\$!
-  wait \$a; ra=\$?; wait \$b; rb=\$?; [ \$ra -eq 0 ] && [ \$rb -eq 0 ]"
+# Two workloads on one GPU at the same time, each filling and holding its own limit.
+real_gpu_check two-workloads tests/gpu/physical_use.sh fill $((3 << 30)):torch $((5 << 30)):cupy
 echo "failures=$fails"
 [ $fails -eq 0 ]

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Physical GPU memory, read with nvidia-smi outside any workload (no limiter), on a real GPU with
+# nothing else running on GPU 0.
+#
+#   physical_use.sh context
+#       What one process's bare CUDA context costs: cuda_probe holds a context and 2 MiB, not
+#       under the limiter. Prints context_mib=N.
+#   physical_use.sh fill BYTES:FRAMEWORK [BYTES:FRAMEWORK...]
+#       Starts one `gpufrac exec --gpu-memory BYTES -- frameworks_check.py FRAMEWORK BYTES` per
+#       argument, all at once. Each fills its limit and holds it; once all hold, reads the GPU's
+#       memory in use, then lets them exit. Passes when every check passed, every refusal but
+#       jax's own pool's came from the limiter, and the GPU's use grew by at most the sum of the
+#       limits. Prints overhead_mib_each: the physical memory each workload holds beyond what
+#       its framework's allocator holds (its context and loaded kernels), which the limiter
+#       charges as a per-model estimate.
+#
+# GPUFRAC and PROBE name the binaries (defaults: ./build/bin/gpufrac and cuda_probe beside it).
+set -u
+cd "$(dirname "$0")/../.."
+gpufrac=${GPUFRAC:-$PWD/build/bin/gpufrac}
+probe=${PROBE:-$(dirname "$gpufrac")/cuda_probe}
+used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0; }
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+wait_for() {  # wait_for FILE PATTERN PID: until FILE has PATTERN, or PID has exited
+  until grep -q "$2" "$1" || ! kill -0 "$3" 2>/dev/null; do sleep 0.2; done
+}
+before=$(used_mib)
+case ${1:-} in
+context)
+  "$probe" hold 2097152 >"$dir/probe.out" 2>&1 & pid=$!
+  wait_for "$dir/probe.out" '^hold=' $pid
+  during=$(used_mib)
+  kill $pid; wait $pid 2>/dev/null
+  cat "$dir/probe.out"
+  grep -q '^hold=0' "$dir/probe.out" || exit 1
+  echo "used_before_mib=$before used_during_mib=$during context_mib=$((during - before - 2))"
+  ;;
+fill)
+  shift
+  [ $# -gt 0 ] || { echo "physical_use.sh fill: give at least one BYTES:FRAMEWORK" >&2; exit 2; }
+  pids=() limits=0
+  for spec; do
+    size=${spec%%:*}
+    GPUFRAC_CHECK_HOLD_FILE=$dir/release "$gpufrac" exec --gpu-memory "$size" -- \
+      python3 tests/gpu/frameworks_check.py "${spec#*:}" "$size" >"$dir/${#pids[@]}.out" 2>&1 &
+    pids+=($!)
+    limits=$((limits + size))
+  done
+  for i in "${!pids[@]}"; do wait_for "$dir/$i.out" '^framework=' "${pids[i]}"; done
+  during=$(used_mib)
+  apps=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits)
+  echo "per process (pid, MiB): $(echo "$apps" | tr '\n' ';')"
+  touch "$dir/release"
+  ok=1 held=0
+  for i in "${!pids[@]}"; do
+    wait "${pids[i]}" || ok=0
+    out=$dir/$i.out
+    cat "$out"
+    fw=$(sed -n 's/^framework=\([^ ]*\).*/\1/p' "$out")
+    if [ "$fw" != jax ] && ! grep -q '^gpufrac: out of GPU memory' "$out"; then
+      echo "workload $i: its out-of-memory error did not come from the limiter"; ok=0
+    fi
+    bytes=$(sed -n 's/.*held_from_driver=\([0-9]*\).*/\1/p' "$out")
+    held=$((held + ${bytes:-0}))
+  done
+  grown_mib=$((during - before))
+  overhead_mib=$(((grown_mib - (held >> 20)) / ${#pids[@]}))
+  echo "used_before_mib=$before used_during_mib=$during limits_mib=$((limits >> 20))" \
+    "held_by_frameworks_mib=$((held >> 20)) overhead_mib_each=$overhead_mib"
+  if [ $((grown_mib << 20)) -gt $limits ]; then
+    echo "the workloads hold $grown_mib MiB of the GPU, more than their limits together"; ok=0
+  fi
+  [ $ok -eq 1 ]
+  ;;
+*)
+  echo "usage: physical_use.sh context | fill BYTES:FRAMEWORK..." >&2; exit 2
+  ;;
+esac
