@@ -220,7 +220,7 @@ int RunExec(const ExecOptions& o) {
                                    std::to_string(device->index) + " (" + device->name +
                                    ") has: " + FormatSize(device->memory_total));
   }
-  uint64_t context = gpu::ContextBytes(device->model);
+  uint64_t context = gpu::ContextChargeBytes(device->model);
   if (limit <= context) {
     return Fail(kExitBadInput, FormatSize(limit) + " cannot hold even the CUDA context on " +
                                    device->name + " (about " + FormatSize(context) +

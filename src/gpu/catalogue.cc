@@ -9,8 +9,12 @@ namespace {
 
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 
-// Per-context device memory, by architecture. These are estimates (what nvidia-smi shows for a
-// process that has only created a context, rounded), to be replaced by measurements per model.
+// Device memory one bare CUDA context takes. Measured where a model has a constant of its own:
+// what nvidia-smi shows a process holding a context and a 2 MiB allocation, less the 2 MiB
+// (tests/gpu/physical_use.sh context; docs/real-gpu-checks.md). The others are estimates per
+// architecture, to be replaced by measurements per model.
+// H100 80GB HBM3 and H200, both with driver 580.159.04.
+constexpr std::uint64_t kH100H200ContextBytes = 527 * kMiB;
 constexpr std::uint64_t kTuringAdaContextBytes = 300 * kMiB;
 constexpr std::uint64_t kAmpereContextBytes = 400 * kMiB;
 constexpr std::uint64_t kHopperBlackwellContextBytes = 500 * kMiB;
@@ -48,7 +52,7 @@ constexpr std::array kModels = {
              .compute_minor = 0,
              .pci_device_id = 0x2330,
              .max_clock_khz = 1980000,
-             .context_bytes = kHopperBlackwellContextBytes},
+             .context_bytes = kH100H200ContextBytes},
     GpuModel{.short_name = "H200-141GB",
              .nvml_name = "NVIDIA H200",
              .architecture = "Hopper",
@@ -58,7 +62,7 @@ constexpr std::array kModels = {
              .compute_minor = 0,
              .pci_device_id = 0x2335,
              .max_clock_khz = 1980000,
-             .context_bytes = kHopperBlackwellContextBytes},
+             .context_bytes = kH100H200ContextBytes},
     GpuModel{.short_name = "A30-24GB",
              .nvml_name = "NVIDIA A30",
              .architecture = "Ampere",

@@ -147,7 +147,7 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
       const GpuInfo* info = FindGpu(inventory_, g.index);
       limited.push_back({.uuid = g.uuid,
                          .limit_bytes = g.memory_bytes,
-                         .context_bytes = gpu::ContextBytes(
+                         .context_bytes = gpu::ContextChargeBytes(
                              info != nullptr ? gpu::FindModel(info->model) : nullptr)});
     }
   }

@@ -161,7 +161,7 @@ struct Ledger::Impl {
         Group g;
         g.model = gpu.model;
         g.memory_bytes = gpu.memory_bytes;
-        g.context_bytes = gpu::ContextBytes(gpu::FindModel(gpu.model));
+        g.context_bytes = gpu::ContextChargeBytes(gpu::FindModel(gpu.model));
         g.whole_only = whole_only;
         groups.push_back(std::move(g));
         it = groups.end() - 1;

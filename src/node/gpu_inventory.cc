@@ -21,7 +21,7 @@ Inventory FromDevices(const std::vector<gpu::DeviceInfo>& devices) {
     g.uuid = d.uuid;
     g.model = d.model ? std::string(d.model->short_name) : std::string();
     g.memory_bytes = d.memory_total;
-    g.context_bytes = gpu::ContextBytes(d.model);
+    g.context_bytes = gpu::ContextChargeBytes(d.model);
     inventory.gpus.push_back(g);
   }
   return inventory;

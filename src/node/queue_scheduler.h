@@ -41,7 +41,7 @@ struct NodeGpu {
   std::string uuid;            // "GPU-...".
   std::string model;           // Catalogue short name ("H100-80GB"); "" when not in the catalogue.
   uint64_t memory_bytes = 0;   // Total memory.
-  uint64_t context_bytes = 0;  // One CUDA context's memory (a memory limit must exceed it).
+  uint64_t context_bytes = 0;  // Charged per CUDA context (ContextChargeBytes); limits exceed it.
   bool whole_only = false;     // Mode "whole": serves whole-GPU jobs only, never shares.
 };
 

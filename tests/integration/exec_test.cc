@@ -39,8 +39,8 @@ TEST_F(ExecTest, AllSizeSpellingsMeanBinaryUnits) {
     RunResult r = Exec({"--gpu-memory", size, "--", ProbePath(), "info"});
     EXPECT_EQ(r.GetInt("total"), 4 * kGiB) << r.err;
   }
-  RunResult r = Exec({"--gpu-memory", "512Mi", "--", ProbePath(), "info"});
-  EXPECT_EQ(r.GetInt("total"), 512 * kMiB) << r.err;
+  RunResult r = Exec({"--gpu-memory", "1024Mi", "--", ProbePath(), "info"});
+  EXPECT_EQ(r.GetInt("total"), 1024 * kMiB) << r.err;
 }
 
 TEST_F(ExecTest, AFractionIsAShareOfTheGpusMemory) {
@@ -120,6 +120,9 @@ TEST_F(ExecTest, BadInputIsOneLineAndExitStatusTwo) {
       {{"--gpu-memory", "-1G", "--", "true"}, "--gpu-memory"},
       {{"--gpu-memory", "41G", "--", "true"}, "is more than GPU 0"},
       {{"--gpu-memory", "100M", "--", "true"}, "cannot hold even the CUDA context"},
+      // More than the A100's bare context (400 MiB), less than its charge with the 256 MiB for
+      // the kernels frameworks load into it.
+      {{"--gpu-memory", "600M", "--", "true"}, "context on NVIDIA A100-SXM4-40GB (about 656 MiB)"},
       {{"--gpu-fraction", "1.5", "--", "true"}, "--gpu-fraction"},
       {{"--gpu-fraction", "0", "--", "true"}, "--gpu-fraction"},
       {{"--gpu-memory", "1G", "--gpu", "7", "--", "true"}, "--gpu"},
