@@ -11,8 +11,8 @@
 #       memory in use, then lets them exit. Passes when every check passed, every refusal but
 #       jax's own pool's came from the limiter, and the GPU's use grew by at most the sum of the
 #       limits. Prints overhead_mib_each: the physical memory each workload holds beyond what
-#       its framework's allocator holds (its context and loaded kernels), which the limiter
-#       charges as a per-model estimate.
+#       its framework's allocator holds (its context and loaded kernels), for which the limiter
+#       charges gpu::ContextChargeBytes per context.
 #
 # GPUFRAC and PROBE name the binaries (defaults: ./build/bin/gpufrac and cuda_probe beside it).
 set -u

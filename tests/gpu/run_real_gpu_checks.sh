@@ -52,10 +52,11 @@ done
 # next process of the workload gets the same 3 GiB.
 check sigkill-reclaim "$gpufrac" exec --gpu-memory 4G -- bash -c '
   out=$(mktemp); "$1" hold 3221225472 >"$out" & pid=$!
-  until grep -q "^hold=" "$out"; do sleep 0.1; done
-  cat "$out"; rm -f "$out"; kill -9 $pid; wait $pid
+  until grep -q "^hold=" "$out" || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
+  cat "$out"; grep -q "^hold=0" "$out" || exit 1
+  rm -f "$out"; kill -9 $pid; wait $pid
   "$1" alloc mem 3221225472 | tee /dev/stderr | grep -q "^alloc=0 "' reclaim "$probe"
-# What a bare CUDA context really costs (the limiter charges an estimate per GPU model).
+# What a bare CUDA context really costs (the limiter charges gpu::ContextChargeBytes).
 real_gpu_check context-memory tests/gpu/physical_use.sh context
 # Each framework under a 4 GiB limit sees that total, fills it and gets its own out-of-memory
 # error, while the GPU's physical use (read outside the workload) stays within the limit.
