@@ -279,7 +279,8 @@ struct HealthMonitor::State {
   }
 };
 
-HealthMonitor::HealthMonitor(std::unique_ptr<State> state) : state_(std::move(state)) {}
+HealthMonitor::HealthMonitor(std::unique_ptr<State> state)
+    : state_(std::move(state)), last_(state_->Snapshot()) {}
 
 HealthMonitor::~HealthMonitor() = default;
 
@@ -307,7 +308,13 @@ StatusOr<std::unique_ptr<HealthMonitor>> HealthMonitor::Open(const std::string& 
 }
 
 std::vector<GpuHealth> HealthMonitor::Check(std::chrono::milliseconds wait) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_, std::defer_lock);
+  if (wait.count() > 0) {
+    lock.lock();
+  } else if (!lock.try_lock()) {
+    std::lock_guard last_lock(last_mu_);
+    return last_;
+  }
   State& s = *state_;
   using Clock = std::chrono::steady_clock;
   const Clock::time_point deadline = Clock::now() + std::max(wait, std::chrono::milliseconds(0));
@@ -351,7 +358,10 @@ std::vector<GpuHealth> HealthMonitor::Check(std::chrono::milliseconds wait) {
   }
   if (s.set == nullptr) std::this_thread::sleep_until(deadline);
   s.CheckLost();
-  return s.Snapshot();
+  std::vector<GpuHealth> now = s.Snapshot();
+  std::lock_guard last_lock(last_mu_);
+  last_ = now;
+  return now;
 }
 
 }  // namespace gpufrac::gpu

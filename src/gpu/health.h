@@ -36,7 +36,8 @@ std::string_view XidDescription(unsigned long long xid);
 // Watches every GPU NVML sees. Open registers each GPU that supports them for critical-XID and
 // double-bit ECC events; GPUs without event support are still checked for being lost on every
 // Check. NVML stays initialised for the monitor's life (nvmlShutdown in the destructor).
-// Thread-safe: concurrent Check calls run one after another.
+// Thread-safe: concurrent Check calls run one after another, except Check(0), which never waits
+// behind another.
 class HealthMonitor {
  public:
   // Loads NVML from `library` (a path, or a name the dynamic loader resolves). Errors, as
@@ -54,7 +55,8 @@ class HealthMonitor {
   // for being lost, and returns every GPU's state, by index. Returns early when an event
   // arrives or NVML reports a GPU lost; a GPU's state changes only from healthy to unhealthy.
   // Check(0ms) reads what is pending (NVML is asked with a 1 ms timeout, never 0, whose meaning
-  // the headers leave open).
+  // the headers leave open); while another Check is running it returns at once what the last
+  // finished Check found, leaving the events to the running one.
   std::vector<GpuHealth> Check(std::chrono::milliseconds wait);
 
  private:
@@ -63,6 +65,8 @@ class HealthMonitor {
 
   std::mutex mu_;  // Serialises Check.
   std::unique_ptr<State> state_;
+  std::mutex last_mu_;
+  std::vector<GpuHealth> last_;  // What the last finished Check returned (guarded by last_mu_).
 };
 
 }  // namespace gpufrac::gpu

@@ -3,6 +3,7 @@
 // verdicts on them (application and critical XIDs, ECC errors, lost GPUs, stickiness).
 #include <sys/wait.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -284,6 +285,35 @@ TEST_F(GpuHealthTest, CriticalXidFromAnotherProcessMarksOnlyThatGpuForGood) {
     EXPECT_FALSE(health[1].healthy);
     EXPECT_EQ("XID 79 (GPU has fallen off the bus)", health[1].reason);
     EXPECT_TRUE(health[0].healthy);
+  });
+}
+
+// The agent's resync asks Check(0) while its watcher thread waits in a long Check: it gets the
+// last known states at once instead of queueing behind the wait.
+TEST_F(GpuHealthTest, ZeroWaitCheckDoesNotWaitBehindAWaitingOne) {
+  RunInChild("1xH100-80GB", [] {
+    auto monitor = OpenMonitor();
+    ASSERT_NE(nullptr, monitor);
+    std::atomic<bool> waiter_done{false};
+    std::vector<GpuHealth> waited;
+    std::thread waiter([&] {
+      waited = monitor->Check(milliseconds(10000));
+      waiter_done = true;
+    });
+    std::this_thread::sleep_for(milliseconds(200));  // the waiter is in NVML's wait by now
+    std::vector<GpuHealth> health = monitor->Check(milliseconds(0));
+    EXPECT_FALSE(waiter_done);  // it answered while the other Check still waited
+    ASSERT_EQ(1u, health.size());
+    EXPECT_TRUE(health[0].healthy);
+
+    // The running Check takes the event; the next Check(0) sees what it found.
+    ASSERT_EQ(abi::NVML_SUCCESS, simgpuInjectXid(0, 79));
+    waiter.join();
+    ASSERT_EQ(1u, waited.size());
+    EXPECT_FALSE(waited[0].healthy);
+    health = monitor->Check(milliseconds(0));
+    EXPECT_FALSE(health[0].healthy);
+    EXPECT_EQ("XID 79 (GPU has fallen off the bus)", health[0].reason);
   });
 }
 
