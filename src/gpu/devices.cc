@@ -1,8 +1,6 @@
-// Device discovery through NVML loaded with dlopen (see devices.h). The entry points are looked
-// up by name once per call; NVML's own reference count makes init/shutdown per call safe.
+// Device discovery through NVML loaded with dlopen (see devices.h). Each call opens its own NVML
+// session; NVML's own reference count makes init/shutdown per call safe.
 #include "gpu/devices.h"
-
-#include <dlfcn.h>
 
 #include <cctype>
 #include <charconv>
@@ -10,50 +8,30 @@
 
 #include "abi/nvml_abi.h"
 #include "common/log.h"
-#include "gpu/nvml_library.h"
 #include "common/text.h"
+#include "gpu/nvml_library.h"
 
 namespace gpufrac::gpu {
 namespace {
 
-// The NVML entry points ListDevices uses, resolved from one dlopen handle.
+// The NVML entry points ListDevices uses, resolved from one session.
 struct NvmlApi {
-  abi::nvmlInit_v2_t init = nullptr;
-  abi::nvmlShutdown_t shutdown = nullptr;
-  abi::nvmlErrorString_t error_string = nullptr;
+  std::unique_ptr<NvmlSession> nvml;
   abi::nvmlDeviceGetCount_v2_t get_count = nullptr;
   abi::nvmlDeviceGetHandleByIndex_v2_t get_handle_by_index = nullptr;
   abi::nvmlDeviceGetUUID_t get_uuid = nullptr;
   abi::nvmlDeviceGetName_t get_name = nullptr;
   abi::nvmlDeviceGetMemoryInfo_t get_memory_info = nullptr;
+
+  Status ResolveAll() {
+    GPUFRAC_RETURN_IF_ERROR(nvml->Resolve("nvmlDeviceGetCount_v2", &get_count));
+    GPUFRAC_RETURN_IF_ERROR(nvml->Resolve("nvmlDeviceGetHandleByIndex_v2", &get_handle_by_index));
+    GPUFRAC_RETURN_IF_ERROR(nvml->Resolve("nvmlDeviceGetUUID", &get_uuid));
+    GPUFRAC_RETURN_IF_ERROR(nvml->Resolve("nvmlDeviceGetName", &get_name));
+    GPUFRAC_RETURN_IF_ERROR(nvml->Resolve("nvmlDeviceGetMemoryInfo", &get_memory_info));
+    return OkStatus();
+  }
 };
-
-struct DlCloser {
-  void operator()(void* handle) const { dlclose(handle); }
-};
-using LibraryHandle = std::unique_ptr<void, DlCloser>;
-
-template <typename Fn>
-Status Resolve(void* library, const std::string& library_name, const char* symbol, Fn* out) {
-  return ResolveNvmlSymbol(library, library_name, symbol, "gpufrac", out);
-}
-
-Status ResolveAll(void* library, const std::string& name, NvmlApi* api) {
-  GPUFRAC_RETURN_IF_ERROR(Resolve(library, name, "nvmlInit_v2", &api->init));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(library, name, "nvmlShutdown", &api->shutdown));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(library, name, "nvmlErrorString", &api->error_string));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(library, name, "nvmlDeviceGetCount_v2", &api->get_count));
-  GPUFRAC_RETURN_IF_ERROR(
-      Resolve(library, name, "nvmlDeviceGetHandleByIndex_v2", &api->get_handle_by_index));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(library, name, "nvmlDeviceGetUUID", &api->get_uuid));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(library, name, "nvmlDeviceGetName", &api->get_name));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(library, name, "nvmlDeviceGetMemoryInfo", &api->get_memory_info));
-  return OkStatus();
-}
-
-Status NvmlError(const NvmlApi& api, abi::nvmlReturn_t rc, const std::string& call) {
-  return NvmlCallError(api.error_string, rc, call);
-}
 
 // A catalogue model is matched on the exact NVML product name.
 StatusOr<DeviceInfo> QueryDevice(const NvmlApi& api, unsigned index) {
@@ -62,25 +40,25 @@ StatusOr<DeviceInfo> QueryDevice(const NvmlApi& api, unsigned index) {
   info.index = index;
   abi::nvmlDevice_t device = nullptr;
   if (auto rc = api.get_handle_by_index(index, &device); rc != abi::NVML_SUCCESS) {
-    return NvmlError(api, rc, "nvmlDeviceGetHandleByIndex_v2" + gpu);
+    return api.nvml->CallError(rc, "nvmlDeviceGetHandleByIndex_v2" + gpu);
   }
   char buffer[abi::kNvmlDeviceUuidV2BufferSize > abi::kNvmlDeviceNameV2BufferSize
                   ? abi::kNvmlDeviceUuidV2BufferSize
                   : abi::kNvmlDeviceNameV2BufferSize] = {};
   if (auto rc = api.get_uuid(device, buffer, sizeof(buffer)); rc != abi::NVML_SUCCESS) {
-    return NvmlError(api, rc, "nvmlDeviceGetUUID" + gpu);
+    return api.nvml->CallError(rc, "nvmlDeviceGetUUID" + gpu);
   }
   buffer[sizeof(buffer) - 1] = '\0';
   info.uuid = buffer;
   buffer[0] = '\0';
   if (auto rc = api.get_name(device, buffer, sizeof(buffer)); rc != abi::NVML_SUCCESS) {
-    return NvmlError(api, rc, "nvmlDeviceGetName" + gpu);
+    return api.nvml->CallError(rc, "nvmlDeviceGetName" + gpu);
   }
   buffer[sizeof(buffer) - 1] = '\0';
   info.name = buffer;
   abi::nvmlMemory_t memory{};
   if (auto rc = api.get_memory_info(device, &memory); rc != abi::NVML_SUCCESS) {
-    return NvmlError(api, rc, "nvmlDeviceGetMemoryInfo" + gpu);
+    return api.nvml->CallError(rc, "nvmlDeviceGetMemoryInfo" + gpu);
   }
   info.memory_total = memory.total;
   info.memory_free = memory.free;
@@ -107,25 +85,13 @@ std::string DescribeDevices(const std::vector<DeviceInfo>& devices) {
 StatusOr<std::vector<DeviceInfo>> ListDevices() { return ListDevices(kNvmlLibraryName); }
 
 StatusOr<std::vector<DeviceInfo>> ListDevices(const std::string& library) {
-  GPUFRAC_ASSIGN_OR_RETURN(void* opened, OpenNvmlLibrary(library));
-  LibraryHandle handle(opened);
   NvmlApi api;
-  GPUFRAC_RETURN_IF_ERROR(ResolveAll(handle.get(), library, &api));
-
-  if (auto rc = api.init(); rc != abi::NVML_SUCCESS) return NvmlError(api, rc, "nvmlInit_v2");
-  // Every successful nvmlInit_v2 is paired with one nvmlShutdown, whatever happens below.
-  struct ShutdownGuard {
-    const NvmlApi& api;
-    ~ShutdownGuard() {
-      if (auto rc = api.shutdown(); rc != abi::NVML_SUCCESS) {
-        LogDebug("nvmlShutdown failed: %s", NvmlErrorText(api.error_string, rc).c_str());
-      }
-    }
-  } guard{api};
+  GPUFRAC_ASSIGN_OR_RETURN(api.nvml, NvmlSession::Open(library, "gpufrac"));
+  GPUFRAC_RETURN_IF_ERROR(api.ResolveAll());
 
   unsigned count = 0;
   if (auto rc = api.get_count(&count); rc != abi::NVML_SUCCESS) {
-    return NvmlError(api, rc, "nvmlDeviceGetCount_v2");
+    return api.nvml->CallError(rc, "nvmlDeviceGetCount_v2");
   }
   std::vector<DeviceInfo> devices;
   devices.reserve(count);

@@ -3,8 +3,6 @@
 // that the others' events keep coming.
 #include "gpu/health.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <thread>
 #include <utility>
@@ -81,12 +79,7 @@ struct HealthMonitor::State {
     GpuHealth health;
   };
 
-  void* library = nullptr;
-  std::string library_name;
-  bool initialised = false;
-  abi::nvmlInit_v2_t init = nullptr;
-  abi::nvmlShutdown_t shutdown = nullptr;
-  abi::nvmlErrorString_t error_string = nullptr;
+  std::unique_ptr<NvmlSession> nvml;  // First: it shuts NVML down after the set is freed.
   abi::nvmlDeviceGetCount_v2_t get_count = nullptr;
   abi::nvmlDeviceGetHandleByIndex_v2_t get_handle = nullptr;
   abi::nvmlDeviceGetUUID_t get_uuid = nullptr;
@@ -102,39 +95,25 @@ struct HealthMonitor::State {
 
   ~State() {
     if (set != nullptr) free_set(set);
-    if (initialised) {
-      if (auto rc = shutdown(); rc != abi::NVML_SUCCESS) {
-        LogDebug("nvmlShutdown failed: %s", ErrorText(rc).c_str());
-      }
-    }
-    if (library != nullptr) dlclose(library);
   }
 
-  std::string ErrorText(abi::nvmlReturn_t rc) const { return NvmlErrorText(error_string, rc); }
-
-  template <typename Fn>
-  Status Resolve(const char* symbol, Fn* out) {
-    return ResolveNvmlSymbol(library, library_name, symbol, "GPU health checks", out);
-  }
+  std::string ErrorText(abi::nvmlReturn_t rc) const { return nvml->ErrorText(rc); }
 
   Status ResolveAll() {
-    GPUFRAC_RETURN_IF_ERROR(Resolve("nvmlInit_v2", &init));
-    GPUFRAC_RETURN_IF_ERROR(Resolve("nvmlShutdown", &shutdown));
-    GPUFRAC_RETURN_IF_ERROR(Resolve("nvmlErrorString", &error_string));
-    GPUFRAC_RETURN_IF_ERROR(Resolve("nvmlDeviceGetCount_v2", &get_count));
-    GPUFRAC_RETURN_IF_ERROR(Resolve("nvmlDeviceGetHandleByIndex_v2", &get_handle));
-    GPUFRAC_RETURN_IF_ERROR(Resolve("nvmlDeviceGetUUID", &get_uuid));
-    GPUFRAC_RETURN_IF_ERROR(Resolve("nvmlDeviceGetMemoryInfo", &get_memory_info));
-    GPUFRAC_RETURN_IF_ERROR(Resolve("nvmlDeviceGetSupportedEventTypes", &supported_events));
-    GPUFRAC_RETURN_IF_ERROR(Resolve("nvmlDeviceRegisterEvents", &register_events));
-    GPUFRAC_RETURN_IF_ERROR(Resolve("nvmlEventSetCreate", &create_set));
-    GPUFRAC_RETURN_IF_ERROR(Resolve("nvmlEventSetWait_v2", &wait));
-    GPUFRAC_RETURN_IF_ERROR(Resolve("nvmlEventSetFree", &free_set));
+    GPUFRAC_RETURN_IF_ERROR(nvml->Resolve("nvmlDeviceGetCount_v2", &get_count));
+    GPUFRAC_RETURN_IF_ERROR(nvml->Resolve("nvmlDeviceGetHandleByIndex_v2", &get_handle));
+    GPUFRAC_RETURN_IF_ERROR(nvml->Resolve("nvmlDeviceGetUUID", &get_uuid));
+    GPUFRAC_RETURN_IF_ERROR(nvml->Resolve("nvmlDeviceGetMemoryInfo", &get_memory_info));
+    GPUFRAC_RETURN_IF_ERROR(nvml->Resolve("nvmlDeviceGetSupportedEventTypes", &supported_events));
+    GPUFRAC_RETURN_IF_ERROR(nvml->Resolve("nvmlDeviceRegisterEvents", &register_events));
+    GPUFRAC_RETURN_IF_ERROR(nvml->Resolve("nvmlEventSetCreate", &create_set));
+    GPUFRAC_RETURN_IF_ERROR(nvml->Resolve("nvmlEventSetWait_v2", &wait));
+    GPUFRAC_RETURN_IF_ERROR(nvml->Resolve("nvmlEventSetFree", &free_set));
     return OkStatus();
   }
 
   Status CallError(abi::nvmlReturn_t rc, const std::string& call) const {
-    return NvmlCallError(error_string, rc, call);
+    return nvml->CallError(rc, call);
   }
 
   // The health verdict for an NVML error on a GPU, or "" when the error says nothing about it.
@@ -286,13 +265,8 @@ HealthMonitor::~HealthMonitor() = default;
 
 StatusOr<std::unique_ptr<HealthMonitor>> HealthMonitor::Open(const std::string& library) {
   auto state = std::make_unique<State>();
-  state->library_name = library;
-  GPUFRAC_ASSIGN_OR_RETURN(state->library, OpenNvmlLibrary(library));
+  GPUFRAC_ASSIGN_OR_RETURN(state->nvml, NvmlSession::Open(library, "GPU health checks"));
   GPUFRAC_RETURN_IF_ERROR(state->ResolveAll());
-  if (auto rc = state->init(); rc != abi::NVML_SUCCESS) {
-    return state->CallError(rc, "nvmlInit_v2");
-  }
-  state->initialised = true;
   unsigned count = 0;
   if (auto rc = state->get_count(&count); rc != abi::NVML_SUCCESS) {
     return state->CallError(rc, "nvmlDeviceGetCount_v2");

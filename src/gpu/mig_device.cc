@@ -3,8 +3,6 @@
 // that info returns everywhere else; compute instance profiles work the same way.
 #include "gpu/mig_device.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <map>
 #include <utility>
@@ -17,10 +15,7 @@
 namespace gpufrac::gpu {
 
 struct MigNvmlApi {
-  void* library = nullptr;
-  std::string library_name;
-  abi::nvmlShutdown_t shutdown = nullptr;
-  abi::nvmlErrorString_t error_string = nullptr;
+  std::unique_ptr<NvmlSession> nvml;
   abi::nvmlDeviceGetHandleByIndex_v2_t get_handle = nullptr;
   abi::nvmlDeviceGetName_t get_name = nullptr;
   abi::nvmlDeviceGetUUID_t get_uuid = nullptr;
@@ -48,26 +43,12 @@ struct MigNvmlApi {
   abi::nvmlDeviceGetComputeRunningProcesses_v2_t running_processes = nullptr;
   const char* running_processes_name = "";
 
-  ~MigNvmlApi() {
-    if (shutdown != nullptr) {
-      if (auto rc = shutdown(); rc != abi::NVML_SUCCESS) {
-        LogDebug("nvmlShutdown failed: %s", ErrorText(rc).c_str());
-      }
-    }
-    if (library != nullptr) dlclose(library);
-  }
-
-  std::string ErrorText(abi::nvmlReturn_t rc) const { return NvmlErrorText(error_string, rc); }
+  std::string ErrorText(abi::nvmlReturn_t rc) const { return nvml->ErrorText(rc); }
 };
 
 namespace {
 
 using Api = MigNvmlApi;
-
-template <typename Fn>
-Status Resolve(void* library, const std::string& name, const char* symbol, Fn* out) {
-  return ResolveNvmlSymbol(library, name, symbol, "MIG control", out);
-}
 
 std::string GpuLabel(unsigned gpu) { return "GPU " + std::to_string(gpu); }
 
@@ -96,7 +77,7 @@ Status MigError(const Api& api, abi::nvmlReturn_t rc, const std::string& call,
     case abi::NVML_ERROR_NO_PERMISSION:
       return PermissionDeniedError(failed + ": changing MIG needs root");
     default:
-      return NvmlCallError(api.error_string, rc, call);
+      return api.nvml->CallError(rc, call);
   }
 }
 
@@ -218,7 +199,7 @@ StatusOr<std::map<unsigned, abi::nvmlComputeInstance_t>> ComputeInstances(
 StatusOr<std::vector<unsigned>> RunningPids(const Api& api, const Gpu& gpu,
                                             abi::nvmlDevice_t handle, const std::string& what) {
   if (api.running_processes == nullptr) {
-    return FailedPreconditionError(api.library_name +
+    return FailedPreconditionError(api.nvml->library_name() +
                                    " has no nvmlDeviceGetComputeRunningProcesses_v2 or _v3; the "
                                    "NVIDIA driver is too old to list processes (update it)");
   }
@@ -350,56 +331,42 @@ MigControl::~MigControl() = default;
 
 StatusOr<std::unique_ptr<MigControl>> MigControl::Open(const std::string& library) {
   auto api = std::make_unique<MigNvmlApi>();
-  api->library_name = library;
-  GPUFRAC_ASSIGN_OR_RETURN(api->library, OpenNvmlLibrary(library));
-  void* lib = api->library;
-  const std::string& name = api->library_name;
-  abi::nvmlInit_v2_t init = nullptr;
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlInit_v2", &init));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlErrorString", &api->error_string));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlDeviceGetHandleByIndex_v2", &api->get_handle));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlDeviceGetName", &api->get_name));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlDeviceGetUUID", &api->get_uuid));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlDeviceGetMemoryInfo", &api->get_memory));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlDeviceGetMigMode", &api->get_mig_mode));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlDeviceSetMigMode", &api->set_mig_mode));
+  GPUFRAC_ASSIGN_OR_RETURN(api->nvml, NvmlSession::Open(library, "MIG control"));
+  const NvmlSession& nvml = *api->nvml;
+  GPUFRAC_RETURN_IF_ERROR(nvml.Resolve("nvmlDeviceGetHandleByIndex_v2", &api->get_handle));
+  GPUFRAC_RETURN_IF_ERROR(nvml.Resolve("nvmlDeviceGetName", &api->get_name));
+  GPUFRAC_RETURN_IF_ERROR(nvml.Resolve("nvmlDeviceGetUUID", &api->get_uuid));
+  GPUFRAC_RETURN_IF_ERROR(nvml.Resolve("nvmlDeviceGetMemoryInfo", &api->get_memory));
+  GPUFRAC_RETURN_IF_ERROR(nvml.Resolve("nvmlDeviceGetMigMode", &api->get_mig_mode));
+  GPUFRAC_RETURN_IF_ERROR(nvml.Resolve("nvmlDeviceSetMigMode", &api->set_mig_mode));
   GPUFRAC_RETURN_IF_ERROR(
-      Resolve(lib, name, "nvmlDeviceGetGpuInstanceProfileInfoV", &api->gi_profile_info));
+      nvml.Resolve("nvmlDeviceGetGpuInstanceProfileInfoV", &api->gi_profile_info));
   GPUFRAC_RETURN_IF_ERROR(
-      Resolve(lib, name, "nvmlDeviceGetGpuInstancePossiblePlacements_v2", &api->gi_placements));
+      nvml.Resolve("nvmlDeviceGetGpuInstancePossiblePlacements_v2", &api->gi_placements));
   GPUFRAC_RETURN_IF_ERROR(
-      Resolve(lib, name, "nvmlDeviceCreateGpuInstanceWithPlacement", &api->create_gi));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlGpuInstanceDestroy", &api->destroy_gi));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlDeviceGetGpuInstances", &api->get_gis));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlDeviceGetGpuInstanceById", &api->get_gi_by_id));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlGpuInstanceGetInfo", &api->gi_info));
+      nvml.Resolve("nvmlDeviceCreateGpuInstanceWithPlacement", &api->create_gi));
+  GPUFRAC_RETURN_IF_ERROR(nvml.Resolve("nvmlGpuInstanceDestroy", &api->destroy_gi));
+  GPUFRAC_RETURN_IF_ERROR(nvml.Resolve("nvmlDeviceGetGpuInstances", &api->get_gis));
+  GPUFRAC_RETURN_IF_ERROR(nvml.Resolve("nvmlDeviceGetGpuInstanceById", &api->get_gi_by_id));
+  GPUFRAC_RETURN_IF_ERROR(nvml.Resolve("nvmlGpuInstanceGetInfo", &api->gi_info));
   GPUFRAC_RETURN_IF_ERROR(
-      Resolve(lib, name, "nvmlGpuInstanceGetComputeInstanceProfileInfoV", &api->ci_profile_info));
+      nvml.Resolve("nvmlGpuInstanceGetComputeInstanceProfileInfoV", &api->ci_profile_info));
+  GPUFRAC_RETURN_IF_ERROR(nvml.Resolve("nvmlGpuInstanceCreateComputeInstance", &api->create_ci));
+  GPUFRAC_RETURN_IF_ERROR(nvml.Resolve("nvmlComputeInstanceDestroy", &api->destroy_ci));
+  GPUFRAC_RETURN_IF_ERROR(nvml.Resolve("nvmlGpuInstanceGetComputeInstances", &api->get_cis));
+  GPUFRAC_RETURN_IF_ERROR(nvml.Resolve("nvmlComputeInstanceGetInfo_v2", &api->ci_info));
+  GPUFRAC_RETURN_IF_ERROR(nvml.Resolve("nvmlDeviceGetMaxMigDeviceCount", &api->max_mig_devices));
   GPUFRAC_RETURN_IF_ERROR(
-      Resolve(lib, name, "nvmlGpuInstanceCreateComputeInstance", &api->create_ci));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlComputeInstanceDestroy", &api->destroy_ci));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlGpuInstanceGetComputeInstances", &api->get_cis));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlComputeInstanceGetInfo_v2", &api->ci_info));
-  GPUFRAC_RETURN_IF_ERROR(
-      Resolve(lib, name, "nvmlDeviceGetMaxMigDeviceCount", &api->max_mig_devices));
-  GPUFRAC_RETURN_IF_ERROR(
-      Resolve(lib, name, "nvmlDeviceGetMigDeviceHandleByIndex", &api->mig_device_by_index));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlDeviceGetGpuInstanceId", &api->mig_gi_id));
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlDeviceGetComputeInstanceId", &api->mig_ci_id));
+      nvml.Resolve("nvmlDeviceGetMigDeviceHandleByIndex", &api->mig_device_by_index));
+  GPUFRAC_RETURN_IF_ERROR(nvml.Resolve("nvmlDeviceGetGpuInstanceId", &api->mig_gi_id));
+  GPUFRAC_RETURN_IF_ERROR(nvml.Resolve("nvmlDeviceGetComputeInstanceId", &api->mig_ci_id));
   // Optional: without it MIG control still works, and instances' processes are unknown.
   for (const char* symbol :
        {"nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetComputeRunningProcesses_v3"}) {
-    if (api->running_processes == nullptr &&
-        Resolve(lib, name, symbol, &api->running_processes).ok()) {
+    if (api->running_processes == nullptr && nvml.Resolve(symbol, &api->running_processes).ok()) {
       api->running_processes_name = symbol;
     }
   }
-  abi::nvmlShutdown_t shutdown = nullptr;
-  GPUFRAC_RETURN_IF_ERROR(Resolve(lib, name, "nvmlShutdown", &shutdown));
-  if (auto rc = init(); rc != abi::NVML_SUCCESS) {
-    return MigError(*api, rc, "nvmlInit_v2", "this machine");
-  }
-  api->shutdown = shutdown;  // from here on, the destructor pairs the init with a shutdown
   return std::unique_ptr<MigControl>(new MigControl(std::move(api)));
 }
 
