@@ -21,6 +21,7 @@
 #include "k8s/pod_request.h"
 #include "k8s/inventory.h"
 #include "node/gpu_inventory.h"
+#include "node/job_runner.h"
 #include "node/paths.h"
 
 namespace gpufrac::k8s {
@@ -59,6 +60,16 @@ Status InstallLimiter(const std::string& from, const std::string& host_dir) {
                             fs::perms::others_read | fs::perms::others_exec, ec);
   fs::rename(temp, target, ec);
   if (ec) return UnavailableError("cannot install " + target + ": " + ec.message());
+
+  // What Allocate mounts as a container's /etc/ld.so.preload. Without it the container would
+  // get no file there and its programs would run without the limit, so failing is an error.
+  const std::string preload = host_dir + "/ld.so.preload";
+  const std::string preload_temp = preload + ".new";
+  fs::remove(preload_temp, ec);
+  GPUFRAC_RETURN_IF_ERROR(
+      node::WriteNewFile(preload_temp, std::string(kContainerLimiter) + "\n", 0444));
+  fs::rename(preload_temp, preload, ec);
+  if (ec) return UnavailableError("cannot install " + preload + ": " + ec.message());
   return OkStatus();
 }
 

@@ -62,15 +62,7 @@ bool Overlaps(const gpu::MigPlacement& a, int start, int size) {
 
 GpuProvider::GpuProvider(AgentOptions options, NodeInventory inventory, ClusterApi* api,
                          node::MigBackend* mig)
-    : options_(std::move(options)), api_(api), mig_(mig), inventory_(std::move(inventory)) {
-  std::error_code ec;
-  fs::create_directories(options_.host_dir, ec);
-  std::string preload = options_.host_dir + "/ld.so.preload";
-  if (!fs::exists(preload, ec)) {
-    Status s = node::WriteNewFile(preload, std::string(kContainerLimiter) + "\n", 0444);
-    if (!s.ok()) LogWarning("%s", s.message().c_str());
-  }
-}
+    : options_(std::move(options)), api_(api), mig_(mig), inventory_(std::move(inventory)) {}
 
 void GpuProvider::SetInventory(NodeInventory inventory) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -43,8 +43,9 @@ inline constexpr std::string_view kContainerPreload = "/etc/ld.so.preload";
 
 class GpuProvider : public DeviceProvider {
  public:
-  // `api` and `mig` (may be null when no GPU is in MIG mode) must outlive the provider. Creates
-  // host_dir/ld.so.preload if missing.
+  // `api` and `mig` (may be null when no GPU is in MIG mode) must outlive the provider. The
+  // agent installs host_dir/lib/libgpufrac.so and host_dir/ld.so.preload, which Allocate
+  // mounts, before it starts serving (agent_service.cc).
   GpuProvider(AgentOptions options, NodeInventory inventory, ClusterApi* api,
                node::MigBackend* mig);
 

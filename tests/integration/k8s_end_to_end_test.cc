@@ -192,6 +192,12 @@ class K8sEndToEnd : public ::testing::Test {
 };
 
 TEST_F(K8sEndToEnd, AgentPublishesInventoryLabelsAndSlots) {
+  // A preload file left by another version, naming another library, is replaced: containers
+  // must load this limiter.
+  {
+    std::ofstream stale(host_dir_.path() + "/ld.so.preload");
+    stale << "/opt/old/libgpufrac.so\n";
+  }
   StartAll("2xH100-80GB");
   NodeInventory inv = PublishedInventory();
   ASSERT_EQ(inv.gpus.size(), 2u);
