@@ -11,7 +11,6 @@
 #include <set>
 
 #include "common/log.h"
-#include "gpu/devices.h"
 #include "gpu/health.h"
 #include "gpu/mig_catalogue.h"
 #include "k8s/device_plugin.h"
@@ -41,7 +40,8 @@ std::string LabelValue(std::string text) {
 }
 
 // Copies the limiter where the kubelet can mount it from, replacing an older copy atomically
-// (a container starting meanwhile sees the old or the new file, never half of one).
+// (a container starting meanwhile sees the old or the new file, never half of one), and writes
+// the ld.so.preload file that loads it.
 Status InstallLimiter(const std::string& from, const std::string& host_dir) {
   std::error_code ec;
   if (from.empty() || !fs::exists(from, ec)) {
@@ -102,7 +102,6 @@ struct AgentService::Impl {
   ApiClient* client = nullptr;
   AgentServiceOptions options;
   std::unique_ptr<node::NodeGpus> gpus;
-  std::string product_name;
   std::unique_ptr<KubeClusterApi> api;
   std::unique_ptr<GpuProvider> provider;
   std::unique_ptr<DevicePlugin> plugin;
@@ -193,7 +192,7 @@ struct AgentService::Impl {
   Status Publish(const NodeInventory& all) {
     std::string doc = InventoryToJson(WithoutNvidiaGpus(all, nvidia)).dump();
     nlohmann::json labels = nlohmann::json::object();
-    for (const auto& [k, v] : NodeLabels(all, product_name)) labels[k] = v;
+    for (const auto& [k, v] : NodeLabels(all, gpus->inventory.product_name)) labels[k] = v;
     // The extender makes no reservation pods where this agent serves nvidia.com/gpu itself.
     labels[std::string(kLabelServesNvidiaGpu)] =
         nvidia.whole.empty() ? nlohmann::json(nullptr) : nlohmann::json("true");
@@ -285,10 +284,6 @@ Status AgentService::Start() {
   } else {
     LogWarning("GPU health is not watched (%s); every GPU is reported healthy",
                monitor.status().message().c_str());
-  }
-  if (auto devices = gpu::ListDevices(s.gpus->inventory.nvml_library);
-      devices.ok() && !devices->empty()) {
-    s.product_name = devices->front().name;
   }
   GPUFRAC_RETURN_IF_ERROR(InstallLimiter(s.options.limiter_path, s.options.agent.host_dir));
   StatusOr<std::vector<nlohmann::json>> pods = s.api->ListPodsOnNode(s.options.agent.node);

@@ -24,6 +24,7 @@ Inventory FromDevices(const std::vector<gpu::DeviceInfo>& devices) {
     g.context_bytes = gpu::ContextChargeBytes(d.model);
     inventory.gpus.push_back(g);
   }
+  if (!devices.empty()) inventory.product_name = devices.front().name;
   return inventory;
 }
 

@@ -25,6 +25,7 @@ struct Inventory {
   std::vector<std::string> job_env;
   bool simulated = false;
   std::string nvml_library;  // Where NVML was loaded from (for MIG control).
+  std::string product_name;  // NVML's name of the first GPU ("NVIDIA H100 80GB HBM3").
 };
 
 // Marks the GPUs whose MIG mode is on in `inventory.mig_enabled`, asking `control`.

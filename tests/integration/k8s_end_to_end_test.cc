@@ -210,6 +210,7 @@ TEST_F(K8sEndToEnd, AgentPublishesInventoryLabelsAndSlots) {
   EXPECT_EQ(labels["nvidia.com/gpu.count"], "2");
   EXPECT_EQ(labels["nvidia.com/mig.capable"], "true");
   EXPECT_EQ(labels["gpufrac.io/gpu-model"], "H100-80GB");
+  EXPECT_EQ(labels["nvidia.com/gpu.product"], "NVIDIA-H100-80GB-HBM3");
   // The limiter is installed where the kubelet mounts it from.
   struct stat st;
   EXPECT_EQ(stat((host_dir_.path() + "/lib/libgpufrac.so").c_str(), &st), 0);
