@@ -7,7 +7,8 @@
 #       under the limiter. Prints context_mib=N.
 #   physical_use.sh fill BYTES:FRAMEWORK [BYTES:FRAMEWORK...]
 #       Starts one `gpufrac exec --gpu-memory BYTES -- frameworks_check.py FRAMEWORK BYTES` per
-#       argument, all at once. Each fills its limit and holds it; once all hold, reads the GPU's
+#       argument, all at once (GPUFRAC_LAUNCH="run --socket PATH" runs them as node-service
+#       jobs instead of `exec`). Each fills its limit and holds it; once all hold, reads the GPU's
 #       memory in use, then lets them exit. Passes when every check passed, every refusal but
 #       jax's own pool's came from the limiter, and the GPU's use grew by at most the sum of the
 #       limits. Prints overhead_mib_each: the physical memory each workload holds beyond what
@@ -19,6 +20,7 @@ set -u
 cd "$(dirname "$0")/../.."
 gpufrac=${GPUFRAC:-$PWD/build/bin/gpufrac}
 probe=${PROBE:-$(dirname "$gpufrac")/cuda_probe}
+read -ra launch <<<"${GPUFRAC_LAUNCH:-exec}"
 used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -42,7 +44,7 @@ fill)
   pids=() limits=0
   for spec; do
     size=${spec%%:*}
-    GPUFRAC_CHECK_HOLD_FILE=$dir/release "$gpufrac" exec --gpu-memory "$size" -- \
+    GPUFRAC_CHECK_HOLD_FILE=$dir/release "$gpufrac" "${launch[@]}" --gpu-memory "$size" -- \
       python3 tests/gpu/frameworks_check.py "${spec#*:}" "$size" >"$dir/${#pids[@]}.out" 2>&1 &
     pids+=($!)
     limits=$((limits + size))

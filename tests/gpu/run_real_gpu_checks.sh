@@ -68,5 +68,7 @@ real_gpu_check nvidia-smi bash -c "total=\$('$gpufrac' exec --gpu-memory 4G -- n
   [ \"\$total\" = 4096 ]"
 # Two workloads on one GPU at the same time, each filling and holding its own limit.
 real_gpu_check two-workloads tests/gpu/physical_use.sh fill $((3 << 30)):torch $((5 << 30)):cupy
+# The same through the node service: gpufracd's jobs under `gpufrac run`.
+real_gpu_check service tests/gpu/service_check.sh
 echo "failures=$fails"
 [ $fails -eq 0 ]
