@@ -86,6 +86,17 @@ std::vector<std::string> Uuids(const Job& job) {
   return uuids;
 }
 
+// "0 (4.00 GiB), 1 (whole)": the GPUs a job holds, for the log.
+std::string SharesText(const std::vector<GpuShare>& gpus) {
+  std::string out;
+  for (const GpuShare& g : gpus) {
+    if (!out.empty()) out += ", ";
+    out += std::to_string(g.index) +
+           (g.milli < kMilliPerGpu ? " (" + FormatSize(g.memory_bytes) + ")" : " (whole)");
+  }
+  return out;
+}
+
 }  // namespace
 
 Service::Service(ServiceConfig config, std::unique_ptr<Store> store)
@@ -509,6 +520,8 @@ void Service::Launch(Job& job, const StartDecision& decision) {
     LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
   }
   metrics_.Observe("gpufrac_job_wait_seconds", (job.started_ms - job.submitted_ms) / 1000.0);
+  LogDebug("job %lld of %s started on GPU %s: %s", static_cast<long long>(job.id),
+           job.spec.user.c_str(), SharesText(job.gpus).c_str(), job.spec.command[0].c_str());
 }
 StatusOr<Job> Service::Finish(Job& job, JobState state, const std::string& reason, int exit_code,
                               int signal) {
@@ -528,6 +541,8 @@ StatusOr<Job> Service::Finish(Job& job, JobState state, const std::string& reaso
   }
   if (held) ReleaseShares(job.id);
   metrics_.Add("gpufrac_jobs_finished_total", {{"state", std::string(JobStateName(state))}}, 1);
+  LogDebug("job %lld %s%s%s", static_cast<long long>(job.id),
+           std::string(JobStateName(state)).c_str(), reason.empty() ? "" : ": ", reason.c_str());
   active_.erase(job.id);
   return final_job;
 }

@@ -5,6 +5,7 @@
 #include <httplib.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <pwd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -194,6 +195,18 @@ TEST(NodeService, RunStreamsOutputAndPassesTheExitStatus) {
   EXPECT_EQ(r.status, 3) << r.err;
   EXPECT_EQ(r.out, "to-out\n");
   EXPECT_NE(r.err.find("to-err"), std::string::npos) << r.err;
+}
+
+TEST(NodeService, VerboseLogsEveryJobStartAndEnd) {
+  Daemon d("1xH100-80GB", {"--verbose"});
+  RunResult r = d.Cli({"run", "--gpu-memory", "4G", "--", "sh", "-c", "exit 3"});
+  EXPECT_EQ(r.status, 3) << r.err;
+  const std::string log = d.Log();
+  const std::string user = getpwuid(getuid())->pw_name;
+  EXPECT_NE(log.find("job 1 of " + user + " started on GPU 0 (4 GiB): sh"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("job 1 failed: exit code 3"), std::string::npos) << log;
 }
 
 TEST(NodeService, AJobSeesItsLimitAndGetsACleanOutOfMemoryPastIt) {
