@@ -170,7 +170,7 @@ CLI::App* AddExecCommand(CLI::App& app, ExecOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "exec", "Run a command under a GPU memory limit on one GPU (no service needed)");
   cmd->add_option("--gpu-memory", o.request.gpu_memory,
-                  "Memory limit, binary units: 4G, 4GiB, 512Mi, 4096M (bare number = bytes)");
+                  "Memory limit, binary units: 4G, 4GiB, 1536Mi, 4096M (bare number = bytes)");
   cmd->add_option("--gpu-fraction", o.request.gpu_fraction,
                   "Memory limit as a share of the GPU's memory, 0 < F < 1 (e.g. 0.25)");
   cmd->add_option("--gpus", o.request.gpus, "1: the whole GPU (exec runs on one GPU)");

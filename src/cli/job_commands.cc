@@ -130,7 +130,7 @@ JobCommands::JobCommands(CLI::App& app) {
   };
   auto job_flags = [&](CLI::App* cmd) {
     cmd->add_option("--gpu-memory", o_.request.gpu_memory,
-                    "GPU memory, binary units: 4G, 4GiB, 512Mi (the job's hard limit)");
+                    "GPU memory, binary units: 4G, 4GiB, 1536Mi (the job's hard limit)");
     cmd->add_option("--gpu-fraction", o_.request.gpu_fraction,
                     "A share of one GPU's memory, 0 < F < 1 (e.g. 0.25)");
     cmd->add_option("--gpus", o_.request.gpus, "Whole GPUs, e.g. 2");

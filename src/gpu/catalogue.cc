@@ -9,15 +9,15 @@ namespace {
 
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 
-// Device memory one bare CUDA context takes. Measured where a model has a constant of its own:
-// what nvidia-smi shows a process holding a context and a 2 MiB allocation, less the 2 MiB
-// (tests/gpu/physical_use.sh context; docs/real-gpu-checks.md). The others are estimates per
-// architecture, to be replaced by measurements per model.
-// H100 80GB HBM3 and H200, both with driver 580.159.04.
-constexpr std::uint64_t kH100H200ContextBytes = 527 * kMiB;
+// Device memory one bare CUDA context takes: what nvidia-smi shows a process holding a context
+// and a 2 MiB allocation, less the 2 MiB (tests/gpu/physical_use.sh context). Measured 527 MiB
+// on the H100-80GB and the H200 with driver 580.159.04 (docs/real-gpu-checks.md); the other
+// Hopper models share that chip, and Blackwell gets the same figure until measured, as too low
+// a figure would let a workload pass its limit. Ampere and Turing/Ada are estimates per
+// architecture, to be replaced by measurements.
+constexpr std::uint64_t kHopperBlackwellContextBytes = 527 * kMiB;
 constexpr std::uint64_t kTuringAdaContextBytes = 300 * kMiB;
 constexpr std::uint64_t kAmpereContextBytes = 400 * kMiB;
-constexpr std::uint64_t kHopperBlackwellContextBytes = 500 * kMiB;
 
 // memory_bytes is the total NVML (nvmlDeviceGetMemoryInfo) and cuDeviceTotalMem report on the
 // real card, not the marketing size: e.g. an "80GB" H100 HBM3 reports 81559 MiB. The B200 figure
@@ -52,7 +52,7 @@ constexpr std::array kModels = {
              .compute_minor = 0,
              .pci_device_id = 0x2330,
              .max_clock_khz = 1980000,
-             .context_bytes = kH100H200ContextBytes},
+             .context_bytes = kHopperBlackwellContextBytes},
     GpuModel{.short_name = "H200-141GB",
              .nvml_name = "NVIDIA H200",
              .architecture = "Hopper",
@@ -62,7 +62,7 @@ constexpr std::array kModels = {
              .compute_minor = 0,
              .pci_device_id = 0x2335,
              .max_clock_khz = 1980000,
-             .context_bytes = kH100H200ContextBytes},
+             .context_bytes = kHopperBlackwellContextBytes},
     GpuModel{.short_name = "A30-24GB",
              .nvml_name = "NVIDIA A30",
              .architecture = "Ampere",

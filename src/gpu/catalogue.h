@@ -32,8 +32,8 @@ struct GpuModel {
 };
 
 // One CUDA context's memory on `model`, or on a GPU the catalogue lacks (model == nullptr) the
-// figure for a CUDA 12 context on a recent GPU.
-inline constexpr std::uint64_t kUnknownModelContextBytes = std::uint64_t{512} << 20;
+// largest measured figure (527 MiB, H100 and H200).
+inline constexpr std::uint64_t kUnknownModelContextBytes = std::uint64_t{527} << 20;
 inline std::uint64_t ContextBytes(const GpuModel* model) {
   return model ? model->context_bytes : kUnknownModelContextBytes;
 }
