@@ -48,3 +48,8 @@ add_test(NAME GpuChecksScript.RunsOnTheSimulatedGpu
          COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu/run_real_gpu_checks.sh --sim)
 set_tests_properties(GpuChecksScript.RunsOnTheSimulatedGpu PROPERTIES LABELS integration
   ENVIRONMENT "GPUFRAC=${CMAKE_BINARY_DIR}/bin/gpufrac;GPUFRAC_SIMGPU_DIR=${GPUFRAC_SIMGPU_DIR}")
+# The physical-use check's own logic (per workload and in all), with a fake GPU, launcher and
+# frameworks.
+add_test(NAME GpuChecksScript.PhysicalUseChecksEachWorkload
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu/physical_use_test.sh)
+set_tests_properties(GpuChecksScript.PhysicalUseChecksEachWorkload PROPERTIES LABELS integration)

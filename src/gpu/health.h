@@ -55,8 +55,8 @@ class HealthMonitor {
   // for being lost, and returns every GPU's state, by index. Returns early when an event
   // arrives or NVML reports a GPU lost; a GPU's state changes only from healthy to unhealthy.
   // Check(0ms) reads what is pending (NVML is asked with a 1 ms timeout, never 0, whose meaning
-  // the headers leave open); while another Check is running it returns at once what the last
-  // finished Check found, leaving the events to the running one.
+  // the headers leave open). When it cannot take the monitor at once (another Check is running)
+  // it returns what the last finished Check found, leaving the events to the running one.
   std::vector<GpuHealth> Check(std::chrono::milliseconds wait);
 
  private:

@@ -24,12 +24,11 @@ def report(total, expected_total, filled, oom_type, held_from_driver):
     held_from_driver: what the framework's allocator holds from the driver (its cache or pool
     included), for physical_use.sh to tell it apart from the context and loaded kernels."""
     ok_total = expected_total is None or total == expected_total
-    ok_fill = filled <= limit and oom_type is not None
-    print(f"framework={framework} total={total} expected_total={expected_total} limit={limit} "
-          f"allocated_before_oom={filled} oom_error={oom_type} "
+    ok_fill = filled <= limit  # fill() returns only once the framework raised its error
+    print(f"framework={framework} pid={os.getpid()} total={total} expected_total={expected_total} "
+          f"limit={limit} allocated_before_oom={filled} oom_error={oom_type} "
           f"total_ok={'n/a' if expected_total is None else ok_total} "
-          f"held_from_driver={held_from_driver} "
-          f"oom_ok={ok_fill}", flush=True)
+          f"held_from_driver={held_from_driver} oom_ok={ok_fill}", flush=True)
     hold = os.environ.get("GPUFRAC_CHECK_HOLD_FILE")
     deadline = time.time() + 300
     while hold and not os.path.exists(hold) and time.time() < deadline:

@@ -26,6 +26,10 @@ cp "$build/bin/gpufrac" "$build/bin/gpufracd" "$build/bin/gpufrac-shim" "$build/
   "$dest/bin/"
 cp "$build/lib/libgpufrac.so" "$dest/lib/"
 strip --strip-debug "$dest"/bin/* "$dest"/lib/*  # a device call carries at most 64 MiB
+if ldd "$build/bin/gpufrac" "$build/bin/gpufracd" | grep 'not found'; then
+  echo "pack_for_device.sh: the libraries above are missing here" >&2
+  exit 2
+fi
 # The C library, the loader and the C++ runtime come from the target machine (newer there).
 ldd "$build/bin/gpufrac" "$build/bin/gpufracd" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
   grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s)\.so' |

@@ -53,8 +53,9 @@ done
 check sigkill-reclaim "$gpufrac" exec --gpu-memory 4G -- bash -c '
   out=$(mktemp); "$1" hold 3221225472 >"$out" & pid=$!
   until grep -q "^hold=" "$out" || ! kill -0 $pid 2>/dev/null; do sleep 0.1; done
-  cat "$out"; grep -q "^hold=0" "$out" || exit 1
-  rm -f "$out"; kill -9 $pid; wait $pid
+  cat "$out"; grep -q "^hold=0" "$out"; held=$?; rm -f "$out"
+  [ $held -eq 0 ] || exit 1
+  kill -9 $pid; wait $pid
   "$1" alloc mem 3221225472 | tee /dev/stderr | grep -q "^alloc=0 "' reclaim "$probe"
 # What a bare CUDA context really costs (the limiter charges gpu::ContextChargeBytes).
 real_gpu_check context-memory tests/gpu/physical_use.sh context
