@@ -1,7 +1,8 @@
 // What the limiter adds to the driver's hot paths: cuMemAlloc+cuMemFree pairs (as live allocations
 // grow from 10 to 100,000), cuMemGetInfo and cuLaunchKernel, called straight on the driver and
 // through libgpufrac.so in the same run, alone and with 7 other processes of the same workload
-// hammering the same budget. Run it on the simulated GPU with bench/run_limiter_bench.sh.
+// hammering the same budget. Run it with bench/run_limiter_bench.sh, on the simulated GPU or
+// (GPUFRAC_BENCH_DRIVER=real) on a real one.
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>
 #include <signal.h>

@@ -2,6 +2,8 @@
 # Measures what libgpufrac.so adds to the driver's hot paths on the simulated GPU: builds, runs
 # bench/limiter_bench (direct and through the limiter, in the same run, 9 repetitions or
 # $REPETITIONS) and prints the medians and the difference, in wall-clock and CPU time.
+# GPUFRAC_BENCH_DRIVER=real measures on this machine's NVIDIA driver and GPU 0 instead (the build
+# directory may then be a folder made by tests/gpu/pack_for_device.sh).
 # Usage: bench/run_limiter_bench.sh [extra benchmark flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +16,9 @@ else
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"; rm -f /dev/shm/simgpu.$(id -u).bench-$$ /dev/shm/gpufrac.bench-$$.*' EXIT
-export LD_LIBRARY_PATH=$build/lib/simgpu SIMGPU_NAMESPACE=bench-$$ SIMGPU_CONFIG=1xH100-80GB
+if [[ ${GPUFRAC_BENCH_DRIVER:-sim} != real ]]; then
+  export LD_LIBRARY_PATH=$build/lib/simgpu SIMGPU_NAMESPACE=bench-$$ SIMGPU_CONFIG=1xH100-80GB
+fi
 uuid=$("$build/bin/cuda_probe" uuid | sed -n 's/^uuid=//p')
 printf 'gpufrac-limits 1\nworkload bench-%s\ngpu %s limit %s context 0\n' $$ "$uuid" \
   $((64 << 30)) >"$work/limits"
