@@ -3,7 +3,8 @@
 # GPUs found through NVML), then runs framework workloads as its jobs with `gpufrac run`, through
 # physical_use.sh fill: PyTorch alone in 4 GiB, then PyTorch in 3 GiB and CuPy in 5 GiB side by
 # side. Each must see its limit, get its out-of-memory error from the limiter and keep the GPU's
-# physical use within its limit. Prints `gpufrac status` and the service's log at the end.
+# physical use within its limit. Then reads the MIG layout (`gpufrac mig export`, read-only: it
+# changes nothing on the GPU). Prints `gpufrac status` and the service's log at the end.
 #
 # GPUFRAC names gpufrac (default ./build/bin/gpufrac); gpufracd is taken from beside it.
 set -u
@@ -24,6 +25,9 @@ export GPUFRAC=$gpufrac GPUFRAC_LAUNCH="run --socket $dir/sock"
 ok=1
 tests/gpu/physical_use.sh fill $((4 << 30)):torch || ok=0
 tests/gpu/physical_use.sh fill $((3 << 30)):torch $((5 << 30)):cupy || ok=0
+"$gpufrac" mig export --socket "$dir/sock" >"$dir/mig.yaml" || ok=0
+cat "$dir/mig.yaml"
+grep -q 'mig-enabled: ' "$dir/mig.yaml" || { echo "no MIG layout exported"; ok=0; }
 "$gpufrac" status --socket "$dir/sock"
 "$gpufrac" ps --all --socket "$dir/sock"
 echo "gpufracd log:"; cat "$dir/log"
