@@ -101,7 +101,7 @@ StatusOr<uint64_t> ParseSize(std::string_view text) {
   const std::string_view s = Trim(text);
   if (s.empty()) {
     return InvalidArgumentError(
-        "size is empty (give a number of bytes or a number with a unit, e.g. 4G or 512Mi)");
+        "size is empty (give a number of bytes or a number with a unit, e.g. 4G or 1536Mi)");
   }
   if (s.front() == '-') {
     return InvalidArgumentError("size " + Quoted(s) +
@@ -110,12 +110,12 @@ StatusOr<uint64_t> ParseSize(std::string_view text) {
   std::optional<Decimal> number = ScanDecimal(s);
   if (!number) {
     return InvalidArgumentError("size " + Quoted(s) +
-                                " is not a number (e.g. 4G, 512Mi or 1073741824 for bytes)");
+                                " is not a number (e.g. 4G, 1536Mi or 1073741824 for bytes)");
   }
   std::optional<int> shift = UnitShift(TrimLeft(s.substr(number->length)));
   if (!shift) {
     return InvalidArgumentError("unknown size unit " + Quoted(s) +
-                                " (use K, M, G or T, e.g. 4G or 512Mi)");
+                                " (use K, M, G or T, e.g. 4G or 1536Mi)");
   }
   const bool fractional = number->fraction.find_first_not_of('0') != std::string_view::npos;
   if (*shift == 0 && fractional) {

@@ -1,6 +1,9 @@
 // The node agent process: GPUs, limiter install, inventory publication, device plugin, resync.
 #include "k8s/agent_service.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <filesystem>
@@ -68,6 +71,12 @@ Status InstallLimiter(const std::string& from, const std::string& host_dir) {
   fs::remove(preload_temp, ec);
   GPUFRAC_RETURN_IF_ERROR(
       node::WriteNewFile(preload_temp, std::string(kContainerLimiter) + "\n", 0444));
+  // On disk before it replaces the old one: after a power loss the kubelet may restart
+  // containers before this agent runs again, and an empty file would leave them unlimited.
+  if (int fd = open(preload_temp.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
   fs::rename(preload_temp, preload, ec);
   if (ec) return UnavailableError("cannot install " + preload + ": " + ec.message());
   return OkStatus();

@@ -86,7 +86,7 @@ std::vector<std::string> Uuids(const Job& job) {
   return uuids;
 }
 
-// "0 (4.00 GiB), 1 (whole)": the GPUs a job holds, for the log.
+// "0 (4 GiB), 1 (whole)": the GPUs a job holds, for the log.
 std::string SharesText(const std::vector<GpuShare>& gpus) {
   std::string out;
   for (const GpuShare& g : gpus) {
@@ -520,8 +520,14 @@ void Service::Launch(Job& job, const StartDecision& decision) {
     LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
   }
   metrics_.Observe("gpufrac_job_wait_seconds", (job.started_ms - job.submitted_ms) / 1000.0);
+  // The command is the user's: control characters are shown as '?', so that it cannot forge
+  // lines of the service's log.
+  std::string command = job.spec.command[0];
+  for (char& c : command) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
   LogDebug("job %lld of %s started on GPU %s: %s", static_cast<long long>(job.id),
-           job.spec.user.c_str(), SharesText(job.gpus).c_str(), job.spec.command[0].c_str());
+           job.spec.user.c_str(), SharesText(job.gpus).c_str(), command.c_str());
 }
 StatusOr<Job> Service::Finish(Job& job, JobState state, const std::string& reason, int exit_code,
                               int signal) {

@@ -5,7 +5,8 @@ total memory and that allocating past it raises the framework's own out-of-memor
 usage: frameworks_check.py torch|cupy|jax|jax-platform LIMIT_BYTES
 Prints one key=value line; exits 0 when both checks hold, 1 otherwise. With
 GPUFRAC_CHECK_HOLD_FILE set, it keeps what it allocated after printing, until that file exists
-(at most 300 s), so that memory can be measured from outside the workload meanwhile.
+(at most 300 s, or until that file's directory is removed), so that memory can be measured from
+outside the workload meanwhile.
 
 jax uses XLA's default pool, which takes XLA_PYTHON_CLIENT_MEM_FRACTION (0.75) of the total the
 driver reports: its total check is that the pool is that share of the limit, and its
@@ -31,7 +32,8 @@ def report(total, expected_total, filled, oom_type, held_from_driver):
           f"held_from_driver={held_from_driver} oom_ok={ok_fill}", flush=True)
     hold = os.environ.get("GPUFRAC_CHECK_HOLD_FILE")
     deadline = time.time() + 300
-    while hold and not os.path.exists(hold) and time.time() < deadline:
+    while (hold and not os.path.exists(hold) and os.path.isdir(os.path.dirname(hold))
+           and time.time() < deadline):
         time.sleep(0.1)
     sys.exit(0 if ok_total and ok_fill else 1)
 

@@ -70,9 +70,14 @@ fill)
     bytes=$(field "$out" held_from_driver) limit=$(field "$out" limit) pid=$(field "$out" pid)
     held=$((held + ${bytes:-0}))
     used=$(echo "$apps" | awk -F', *' -v p="$pid" '$1 == p {print $2}')
-    if [ -z "$used" ]; then
-      echo "workload $i ($fw): nvidia-smi does not list pid ${pid:-?};" \
+    if [ -z "$apps" ]; then
+      echo "workload $i ($fw): nvidia-smi lists no process here (another PID namespace?);" \
         "only the GPU's total is checked"
+      continue
+    fi
+    if ! [[ $used =~ ^[0-9]+$ ]]; then
+      echo "workload $i ($fw): nvidia-smi does not show pid ${pid:-?}'s memory (${used:-absent})"
+      ok=0
       continue
     fi
     echo "workload $i ($fw): pid $pid holds ${used} MiB of the GPU, limit $((limit >> 20)) MiB," \

@@ -10,6 +10,7 @@ trap 'rm -rf "$fake"' EXIT
 mkdir -p "$fake/bin" "$fake/apps"
 cat >"$fake/bin/gpufrac" <<'SH'
 #!/usr/bin/env bash
+echo "$*" >>"$FAKE_DIR/launched"
 while [ $# -gt 0 ] && [ "$1" != -- ]; do shift; done
 shift
 exec "$@"
@@ -18,7 +19,10 @@ cat >"$fake/bin/python3" <<'SH'
 #!/usr/bin/env bash
 # python3 tests/gpu/frameworks_check.py FRAMEWORK LIMIT
 fw=$2 limit=$3 mib=${2//[!0-9]/}
-case $fw in fake*) echo "$$, $mib" >"$FAKE_DIR/apps/$$" ;; esac
+case $fw in
+  fake*) echo "$$, $mib" >"$FAKE_DIR/apps/$$" ;;
+  na*) echo "$$, [N/A]" >"$FAKE_DIR/apps/$$" ;;
+esac
 echo "gpufrac: out of GPU memory (fake)" >&2
 echo "framework=$fw pid=$$ total=$limit limit=$limit held_from_driver=0 oom_ok=True"
 until [ -e "$GPUFRAC_CHECK_HOLD_FILE" ]; do sleep 0.05; done
@@ -27,7 +31,8 @@ SH
 cat >"$fake/bin/nvidia-smi" <<'SH'
 #!/usr/bin/env bash
 case "$*" in
-  *memory.used*) cat "$FAKE_DIR"/apps/* 2>/dev/null | awk -F', ' '{s += $2} END {print s + 0}' ;;
+  *memory.used*)
+    cat "$FAKE_DIR"/apps/* 2>/dev/null | awk -F', ' '{s += $2 + 0} END {print s + 0}' ;;
   *compute-apps*) cat "$FAKE_DIR"/apps/* 2>/dev/null ;;
 esac
 SH
@@ -47,9 +52,18 @@ expect() {  # expect PASS|FAIL PATTERN BYTES:FRAMEWORK...
 }
 gib=$((1 << 30))
 expect PASS "pid [0-9]* holds 900 MiB of the GPU, limit 2048 MiB" $gib:fake300 $((2 * gib)):fake900
+# A workload that nvidia-smi does not list (or whose memory it does not show) while it lists
+# others fails: its own use is unknown. With no process listed at all, only the total counts.
+expect FAIL "does not show pid" $gib:hidden300 $gib:fake300
+expect FAIL "does not show pid" $gib:na300
 # One workload past its own limit fails the check although the two together are within theirs.
 expect FAIL "workload 0 holds more of the GPU than its limit" $gib:fake1500 $((2 * gib)):fake100
 expect FAIL "more than their limits together" $gib:fake1500
-expect PASS "does not list pid" $gib:hidden300
+expect PASS "lists no process here" $gib:hidden300
+# Run as node-service jobs: gpufrac gets the launcher's words, then the request.
+GPUFRAC_LAUNCH="run --socket /tmp/x.sock" expect PASS "holds 300 MiB" $gib:fake300
+if ! grep -q "^run --socket /tmp/x.sock --gpu-memory $gib -- python3 " "$fake/launched"; then
+  echo "GPUFRAC_LAUNCH did not reach gpufrac:"; cat "$fake/launched"; fails=$((fails + 1))
+fi
 echo "failures=$fails"
 [ $fails -eq 0 ]

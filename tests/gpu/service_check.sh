@@ -14,7 +14,9 @@ gpufracd=$(dirname "$gpufrac")/gpufracd
 dir=$(mktemp -d)
 "$gpufracd" --state-dir "$dir/state" --socket "$dir/sock" --verbose >"$dir/log" 2>&1 &
 pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
+# Jobs outlive gpufracd by design: cancel any left (a timed-out check) before stopping it.
+trap '"$gpufrac" cancel --socket "$dir/sock" 1 2 3 >/dev/null 2>&1
+  kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
 until "$gpufrac" status --socket "$dir/sock" >/dev/null 2>&1; do
   if ! kill -0 $pid 2>/dev/null; then
     echo "gpufracd did not start:"; cat "$dir/log"; exit 1
@@ -25,6 +27,10 @@ export GPUFRAC=$gpufrac GPUFRAC_LAUNCH="run --socket $dir/sock"
 ok=1
 tests/gpu/physical_use.sh fill $((4 << 30)):torch || ok=0
 tests/gpu/physical_use.sh fill $((3 << 30)):torch $((5 << 30)):cupy || ok=0
+# The three workloads ran as gpufracd's jobs (its --verbose log names each start).
+for job in 1 2 3; do
+  grep -q "job $job of .* started on GPU 0 " "$dir/log" || { echo "job $job did not run"; ok=0; }
+done
 "$gpufrac" mig export --socket "$dir/sock" >"$dir/mig.yaml" || ok=0
 cat "$dir/mig.yaml"
 grep -q 'mig-enabled: ' "$dir/mig.yaml" || { echo "no MIG layout exported"; ok=0; }

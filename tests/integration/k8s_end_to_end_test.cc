@@ -215,6 +215,8 @@ TEST_F(K8sEndToEnd, AgentPublishesInventoryLabelsAndSlots) {
   struct stat st;
   EXPECT_EQ(stat((host_dir_.path() + "/lib/libgpufrac.so").c_str(), &st), 0);
   EXPECT_EQ(ReadFile(host_dir_.path() + "/ld.so.preload"), "/usr/local/gpufrac/libgpufrac.so\n");
+  ASSERT_EQ(stat((host_dir_.path() + "/ld.so.preload").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0444u);
 
   auto regs = kubelet_->registrations();
   EXPECT_EQ(regs[0].resource_name(), "gpufrac.io/gpu");

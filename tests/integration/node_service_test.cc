@@ -202,11 +202,18 @@ TEST(NodeService, VerboseLogsEveryJobStartAndEnd) {
   RunResult r = d.Cli({"run", "--gpu-memory", "4G", "--", "sh", "-c", "exit 3"});
   EXPECT_EQ(r.status, 3) << r.err;
   const std::string log = d.Log();
-  const std::string user = getpwuid(getuid())->pw_name;
+  const passwd* pw = getpwuid(getuid());
+  const std::string user = pw != nullptr ? pw->pw_name : std::to_string(getuid());
   EXPECT_NE(log.find("job 1 of " + user + " started on GPU 0 (4 GiB): sh"),
             std::string::npos)
       << log;
   EXPECT_NE(log.find("job 1 failed: exit code 3"), std::string::npos) << log;
+
+  // A command's control characters cannot forge lines of the log.
+  d.Cli({"run", "--gpu-memory", "4G", "--", "no\nsuch"});
+  EXPECT_NE(d.Log().find("job 2 of " + user + " started on GPU 0 (4 GiB): no?such\n"),
+            std::string::npos)
+      << d.Log();
 }
 
 TEST(NodeService, AJobSeesItsLimitAndGetsACleanOutOfMemoryPastIt) {

@@ -93,7 +93,7 @@ TEST(ParseSizeTest, FractionsRoundDownToWholeBytes) {
 
 TEST(ParseSizeTest, Empty) {
   const std::string message =
-      "size is empty (give a number of bytes or a number with a unit, e.g. 4G or 512Mi)";
+      "size is empty (give a number of bytes or a number with a unit, e.g. 4G or 1536Mi)";
   ExpectSizeError("", message);
   ExpectSizeError("   ", message);
 }
@@ -112,18 +112,18 @@ TEST(ParseSizeTest, Negative) {
 }
 
 TEST(ParseSizeTest, UnknownUnits) {
-  ExpectSizeError("4X", "unknown size unit \"4X\" (use K, M, G or T, e.g. 4G or 512Mi)");
+  ExpectSizeError("4X", "unknown size unit \"4X\" (use K, M, G or T, e.g. 4G or 1536Mi)");
   for (const char* text : {"4GG", "4Gb2", "4iB", "4 G B", "1e9", "4E", "4EiB", "4GiBs", "1.2.3G",
                            "4_000", "4,5G", "4 bytes", "0x10"}) {
     ExpectSizeError(text, std::string("unknown size unit \"") + text +
-                              "\" (use K, M, G or T, e.g. 4G or 512Mi)");
+                              "\" (use K, M, G or T, e.g. 4G or 1536Mi)");
   }
 }
 
 TEST(ParseSizeTest, NotANumber) {
   for (const char* text : {"G", "abc", ".", ".G", "+4G", "four", "nan", "inf"}) {
     ExpectSizeError(text, std::string("size \"") + text +
-                              "\" is not a number (e.g. 4G, 512Mi or 1073741824 for bytes)");
+                              "\" is not a number (e.g. 4G, 1536Mi or 1073741824 for bytes)");
   }
 }
 
