@@ -1,4 +1,4 @@
-// ASCII case folding (see text.h).
+// ASCII case folding, one-line messages, HOST:PORT and RFC 3339 times (see text.h).
 #include "common/text.h"
 
 #include <cctype>
@@ -25,9 +25,12 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
-}  // namespace gpufrac
-
-namespace gpufrac {
+std::string OneLine(std::string text) {
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return text;
+}
 
 StatusOr<HostPort> ParseHostPort(std::string_view text, std::string_view flag,
                                  std::string_view example) {

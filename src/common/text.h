@@ -1,5 +1,6 @@
 // Small text helpers shared by modules: ASCII case folding for names users type in any case
-// (GPU models, MIG profiles), the HOST:PORT of a --listen flag, and RFC 3339 times.
+// (GPU models, MIG profiles), one-line messages, the HOST:PORT of a --listen flag, and RFC 3339
+// times.
 #pragma once
 
 #include <chrono>
@@ -16,6 +17,9 @@ namespace gpufrac {
 std::string AsciiLower(std::string_view text);
 // Equal ignoring ASCII case ("h100-80gb" and "H100-80GB").
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+// `text` with its control characters (newlines included) shown as '?': one line of a log or an
+// error message, whatever a user or a file put in it.
+std::string OneLine(std::string text);
 
 struct HostPort {
   std::string host;  // Without the brackets of "[::1]:80".

@@ -18,6 +18,7 @@
 #include <functional>
 
 #include "common/log.h"
+#include "common/text.h"
 #include "common/units.h"
 #include "mig/mig_parted.h"
 #include "node/paths.h"
@@ -520,14 +521,10 @@ void Service::Launch(Job& job, const StartDecision& decision) {
     LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
   }
   metrics_.Observe("gpufrac_job_wait_seconds", (job.started_ms - job.submitted_ms) / 1000.0);
-  // The command is the user's: control characters are shown as '?', so that it cannot forge
-  // lines of the service's log.
-  std::string command = job.spec.command[0];
-  for (char& c : command) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
+  // The command is the user's: one line, so that it cannot forge lines of the service's log.
   LogDebug("job %lld of %s started on GPU %s: %s", static_cast<long long>(job.id),
-           job.spec.user.c_str(), SharesText(job.gpus).c_str(), command.c_str());
+           job.spec.user.c_str(), SharesText(job.gpus).c_str(),
+           OneLine(job.spec.command[0]).c_str());
 }
 StatusOr<Job> Service::Finish(Job& job, JobState state, const std::string& reason, int exit_code,
                               int signal) {

@@ -15,6 +15,8 @@
 #include <string_view>
 #include <utility>
 
+#include "common/text.h"
+
 namespace gpufrac::node {
 namespace {
 
@@ -506,12 +508,9 @@ StatusOr<Job> ReadJob(sqlite3* db, sqlite3_stmt* s) {
   Job job;
   job.id = sqlite3_column_int64(s, kId);
   auto damaged = [&](std::string_view what) {
-    std::string message =
-        "job " + std::to_string(job.id) + " in " + DbFile(db) + " is damaged: " + std::string(what);
-    for (char& c : message) {
-      if (static_cast<unsigned char>(c) < 0x20) c = '?';  // One line, whatever the row holds.
-    }
-    return InternalError(message);
+    // One line, whatever the row holds.
+    return InternalError(OneLine("job " + std::to_string(job.id) + " in " + DbFile(db) +
+                                 " is damaged: " + std::string(what)));
   };
   JobSpec& spec = job.spec;
   spec.name = ColumnString(s, kName);

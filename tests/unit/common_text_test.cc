@@ -36,6 +36,12 @@ TEST(TextTest, HostPortAsListenFlagsTakeIt) {
   EXPECT_EQ(ParseHostPort("h:65535", "--listen", "x")->port, 65535);
 }
 
+TEST(TextTest, OneLineShowsControlCharactersAsQuestionMarks) {
+  EXPECT_EQ(OneLine("train.py"), "train.py");
+  EXPECT_EQ(OneLine("a\nb\rc\td\x7f\x01" "e"), "a?b?c?d??e");
+  EXPECT_EQ(OneLine("GPU \xc3\xa9"), "GPU \xc3\xa9");  // UTF-8 is left alone
+}
+
 TEST(Rfc3339Test, WritesAndReadsTheApiServersTimes) {
   const auto t = std::chrono::system_clock::from_time_t(1700000000);
   EXPECT_EQ(Rfc3339(t), "2023-11-14T22:13:20Z");
