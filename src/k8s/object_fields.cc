@@ -1,8 +1,6 @@
 // Field access on Kubernetes objects held as JSON.
 #include "k8s/object_fields.h"
 
-#include <time.h>
-
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
