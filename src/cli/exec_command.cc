@@ -3,7 +3,6 @@
 // visible, and cleans up after it, passing its exit status through.
 #include "cli/exec_command.h"
 
-#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -18,12 +17,14 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "common/units.h"
 #include "gpu/devices.h"
-#include "limiter/budget.h"
-#include "limiter/limit_config.h"
+#include "launch/budgets.h"
+#include "launch/environment.h"
+#include "launch/limit_file.h"
 #include "node/paths.h"
 
 namespace gpufrac::cli {
@@ -44,36 +45,23 @@ std::string RandomSuffix() {
   return buf;
 }
 
-// Creates a private directory holding the limit file, which is written read-only.
-StatusOr<std::string> WriteLimitFile(const limiter::LimitConfig& config, std::string* dir_out) {
+// Creates a private directory holding the limit file `text`, which is written read-only.
+StatusOr<std::string> WriteLimitFile(const std::string& text, std::string* dir_out) {
   const char* base = getenv("XDG_RUNTIME_DIR");
   std::string tmpl = std::string(base && *base ? base : "/tmp") + "/gpufrac-exec-XXXXXX";
   if (!mkdtemp(tmpl.data())) {
     return UnavailableError("cannot create a directory for the limit file under " + tmpl + ": " +
                             std::strerror(errno));
   }
-  *dir_out = tmpl;
   std::string path = tmpl + "/limits";
-  char text[limiter::kMaxLimitFileBytes];
-  size_t len = limiter::FormatLimitConfig(config, text, sizeof(text));
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
-  if (len == 0 || fd < 0 || write(fd, text, len) != static_cast<ssize_t>(len)) {
-    Status error =
-        UnavailableError("cannot write limit file " + path + ": " + std::strerror(errno));
-    if (fd >= 0) close(fd);
+  Status written = launch::WriteNewFile(path, text, 0444);
+  if (!written.ok()) {
     unlink(path.c_str());
     rmdir(tmpl.c_str());
-    return error;
+    return written;
   }
-  close(fd);
+  *dir_out = tmpl;
   return path;
-}
-
-void PrependEnv(const char* name, const std::string& value, char sep) {
-  const char* old = getenv(name);
-  std::string v = value;
-  if (old && *old) v += std::string(1, sep) + old;
-  setenv(name, v.c_str(), 1);
 }
 
 volatile sig_atomic_t g_child = 0;
@@ -91,8 +79,13 @@ constexpr int kForwarded[] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP};
 
 // Runs the command with the limiter's environment and waits for it. Returns its exit status, or
 // the negated signal number that ended it.
-int RunChild(const ExecOptions& o, const std::string& limiter, const std::string& limit_file,
-             const std::string& uuid) {
+int RunChild(const ExecOptions& o, const std::vector<std::string>& env) {
+  // Everything the child needs is made before the fork.
+  std::vector<char*> argv, envp;
+  for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   // Handlers go in before the fork, with the signals blocked across it, so that no signal can
   // end gpufrac between starting the child and being ready to clean up after it.
   sigset_t block, previous;
@@ -114,14 +107,8 @@ int RunChild(const ExecOptions& o, const std::string& limiter, const std::string
     sigaction(SIGCHLD, &saved_child, nullptr);
     for (int i = 0; i < 4; ++i) sigaction(kForwarded[i], &saved[i], nullptr);
     sigprocmask(SIG_SETMASK, &previous, nullptr);
-    PrependEnv("LD_PRELOAD", limiter, ':');
-    setenv("GPUFRAC_LIMIT_FILE", limit_file.c_str(), 1);
-    setenv("CUDA_VISIBLE_DEVICES", uuid.c_str(), 1);
-    if (o.quiet) setenv("GPUFRAC_QUIET", "1", 1);
-    std::vector<char*> argv;
-    for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
+    // PATH is searched in gpufrac's own environment, which the command's shares.
+    execvpe(argv[0], argv.data(), envp.data());
     int err = errno;
     std::fprintf(stderr, "gpufrac exec: cannot run %s: %s\n", argv[0], std::strerror(err));
     _exit(err == ENOENT ? 127 : 126);
@@ -236,32 +223,31 @@ int RunExec(const ExecOptions& o) {
   }
   const std::string limiter_path = resolved;
 
-  limiter::LimitConfig config{};
-  std::snprintf(config.workload, sizeof(config.workload), "exec-%d-%s", static_cast<int>(getpid()),
+  char workload[64];
+  std::snprintf(workload, sizeof(workload), "exec-%d-%s", static_cast<int>(getpid()),
                 RandomSuffix().c_str());
-  config.quiet = o.quiet;
-  config.gpu_count = 1;
-  limiter::GpuLimit& g = config.gpus[0];
-  std::snprintf(g.uuid, sizeof(g.uuid), "%s", device->uuid.c_str());
-  if (!limiter::ParseUuid(g.uuid, g.uuid_bytes)) {
-    return Fail(kExitFailure, "the driver reported an unreadable UUID " + device->uuid);
-  }
-  g.limit_bytes = limit;
-  g.context_bytes = context;
-
+  const std::vector<launch::LimitedGpu> gpus = {
+      {.uuid = device->uuid, .limit_bytes = limit, .context_bytes = context}};
+  auto text = launch::LimitFileText(workload, gpus, o.quiet);
+  if (!text.ok()) return Fail(kExitFailure, text.status().message());
   std::string dir;
-  auto file = WriteLimitFile(config, &dir);
+  auto file = WriteLimitFile(*text, &dir);
   if (!file.ok()) return Fail(kExitFailure, file.status().message());
-  char budget_name[160], err[400];
-  limiter::BudgetName(config.workload, g.uuid, budget_name, sizeof(budget_name));
-  limiter::Budget budget;
   int rc;
-  if (!budget.Open(budget_name, limit, context, err, sizeof(err))) {
-    rc = Fail(kExitFailure, err);
-  } else {
-    rc = RunChild(o, limiter_path, *file, device->uuid);
-    limiter::Budget::Unlink(budget_name);
-  }
+  {
+    auto budgets = launch::WorkloadBudgets::Create(workload, gpus, std::nullopt);
+    if (!budgets.ok()) {
+      rc = Fail(kExitFailure, budgets.status().message());
+    } else {
+      std::vector<std::string> extra;
+      if (o.quiet) extra.push_back("GPUFRAC_QUIET=1");
+      rc = RunChild(o, launch::WithWorkloadEnvironment(launch::CurrentEnvironment(),
+                                                       {.limiter_path = limiter_path,
+                                                        .limit_file = *file,
+                                                        .visible_uuids = {device->uuid},
+                                                        .extra = extra}));
+    }
+  }  // The budget goes with the command.
   unlink(file->c_str());
   rmdir(dir.c_str());
   return PassThrough(rc);

@@ -22,8 +22,8 @@
 #include "k8s/object_fields.h"
 #include "k8s/pod_request.h"
 #include "k8s/inventory.h"
+#include "launch/limit_file.h"
 #include "node/gpu_inventory.h"
-#include "node/job_runner.h"
 #include "node/paths.h"
 
 namespace gpufrac::k8s {
@@ -70,7 +70,7 @@ Status InstallLimiter(const std::string& from, const std::string& host_dir) {
   const std::string preload_temp = preload + ".new";
   fs::remove(preload_temp, ec);
   GPUFRAC_RETURN_IF_ERROR(
-      node::WriteNewFile(preload_temp, std::string(kContainerLimiter) + "\n", 0444));
+      launch::WriteNewFile(preload_temp, std::string(kContainerLimiter) + "\n", 0444));
   // On disk before it replaces the old one: after a power loss the kubelet may restart
   // containers before this agent runs again, and an empty file would leave them unlimited.
   if (int fd = open(preload_temp.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {

@@ -10,7 +10,7 @@ target_link_libraries(gpufrac_k8s PUBLIC gpufrac_common gpufrac_placement gpufra
 # MIG, limit files) and NVIDIA's resource names (whole GPUs, static MIG instances).
 add_library(gpufrac_k8s_agent STATIC container_gpus.cc gpu_provider.cc nvidia_provider.cc)
 target_link_libraries(gpufrac_k8s_agent PUBLIC gpufrac_k8s gpufrac_k8s_plugin gpufrac_node_mig
-                      gpufrac_node_runner)
+                      gpufrac_launch)
 
 # The processes: ClusterApi over the API server, the extender service and the node agent.
 add_library(gpufrac_k8s_services STATIC kube_cluster_api.cc extender_service.cc agent_service.cc)

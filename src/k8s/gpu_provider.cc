@@ -16,7 +16,7 @@
 #include "gpu/mig_catalogue.h"
 #include "k8s/container_gpus.h"
 #include "k8s/object_fields.h"
-#include "node/job_runner.h"
+#include "launch/limit_file.h"
 
 namespace gpufrac::k8s {
 namespace {
@@ -127,7 +127,7 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
 
   ContainerAllocation out;
   std::vector<std::string> uuids;
-  std::vector<node::LaunchSpec::Gpu> limited;
+  std::vector<launch::LimitedGpu> limited;
   for (const GpuGrant& g : ca.gpus) {
     if (g.mig) {
       GPUFRAC_ASSIGN_OR_RETURN(std::string uuid, MigUuid(g.index, *g.mig, pods));
@@ -146,14 +146,14 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
 
   if (!limited.empty()) {
     GPUFRAC_ASSIGN_OR_RETURN(std::string text,
-                             node::LimitFileText(WorkloadId(uid, ca.container), limited));
+                             launch::LimitFileText(WorkloadId(uid, ca.container), limited));
     std::string dir = options_.host_dir + "/pods/" + uid + "/" + ca.container;
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) return UnavailableError("cannot create " + dir + ": " + ec.message());
     std::string file = dir + "/limits";
     fs::remove(file, ec);  // A retried Allocate writes it afresh.
-    GPUFRAC_RETURN_IF_ERROR(node::WriteNewFile(file, text, 0444));
+    GPUFRAC_RETURN_IF_ERROR(launch::WriteNewFile(file, text, 0444));
     out.mounts.push_back({std::string(kContainerLimitFile), file, true});
     out.mounts.push_back(
         {std::string(kContainerLimiter), options_.host_dir + "/lib/libgpufrac.so", true});

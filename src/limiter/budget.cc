@@ -111,7 +111,7 @@ class LivenessCache {
     for (int i = 0; i < n_; ++i) {
       if (ids_[i].pid == id.pid && ids_[i].start_ticks == id.start_ticks) return alive_[i];
     }
-    bool alive = IsAlive(id);
+    bool alive = proc::MayBeAlive(id);
     if (n_ < kSize) {
       ids_[n_] = id;
       alive_[n_++] = alive;
@@ -376,7 +376,7 @@ bool Budget::GiveSpare(int lane, uint64_t bytes) {
 bool Budget::HolderGone(uint32_t holder) const {
   uint64_t owner = seg_->lanes[holder - 1].owner.load(std::memory_order_acquire);
   LaneState state = StateOf(owner);
-  return state == kFree || state == kReaping || !IsAlive(IdentityOf(owner));
+  return state == kFree || state == kReaping || !proc::MayBeAlive(IdentityOf(owner));
 }
 
 // Takes lane `index`'s spare word for `holder` (the lane's owner, another lane taking its spare

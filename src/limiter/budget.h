@@ -47,9 +47,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "limiter/process_identity.h"
+#include "proc/process_identity.h"
 
 namespace gpufrac::limiter {
+
+using proc::ProcessId;
 
 constexpr int kBudgetLanes = 1024;
 // Most bytes a lane keeps spare after releases (see above).

@@ -9,6 +9,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdint>
+
 namespace gpufrac::limiter {
 
 // On 64-bit Linux (x86_64, aarch64) glibc's struct stat is the kernel's, and glibc 2.33+ itself
@@ -22,6 +24,13 @@ inline int StatPath(const char* path, struct stat* st) {
 
 // fstat(2).
 inline int StatFd(int fd, struct stat* st) { return static_cast<int>(syscall(SYS_fstat, fd, st)); }
+
+// The inode of this process's PID namespace (0 if /proc does not say). PIDs only identify
+// processes within one namespace.
+inline uint64_t PidNamespace() {
+  struct stat st;
+  return StatPath("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
 
 }  // namespace gpufrac::limiter
 

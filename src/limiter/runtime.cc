@@ -66,7 +66,7 @@ void SetBroken(const char* reason) {
 
 void ForkChild() {
   // The child is a new process: nothing of the parent's lanes, members or contexts is its own.
-  if (!ReadProcessId(getpid(), &g_self)) {
+  if (!proc::ReadProcessId(getpid(), &g_self)) {
     // Without its identity the child could not be told from a dead process: no CUDA for it.
     SetBroken("cannot read this process's identity from /proc after fork");
   }
@@ -114,7 +114,8 @@ __attribute__((constructor)) void LoadConfiguration() {
   if (!g_rt.pointers.Init({{size_t{1} << 12, 8}, {size_t{1} << 18, 64}, {size_t{1} << 21}}) ||
       !g_rt.objects.Init({{size_t{1} << 16}}) || !g_rt.handles.Init({{size_t{1} << 16}}) ||
       !g_rt.mappings.Init({{size_t{1} << 16}}) || !g_rt.contexts.Init({{size_t{1} << 12}}) ||
-      !ReadProcessId(getpid(), &g_self) || pthread_key_create(&g_thread_key, ThreadExit) != 0) {
+      !proc::ReadProcessId(getpid(), &g_self) ||
+      pthread_key_create(&g_thread_key, ThreadExit) != 0) {
     return SetBroken("cannot set up the limiter's bookkeeping");
   }
   pthread_atfork(nullptr, nullptr, ForkChild);

@@ -14,7 +14,7 @@
 #include "limiter/budget.h"
 #include "limiter/hook_table.h"
 #include "limiter/limit_config.h"
-#include "limiter/process_identity.h"
+#include "proc/process_identity.h"
 
 namespace gpufrac::limiter {
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/gpu_request.h"
+#include "proc/process_identity.h"
 
 namespace gpufrac::node {
 
@@ -47,15 +48,6 @@ struct GpuShare {
   friend bool operator==(const GpuShare&, const GpuShare&) = default;
 };
 
-// The supervisor process (gpufrac-shim) of a started job. A PID alone can be reused after the
-// process ends, so it is always paired with the process's start time (field 22 of
-// /proc/PID/stat, clock ticks since boot).
-struct ProcessRef {
-  pid_t pid = 0;
-  uint64_t start_ticks = 0;
-  friend bool operator==(const ProcessRef&, const ProcessRef&) = default;
-};
-
 struct Job {
   int64_t id = 0;  // From 1, never reused.
   JobSpec spec;
@@ -64,7 +56,8 @@ struct Job {
   int64_t started_ms = 0;      // 0 until running.
   int64_t ended_ms = 0;        // 0 until final.
   std::vector<GpuShare> gpus;  // Held while starting/running; kept afterwards for the record.
-  ProcessRef shim;             // Set once running.
+  proc::ProcessId
+      shim;  // Its supervisor (gpufrac-shim): pid + start time.             // Set once running.
   bool cancel_requested = false;
   // Outcome, once final: exit_code >= 0 when the command exited, signal > 0 when a signal ended
   // it; reason says why in words for failed/cancelled/lost ("exit code 3", "killed by signal 9",

@@ -21,8 +21,10 @@
 #include <utility>
 #include <vector>
 
-#include "limiter/budget.h"
-#include "limiter/limit_config.h"
+#include "launch/budgets.h"
+#include "launch/environment.h"
+#include "launch/limit_file.h"
+#include "proc/process_group.h"
 
 namespace gpufrac::node {
 namespace {
@@ -35,37 +37,10 @@ constexpr int kGoAheadFd = 3;
 
 std::string ErrnoText(const std::string& what, int err) { return what + ": " + std::strerror(err); }
 
-bool ValidWorkload(const std::string& name) {
-  if (name.empty() || name.size() > limiter::kMaxWorkloadIdLen) return false;
-  for (char c : name) {
-    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
-// The UUID ends up in a shared-memory name and in CUDA_VISIBLE_DEVICES: only letters, digits
-// and dashes, and it must be a real 16-byte UUID.
-bool ValidUuid(const std::string& uuid) {
-  if (uuid.empty() || uuid.size() > limiter::kMaxUuidLen) return false;
-  for (char c : uuid) {
-    bool ok =
-        (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
-    if (!ok) return false;
-  }
-  unsigned char bytes[16];
-  return limiter::ParseUuid(uuid.c_str(), bytes);
-}
-
 Status Validate(const LaunchSpec& spec) {
   if (spec.job_dir.empty() || spec.job_dir[0] != '/') {
     return InvalidArgumentError("the job directory must be an absolute path, not '" + spec.job_dir +
                                 "'");
-  }
-  if (!ValidWorkload(spec.workload)) {
-    return InvalidArgumentError("workload name '" + spec.workload +
-                                "' must be 1 to 63 of A-Z a-z 0-9 _ . -");
   }
   if (spec.command.empty() || spec.command[0].empty()) {
     return InvalidArgumentError("the job has no command to run");
@@ -82,19 +57,10 @@ Status Validate(const LaunchSpec& spec) {
       }
     }
   }
-  if (spec.gpus.empty() || spec.gpus.size() > static_cast<size_t>(limiter::kMaxLimitedGpus)) {
-    return InvalidArgumentError("a job needs 1 to " + std::to_string(limiter::kMaxLimitedGpus) +
-                                " GPUs, not " + std::to_string(spec.gpus.size()));
-  }
   std::set<std::string> seen;
-  for (const LaunchSpec::Gpu& gpu : spec.gpus) {
-    if (!ValidUuid(gpu.uuid)) return InvalidArgumentError("'" + gpu.uuid + "' is not a GPU UUID");
+  for (const launch::LimitedGpu& gpu : spec.gpus) {
     if (!seen.insert(gpu.uuid).second) {
       return InvalidArgumentError("GPU " + gpu.uuid + " is listed twice");
-    }
-    if (gpu.limit_bytes == 0 || gpu.limit_bytes > limiter::kMaxBudgetBytes) {
-      return InvalidArgumentError("the memory limit on " + gpu.uuid +
-                                  " must be between 1 byte and 512 GiB");
     }
   }
   if (spec.limiter_path.empty() || spec.limiter_path[0] != '/') {
@@ -111,101 +77,6 @@ Status Validate(const LaunchSpec& spec) {
   }
   return OkStatus();
 }
-
-// Sets NAME=value, replacing every earlier NAME (so that no duplicate can shadow it).
-void SetEnv(std::vector<std::string>& env, const std::string& name, const std::string& value) {
-  const std::string prefix = name + "=";
-  bool placed = false;
-  for (auto it = env.begin(); it != env.end();) {
-    if (it->compare(0, prefix.size(), prefix) != 0) {
-      ++it;
-    } else if (!placed) {
-      *it = prefix + value;
-      placed = true;
-      ++it;
-    } else {
-      it = env.erase(it);
-    }
-  }
-  if (!placed) env.push_back(prefix + value);
-}
-
-std::vector<std::string> JobEnvironment(const LaunchSpec& spec, const std::string& limit_file) {
-  std::vector<std::string> env = spec.env;
-  std::string preload = spec.limiter_path;
-  for (const std::string& entry : env) {
-    if (entry.rfind("LD_PRELOAD=", 0) == 0) {
-      // The dynamic linker reads the first definition; the user's libraries come after ours.
-      std::string existing = entry.substr(std::strlen("LD_PRELOAD="));
-      if (!existing.empty()) preload += ":" + existing;
-      break;
-    }
-  }
-  SetEnv(env, "LD_PRELOAD", preload);
-  SetEnv(env, limiter::kLimitFileEnv, limit_file);
-  std::string visible;
-  for (const LaunchSpec::Gpu& gpu : spec.gpus) {
-    visible += (visible.empty() ? "" : ",") + gpu.uuid;
-  }
-  SetEnv(env, "CUDA_VISIBLE_DEVICES", visible);
-  for (const std::string& entry : spec.extra_env) {
-    size_t eq = entry.find('=');
-    SetEnv(env, entry.substr(0, eq), entry.substr(eq + 1));
-  }
-  return env;
-}
-
-std::string BudgetNameOf(const std::string& workload, const std::string& uuid) {
-  char name[160];
-  if (!limiter::BudgetName(workload.c_str(), uuid.c_str(), name, sizeof(name))) return "";
-  return name;
-}
-
-struct ProcStat {
-  char state = '?';
-  pid_t group = 0;  // Field 5: the process group.
-  uint64_t start_ticks = 0;
-};
-
-// /proc/PID/stat. The command name (field 2) may hold spaces and ')', so fields are counted
-// from the last ')'.
-std::optional<ProcStat> ReadProcStat(pid_t pid) {
-  if (pid <= 0) return std::nullopt;
-  std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::string text;
-  char buf[1024];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR)) {
-    if (n > 0) text.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  size_t paren = text.rfind(')');
-  if (paren == std::string::npos) return std::nullopt;
-  // After ") ": field 3 (state) is token 0, so field 22 (starttime) is token 19.
-  std::vector<std::string> tokens;
-  size_t pos = paren + 1;
-  while (tokens.size() < 20) {
-    pos = text.find_first_not_of(' ', pos);
-    if (pos == std::string::npos) return std::nullopt;
-    size_t end = text.find(' ', pos);
-    tokens.push_back(text.substr(pos, end == std::string::npos ? std::string::npos : end - pos));
-    if (end == std::string::npos) break;
-    pos = end;
-  }
-  if (tokens.size() < 20 || tokens[0].size() != 1) return std::nullopt;
-  ProcStat stat;
-  stat.state = tokens[0][0];
-  stat.group = static_cast<pid_t>(std::strtol(tokens[2].c_str(), nullptr, 10));
-  char* end = nullptr;
-  errno = 0;
-  stat.start_ticks = std::strtoull(tokens[19].c_str(), &end, 10);
-  if (errno != 0 || *end != '\0' || end == tokens[19].c_str()) return std::nullopt;
-  return stat;
-}
-
-bool IsDead(char state) { return state == 'Z' || state == 'X' || state == 'x'; }
 
 // Writes to a pipe whose reader may be gone without letting SIGPIPE end the service: the signal
 // is blocked in this thread and, if the write raised it, taken back off the pending set.
@@ -239,20 +110,17 @@ class PrepareUndo {
       while (waitpid(shim_, nullptr, 0) < 0 && errno == EINTR) {
       }
     }
-    for (const std::string& name : budgets_) limiter::Budget::Unlink(name.c_str());
     if (!dir_.empty()) {
       std::error_code ec;
       std::filesystem::remove_all(dir_, ec);
     }
   }
   void SetDir(const std::string& dir) { dir_ = dir; }
-  void AddBudget(const std::string& name) { budgets_.push_back(name); }
   void SetShim(pid_t pid) { shim_ = pid; }
   void Commit() { committed_ = true; }
 
  private:
   std::string dir_;
-  std::vector<std::string> budgets_;
   pid_t shim_ = -1;
   bool committed_ = false;
 };
@@ -263,55 +131,6 @@ void CloseIfOpen(int& fd) {
 }
 
 }  // namespace
-
-Status WriteNewFile(const std::string& path, const std::string& text, mode_t mode) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-  if (fd < 0) return UnavailableError(ErrnoText("cannot create " + path, errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      close(fd);
-      return UnavailableError(ErrnoText("cannot write " + path, err));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (fchmod(fd, mode) != 0) {
-    int err = errno;
-    close(fd);
-    return UnavailableError(ErrnoText("cannot set the mode of " + path, err));
-  }
-  close(fd);
-  return OkStatus();
-}
-
-StatusOr<std::string> LimitFileText(const std::string& workload,
-                                    const std::vector<LaunchSpec::Gpu>& gpus) {
-  limiter::LimitConfig config{};
-  std::snprintf(config.workload, sizeof(config.workload), "%s", workload.c_str());
-  config.quiet = false;
-  config.gpu_count = static_cast<int>(gpus.size());
-  for (size_t i = 0; i < gpus.size(); ++i) {
-    limiter::GpuLimit& g = config.gpus[i];
-    std::snprintf(g.uuid, sizeof(g.uuid), "%s", gpus[i].uuid.c_str());
-    limiter::ParseUuid(g.uuid, g.uuid_bytes);
-    g.limit_bytes = gpus[i].limit_bytes;
-    g.context_bytes = gpus[i].context_bytes;
-  }
-  char text[limiter::kMaxLimitFileBytes];
-  size_t len = limiter::FormatLimitConfig(config, text, sizeof(text));
-  // Read back as the limiter will, so that a job never starts with a file its limiter refuses.
-  limiter::LimitConfig parsed;
-  char err[256];
-  if (len == 0 || !limiter::ParseLimitConfig(text, len, &parsed, err, sizeof(err))) {
-    return InternalError(std::string("the limit file would not parse: ") +
-                         (len == 0 ? "too long" : err));
-  }
-  return std::string(text, len);
-}
-
 
 std::string Outcome::Describe() const {
   switch (kind) {
@@ -336,9 +155,10 @@ JobRunner::~JobRunner() {
   for (auto& [pid, fd] : go_pipes_) close(fd);
 }
 
-StatusOr<ProcessRef> JobRunner::Prepare(const LaunchSpec& spec) {
+StatusOr<proc::ProcessId> JobRunner::Prepare(const LaunchSpec& spec) {
   GPUFRAC_RETURN_IF_ERROR(Validate(spec));
-  GPUFRAC_ASSIGN_OR_RETURN(std::string limits_text, LimitFileText(spec.workload, spec.gpus));
+  GPUFRAC_ASSIGN_OR_RETURN(std::string limits_text,
+                           launch::LimitFileText(spec.workload, spec.gpus));
   const std::string& dir = spec.job_dir;
   const std::string limit_file = dir + "/" + kLimitsFile;
 
@@ -352,39 +172,31 @@ StatusOr<ProcessRef> JobRunner::Prepare(const LaunchSpec& spec) {
     return UnavailableError(ErrnoText("cannot set the mode of " + dir, errno));
   }
 
+  std::vector<std::string> uuids;
+  for (const launch::LimitedGpu& gpu : spec.gpus) uuids.push_back(gpu.uuid);
   nlohmann::json shim_spec = {
-      {"command", spec.command}, {"env", JobEnvironment(spec, limit_file)},
-      {"cwd", spec.cwd},         {"uid", spec.uid},
-      {"gid", spec.gid},         {"grace", spec.kill_grace_seconds},
+      {"command", spec.command},
+      {"env", launch::WithWorkloadEnvironment(spec.env, {.limiter_path = spec.limiter_path,
+                                                         .limit_file = limit_file,
+                                                         .visible_uuids = uuids,
+                                                         .extra = spec.extra_env})},
+      {"cwd", spec.cwd},
+      {"uid", spec.uid},
+      {"gid", spec.gid},
+      {"grace", spec.kill_grace_seconds},
   };
   // The spec holds the user's environment: only the service (and its shim) may read it.
-  GPUFRAC_RETURN_IF_ERROR(WriteNewFile(dir + "/" + kSpecFile, shim_spec.dump() + "\n", 0600));
+  GPUFRAC_RETURN_IF_ERROR(
+      launch::WriteNewFile(dir + "/" + kSpecFile, shim_spec.dump() + "\n", 0600));
   // Read-only for everyone: the limiter refuses a limit file its workload could rewrite.
-  GPUFRAC_RETURN_IF_ERROR(WriteNewFile(limit_file, limits_text, 0444));
-  GPUFRAC_RETURN_IF_ERROR(WriteNewFile(dir + "/" + kStdout, "", 0600));
-  GPUFRAC_RETURN_IF_ERROR(WriteNewFile(dir + "/" + kStderr, "", 0600));
+  GPUFRAC_RETURN_IF_ERROR(launch::WriteNewFile(limit_file, limits_text, 0444));
+  GPUFRAC_RETURN_IF_ERROR(launch::WriteNewFile(dir + "/" + kStdout, "", 0600));
+  GPUFRAC_RETURN_IF_ERROR(launch::WriteNewFile(dir + "/" + kStderr, "", 0600));
 
-  const bool give_to_user = geteuid() == 0 && spec.uid != geteuid();
-  for (const LaunchSpec::Gpu& gpu : spec.gpus) {
-    std::string name = BudgetNameOf(spec.workload, gpu.uuid);
-    // A budget left by an earlier attempt of the same workload would keep its old limit.
-    limiter::Budget::Unlink(name.c_str());
-    limiter::Budget budget;
-    char err[400];
-    if (!budget.Open(name.c_str(), gpu.limit_bytes, gpu.context_bytes, err, sizeof(err))) {
-      return UnavailableError(err);
-    }
-    budget.Close();
-    undo.AddBudget(name);
-    if (give_to_user) {
-      // Segments are created 0600; the job's processes map it read-write as its owner.
-      std::string path = "/dev/shm/" + name.substr(1);
-      if (chown(path.c_str(), spec.uid, spec.gid) != 0) {
-        return UnavailableError(ErrnoText(
-            "cannot hand the budget " + path + " to uid " + std::to_string(spec.uid), errno));
-      }
-    }
-  }
+  std::optional<launch::WorkloadBudgets::Owner> owner;
+  if (geteuid() == 0 && spec.uid != geteuid()) owner = {spec.uid, spec.gid};
+  GPUFRAC_ASSIGN_OR_RETURN(launch::WorkloadBudgets budgets,
+                           launch::WorkloadBudgets::Create(spec.workload, spec.gpus, owner));
 
   // Everything the child needs is made before fork: the service is multi-threaded, so the child
   // may only make async-signal-safe calls until it execs.
@@ -456,18 +268,19 @@ StatusOr<ProcessRef> JobRunner::Prepare(const LaunchSpec& spec) {
     CloseIfOpen(go[1]);
     return UnavailableError(ErrnoText("cannot run the job supervisor " + shim_path_, exec_errno));
   }
-  std::optional<ProcessRef> ref = Identify(pid);
-  if (!ref) {
+  proc::ProcessId ref;
+  if (!proc::ReadProcessId(pid, &ref)) {
     CloseIfOpen(go[1]);
     return UnavailableError("the job's supervisor (pid " + std::to_string(pid) +
                             ") ended as soon as it started");
   }
   undo.Commit();
+  budgets.Keep();  // Cleanup() removes them when the job has ended.
   go_pipes_[pid] = go[1];
-  return *ref;
+  return ref;
 }
 
-Status JobRunner::Release(const ProcessRef& shim) {
+Status JobRunner::Release(const proc::ProcessId& shim) {
   auto it = go_pipes_.find(shim.pid);
   if (it == go_pipes_.end()) {
     return NotFoundError("no prepared job supervisor with pid " + std::to_string(shim.pid));
@@ -485,22 +298,11 @@ Status JobRunner::Release(const ProcessRef& shim) {
   return OkStatus();
 }
 
-void JobRunner::Abandon(const ProcessRef& shim) {
+void JobRunner::Abandon(const proc::ProcessId& shim) {
   auto it = go_pipes_.find(shim.pid);
   if (it == go_pipes_.end()) return;
   close(it->second);
   go_pipes_.erase(it);
-}
-
-bool JobRunner::Alive(const ProcessRef& ref) {
-  std::optional<ProcStat> stat = ReadProcStat(ref.pid);
-  return stat && !IsDead(stat->state) && stat->start_ticks == ref.start_ticks;
-}
-
-std::optional<ProcessRef> JobRunner::Identify(pid_t pid) {
-  std::optional<ProcStat> stat = ReadProcStat(pid);
-  if (!stat || IsDead(stat->state)) return std::nullopt;
-  return ProcessRef{pid, stat->start_ticks};
 }
 
 bool JobRunner::KillOrphanedJob(const std::string& job_dir) {
@@ -509,18 +311,8 @@ bool JobRunner::KillOrphanedJob(const std::string& job_dir) {
   unsigned long long start_ticks = 0;
   if (!(in >> pid >> start_ticks) || pid <= 0 || start_ticks == 0) return false;
   // Every live member of the job's process group, the leader or not (it may have died first).
-  // A member started before the leader belongs to some other group that reused the number.
   bool killed = false;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    pid_t member = static_cast<pid_t>(std::strtol(name.c_str(), nullptr, 10));
-    std::optional<ProcStat> stat = ReadProcStat(member);
-    if (!stat || IsDead(stat->state) || stat->group != static_cast<pid_t>(pid) ||
-        stat->start_ticks < start_ticks) {
-      continue;
-    }
+  for (pid_t member : proc::LiveGroupMembers(static_cast<pid_t>(pid), start_ticks)) {
     killed = kill(member, SIGKILL) == 0 || killed;
   }
   return killed;
@@ -540,8 +332,8 @@ void JobRunner::ReapChildren() {
   }
 }
 
-Status JobRunner::Signal(const ProcessRef& ref, int sig) {
-  if (!Alive(ref)) {
+Status JobRunner::Signal(const proc::ProcessId& ref, int sig) {
+  if (!proc::IsRunning(ref)) {
     return NotFoundError("the job's supervisor (pid " + std::to_string(ref.pid) +
                          ") is no longer running");
   }
@@ -588,17 +380,7 @@ std::optional<Outcome> JobRunner::ReadOutcome(const std::string& job_dir) {
 void JobRunner::Cleanup(const std::string& job_dir, const std::string& workload,
                         const std::vector<std::string>& uuids) {
   unlink((job_dir + "/" + kLimitsFile).c_str());
-  for (const std::string& uuid : uuids) {
-    std::string name = BudgetNameOf(workload, uuid);
-    if (!name.empty()) limiter::Budget::Unlink(name.c_str());
-  }
-}
-
-uint64_t JobRunner::MemoryInUse(const std::string& workload, const std::string& uuid) {
-  std::string name = BudgetNameOf(workload, uuid);
-  if (name.empty()) return 0;
-  uint64_t used = 0;
-  return limiter::Budget::PeekUsed(name.c_str(), &used) ? used : 0;
+  launch::WorkloadBudgets::Remove(workload, uuids);
 }
 
 }  // namespace gpufrac::node

@@ -28,7 +28,9 @@
 #include <vector>
 
 #include "common/status.h"
+#include "launch/limit_file.h"
 #include "node/job.h"
+#include "proc/process_identity.h"
 
 namespace gpufrac::node {
 
@@ -40,24 +42,11 @@ struct LaunchSpec {
   std::string cwd;
   uid_t uid = 0;  // When the service is not root, must be its own uid.
   gid_t gid = 0;
-  struct Gpu {
-    std::string uuid;  // "GPU-..." or "MIG-...".
-    uint64_t limit_bytes = 0;
-    uint64_t context_bytes = 0;
-  };
-  std::vector<Gpu> gpus;               // At least one; in CUDA_VISIBLE_DEVICES order.
-  std::string limiter_path;            // Absolute path of libgpufrac.so.
-  std::vector<std::string> extra_env;  // Added last (e.g. the simulated driver's variables).
-  int kill_grace_seconds = 10;         // SIGTERM -> SIGKILL on cancel.
+  std::vector<launch::LimitedGpu> gpus;  // At least one; in CUDA_VISIBLE_DEVICES order.
+  std::string limiter_path;              // Absolute path of libgpufrac.so.
+  std::vector<std::string> extra_env;    // Added last (e.g. the simulated driver's variables).
+  int kill_grace_seconds = 10;           // SIGTERM -> SIGKILL on cancel.
 };
-
-// The limit file (limiter/limit_config.h) giving `workload` these GPUs and limits, checked by
-// parsing it back as the limiter will. kInternal when it would not parse (e.g. too many GPUs).
-StatusOr<std::string> LimitFileText(const std::string& workload,
-                                    const std::vector<LaunchSpec::Gpu>& gpus);
-
-// Creates `path` (which must not exist) holding `text`, with exactly `mode` whatever the umask.
-Status WriteNewFile(const std::string& path, const std::string& text, mode_t mode);
 
 // How the job ended, as JOB_DIR/outcome records it.
 struct Outcome {
@@ -76,20 +65,16 @@ class JobRunner {
   JobRunner& operator=(const JobRunner&) = delete;
 
   // Step 1. On failure nothing is left behind (no directory, budget or process).
-  StatusOr<ProcessRef> Prepare(const LaunchSpec& spec);
+  StatusOr<proc::ProcessId> Prepare(const LaunchSpec& spec);
   // Step 3. kNotFound if `shim` was not prepared by this runner.
-  Status Release(const ProcessRef& shim);
+  Status Release(const proc::ProcessId& shim);
   // Gives up a prepared shim without starting it (it exits writing "not-started").
-  void Abandon(const ProcessRef& shim);
+  void Abandon(const proc::ProcessId& shim);
 
-  // The process is alive and is the one `ref` names (same start time), not a zombie.
-  static bool Alive(const ProcessRef& ref);
-  // Reads the start time of a live process (for ProcessRef).
-  static std::optional<ProcessRef> Identify(pid_t pid);
   // Reaps any of our shims that have exited (never blocks).
   void ReapChildren();
   // Sends `sig` to the shim if it is still the process `ref` names (SIGTERM = cancel).
-  Status Signal(const ProcessRef& ref, int sig);
+  Status Signal(const proc::ProcessId& ref, int sig);
 
   // The outcome the shim recorded, once it has.
   static std::optional<Outcome> ReadOutcome(const std::string& job_dir);
@@ -97,12 +82,9 @@ class JobRunner {
   // process group (JOB_DIR/pid names its leader and start time), so that it cannot keep using
   // a GPU share that is about to be given to someone else. True if any of it was still alive.
   static bool KillOrphanedJob(const std::string& job_dir);
-  // Removes the limit file and unlinks the workload's budgets; logs and the outcome stay.
+  // Removes the limit file and the workload's budgets; logs and the outcome stay.
   static void Cleanup(const std::string& job_dir, const std::string& workload,
                       const std::vector<std::string>& uuids);
-  // GPU memory the workload holds on GPU `uuid` now, as its budget counts it; 0 when the
-  // budget is gone.
-  static uint64_t MemoryInUse(const std::string& workload, const std::string& uuid);
 
   // File names inside JOB_DIR.
   static constexpr const char* kStdout = "stdout.log";

@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/text.h"
 #include "common/units.h"
+#include "launch/budgets.h"
 #include "mig/mig_parted.h"
 #include "node/paths.h"
 
@@ -197,7 +198,7 @@ Status Service::Recover() {
       // by CheckRunning below with the outcome its shim recorded, which frees them once.
       active_[job.id] = job;
       AddRunningToLane(job, queue.value_or(0));
-      if (JobRunner::Alive(job.shim))
+      if (proc::IsRunning(job.shim))
         LogInfo("%s", ("re-adopted running job " + std::to_string(job.id)).c_str());
       continue;
     }
@@ -337,7 +338,7 @@ std::vector<Service::GpuStatus> Service::Gpus() {
   // Read outside the lock: the budgets belong to the jobs' users.
   for (GpuStatus& g : out) {
     for (Workload& w : g.workloads) {
-      w.memory_used = JobRunner::MemoryInUse(WorkloadName(w.job), g.gpu.uuid);
+      w.memory_used = launch::WorkloadBudgets::MemoryInUse(WorkloadName(w.job), g.gpu.uuid);
       g.used_memory += w.memory_used;
     }
   }
@@ -403,7 +404,7 @@ void Service::Loop() {
 void Service::CheckRunning() {
   std::vector<int64_t> ended;
   for (auto& [id, job] : active_) {
-    if (job.state == JobState::kRunning && !JobRunner::Alive(job.shim)) ended.push_back(id);
+    if (job.state == JobState::kRunning && !proc::IsRunning(job.shim)) ended.push_back(id);
   }
   for (int64_t id : ended) {
     Job& job = active_[id];
@@ -501,7 +502,7 @@ void Service::Launch(Job& job, const StartDecision& decision) {
     return;
   }
   job = starting;
-  StatusOr<ProcessRef> shim = runner_.Prepare(MakeLaunchSpec(job));
+  StatusOr<proc::ProcessId> shim = runner_.Prepare(MakeLaunchSpec(job));
   if (!shim.ok()) {
     (void)Finish(job, JobState::kFailed, "could not start: " + shim.status().message(), -1, 0);
     return;

@@ -1,7 +1,6 @@
 // gpufrac-shim JOB_DIR: the supervisor of one job. Waits for the service's go-ahead on fd 3, runs
 // the job as its user, passes cancellation on to the job's process group, and records how the
 // job ended in JOB_DIR/outcome (the protocol is described in job_runner.h).
-#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -25,6 +24,8 @@
 #include <vector>
 
 #include "node/job_runner.h"
+#include "proc/process_group.h"
+#include "proc/process_identity.h"
 
 extern char** environ;
 
@@ -138,26 +139,7 @@ void SignalJob(pid_t job, int sig) {
 // Whether a process of group `pgid` still runs (zombies hold nothing and do not count).
 bool GroupHasLiveMember(pid_t pgid) {
   if (kill(-pgid, 0) != 0 && errno == ESRCH) return false;
-  DIR* proc = opendir("/proc");
-  if (!proc) return false;
-  bool found = false;
-  while (dirent* entry = readdir(proc)) {
-    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-    std::ifstream in(std::string("/proc/") + entry->d_name + "/stat");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    // The command name may hold spaces and ')': fields are counted from the last ')'.
-    size_t paren = text.rfind(')');
-    if (paren == std::string::npos) continue;
-    char state = 0;
-    long ppid = 0, pgrp = 0;
-    if (std::sscanf(text.c_str() + paren + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3) continue;
-    if (pgrp == pgid && state != 'Z' && state != 'X') {
-      found = true;
-      break;
-    }
-  }
-  closedir(proc);
-  return found;
+  return !proc::LiveGroupMembers(pgid).empty();
 }
 
 struct Started {
@@ -374,9 +356,10 @@ int Main(int argc, char** argv) {
     Finish("exec-failed " + std::to_string(job.error));
   }
   // With its start time, so that whoever reads it later can tell the job from a reused PID.
-  std::optional<ProcessRef> ref = JobRunner::Identify(job.pid);
-  if (!WriteAtomically("pid", std::to_string(job.pid) + " " +
-                                  std::to_string(ref ? ref->start_ticks : 0) + "\n")) {
+  proc::ProcessId ref;
+  if (!proc::ReadProcessId(job.pid, &ref)) ref.start_ticks = 0;
+  if (!WriteAtomically("pid",
+                       std::to_string(job.pid) + " " + std::to_string(ref.start_ticks) + "\n")) {
     Complain("cannot record the job's pid in " + g_dir + ": " + std::strerror(errno));
   }
   int status = Supervise(sfd, job.pid, spec.grace_seconds);

@@ -10,9 +10,9 @@
 #include <iterator>
 #include <new>
 
+#include "proc/process_identity.h"
 #include "simgpu/memory_ledger.h"
 #include "simgpu/mig_state.h"
-#include "simgpu/process_identity.h"
 #include "simgpu/visible_devices.h"
 
 namespace gpufrac::simgpu {
@@ -43,7 +43,7 @@ CUresult Initialize() {
 
   // Memory left behind by dead processes is returned before this one starts counting.
   ReclaimDeadProcesses(*machine, /*self_is_stale=*/true);
-  ProcessSlot* slot = ClaimSlot(*machine, CurrentProcessIdentity());
+  ProcessSlot* slot = ClaimSlot(*machine, proc::CurrentProcess());
   if (slot == nullptr) {
     return Complain("all " + std::to_string(kMaxProcessSlots) + " process slots are in use",
                     abi::CUDA_ERROR_OUT_OF_MEMORY);

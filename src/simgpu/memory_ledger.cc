@@ -12,13 +12,13 @@ constexpr int kPidBits = 23;
 constexpr std::uint64_t kFreeOwner = 0;
 constexpr std::uint64_t kReclaiming = ~std::uint64_t{0};
 
-std::uint64_t PackOwner(const ProcessIdentity& identity) {
-  return (identity.start_time << kPidBits) | static_cast<std::uint64_t>(identity.pid);
+std::uint64_t PackOwner(const proc::ProcessId& identity) {
+  return (identity.start_ticks << kPidBits) | static_cast<std::uint64_t>(identity.pid);
 }
 
-ProcessIdentity UnpackOwner(std::uint64_t owner) {
-  return ProcessIdentity{.pid = static_cast<int>(owner & ((1u << kPidBits) - 1)),
-                         .start_time = owner >> kPidBits};
+proc::ProcessId UnpackOwner(std::uint64_t owner) {
+  return proc::ProcessId{.pid = static_cast<pid_t>(owner & ((1u << kPidBits) - 1)),
+                         .start_ticks = owner >> kPidBits};
 }
 
 // The GPU instance a slot's charges on `device` also count against; nullptr if none.
@@ -93,13 +93,13 @@ std::uint64_t MigUsedBytes(const SharedMachine& machine, int device, int gpu_ins
 }
 
 int ReclaimDeadProcesses(SharedMachine& machine, bool self_is_stale) {
-  const ProcessIdentity self = CurrentProcessIdentity();
+  const proc::ProcessId self = proc::CurrentProcess();
   int reclaimed = 0;
   for (ProcessSlot& slot : machine.slots) {
     std::uint64_t owner = slot.owner.load(std::memory_order_acquire);
     if (owner == kFreeOwner || owner == kReclaiming) continue;
-    const ProcessIdentity identity = UnpackOwner(owner);
-    const bool stale = identity == self ? self_is_stale : !IsProcessAlive(identity);
+    const proc::ProcessId identity = UnpackOwner(owner);
+    const bool stale = identity == self ? self_is_stale : !proc::IsRunning(identity);
     if (!stale) continue;
     if (!slot.owner.compare_exchange_strong(owner, kReclaiming, std::memory_order_acq_rel)) {
       continue;  // another process is reclaiming it
@@ -111,13 +111,13 @@ int ReclaimDeadProcesses(SharedMachine& machine, bool self_is_stale) {
   return reclaimed;
 }
 
-std::optional<ProcessIdentity> SlotOwner(const ProcessSlot& slot) {
+std::optional<proc::ProcessId> SlotOwner(const ProcessSlot& slot) {
   const std::uint64_t owner = slot.owner.load(std::memory_order_acquire);
   if (owner == kFreeOwner || owner == kReclaiming) return std::nullopt;
   return UnpackOwner(owner);
 }
 
-ProcessSlot* ClaimSlot(SharedMachine& machine, const ProcessIdentity& self) {
+ProcessSlot* ClaimSlot(SharedMachine& machine, const proc::ProcessId& self) {
   const std::uint64_t packed = PackOwner(self);
   for (ProcessSlot& slot : machine.slots) {
     std::uint64_t expected = kFreeOwner;

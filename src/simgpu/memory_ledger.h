@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "simgpu/process_identity.h"
+#include "proc/process_identity.h"
 #include "simgpu/shared_machine.h"
 
 namespace gpufrac::simgpu {
@@ -33,10 +33,10 @@ std::uint64_t MigUsedBytes(const SharedMachine& machine, int device, int gpu_ins
 int ReclaimDeadProcesses(SharedMachine& machine, bool self_is_stale);
 
 // The process owning `slot`; nullopt for a free slot or one being reclaimed.
-std::optional<ProcessIdentity> SlotOwner(const ProcessSlot& slot);
+std::optional<proc::ProcessId> SlotOwner(const ProcessSlot& slot);
 
 // Takes a free slot for `self`; nullptr if all are taken by live processes.
-ProcessSlot* ClaimSlot(SharedMachine& machine, const ProcessIdentity& self);
+ProcessSlot* ClaimSlot(SharedMachine& machine, const proc::ProcessId& self);
 
 // Returns everything the slot holds to the devices and frees the slot.
 void ReleaseSlot(SharedMachine& machine, ProcessSlot& slot);

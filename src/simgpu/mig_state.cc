@@ -169,7 +169,7 @@ std::vector<DeviceProcess> DeviceProcessesLocked(SharedMachine& machine, int dev
   const SharedDevice& shared = machine.devices[device];
   std::vector<DeviceProcess> found;
   for (const ProcessSlot& slot : machine.slots) {
-    const std::optional<ProcessIdentity> owner = SlotOwner(slot);
+    const std::optional<proc::ProcessId> owner = SlotOwner(slot);
     const std::uint64_t used = slot.used_bytes[device].load(std::memory_order_relaxed);
     if (!owner.has_value() || used == 0) continue;
     DeviceProcess process{.pid = owner->pid, .used_bytes = used};

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "launch/budgets.h"
 #include "limiter/limit_config.h"
 #include "node/job_runner.h"
 
@@ -135,8 +136,8 @@ class JobRunnerTest : public ::testing::Test {
 
   void TearDown() override {
     // Every shim this test started has ended and is reaped, whatever the test did.
-    for (const ProcessRef& shim : shims_) {
-      if (!WaitFor([&] { return !JobRunner::Alive(shim); }, 15s)) kill(shim.pid, SIGKILL);
+    for (const proc::ProcessId& shim : shims_) {
+      if (!WaitFor([&] { return !proc::IsRunning(shim); }, 15s)) kill(shim.pid, SIGKILL);
       waitpid(shim.pid, nullptr, 0);
     }
     runner_.reset();
@@ -166,16 +167,16 @@ class JobRunnerTest : public ::testing::Test {
   }
 
   // Step 1 of the protocol; the shim is remembered so that TearDown reaps it.
-  ProcessRef Prepare(const LaunchSpec& spec) {
-    StatusOr<ProcessRef> shim = runner_->Prepare(spec);
+  proc::ProcessId Prepare(const LaunchSpec& spec) {
+    StatusOr<proc::ProcessId> shim = runner_->Prepare(spec);
     EXPECT_TRUE(shim.ok()) << shim.status();
     if (!shim.ok()) return {};
     shims_.push_back(*shim);
     return *shim;
   }
 
-  ProcessRef Start(const LaunchSpec& spec) {
-    ProcessRef shim = Prepare(spec);
+  proc::ProcessId Start(const LaunchSpec& spec) {
+    proc::ProcessId shim = Prepare(spec);
     if (shim.pid > 0) {
       EXPECT_TRUE(runner_->Release(shim).ok());
     }
@@ -183,7 +184,7 @@ class JobRunnerTest : public ::testing::Test {
   }
 
   std::optional<Outcome> Run(const LaunchSpec& spec) {
-    ProcessRef shim = Start(spec);
+    proc::ProcessId shim = Start(spec);
     if (shim.pid <= 0) return std::nullopt;
     return WaitOutcome(spec.job_dir);
   }
@@ -196,7 +197,7 @@ class JobRunnerTest : public ::testing::Test {
   SimMachine machine_;
   std::string base_, workload_, uuid_;
   std::unique_ptr<JobRunner> runner_;
-  std::vector<ProcessRef> shims_;
+  std::vector<proc::ProcessId> shims_;
 };
 
 TEST_F(JobRunnerTest, RecordsTheExitCode) {
@@ -208,7 +209,7 @@ TEST_F(JobRunnerTest, RecordsTheExitCode) {
   EXPECT_EQ(ReadFile(JobDir() + "/outcome"), "exited 3\n");
   EXPECT_FALSE(Exists(JobDir() + "/outcome.tmp"));
   // The shim ends once it has recorded the outcome.
-  EXPECT_TRUE(WaitFor([&] { return !JobRunner::Alive(shims_[0]); }));
+  EXPECT_TRUE(WaitFor([&] { return !proc::IsRunning(shims_[0]); }));
 }
 
 TEST_F(JobRunnerTest, RecordsADeathBySignal) {
@@ -276,11 +277,11 @@ TEST_F(JobRunnerTest, AnAllocationOverTheLimitFails) {
 }
 
 TEST_F(JobRunnerTest, MemoryInUseIsWhatTheJobHoldsAndCancelEndsIt) {
-  ProcessRef shim = Start(Spec({ProbePath(), "hold", std::to_string(kGiB)}));
+  proc::ProcessId shim = Start(Spec({ProbePath(), "hold", std::to_string(kGiB)}));
   ASSERT_TRUE(WaitForOutput("hold=")) << Log(JobRunner::kStderr);
   ASSERT_NE(Log(JobRunner::kStdout).find("hold=0"), std::string::npos);
-  EXPECT_GE(JobRunner::MemoryInUse(workload_, uuid_), kGiB);
-  EXPECT_LE(JobRunner::MemoryInUse(workload_, uuid_), 2 * kGiB);
+  EXPECT_GE(launch::WorkloadBudgets::MemoryInUse(workload_, uuid_), kGiB);
+  EXPECT_LE(launch::WorkloadBudgets::MemoryInUse(workload_, uuid_), 2 * kGiB);
   ASSERT_TRUE(runner_->Signal(shim, SIGTERM).ok());
   std::optional<Outcome> outcome = WaitOutcome(JobDir());
   ASSERT_TRUE(outcome);
@@ -291,7 +292,7 @@ TEST_F(JobRunnerTest, MemoryInUseIsWhatTheJobHoldsAndCancelEndsIt) {
   ASSERT_EQ(BudgetsOf(workload_).size(), 1u);
   JobRunner::Cleanup(JobDir(), workload_, {uuid_});
   EXPECT_TRUE(BudgetsOf(workload_).empty());
-  EXPECT_EQ(JobRunner::MemoryInUse(workload_, uuid_), 0u);
+  EXPECT_EQ(launch::WorkloadBudgets::MemoryInUse(workload_, uuid_), 0u);
   EXPECT_FALSE(Exists(JobDir() + "/limits"));
   EXPECT_TRUE(Exists(JobDir() + "/" + JobRunner::kStdout));
   EXPECT_TRUE(JobRunner::ReadOutcome(JobDir()));
@@ -408,11 +409,11 @@ TEST_F(JobRunnerTest, ANonRootServiceRunsJobsAsItself) {
     spec.job_dir = job_dir;
     spec.uid = spec.gid = 0;
     // Another user's job is refused, and leaves nothing behind.
-    StatusOr<ProcessRef> refused = runner.Prepare(spec);
+    StatusOr<proc::ProcessId> refused = runner.Prepare(spec);
     if (refused.ok() || refused.status().code() != StatusCode::kPermissionDenied) _exit(11);
     if (Exists(job_dir)) _exit(12);
     spec.uid = spec.gid = kNobody;
-    StatusOr<ProcessRef> shim = runner.Prepare(spec);
+    StatusOr<proc::ProcessId> shim = runner.Prepare(spec);
     if (!shim.ok() || !runner.Release(*shim).ok()) _exit(13);
     std::optional<Outcome> outcome = WaitOutcome(job_dir);
     JobRunner::Cleanup(job_dir, workload_, {uuid_});
@@ -426,7 +427,7 @@ TEST_F(JobRunnerTest, ANonRootServiceRunsJobsAsItself) {
 }
 
 TEST_F(JobRunnerTest, CancelSendsSigtermToTheJob) {
-  ProcessRef shim = Start(Spec(
+  proc::ProcessId shim = Start(Spec(
       {"sh", "-c", "trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.1; done"}));
   ASSERT_TRUE(WaitForOutput("ready"));
   ASSERT_TRUE(runner_->Signal(shim, SIGTERM).ok());
@@ -440,7 +441,7 @@ TEST_F(JobRunnerTest, SigintAndSighupToTheShimAlsoCancelWithSigterm) {
   for (int sig : {SIGINT, SIGHUP}) {
     SCOPED_TRACE(sig);
     std::filesystem::remove_all(JobDir());
-    ProcessRef shim =
+    proc::ProcessId shim =
         Start(Spec({"sh", "-c",
                     "trap 'exit 7' TERM; trap 'exit 8' INT HUP; echo ready; while :; do sleep "
                     "0.1; done"}));
@@ -453,7 +454,7 @@ TEST_F(JobRunnerTest, SigintAndSighupToTheShimAlsoCancelWithSigterm) {
 }
 
 TEST_F(JobRunnerTest, AJobThatIgnoresSigtermIsKilledAfterTheGrace) {
-  ProcessRef shim =
+  proc::ProcessId shim =
       Start(Spec({"sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.1; done"}));
   ASSERT_TRUE(WaitForOutput("ready"));
   auto cancelled = steady_clock::now();
@@ -479,9 +480,9 @@ TEST_F(JobRunnerTest, WhatTheJobLeftRunningIsKilledWhenItsMainProcessEnds) {
 
 TEST_F(JobRunnerTest, AnAbandonedJobNeverStarts) {
   std::string marker = base_ + "/marker";
-  ProcessRef shim = Prepare(Spec({"touch", marker}));
+  proc::ProcessId shim = Prepare(Spec({"touch", marker}));
   ASSERT_GT(shim.pid, 0);
-  EXPECT_TRUE(JobRunner::Alive(shim));
+  EXPECT_TRUE(proc::IsRunning(shim));
   runner_->Abandon(shim);
   std::optional<Outcome> outcome = WaitOutcome(JobDir());
   ASSERT_TRUE(outcome);
@@ -494,24 +495,24 @@ TEST_F(JobRunnerTest, AnAbandonedJobNeverStarts) {
 
 TEST_F(JobRunnerTest, DestroyingTheRunnerBeforeReleaseMeansTheJobNeverStarts) {
   std::string marker = base_ + "/marker";
-  ProcessRef shim = Prepare(Spec({"touch", marker}));
+  proc::ProcessId shim = Prepare(Spec({"touch", marker}));
   ASSERT_GT(shim.pid, 0);
   runner_.reset();
   std::optional<Outcome> outcome = WaitOutcome(JobDir());
   ASSERT_TRUE(outcome);
   EXPECT_EQ(outcome->kind, Outcome::Kind::kNotStarted);
-  EXPECT_TRUE(WaitFor([&] { return !JobRunner::Alive(shim); }));
+  EXPECT_TRUE(WaitFor([&] { return !proc::IsRunning(shim); }));
   EXPECT_FALSE(Exists(marker));
 }
 
 TEST_F(JobRunnerTest, CancellingBeforeReleaseMeansNeverStartedAndReleaseThenFails) {
   std::string marker = base_ + "/marker";
-  ProcessRef shim = Prepare(Spec({"touch", marker}));
+  proc::ProcessId shim = Prepare(Spec({"touch", marker}));
   ASSERT_TRUE(runner_->Signal(shim, SIGTERM).ok());
   std::optional<Outcome> outcome = WaitOutcome(JobDir());
   ASSERT_TRUE(outcome);
   EXPECT_EQ(outcome->kind, Outcome::Kind::kNotStarted);
-  ASSERT_TRUE(WaitFor([&] { return !JobRunner::Alive(shim); }));
+  ASSERT_TRUE(WaitFor([&] { return !proc::IsRunning(shim); }));
   // The go-ahead now meets a closed pipe: an error, not a SIGPIPE that would end the service.
   EXPECT_EQ(runner_->Release(shim).code(), StatusCode::kUnavailable);
   EXPECT_FALSE(Exists(marker));
@@ -521,8 +522,8 @@ TEST_F(JobRunnerTest, CancellingBeforeReleaseMeansNeverStartedAndReleaseThenFail
 }
 
 TEST_F(JobRunnerTest, ReleaseOfAnUnknownShimIsNotFound) {
-  EXPECT_EQ(runner_->Release(ProcessRef{getpid(), 1}).code(), StatusCode::kNotFound);
-  runner_->Abandon(ProcessRef{getpid(), 1});  // Nothing to give up: no effect.
+  EXPECT_EQ(runner_->Release(proc::ProcessId{getpid(), 1}).code(), StatusCode::kNotFound);
+  runner_->Abandon(proc::ProcessId{getpid(), 1});  // Nothing to give up: no effect.
 }
 
 TEST_F(JobRunnerTest, TheJobOutlivesAKilledServiceAndItsOutcomeIsRecorded) {
@@ -537,8 +538,8 @@ TEST_F(JobRunnerTest, TheJobOutlivesAKilledServiceAndItsOutcomeIsRecorded) {
     close(report[0]);
     close(hold[1]);
     JobRunner runner(GPUFRAC_SHIM_PATH);
-    StatusOr<ProcessRef> shim = runner.Prepare(spec);
-    ProcessRef ref;
+    StatusOr<proc::ProcessId> shim = runner.Prepare(spec);
+    proc::ProcessId ref;
     if (shim.ok() && runner.Release(*shim).ok()) ref = *shim;
     (void)!write(report[1], &ref, sizeof(ref));
     char c;
@@ -547,7 +548,7 @@ TEST_F(JobRunnerTest, TheJobOutlivesAKilledServiceAndItsOutcomeIsRecorded) {
   }
   close(report[1]);
   close(hold[0]);
-  ProcessRef shim;
+  proc::ProcessId shim;
   ASSERT_EQ(read(report[0], &shim, sizeof(shim)), static_cast<ssize_t>(sizeof(shim)));
   close(report[0]);
   kill(service, SIGKILL);
@@ -556,20 +557,20 @@ TEST_F(JobRunnerTest, TheJobOutlivesAKilledServiceAndItsOutcomeIsRecorded) {
   ASSERT_GT(shim.pid, 0);
 
   // Another service sees the job still running, then its outcome.
-  EXPECT_TRUE(JobRunner::Alive(shim));
+  EXPECT_TRUE(proc::IsRunning(shim));
   EXPECT_FALSE(JobRunner::ReadOutcome(JobDir()));
   std::optional<Outcome> outcome = WaitOutcome(JobDir());
   ASSERT_TRUE(outcome);
   EXPECT_EQ(outcome->Describe(), "exit code 5");
   EXPECT_EQ(ReadFile(marker), "done\n");
-  EXPECT_TRUE(WaitFor([&] { return !JobRunner::Alive(shim); }));
+  EXPECT_TRUE(WaitFor([&] { return !proc::IsRunning(shim); }));
 }
 
 TEST_F(JobRunnerTest, NoFileOfTheServiceLeaksIntoTheShimOrTheJob) {
   std::string secret = base_ + "/service-secret";
   int fd = open(secret.c_str(), O_WRONLY | O_CREAT, 0600);  // Deliberately not close-on-exec.
   ASSERT_GE(fd, 0);
-  ProcessRef shim = Prepare(Spec({"sh", "-c", "ls -l /proc/$$/fd/"}));
+  proc::ProcessId shim = Prepare(Spec({"sh", "-c", "ls -l /proc/$$/fd/"}));
   ASSERT_GT(shim.pid, 0);
   std::string fd_dir = "/proc/" + std::to_string(shim.pid) + "/fd";
   std::set<std::string> shim_files;
@@ -598,7 +599,7 @@ TEST_F(JobRunnerTest, AFailedPrepareLeavesNothingBehind) {
   // The job directory exists already: it is left exactly as it was.
   ASSERT_EQ(mkdir(JobDir().c_str(), 0700), 0);
   std::ofstream(JobDir() + "/keep") << "keep";
-  StatusOr<ProcessRef> shim = runner_->Prepare(Spec({"true"}));
+  StatusOr<proc::ProcessId> shim = runner_->Prepare(Spec({"true"}));
   EXPECT_FALSE(shim.ok());
   EXPECT_NE(shim.status().message().find("File exists"), std::string::npos) << shim.status();
   EXPECT_EQ(ReadFile(JobDir() + "/keep"), "keep");
@@ -685,61 +686,17 @@ TEST(JobRunnerOutcomeTest, ReadsOnlyWholeOutcomes) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(JobRunnerProcessTest, AProcessIsKnownByItsPidAndStartTime) {
-  std::optional<ProcessRef> self = JobRunner::Identify(getpid());
-  ASSERT_TRUE(self);
-  EXPECT_EQ(self->pid, getpid());
-  EXPECT_EQ(std::to_string(self->start_ticks), StatField(getpid(), 22));
-  EXPECT_TRUE(JobRunner::Alive(*self));
-  // Same PID, another start time: the PID was reused by someone else.
-  EXPECT_FALSE(JobRunner::Alive(ProcessRef{getpid(), self->start_ticks + 1}));
-  EXPECT_FALSE(JobRunner::Alive(ProcessRef{}));
-  EXPECT_FALSE(JobRunner::Identify(0));
-  // PIDs are below pid_max: this one cannot exist.
-  pid_t impossible = static_cast<pid_t>(std::atoi(ReadFile("/proc/sys/kernel/pid_max").c_str()));
-  EXPECT_FALSE(JobRunner::Identify(impossible));
-}
-
-TEST(JobRunnerProcessTest, NamesWithSpacesAndParenthesesAndZombies) {
-  int go[2], renamed[2];
-  ASSERT_EQ(pipe(go), 0);
-  ASSERT_EQ(pipe(renamed), 0);
+TEST(JobRunnerProcessTest, ReapsChildrenThatHaveExited) {
   pid_t child = fork();
-  if (child == 0) {
-    close(go[1]);
-    close(renamed[0]);
-    char c;
-    (void)!read(go[0], &c, 1);
-    prctl(PR_SET_NAME, "a) Z 1 2 (3 4)");
-    (void)!write(renamed[1], "r", 1);
-    (void)!read(go[0], &c, 1);  // Until the test closes the pipe.
-    _exit(0);
-  }
-  close(go[0]);
-  close(renamed[1]);
-  std::optional<ProcessRef> before = JobRunner::Identify(child);
-  ASSERT_TRUE(before);
-  ASSERT_EQ(write(go[1], "g", 1), 1);
-  char c;
-  ASSERT_EQ(read(renamed[0], &c, 1), 1);
-  ASSERT_EQ(ReadFile("/proc/" + std::to_string(child) + "/comm"), "a) Z 1 2 (3 4)\n");
-  std::optional<ProcessRef> after = JobRunner::Identify(child);
-  ASSERT_TRUE(after);
-  EXPECT_EQ(*after, *before);
-  EXPECT_TRUE(JobRunner::Alive(*before));
-
-  // Once it has exited, a zombie (not yet reaped) is not alive.
-  close(go[1]);
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
   siginfo_t info{};
   ASSERT_EQ(waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT), 0);
   EXPECT_EQ(StatField(child, 3), "Z");
-  EXPECT_FALSE(JobRunner::Alive(*before));
-  EXPECT_FALSE(JobRunner::Identify(child));
   // The runner reaps it (any child of the service is a shim).
   JobRunner runner(GPUFRAC_SHIM_PATH);
   runner.ReapChildren();
   EXPECT_TRUE(StatField(child, 3).empty());
-  close(renamed[0]);
 }
 
 }  // namespace

@@ -5,9 +5,9 @@
 #include <unistd.h>
 
 #include "gpu/catalogue.h"
+#include "proc/process_identity.h"
 #include "simgpu/config.h"
 #include "simgpu/memory_ledger.h"
-#include "simgpu/process_identity.h"
 #include "simgpu/shared_machine.h"
 #include "simgpu_test_util.h"
 
@@ -85,7 +85,8 @@ TEST_F(SimGpuProcessTest, KilledProcessMemoryIsReclaimed) {
 
     ASSERT_EQ(0, ::kill(victim.pid(), SIGKILL));
     // Not reaped yet: a zombie holds no GPU memory. The out-of-memory path reclaims it.
-    for (int i = 0; i < 1000 && ReadProcessStartTime(victim.pid()).has_value(); ++i) {
+    proc::ProcessId seen;
+    for (int i = 0; i < 1000 && proc::ReadProcessId(victim.pid(), &seen); ++i) {
       ::usleep(1000);
     }
     ASSERT_CU(cuMemAlloc_v2(&pointer, 4 * kGiB));
@@ -128,11 +129,11 @@ TEST_F(SimGpuProcessTest, ReusedPidDoesNotKeepMemory) {
     ASSERT_NE(nullptr, machine) << error;
 
     // A slot left by an earlier process that had this pid: same pid, other start time.
-    const ProcessIdentity self = CurrentProcessIdentity();
-    EXPECT_TRUE(IsProcessAlive(self));
-    ProcessIdentity earlier = self;
-    earlier.start_time = self.start_time > 10 ? self.start_time - 10 : self.start_time + 10;
-    EXPECT_FALSE(IsProcessAlive(earlier));
+    const proc::ProcessId self = proc::CurrentProcess();
+    EXPECT_TRUE(proc::IsRunning(self));
+    proc::ProcessId earlier = self;
+    earlier.start_ticks = self.start_ticks > 10 ? self.start_ticks - 10 : self.start_ticks + 10;
+    EXPECT_FALSE(proc::IsRunning(earlier));
     ProcessSlot* slot = ClaimSlot(*machine, earlier);
     ASSERT_NE(nullptr, slot);
     ASSERT_TRUE(Charge(*machine, *slot, 0, 7 * kGiB));
@@ -140,7 +141,8 @@ TEST_F(SimGpuProcessTest, ReusedPidDoesNotKeepMemory) {
 
     EXPECT_EQ(1, ReclaimDeadProcesses(*machine, /*self_is_stale=*/false));
     EXPECT_EQ(0u, simgpu::UsedBytes(*machine, 0));
-    EXPECT_FALSE(ReadProcessStartTime(-1).has_value());
+    proc::ProcessId none;
+    EXPECT_FALSE(proc::ReadProcessId(-1, &none));
   });
 }
 

@@ -26,7 +26,7 @@ class BudgetTest : public ::testing::Test {
     name_ = "/gpufrac-test." + std::to_string(getpid()) + "." +
             ::testing::UnitTest::GetInstance()->current_test_info()->name();
     Budget::Unlink(name_.c_str());
-    ASSERT_TRUE(ReadProcessId(getpid(), &self_));
+    ASSERT_TRUE(proc::ReadProcessId(getpid(), &self_));
   }
   void TearDown() override { Budget::Unlink(name_.c_str()); }
 
@@ -38,7 +38,8 @@ class BudgetTest : public ::testing::Test {
   // In a forked child: maps the budget as another member process would and takes a lane.
   int JoinAsChild(Budget* cb, ProcessId* me) {
     char err[256];
-    if (!cb->Attach(name_.c_str(), err, sizeof(err)) || !ReadProcessId(getpid(), me)) _exit(1);
+    if (!cb->Attach(name_.c_str(), err, sizeof(err)) || !proc::ReadProcessId(getpid(), me))
+      _exit(1);
     cb->JoinMember(*me);
     int lane = cb->AcquireLane(*me);
     if (lane < 0) _exit(2);

@@ -1,0 +1,55 @@
+// The shared memory budgets of one workload, one per GPU it is limited on (limiter/budget.h).
+// Every launcher creates and removes them through this one owner.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "launch/limit_file.h"
+
+namespace gpufrac::launch {
+
+class WorkloadBudgets {
+ public:
+  // The user the workload runs as, when the launcher (root) is not that user: the budgets are
+  // handed to it so that its processes can map them read-write.
+  struct Owner {
+    uid_t uid = 0;
+    gid_t gid = 0;
+  };
+
+  // Creates a budget for each GPU with its limit and context charge, replacing any left by an
+  // earlier attempt of the same workload (which would keep its old limit). All or nothing: on
+  // failure none is left.
+  static StatusOr<WorkloadBudgets> Create(const std::string& workload,
+                                          const std::vector<LimitedGpu>& gpus,
+                                          std::optional<Owner> owner);
+
+  WorkloadBudgets(WorkloadBudgets&& other) noexcept;
+  WorkloadBudgets& operator=(WorkloadBudgets&& other) noexcept;
+  WorkloadBudgets(const WorkloadBudgets&) = delete;
+  WorkloadBudgets& operator=(const WorkloadBudgets&) = delete;
+  // Removes the budgets unless Keep() handed them on.
+  ~WorkloadBudgets();
+
+  // Hands the budgets to a record that outlives this object (the node service's job), which
+  // removes them later with Remove().
+  void Keep() { names_.clear(); }
+
+  // Removes `workload`'s budgets on these GPUs (those that exist).
+  static void Remove(const std::string& workload, const std::vector<std::string>& uuids);
+  // GPU memory the workload holds on GPU `uuid` now, as its budget counts it; 0 when the budget
+  // is gone.
+  static uint64_t MemoryInUse(const std::string& workload, const std::string& uuid);
+
+ private:
+  WorkloadBudgets() = default;
+  std::vector<std::string> names_;  // Shared-memory names this object removes.
+};
+
+}  // namespace gpufrac::launch

@@ -1,0 +1,108 @@
+// Formats, checks and writes limit files (see limit_file.h).
+#include "launch/limit_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "limiter/budget.h"
+#include "limiter/limit_config.h"
+
+namespace gpufrac::launch {
+namespace {
+
+std::string ErrnoText(const std::string& what, int err) { return what + ": " + std::strerror(err); }
+
+}  // namespace
+
+bool ValidWorkloadId(const std::string& id) {
+  if (id.empty() || id.size() > limiter::kMaxWorkloadIdLen) return false;
+  for (char c : id) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool ValidGpuUuid(const std::string& uuid) {
+  if (uuid.empty() || uuid.size() > limiter::kMaxUuidLen) return false;
+  for (char c : uuid) {
+    bool ok =
+        (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+    if (!ok) return false;
+  }
+  unsigned char bytes[16];
+  return limiter::ParseUuid(uuid.c_str(), bytes);
+}
+
+StatusOr<std::string> LimitFileText(const std::string& workload,
+                                    const std::vector<LimitedGpu>& gpus, bool quiet) {
+  if (!ValidWorkloadId(workload)) {
+    return InvalidArgumentError("workload name '" + workload +
+                                "' must be 1 to 63 of A-Z a-z 0-9 _ . -");
+  }
+  if (gpus.empty() || gpus.size() > static_cast<size_t>(limiter::kMaxLimitedGpus)) {
+    return InvalidArgumentError("a workload is limited on 1 to " +
+                                std::to_string(limiter::kMaxLimitedGpus) + " GPUs, not " +
+                                std::to_string(gpus.size()));
+  }
+  limiter::LimitConfig config{};
+  std::snprintf(config.workload, sizeof(config.workload), "%s", workload.c_str());
+  config.quiet = quiet;
+  config.gpu_count = static_cast<int>(gpus.size());
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    if (!ValidGpuUuid(gpus[i].uuid)) {
+      return InvalidArgumentError("'" + gpus[i].uuid + "' is not a GPU UUID");
+    }
+    if (gpus[i].limit_bytes == 0 || gpus[i].limit_bytes > limiter::kMaxBudgetBytes) {
+      return InvalidArgumentError("the memory limit on " + gpus[i].uuid +
+                                  " must be between 1 byte and 512 GiB");
+    }
+    limiter::GpuLimit& g = config.gpus[i];
+    std::snprintf(g.uuid, sizeof(g.uuid), "%s", gpus[i].uuid.c_str());
+    limiter::ParseUuid(g.uuid, g.uuid_bytes);
+    g.limit_bytes = gpus[i].limit_bytes;
+    g.context_bytes = gpus[i].context_bytes;
+  }
+  char text[limiter::kMaxLimitFileBytes];
+  size_t len = limiter::FormatLimitConfig(config, text, sizeof(text));
+  // Read back as the limiter will, so that a workload never starts with a file its limiter
+  // refuses.
+  limiter::LimitConfig parsed;
+  char err[256];
+  if (len == 0 || !limiter::ParseLimitConfig(text, len, &parsed, err, sizeof(err))) {
+    return InternalError(std::string("the limit file would not parse: ") +
+                         (len == 0 ? "too long" : err));
+  }
+  return std::string(text, len);
+}
+
+Status WriteNewFile(const std::string& path, const std::string& text, mode_t mode) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (fd < 0) return UnavailableError(ErrnoText("cannot create " + path, errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      return UnavailableError(ErrnoText("cannot write " + path, err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fchmod(fd, mode) != 0) {
+    int err = errno;
+    close(fd);
+    return UnavailableError(ErrnoText("cannot set the mode of " + path, err));
+  }
+  close(fd);
+  return OkStatus();
+}
+
+}  // namespace gpufrac::launch
