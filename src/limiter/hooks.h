@@ -7,13 +7,13 @@
 #include "limiter/runtime.h"
 
 namespace gpufrac::limiter::fn {
-#define GPUFRAC_FN_TYPE(lib, sym, type, opt, since) using sym = std::remove_pointer_t<abi::type>;
+#define GPUFRAC_FN_TYPE(lib, sym, opt) using sym = std::remove_pointer_t<abi::entry::sym::Fn>;
 GPUFRAC_HOOKS(GPUFRAC_FN_TYPE)
 #undef GPUFRAC_FN_TYPE
 }  // namespace gpufrac::limiter::fn
 
 extern "C" {
-#define GPUFRAC_DECLARE(lib, sym, type, opt, since) \
+#define GPUFRAC_DECLARE(lib, sym, opt) \
   __attribute__((visibility("default"))) gpufrac::limiter::fn::sym sym;
 GPUFRAC_HOOKS(GPUFRAC_DECLARE)
 #undef GPUFRAC_DECLARE

@@ -30,10 +30,10 @@ struct Entry {
 
 // Constant-initialised (relocations only): no constructor runs for it.
 const Entry kEntries[kSymbolCount] = {
-#define GPUFRAC_HOOK_ENTRY(lib, sym, type, opt, since) \
-  {#sym, Library::lib, reinterpret_cast<void*>(&::sym), opt != 0, since},
-#define GPUFRAC_CALL_ENTRY(lib, sym, type, opt, since) \
-  {#sym, Library::lib, nullptr, opt != 0, since},
+#define GPUFRAC_HOOK_ENTRY(lib, sym, opt) \
+  {#sym, Library::lib, reinterpret_cast<void*>(&::sym), opt != 0, entry::sym::kSince},
+#define GPUFRAC_CALL_ENTRY(lib, sym, opt) \
+  {#sym, Library::lib, nullptr, opt != 0, entry::sym::kSince},
     GPUFRAC_HOOKS(GPUFRAC_HOOK_ENTRY) GPUFRAC_CALLS(GPUFRAC_CALL_ENTRY)
 #undef GPUFRAC_HOOK_ENTRY
 #undef GPUFRAC_CALL_ENTRY

@@ -23,7 +23,7 @@ namespace abi = ::gpufrac::abi;
 enum class Library : int { Cuda = 0, Nvml = 1 };
 
 enum SymbolId : int {
-#define GPUFRAC_ID(lib, sym, type, opt, since) kId_##sym,
+#define GPUFRAC_ID(lib, sym, opt) kId_##sym,
   GPUFRAC_HOOKS(GPUFRAC_ID) kHookCount,
   kFirstCall = kHookCount - 1,
   GPUFRAC_CALLS(GPUFRAC_ID) kSymbolCount
@@ -35,13 +35,14 @@ extern std::atomic<void*> g_real[kSymbolCount];
 extern std::atomic<bool> g_resolved[2];
 void ResolveLibrary(Library lib);
 
-#define GPUFRAC_REAL(lib, sym, type, opt, since)                                               \
-  inline abi::type Real_##sym() {                                                              \
+#define GPUFRAC_REAL(lib, sym, opt)                                                            \
+  inline abi::entry::sym::Fn Real_##sym() {                                                    \
     if (__builtin_expect(                                                                      \
             !g_resolved[static_cast<int>(Library::lib)].load(std::memory_order_acquire), 0)) { \
       ResolveLibrary(Library::lib);                                                            \
     }                                                                                          \
-    return reinterpret_cast<abi::type>(g_real[kId_##sym].load(std::memory_order_relaxed));     \
+    return reinterpret_cast<abi::entry::sym::Fn>(                                              \
+        g_real[kId_##sym].load(std::memory_order_relaxed));                                    \
   }
 GPUFRAC_HOOKS(GPUFRAC_REAL)
 GPUFRAC_CALLS(GPUFRAC_REAL)

@@ -1,5 +1,5 @@
 // cuGetProcAddress: symbol lookup by base name and CUDA version, driven entirely by the entry
-// point table (cuda_entry_points.inc) that also declares the exports.
+// point table (abi/cuda_entry_points.h) that also declares the exports.
 #include <cstdio>
 #include <string_view>
 
@@ -20,14 +20,12 @@ struct EntryPoint {
 
 #define SIMGPU_PTSZ_ADDRESS_0(symbol) nullptr
 #define SIMGPU_PTSZ_ADDRESS_1(symbol) reinterpret_cast<void*>(&symbol##_ptsz)
-#define SIMGPU_ENTRY_POINT(base, symbol, type, version, ptsz) \
+#define SIMGPU_ENTRY_POINT(base, symbol, version, ptsz) \
   {#base, version, reinterpret_cast<void*>(&symbol), SIMGPU_PTSZ_ADDRESS_##ptsz(symbol)},
 
 // Addresses bind to this library's own definitions (it links with -Bsymbolic), so a library
 // that interposes on these names still gets the driver's functions from cuGetProcAddress.
-const EntryPoint kEntryPoints[] = {
-#include "simgpu/cuda_entry_points.inc"
-};
+const EntryPoint kEntryPoints[] = {GPUFRAC_CUDA_ENTRY_POINTS(SIMGPU_ENTRY_POINT)};
 
 #undef SIMGPU_ENTRY_POINT
 #undef SIMGPU_PTSZ_ADDRESS_1

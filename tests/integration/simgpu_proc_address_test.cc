@@ -125,14 +125,14 @@ TEST_F(SimGpuProcAddressTest, NewerDriverVersionAllowsNewerRequests) {
 TEST_F(SimGpuProcAddressTest, EveryTableRowIsExportedAndResolvable) {
   RunInChild("1xH100-80GB", [] {
     int rows = 0;
-#define SIMGPU_ENTRY_POINT(base, symbol, type, version, ptsz)         \
+#define SIMGPU_ENTRY_POINT(base, symbol, version, ptsz)               \
   ++rows;                                                             \
   EXPECT_NE(nullptr, Exported(#symbol)) << #symbol;                   \
   ExpectResolves(#base, version, #symbol);                            \
   ExpectResolves(#base, version, ptsz ? #symbol "_ptsz" : #symbol,    \
                  abi::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM); \
   EXPECT_EQ(reinterpret_cast<void*>(&symbol), Exported(#symbol)) << #symbol;
-#include "simgpu/cuda_entry_points.inc"
+    GPUFRAC_CUDA_ENTRY_POINTS(SIMGPU_ENTRY_POINT)
 #undef SIMGPU_ENTRY_POINT
     EXPECT_GT(rows, 50);
   });

@@ -27,7 +27,7 @@ std::set<std::string> Lines(const std::string& command) {
 
 TEST(LimiterExportsTest, ExportsExactlyTheHookTable) {
   std::set<std::string> expected = {"dlsym"};
-#define GPUFRAC_NAME(lib, sym, type, opt, since) expected.insert(#sym);
+#define GPUFRAC_NAME(lib, sym, opt) expected.insert(#sym);
   GPUFRAC_HOOKS(GPUFRAC_NAME)
 #undef GPUFRAC_NAME
   std::set<std::string> exported =
