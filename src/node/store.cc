@@ -31,85 +31,62 @@ constexpr int kSchemaVersion = 1;
 // stuck lock shows up as an error rather than a hung service.
 constexpr int kBusyTimeoutMs = 5000;
 
-// Columns in the order every SELECT returns them. Fields are also bound as ?<column> in INSERT
-// and UPDATE, so this one list fixes both orders.
+// The job table's columns, once, in the order every SELECT returns them: the Column enum, the
+// CREATE TABLE statement and the INSERT/UPDATE/SELECT lists are all generated from it. Fields are
+// bound as ?<column> in INSERT and UPDATE, so this one list fixes every order.
+// X(enumerator, column name, SQL type and constraints)
+// STRICT (below) so that a value of the wrong type can never be written by a bug in here. The
+// text columns marked JSON hold arrays (see EncodeStrings and EncodeGpus); `request` holds the
+// flags FormatGpuRequest prints, readable in the sqlite3 shell.
+#define GPUFRAC_JOB_COLUMNS(X)                              \
+  X(kId, id, "INTEGER PRIMARY KEY AUTOINCREMENT")           \
+  X(kName, name, "TEXT NOT NULL")                           \
+  X(kQueue, queue, "TEXT NOT NULL")                         \
+  X(kRequest, request, "TEXT NOT NULL")                     \
+  X(kCommand, command, "TEXT NOT NULL") /* JSON */          \
+  X(kCwd, cwd, "TEXT NOT NULL")                             \
+  X(kEnv, env, "TEXT NOT NULL") /* JSON */                  \
+  X(kUid, uid, "INTEGER NOT NULL")                          \
+  X(kGid, gid, "INTEGER NOT NULL")                          \
+  X(kUserName, user_name, "TEXT NOT NULL")                  \
+  X(kState, state, "TEXT NOT NULL")                         \
+  X(kSubmittedMs, submitted_ms, "INTEGER NOT NULL")         \
+  X(kStartedMs, started_ms, "INTEGER NOT NULL")             \
+  X(kEndedMs, ended_ms, "INTEGER NOT NULL")                 \
+  X(kGpus, gpus, "TEXT NOT NULL") /* JSON */                \
+  X(kShimPid, shim_pid, "INTEGER NOT NULL")                 \
+  X(kShimStartTicks, shim_start_ticks, "INTEGER NOT NULL")  \
+  X(kCancelRequested, cancel_requested, "INTEGER NOT NULL") \
+  X(kExitCode, exit_code, "INTEGER NOT NULL")               \
+  X(kSignal, signal, "INTEGER NOT NULL")                    \
+  X(kReason, reason, "TEXT NOT NULL")
+
 enum Column : int {
-  kId,
-  kName,
-  kQueue,
-  kRequest,
-  kCommand,
-  kCwd,
-  kEnv,
-  kUid,
-  kGid,
-  kUserName,
-  kState,
-  kSubmittedMs,
-  kStartedMs,
-  kEndedMs,
-  kGpus,
-  kShimPid,
-  kShimStartTicks,
-  kCancelRequested,
-  kExitCode,
-  kSignal,
-  kReason,
-  kColumnCount,
+#define GPUFRAC_COLUMN_ENUM(id, name, type) id,
+  GPUFRAC_JOB_COLUMNS(GPUFRAC_COLUMN_ENUM)
+#undef GPUFRAC_COLUMN_ENUM
+      kColumnCount,
 };
 
-constexpr std::array<std::string_view, kColumnCount> kColumnNames = {
-    "id",
-    "name",
-    "queue",
-    "request",
-    "command",
-    "cwd",
-    "env",
-    "uid",
-    "gid",
-    "user_name",
-    "state",
-    "submitted_ms",
-    "started_ms",
-    "ended_ms",
-    "gpus",
-    "shim_pid",
-    "shim_start_ticks",
-    "cancel_requested",
-    "exit_code",
-    "signal",
-    "reason",
+struct ColumnInfo {
+  std::string_view name;
+  std::string_view type;
 };
 
-// STRICT so that a value of the wrong type can never be written by a bug in here. The text
-// columns marked JSON hold arrays (see EncodeStrings and EncodeGpus); `request` holds the flags
-// FormatGpuRequest prints, readable in the sqlite3 shell.
-constexpr const char* kCreateTable = R"sql(
-CREATE TABLE jobs (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  name TEXT NOT NULL,
-  queue TEXT NOT NULL,
-  request TEXT NOT NULL,
-  command TEXT NOT NULL,
-  cwd TEXT NOT NULL,
-  env TEXT NOT NULL,
-  uid INTEGER NOT NULL,
-  gid INTEGER NOT NULL,
-  user_name TEXT NOT NULL,
-  state TEXT NOT NULL,
-  submitted_ms INTEGER NOT NULL,
-  started_ms INTEGER NOT NULL,
-  ended_ms INTEGER NOT NULL,
-  gpus TEXT NOT NULL,
-  shim_pid INTEGER NOT NULL,
-  shim_start_ticks INTEGER NOT NULL,
-  cancel_requested INTEGER NOT NULL,
-  exit_code INTEGER NOT NULL,
-  signal INTEGER NOT NULL,
-  reason TEXT NOT NULL
-) STRICT;
-)sql";
+constexpr std::array<ColumnInfo, kColumnCount> kColumns = {{
+#define GPUFRAC_COLUMN_INFO(id, name, type) {#name, type},
+    GPUFRAC_JOB_COLUMNS(GPUFRAC_COLUMN_INFO)
+#undef GPUFRAC_COLUMN_INFO
+}};
+
+std::string CreateTableSql() {
+  std::string out = "CREATE TABLE jobs (\n";
+  for (int c = 0; c < kColumnCount; ++c) {
+    out += "  " + std::string(kColumns[c].name) + " " + std::string(kColumns[c].type);
+    out += c + 1 < kColumnCount ? ",\n" : "\n";
+  }
+  return out + ") STRICT;\n";
+}
 
 // "state IN ('pending', 'starting', 'running')", built from IsFinal. The partial index and the
 // queries that should use it must spell this term identically, or SQLite's planner will not
@@ -142,7 +119,7 @@ std::string SelectColumns() {
   std::string out = "SELECT ";
   for (int c = 0; c < kColumnCount; ++c) {
     if (c > 0) out += ", ";
-    out += kColumnNames[c];
+    out += kColumns[c].name;
   }
   return out + " FROM jobs";
 }
@@ -151,7 +128,7 @@ std::string InsertSql() {
   std::string names, values;
   for (int c = kName; c < kColumnCount; ++c) {
     if (c > kName) names += ", ", values += ", ";
-    names += kColumnNames[c];
+    names += kColumns[c].name;
     values += "?" + std::to_string(c);
   }
   return "INSERT INTO jobs (" + names + ") VALUES (" + values + ")";
@@ -161,7 +138,7 @@ std::string UpdateSql() {
   std::string out = "UPDATE jobs SET ";
   for (int c = kName; c < kColumnCount; ++c) {
     if (c > kName) out += ", ";
-    out += std::string(kColumnNames[c]) + " = ?" + std::to_string(c);
+    out += std::string(kColumns[c].name) + " = ?" + std::to_string(c);
   }
   return out + " WHERE id = ?" + std::to_string(kColumnCount);
 }
@@ -614,7 +591,7 @@ Status CheckOrCreateSchema(sqlite3* db, const std::string& path) {
 
   if (*app == 0 && *tables == 0) {
     Status created = Exec(db,
-                          std::string(kCreateTable) + CreateIndexes() +
+                          CreateTableSql() + CreateIndexes() +
                               "PRAGMA application_id = " + std::to_string(kApplicationId) +
                               ";\nPRAGMA user_version = " + std::to_string(kSchemaVersion) + ";",
                           "creating the job table");
