@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/request_flags.h"
 #include "common/status.h"
 #include "common/units.h"
 #include "gpu/devices.h"
@@ -156,19 +157,14 @@ int PassThrough(int child_status) {
 CLI::App* AddExecCommand(CLI::App& app, ExecOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "exec", "Run a command under a GPU memory limit on one GPU (no service needed)");
-  cmd->add_option("--gpu-memory", o.request.gpu_memory,
-                  "Memory limit, binary units: 4G, 4GiB, 1536Mi, 4096M (bare number = bytes)");
-  cmd->add_option("--gpu-fraction", o.request.gpu_fraction,
-                  "Memory limit as a share of the GPU's memory, 0 < F < 1 (e.g. 0.25)");
-  cmd->add_option("--gpus", o.request.gpus, "1: the whole GPU (exec runs on one GPU)");
-  cmd->add_option("--mig-profile", o.request.mig_profile,
-                  "Not served by exec (MIG slices need the node service)");
-  cmd->add_option("--gpu-model", o.request.gpu_model,
-                  "Refuse to run unless the GPU is this model (e.g. H100-80GB)");
+  AddGpuRequestFlags(cmd, &o.request);
   cmd->add_option("--gpu", o.gpu, "GPU index or UUID (default 0)");
   cmd->add_flag("--quiet", o.quiet, "Do not print a line when the command hits its limit");
   cmd->add_option("command", o.command, "The command and its arguments, after --");
-  cmd->footer("Example: gpufrac exec --gpu-memory 4G -- python train.py");
+  cmd->footer(
+      "exec runs the command on one GPU (--gpus 1 is all of it) and refuses to run on another\n"
+      "model than --gpu-model; MIG profiles need the node service.\n"
+      "Example: gpufrac exec --gpu-memory 4G -- python train.py");
   return cmd;
 }
 

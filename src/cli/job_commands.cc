@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cli/request_flags.h"
 #include "cli/service_client.h"
 #include "common/units.h"
 #include "node/mig_scheduler.h"
@@ -129,13 +130,7 @@ JobCommands::JobCommands(CLI::App& app) {
     cmd->add_flag("--json", o_.json, "Print JSON for machines instead of a table");
   };
   auto job_flags = [&](CLI::App* cmd) {
-    cmd->add_option("--gpu-memory", o_.request.gpu_memory,
-                    "GPU memory, binary units: 4G, 4GiB, 1536Mi (the job's hard limit)");
-    cmd->add_option("--gpu-fraction", o_.request.gpu_fraction,
-                    "A share of one GPU's memory, 0 < F < 1 (e.g. 0.25)");
-    cmd->add_option("--gpus", o_.request.gpus, "Whole GPUs, e.g. 2");
-    cmd->add_option("--mig-profile", o_.request.mig_profile, "A MIG profile, e.g. 2g.20gb");
-    cmd->add_option("--gpu-model", o_.request.gpu_model, "Only this GPU model, e.g. A100-80GB");
+    AddGpuRequestFlags(cmd, &o_.request);
     cmd->add_option("--queue,-q", o_.queue, "Queue (default: the first in the queue file)");
     cmd->add_option("--name", o_.name, "A label for the job");
     cmd->add_option("command", o_.command, "The command and its arguments, after --")->required();
@@ -185,12 +180,6 @@ bool JobCommands::parsed() const {
 
 namespace {
 
-// Without request flags the job gets its queue's default.
-bool AnyRequestFlag(const GpuRequestText& r) {
-  return !r.gpu_memory.empty() || !r.gpu_fraction.empty() || !r.gpus.empty() ||
-         !r.mig_profile.empty() || !r.gpu_model.empty();
-}
-
 StatusOr<json> Submit(ServiceClient& client, const JobCommandOptions& o) {
   json body = {{"command", o.command}};
   char cwd[PATH_MAX];
@@ -202,13 +191,12 @@ StatusOr<json> Submit(ServiceClient& client, const JobCommandOptions& o) {
   if (!o.queue.empty()) body["queue"] = o.queue;
   if (!o.name.empty()) body["name"] = o.name;
   const GpuRequestText& r = o.request;
-  if (AnyRequestFlag(r)) {  // Checked by Run before anything is sent.
+  // Without request flags the job gets its queue's default; Run checked them before sending.
+  if (!r.empty()) {
     json request = json::object();
-    if (!r.gpu_memory.empty()) request["gpu-memory"] = r.gpu_memory;
-    if (!r.gpu_fraction.empty()) request["gpu-fraction"] = r.gpu_fraction;
-    if (!r.gpus.empty()) request["gpus"] = r.gpus;
-    if (!r.mig_profile.empty()) request["mig-profile"] = r.mig_profile;
-    if (!r.gpu_model.empty()) request["gpu-model"] = r.gpu_model;
+    for (const GpuRequestField& field : GpuRequestFields()) {
+      if (!(r.*field.text).empty()) request[std::string(field.name)] = r.*field.text;
+    }
     body["request"] = request;
   }
   return client.Post("/v1/jobs", body);
@@ -352,7 +340,7 @@ int JobCommands::Run() {
   if (submit_->parsed() || run_->parsed()) {
     // A typo is reported before a service is looked for (or started).
     StatusOr<GpuRequest> check = ParseGpuRequest(o_.request);
-    if (AnyRequestFlag(o_.request) && !check.ok()) return Fail(what, check.status());
+    if (!o_.request.empty() && !check.ok()) return Fail(what, check.status());
   }
   // A service that hangs up mid-request is an error to report, not a reason to die.
   signal(SIGPIPE, SIG_IGN);

@@ -1,8 +1,12 @@
-// Parsing and printing of GPU requests, on top of the size and share parsers in units.h.
+// The request grammar's field table, and parsing and printing of requests, on top of the size and
+// share parsers in units.h.
 #include "common/gpu_request.h"
 
+#include <array>
 #include <cctype>
 #include <charconv>
+#include <utility>
+#include <vector>
 
 #include "common/text.h"
 #include "common/units.h"
@@ -40,58 +44,156 @@ bool ValidModelName(std::string_view m) {
   return true;
 }
 
+Status ParseMemoryField(const std::string& text, GpuRequest* r) {
+  StatusOr<uint64_t> size = ParseSize(text);
+  if (!size.ok()) return InvalidArgumentError("--gpu-memory: " + size.status().message());
+  *r = GpuRequest::Memory(*size);
+  return OkStatus();
+}
+
+Status ParseFractionField(const std::string& text, GpuRequest* r) {
+  StatusOr<double> share = ParseFraction(text, /*allow_one=*/true);
+  if (!share.ok()) return InvalidArgumentError("--gpu-fraction: " + share.status().message());
+  uint32_t milli = FractionToMilli(*share);
+  if (milli >= kMilliPerGpu) {
+    return InvalidArgumentError("--gpu-fraction " + text + " is a whole GPU; write --gpus 1");
+  }
+  *r = GpuRequest::Fraction(milli);
+  return OkStatus();
+}
+
+Status ParseGpusField(const std::string& text, GpuRequest* r) {
+  uint32_t n = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, n);
+  if (ec != std::errc() || ptr != end || n < 1 || n > kMaxWholeGpus) {
+    return InvalidArgumentError("--gpus is \"" + text + "\"; expected a whole number from 1 to " +
+                                std::to_string(kMaxWholeGpus) +
+                                " (for part of a GPU, use --gpu-fraction or --gpu-memory)");
+  }
+  *r = GpuRequest::Whole(n);
+  return OkStatus();
+}
+
+Status ParseMigProfileField(const std::string& text, GpuRequest* r) {
+  std::string profile = AsciiLower(text);
+  if (!ValidMigProfile(profile)) {
+    return InvalidArgumentError("--mig-profile is \"" + text +
+                                "\"; expected a MIG profile such as 1g.10gb, 2g.20gb or "
+                                "1g.10gb+me");
+  }
+  *r = GpuRequest::Mig(profile);
+  return OkStatus();
+}
+
+Status ParseModelField(const std::string& text, GpuRequest* r) {
+  if (!ValidModelName(text)) {
+    return InvalidArgumentError("--gpu-model is \"" + text +
+                                "\"; expected a model name such as A100-80GB or H100-80GB");
+  }
+  r->gpu_model = text;
+  return OkStatus();
+}
+
+// The grammar. A new field is one row here (and its member in GpuRequestText).
+constexpr std::array<GpuRequestField, 5> kFields = {{
+    {"gpu-memory", "SIZE", "GPU memory, binary units: 4G, 4GiB, 1536Mi (the hard limit)",
+     &GpuRequestText::gpu_memory, true, ParseMemoryField},
+    {"gpu-fraction", "F", "A share of one GPU's memory, 0 < F < 1 (e.g. 0.25, or 25%)",
+     &GpuRequestText::gpu_fraction, true, ParseFractionField},
+    {"gpus", "N", "Whole GPUs, e.g. 2", &GpuRequestText::gpus, true, ParseGpusField},
+    {"mig-profile", "NAME", "A MIG profile, e.g. 2g.20gb", &GpuRequestText::mig_profile, true,
+     ParseMigProfileField},
+    {"gpu-model", "NAME", "Only this GPU model, e.g. A100-80GB", &GpuRequestText::gpu_model, false,
+     ParseModelField},
+}};
+
 }  // namespace
 
+GpuRequest GpuRequest::Memory(uint64_t bytes, uint32_t gpus) {
+  GpuRequest r;
+  r.kind = Kind::kMemory;
+  r.gpus = gpus;
+  r.memory_bytes = bytes;
+  return r;
+}
+
+GpuRequest GpuRequest::Fraction(uint32_t milli, uint32_t gpus) {
+  GpuRequest r;
+  r.kind = Kind::kFraction;
+  r.gpus = gpus;
+  r.fraction_milli = milli;
+  return r;
+}
+
+GpuRequest GpuRequest::Whole(uint32_t gpus) {
+  GpuRequest r;
+  r.kind = Kind::kWholeGpus;
+  r.gpus = gpus;
+  return r;
+}
+
+GpuRequest GpuRequest::Mig(std::string profile) {
+  GpuRequest r;
+  r.kind = Kind::kMigProfile;
+  r.mig_profile = std::move(profile);
+  return r;
+}
+
+GpuRequest GpuRequest::OnModel(std::string model) const {
+  GpuRequest r = *this;
+  r.gpu_model = std::move(model);
+  return r;
+}
+
+bool GpuRequestText::empty() const {
+  for (const GpuRequestField& f : kFields) {
+    if (!(this->*f.text).empty()) return false;
+  }
+  return true;
+}
+
+std::span<const GpuRequestField> GpuRequestFields() { return kFields; }
+
+const GpuRequestField* FindGpuRequestField(std::string_view name) {
+  for (const GpuRequestField& f : kFields) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+std::string GpuRequestFieldNames() {
+  std::string out;
+  for (const GpuRequestField& f : kFields) {
+    if (!out.empty()) out += ", ";
+    out += f.name;
+  }
+  return out;
+}
+
 StatusOr<GpuRequest> ParseGpuRequest(const GpuRequestText& t) {
-  int given =
-      !t.gpu_memory.empty() + !t.gpu_fraction.empty() + !t.gpus.empty() + !t.mig_profile.empty();
+  int given = 0;
+  std::string amounts;  // "--gpu-memory SIZE, --gpu-fraction F, --gpus N or --mig-profile NAME"
+  std::vector<const GpuRequestField*> listed;
+  for (const GpuRequestField& f : kFields) {
+    if (!f.amount) continue;
+    given += !(t.*f.text).empty();
+    listed.push_back(&f);
+  }
   if (given != 1) {
-    return InvalidArgumentError(
-        "give exactly one of --gpu-memory SIZE, --gpu-fraction F, --gpus N or --mig-profile NAME");
+    for (size_t i = 0; i < listed.size(); ++i) {
+      if (i > 0) amounts += i + 1 == listed.size() ? " or " : ", ";
+      amounts += "--" + std::string(listed[i]->name) + " " + std::string(listed[i]->placeholder);
+    }
+    return InvalidArgumentError("give exactly one of " + amounts);
   }
   GpuRequest r;
-  if (!t.gpu_memory.empty()) {
-    StatusOr<uint64_t> size = ParseSize(t.gpu_memory);
-    if (!size.ok()) return InvalidArgumentError("--gpu-memory: " + size.status().message());
-    r.kind = GpuRequest::Kind::kMemory;
-    r.memory_bytes = *size;
-  } else if (!t.gpu_fraction.empty()) {
-    StatusOr<double> share = ParseFraction(t.gpu_fraction, /*allow_one=*/true);
-    if (!share.ok()) return InvalidArgumentError("--gpu-fraction: " + share.status().message());
-    r.kind = GpuRequest::Kind::kFraction;
-    r.fraction_milli = FractionToMilli(*share);
-    if (r.fraction_milli >= kMilliPerGpu) {
-      return InvalidArgumentError("--gpu-fraction " + t.gpu_fraction +
-                                  " is a whole GPU; write --gpus 1");
+  // The amount first (it sets the kind), then what qualifies it.
+  for (bool amount : {true, false}) {
+    for (const GpuRequestField& f : kFields) {
+      if (f.amount == amount && !(t.*f.text).empty())
+        GPUFRAC_RETURN_IF_ERROR(f.parse(t.*f.text, &r));
     }
-  } else if (!t.gpus.empty()) {
-    uint32_t n = 0;
-    const char* end = t.gpus.data() + t.gpus.size();
-    auto [ptr, ec] = std::from_chars(t.gpus.data(), end, n);
-    if (ec != std::errc() || ptr != end || n < 1 || n > kMaxWholeGpus) {
-      return InvalidArgumentError("--gpus is \"" + t.gpus +
-                                  "\"; expected a whole number from 1 to " +
-                                  std::to_string(kMaxWholeGpus) +
-                                  " (for part of a GPU, use --gpu-fraction or --gpu-memory)");
-    }
-    r.kind = GpuRequest::Kind::kWholeGpus;
-    r.gpus = n;
-  } else {
-    std::string profile = AsciiLower(t.mig_profile);
-    if (!ValidMigProfile(profile)) {
-      return InvalidArgumentError("--mig-profile is \"" + t.mig_profile +
-                                  "\"; expected a MIG profile such as 1g.10gb, 2g.20gb or "
-                                  "1g.10gb+me");
-    }
-    r.kind = GpuRequest::Kind::kMigProfile;
-    r.mig_profile = profile;
-  }
-  if (!t.gpu_model.empty()) {
-    if (!ValidModelName(t.gpu_model)) {
-      return InvalidArgumentError("--gpu-model is \"" + t.gpu_model +
-                                  "\"; expected a model name such as A100-80GB or H100-80GB");
-    }
-    r.gpu_model = t.gpu_model;
   }
   return r;
 }

@@ -123,19 +123,13 @@ StatusOr<std::string> FlagText(const json& value, const std::string& key) {
 StatusOr<GpuRequest> ParseRequestJson(const json& r) {
   if (!r.is_object()) return InvalidArgumentError("request must be an object, e.g. {\"gpus\": 1}");
   GpuRequestText text;
-  const std::map<std::string, std::string*> fields = {{"gpu-memory", &text.gpu_memory},
-                                                      {"gpu-fraction", &text.gpu_fraction},
-                                                      {"gpus", &text.gpus},
-                                                      {"mig-profile", &text.mig_profile},
-                                                      {"gpu-model", &text.gpu_model}};
   for (const auto& [key, value] : r.items()) {
-    auto it = fields.find(key);
-    if (it == fields.end()) {
+    const GpuRequestField* field = FindGpuRequestField(key);
+    if (field == nullptr) {
       return InvalidArgumentError("unknown field request." + key +
-                                  " (allowed: gpu-memory, gpu-fraction, gpus, mig-profile, "
-                                  "gpu-model)");
+                                  " (allowed: " + GpuRequestFieldNames() + ")");
     }
-    GPUFRAC_ASSIGN_OR_RETURN(*it->second, FlagText(value, key));
+    GPUFRAC_ASSIGN_OR_RETURN(text.*field->text, FlagText(value, key));
   }
   return ParseGpuRequest(text);
 }

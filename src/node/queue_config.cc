@@ -52,17 +52,14 @@ bool ValidQueueName(const std::string& name) {
 
 StatusOr<GpuRequest> ParseRequest(const Checker& check, const YAML::Node& node) {
   if (!node.IsMap()) return check.Error(node, "default must be a map, e.g. {gpu-fraction: 0.25}");
-  GPUFRAC_RETURN_IF_ERROR(check.OnlyKeys(
-      node, {"gpu-memory", "gpu-fraction", "gpus", "mig-profile", "gpu-model"}, "default"));
+  std::set<std::string> keys;
+  for (const GpuRequestField& field : GpuRequestFields()) keys.emplace(field.name);
+  GPUFRAC_RETURN_IF_ERROR(check.OnlyKeys(node, keys, "default"));
   GpuRequestText text;
-  auto get = [&](const char* key) {
-    return node[key] && node[key].IsScalar() ? node[key].Scalar() : std::string();
-  };
-  text.gpu_memory = get("gpu-memory");
-  text.gpu_fraction = get("gpu-fraction");
-  text.gpus = get("gpus");
-  text.mig_profile = get("mig-profile");
-  text.gpu_model = get("gpu-model");
+  for (const GpuRequestField& field : GpuRequestFields()) {
+    const std::string key(field.name);
+    if (node[key] && node[key].IsScalar()) text.*field.text = node[key].Scalar();
+  }
   StatusOr<GpuRequest> request = ParseGpuRequest(text);
   if (!request.ok()) return check.Error(node, "default: " + request.status().message());
   return request;
@@ -135,8 +132,7 @@ StatusOr<QueueConfig> LoadQueueConfig(const std::string& path) {
 QueueConfig DefaultQueueConfig() {
   QueueSpec spec;
   spec.name = "default";
-  spec.default_request.kind = GpuRequest::Kind::kWholeGpus;
-  spec.default_request.gpus = 1;
+  spec.default_request = GpuRequest::Whole(1);
   return QueueConfig{{spec}};
 }
 

@@ -2,7 +2,9 @@
 // parse to the same request, and every mistake is one line naming the flag.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
 #include "common/gpu_request.h"
@@ -53,15 +55,51 @@ TEST(GpuRequest, PrintsFlagsThatParseBackToTheSameRequest) {
     GpuRequestText back;
     std::istringstream in(flags);
     for (std::string flag, value; in >> flag >> value;) {
-      if (flag == "--gpu-memory") back.gpu_memory = value;
-      if (flag == "--gpu-fraction") back.gpu_fraction = value;
-      if (flag == "--gpus") back.gpus = value;
-      if (flag == "--mig-profile") back.mig_profile = value;
-      if (flag == "--gpu-model") back.gpu_model = value;
+      const GpuRequestField* field = FindGpuRequestField(flag.substr(2));
+      ASSERT_NE(field, nullptr) << flag;
+      back.*field->text = value;
     }
     EXPECT_EQ(Parse(back), r) << flags;
   }
   EXPECT_EQ(FormatGpuRequest(Parse({.gpu_memory = "4G"})), "--gpu-memory 4GiB");
+}
+
+TEST(GpuRequest, NamedConstructorsMakeWhatTheGrammarParses) {
+  EXPECT_EQ(Parse({.gpu_memory = "4G"}), GpuRequest::Memory(uint64_t{4} << 30));
+  EXPECT_EQ(Parse({.gpu_fraction = "0.25", .gpu_model = "A30-24GB"}),
+            GpuRequest::Fraction(250).OnModel("A30-24GB"));
+  EXPECT_EQ(Parse({.gpus = "3"}), GpuRequest::Whole(3));
+  EXPECT_EQ(Parse({.mig_profile = "1g.10gb"}), GpuRequest::Mig("1g.10gb"));
+  // One GPU unless asked for more.
+  EXPECT_EQ(Parse({.gpu_memory = "1G"}).gpus, 1u);
+  EXPECT_EQ(GpuRequest::Fraction(500, 4).gpus, 4u);
+}
+
+TEST(GpuRequest, OneTableNamesEveryField) {
+  std::set<std::string_view> names;
+  GpuRequestText all;
+  std::set<const std::string*> members;  // Where each field's text goes.
+  for (const GpuRequestField& field : GpuRequestFields()) {
+    EXPECT_TRUE(names.insert(field.name).second) << field.name;
+    EXPECT_TRUE(members.insert(&(all.*field.text)).second) << field.name;
+    EXPECT_EQ(FindGpuRequestField(field.name), &field);
+    EXPECT_FALSE(field.help.empty());
+    // Each field alone is a non-empty text, and one given field names itself when it is wrong.
+    GpuRequestText t;
+    t.*field.text = "?bad?";
+    EXPECT_FALSE(t.empty());
+    if (field.amount) {
+      EXPECT_EQ(Error(t).rfind("--" + std::string(field.name), 0), 0u) << field.name;
+    }
+  }
+  // Every member of GpuRequestText (all strings) has its row.
+  EXPECT_EQ(members.size() * sizeof(std::string), sizeof(GpuRequestText));
+  EXPECT_TRUE(GpuRequestText{}.empty());
+  EXPECT_EQ(FindGpuRequestField("gpu-mem"), nullptr);
+  EXPECT_EQ(GpuRequestFieldNames(), "gpu-memory, gpu-fraction, gpus, mig-profile, gpu-model");
+  EXPECT_EQ(Error({}),
+            "give exactly one of --gpu-memory SIZE, --gpu-fraction F, --gpus N or --mig-profile "
+            "NAME");
 }
 
 TEST(GpuRequest, MistakesAreOneLineNamingTheFlag) {

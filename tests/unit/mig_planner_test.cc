@@ -49,31 +49,6 @@ MigGpu Gpu(int index, const gpu::MigModel& model, std::vector<Instance> instance
   return MigGpu{.gpu = index, .model = &model, .instances = std::move(instances)};
 }
 
-GpuRequest Memory(uint64_t bytes) {
-  GpuRequest r;
-  r.kind = GpuRequest::Kind::kMemory;
-  r.memory_bytes = bytes;
-  return r;
-}
-GpuRequest Fraction(uint32_t milli) {
-  GpuRequest r;
-  r.kind = GpuRequest::Kind::kFraction;
-  r.fraction_milli = milli;
-  return r;
-}
-GpuRequest Profile(const std::string& name) {
-  GpuRequest r;
-  r.kind = GpuRequest::Kind::kMigProfile;
-  r.mig_profile = name;
-  return r;
-}
-GpuRequest WholeGpus(uint32_t count) {
-  GpuRequest r;
-  r.kind = GpuRequest::Kind::kWholeGpus;
-  r.gpus = count;
-  return r;
-}
-
 // The name of the profile SmallestProfile picks, or the error's code name.
 std::string Smallest(const gpu::MigModel& model, const GpuRequest& request) {
   StatusOr<const gpu::MigProfile*> p = SmallestProfile(model, request);
@@ -82,63 +57,66 @@ std::string Smallest(const gpu::MigModel& model, const GpuRequest& request) {
 }
 
 TEST(SmallestProfileTest, MemoryFitsTheSizeInTheName) {
-  EXPECT_EQ(Smallest(H100(), Memory(1)), "1g.10gb");
-  EXPECT_EQ(Smallest(H100(), Memory(10 * kGiB)), "1g.10gb");
-  EXPECT_EQ(Smallest(H100(), Memory(10 * kGiB + 1)), "1g.20gb");
-  EXPECT_EQ(Smallest(H100(), Memory(11 * kGiB)), "1g.20gb");
-  EXPECT_EQ(Smallest(H100(), Memory(20 * kGiB)), "1g.20gb");
+  EXPECT_EQ(Smallest(H100(), GpuRequest::Memory(1)), "1g.10gb");
+  EXPECT_EQ(Smallest(H100(), GpuRequest::Memory(10 * kGiB)), "1g.10gb");
+  EXPECT_EQ(Smallest(H100(), GpuRequest::Memory(10 * kGiB + 1)), "1g.20gb");
+  EXPECT_EQ(Smallest(H100(), GpuRequest::Memory(11 * kGiB)), "1g.20gb");
+  EXPECT_EQ(Smallest(H100(), GpuRequest::Memory(20 * kGiB)), "1g.20gb");
   // 3g.40gb and 4g.40gb have the same memory: the one with fewer compute slices.
-  EXPECT_EQ(Smallest(H100(), Memory(21 * kGiB)), "3g.40gb");
-  EXPECT_EQ(Smallest(H100(), Memory(80 * kGiB)), "7g.80gb");
-  EXPECT_EQ(Smallest(A30(), Memory(10 * kGiB)), "2g.12gb");
+  EXPECT_EQ(Smallest(H100(), GpuRequest::Memory(21 * kGiB)), "3g.40gb");
+  EXPECT_EQ(Smallest(H100(), GpuRequest::Memory(80 * kGiB)), "7g.80gb");
+  EXPECT_EQ(Smallest(A30(), GpuRequest::Memory(10 * kGiB)), "2g.12gb");
 }
 
 TEST(SmallestProfileTest, FractionIsAShareOfMemoryAndCompute) {
-  EXPECT_EQ(Smallest(H100(), Fraction(100)), "1g.10gb");
-  EXPECT_EQ(Smallest(H100(), Fraction(125)), "1g.10gb");
+  EXPECT_EQ(Smallest(H100(), GpuRequest::Fraction(100)), "1g.10gb");
+  EXPECT_EQ(Smallest(H100(), GpuRequest::Fraction(125)), "1g.10gb");
   // 1g.20gb has a quarter of the memory but a seventh of the compute.
-  EXPECT_EQ(Smallest(H100(), Fraction(250)), "2g.20gb");
-  EXPECT_EQ(Smallest(H100(), Fraction(500)), "4g.40gb");
-  EXPECT_EQ(Smallest(H100(), Fraction(999)), "7g.80gb");
-  EXPECT_EQ(Smallest(A30(), Fraction(250)), "1g.6gb");
+  EXPECT_EQ(Smallest(H100(), GpuRequest::Fraction(250)), "2g.20gb");
+  EXPECT_EQ(Smallest(H100(), GpuRequest::Fraction(500)), "4g.40gb");
+  EXPECT_EQ(Smallest(H100(), GpuRequest::Fraction(999)), "7g.80gb");
+  EXPECT_EQ(Smallest(A30(), GpuRequest::Fraction(250)), "1g.6gb");
 }
 
 TEST(SmallestProfileTest, ProfileNamedExactlyIncludingMediaExtensions) {
-  EXPECT_EQ(Smallest(H100(), Profile("3g.40gb")), "3g.40gb");
-  EXPECT_EQ(Smallest(H100(), Profile("1g.10gb+me")), "1g.10gb+me");
-  EXPECT_TRUE(SmallestProfile(H100(), Profile("1g.10gb+me")).value()->media_extensions);
+  EXPECT_EQ(Smallest(H100(), GpuRequest::Mig("3g.40gb")), "3g.40gb");
+  EXPECT_EQ(Smallest(H100(), GpuRequest::Mig("1g.10gb+me")), "1g.10gb+me");
+  EXPECT_TRUE(SmallestProfile(H100(), GpuRequest::Mig("1g.10gb+me")).value()->media_extensions);
   // Never chosen for a size: a small memory request gets the plain 1g profile.
-  EXPECT_FALSE(SmallestProfile(H100(), Memory(kGiB)).value()->media_extensions);
+  EXPECT_FALSE(SmallestProfile(H100(), GpuRequest::Memory(kGiB)).value()->media_extensions);
 }
 
 TEST(SmallestProfileTest, Errors) {
-  GpuRequest whole = WholeGpus(1);
+  GpuRequest whole = GpuRequest::Whole(1);
   EXPECT_EQ(SmallestProfile(H100(), whole).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(SmallestProfile(H100(), Memory(81 * kGiB)).status().code(),
+  EXPECT_EQ(SmallestProfile(H100(), GpuRequest::Memory(81 * kGiB)).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(SmallestProfile(A30(), Memory(25 * kGiB)).status().code(),
+  EXPECT_EQ(SmallestProfile(A30(), GpuRequest::Memory(25 * kGiB)).status().code(),
             StatusCode::kInvalidArgument);
 
-  Status unknown = SmallestProfile(H100(), Profile("5g.50gb")).status();
+  Status unknown = SmallestProfile(H100(), GpuRequest::Mig("5g.50gb")).status();
   EXPECT_EQ(unknown.code(), StatusCode::kNotFound);
   EXPECT_NE(unknown.message().find("5g.50gb"), std::string::npos) << unknown;
   EXPECT_NE(unknown.message().find("1g.10gb"), std::string::npos) << unknown;
   EXPECT_NE(unknown.message().find("7g.80gb"), std::string::npos) << unknown;
   // A profile of another model.
-  EXPECT_EQ(SmallestProfile(A30(), Profile("1g.10gb")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(SmallestProfile(A30(), GpuRequest::Mig("1g.10gb")).status().code(),
+            StatusCode::kNotFound);
   EXPECT_EQ(unknown.message().find('\n'), std::string::npos);
 }
 
 TEST(PlanRequestTest, ReusesAnIdleInstanceBeforeCreating) {
   // Slice 6 is where a new 1g.10gb would go too: reusing costs nothing more than creating.
   std::vector<MigGpu> gpus = {Gpu(0, H100(), {Idle(H100(), "1g.10gb", 6)})};
-  Plan plan = PlanRequest(gpus, Memory(5 * kGiB)).value();
+  Plan plan = PlanRequest(gpus, GpuRequest::Memory(5 * kGiB)).value();
   EXPECT_EQ(plan.gpu, 0);
   ASSERT_TRUE(plan.reuse.has_value());
   EXPECT_EQ(*plan.reuse, 0);
   EXPECT_TRUE(plan.destroy.empty());
   // The lowest-start baseline reuses too.
-  EXPECT_EQ(PlanRequest(gpus, Memory(5 * kGiB), PlacementRule::kLowestStart).value().reuse, 0);
+  EXPECT_EQ(
+      PlanRequest(gpus, GpuRequest::Memory(5 * kGiB), PlacementRule::kLowestStart).value().reuse,
+      0);
 }
 
 TEST(PlanRequestTest, CreatesRatherThanReuseAnInstanceThatBlocksA4g) {
@@ -147,16 +125,17 @@ TEST(PlanRequestTest, CreatesRatherThanReuseAnInstanceThatBlocksA4g) {
   // it runs; a new 1g.10gb at slice 6 leaves it creatable, and the idle one can still be
   // destroyed when a 4g.40gb comes.
   std::vector<MigGpu> gpus = {Gpu(0, m, {Idle(m, "1g.10gb", 3)})};
-  Plan plan = PlanRequest(gpus, Profile("1g.10gb")).value();
+  Plan plan = PlanRequest(gpus, GpuRequest::Mig("1g.10gb")).value();
   EXPECT_FALSE(plan.reuse.has_value());
   EXPECT_TRUE(plan.destroy.empty());
   EXPECT_EQ(plan.placement.start, 6);
   gpus[0].instances.push_back(Busy(m, "1g.10gb", plan.placement.start));
-  Plan four = PlanRequest(gpus, Profile("4g.40gb")).value();
+  Plan four = PlanRequest(gpus, GpuRequest::Mig("4g.40gb")).value();
   EXPECT_EQ(four.destroy, std::vector<int>{0});
   // The baseline reuses whatever it finds.
   gpus[0].instances.pop_back();
-  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kLowestStart).value().reuse, 0);
+  EXPECT_EQ(
+      PlanRequest(gpus, GpuRequest::Mig("1g.10gb"), PlacementRule::kLowestStart).value().reuse, 0);
 }
 
 TEST(PlanRequestTest, ReusesOnTheFullestGpu) {
@@ -166,7 +145,7 @@ TEST(PlanRequestTest, ReusesOnTheFullestGpu) {
       Gpu(0, H100(), {Idle(H100(), "1g.10gb", 0)}),
       Gpu(1, H100(),
           {Busy(H100(), "4g.40gb", 0), Busy(H100(), "2g.20gb", 4), Idle(H100(), "1g.10gb", 6)})};
-  Plan plan = PlanRequest(gpus, Profile("1g.10gb")).value();
+  Plan plan = PlanRequest(gpus, GpuRequest::Mig("1g.10gb")).value();
   EXPECT_EQ(plan.gpu, 1);
   EXPECT_EQ(plan.reuse, 2);
 }
@@ -177,63 +156,66 @@ TEST(PlanRequestTest, DoesNotReuseWhereThatRulesOutALargerProfile) {
   // creating one at GPU 1's free slices 4-7 only costs a 3g.40gb there.
   std::vector<MigGpu> gpus = {Gpu(0, m, {Idle(m, "1g.10gb", 0)}),
                               Gpu(1, m, {Busy(m, "3g.40gb", 0)})};
-  Plan plan = PlanRequest(gpus, Profile("1g.10gb")).value();
+  Plan plan = PlanRequest(gpus, GpuRequest::Mig("1g.10gb")).value();
   EXPECT_EQ(plan.gpu, 1);
   EXPECT_FALSE(plan.reuse.has_value());
   EXPECT_TRUE(plan.destroy.empty());
   // The baseline reuses whatever it finds first.
-  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kLowestStart).value().reuse, 0);
+  EXPECT_EQ(
+      PlanRequest(gpus, GpuRequest::Mig("1g.10gb"), PlacementRule::kLowestStart).value().reuse, 0);
 }
 
 TEST(PlanRequestTest, NeverReusesABusyInstance) {
   std::vector<MigGpu> gpus = {Gpu(0, H100(), {Busy(H100(), "1g.10gb", 0)})};
   for (PlacementRule rule : {PlacementRule::kGpufrac, PlacementRule::kLowestStart}) {
-    Plan plan = PlanRequest(gpus, Profile("1g.10gb"), rule).value();
+    Plan plan = PlanRequest(gpus, GpuRequest::Mig("1g.10gb"), rule).value();
     EXPECT_FALSE(plan.reuse.has_value());
     EXPECT_TRUE(plan.destroy.empty());
     EXPECT_NE(plan.placement.start, 0);
   }
   // An idle instance of another profile is not reused either.
   gpus = {Gpu(0, H100(), {Idle(H100(), "1g.20gb", 0)})};
-  EXPECT_FALSE(PlanRequest(gpus, Profile("1g.10gb")).value().reuse.has_value());
+  EXPECT_FALSE(PlanRequest(gpus, GpuRequest::Mig("1g.10gb")).value().reuse.has_value());
 }
 
 TEST(PlanRequestTest, KeepsA4gCreatableWhereLowestStartDoesNot) {
   const gpu::MigModel& m = H100();
   std::vector<MigGpu> gpus = {Gpu(0, m)};
   // A 3g.40gb at slices 0-3 rules out the only 4g.40gb placement; at 4-7 it leaves it.
-  Plan ours = PlanRequest(gpus, Profile("3g.40gb")).value();
-  Plan lowest = PlanRequest(gpus, Profile("3g.40gb"), PlacementRule::kLowestStart).value();
+  Plan ours = PlanRequest(gpus, GpuRequest::Mig("3g.40gb")).value();
+  Plan lowest = PlanRequest(gpus, GpuRequest::Mig("3g.40gb"), PlacementRule::kLowestStart).value();
   EXPECT_EQ(ours.placement.start, 4);
   EXPECT_EQ(lowest.placement.start, 0);
 
   std::vector<MigGpu> after_ours = {Gpu(0, m, {Busy(m, "3g.40gb", ours.placement.start)})};
   std::vector<MigGpu> after_lowest = {Gpu(0, m, {Busy(m, "3g.40gb", lowest.placement.start)})};
-  Plan four = PlanRequest(after_ours, Profile("4g.40gb")).value();
+  Plan four = PlanRequest(after_ours, GpuRequest::Mig("4g.40gb")).value();
   EXPECT_EQ(four.placement.start, 0);
-  EXPECT_EQ(
-      PlanRequest(after_lowest, Profile("4g.40gb"), PlacementRule::kLowestStart).status().code(),
-      StatusCode::kResourceExhausted);
+  EXPECT_EQ(PlanRequest(after_lowest, GpuRequest::Mig("4g.40gb"), PlacementRule::kLowestStart)
+                .status()
+                .code(),
+            StatusCode::kResourceExhausted);
 }
 
 TEST(PlanRequestTest, SmallInstanceGoesWhereItCostsTheLeast) {
   const gpu::MigModel& m = H100();
   std::vector<MigGpu> gpus = {Gpu(0, m)};
   // Slice 6 is the only single slice whose use leaves the 4g.40gb and all three 2g.20gb.
-  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb")).value().placement.start, 6);
-  EXPECT_EQ(
-      PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kLowestStart).value().placement.start,
-      0);
+  EXPECT_EQ(PlanRequest(gpus, GpuRequest::Mig("1g.10gb")).value().placement.start, 6);
+  EXPECT_EQ(PlanRequest(gpus, GpuRequest::Mig("1g.10gb"), PlacementRule::kLowestStart)
+                .value()
+                .placement.start,
+            0);
 }
 
 TEST(PlanRequestTest, PacksBeforeSpreading) {
   const gpu::MigModel& m = H100();
   // GPU 0 is empty (it can still take a 7g.80gb); GPU 1 already serves a 3g.40gb.
   std::vector<MigGpu> gpus = {Gpu(0, m), Gpu(1, m, {Busy(m, "3g.40gb", 0)})};
-  Plan ours = PlanRequest(gpus, Profile("1g.10gb")).value();
+  Plan ours = PlanRequest(gpus, GpuRequest::Mig("1g.10gb")).value();
   EXPECT_EQ(ours.gpu, 1);
   EXPECT_GE(ours.placement.start, 4);
-  Plan lowest = PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kLowestStart).value();
+  Plan lowest = PlanRequest(gpus, GpuRequest::Mig("1g.10gb"), PlacementRule::kLowestStart).value();
   EXPECT_EQ(lowest.gpu, 0);
   EXPECT_EQ(lowest.placement.start, 0);
 }
@@ -242,11 +224,11 @@ TEST(PlanRequestTest, DestroysIdleInstancesOnlyWhenNeeded) {
   const gpu::MigModel& m = H100();
   // A 3g.40gb fits at 4-7 next to the idle 2g.20gb: nothing is destroyed.
   std::vector<MigGpu> gpus = {Gpu(0, m, {Idle(m, "2g.20gb", 0)})};
-  Plan plan = PlanRequest(gpus, Profile("3g.40gb")).value();
+  Plan plan = PlanRequest(gpus, GpuRequest::Mig("3g.40gb")).value();
   EXPECT_TRUE(plan.destroy.empty());
   EXPECT_EQ(plan.placement.start, 4);
   // A 7g.80gb needs every slice: the idle 2g.20gb goes.
-  plan = PlanRequest(gpus, Profile("7g.80gb")).value();
+  plan = PlanRequest(gpus, GpuRequest::Mig("7g.80gb")).value();
   EXPECT_EQ(plan.destroy, std::vector<int>{0});
   EXPECT_EQ(plan.placement.start, 0);
 }
@@ -259,13 +241,13 @@ TEST(PlanRequestTest, DestroysIdleInstancesOnlyWhenNothingElseServes) {
   // reused). Both rules agree.
   std::vector<MigGpu> gpus = {Gpu(0, m, {Busy(m, "4g.40gb", 0), Idle(m, "3g.40gb", 4)}), Gpu(1, m)};
   for (PlacementRule rule : {PlacementRule::kGpufrac, PlacementRule::kLowestStart}) {
-    Plan plan = PlanRequest(gpus, Profile("2g.20gb"), rule).value();
+    Plan plan = PlanRequest(gpus, GpuRequest::Mig("2g.20gb"), rule).value();
     EXPECT_EQ(plan.gpu, 1);
     EXPECT_TRUE(plan.destroy.empty());
   }
   // Once GPU 1 is busy too, the idle 3g.40gb's slices are needed, and it goes.
   gpus[1] = Gpu(1, m, {Busy(m, "7g.80gb", 0)});
-  Plan plan = PlanRequest(gpus, Profile("2g.20gb")).value();
+  Plan plan = PlanRequest(gpus, GpuRequest::Mig("2g.20gb")).value();
   EXPECT_EQ(plan.gpu, 0);
   EXPECT_EQ(plan.placement.start, 4);
   EXPECT_EQ(plan.destroy, std::vector<int>{1});
@@ -283,7 +265,7 @@ TEST(PlanRequestTest, DestroysTheFewestIdleSlices) {
            Idle(m, "1g.10gb", 6)}),
   };
   for (PlacementRule rule : {PlacementRule::kGpufrac, PlacementRule::kLowestStart}) {
-    Plan plan = PlanRequest(gpus, Profile("2g.20gb"), rule).value();
+    Plan plan = PlanRequest(gpus, GpuRequest::Mig("2g.20gb"), rule).value();
     EXPECT_EQ(plan.gpu, 1);
     EXPECT_EQ(plan.placement.start, 4);
     EXPECT_EQ(plan.destroy, (std::vector<int>{1, 2}));
@@ -298,7 +280,7 @@ TEST(PlanRequestTest, DemandWeighsWhatAPlacementRulesOut) {
   // the 7g.80gb (and a 3g.40gb).
   std::vector<MigGpu> gpus = {Gpu(0, m), Gpu(1, m, {Busy(m, "3g.40gb", 4)})};
   // Without demand a larger profile always counts more: GPU 0 keeps its 7g.80gb.
-  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb")).value().gpu, 1);
+  EXPECT_EQ(PlanRequest(gpus, GpuRequest::Mig("1g.10gb")).value().gpu, 1);
 
   // Nobody asks for 7g.80gb, many for 4g.40gb and 2g.20gb: GPU 1 keeps its 4g.40gb.
   ProfileDemand no_7g{.model = &m, .weight = {}};
@@ -306,7 +288,8 @@ TEST(PlanRequestTest, DemandWeighsWhatAPlacementRulesOut) {
   no_7g.weight[Index(m, "2g.20gb")] = 3;
   no_7g.weight[Index(m, "4g.40gb")] = 3;
   std::vector<ProfileDemand> demand = {no_7g};
-  Plan plan = PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kGpufrac, demand).value();
+  Plan plan =
+      PlanRequest(gpus, GpuRequest::Mig("1g.10gb"), PlacementRule::kGpufrac, demand).value();
   EXPECT_EQ(plan.gpu, 0);
   // And on GPU 0, where it does not break the 4g.40gb either.
   EXPECT_GE(plan.placement.start, 4);
@@ -315,7 +298,9 @@ TEST(PlanRequestTest, DemandWeighsWhatAPlacementRulesOut) {
   ProfileDemand big{.model = &m, .weight = {}};
   big.weight[Index(m, "7g.80gb")] = 1;
   demand = {big};
-  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kGpufrac, demand).value().gpu, 1);
+  EXPECT_EQ(
+      PlanRequest(gpus, GpuRequest::Mig("1g.10gb"), PlacementRule::kGpufrac, demand).value().gpu,
+      1);
 
   // Demand for another model, or all zero, is no demand.
   ProfileDemand other{.model = &A30(), .weight = {}};
@@ -323,14 +308,17 @@ TEST(PlanRequestTest, DemandWeighsWhatAPlacementRulesOut) {
   ProfileDemand zero{.model = &m, .weight = {}};
   for (const ProfileDemand& d : {other, zero}) {
     demand = {d};
-    EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kGpufrac, demand).value().gpu,
-              1);
+    EXPECT_EQ(
+        PlanRequest(gpus, GpuRequest::Mig("1g.10gb"), PlacementRule::kGpufrac, demand).value().gpu,
+        1);
   }
   // The baseline ignores demand.
   demand = {no_7g};
-  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kLowestStart, demand).value().gpu,
+  EXPECT_EQ(PlanRequest(gpus, GpuRequest::Mig("1g.10gb"), PlacementRule::kLowestStart, demand)
+                .value()
+                .gpu,
             0);
-  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kLowestStart, demand)
+  EXPECT_EQ(PlanRequest(gpus, GpuRequest::Mig("1g.10gb"), PlacementRule::kLowestStart, demand)
                 .value()
                 .placement.start,
             0);
@@ -342,10 +330,10 @@ TEST(PlanRequestTest, NeverDestroysABusyInstance) {
   std::vector<MigGpu> gpus = {
       Gpu(0, m, {Idle(m, "3g.40gb", 0), Busy(m, "1g.10gb", 4), Idle(m, "1g.10gb", 5)})};
   for (PlacementRule rule : {PlacementRule::kGpufrac, PlacementRule::kLowestStart}) {
-    StatusOr<Plan> plan = PlanRequest(gpus, Profile("7g.80gb"), rule);
+    StatusOr<Plan> plan = PlanRequest(gpus, GpuRequest::Mig("7g.80gb"), rule);
     EXPECT_EQ(plan.status().code(), StatusCode::kResourceExhausted);
     // A 4g.40gb can have slices 0-3 once the idle 3g.40gb is destroyed.
-    Plan four = PlanRequest(gpus, Profile("4g.40gb"), rule).value();
+    Plan four = PlanRequest(gpus, GpuRequest::Mig("4g.40gb"), rule).value();
     EXPECT_EQ(four.destroy, std::vector<int>{0});
   }
 }
@@ -354,7 +342,7 @@ TEST(PlanRequestTest, ExhaustedWhenBusyInstancesFillTheGpus) {
   const gpu::MigModel& m = H100();
   std::vector<MigGpu> gpus = {Gpu(0, m, {Busy(m, "4g.40gb", 0), Busy(m, "3g.40gb", 4)}),
                               Gpu(1, m, {Busy(m, "7g.80gb", 0)})};
-  Status status = PlanRequest(gpus, Memory(kGiB)).status();
+  Status status = PlanRequest(gpus, GpuRequest::Memory(kGiB)).status();
   EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(status.message().find("1g.10gb"), std::string::npos) << status;
   EXPECT_EQ(status.message().find('\n'), std::string::npos);
@@ -364,18 +352,20 @@ TEST(PlanRequestTest, RespectsTheMaximumCount) {
   const gpu::MigModel& m = H100();
   // There is one set of media engines: a second 1g.10gb+me cannot be created, free slices or not.
   std::vector<MigGpu> gpus = {Gpu(0, m, {Busy(m, "1g.10gb+me", 0)})};
-  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb+me")).status().code(),
+  EXPECT_EQ(PlanRequest(gpus, GpuRequest::Mig("1g.10gb+me")).status().code(),
             StatusCode::kResourceExhausted);
-  EXPECT_TRUE(PlanRequest(gpus, Profile("1g.10gb")).ok());
+  EXPECT_TRUE(PlanRequest(gpus, GpuRequest::Mig("1g.10gb")).ok());
 }
 
 TEST(PlanRequestTest, WholeGpusAndUnknownProfilesAreErrors) {
   std::vector<MigGpu> gpus = {Gpu(0, H100())};
-  GpuRequest whole = WholeGpus(1);
+  GpuRequest whole = GpuRequest::Whole(1);
   EXPECT_EQ(PlanRequest(gpus, whole).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(PlanRequest(gpus, Profile("9g.99gb")).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(PlanRequest(gpus, Memory(100 * kGiB)).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(PlanRequest({}, Memory(kGiB)).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(PlanRequest(gpus, GpuRequest::Mig("9g.99gb")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(PlanRequest(gpus, GpuRequest::Memory(100 * kGiB)).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanRequest({}, GpuRequest::Memory(kGiB)).status().code(),
+            StatusCode::kFailedPrecondition);
 }
 
 TEST(PlanRequestTest, MixedModels) {
@@ -384,21 +374,21 @@ TEST(PlanRequestTest, MixedModels) {
   std::vector<MigGpu> gpus = {Gpu(0, a30), Gpu(1, h100)};
 
   // 5 GiB: 1g.6gb on the A30 wastes less than 1g.10gb on the H100.
-  Plan plan = PlanRequest(gpus, Memory(5 * kGiB)).value();
+  Plan plan = PlanRequest(gpus, GpuRequest::Memory(5 * kGiB)).value();
   EXPECT_EQ(plan.gpu, 0);
   EXPECT_EQ(Name(a30, plan.profile), "1g.6gb");
   // A profile only one model has goes to that model.
-  plan = PlanRequest(gpus, Profile("2g.20gb")).value();
+  plan = PlanRequest(gpus, GpuRequest::Mig("2g.20gb")).value();
   EXPECT_EQ(plan.gpu, 1);
   EXPECT_EQ(Name(h100, plan.profile), "2g.20gb");
-  plan = PlanRequest(gpus, Profile("2g.12gb")).value();
+  plan = PlanRequest(gpus, GpuRequest::Mig("2g.12gb")).value();
   EXPECT_EQ(plan.gpu, 0);
   // 30 GiB is more than an A30 has, but an H100's 3g.40gb holds it.
-  plan = PlanRequest(gpus, Memory(30 * kGiB)).value();
+  plan = PlanRequest(gpus, GpuRequest::Memory(30 * kGiB)).value();
   EXPECT_EQ(plan.gpu, 1);
   EXPECT_EQ(Name(h100, plan.profile), "3g.40gb");
   // --gpu-model restricts the choice.
-  GpuRequest on_h100 = Memory(5 * kGiB);
+  GpuRequest on_h100 = GpuRequest::Memory(5 * kGiB);
   on_h100.gpu_model = "h100-80gb";
   plan = PlanRequest(gpus, on_h100).value();
   EXPECT_EQ(plan.gpu, 1);
@@ -409,22 +399,25 @@ TEST(PlanRequestTest, MixedModels) {
   // The A30 full of busy instances: a 1g.6gb cannot be served, a memory request moves on to the
   // H100.
   gpus[0].instances = {Busy(a30, "4g.24gb", 0)};
-  EXPECT_EQ(PlanRequest(gpus, Profile("1g.6gb")).status().code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ(PlanRequest(gpus, Memory(5 * kGiB)).value().gpu, 1);
+  EXPECT_EQ(PlanRequest(gpus, GpuRequest::Mig("1g.6gb")).status().code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_EQ(PlanRequest(gpus, GpuRequest::Memory(5 * kGiB)).value().gpu, 1);
   // The lowest-start baseline takes the first GPU with room.
   gpus[0].instances.clear();
-  EXPECT_EQ(PlanRequest(gpus, Memory(5 * kGiB), PlacementRule::kLowestStart).value().gpu, 0);
+  EXPECT_EQ(
+      PlanRequest(gpus, GpuRequest::Memory(5 * kGiB), PlacementRule::kLowestStart).value().gpu, 0);
   gpus[1].instances = {Busy(h100, "1g.10gb", 0)};
-  EXPECT_EQ(PlanRequest(gpus, Profile("1g.10gb"), PlacementRule::kLowestStart).value().gpu, 1);
+  EXPECT_EQ(PlanRequest(gpus, GpuRequest::Mig("1g.10gb"), PlacementRule::kLowestStart).value().gpu,
+            1);
 }
 
 TEST(PlanRequestTest, Deterministic) {
   const gpu::MigModel& m = H100();
   std::vector<MigGpu> gpus = {Gpu(0, m, {Busy(m, "2g.20gb", 2), Idle(m, "1g.10gb", 6)}),
                               Gpu(1, m, {Idle(m, "3g.40gb", 4)}), Gpu(2, m)};
-  Plan a = PlanRequest(gpus, Profile("2g.20gb")).value();
+  Plan a = PlanRequest(gpus, GpuRequest::Mig("2g.20gb")).value();
   for (int i = 0; i < 10; ++i) {
-    Plan b = PlanRequest(gpus, Profile("2g.20gb")).value();
+    Plan b = PlanRequest(gpus, GpuRequest::Mig("2g.20gb")).value();
     EXPECT_EQ(a.gpu, b.gpu);
     EXPECT_EQ(a.placement.start, b.placement.start);
     EXPECT_EQ(a.destroy, b.destroy);

@@ -61,19 +61,7 @@ class FakeBackend : public MigBackend {
   unsigned next_id_ = 1;
 };
 
-GpuRequest Memory(uint64_t gib) {
-  GpuRequest r;
-  r.kind = GpuRequest::Kind::kMemory;
-  r.memory_bytes = gib << 30;
-  return r;
-}
-
-GpuRequest Profile(const std::string& name) {
-  GpuRequest r;
-  r.kind = GpuRequest::Kind::kMigProfile;
-  r.mig_profile = name;
-  return r;
-}
+constexpr uint64_t kGiB = uint64_t{1} << 30;
 
 class MigSchedulerTest : public ::testing::Test {
  protected:
@@ -83,7 +71,7 @@ class MigSchedulerTest : public ::testing::Test {
 };
 
 TEST_F(MigSchedulerTest, CreatesTheSmallestProfileThatHoldsTheRequest) {
-  scheduler_.Enqueue(1, 0, Memory(10), 1);
+  scheduler_.Enqueue(1, 0, GpuRequest::Memory(10 * kGiB), 1);
   auto started = scheduler_.Schedule();
   ASSERT_EQ(started.size(), 1u);
   EXPECT_EQ(started[0].id, 1);
@@ -97,10 +85,10 @@ TEST_F(MigSchedulerTest, CreatesTheSmallestProfileThatHoldsTheRequest) {
 }
 
 TEST_F(MigSchedulerTest, ReusesAnIdleInstanceBeforeCreatingOne) {
-  scheduler_.Enqueue(1, 0, Memory(10), 1);
+  scheduler_.Enqueue(1, 0, GpuRequest::Memory(10 * kGiB), 1);
   std::string uuid = scheduler_.Schedule().at(0).uuid;
   EXPECT_TRUE(scheduler_.Finish(1));
-  scheduler_.Enqueue(2, 0, Profile("1g.10gb"), 2);
+  scheduler_.Enqueue(2, 0, GpuRequest::Mig("1g.10gb"), 2);
   auto started = scheduler_.Schedule();
   ASSERT_EQ(started.size(), 1u);
   EXPECT_EQ(started[0].uuid, uuid);
@@ -108,11 +96,11 @@ TEST_F(MigSchedulerTest, ReusesAnIdleInstanceBeforeCreatingOne) {
 }
 
 TEST_F(MigSchedulerTest, DestroysIdleInstancesOnlyWhenTheirSlicesAreNeeded) {
-  for (int i = 1; i <= 7; ++i) scheduler_.Enqueue(i, 0, Profile("1g.10gb"), i);
+  for (int i = 1; i <= 7; ++i) scheduler_.Enqueue(i, 0, GpuRequest::Mig("1g.10gb"), i);
   ASSERT_EQ(scheduler_.Schedule().size(), 7u);
   for (int i = 1; i <= 7; ++i) scheduler_.Finish(i);
   EXPECT_EQ(scheduler_.Slices()[0].instances.size(), 7u) << "idle instances stay (lazy)";
-  scheduler_.Enqueue(8, 0, Profile("7g.80gb"), 8);
+  scheduler_.Enqueue(8, 0, GpuRequest::Mig("7g.80gb"), 8);
   auto started = scheduler_.Schedule();
   ASSERT_EQ(started.size(), 1u);
   EXPECT_EQ(started[0].profile, "7g.80gb");
@@ -120,9 +108,9 @@ TEST_F(MigSchedulerTest, DestroysIdleInstancesOnlyWhenTheirSlicesAreNeeded) {
 }
 
 TEST_F(MigSchedulerTest, NeverTouchesAnInstanceThatServesAJob) {
-  scheduler_.Enqueue(1, 0, Profile("1g.10gb"), 1);
+  scheduler_.Enqueue(1, 0, GpuRequest::Mig("1g.10gb"), 1);
   ASSERT_EQ(scheduler_.Schedule().size(), 1u);
-  scheduler_.Enqueue(2, 0, Profile("7g.80gb"), 2);
+  scheduler_.Enqueue(2, 0, GpuRequest::Mig("7g.80gb"), 2);
   EXPECT_TRUE(scheduler_.Schedule().empty());
   EXPECT_EQ(backend_.destroys, 0);
   EXPECT_FALSE(scheduler_.WaitReason(2).empty());
@@ -135,11 +123,11 @@ TEST_F(MigSchedulerTest, NeverTouchesAnInstanceThatServesAJob) {
 // A process gpufrac did not start (by hand with CUDA_VISIBLE_DEVICES=MIG-..., or a job of an
 // earlier service whose record was lost) makes an instance as busy as one of gpufrac's jobs.
 TEST_F(MigSchedulerTest, AnInstanceWithAStrangersProcessIsNeitherReusedNorDestroyed) {
-  scheduler_.Enqueue(1, 0, Profile("1g.10gb"), 1);
+  scheduler_.Enqueue(1, 0, GpuRequest::Mig("1g.10gb"), 1);
   std::string uuid = scheduler_.Schedule().at(0).uuid;
   scheduler_.Finish(1);
   backend_.SetProcesses(0, uuid, {4242});
-  scheduler_.Enqueue(2, 0, Profile("1g.10gb"), 2);
+  scheduler_.Enqueue(2, 0, GpuRequest::Mig("1g.10gb"), 2);
   auto started = scheduler_.Schedule();
   ASSERT_EQ(started.size(), 1u);
   EXPECT_NE(started[0].uuid, uuid) << "the stranger's instance must not be reused";
@@ -158,14 +146,14 @@ TEST_F(MigSchedulerTest, AnInstanceWithAStrangersProcessIsNeitherReusedNorDestro
 }
 
 TEST_F(MigSchedulerTest, ARequestThatNeedsAStrangersInstanceWaitsAndNamesIt) {
-  for (int i = 1; i <= 2; ++i) scheduler_.Enqueue(i, 0, Profile("1g.10gb"), i);
+  for (int i = 1; i <= 2; ++i) scheduler_.Enqueue(i, 0, GpuRequest::Mig("1g.10gb"), i);
   auto first = scheduler_.Schedule();
   ASSERT_EQ(first.size(), 2u);
   scheduler_.Finish(1);
   scheduler_.Finish(2);
   backend_.SetProcesses(0, first[1].uuid, {4242, 4343});
   // The whole GPU needs both instances gone; one holds a stranger's processes.
-  scheduler_.Enqueue(3, 0, Profile("7g.80gb"), 3);
+  scheduler_.Enqueue(3, 0, GpuRequest::Mig("7g.80gb"), 3);
   EXPECT_TRUE(scheduler_.Schedule().empty());
   EXPECT_EQ(backend_.destroy_attempts, 0) << "not even tried: destroying could race the process";
   const std::string reason = scheduler_.WaitReason(3);
@@ -181,8 +169,8 @@ TEST_F(MigSchedulerTest, ARequestThatNeedsAStrangersInstanceWaitsAndNamesIt) {
 }
 
 TEST_F(MigSchedulerTest, HigherQueuesGoFirst) {
-  scheduler_.Enqueue(1, 1, Profile("4g.40gb"), 1);
-  scheduler_.Enqueue(2, 0, Profile("7g.80gb"), 2);
+  scheduler_.Enqueue(1, 1, GpuRequest::Mig("4g.40gb"), 1);
+  scheduler_.Enqueue(2, 0, GpuRequest::Mig("7g.80gb"), 2);
   auto started = scheduler_.Schedule();
   ASSERT_EQ(started.size(), 1u);
   EXPECT_EQ(started[0].id, 2);
@@ -191,11 +179,11 @@ TEST_F(MigSchedulerTest, HigherQueuesGoFirst) {
 TEST(MigScheduler, RequestsThatNoMigGpuCanHoldAreRefused) {
   FakeBackend backend;
   MigScheduler none({}, &backend);
-  EXPECT_EQ(none.CheckFeasible(Profile("1g.10gb")).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(none.CheckFeasible(GpuRequest::Mig("1g.10gb")).code(), StatusCode::kFailedPrecondition);
   MigScheduler a30({{0, gpu::FindMigModel("A30-24GB")}}, &backend);
-  EXPECT_TRUE(a30.CheckFeasible(Memory(6)).ok());
-  EXPECT_FALSE(a30.CheckFeasible(Memory(40)).ok());
-  EXPECT_FALSE(a30.CheckFeasible(Profile("7g.80gb")).ok());
+  EXPECT_TRUE(a30.CheckFeasible(GpuRequest::Memory(6 * kGiB)).ok());
+  EXPECT_FALSE(a30.CheckFeasible(GpuRequest::Memory(40 * kGiB)).ok());
+  EXPECT_FALSE(a30.CheckFeasible(GpuRequest::Mig("7g.80gb")).ok());
 }
 
 }  // namespace

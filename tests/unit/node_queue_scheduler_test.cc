@@ -32,35 +32,13 @@ NodeGpu A30(int index) {
   return {index, "GPU-a30-" + std::to_string(index), "A30-24GB", kA30Memory, 400 * kMiB};
 }
 
-GpuRequest Memory(uint64_t bytes, std::string model = "") {
-  GpuRequest r;
-  r.kind = GpuRequest::Kind::kMemory;
-  r.memory_bytes = bytes;
-  r.gpu_model = std::move(model);
-  return r;
-}
-GpuRequest Fraction(uint32_t milli, std::string model = "") {
-  GpuRequest r;
-  r.kind = GpuRequest::Kind::kFraction;
-  r.fraction_milli = milli;
-  r.gpu_model = std::move(model);
-  return r;
-}
-GpuRequest Whole(uint32_t n, std::string model = "") {
-  GpuRequest r;
-  r.kind = GpuRequest::Kind::kWholeGpus;
-  r.gpus = n;
-  r.gpu_model = std::move(model);
-  return r;
-}
-
 // Queues by (name, quota), highest priority first.
 QueueConfig Queues(std::vector<std::pair<std::string, double>> specs) {
   QueueConfig c;
   for (auto& [name, quota] : specs) {
     QueueSpec q;
     q.name = name;
-    q.default_request = Whole(1);
+    q.default_request = GpuRequest::Whole(1);
     q.quota = quota;
     c.queues.push_back(q);
   }
@@ -147,13 +125,16 @@ SimRun Simulate(QueueScheduler& s, const std::vector<Initial>& initial,
 TEST(QueueScheduler, TranslatesEachRequestKindPerModel) {
   auto s = Make({H100(0), A30(1)}, Queues({{"default", 1}}));
   // 10 GiB fits the A30, the smaller GPU: 10/24 of it.
-  s->Enqueue({.id = 1, .queue = 0, .request = Memory(10 * kGiB), .submitted_ms = 0});
+  s->Enqueue({.id = 1, .queue = 0, .request = GpuRequest::Memory(10 * kGiB), .submitted_ms = 0});
   // 30 GiB only fits the H100: ceil(1000 * 30 GiB / 79.65 GiB) = 377 thousandths.
-  s->Enqueue({.id = 2, .queue = 0, .request = Memory(30 * kGiB), .submitted_ms = 0});
+  s->Enqueue({.id = 2, .queue = 0, .request = GpuRequest::Memory(30 * kGiB), .submitted_ms = 0});
   // A quarter of the A30: 6 GiB of memory.
-  s->Enqueue({.id = 3, .queue = 0, .request = Fraction(250), .submitted_ms = 0});
+  s->Enqueue({.id = 3, .queue = 0, .request = GpuRequest::Fraction(250), .submitted_ms = 0});
   // A quarter of an H100, asked for by model: a quarter of its memory.
-  s->Enqueue({.id = 4, .queue = 0, .request = Fraction(250, "H100-80GB"), .submitted_ms = 0});
+  s->Enqueue({.id = 4,
+              .queue = 0,
+              .request = GpuRequest::Fraction(250).OnModel("H100-80GB"),
+              .submitted_ms = 0});
   auto d = s->Schedule(0);
   ASSERT_EQ(d.size(), 4u);
   EXPECT_EQ(Find(d, 1).gpus, std::vector<GpuShare>({{1, "GPU-a30-1", 417, 10 * kGiB}}));
@@ -167,28 +148,31 @@ TEST(QueueScheduler, AWholeOnlyGpuNeverTakesAShare) {
   whole.whole_only = true;
   auto s = Make({H100(0), whole}, Queues({{"default", 1}}));
   for (int64_t id = 1; id <= 3; ++id) {
-    s->Enqueue({.id = id, .queue = 0, .request = Fraction(500), .submitted_ms = id});
+    s->Enqueue({.id = id, .queue = 0, .request = GpuRequest::Fraction(500), .submitted_ms = id});
   }
   auto d = s->Schedule(0);
   ASSERT_EQ(d.size(), 2u) << "the third half must wait rather than share GPU 1";
   for (const StartDecision& start : d) EXPECT_EQ(start.gpus[0].index, 0);
-  s->Enqueue({.id = 4, .queue = 0, .request = Whole(1), .submitted_ms = 4});
+  s->Enqueue({.id = 4, .queue = 0, .request = GpuRequest::Whole(1), .submitted_ms = 4});
   auto whole_start = s->Schedule(1);
   ASSERT_EQ(whole_start.size(), 1u);
   EXPECT_EQ(whole_start[0].id, 4);
   EXPECT_EQ(whole_start[0].gpus[0].index, 1);
 
   auto only_whole = Make({whole}, Queues({{"default", 1}}));
-  Status shared = only_whole->CheckFeasible(0, Memory(4 * kGiB));
+  Status shared = only_whole->CheckFeasible(0, GpuRequest::Memory(4 * kGiB));
   EXPECT_EQ(shared.code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(shared.message(), "whole-GPU jobs only")) << shared;
-  EXPECT_TRUE(only_whole->CheckFeasible(0, Whole(1)).ok());
+  EXPECT_TRUE(only_whole->CheckFeasible(0, GpuRequest::Whole(1)).ok());
 }
 
 TEST(QueueScheduler, WholeGpusGetAllTheirMemoryOnTheSmallestModel) {
   auto s = Make({H100(0), A30(1)}, Queues({{"default", 1}}));
-  s->Enqueue({.id = 1, .queue = 0, .request = Whole(1), .submitted_ms = 0});
-  s->Enqueue({.id = 2, .queue = 0, .request = Whole(1, "h100-80gb"), .submitted_ms = 0});
+  s->Enqueue({.id = 1, .queue = 0, .request = GpuRequest::Whole(1), .submitted_ms = 0});
+  s->Enqueue({.id = 2,
+              .queue = 0,
+              .request = GpuRequest::Whole(1).OnModel("h100-80gb"),
+              .submitted_ms = 0});
   auto d = s->Schedule(0);
   ASSERT_EQ(d.size(), 2u);
   EXPECT_EQ(Find(d, 1).gpus, std::vector<GpuShare>({{1, "GPU-a30-1", 1000, kA30Memory}}));
@@ -198,13 +182,13 @@ TEST(QueueScheduler, WholeGpusGetAllTheirMemoryOnTheSmallestModel) {
 TEST(QueueScheduler, UsesTheLargerModelWhenTheSmallerIsFull) {
   auto s = Make({H100(0), A30(1)}, Queues({{"default", 1}}));
   s->AddRunning(100, 0, {Share(1, 900, 20 * kGiB)});
-  s->Enqueue({.id = 1, .queue = 0, .request = Memory(8 * kGiB), .submitted_ms = 0});
+  s->Enqueue({.id = 1, .queue = 0, .request = GpuRequest::Memory(8 * kGiB), .submitted_ms = 0});
   auto d = s->Schedule(0);
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].gpus[0].index, 0);
   EXPECT_EQ(d[0].gpus[0].milli, 101u);  // ceil(1000 * 8 GiB / 79.65 GiB)
   ASSERT_TRUE(s->Finish(100));
-  s->Enqueue({.id = 2, .queue = 0, .request = Memory(8 * kGiB), .submitted_ms = 0});
+  s->Enqueue({.id = 2, .queue = 0, .request = GpuRequest::Memory(8 * kGiB), .submitted_ms = 0});
   d = s->Schedule(0);
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].gpus[0].index, 1);
@@ -229,59 +213,58 @@ class Feasibility : public ::testing::Test {
 };
 
 TEST_F(Feasibility, TooManyGpus) {
-  EXPECT_EQ(Refusal(1, Whole(4)),
+  EXPECT_EQ(Refusal(1, GpuRequest::Whole(4)),
             "--gpus 4 asks for 4 GPUs; this node has 2 H100-80GB and 1 A30-24GB");
-  EXPECT_EQ(Refusal(1, Whole(3)),
+  EXPECT_EQ(Refusal(1, GpuRequest::Whole(3)),
             "--gpus 3 asks for 3 GPUs of one model; this node has 2 H100-80GB and 1 A30-24GB");
-  EXPECT_EQ(Refusal(1, Whole(2, "A30-24GB")),
+  EXPECT_EQ(Refusal(1, GpuRequest::Whole(2).OnModel("A30-24GB")),
             "--gpus 2 --gpu-model A30-24GB asks for 2 GPUs; this node has 1 A30-24GB");
-  EXPECT_TRUE(s_->CheckFeasible(1, Whole(2)).ok());
+  EXPECT_TRUE(s_->CheckFeasible(1, GpuRequest::Whole(2)).ok());
 }
 
 TEST_F(Feasibility, TooMuchMemory) {
-  EXPECT_EQ(Refusal(1, Memory(100 * kGiB)),
+  EXPECT_EQ(Refusal(1, GpuRequest::Memory(100 * kGiB)),
             "--gpu-memory 100GiB is more than any GPU here has (largest: H100-80GB, 79.65 GiB)");
-  EXPECT_EQ(Refusal(1, Memory(30 * kGiB, "A30-24GB")),
+  EXPECT_EQ(Refusal(1, GpuRequest::Memory(30 * kGiB).OnModel("A30-24GB")),
             "--gpu-memory 30GiB --gpu-model A30-24GB is more than any GPU here has (largest: "
             "A30-24GB, 24 GiB)");
 }
 
 TEST_F(Feasibility, UnknownModel) {
-  EXPECT_EQ(Refusal(1, Fraction(500, "L4")),
+  EXPECT_EQ(Refusal(1, GpuRequest::Fraction(500).OnModel("L4")),
             "--gpu-model L4: no such GPU here (H100-80GB, A30-24GB)");
 }
 
 TEST_F(Feasibility, LessThanTheCudaContext) {
-  EXPECT_EQ(Refusal(1, Memory(256 * kMiB)),
+  EXPECT_EQ(Refusal(1, GpuRequest::Memory(256 * kMiB)),
             "--gpu-memory 256MiB cannot hold even the CUDA context on H100-80GB (about 500 "
             "MiB); ask for more");
-  EXPECT_TRUE(Contains(Refusal(1, Fraction(5, "H100-80GB")),
+  EXPECT_TRUE(Contains(Refusal(1, GpuRequest::Fraction(5).OnModel("H100-80GB")),
                        "cannot hold even the CUDA context on H100-80GB (about 500 MiB); ask"));
   // 450 MiB holds an A30's context (400 MiB) but not an H100's: it may only run on the A30.
-  EXPECT_TRUE(s_->CheckFeasible(1, Memory(450 * kMiB)).ok());
-  EXPECT_EQ(Refusal(1, Memory(450 * kMiB, "H100-80GB")),
+  EXPECT_TRUE(s_->CheckFeasible(1, GpuRequest::Memory(450 * kMiB)).ok());
+  EXPECT_EQ(Refusal(1, GpuRequest::Memory(450 * kMiB).OnModel("H100-80GB")),
             "--gpu-memory 450MiB --gpu-model H100-80GB cannot hold even the CUDA context on "
             "H100-80GB (about 500 MiB); ask for more");
 }
 
 TEST_F(Feasibility, AboveTheQueuesQuota) {
-  EXPECT_EQ(Refusal(0, Whole(2)),
+  EXPECT_EQ(Refusal(0, GpuRequest::Whole(2)),
             "queue interactive's quota (0.25 of 3 GPUs) is less than --gpus 2");
-  EXPECT_EQ(Refusal(0, Whole(1)),
+  EXPECT_EQ(Refusal(0, GpuRequest::Whole(1)),
             "queue interactive's quota (0.25 of 3 GPUs) is less than --gpus 1");
-  EXPECT_TRUE(s_->CheckFeasible(0, Fraction(500)).ok());
-  EXPECT_TRUE(s_->CheckFeasible(1, Whole(2)).ok());
+  EXPECT_TRUE(s_->CheckFeasible(0, GpuRequest::Fraction(500)).ok());
+  EXPECT_TRUE(s_->CheckFeasible(1, GpuRequest::Whole(2)).ok());
 }
 
 TEST_F(Feasibility, MigNeedsMigMode) {
-  GpuRequest mig;
-  mig.kind = GpuRequest::Kind::kMigProfile;
-  mig.mig_profile = "2g.20gb";
-  EXPECT_EQ(Refusal(1, mig, StatusCode::kFailedPrecondition),
+  EXPECT_EQ(Refusal(1, GpuRequest::Mig("2g.20gb"), StatusCode::kFailedPrecondition),
             "--mig-profile 2g.20gb needs a GPU in MIG mode; no GPU on this node is");
 }
 
-TEST_F(Feasibility, UnknownQueue) { EXPECT_TRUE(Contains(Refusal(7, Whole(1)), "no queue")); }
+TEST_F(Feasibility, UnknownQueue) {
+  EXPECT_TRUE(Contains(Refusal(7, GpuRequest::Whole(1)), "no queue"));
+}
 
 TEST(QueueScheduler, CreateRefusesBadNodes) {
   auto dup = QueueScheduler::Create({H100(0), A30(0)}, Queues({{"q", 1}}));
@@ -294,10 +277,7 @@ TEST(QueueScheduler, CreateRefusesBadNodes) {
 TEST(QueueScheduler, ANodeWithEveryGpuInMigModeHasNothingToScheduleHere) {
   auto s = QueueScheduler::Create({}, Queues({{"q", 1}}));
   ASSERT_TRUE(s.ok()) << s.status();
-  GpuRequest whole;
-  whole.kind = GpuRequest::Kind::kWholeGpus;
-  whole.gpus = 1;
-  Status feasible = (*s)->CheckFeasible(0, whole);
+  Status feasible = (*s)->CheckFeasible(0, GpuRequest::Whole(1));
   EXPECT_EQ(feasible.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(feasible.message(), "MIG mode")) << feasible;
   EXPECT_TRUE((*s)->Schedule(0).empty());
@@ -309,9 +289,9 @@ TEST(QueueScheduler, ANodeWithEveryGpuInMigModeHasNothingToScheduleHere) {
 TEST(QueueScheduler, HigherQueueGoesFirstEvenWhenSubmittedLater) {
   auto s = Make({H100(0)}, Queues({{"high", 1}, {"low", 1}}));
   s->AddRunning(100, 1, {Share(0, 1000, kH100Memory)});
-  s->Enqueue({.id = 1, .queue = 1, .request = Whole(1), .submitted_ms = 0});
+  s->Enqueue({.id = 1, .queue = 1, .request = GpuRequest::Whole(1), .submitted_ms = 0});
   EXPECT_TRUE(s->Schedule(0).empty());
-  s->Enqueue({.id = 2, .queue = 0, .request = Whole(1), .submitted_ms = 10});
+  s->Enqueue({.id = 2, .queue = 0, .request = GpuRequest::Whole(1), .submitted_ms = 10});
   EXPECT_TRUE(s->Schedule(10).empty());
   // The high job took over the low job's reservation.
   EXPECT_EQ(s->Gpus()[0].reserved_for, 2);
@@ -324,10 +304,10 @@ TEST(QueueScheduler, HigherQueueGoesFirstEvenWhenSubmittedLater) {
 TEST(QueueScheduler, FirstInFirstOutWithinAQueue) {
   auto s = Make({H100(0)}, Queues({{"default", 1}}));
   for (int64_t id = 1; id <= 3; ++id) {
-    s->Enqueue({.id = id, .queue = 0, .request = Fraction(600), .submitted_ms = id});
+    s->Enqueue({.id = id, .queue = 0, .request = GpuRequest::Fraction(600), .submitted_ms = id});
   }
   // A smaller later job does not overtake job 2, which holds the only GPU's reservation.
-  s->Enqueue({.id = 4, .queue = 0, .request = Fraction(300), .submitted_ms = 4});
+  s->Enqueue({.id = 4, .queue = 0, .request = GpuRequest::Fraction(300), .submitted_ms = 4});
   std::vector<int64_t> order;
   for (int64_t t = 10; s->pending_count() > 0 && t < 100; t += 10) {
     for (const StartDecision& d : s->Schedule(t)) {
@@ -348,12 +328,12 @@ TEST(QueueScheduler, QuotaHoldsItsQueueBackButNotOthers) {
   // Queue a may use 0.6 of 4 GPUs = 2.4 GPUs.
   auto s = Make({H100(0), H100(1), H100(2), H100(3)}, Queues({{"a", 0.6}, {"b", 1}}));
   for (int64_t id = 1; id <= 3; ++id) {
-    s->Enqueue({.id = id, .queue = 0, .request = Whole(1), .submitted_ms = id});
+    s->Enqueue({.id = id, .queue = 0, .request = GpuRequest::Whole(1), .submitted_ms = id});
   }
   // Would fit in a's quota (2.25 <= 2.4) and on a GPU, but job 3 is ahead of it.
-  s->Enqueue({.id = 4, .queue = 0, .request = Fraction(250), .submitted_ms = 4});
-  s->Enqueue({.id = 5, .queue = 1, .request = Fraction(500), .submitted_ms = 5});
-  s->Enqueue({.id = 6, .queue = 1, .request = Whole(1), .submitted_ms = 6});
+  s->Enqueue({.id = 4, .queue = 0, .request = GpuRequest::Fraction(250), .submitted_ms = 4});
+  s->Enqueue({.id = 5, .queue = 1, .request = GpuRequest::Fraction(500), .submitted_ms = 5});
+  s->Enqueue({.id = 6, .queue = 1, .request = GpuRequest::Whole(1), .submitted_ms = 6});
   auto d = s->Schedule(10);
   std::vector<int64_t> ids = Ids(d);
   std::sort(ids.begin(), ids.end());
@@ -364,7 +344,7 @@ TEST(QueueScheduler, QuotaHoldsItsQueueBackButNotOthers) {
   EXPECT_EQ(s->WaitReason(4),
             "behind job 3 in queue a, which is at its quota (2 of 2.4 GPUs in use)");
   // More b work still starts while a is held back.
-  s->Enqueue({.id = 7, .queue = 1, .request = Fraction(400), .submitted_ms = 7});
+  s->Enqueue({.id = 7, .queue = 1, .request = GpuRequest::Fraction(400), .submitted_ms = 7});
   EXPECT_EQ(Ids(s->Schedule(20)), std::vector<int64_t>({7}));
   ASSERT_TRUE(s->Finish(1));
   EXPECT_EQ(Ids(s->Schedule(30)), std::vector<int64_t>({3}));
@@ -380,9 +360,9 @@ TEST(QueueScheduler, BackfillLeavesTheBlockedJobItsQuota) {
   s->AddRunning(101, 0, {Share(1, 300, 10 * kGiB)});
   s->AddRunning(102, 1, {Share(1, 400, 10 * kGiB)});
   s->AddRunning(103, 1, {Share(2, 1000, kH100Memory)});
-  s->Enqueue({.id = 1, .queue = 0, .request = Fraction(700), .submitted_ms = 0});
+  s->Enqueue({.id = 1, .queue = 0, .request = GpuRequest::Fraction(700), .submitted_ms = 0});
   // Fits GPU 1 and, by itself, a's quota (0.5 of 1).
-  s->Enqueue({.id = 2, .queue = 0, .request = Fraction(200), .submitted_ms = 1});
+  s->Enqueue({.id = 2, .queue = 0, .request = GpuRequest::Fraction(200), .submitted_ms = 1});
   EXPECT_TRUE(s->Schedule(10).empty());
   EXPECT_EQ(s->WaitReason(1), "waiting for GPU 0 (reserved for it)");
   EXPECT_EQ(s->WaitReason(2),
@@ -400,13 +380,16 @@ TEST(QueueScheduler, BackfillNeverDelaysTheBlockedJob) {
       {.id = 101, .queue = 1, .shares = {Share(1, 600, 20 * kGiB)}, .end_ms = 3000},
       {.id = 102, .queue = 1, .shares = {Share(2, 900, 20 * kGiB)}, .end_ms = 5000},
   };
-  const SimJob head{
-      .id = 1, .queue = 0, .request = Fraction(750), .submit_ms = 0, .duration_ms = 1000};
+  const SimJob head{.id = 1,
+                    .queue = 0,
+                    .request = GpuRequest::Fraction(750),
+                    .submit_ms = 0,
+                    .duration_ms = 1000};
   std::vector<SimJob> with_backfill = {head};
   for (int64_t id = 2; id <= 5; ++id) {
     with_backfill.push_back({.id = id,
                              .queue = 1,
-                             .request = Fraction(id == 3 ? 100 : 300),
+                             .request = GpuRequest::Fraction(id == 3 ? 100 : 300),
                              .submit_ms = 0,
                              .duration_ms = 100'000});
   }
@@ -437,13 +420,13 @@ TEST(QueueScheduler, ReservationSticksWhenAnotherGpuLooksCloser) {
   s->AddRunning(100, 1, {Share(0, 500, 10 * kGiB)});
   s->AddRunning(101, 1, {Share(1, 300, 10 * kGiB)});
   s->AddRunning(102, 1, {Share(1, 300, 10 * kGiB)});
-  s->Enqueue({.id = 1, .queue = 0, .request = Fraction(750), .submitted_ms = 0});
+  s->Enqueue({.id = 1, .queue = 0, .request = GpuRequest::Fraction(750), .submitted_ms = 0});
   EXPECT_TRUE(s->Schedule(0).empty());
   EXPECT_EQ(s->Gpus()[0].reserved_for, 1);
   EXPECT_EQ(s->WaitReason(1), "waiting for GPU 0 (reserved for it)");
   // GPU 1 now has more free (0.7) than GPU 0 (0.5); the reservation stays where it is.
   ASSERT_TRUE(s->Finish(101));
-  s->Enqueue({.id = 2, .queue = 1, .request = Fraction(200), .submitted_ms = 1});
+  s->Enqueue({.id = 2, .queue = 1, .request = GpuRequest::Fraction(200), .submitted_ms = 1});
   auto d = s->Schedule(10);
   ASSERT_EQ(Ids(d), std::vector<int64_t>({2}));
   EXPECT_EQ(d[0].gpus[0].index, 1);
@@ -459,10 +442,13 @@ TEST(QueueScheduler, ReservationSticksWhenAnotherGpuLooksCloser) {
 // leave the GPU empty: it starts once it has waited longer than starvation_ms, and only then.
 TEST(QueueScheduler, StarvingJobGoesAheadOfEveryQueue) {
   std::vector<SimJob> jobs = {
-      {.id = 1, .queue = 1, .request = Whole(1), .submit_ms = 0, .duration_ms = 100}};
+      {.id = 1, .queue = 1, .request = GpuRequest::Whole(1), .submit_ms = 0, .duration_ms = 100}};
   for (int64_t t = 0, id = 2; t <= 5000; t += 100, ++id) {
-    jobs.push_back(
-        {.id = id, .queue = 0, .request = Fraction(300), .submit_ms = t, .duration_ms = 250});
+    jobs.push_back({.id = id,
+                    .queue = 0,
+                    .request = GpuRequest::Fraction(300),
+                    .submit_ms = t,
+                    .duration_ms = 250});
   }
   std::stable_sort(jobs.begin(), jobs.end(),
                    [](const SimJob& a, const SimJob& b) { return a.submit_ms < b.submit_ms; });
@@ -501,7 +487,7 @@ TEST(QueueScheduler, RunningJobsQueuesAndGpuViews) {
   EXPECT_EQ(queues[1].quota_milli, 1000u);
   EXPECT_EQ(queues[0].quota_milli, 2000u);
 
-  s->Enqueue({.id = 8, .queue = 0, .request = Whole(2), .submitted_ms = 0});
+  s->Enqueue({.id = 8, .queue = 0, .request = GpuRequest::Whole(2), .submitted_ms = 0});
   EXPECT_EQ(s->pending_count(), 1u);
   EXPECT_EQ(s->Queues()[0].pending, 1u);
   EXPECT_TRUE(s->Schedule(0).empty());
@@ -522,7 +508,7 @@ TEST(QueueScheduler, RunningJobsQueuesAndGpuViews) {
   EXPECT_EQ(s->Queues()[0].running, 1u);
   EXPECT_EQ(s->Gpus()[1].jobs, std::vector<int64_t>({8}));
 
-  s->Enqueue({.id = 9, .queue = 1, .request = Fraction(100), .submitted_ms = 2});
+  s->Enqueue({.id = 9, .queue = 1, .request = GpuRequest::Fraction(100), .submitted_ms = 2});
   EXPECT_EQ(s->WaitReason(9), "waiting for higher-priority work");
   EXPECT_TRUE(s->Dequeue(9));
   EXPECT_FALSE(s->Dequeue(9));
@@ -626,15 +612,15 @@ TEST_P(RandomizedInvariants, NothingOvercommittedAndEveryJobStarts) {
     switch (uniform(0, 9)) {
       case 0:
       case 1:
-        r = Whole(static_cast<uint32_t>(uniform(1, 3)));
+        r = GpuRequest::Whole(static_cast<uint32_t>(uniform(1, 3)));
         break;
       case 2:
       case 3:
       case 4:
-        r = Memory(static_cast<uint64_t>(uniform(1, 70)) * kGiB);
+        r = GpuRequest::Memory(static_cast<uint64_t>(uniform(1, 70)) * kGiB);
         break;
       default:
-        r = Fraction(static_cast<uint32_t>(uniform(1, 9) * 100));
+        r = GpuRequest::Fraction(static_cast<uint32_t>(uniform(1, 9) * 100));
     }
     if (uniform(0, 9) == 0) r.gpu_model = uniform(0, 1) ? "A30-24GB" : "H100-80GB";
     return r;

@@ -93,8 +93,7 @@ JobSpec BasicSpec(uid_t uid = 1000) {
   JobSpec spec;
   spec.name = "train";
   spec.queue = "default";
-  spec.request.kind = GpuRequest::Kind::kMemory;
-  spec.request.memory_bytes = uint64_t{4} << 30;
+  spec.request = GpuRequest::Memory(uint64_t{4} << 30);
   spec.command = {"python3", "train.py"};
   spec.cwd = "/home/alice";
   spec.env = {"HOME=/home/alice"};
@@ -130,31 +129,18 @@ JobFilter Filter(std::optional<uid_t> uid, bool include_final = true, size_t lim
 std::vector<GpuRequest> EveryRequestKind() {
   std::vector<GpuRequest> requests;
   for (const char* model : {"", "A100-80GB"}) {
-    GpuRequest r;
-    r.gpu_model = model;
-    r.kind = GpuRequest::Kind::kMemory;
     for (uint64_t bytes : {uint64_t{1}, uint64_t{4} << 30, (uint64_t{3} << 29) + 1,
                            std::numeric_limits<uint64_t>::max()}) {
-      r.memory_bytes = bytes;
-      requests.push_back(r);
+      requests.push_back(GpuRequest::Memory(bytes).OnModel(model));
     }
-    r.memory_bytes = 0;
-    r.kind = GpuRequest::Kind::kFraction;
     for (uint32_t milli : {1u, 250u, 333u, 999u}) {
-      r.fraction_milli = milli;
-      requests.push_back(r);
+      requests.push_back(GpuRequest::Fraction(milli).OnModel(model));
     }
-    r.fraction_milli = 0;
-    r.kind = GpuRequest::Kind::kWholeGpus;
     for (uint32_t gpus : {1u, kMaxWholeGpus}) {
-      r.gpus = gpus;
-      requests.push_back(r);
+      requests.push_back(GpuRequest::Whole(gpus).OnModel(model));
     }
-    r.gpus = 0;
-    r.kind = GpuRequest::Kind::kMigProfile;
     for (const char* profile : {"1g.10gb", "7g.80gb", "1g.10gb+me"}) {
-      r.mig_profile = profile;
-      requests.push_back(r);
+      requests.push_back(GpuRequest::Mig(profile).OnModel(model));
     }
   }
   return requests;
