@@ -65,42 +65,27 @@ struct Booking {
 
 // One container's request as the placement library sees it on one group, or nothing when the
 // group cannot hold it (wrong model, too small, whole-only).
-std::optional<pl::Request> Translate(const ContainerRequest& r, const Group& g) {
-  if (!r.mig_profile.empty()) return std::nullopt;
+std::optional<pl::Request> Translate(const GpuRequest& r, const Group& g) {
+  if (r.kind == GpuRequest::Kind::kMigProfile) return std::nullopt;
   if (!r.gpu_model.empty() && !EqualsIgnoreCase(r.gpu_model, g.model)) return std::nullopt;
   if (r.gpus > g.gpus.size()) return std::nullopt;
   const uint64_t total = g.memory_bytes;
   pl::Request p;
   p.gpu_count = r.gpus;
-  if (r.WholeGpus()) {
+  if (r.kind == GpuRequest::Kind::kWholeGpus) {
     p.gpu_milli = kMilliPerGpu;
     p.gpu_memory_bytes = total;
     return p;
   }
   if (g.whole_only) return std::nullopt;
   std::optional<pl::GpuShareSize> share =
-      r.memory_bytes > 0 ? pl::ShareForMemory(r.memory_bytes, total, g.context_bytes)
-                         : pl::ShareForFraction(r.fraction_milli, total, g.context_bytes);
+      r.kind == GpuRequest::Kind::kMemory
+          ? pl::ShareForMemory(r.memory_bytes, total, g.context_bytes)
+          : pl::ShareForFraction(r.fraction_milli, total, g.context_bytes);
   if (!share) return std::nullopt;
   p.gpu_milli = share->milli;
   p.gpu_memory_bytes = share->memory_bytes;
   return p;
-}
-
-GpuRequest MigRequestOf(const ContainerRequest& r) {
-  GpuRequest g;
-  g.gpu_model = r.gpu_model;
-  if (!r.mig_profile.empty()) {
-    g.kind = GpuRequest::Kind::kMigProfile;
-    g.mig_profile = r.mig_profile;
-  } else if (r.memory_bytes > 0) {
-    g.kind = GpuRequest::Kind::kMemory;
-    g.memory_bytes = r.memory_bytes;
-  } else {
-    g.kind = GpuRequest::Kind::kFraction;
-    g.fraction_milli = r.fraction_milli;
-  }
-  return g;
 }
 
 // Takes p's share of one GPU on a copy of a placement node (the multi-container path).
@@ -369,7 +354,7 @@ struct Ledger::Impl {
       for (size_t gi = 0; gi < entry.groups.size(); ++gi) {
         const Group& g = entry.groups[gi];
         if (g.cluster_node < 0) continue;
-        std::optional<pl::Request> p = Translate(c, g);
+        std::optional<pl::Request> p = Translate(c.request, g);
         if (!p) continue;
         could_ever = true;
         std::optional<double> score;
@@ -404,14 +389,14 @@ struct Ledger::Impl {
         continue;
       }
       // 2. Dynamic MIG: a MIG profile, or one GPU's memory or fraction on a MIG GPU.
-      if (c.gpus == 1 && (!c.mig_profile.empty() || !c.WholeGpus())) {
+      if (c.request.gpus == 1 && c.request.kind != GpuRequest::Kind::kWholeGpus) {
         if (!mig_built && entry.has_mig) {
           mig_gpus = MigGpusOf(name, entry);
           mig_built = true;
         }
         if (!mig_gpus.empty()) {
           StatusOr<mig::Plan> plan = mig::PlanRequest(
-              mig_gpus, MigRequestOf(c), mig::PlacementRule::kGpufrac, mig_demand.demand());
+              mig_gpus, c.request, mig::PlacementRule::kGpufrac, mig_demand.demand());
           if (plan.ok()) {
             mig::MigGpu& g = *std::find_if(mig_gpus.begin(), mig_gpus.end(),
                                            [&](const mig::MigGpu& m) { return m.gpu == plan->gpu; });
@@ -618,7 +603,9 @@ StatusOr<Assignment> Ledger::Choose(const PodRequest& request, const std::string
       if (g.mode == GpuMode::kMig) models.push_back(gpu::FindMigModel(g.model));
     }
     for (const ContainerRequest& c : request.containers) {
-      if (c.gpus == 1 && !c.WholeGpus()) impl_->mig_demand.Observe(MigRequestOf(c), models);
+      if (c.request.gpus == 1 && c.request.kind != GpuRequest::Kind::kWholeGpus) {
+        impl_->mig_demand.Observe(c.request, models);
+      }
     }
     ++impl_->version;
   }

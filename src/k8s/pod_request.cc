@@ -131,7 +131,7 @@ StatusOr<std::optional<ContainerRequest>> FromResources(const json& container,
     return InvalidArgumentError(where + std::string(kResourceGpu) + " is " + std::to_string(gpus) +
                                 "; at most " + std::to_string(kMaxWholeGpus) + " GPUs");
   }
-  r.gpus = static_cast<uint32_t>(gpus);
+  r.request = GpuRequest::Whole(static_cast<uint32_t>(gpus));
   if (memory != nullptr) {
     std::string key = where + std::string(kResourceGpuMemory);
     GPUFRAC_ASSIGN_OR_RETURN(uint64_t mib, WholeQuantity(*memory, key));
@@ -139,7 +139,7 @@ StatusOr<std::optional<ContainerRequest>> FromResources(const json& container,
       return InvalidArgumentError(key + " is " + std::to_string(mib) +
                                   " MiB; give the memory per GPU in MiB, e.g. 4096");
     }
-    r.memory_bytes = mib * kMiB;
+    r.request = GpuRequest::Memory(mib * kMiB, r.request.gpus);
   }
   if (fraction != nullptr) {
     std::string key = where + std::string(kResourceGpuFraction);
@@ -149,7 +149,7 @@ StatusOr<std::optional<ContainerRequest>> FromResources(const json& container,
                                   "; give thousandths of a GPU from 1 to 999 (250 is a quarter), "
                                   "or leave it out for whole GPUs");
     }
-    r.fraction_milli = static_cast<uint32_t>(milli);
+    r.request = GpuRequest::Fraction(static_cast<uint32_t>(milli), r.request.gpus);
   }
   return std::optional<ContainerRequest>(std::move(r));
 }
@@ -187,7 +187,7 @@ StatusOr<std::optional<ContainerRequest>> FromKaiAnnotations(const json& pod,
                                 ": KAI/Run:ai annotations and gpufrac.io/gpu-memory or "
                                 "gpu-fraction are both given; keep the gpufrac.io resources");
   }
-  r.gpus = 1;
+  uint32_t gpus = 1;
   r.device_plugin = ResourceValue(*chosen, kResourceGpu) != nullptr;
   if (const json* count = ResourceValue(*chosen, kResourceGpu)) {
     GPUFRAC_ASSIGN_OR_RETURN(uint64_t n, WholeQuantity(*count, "container " + r.container + ": " +
@@ -197,7 +197,7 @@ StatusOr<std::optional<ContainerRequest>> FromKaiAnnotations(const json& pod,
                                   " is " + std::to_string(n) + "; give 1 to " +
                                   std::to_string(kMaxWholeGpus));
     }
-    r.gpus = static_cast<uint32_t>(n);
+    gpus = static_cast<uint32_t>(n);
   }
   std::string devices = Annotation(pod, kKaiFractionDevices);
   if (!devices.empty()) {
@@ -207,17 +207,17 @@ StatusOr<std::optional<ContainerRequest>> FromKaiAnnotations(const json& pod,
       return InvalidArgumentError("annotation gpu-fraction-num-devices is " + devices +
                                   "; give 1 to " + std::to_string(kMaxWholeGpus));
     }
-    if (ResourceValue(*chosen, kResourceGpu) != nullptr && *n != r.gpus) {
+    if (ResourceValue(*chosen, kResourceGpu) != nullptr && *n != gpus) {
       return InvalidArgumentError("annotation gpu-fraction-num-devices is " + devices + " but " +
-                                  std::string(kResourceGpu) + " is " + std::to_string(r.gpus) +
+                                  std::string(kResourceGpu) + " is " + std::to_string(gpus) +
                                   "; make them equal");
     }
-    r.gpus = static_cast<uint32_t>(*n);
+    gpus = static_cast<uint32_t>(*n);
   }
   if (!fraction.empty()) {
     StatusOr<double> f = ParseFraction(fraction, /*allow_one=*/false);
     if (!f.ok()) return f.status().WithContext("annotation gpu-fraction");
-    r.fraction_milli = FractionToMilli(*f);
+    r.request = GpuRequest::Fraction(FractionToMilli(*f), gpus);
   } else {
     StatusOr<uint64_t> mib = WholeQuantity(json(memory), "annotation gpu-memory");
     if (!mib.ok()) return mib.status();
@@ -225,7 +225,7 @@ StatusOr<std::optional<ContainerRequest>> FromKaiAnnotations(const json& pod,
       return InvalidArgumentError("annotation gpu-memory is " + memory +
                                   "; give the memory per GPU in MiB, e.g. 4096");
     }
-    r.memory_bytes = *mib * kMiB;
+    r.request = GpuRequest::Memory(*mib * kMiB, gpus);
   }
   return std::optional<ContainerRequest>(std::move(r));
 }
@@ -276,34 +276,35 @@ StatusOr<PodRequest> ParsePodRequest(const json& pod) {
                                   " needs a container with " + std::string(kResourceGpu) + ": 1");
     }
     for (ContainerRequest& r : out.containers) {
-      if (!r.WholeGpus() || r.from_annotations) {
+      if (r.request.kind != GpuRequest::Kind::kWholeGpus || r.from_annotations) {
         return InvalidArgumentError("container " + r.container + ": annotation " +
                                     std::string(kAnnotationMigProfile) +
                                     " and a GPU memory or fraction are both given; a MIG "
                                     "instance has its own memory, keep one of them");
       }
-      if (r.gpus != 1) {
+      if (r.request.gpus != 1) {
         return InvalidArgumentError("container " + r.container + ": annotation " +
                                     std::string(kAnnotationMigProfile) + " gives one instance, but " +
-                                    std::string(kResourceGpu) + " is " + std::to_string(r.gpus) +
-                                    "; set it to 1");
+                                    std::string(kResourceGpu) + " is " +
+                                    std::to_string(r.request.gpus) + "; set it to 1");
       }
-      r.mig_profile = parsed->mig_profile;
+      r.request = *parsed;
     }
   }
   std::string model = Annotation(pod, kAnnotationGpuModel);
-  for (ContainerRequest& r : out.containers) r.gpu_model = model;
+  for (ContainerRequest& r : out.containers) r.request.gpu_model = model;
   return out;
 }
 
-std::string DescribeRequest(const ContainerRequest& r) {
+std::string DescribeRequest(const ContainerRequest& c) {
+  const GpuRequest& r = c.request;
   std::string s;
-  if (!r.mig_profile.empty()) {
+  if (r.kind == GpuRequest::Kind::kMigProfile) {
     s = "MIG " + r.mig_profile;
   } else {
     s = std::to_string(r.gpus) + (r.gpus == 1 ? " GPU" : " GPUs");
-    if (r.memory_bytes > 0) s += " x " + FormatSize(r.memory_bytes);
-    if (r.fraction_milli > 0) s += " x " + FormatMilli(r.fraction_milli);
+    if (r.kind == GpuRequest::Kind::kMemory) s += " x " + FormatSize(r.memory_bytes);
+    if (r.kind == GpuRequest::Kind::kFraction) s += " x " + FormatMilli(r.fraction_milli);
   }
   if (!r.gpu_model.empty()) s += " (" + r.gpu_model + ")";
   return s;

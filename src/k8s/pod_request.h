@@ -11,6 +11,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "common/gpu_request.h"
 #include "common/status.h"
 
 namespace gpufrac::k8s {
@@ -27,20 +28,15 @@ inline constexpr std::string_view kKaiFractionDevices = "gpu-fraction-num-device
 inline constexpr std::string_view kKaiContainerName = "gpu-fraction-container-name";
 
 // What one container asks for, per GPU it uses.
+// One container's GPUs: the request every entry point makes (how many GPUs, the amount on each or
+// a MIG instance, the model), and how the container asked for it.
 struct ContainerRequest {
   std::string container;
-  uint32_t gpus = 0;            // How many GPUs (>= 1).
-  uint64_t memory_bytes = 0;    // Memory on each GPU; 0 when not asked for.
-  uint32_t fraction_milli = 0;  // Share of each GPU, 1..999; 0 when not asked for.
-  std::string mig_profile;      // A MIG instance ("2g.20gb", lower case); then gpus == 1.
-  std::string gpu_model;        // Allowed GPU model ("A100-80GB"); "" = any.
+  GpuRequest request = GpuRequest::Whole(1);  // A MIG profile always has gpus == 1.
   bool from_annotations = false;  // Asked with KAI/Run:ai annotations, not gpufrac.io resources.
   // Asks for gpufrac.io/gpu, so the kubelet calls gpufrac's device plugin for it (and the
   // container gets its GPUs and limits there). False for annotation-only containers.
   bool device_plugin = true;
-
-  // Neither memory, fraction nor a MIG profile: `gpus` whole GPUs.
-  bool WholeGpus() const { return memory_bytes == 0 && fraction_milli == 0 && mig_profile.empty(); }
   friend bool operator==(const ContainerRequest&, const ContainerRequest&) = default;
 };
 

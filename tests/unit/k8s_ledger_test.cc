@@ -56,26 +56,20 @@ NodeInventory Inventory(const std::string& node, int count, const std::string& m
   return inv;
 }
 
+ContainerRequest Container(GpuRequest request, const std::string& name = "main") {
+  return {.container = name, .request = std::move(request)};
+}
 ContainerRequest Whole(uint32_t gpus, const std::string& name = "main") {
-  ContainerRequest r;
-  r.container = name;
-  r.gpus = gpus;
-  return r;
+  return Container(GpuRequest::Whole(gpus), name);
 }
 ContainerRequest Fraction(uint32_t milli, const std::string& name = "main") {
-  ContainerRequest r = Whole(1, name);
-  r.fraction_milli = milli;
-  return r;
+  return Container(GpuRequest::Fraction(milli), name);
 }
 ContainerRequest Memory(uint64_t bytes, const std::string& name = "main") {
-  ContainerRequest r = Whole(1, name);
-  r.memory_bytes = bytes;
-  return r;
+  return Container(GpuRequest::Memory(bytes), name);
 }
 ContainerRequest Mig(const std::string& profile, const std::string& name = "main") {
-  ContainerRequest r = Whole(1, name);
-  r.mig_profile = profile;
-  return r;
+  return Container(GpuRequest::Mig(profile), name);
 }
 PodRequest Pod(std::vector<ContainerRequest> containers) {
   return PodRequest{std::move(containers)};
@@ -466,13 +460,13 @@ TEST(LedgerTest, GpuModelRestriction) {
   ledger->SetNode("a100", Inventory("a100", 1, "A100-80GB"));
   ledger->SetNode("h100", Inventory("h100", 1, "H100-80GB"));
   ContainerRequest r = Fraction(250);
-  r.gpu_model = "H100-80GB";
+  r.request.gpu_model = "H100-80GB";
   std::vector<Ledger::Verdict> v = ledger->Evaluate(Pod({r}), {"a100", "h100"});
   ASSERT_EQ(v.size(), 2u);
   EXPECT_FALSE(v[0].fits);
   EXPECT_FALSE(v[0].reason.empty());
   EXPECT_TRUE(v[1].fits);
-  r.gpu_model = "h100-80gb";  // Model names compare ignoring case.
+  r.request.gpu_model = "h100-80gb";  // Model names compare ignoring case.
   EXPECT_TRUE(Fits(*ledger, Pod({r}), "h100"));
   Assignment a = Place(*ledger, "ns/a", Pod({r}), "h100");
   EXPECT_EQ(a.containers[0].gpus[0].uuid, "GPU-h100-0");
@@ -826,8 +820,8 @@ TEST(LedgerTest, ThreeHundredRandomPodsOnFourHundredGpusNeverOverbook) {
         }
         default: {
           ContainerRequest r = Fraction(static_cast<uint32_t>(pick(1, 4) * 250), name);
-          if (r.fraction_milli >= 1000) r = Whole(1, name);
-          r.gpu_model = pick(0, 1) ? "H100-80GB" : "A100-80GB";
+          if (r.request.fraction_milli >= 1000) r = Whole(1, name);
+          r.request.gpu_model = pick(0, 1) ? "H100-80GB" : "A100-80GB";
           containers.push_back(r);
         }
       }
@@ -847,17 +841,12 @@ TEST(LedgerTest, ThreeHundredRandomPodsOnFourHundredGpusNeverOverbook) {
     ASSERT_EQ(a->containers.size(), containers.size());
     for (size_t c = 0; c < containers.size(); ++c) {
       EXPECT_EQ(a->containers[c].container, containers[c].container);
-      EXPECT_EQ(a->containers[c].gpus.size(), containers[c].gpus);
+      const GpuRequest& asked = containers[c].request;
+      EXPECT_EQ(a->containers[c].gpus.size(), asked.gpus);
       for (const GpuGrant& g : a->containers[c].gpus) {
-        if (containers[c].fraction_milli > 0) {
-          EXPECT_EQ(g.milli, containers[c].fraction_milli);
-        }
-        if (containers[c].WholeGpus()) {
-          EXPECT_EQ(g.milli, 1000u);
-        }
-        if (containers[c].memory_bytes > 0) {
-          EXPECT_EQ(g.memory_bytes, containers[c].memory_bytes);
-        }
+        if (asked.kind == GpuRequest::Kind::kFraction) EXPECT_EQ(g.milli, asked.fraction_milli);
+        if (asked.kind == GpuRequest::Kind::kWholeGpus) EXPECT_EQ(g.milli, 1000u);
+        if (asked.kind == GpuRequest::Kind::kMemory) EXPECT_EQ(g.memory_bytes, asked.memory_bytes);
       }
     }
     ledger->Book("ns/pod-" + std::to_string(i), *a);

@@ -63,41 +63,44 @@ std::string Error(const json& pod) {
 TEST(PodRequestTest, WholeGpus) {
   ContainerRequest r = Only(Simple({{"gpufrac.io/gpu", "2"}}));
   EXPECT_EQ(r.container, "main");
-  EXPECT_EQ(r.gpus, 2u);
-  EXPECT_TRUE(r.WholeGpus());
-  EXPECT_EQ(r.memory_bytes, 0u);
-  EXPECT_EQ(r.fraction_milli, 0u);
+  EXPECT_EQ(r.request.gpus, 2u);
+  EXPECT_EQ(r.request.kind, GpuRequest::Kind::kWholeGpus);
+  EXPECT_EQ(r.request.memory_bytes, 0u);
+  EXPECT_EQ(r.request.fraction_milli, 0u);
   EXPECT_FALSE(r.from_annotations);
 }
 
 TEST(PodRequestTest, MemoryPerGpuInMiB) {
   ContainerRequest r = Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "4096"}}));
-  EXPECT_EQ(r.gpus, 1u);
-  EXPECT_EQ(r.memory_bytes, 4 * kGiB);
-  EXPECT_FALSE(r.WholeGpus());
+  EXPECT_EQ(r.request.gpus, 1u);
+  EXPECT_EQ(r.request.memory_bytes, 4 * kGiB);
+  EXPECT_NE(r.request.kind, GpuRequest::Kind::kWholeGpus);
 }
 
 TEST(PodRequestTest, SeveralGpusTimesMemory) {
   ContainerRequest r = Only(Simple({{"gpufrac.io/gpu", "2"}, {"gpufrac.io/gpu-memory", "8192"}}));
-  EXPECT_EQ(r.gpus, 2u);
-  EXPECT_EQ(r.memory_bytes, 8 * kGiB);
+  EXPECT_EQ(r.request.gpus, 2u);
+  EXPECT_EQ(r.request.memory_bytes, 8 * kGiB);
 }
 
 TEST(PodRequestTest, Fraction) {
   ContainerRequest r = Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}}));
-  EXPECT_EQ(r.gpus, 1u);
-  EXPECT_EQ(r.fraction_milli, 250u);
-  EXPECT_EQ(r.memory_bytes, 0u);
-  EXPECT_FALSE(r.WholeGpus());
+  EXPECT_EQ(r.request.gpus, 1u);
+  EXPECT_EQ(r.request.fraction_milli, 250u);
+  EXPECT_EQ(r.request.memory_bytes, 0u);
+  EXPECT_NE(r.request.kind, GpuRequest::Kind::kWholeGpus);
 }
 
 TEST(PodRequestTest, QuantitySuffixes) {
   // "4Ki" MiB is 4096 MiB; "2k" is 2000 MiB; "1k" GPUs is too many, but "1" is one.
-  EXPECT_EQ(Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "4Ki"}})).memory_bytes,
+  EXPECT_EQ(Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "4Ki"}}))
+                .request.memory_bytes,
             4096 * kMiB);
-  EXPECT_EQ(Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "2k"}})).memory_bytes,
-            2000 * kMiB);
-  EXPECT_EQ(Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "1Mi"}})).memory_bytes,
+  EXPECT_EQ(
+      Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "2k"}})).request.memory_bytes,
+      2000 * kMiB);
+  EXPECT_EQ(Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "1Mi"}}))
+                .request.memory_bytes,
             (uint64_t{1} << 20) * kMiB);
 }
 
@@ -105,40 +108,40 @@ TEST(PodRequestTest, JsonNumbers) {
   // As they arrive from the API server: parsed from text.
   ContainerRequest r =
       Only(Simple(json::parse(R"({"gpufrac.io/gpu": 1, "gpufrac.io/gpu-fraction": 500})")));
-  EXPECT_EQ(r.gpus, 1u);
-  EXPECT_EQ(r.fraction_milli, 500u);
+  EXPECT_EQ(r.request.gpus, 1u);
+  EXPECT_EQ(r.request.fraction_milli, 500u);
   ContainerRequest m =
       Only(Simple(json::parse(R"({"gpufrac.io/gpu": 3, "gpufrac.io/gpu-memory": 1024})")));
-  EXPECT_EQ(m.gpus, 3u);
-  EXPECT_EQ(m.memory_bytes, kGiB);
+  EXPECT_EQ(m.request.gpus, 3u);
+  EXPECT_EQ(m.request.memory_bytes, kGiB);
 }
 
 // A pod built in C++ holds positive numbers as signed integers; they are the same quantities.
 TEST(PodRequestTest, JsonNumbersBuiltInCode) {
   ContainerRequest r = Only(Simple({{"gpufrac.io/gpu", 1}, {"gpufrac.io/gpu-fraction", 500}}));
-  EXPECT_EQ(r.gpus, 1u);
-  EXPECT_EQ(r.fraction_milli, 500u);
+  EXPECT_EQ(r.request.gpus, 1u);
+  EXPECT_EQ(r.request.fraction_milli, 500u);
 }
 
 TEST(PodRequestTest, RequestsAreReadWhenThereAreNoLimits) {
   json pod = Pod(
       {Container("main", nullptr, {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "2048"}})});
   ContainerRequest r = Only(pod);
-  EXPECT_EQ(r.gpus, 1u);
-  EXPECT_EQ(r.memory_bytes, 2 * kGiB);
+  EXPECT_EQ(r.request.gpus, 1u);
+  EXPECT_EQ(r.request.memory_bytes, 2 * kGiB);
 }
 
 TEST(PodRequestTest, LimitsWinOverRequests) {
   json pod = Pod({Container("main", {{"gpufrac.io/gpu", "2"}}, {{"gpufrac.io/gpu", "1"}})});
-  EXPECT_EQ(Only(pod).gpus, 2u);
+  EXPECT_EQ(Only(pod).request.gpus, 2u);
 }
 
 TEST(PodRequestTest, MigProfileAnnotationIsLowerCased) {
   ContainerRequest r =
       Only(Simple({{"gpufrac.io/gpu", "1"}}, {{"gpufrac.io/mig-profile", "2G.20GB"}}));
-  EXPECT_EQ(r.gpus, 1u);
-  EXPECT_EQ(r.mig_profile, "2g.20gb");
-  EXPECT_FALSE(r.WholeGpus());
+  EXPECT_EQ(r.request.gpus, 1u);
+  EXPECT_EQ(r.request.mig_profile, "2g.20gb");
+  EXPECT_NE(r.request.kind, GpuRequest::Kind::kWholeGpus);
 }
 
 TEST(PodRequestTest, GpuModelAnnotationAppliesToEveryContainer) {
@@ -148,8 +151,8 @@ TEST(PodRequestTest, GpuModelAnnotationAppliesToEveryContainer) {
   StatusOr<PodRequest> r = ParsePodRequest(pod);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->containers.size(), 2u);
-  EXPECT_EQ(r->containers[0].gpu_model, "A100-80GB");
-  EXPECT_EQ(r->containers[1].gpu_model, "A100-80GB");
+  EXPECT_EQ(r->containers[0].request.gpu_model, "A100-80GB");
+  EXPECT_EQ(r->containers[1].request.gpu_model, "A100-80GB");
 }
 
 TEST(PodRequestTest, KaiFractionOnTheFirstContainer) {
@@ -157,16 +160,16 @@ TEST(PodRequestTest, KaiFractionOnTheFirstContainer) {
       Pod({Container("first", nullptr), Container("second", nullptr)}, {{"gpu-fraction", "0.5"}});
   ContainerRequest r = Only(pod);
   EXPECT_EQ(r.container, "first");
-  EXPECT_EQ(r.gpus, 1u);
-  EXPECT_EQ(r.fraction_milli, 500u);
+  EXPECT_EQ(r.request.gpus, 1u);
+  EXPECT_EQ(r.request.fraction_milli, 500u);
   EXPECT_TRUE(r.from_annotations);
 }
 
 TEST(PodRequestTest, KaiMemory) {
   ContainerRequest r = Only(Pod({Container("main", nullptr)}, {{"gpu-memory", "4096"}}));
-  EXPECT_EQ(r.gpus, 1u);
-  EXPECT_EQ(r.memory_bytes, 4 * kGiB);
-  EXPECT_EQ(r.fraction_milli, 0u);
+  EXPECT_EQ(r.request.gpus, 1u);
+  EXPECT_EQ(r.request.memory_bytes, 4 * kGiB);
+  EXPECT_EQ(r.request.fraction_milli, 0u);
   EXPECT_TRUE(r.from_annotations);
 }
 
@@ -175,15 +178,15 @@ TEST(PodRequestTest, KaiOnANamedContainer) {
                  {{"gpu-fraction", "0.25"}, {"gpu-fraction-container-name", "worker"}});
   ContainerRequest r = Only(pod);
   EXPECT_EQ(r.container, "worker");
-  EXPECT_EQ(r.fraction_milli, 250u);
+  EXPECT_EQ(r.request.fraction_milli, 250u);
 }
 
 TEST(PodRequestTest, KaiNumberOfDevices) {
   json pod = Pod({Container("main", nullptr)},
                  {{"gpu-fraction", "0.5"}, {"gpu-fraction-num-devices", "2"}});
   ContainerRequest r = Only(pod);
-  EXPECT_EQ(r.gpus, 2u);
-  EXPECT_EQ(r.fraction_milli, 500u);
+  EXPECT_EQ(r.request.gpus, 2u);
+  EXPECT_EQ(r.request.fraction_milli, 500u);
 }
 
 TEST(PodRequestTest, ContainersKeepThePodsOrder) {
@@ -194,11 +197,11 @@ TEST(PodRequestTest, ContainersKeepThePodsOrder) {
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->containers.size(), 3u);
   EXPECT_EQ(r->containers[0].container, "a");
-  EXPECT_EQ(r->containers[0].fraction_milli, 250u);
+  EXPECT_EQ(r->containers[0].request.fraction_milli, 250u);
   EXPECT_EQ(r->containers[1].container, "c");
-  EXPECT_EQ(r->containers[1].gpus, 2u);
+  EXPECT_EQ(r->containers[1].request.gpus, 2u);
   EXPECT_EQ(r->containers[2].container, "d");
-  EXPECT_EQ(r->containers[2].memory_bytes, kGiB);
+  EXPECT_EQ(r->containers[2].request.memory_bytes, kGiB);
 }
 
 TEST(PodRequestTest, KaiContainerKeepsItsPlaceAmongResourceContainers) {
@@ -211,7 +214,7 @@ TEST(PodRequestTest, KaiContainerKeepsItsPlaceAmongResourceContainers) {
   EXPECT_EQ(r->containers[0].container, "a");
   EXPECT_EQ(r->containers[1].container, "b");
   EXPECT_TRUE(r->containers[1].from_annotations);
-  EXPECT_EQ(r->containers[1].memory_bytes, 2 * kGiB);
+  EXPECT_EQ(r->containers[1].request.memory_bytes, 2 * kGiB);
   EXPECT_EQ(r->containers[2].container, "c");
 }
 
@@ -270,11 +273,12 @@ TEST(PodRequestTest, FractionOutOfRange) {
     std::string m = Error(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", milli}}));
     EXPECT_THAT(m, HasSubstr("gpufrac.io/gpu-fraction")) << milli;
   }
-  EXPECT_EQ(
-      Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "1"}})).fraction_milli, 1u);
-  EXPECT_EQ(
-      Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "999"}})).fraction_milli,
-      999u);
+  EXPECT_EQ(Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "1"}}))
+                .request.fraction_milli,
+            1u);
+  EXPECT_EQ(Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "999"}}))
+                .request.fraction_milli,
+            999u);
 }
 
 TEST(PodRequestTest, ZeroMemory) {
@@ -283,7 +287,7 @@ TEST(PodRequestTest, ZeroMemory) {
 }
 
 TEST(PodRequestTest, CountTooLargeOrNotWhole) {
-  EXPECT_EQ(Only(Simple({{"gpufrac.io/gpu", "64"}})).gpus, 64u);
+  EXPECT_EQ(Only(Simple({{"gpufrac.io/gpu", "64"}})).request.gpus, 64u);
   EXPECT_THAT(Error(Simple({{"gpufrac.io/gpu", "65"}})), HasSubstr("gpufrac.io/gpu"));
   EXPECT_THAT(Error(Simple({{"gpufrac.io/gpu", "1k"}})), HasSubstr("gpufrac.io/gpu"));
   EXPECT_THAT(Error(Simple({{"gpufrac.io/gpu", "1.5"}})), HasSubstr("gpufrac.io/gpu"));
@@ -345,8 +349,8 @@ TEST(PodRequestTest, KaiAnnotationsWithAGpuCountUseTheDevicePlugin) {
   // gpufrac.io/gpu routes the container through gpufrac's device plugin (and quotas); the
   // annotation gives the amount.
   ContainerRequest r = Only(Simple({{"gpufrac.io/gpu", "2"}}, {{"gpu-fraction", "0.5"}}));
-  EXPECT_EQ(r.gpus, 2u);
-  EXPECT_EQ(r.fraction_milli, 500u);
+  EXPECT_EQ(r.request.gpus, 2u);
+  EXPECT_EQ(r.request.fraction_milli, 500u);
   EXPECT_TRUE(r.from_annotations);
   std::string m = Error(Simple({{"gpufrac.io/gpu", "2"}},
                                {{"gpu-fraction", "0.5"}, {"gpu-fraction-num-devices", "3"}}));
@@ -399,27 +403,19 @@ TEST(PodRequestTest, NotAnObject) {
 
 // ---- In words ----
 
-ContainerRequest Req(uint32_t gpus, uint64_t memory, uint32_t milli, std::string mig = "",
-                     std::string model = "") {
-  ContainerRequest r;
-  r.container = "c";
-  r.gpus = gpus;
-  r.memory_bytes = memory;
-  r.fraction_milli = milli;
-  r.mig_profile = std::move(mig);
-  r.gpu_model = std::move(model);
-  return r;
-}
+ContainerRequest Req(GpuRequest request) { return {.container = "c", .request = request}; }
 
 TEST(PodRequestTest, DescribeRequest) {
-  EXPECT_EQ(DescribeRequest(Req(2, 0, 0)), "2 GPUs");
-  EXPECT_EQ(DescribeRequest(Req(1, 0, 0)), "1 GPU");
-  EXPECT_EQ(DescribeRequest(Req(1, 4 * kGiB, 0)), "1 GPU x 4 GiB");
-  EXPECT_EQ(DescribeRequest(Req(2, 512 * kMiB, 0)), "2 GPUs x 512 MiB");
-  EXPECT_EQ(DescribeRequest(Req(1, 0, 250)), "1 GPU x 0.25");
-  EXPECT_EQ(DescribeRequest(Req(1, 0, 0, "2g.20gb")), "MIG 2g.20gb");
-  EXPECT_EQ(DescribeRequest(Req(1, 0, 250, "", "A100-80GB")), "1 GPU x 0.25 (A100-80GB)");
-  EXPECT_EQ(DescribeRequest(Req(1, 0, 0, "1g.10gb", "H100-80GB")), "MIG 1g.10gb (H100-80GB)");
+  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Whole(2))), "2 GPUs");
+  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Whole(1))), "1 GPU");
+  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Memory(4 * kGiB))), "1 GPU x 4 GiB");
+  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Memory(512 * kMiB, 2))), "2 GPUs x 512 MiB");
+  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Fraction(250))), "1 GPU x 0.25");
+  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Mig("2g.20gb"))), "MIG 2g.20gb");
+  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Fraction(250).OnModel("A100-80GB"))),
+            "1 GPU x 0.25 (A100-80GB)");
+  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Mig("1g.10gb").OnModel("H100-80GB"))),
+            "MIG 1g.10gb (H100-80GB)");
 }
 
 TEST(PodRequestTest, DescribeParsedRequests) {
