@@ -3,3 +3,5 @@ gpufrac_test(placement_scheduler_test unit SOURCES unit/placement_scheduler_test
              LIBS gpufrac_placement)
 gpufrac_test(placement_policies_test unit SOURCES unit/placement_policies_test.cc
              LIBS gpufrac_placement)
+gpufrac_test(placement_host_gpus_test unit SOURCES unit/placement_host_gpus_test.cc
+             LIBS gpufrac_placement)

@@ -7,6 +7,7 @@
 
 #include "CLI/CLI.hpp"
 #include "k8s/reservations.h"
+#include "placement/policies.h"
 
 namespace gpufrac::cli {
 
@@ -35,7 +36,7 @@ class K8sCommand {
   int resync_seconds_ = 10;
   // extender
   std::string listen_ = "0.0.0.0:8888";
-  std::string policy_ = "gpufrac";
+  std::string policy_ = std::string(placement::kDefaultPolicy);
   bool reservation_pods_ = false;
   k8s::ReservationOptions reservation_;  // the flags set its namespace, image and priority class
 

@@ -68,9 +68,8 @@ StatusOr<std::vector<std::string>> ParsePolicies(const SimOptions& o) {
     }
   }
   if (names.empty()) names.emplace_back(placement::kDefaultPolicy);
-  const auto& known = placement::PolicyNames();
   for (const std::string& n : names) {
-    if (std::find(known.begin(), known.end(), n) == known.end()) {
+    if (placement::FindPolicy(n) == nullptr) {
       return InvalidArgumentError("unknown policy \"" + n + "\"; choose one of " +
                                   placement::PolicyNameList());
     }

@@ -19,10 +19,10 @@
 #include "mig/planner.h"
 #include "placement/cluster.h"
 #include "placement/fit.h"
-#include "placement/gpu_share.h"
+#include "placement/host_gpus.h"
 #include "placement/policies.h"
 #include "placement/scheduler.h"
-#include "placement/typical_workload.h"
+#include "placement/workload_mix.h"
 
 namespace gpufrac::k8s {
 namespace {
@@ -30,16 +30,9 @@ namespace {
 namespace pl = placement;
 
 constexpr uint64_t kHostPlenty = uint64_t{1} << 60;  // CPU and memory are kube-scheduler's job.
-// The typical workload the policy measures fragmentation against is rebuilt from the bookings
-// after this many changes (or an eighth of them, when there are more).
-constexpr size_t kTypicalRebuildChanges = 64;
 
 // Alike GPUs of one node: one placement node.
-struct Group {
-  std::string model;
-  uint64_t memory_bytes = 0;
-  uint64_t context_bytes = 0;
-  bool whole_only = false;
+struct Group : pl::GpuGroup {
   std::vector<int> gpus;  // Slot -> GPU index.
   int cluster_node = -1;
 };
@@ -62,31 +55,6 @@ struct Booking {
   std::vector<Taken> taken;
   bool overbooked = false;
 };
-
-// One container's request as the placement library sees it on one group, or nothing when the
-// group cannot hold it (wrong model, too small, whole-only).
-std::optional<pl::Request> Translate(const GpuRequest& r, const Group& g) {
-  if (r.kind == GpuRequest::Kind::kMigProfile) return std::nullopt;
-  if (!r.gpu_model.empty() && !EqualsIgnoreCase(r.gpu_model, g.model)) return std::nullopt;
-  if (r.gpus > g.gpus.size()) return std::nullopt;
-  const uint64_t total = g.memory_bytes;
-  pl::Request p;
-  p.gpu_count = r.gpus;
-  if (r.kind == GpuRequest::Kind::kWholeGpus) {
-    p.gpu_milli = kMilliPerGpu;
-    p.gpu_memory_bytes = total;
-    return p;
-  }
-  if (g.whole_only) return std::nullopt;
-  std::optional<pl::GpuShareSize> share =
-      r.kind == GpuRequest::Kind::kMemory
-          ? pl::ShareForMemory(r.memory_bytes, total, g.context_bytes)
-          : pl::ShareForFraction(r.fraction_milli, total, g.context_bytes);
-  if (!share) return std::nullopt;
-  p.gpu_milli = share->milli;
-  p.gpu_memory_bytes = share->memory_bytes;
-  return p;
-}
 
 // Takes p's share of one GPU on a copy of a placement node (the multi-container path).
 void TakeOnCopy(pl::Node& n, pl::GpuSet gpus, const pl::Request& p) {
@@ -124,34 +92,35 @@ struct Ledger::Impl {
   const ContainerRequest* busy_reason_for = nullptr;
   std::optional<LastEvaluate> last;
   std::optional<pl::Cluster> cluster;
-  std::unique_ptr<pl::TypicalWorkload> typical;
-  std::unique_ptr<pl::Policy> policy;
+  // The policy and the mix of bookings it measures against, counted as they are applied.
+  std::optional<pl::PolicyWithMix> policy;
   std::unique_ptr<pl::Scheduler> scheduler;
-  size_t typical_changes = 0;
   // Recent MIG requests by profile, so the planner keeps room for what is in demand.
   mig::DemandTracker mig_demand;
 
   // ---- Building ----
 
   static std::vector<Group> GroupsOf(const NodeInventory& inventory) {
-    std::vector<Group> groups;
+    std::vector<int> index;  // Of each GPU placement may use.
+    std::vector<pl::HostGpu> usable;
     for (const GpuInfo& gpu : inventory.gpus) {
       if (gpu.mode == GpuMode::kMig || !gpu.healthy) continue;
-      const bool whole_only = gpu.mode == GpuMode::kWhole;
-      auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
-        return g.model == gpu.model && g.memory_bytes == gpu.memory_bytes &&
-               g.whole_only == whole_only;
-      });
-      if (it == groups.end()) {
-        Group g;
-        g.model = gpu.model;
-        g.memory_bytes = gpu.memory_bytes;
-        g.context_bytes = gpu::ContextChargeBytes(gpu::FindModel(gpu.model));
-        g.whole_only = whole_only;
-        groups.push_back(std::move(g));
-        it = groups.end() - 1;
+      index.push_back(gpu.index);
+      usable.push_back({.model = gpu.model,
+                        .memory_bytes = gpu.memory_bytes,
+                        .context_bytes = gpu::ContextChargeBytes(gpu::FindModel(gpu.model)),
+                        .whole_only = gpu.mode == GpuMode::kWhole});
+    }
+    std::vector<Group> groups;
+    for (pl::GpuGroup& alike : pl::GroupHostGpus(usable)) {
+      Group g;
+      static_cast<pl::GpuGroup&>(g) = std::move(alike);
+      // A placement node holds at most kMaxGpusPerNode GPUs; the rest are not offered.
+      if (g.members.size() > static_cast<size_t>(pl::kMaxGpusPerNode)) {
+        g.members.resize(pl::kMaxGpusPerNode);
       }
-      if (it->gpus.size() < static_cast<size_t>(pl::kMaxGpusPerNode)) it->gpus.push_back(gpu.index);
+      for (int pos : g.members) g.gpus.push_back(index[pos]);
+      groups.push_back(std::move(g));
     }
     return groups;
   }
@@ -166,6 +135,7 @@ struct Ledger::Impl {
           g.cluster_node = -1;
           continue;
         }
+        g.model_id = *model;
         g.cluster_node = static_cast<int>(specs.size());
         specs.push_back({.name = name,
                          .cpu_milli = kHostPlenty,
@@ -179,37 +149,26 @@ struct Ledger::Impl {
     policy.reset();
     StatusOr<pl::Cluster> made = pl::Cluster::Create(std::move(names), std::move(specs));
     cluster = std::move(*made);  // The specs are valid by construction.
+    policy = std::move(*pl::PolicyWithMix::Create(options.policy, &*cluster));  // Checked.
     for (auto& [pod, booking] : bookings) Apply(booking);
-    RebuildPolicy();
+    policy->Refresh(0, &*cluster, /*force=*/true);
+    NewScheduler();
     dirty = false;
   }
 
-  void RebuildPolicy() {
-    std::vector<pl::Request> sample;
-    for (const auto& [pod, booking] : bookings) {
-      for (const Taken& t : booking.taken) {
-        pl::Request r = t.request;
-        r.gpu_memory_bytes = 0;
-        sample.push_back(r);
-      }
-    }
-    auto next = std::make_unique<pl::TypicalWorkload>(pl::TypicalWorkload::FromRequests(sample));
-    scheduler.reset();
-    policy = std::move(*pl::MakePolicy(options.policy,
-                                       {.typical = next.get(), .seed = 0, .cluster = &*cluster}));
-    typical = std::move(next);
+  // The scheduler refers to the policy: made again whenever the policy is.
+  void NewScheduler() {
     std::vector<int> rank(cluster->size());
     std::iota(rank.begin(), rank.end(), 0);
-    scheduler = std::make_unique<pl::Scheduler>(&*cluster, policy.get(), std::move(rank));
-    typical_changes = 0;
+    scheduler = std::make_unique<pl::Scheduler>(&*cluster, &policy->policy(), std::move(rank));
     ++version;
   }
 
   void Ensure() {
     if (dirty) {
       Rebuild();
-    } else if (typical_changes >= std::max(kTypicalRebuildChanges, bookings.size() / 8)) {
-      RebuildPolicy();
+    } else if (policy->Refresh(0, &*cluster)) {
+      NewScheduler();
     }
   }
 
@@ -251,6 +210,7 @@ struct Ledger::Impl {
         if (r.gpu_milli == 0) continue;
         pl::Placement p{at->first, pl::GpuSet{1} << at->second};
         cluster->Apply(p, r);
+        policy->Count(r, +1);
         b.taken.push_back({at->first, at->second, r});
       }
     }
@@ -260,6 +220,7 @@ struct Ledger::Impl {
     if (!cluster) return;
     for (const Taken& t : b.taken) {
       cluster->Release(pl::Placement{t.cluster_node, pl::GpuSet{1} << t.slot}, t.request);
+      policy->Count(t.request, -1);
     }
     b.taken.clear();
   }
@@ -354,14 +315,14 @@ struct Ledger::Impl {
       for (size_t gi = 0; gi < entry.groups.size(); ++gi) {
         const Group& g = entry.groups[gi];
         if (g.cluster_node < 0) continue;
-        std::optional<pl::Request> p = Translate(c.request, g);
+        std::optional<pl::Request> p = pl::RequestOnGroup(c.request, g);
         if (!p) continue;
         could_ever = true;
         std::optional<double> score;
         if (single) {
           score = scheduler->Score(g.cluster_node, *p);
         } else if (pl::Fits(views[gi], *p)) {
-          score = policy->Score(views[gi], *p);
+          score = policy->policy().Score(views[gi], *p);
         }
         if (score && (!best_score || *score > *best_score)) {
           best_score = score;
@@ -374,7 +335,7 @@ struct Ledger::Impl {
         const Group& g = entry.groups[best_group];
         if (choose || !single) {
           const pl::Node& n = single ? cluster->node(g.cluster_node) : views[best_group];
-          pl::GpuSet gpus = policy->ChooseGpus(n, best_request);
+          pl::GpuSet gpus = policy->policy().ChooseGpus(n, best_request);
           if (!single) TakeOnCopy(views[best_group], gpus, best_request);
           for (size_t s = 0; s < g.gpus.size(); ++s) {
             if (!(gpus >> s & 1)) continue;
@@ -466,9 +427,8 @@ Ledger::Ledger(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Ledger::~Ledger() = default;
 
 StatusOr<std::unique_ptr<Ledger>> Ledger::Create(LedgerOptions options) {
-  // Checked here so that MakePolicy cannot fail later.
-  const auto& names = pl::PolicyNames();
-  if (std::find(names.begin(), names.end(), options.policy) == names.end()) {
+  // Checked here so that making the policy cannot fail later.
+  if (pl::FindPolicy(options.policy) == nullptr) {
     return InvalidArgumentError("unknown policy \"" + options.policy + "\"; choose one of " +
                                 pl::PolicyNameList());
   }
@@ -506,7 +466,7 @@ void Ledger::Book(const std::string& pod, const Assignment& assignment) {
   b.assignment = assignment;
   impl_->pods_on_node[assignment.node].insert(pod);
   if (!impl_->dirty) impl_->Apply(b);
-  ++impl_->typical_changes;
+  if (impl_->policy) impl_->policy->NoteChange();
   ++impl_->version;
 }
 
@@ -525,7 +485,7 @@ bool Ledger::Unbook(const std::string& pod) {
     if (on->second.empty()) impl_->pods_on_node.erase(on);
   }
   impl_->bookings.erase(it);
-  ++impl_->typical_changes;
+  if (impl_->policy) impl_->policy->NoteChange();
   ++impl_->version;
   return true;
 }

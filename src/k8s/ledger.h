@@ -15,11 +15,13 @@
 #include "k8s/assignment.h"
 #include "k8s/inventory.h"
 #include "k8s/pod_request.h"
+#include "placement/policies.h"
 
 namespace gpufrac::k8s {
 
 struct LedgerOptions {
-  std::string policy = "gpufrac";  // A placement policy name (placement/policies.h).
+  // A placement policy name (placement/policies.h).
+  std::string policy = std::string(placement::kDefaultPolicy);
 };
 
 class Ledger {

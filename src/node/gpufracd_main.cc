@@ -28,6 +28,7 @@
 #include "node/paths.h"
 #include "node/queue_config.h"
 #include "node/service.h"
+#include "placement/policies.h"
 
 namespace {
 
@@ -43,7 +44,7 @@ struct Flags {
   std::string queues;
   std::string sim;
   std::string admin_group;
-  std::string policy = "gpufrac";
+  std::string policy = std::string(placement::kDefaultPolicy);
   std::vector<int> whole_gpus;
   double starvation_seconds = 600;
   int kill_grace_seconds = 10;

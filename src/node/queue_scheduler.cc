@@ -20,9 +20,8 @@
 #include "common/units.h"
 #include "placement/cluster.h"
 #include "placement/fit.h"
-#include "placement/gpu_share.h"
-#include "placement/policies.h"
-#include "placement/typical_workload.h"
+#include "placement/host_gpus.h"
+#include "placement/workload_mix.h"
 
 namespace gpufrac::node {
 namespace {
@@ -34,14 +33,9 @@ namespace pl = ::gpufrac::placement;
 constexpr uint64_t kHostPlenty = uint64_t{1} << 50;
 // Groups of GPUs are tracked in 64-bit masks (there are at most that many placement models).
 constexpr int kMaxGroups = pl::kMaxModels;
-// The typical workload is rebuilt after kTypicalRebuildChanges new requests (or an eighth of the
-// requests it was built from, if more), or after kTypicalMaxAgeMs of (caller's) time with any
-// change: often enough to follow the mix, rarely enough to cost nothing.
-constexpr int64_t kTypicalRebuildChanges = 64;
+// Besides after enough new requests (placement/workload_mix.h), the policy's mix is rebuilt
+// after this much of the caller's time with any change.
 constexpr int64_t kTypicalMaxAgeMs = 300'000;
-// The typical workload is built from at most about this many sample requests, drawn in
-// proportion to the counts, so a rebuild costs the same with 100 or 100,000 jobs queued.
-constexpr double kTypicalSamples = 1000;
 // Once no unreserved GPU has free share, nothing more can start in a pass; it still goes on
 // giving reservations (they show who waits for what, and keep the choice stable) until every
 // GPU is reserved or this many jobs in a row got none, so that a long queue of jobs that cannot
@@ -82,15 +76,9 @@ std::string JoinAnd(const std::vector<std::string>& parts) {
 }  // namespace
 
 struct QueueScheduler::Impl {
-  // The GPUs of one model (same name, memory and context size): one placement node.
-  struct Group {
-    std::string model;  // As the node reports it; "" when not in the catalogue.
-    uint64_t memory_bytes = 0;
-    uint64_t context_bytes = 0;
-    int model_id = 0;         // In the cluster's ModelNames.
-    std::vector<int> gpus;    // Positions in gpus_, by NVML index; placement GPU g is gpus[g].
-    bool whole_only = false;  // Its GPUs take whole-GPU jobs only.
-  };
+  // The GPUs of one model (same name, memory and context size): one placement node. Its
+  // members are positions in `gpus`; placement GPU g is members[g].
+  using Group = pl::GpuGroup;
 
   // The distinct requests of pending jobs. Jobs with equal requests share one, which holds the
   // per-group translation (worked out once, at Enqueue) and what the current pass learnt.
@@ -139,15 +127,12 @@ struct QueueScheduler::Impl {
     pl::Request request;
   };
 
-  // Kind of request as the typical workload counts it: GPU share, GPU count, allowed models.
-  using TypicalKey = std::tuple<uint32_t, uint32_t, pl::ModelSet>;
-
   struct Running {
     int queue = -1;
     uint64_t milli = 0;
     std::vector<Held> held;
     std::vector<int> gpu_pos;
-    TypicalKey typical{};
+    pl::Request typical;  // What it counts as in the policy's mix.
   };
 
   struct Queue {
@@ -173,15 +158,8 @@ struct QueueScheduler::Impl {
   std::unordered_map<int, int> pos_of_index;
   std::optional<pl::Cluster> cluster;
 
-  // The policy refers to the typical workload, so it is declared after it (destroyed first).
-  bool needs_typical = false;
-  std::unique_ptr<pl::TypicalWorkload> typical;
-  std::unique_ptr<pl::Policy> policy;
-  std::map<TypicalKey, int64_t> typical_counts;
-  int64_t typical_changes = 0;
-  int64_t typical_size = 0;  // Requests it was last built from.
-  int64_t typical_built_ms = 0;
-  bool typical_built = false;
+  // The placement policy and the mix of requests (pending and running) it measures against.
+  std::optional<pl::PolicyWithMix> policy;
 
   std::vector<Queue> queues;
   std::unordered_map<int64_t, Pending> pending;
@@ -200,43 +178,13 @@ struct QueueScheduler::Impl {
   int fruitless = 0;                 // Jobs in a row that got nothing since open reached 0.
   std::vector<std::optional<int64_t>> reserved_for;  // By position in gpus.
 
-  // GPUs alike in everything that scheduling looks at share one placement node.
-  static bool InGroup(const NodeGpu& gpu, const Group& g) {
-    return g.model == gpu.model && g.memory_bytes == gpu.memory_bytes &&
-           g.context_bytes == gpu.context_bytes && g.whole_only == gpu.whole_only;
-  }
-
-  Translation Translate(const GpuRequest& r, const Group& g) const {
+  static Translation Translate(const GpuRequest& r, const Group& g) {
     Translation t;
-    if (!r.gpu_model.empty() && !EqualsIgnoreCase(g.model, r.gpu_model)) return t;
-    if (g.whole_only && r.kind != GpuRequest::Kind::kWholeGpus) return t;
-    pl::Request& p = t.request;
-    if (!r.gpu_model.empty()) p.models = pl::ModelSet{1} << g.model_id;
-    const uint64_t total = g.memory_bytes;
-    switch (r.kind) {
-      case GpuRequest::Kind::kMemory:
-      case GpuRequest::Kind::kFraction: {
-        std::optional<pl::GpuShareSize> share =
-            r.kind == GpuRequest::Kind::kMemory
-                ? pl::ShareForMemory(r.memory_bytes, total, g.context_bytes)
-                : pl::ShareForFraction(r.fraction_milli, total, g.context_bytes);
-        if (!share) return t;
-        p.gpu_count = 1;
-        p.gpu_milli = share->milli;
-        p.gpu_memory_bytes = share->memory_bytes;
-        break;
-      }
-      case GpuRequest::Kind::kWholeGpus:
-        if (r.gpus == 0 || r.gpus > g.gpus.size() || total <= g.context_bytes) return t;
-        p.gpu_count = r.gpus;
-        p.gpu_milli = kMilliPerGpu;
-        p.gpu_memory_bytes = total;
-        break;
-      case GpuRequest::Kind::kMigProfile:
-        return t;  // Needs a GPU in MIG mode; dynamic MIG is not here yet.
-    }
+    std::optional<pl::Request> p = pl::RequestOnGroup(r, g);
+    if (!p) return t;
     t.ok = true;
-    t.total_milli = p.TotalGpuMilli();
+    t.request = *p;
+    t.total_milli = p->TotalGpuMilli();
     return t;
   }
 
@@ -261,46 +209,10 @@ struct QueueScheduler::Impl {
     if (--s->refs == 0) shapes.erase(s->request);
   }
 
-  static TypicalKey KeyOf(const pl::Request& r) { return {r.gpu_milli, r.gpu_count, r.models}; }
-
-  // A pending job counts as its request on the smallest GPU that can hold it.
-  static std::optional<TypicalKey> PendingKey(const Shape& s) {
+  // A pending job counts in the mix as its request on the smallest GPU that can hold it.
+  static std::optional<pl::Request> PendingKey(const Shape& s) {
     if (s.valid == 0) return std::nullopt;
-    return KeyOf(s.on[std::countr_zero(s.valid)].request);
-  }
-
-  void CountTypical(const TypicalKey& key, int64_t delta) {
-    auto it = typical_counts.try_emplace(key, 0).first;
-    it->second += delta;
-    if (it->second <= 0) typical_counts.erase(it);
-  }
-
-  void MaybeRebuildPolicy(int64_t now_ms) {
-    if (!needs_typical) return;
-    bool stale = typical_changes >= std::max(kTypicalRebuildChanges, typical_size / 8) ||
-                 (typical_changes > 0 && now_ms - typical_built_ms >= kTypicalMaxAgeMs);
-    if (typical_built && !stale) return;
-    int64_t total = 0;
-    for (const auto& [key, count] : typical_counts) total += count;
-    double scale = total > kTypicalSamples ? kTypicalSamples / static_cast<double>(total) : 1.0;
-    std::vector<pl::Request> sample;
-    for (const auto& [key, count] : typical_counts) {
-      pl::Request r;
-      std::tie(r.gpu_milli, r.gpu_count, r.models) = key;
-      int64_t copies = std::max<int64_t>(1, std::llround(static_cast<double>(count) * scale));
-      sample.insert(sample.end(), static_cast<size_t>(copies), r);
-    }
-    auto next = std::make_unique<pl::TypicalWorkload>(pl::TypicalWorkload::FromRequests(sample));
-    StatusOr<std::unique_ptr<pl::Policy>> made =
-        pl::MakePolicy(options.policy, {.typical = next.get(), .seed = 0, .cluster = &*cluster});
-    if (!made.ok()) return;  // Checked at Create; cannot happen.
-    // The old policy refers to the old workload: drop it first.
-    policy = std::move(*made);
-    typical = std::move(next);
-    typical_changes = 0;
-    typical_size = total;
-    typical_built_ms = now_ms;
-    typical_built = true;
+    return s.on[std::countr_zero(s.valid)].request;
   }
 
   // ---- Pass state ----
@@ -361,10 +273,10 @@ struct QueueScheduler::Impl {
       }
       // Two models with GPUs of the same size: the policy decides.
       if (!best_scored) {
-        best_score = policy->Score(views[best], s.on[best].request);
+        best_score = policy->policy().Score(views[best], s.on[best].request);
         best_scored = true;
       }
-      double score = policy->Score(views[g], r);
+      double score = policy->policy().Score(views[g], r);
       if (score > best_score) {
         best = g;
         best_score = score;
@@ -373,7 +285,7 @@ struct QueueScheduler::Impl {
     if (best < 0) return false;
 
     const pl::Request& r = s.on[best].request;
-    pl::GpuSet chosen = policy->ChooseGpus(views[best], r);
+    pl::GpuSet chosen = policy->policy().ChooseGpus(views[best], r);
     if (!pl::PlacementFits(views[best], r, chosen)) chosen = pl::TightestGpus(views[best], r);
     cluster->Apply({.node = best, .gpus = chosen}, r);
 
@@ -382,10 +294,10 @@ struct QueueScheduler::Impl {
     run.queue = j.queue;
     run.milli = s.on[best].total_milli;
     run.held.push_back({best, chosen, r});
-    run.typical = KeyOf(r);
+    run.typical = r;
     StartDecision decision{.id = j.id, .gpus = {}};
     for (pl::GpuSet left = chosen; left != 0; left &= left - 1) {
-      int pos = groups[best].gpus[std::countr_zero(left)];
+      int pos = groups[best].members[std::countr_zero(left)];
       run.gpu_pos.push_back(pos);
       gpu_jobs[pos].push_back(j.id);
       decision.gpus.push_back({.index = gpus[pos].index,
@@ -395,8 +307,8 @@ struct QueueScheduler::Impl {
     }
     q.in_use += run.milli;
     ++q.running;
-    if (auto key = PendingKey(s)) CountTypical(*key, -1);
-    CountTypical(run.typical, +1);
+    if (auto key = PendingKey(s)) policy->Count(*key, -1);
+    policy->Count(run.typical, +1);
     int64_t id = j.id;
     RemovePending(j);
     running.emplace(id, std::move(run));
@@ -436,7 +348,8 @@ struct QueueScheduler::Impl {
           if (n.gpu_free_milli[a] != n.gpu_free_milli[b]) {
             return n.gpu_free_milli[a] > n.gpu_free_milli[b];
           }
-          size_t ja = gpu_jobs[groups[g].gpus[a]].size(), jb = gpu_jobs[groups[g].gpus[b]].size();
+          size_t ja = gpu_jobs[groups[g].members[a]].size(),
+                 jb = gpu_jobs[groups[g].members[b]].size();
           if (ja != jb) return ja < jb;
           return a < b;
         };
@@ -447,7 +360,7 @@ struct QueueScheduler::Impl {
         pl::GpuSet pick = 0;
         for (int k = 0; k < count; ++k) {
           free += n.gpu_free_milli[candidates[k]];
-          jobs += gpu_jobs[groups[g].gpus[candidates[k]]].size();
+          jobs += gpu_jobs[groups[g].members[candidates[k]]].size();
           pick |= pl::GpuSet{1} << candidates[k];
         }
         // Groups come smallest GPUs first, so among equals the smaller GPU keeps the job.
@@ -469,7 +382,7 @@ struct QueueScheduler::Impl {
     reserved[group] |= set;
     unreserved -= std::popcount(set);
     for (pl::GpuSet left = set; left != 0; left &= left - 1) {
-      reserved_for[groups[group].gpus[std::countr_zero(left)]] = j.id;
+      reserved_for[groups[group].members[std::countr_zero(left)]] = j.id;
     }
     Queue& q = queues[j.queue];
     if (q.reserved_pass != pass) {
@@ -520,7 +433,7 @@ struct QueueScheduler::Impl {
   void Count(bool progress) { fruitless = progress || open > 0 ? 0 : fruitless + 1; }
 
   std::vector<StartDecision> Schedule(int64_t now_ms) {
-    MaybeRebuildPolicy(now_ms);
+    policy->Refresh(now_ms, &*cluster, /*force=*/false, kTypicalMaxAgeMs);
     BeginPass();
     std::vector<StartDecision> out;
     // Starving jobs, oldest first. Erasing a started job leaves the other iterators valid.
@@ -562,14 +475,14 @@ struct QueueScheduler::Impl {
       queues[run.queue].in_use -= run.milli;
       --queues[run.queue].running;
     }
-    if (!run.held.empty()) CountTypical(run.typical, -1);
+    if (!run.held.empty()) policy->Count(run.typical, -1);
   }
 
   std::string GpuList(int group, pl::GpuSet set) const {
     std::string out;
     for (pl::GpuSet left = set; left != 0; left &= left - 1) {
       if (!out.empty()) out += ", ";
-      out += std::to_string(gpus[groups[group].gpus[std::countr_zero(left)]].index);
+      out += std::to_string(gpus[groups[group].members[std::countr_zero(left)]].index);
     }
     return out;
   }
@@ -630,13 +543,11 @@ StatusOr<std::unique_ptr<QueueScheduler>> QueueScheduler::Create(std::vector<Nod
   s.config = std::move(queues);
   s.options = std::move(options);
   // Group GPUs by model; smallest GPUs first, so that bit order is the preference order.
+  std::vector<pl::HostGpu> host;
   for (const NodeGpu& gpu : gpus) {
-    auto it = std::find_if(s.groups.begin(), s.groups.end(),
-                           [&](const Impl::Group& g) { return Impl::InGroup(gpu, g); });
-    if (it == s.groups.end()) {
-      s.groups.push_back({gpu.model, gpu.memory_bytes, gpu.context_bytes, 0, {}, gpu.whole_only});
-    }
+    host.push_back({gpu.model, gpu.memory_bytes, gpu.context_bytes, gpu.whole_only});
   }
+  s.groups = pl::GroupHostGpus(host);
   std::stable_sort(
       s.groups.begin(), s.groups.end(),
       [](const Impl::Group& a, const Impl::Group& b) { return a.memory_bytes < b.memory_bytes; });
@@ -647,25 +558,22 @@ StatusOr<std::unique_ptr<QueueScheduler>> QueueScheduler::Create(std::vector<Nod
   s.gpus = std::move(gpus);
   s.gpu_group.resize(s.gpus.size());
   s.gpu_slot.resize(s.gpus.size());
-  for (size_t pos = 0; pos < s.gpus.size(); ++pos) {
-    const NodeGpu& gpu = s.gpus[pos];
-    for (size_t g = 0; g < s.groups.size(); ++g) {
-      Impl::Group& group = s.groups[g];
-      if (Impl::InGroup(gpu, group)) {
-        s.gpu_group[pos] = static_cast<int>(g);
-        s.gpu_slot[pos] = static_cast<int>(group.gpus.size());
-        group.gpus.push_back(static_cast<int>(pos));
-        break;
-      }
+  for (size_t g = 0; g < s.groups.size(); ++g) {
+    const std::vector<int>& members = s.groups[g].members;
+    for (size_t slot = 0; slot < members.size(); ++slot) {
+      s.gpu_group[members[slot]] = static_cast<int>(g);
+      s.gpu_slot[members[slot]] = static_cast<int>(slot);
     }
-    s.pos_of_index[gpu.index] = static_cast<int>(pos);
+  }
+  for (size_t pos = 0; pos < s.gpus.size(); ++pos) {
+    s.pos_of_index[s.gpus[pos].index] = static_cast<int>(pos);
   }
 
   pl::ModelNames names;
   std::vector<pl::NodeSpec> specs;
   for (size_t g = 0; g < s.groups.size(); ++g) {
     Impl::Group& group = s.groups[g];
-    if (group.gpus.size() > static_cast<size_t>(pl::kMaxGpusPerNode)) {
+    if (group.members.size() > static_cast<size_t>(pl::kMaxGpusPerNode)) {
       return InvalidArgumentError("more than " + std::to_string(pl::kMaxGpusPerNode) + " " +
                                   s.ModelName(static_cast<int>(g)) +
                                   " GPUs on one node are not supported");
@@ -676,17 +584,13 @@ StatusOr<std::unique_ptr<QueueScheduler>> QueueScheduler::Create(std::vector<Nod
                      .cpu_milli = kHostPlenty,
                      .memory_bytes = kHostPlenty,
                      .model = group.model_id,
-                     .gpu_count = static_cast<int>(group.gpus.size()),
+                     .gpu_count = static_cast<int>(group.members.size()),
                      .gpu_memory_bytes = group.memory_bytes});
   }
   GPUFRAC_ASSIGN_OR_RETURN(pl::Cluster cluster, pl::Cluster::Create(names, std::move(specs)));
   s.cluster = std::move(cluster);
 
-  s.needs_typical = s.options.policy == "fgd" || s.options.policy == "gpufrac";
-  s.typical = std::make_unique<pl::TypicalWorkload>();
-  GPUFRAC_ASSIGN_OR_RETURN(
-      s.policy, pl::MakePolicy(s.options.policy,
-                               {.typical = s.typical.get(), .seed = 0, .cluster = &*s.cluster}));
+  GPUFRAC_ASSIGN_OR_RETURN(s.policy, pl::PolicyWithMix::Create(s.options.policy, &*s.cluster));
 
   uint64_t capacity = uint64_t{kMilliPerGpu} * s.gpus.size();
   for (const QueueSpec& spec : s.config.queues) {
@@ -775,8 +679,8 @@ Status QueueScheduler::CheckFeasible(int queue, const GpuRequest& request, bool 
         size_t most = 0;
         uint64_t total = 0;
         for (uint64_t left = allowed; left != 0; left &= left - 1) {
-          most = std::max(most, s.groups[std::countr_zero(left)].gpus.size());
-          total += s.groups[std::countr_zero(left)].gpus.size();
+          most = std::max(most, s.groups[std::countr_zero(left)].members.size());
+          total += s.groups[std::countr_zero(left)].members.size();
         }
         if (request.gpus > most) {
           return InvalidArgumentError(
@@ -855,15 +759,15 @@ void QueueScheduler::Enqueue(const PendingJob& job) {
   Impl::Queue& q = s.queues[job.queue];
   p.in_queue = q.jobs.insert(q.jobs.end(), &p);
   s.by_age.insert({p.submitted_ms, p.id, &p});
-  if (auto key = Impl::PendingKey(*p.shape)) s.CountTypical(*key, +1);
-  ++s.typical_changes;
+  if (auto key = Impl::PendingKey(*p.shape)) s.policy->Count(*key, +1);
+  s.policy->NoteChange();
 }
 
 bool QueueScheduler::Dequeue(int64_t id) {
   Impl& s = *impl_;
   auto it = s.pending.find(id);
   if (it == s.pending.end()) return false;
-  if (auto key = Impl::PendingKey(*it->second.shape)) s.CountTypical(*key, -1);
+  if (auto key = Impl::PendingKey(*it->second.shape)) s.policy->Count(*key, -1);
   s.RemovePending(it->second);
   return true;
 }
@@ -919,10 +823,10 @@ void QueueScheduler::AddRunning(int64_t id, int queue, const std::vector<GpuShar
     ++s.queues[run.queue].running;
   }
   if (!run.held.empty()) {
-    run.typical = Impl::KeyOf(run.held.front().request);
-    std::get<1>(run.typical) = static_cast<uint32_t>(run.gpu_pos.size());
-    s.CountTypical(run.typical, +1);
-    ++s.typical_changes;
+    run.typical = run.held.front().request;
+    run.typical.gpu_count = static_cast<uint32_t>(run.gpu_pos.size());
+    s.policy->Count(run.typical, +1);
+    s.policy->NoteChange();
   }
   s.running.emplace(id, std::move(run));
 }

@@ -32,6 +32,7 @@
 #include "common/status.h"
 #include "node/job.h"
 #include "node/queue_config.h"
+#include "placement/policies.h"
 
 namespace gpufrac::node {
 
@@ -46,7 +47,8 @@ struct NodeGpu {
 };
 
 struct SchedulerOptions {
-  std::string policy = "gpufrac";          // A placement policy name (placement/policies.h).
+  // A placement policy name (placement/policies.h).
+  std::string policy = std::string(placement::kDefaultPolicy);
   int64_t starvation_ms = 10 * 60 * 1000;  // Waited longer than this: goes first.
 };
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,11 +18,6 @@ namespace gpufrac::placement {
 
 inline constexpr std::string_view kDefaultPolicy = "gpufrac";
 
-// random, dotprod, gpu-clustering, gpu-packing, bestfit, fgd, gpufrac.
-const std::vector<std::string_view>& PolicyNames();
-// The same, joined with ", " for messages.
-std::string PolicyNameList();
-
 struct PolicyOptions {
   // The workload fragmentation is measured against (fgd, gpufrac). Must outlive the policy.
   const TypicalWorkload* typical = nullptr;
@@ -30,7 +26,27 @@ struct PolicyOptions {
   const Cluster* cluster = nullptr;
 };
 
-// The policy called `name`, or a kInvalidArgument error listing the names.
+// One built-in policy: its name, what it needs to be made, and how.
+struct PolicyInfo {
+  std::string_view name;
+  // It measures fragmentation against PolicyOptions::typical, which its user keeps up to date
+  // with the workload mix (and rebuilds the policy when it changes).
+  bool needs_typical = false;
+  bool needs_cluster = false;  // It reads PolicyOptions::cluster when made.
+  std::unique_ptr<Policy> (*make)(const PolicyOptions& options) = nullptr;
+};
+
+// The registry: random, dotprod, gpu-clustering, gpu-packing, bestfit, fgd, gpufrac.
+std::span<const PolicyInfo> Policies();
+// The policy called `name`; nullptr if there is none.
+const PolicyInfo* FindPolicy(std::string_view name);
+// The names, in the registry's order.
+std::vector<std::string_view> PolicyNames();
+// The same, joined with ", " for messages.
+std::string PolicyNameList();
+
+// The policy called `name`, or a kInvalidArgument error listing the names (or saying what the
+// policy needs that `options` lacks).
 StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const PolicyOptions& options);
 
 // Each policy by itself (see its file for the rules).

@@ -14,13 +14,14 @@
 #include <string>
 
 #include "common/status.h"
+#include "placement/policies.h"
 #include "sim/allocation_curve.h"
 #include "sim/openb_trace.h"
 
 namespace gpufrac::sim {
 
 struct OpenbRunOptions {
-  std::string policy = "gpufrac";
+  std::string policy = std::string(placement::kDefaultPolicy);
   uint64_t seed = 42;
   // Total GPU request resampled up (or down) to, as a multiple of capacity; 0 keeps the pods as
   // they are (shuffled only).

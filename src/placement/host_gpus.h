@@ -1,0 +1,43 @@
+// The one adapter from a host's GPUs to the placement library, shared by the node service and the
+// Kubernetes extender: alike GPUs of a host become one placement node (a group), and a request
+// (common/gpu_request.h) becomes what it takes on a GPU of each group.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/gpu_request.h"
+#include "placement/request.h"
+
+namespace gpufrac::placement {
+
+// One GPU of a host that placement may give out (not in MIG mode, healthy).
+struct HostGpu {
+  std::string model;  // As the host reports it; "" when not in the catalogue.
+  uint64_t memory_bytes = 0;
+  uint64_t context_bytes = 0;  // What the limiter charges each CUDA context on it.
+  bool whole_only = false;     // It takes whole-GPU requests only.
+};
+
+// GPUs alike in everything placement looks at: one placement node.
+struct GpuGroup {
+  std::string model;
+  uint64_t memory_bytes = 0;
+  uint64_t context_bytes = 0;
+  bool whole_only = false;
+  std::vector<int> members;  // Slot (placement GPU) -> position in the list it was grouped from.
+  int model_id = -1;  // The cluster's id of `model` (ModelNames), once the caller interns it.
+};
+
+// Groups `gpus` in the order each kind first appears, members in list order.
+std::vector<GpuGroup> GroupHostGpus(const std::vector<HostGpu>& gpus);
+
+// What `request` takes on the GPUs of `group`: its GPU count, the share of each and the memory
+// limit on each, and (when it names a model and the group has an id) the allowed model. Nullopt
+// when it cannot run there at all: another model, a MIG profile, a share on a whole-only group,
+// more GPUs than the group has, or an amount the GPU cannot hold beside a CUDA context.
+std::optional<Request> RequestOnGroup(const GpuRequest& request, const GpuGroup& group);
+
+}  // namespace gpufrac::placement

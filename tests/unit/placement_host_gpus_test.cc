@@ -1,0 +1,147 @@
+// The one adapter from a host's GPUs to the placement library (grouping, a request on a group),
+// the mix a policy is rebuilt from, and the policy registry.
+#include <gtest/gtest.h>
+
+#include "placement/cluster.h"
+#include "placement/host_gpus.h"
+#include "placement/policies.h"
+#include "placement/workload_mix.h"
+
+namespace gpufrac::placement {
+namespace {
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+constexpr uint64_t kContext = 783 * (uint64_t{1} << 20);
+
+HostGpu H100(bool whole_only = false) { return {"H100-80GB", 80 * kGiB, kContext, whole_only}; }
+HostGpu A30() { return {"A30-24GB", 24 * kGiB, 656 * (uint64_t{1} << 20), false}; }
+
+TEST(HostGpusTest, AlikeGpusFormOneGroupInTheOrderTheyFirstAppear) {
+  std::vector<GpuGroup> groups = GroupHostGpus({H100(), A30(), H100(), H100(true), A30()});
+  ASSERT_EQ(groups.size(), 3u);
+  EXPECT_EQ(groups[0].model, "H100-80GB");
+  EXPECT_EQ(groups[0].members, (std::vector<int>{0, 2}));
+  EXPECT_EQ(groups[1].model, "A30-24GB");
+  EXPECT_EQ(groups[1].members, (std::vector<int>{1, 4}));
+  // Whole-only GPUs of the same model are a group of their own.
+  EXPECT_TRUE(groups[2].whole_only);
+  EXPECT_EQ(groups[2].members, (std::vector<int>{3}));
+  EXPECT_EQ(groups[0].model_id, -1);
+  EXPECT_TRUE(GroupHostGpus({}).empty());
+}
+
+TEST(HostGpusTest, ARequestTakesItsShareOnEachGpuOfAGroup) {
+  std::vector<GpuGroup> groups = GroupHostGpus({H100(), H100(), A30(), H100(true)});
+  const GpuGroup& h100 = groups[0];
+  const GpuGroup& whole = groups[2];
+
+  std::optional<Request> memory = RequestOnGroup(GpuRequest::Memory(20 * kGiB), h100);
+  ASSERT_TRUE(memory);
+  EXPECT_EQ(memory->gpu_count, 1u);
+  EXPECT_EQ(memory->gpu_milli, 250u);
+  EXPECT_EQ(memory->gpu_memory_bytes, 20 * kGiB);
+  EXPECT_EQ(memory->models, 0u);
+
+  std::optional<Request> fraction = RequestOnGroup(GpuRequest::Fraction(500, 2), h100);
+  ASSERT_TRUE(fraction);
+  EXPECT_EQ(fraction->gpu_count, 2u);
+  EXPECT_EQ(fraction->gpu_milli, 500u);
+  EXPECT_EQ(fraction->gpu_memory_bytes, 40 * kGiB);
+
+  std::optional<Request> all = RequestOnGroup(GpuRequest::Whole(2), h100);
+  ASSERT_TRUE(all);
+  EXPECT_EQ(all->gpu_milli, 1000u);
+  EXPECT_EQ(all->gpu_memory_bytes, 80 * kGiB);
+  EXPECT_TRUE(RequestOnGroup(GpuRequest::Whole(1), whole));
+
+  // Where it cannot run at all.
+  EXPECT_FALSE(RequestOnGroup(GpuRequest::Whole(3), h100));           // Too many GPUs.
+  EXPECT_FALSE(RequestOnGroup(GpuRequest::Memory(81 * kGiB), h100));  // Too big.
+  EXPECT_FALSE(RequestOnGroup(GpuRequest::Memory(kContext), h100));   // Only a context.
+  EXPECT_FALSE(RequestOnGroup(GpuRequest::Fraction(250), whole));     // Whole-only.
+  EXPECT_FALSE(RequestOnGroup(GpuRequest::Mig("1g.10gb"), h100));     // Needs MIG mode.
+  EXPECT_FALSE(RequestOnGroup(GpuRequest::Whole(1).OnModel("A30-24GB"), h100));
+}
+
+TEST(HostGpusTest, AModelConstrainedRequestNamesTheGroupsModelOnceItHasAnId) {
+  GpuGroup h100 = GroupHostGpus({H100()})[0];
+  GpuRequest on_h100 = GpuRequest::Fraction(250).OnModel("h100-80gb");  // Case does not matter.
+  ASSERT_TRUE(RequestOnGroup(on_h100, h100));
+  EXPECT_EQ(RequestOnGroup(on_h100, h100)->models, 0u);  // No id yet: nothing to name.
+  h100.model_id = 3;
+  EXPECT_EQ(RequestOnGroup(on_h100, h100)->models, ModelSet{1} << 3);
+  EXPECT_EQ(RequestOnGroup(GpuRequest::Fraction(250), h100)->models, 0u);
+}
+
+TEST(PolicyRegistryTest, EveryPolicyIsMadeFromItsRowAndSaysWhatItNeeds) {
+  ModelNames names;
+  ASSERT_TRUE(names.Intern("H100-80GB").ok());
+  auto cluster = Cluster::Create(std::move(names), {{.name = "n",
+                                                     .cpu_milli = 1000,
+                                                     .memory_bytes = 1000,
+                                                     .model = 0,
+                                                     .gpu_count = 2,
+                                                     .gpu_memory_bytes = 80 * kGiB}});
+  ASSERT_TRUE(cluster.ok());
+  TypicalWorkload typical;
+  for (const PolicyInfo& info : Policies()) {
+    EXPECT_EQ(FindPolicy(info.name), &info);
+    auto made = MakePolicy(info.name, {.typical = &typical, .seed = 1, .cluster = &*cluster});
+    ASSERT_TRUE(made.ok()) << info.name;
+    EXPECT_EQ((*made)->name(), info.name);
+    if (info.needs_typical) {
+      EXPECT_FALSE(
+          MakePolicy(info.name, {.typical = nullptr, .seed = 1, .cluster = &*cluster}).ok());
+    }
+    if (info.needs_cluster) {
+      EXPECT_FALSE(
+          MakePolicy(info.name, {.typical = &typical, .seed = 1, .cluster = nullptr}).ok());
+    }
+  }
+  EXPECT_EQ(FindPolicy("nope"), nullptr);
+  auto unknown = MakePolicy("nope", {});
+  EXPECT_EQ(unknown.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.status().message().find(PolicyNameList()), std::string::npos);
+  EXPECT_NE(FindPolicy(kDefaultPolicy), nullptr);
+}
+
+TEST(PolicyWithMixTest, RebuildsWhenTheMixHasMovedEnough) {
+  ModelNames names;
+  ASSERT_TRUE(names.Intern("H100-80GB").ok());
+  auto cluster = Cluster::Create(std::move(names), {{.name = "n",
+                                                     .cpu_milli = 1000,
+                                                     .memory_bytes = 1000,
+                                                     .model = 0,
+                                                     .gpu_count = 2,
+                                                     .gpu_memory_bytes = 80 * kGiB}});
+  ASSERT_TRUE(cluster.ok());
+  auto mixed = PolicyWithMix::Create("fgd", &*cluster);
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  // The first refresh builds it from the mix.
+  EXPECT_TRUE(mixed->Refresh(0, &*cluster));
+  EXPECT_FALSE(mixed->Refresh(1, &*cluster));
+  Request quarter{.gpu_count = 1, .gpu_milli = 250};
+  for (int i = 0; i < 63; ++i) {
+    mixed->Count(quarter, +1);
+    mixed->NoteChange();
+  }
+  EXPECT_FALSE(mixed->Refresh(2, &*cluster));  // 63 changes: not yet.
+  mixed->NoteChange();
+  EXPECT_TRUE(mixed->Refresh(3, &*cluster));  // 64.
+  // With a maximum age, any change is enough once it has passed.
+  mixed->NoteChange();
+  EXPECT_FALSE(mixed->Refresh(4, &*cluster, false, 1000));
+  EXPECT_TRUE(mixed->Refresh(1003, &*cluster, false, 1000));
+  EXPECT_TRUE(mixed->Refresh(1004, &*cluster, /*force=*/true));
+  EXPECT_EQ(mixed->policy().name(), "fgd");
+
+  // A policy that measures against no mix is never rebuilt unless forced.
+  auto plain = PolicyWithMix::Create("bestfit", &*cluster);
+  ASSERT_TRUE(plain.ok());
+  for (int i = 0; i < 100; ++i) plain->NoteChange();
+  EXPECT_FALSE(plain->Refresh(0, &*cluster));
+  EXPECT_FALSE(PolicyWithMix::Create("nope", &*cluster).ok());
+}
+
+}  // namespace
+}  // namespace gpufrac::placement
