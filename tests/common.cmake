@@ -3,6 +3,7 @@ gpufrac_test(common_status_test unit SOURCES unit/common_status_test.cc LIBS gpu
 gpufrac_test(common_units_test unit SOURCES unit/common_units_test.cc LIBS gpufrac_common)
 gpufrac_test(common_log_test unit SOURCES unit/common_log_test.cc LIBS gpufrac_common)
 gpufrac_test(common_text_test unit SOURCES unit/common_text_test.cc LIBS gpufrac_common)
+gpufrac_test(common_metrics_test unit SOURCES unit/common_metrics_test.cc LIBS gpufrac_common)
 
 # A stand-in NVML with injectable failures, so ListDevices' error paths run without a GPU. Built
 # under a name and directory nothing else looks in.
@@ -17,3 +18,5 @@ target_compile_definitions(gpu_devices_test PRIVATE
   GPUFRAC_FAKE_NVML="$<TARGET_FILE:gpufrac_test_fake_nvml>")
 gpufrac_test(common_gpu_request_test unit SOURCES unit/common_gpu_request_test.cc LIBS gpufrac_common)
 gpufrac_test(proc_process_test unit SOURCES unit/proc_process_test.cc LIBS gpufrac_proc)
+# DESIGN.md's arrows between modules, as docs/architecture.md's table lists them.
+gpufrac_test(design_includes_test unit SOURCES unit/design_includes_test.cc)

@@ -1,7 +1,4 @@
-# Tests of the node service's HTTP server and metrics (see tests/unit or tests/integration).
-gpufrac_test(node_metrics_test unit
-  SOURCES unit/node_metrics_test.cc
-  LIBS gpufrac_node_http)
+# Tests of the node service's HTTP server (see tests/integration).
 gpufrac_test(node_http_test integration
   SOURCES integration/node_http_test.cc
   LIBS gpufrac_node_http PkgConfig::HTTPLIB)

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "cli/service_client.h"
-#include "node/paths.h"
+#include "common/paths.h"
 
 namespace gpufrac::cli {
 namespace {
@@ -47,7 +47,7 @@ int Gpufrac(const std::string& socket, std::vector<std::string> args, bool echo 
   pid_t pid = fork();
   if (pid == 0) {
     setenv("GPUFRAC_SOCKET", socket.c_str(), 1);
-    std::string self = node::SiblingProgram("gpufrac");
+    std::string self = SiblingProgram("gpufrac");
     std::vector<char*> argv = {const_cast<char*>("gpufrac")};
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -71,7 +71,7 @@ CLI::App* AddDemoCommand(CLI::App& app, DemoOptions& o) {
 }
 
 int RunDemo(const DemoOptions& o) {
-  std::string probe = node::SiblingProgram("cuda_probe");
+  std::string probe = SiblingProgram("cuda_probe");
   if (access(probe.c_str(), X_OK) != 0) {
     return Fail("needs the test program cuda_probe next to gpufrac (" + probe +
                 "); build the whole project with scripts/build.sh");
@@ -88,7 +88,7 @@ int RunDemo(const DemoOptions& o) {
   if (daemon == 0) {
     std::string log = dir + "/gpufracd.log";
     freopen(log.c_str(), "w", stderr);
-    std::string exe = node::SiblingProgram("gpufracd");
+    std::string exe = SiblingProgram("gpufracd");
     execl(exe.c_str(), "gpufracd", "--sim", o.sim.c_str(), "--state-dir", (dir + "/state").c_str(),
           "--socket", socket.c_str(), "--queues", (dir + "/queues.yaml").c_str(), "--kill-grace",
           "2", static_cast<char*>(nullptr));

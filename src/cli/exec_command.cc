@@ -20,13 +20,13 @@
 #include <vector>
 
 #include "cli/request_flags.h"
+#include "common/paths.h"
 #include "common/status.h"
 #include "common/units.h"
 #include "gpu/devices.h"
 #include "launch/budgets.h"
 #include "launch/environment.h"
 #include "launch/limit_file.h"
-#include "node/paths.h"
 
 namespace gpufrac::cli {
 namespace {
@@ -212,7 +212,7 @@ int RunExec(const ExecOptions& o) {
 
   // An absolute path: the command may change directory before it loads CUDA.
   char resolved[PATH_MAX];
-  const std::string wanted = node::LimiterLibraryPath();
+  const std::string wanted = LimiterLibraryPath();
   if (!realpath(wanted.c_str(), resolved) || access(resolved, R_OK) != 0) {
     return Fail(kExitFailure, "cannot find the limiter library " + wanted +
                                   " (build it, or point GPUFRAC_LIBRARY at libgpufrac.so)");

@@ -15,7 +15,7 @@
 #include "cli/request_flags.h"
 #include "cli/service_client.h"
 #include "common/units.h"
-#include "node/mig_scheduler.h"
+#include "mig/backend.h"
 
 namespace gpufrac::cli {
 namespace {
@@ -255,7 +255,7 @@ void PrintStatus(const json& status) {
           }
         }
         std::string use = busy      ? "job " + std::to_string(Int(i, "job"))
-                          : foreign ? node::MigScheduler::ForeignUseText(pids)
+                          : foreign ? mig::ForeignUseText(pids)
                                     : std::string("idle");
         char c = busy || foreign ? static_cast<char>(letter - 'a' + 'A') : letter;
         for (int s = 0; s < Int(i, "size"); ++s) {

@@ -11,10 +11,10 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/paths.h"
 #include "k8s/agent_service.h"
 #include "k8s/extender_service.h"
 #include "k8s/kube_config.h"
-#include "node/paths.h"
 
 namespace gpufrac::cli {
 namespace {
@@ -139,7 +139,7 @@ int K8sCommand::RunAgent() {
   options.whole_gpus = whole_gpus_;
   options.nvidia_gpus = nvidia_gpus_;
   options.static_mig_gpus = static_mig_gpus_;
-  options.limiter_path = node::LimiterLibraryPath();
+  options.limiter_path = LimiterLibraryPath();
   options.resync = std::chrono::seconds(resync_seconds_);
   auto agent = k8s::AgentService::Create(client->get(), std::move(options));
   if (!agent.ok()) return Fail(agent.status().message());

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/paths.h"
 #include "node/paths.h"
 
 namespace gpufrac::cli {
@@ -62,7 +63,7 @@ Status StartService(const std::string& socket) {
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);
   std::string log = state_dir + "/gpufracd.log";
-  std::string daemon = node::SiblingProgram("gpufracd");
+  std::string daemon = SiblingProgram("gpufracd");
   if (access(daemon.c_str(), X_OK) != 0) {
     return UnavailableError("no gpufracd next to gpufrac (" + daemon + "); build or install it");
   }

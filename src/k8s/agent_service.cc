@@ -14,6 +14,7 @@
 #include <set>
 
 #include "common/log.h"
+#include "common/paths.h"
 #include "gpu/health.h"
 #include "gpu/mig_catalogue.h"
 #include "k8s/device_plugin.h"
@@ -23,8 +24,7 @@
 #include "k8s/pod_request.h"
 #include "k8s/inventory.h"
 #include "launch/limit_file.h"
-#include "node/gpu_inventory.h"
-#include "node/paths.h"
+#include "machine/node_gpus.h"
 
 namespace gpufrac::k8s {
 namespace {
@@ -110,7 +110,7 @@ std::vector<std::pair<std::string, std::string>> NodeLabels(const NodeInventory&
 struct AgentService::Impl {
   ApiClient* client = nullptr;
   AgentServiceOptions options;
-  std::unique_ptr<node::NodeGpus> gpus;
+  std::unique_ptr<machine::NodeGpus> gpus;
   std::unique_ptr<KubeClusterApi> api;
   std::unique_ptr<GpuProvider> provider;
   std::unique_ptr<DevicePlugin> plugin;
@@ -149,7 +149,7 @@ struct AgentService::Impl {
     NodeInventory inv;
     inv.slots_per_gpu = options.agent.slots_per_gpu;
     std::map<std::string, gpu::GpuHealth> health_now = HealthNow();
-    for (const node::NodeGpu& g : gpus->inventory.gpus) {
+    for (const machine::NodeGpu& g : gpus->inventory.gpus) {
       GpuInfo info;
       info.index = g.index;
       info.uuid = g.uuid;
@@ -281,9 +281,9 @@ StatusOr<std::unique_ptr<AgentService>> AgentService::Create(ApiClient* client,
 Status AgentService::Start() {
   Impl& s = *impl_;
   std::string warning;
-  GPUFRAC_ASSIGN_OR_RETURN(s.gpus, node::OpenNodeGpus({.sim = s.options.sim,
+  GPUFRAC_ASSIGN_OR_RETURN(s.gpus, machine::OpenNodeGpus({.sim = s.options.sim,
                                                        // One simulated machine per host directory.
-                                                       .sim_namespace = "k8s-" + node::StateDirTag(s.options.agent.host_dir),
+                                                       .sim_namespace = "k8s-" + StateDirTag(s.options.agent.host_dir),
                                                        .whole_gpus = s.options.whole_gpus},
                                                       &warning));
   if (!warning.empty()) LogWarning("%s", warning.c_str());

@@ -9,10 +9,10 @@ target_link_libraries(gpufrac_k8s PUBLIC gpufrac_common gpufrac_placement gpufra
 # The node agent's resource managers behind the device plugins: gpufrac.io/gpu (slots, Allocate,
 # MIG, limit files) and NVIDIA's resource names (whole GPUs, static MIG instances).
 add_library(gpufrac_k8s_agent STATIC container_gpus.cc gpu_provider.cc nvidia_provider.cc)
-target_link_libraries(gpufrac_k8s_agent PUBLIC gpufrac_k8s gpufrac_k8s_plugin gpufrac_node_mig
+target_link_libraries(gpufrac_k8s_agent PUBLIC gpufrac_k8s gpufrac_k8s_plugin gpufrac_mig_control
                       gpufrac_launch)
 
 # The processes: ClusterApi over the API server, the extender service and the node agent.
 add_library(gpufrac_k8s_services STATIC kube_cluster_api.cc extender_service.cc agent_service.cc)
 target_link_libraries(gpufrac_k8s_services PUBLIC gpufrac_k8s gpufrac_k8s_agent gpufrac_k8s_client
-                      gpufrac_node_service PRIVATE PkgConfig::HTTPLIB)
+                      gpufrac_machine PRIVATE PkgConfig::HTTPLIB)

@@ -13,7 +13,7 @@
 #include "k8s/kube_cluster_api.h"
 #include "k8s/ledger.h"
 #include "k8s/reflector.h"
-#include "node/metrics.h"
+#include "common/metrics.h"
 
 namespace gpufrac::k8s {
 
@@ -103,7 +103,7 @@ Status ExtenderService::Run() {
   });
   s.server.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
     // The node service's Prometheus writer, filled afresh from the counters at each scrape.
-    node::Metrics m;
+    Metrics m;
     auto counter = [&m](const char* name, const char* help, uint64_t v) {
       m.Declare(name, "counter", help);
       m.Set(name, {}, static_cast<double>(v));

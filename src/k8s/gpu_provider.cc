@@ -61,7 +61,7 @@ bool Overlaps(const gpu::MigPlacement& a, int start, int size) {
 }  // namespace
 
 GpuProvider::GpuProvider(AgentOptions options, NodeInventory inventory, ClusterApi* api,
-                         node::MigBackend* mig)
+                         mig::MigBackend* mig)
     : options_(std::move(options)), api_(api), mig_(mig), inventory_(std::move(inventory)) {}
 
 void GpuProvider::SetInventory(NodeInventory inventory) {
@@ -210,15 +210,15 @@ StatusOr<std::string> GpuProvider::MigUuid(int gpu, const MigGrant& grant,
     return InvalidArgumentError(info->model + " has no MIG profile " + grant.profile);
   }
   const int profile_index = static_cast<int>(profile - model->profiles);
-  GPUFRAC_ASSIGN_OR_RETURN(std::vector<node::MigBackend::InstanceInfo> instances, mig_->List(gpu));
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<mig::MigBackend::InstanceInfo> instances, mig_->List(gpu));
   // A process gpufrac did not start (NVML lists it) keeps its instance: never handed to a pod,
   // never destroyed.
-  auto stranger = [&](const node::MigBackend::InstanceInfo& i) {
+  auto stranger = [&](const mig::MigBackend::InstanceInfo& i) {
     return FailedPreconditionError("the MIG instance at slices " +
                                    std::to_string(i.placement.start) + "-" +
                                    std::to_string(i.placement.start + i.placement.size - 1) +
                                    " of GPU " + std::to_string(gpu) + " (" + i.uuid + ") is " +
-                                   node::MigScheduler::ForeignUseText(i.pids) +
+                                   mig::ForeignUseText(i.pids) +
                                    "; delete the pod to place it elsewhere");
   };
   for (const auto& i : instances) {
@@ -248,7 +248,7 @@ StatusOr<std::string> GpuProvider::MigUuid(int gpu, const MigGrant& grant,
     }
     GPUFRAC_RETURN_IF_ERROR(mig_->Destroy(gpu, i.gi_id));
   }
-  GPUFRAC_ASSIGN_OR_RETURN(node::MigBackend::InstanceInfo made,
+  GPUFRAC_ASSIGN_OR_RETURN(mig::MigBackend::InstanceInfo made,
                            mig_->Create(gpu, profile_index, {grant.start, grant.size}));
   return made.uuid;
 }

@@ -21,7 +21,7 @@
 #include "k8s/cluster_api.h"
 #include "k8s/device_provider.h"
 #include "k8s/inventory.h"
-#include "node/mig_scheduler.h"
+#include "mig/backend.h"
 
 namespace gpufrac::k8s {
 
@@ -47,7 +47,7 @@ class GpuProvider : public DeviceProvider {
   // agent installs host_dir/lib/libgpufrac.so and host_dir/ld.so.preload, which Allocate
   // mounts, before it starts serving (agent_service.cc).
   GpuProvider(AgentOptions options, NodeInventory inventory, ClusterApi* api,
-               node::MigBackend* mig);
+               mig::MigBackend* mig);
 
   // A new view of the GPUs (health, MIG instances); the caller then tells the plugin.
   void SetInventory(NodeInventory inventory);
@@ -67,7 +67,7 @@ class GpuProvider : public DeviceProvider {
 
   AgentOptions options_;
   ClusterApi* api_;
-  node::MigBackend* mig_;
+  mig::MigBackend* mig_;
   mutable std::mutex mu_;  // Guards inventory_ and serialises Allocate.
   NodeInventory inventory_;
 };

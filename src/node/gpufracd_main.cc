@@ -20,11 +20,11 @@
 
 #include "CLI/CLI.hpp"
 #include "common/log.h"
+#include "common/paths.h"
 #include "common/text.h"
+#include "mig/nvml_backend.h"
 #include "node/api.h"
-#include "node/gpu_inventory.h"
 #include "node/http_server.h"
-#include "node/mig_backend_nvml.h"
 #include "node/paths.h"
 #include "node/queue_config.h"
 #include "node/service.h"
@@ -153,10 +153,10 @@ int Run(const Flags& f) {
 
   // One simulated machine per state directory, so two services never share simulated GPUs.
   std::string warning;
-  auto gpus = OpenNodeGpus({.sim = f.sim,
-                            .sim_namespace = ServiceInstanceName(config.state_dir),
-                            .whole_gpus = f.whole_gpus},
-                           &warning);
+  auto gpus = machine::OpenNodeGpus({.sim = f.sim,
+                                     .sim_namespace = ServiceInstanceName(config.state_dir),
+                                     .whole_gpus = f.whole_gpus},
+                                    &warning);
   if (!gpus.ok()) return Fail(gpus.status().message());
   if (!warning.empty()) std::fprintf(stderr, "gpufracd: %s\n", warning.c_str());
   config.inventory = (*gpus)->inventory;

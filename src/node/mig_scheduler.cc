@@ -17,14 +17,7 @@ std::string SlicesText(gpu::MigPlacement p) {
 
 }  // namespace
 
-std::string MigScheduler::ForeignUseText(const std::vector<unsigned>& pids) {
-  if (pids.empty()) return "in use by a process gpufrac did not start";
-  std::string text = pids.size() == 1 ? "in use by pid " : "in use by pids ";
-  for (size_t i = 0; i < pids.size(); ++i) text += (i ? ", " : "") + std::to_string(pids[i]);
-  return text + " (not gpufrac)";
-}
-
-MigScheduler::MigScheduler(std::vector<MigGpuSpec> gpus, MigBackend* backend)
+MigScheduler::MigScheduler(std::vector<MigGpuSpec> gpus, mig::MigBackend* backend)
     : gpus_(std::move(gpus)), backend_(backend) {}
 
 Status MigScheduler::CheckFeasible(const GpuRequest& request) const {
@@ -94,7 +87,7 @@ std::vector<MigScheduler::Start> MigScheduler::Schedule() {
   // The planner's view, rebuilt from the driver: instances in the order List gave them, so that
   // a plan's indexes name the same instances in `found`.
   std::vector<mig::MigGpu> state;
-  std::vector<std::vector<MigBackend::InstanceInfo>> found;
+  std::vector<std::vector<mig::MigBackend::InstanceInfo>> found;
   // Per GPU, per instance in `found`: whether it holds a process that is not one of our jobs.
   std::vector<std::vector<bool>> foreign;
   std::map<std::string, std::vector<unsigned>> foreign_now;
@@ -102,12 +95,12 @@ std::vector<MigScheduler::Start> MigScheduler::Schedule() {
     auto list = backend_->List(gpus_[g].index);
     if (!list.ok()) {
       LogWarning("MIG GPU %d: %s", gpus_[g].index, list.status().message().c_str());
-      list = std::vector<MigBackend::InstanceInfo>{};
+      list = std::vector<mig::MigBackend::InstanceInfo>{};
     }
     mig::MigGpu gpu{gpus_[g].index, gpus_[g].model, {}};
-    std::vector<MigBackend::InstanceInfo> usable;
+    std::vector<mig::MigBackend::InstanceInfo> usable;
     foreign[g].clear();
-    for (const MigBackend::InstanceInfo& info : *list) {
+    for (const mig::MigBackend::InstanceInfo& info : *list) {
       // An instance without a compute instance (a creation cut short) can run nothing: clear
       // it away rather than hand it to a job. If the driver refuses, keep clear of it.
       if (info.uuid.empty() && !info.in_use && backend_->Destroy(gpus_[g].index, info.gi_id).ok()) {
@@ -129,7 +122,7 @@ std::vector<MigScheduler::Start> MigScheduler::Schedule() {
               gpus_[g].index,
               gpu::MigProfileName(*gpus_[g].model, gpus_[g].model->profiles[info.profile]).c_str(),
               SlicesText(info.placement).c_str(), info.uuid.c_str(),
-              ForeignUseText(info.pids).c_str());
+              mig::ForeignUseText(info.pids).c_str());
         }
       }
       gpu.instances.push_back({info.profile, info.placement, busy});
@@ -169,11 +162,12 @@ std::vector<MigScheduler::Start> MigScheduler::Schedule() {
     std::string named;
     for (int k : touched) {
       if (!foreign[g][k]) continue;
-      const MigBackend::InstanceInfo& info = found[g][k];
+      const mig::MigBackend::InstanceInfo& info = found[g][k];
       named += std::string(named.empty() ? "" : "; ") + "the " +
                gpu::MigProfileName(*gpus_[g].model, gpus_[g].model->profiles[info.profile]) +
                " instance on GPU " + std::to_string(plan->gpu) + " (slices " +
-               SlicesText(info.placement) + ", " + info.uuid + ") is " + ForeignUseText(info.pids);
+               SlicesText(info.placement) + ", " + info.uuid + ") is " +
+               mig::ForeignUseText(info.pids);
     }
     if (named.empty()) return "";
     return named + "; gpufrac leaves it alone until that ends";
@@ -246,7 +240,7 @@ std::vector<MigScheduler::SliceView> MigScheduler::Slices() {
     view.memory_slices = g.model->memory_slices;
     auto list = backend_->List(g.index);
     if (list.ok()) {
-      for (const MigBackend::InstanceInfo& info : *list) {
+      for (const mig::MigBackend::InstanceInfo& info : *list) {
         auto busy = busy_.find(info.uuid);
         view.instances.push_back({gpu::MigProfileName(*g.model, g.model->profiles[info.profile]),
                                   info.placement, info.uuid, busy == busy_.end() ? 0 : busy->second,

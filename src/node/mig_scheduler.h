@@ -3,7 +3,7 @@
 // planner; instances are created on demand, an idle one of the right profile is reused, and idle
 // ones are destroyed only when their slices are needed. Instances serving a job, or holding a
 // process gpufrac did not start, are never touched. What exists is always read back from the
-// driver (MigBackend), never assumed.
+// driver (mig::MigBackend), never assumed.
 #pragma once
 
 #include <cstdint>
@@ -16,31 +16,11 @@
 #include "common/gpu_request.h"
 #include "common/status.h"
 #include "gpu/mig_catalogue.h"
+#include "mig/backend.h"
 #include "mig/demand.h"
 #include "mig/planner.h"
 
 namespace gpufrac::node {
-
-// What the scheduler needs from NVML (gpu/mig_device.h in the service, a fake in tests).
-class MigBackend {
- public:
-  struct InstanceInfo {
-    unsigned gi_id = 0;
-    int profile = 0;  // Index into the GPU's MigModel::profiles.
-    gpu::MigPlacement placement;
-    std::string uuid;  // "MIG-..."
-    // Processes with a CUDA context run in it (gpufrac's jobs or anyone's), as far as the driver
-    // can tell; `pids` names them when it can (host pids, ascending).
-    bool in_use = false;
-    std::vector<unsigned> pids;
-  };
-  virtual ~MigBackend() = default;
-  virtual StatusOr<std::vector<InstanceInfo>> List(int gpu) = 0;
-  virtual StatusOr<InstanceInfo> Create(int gpu, int profile, gpu::MigPlacement placement) = 0;
-  virtual Status Destroy(int gpu, unsigned gi_id) = 0;
-  // Turns MIG mode on or off (the GPU must be idle). True when the change waits for a GPU reset.
-  virtual StatusOr<bool> SetMode(int gpu, bool enabled) = 0;
-};
 
 struct MigGpuSpec {
   int index = 0;
@@ -49,7 +29,7 @@ struct MigGpuSpec {
 
 class MigScheduler {
  public:
-  MigScheduler(std::vector<MigGpuSpec> gpus, MigBackend* backend);
+  MigScheduler(std::vector<MigGpuSpec> gpus, mig::MigBackend* backend);
 
   bool empty() const { return gpus_.empty(); }
   const std::vector<MigGpuSpec>& gpus() const { return gpus_; }
@@ -99,11 +79,6 @@ class MigScheduler {
   std::vector<SliceView> Slices();
   std::string WaitReason(int64_t id) const;
 
-  // "in use by pid 4242 (not gpufrac)", "in use by pids 1, 2 (not gpufrac)", or without pids
-  // "in use by a process gpufrac did not start": how status and wait reasons name a foreign
-  // workload.
-  static std::string ForeignUseText(const std::vector<unsigned>& pids);
-
  private:
   struct Pending {
     int64_t id;
@@ -112,7 +87,7 @@ class MigScheduler {
     int64_t submitted_ms;
   };
   std::vector<MigGpuSpec> gpus_;
-  MigBackend* backend_;
+  mig::MigBackend* backend_;
   std::vector<Pending> pending_;         // Kept in (queue, submitted, id) order.
   std::map<std::string, int64_t> busy_;  // MIG UUID -> job.
   struct Running {

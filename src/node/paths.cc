@@ -1,13 +1,11 @@
-// Default locations (see paths.h).
+// The service's default locations (see paths.h).
 #include "node/paths.h"
 
-#include <limits.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <functional>
+#include "common/paths.h"
 
 namespace gpufrac::node {
 namespace {
@@ -39,35 +37,8 @@ std::string DefaultSocketPath() {
   return DefaultStateDir() + "/gpufracd.sock";
 }
 
-std::string StateDirTag(const std::string& state_dir) {
-  char tag[9];
-  std::snprintf(tag, sizeof(tag), "%08x",
-                static_cast<unsigned>(std::hash<std::string>{}(state_dir)));
-  return tag;
-}
-
 std::string ServiceInstanceName(const std::string& state_dir) {
   return "gpufracd-" + StateDirTag(state_dir);
 }
-
-std::string ExecutableDir() {
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) return ".";
-  std::string path(exe, static_cast<size_t>(n));
-  return path.substr(0, path.rfind('/'));
-}
-
-std::string LimiterLibraryPath() {
-  if (std::string env = Env("GPUFRAC_LIBRARY"); !env.empty()) return env;
-  return ExecutableDir() + "/../lib/libgpufrac.so";
-}
-
-std::string SimgpuDir() {
-  if (std::string env = Env("GPUFRAC_SIMGPU_DIR"); !env.empty()) return env;
-  return ExecutableDir() + "/../lib/simgpu";
-}
-
-std::string SiblingProgram(const std::string& name) { return ExecutableDir() + "/" + name; }
 
 }  // namespace gpufrac::node

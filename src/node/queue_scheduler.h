@@ -30,6 +30,7 @@
 
 #include "common/gpu_request.h"
 #include "common/status.h"
+#include "machine/node_gpu.h"
 #include "node/job.h"
 #include "node/queue_config.h"
 #include "placement/policies.h"
@@ -37,14 +38,7 @@
 namespace gpufrac::node {
 
 // One GPU of the node as the scheduler sees it.
-struct NodeGpu {
-  int index = 0;               // NVML index.
-  std::string uuid;            // "GPU-...".
-  std::string model;           // Catalogue short name ("H100-80GB"); "" when not in the catalogue.
-  uint64_t memory_bytes = 0;   // Total memory.
-  uint64_t context_bytes = 0;  // Charged per CUDA context (ContextChargeBytes); limits exceed it.
-  bool whole_only = false;     // Mode "whole": serves whole-GPU jobs only, never shares.
-};
+using machine::NodeGpu;
 
 struct SchedulerOptions {
   // A placement policy name (placement/policies.h).

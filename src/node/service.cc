@@ -675,7 +675,7 @@ StatusOr<bool> Service::SetMigMode(int gpu, bool enabled) {
   if (!enabled) {
     // Idle instances go first: MIG mode cannot be turned off under them.
     GPUFRAC_ASSIGN_OR_RETURN(auto instances, config_.mig_backend->List(gpu));
-    for (const MigBackend::InstanceInfo& i : instances) {
+    for (const mig::MigBackend::InstanceInfo& i : instances) {
       GPUFRAC_RETURN_IF_ERROR(config_.mig_backend->Destroy(gpu, i.gi_id));
     }
   }
@@ -765,7 +765,7 @@ StatusOr<std::vector<std::string>> Service::ApplyMigParted(const std::string& ya
                                 " matches no GPU in MIG mode on this node");
   }
   std::vector<std::pair<int, unsigned>> created;
-  std::vector<std::pair<int, MigBackend::InstanceInfo>> destroyed;
+  std::vector<std::pair<int, mig::MigBackend::InstanceInfo>> destroyed;
   // Back to the layout before the apply: what it created goes, what it destroyed comes back
   // (at the same placement).
   auto roll_back = [&](const Status& why) {
@@ -784,7 +784,7 @@ StatusOr<std::vector<std::string>> Service::ApplyMigParted(const std::string& ya
   for (const Step& step : steps) {
     auto existing = config_.mig_backend->List(step.gpu);
     if (!existing.ok()) return roll_back(existing.status());
-    for (const MigBackend::InstanceInfo& i : *existing) {
+    for (const mig::MigBackend::InstanceInfo& i : *existing) {
       Status gone = config_.mig_backend->Destroy(step.gpu, i.gi_id);
       if (!gone.ok()) return roll_back(gone);
       destroyed.push_back({step.gpu, i});
@@ -815,7 +815,7 @@ StatusOr<std::string> Service::ExportMigParted(const std::string& name) {
     if (layout.mig_enabled && layout.model && config_.mig_backend) {
       // An export that silently left a GPU out would wipe it when applied later.
       GPUFRAC_ASSIGN_OR_RETURN(auto instances, config_.mig_backend->List(g.index));
-      for (const MigBackend::InstanceInfo& i : instances) layout.profiles.push_back(i.profile);
+      for (const mig::MigBackend::InstanceInfo& i : instances) layout.profiles.push_back(i.profile);
     }
     layouts.push_back(layout);
   }

@@ -18,11 +18,11 @@
 #include <thread>
 #include <vector>
 
+#include "common/metrics.h"
 #include "common/status.h"
-#include "node/gpu_inventory.h"
+#include "machine/node_gpus.h"
 #include "node/job.h"
 #include "node/job_runner.h"
-#include "node/metrics.h"
 #include "node/mig_scheduler.h"
 #include "node/queue_scheduler.h"
 #include "node/store.h"
@@ -30,16 +30,16 @@
 namespace gpufrac::node {
 
 struct ServiceConfig {
-  std::string state_dir;        // Created if missing (0711): gpufracd.db, jobs/<id>/.
-  QueueConfig queues;           // Parsed queue file (or DefaultQueueConfig()).
-  Inventory inventory;          // The GPUs to schedule.
-  SchedulerOptions scheduler;   // Policy, starvation limit.
-  std::string shim_path;        // gpufrac-shim, absolute.
-  std::string limiter_path;     // libgpufrac.so, absolute.
-  int kill_grace_seconds = 10;  // Cancel: SIGTERM, then SIGKILL after this long.
+  std::string state_dir;         // Created if missing (0711): gpufracd.db, jobs/<id>/.
+  QueueConfig queues;            // Parsed queue file (or DefaultQueueConfig()).
+  machine::Inventory inventory;  // The GPUs to schedule.
+  SchedulerOptions scheduler;    // Policy, starvation limit.
+  std::string shim_path;         // gpufrac-shim, absolute.
+  std::string limiter_path;      // libgpufrac.so, absolute.
+  int kill_grace_seconds = 10;   // Cancel: SIGTERM, then SIGKILL after this long.
   // The driver's MIG operations; must outlive the service. Null: MIG is not available (GPUs
   // in MIG mode are then left alone).
-  MigBackend* mig_backend = nullptr;
+  mig::MigBackend* mig_backend = nullptr;
   // Per GPU index, the MIG tables its driver reported (must outlive the service); GPUs not
   // listed use the built-in catalogue.
   std::map<int, const gpu::MigModel*> mig_models;

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/paths.h"
 #include "k8s/agent_service.h"
 #include "k8s/api_client.h"
 #include "k8s/extender_service.h"
@@ -21,7 +22,6 @@
 #include "k8s/object_fields.h"
 #include "k8s/reservations.h"
 #include "k8s/test_objects.h"
-#include "node/paths.h"
 #include "simgpu/fault_injection.h"
 #include "simgpu/shared_machine.h"
 
@@ -117,7 +117,7 @@ class K8sEndToEnd : public ::testing::Test {
       extender_thread_.join();
     }
     if (agent_) agent_->Stop();
-    simgpu::RemoveSharedMachine("k8s-" + node::StateDirTag(host_dir_.path()));
+    simgpu::RemoveSharedMachine("k8s-" + StateDirTag(host_dir_.path()));
   }
 
   json Call(const std::string& verb, const json& body) {

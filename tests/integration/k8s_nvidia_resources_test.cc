@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "common/paths.h"
 #include "gpu/mig_catalogue.h"
 #include "k8s/agent_service.h"
 #include "k8s/api_client.h"
@@ -18,8 +19,7 @@
 #include "k8s/inventory.h"
 #include "k8s/nvidia_provider.h"
 #include "k8s/object_fields.h"
-#include "node/gpu_inventory.h"
-#include "node/paths.h"
+#include "machine/node_gpus.h"
 #include "simgpu/shared_machine.h"
 
 namespace gpufrac::k8s {
@@ -55,20 +55,19 @@ class NvidiaResourcesTest : public ::testing::Test {
 
   void TearDown() override {
     if (agent_) agent_->Stop();
-    simgpu::RemoveSharedMachine("k8s-" + node::StateDirTag(host_dir_.path()));
+    simgpu::RemoveSharedMachine("k8s-" + StateDirTag(host_dir_.path()));
   }
 
   std::string dev_dir() const { return host_dir_.path() + "/dev"; }
 
   // The simulated machine the agent will open, opened first by the test (to make MIG instances
   // as an operator would with nvidia-smi or mig-parted).
-  node::NodeGpus& Machine() {
+  machine::NodeGpus& Machine() {
     if (!machine_) {
       std::string warning;
-      auto gpus = node::OpenNodeGpus({.sim = kSim,
-                                      .sim_namespace = "k8s-" + node::StateDirTag(host_dir_.path()),
-                                      .whole_gpus = {}},
-                                     &warning);
+      auto gpus = machine::OpenNodeGpus(
+          {.sim = kSim, .sim_namespace = "k8s-" + StateDirTag(host_dir_.path()), .whole_gpus = {}},
+          &warning);
       EXPECT_TRUE(gpus.ok()) << gpus.status().ToString();
       machine_ = std::move(*gpus);
     }
@@ -77,7 +76,7 @@ class NvidiaResourcesTest : public ::testing::Test {
 
   // Creates an instance of `profile` at its `nth` legal placement on MIG GPU 2; its MIG UUID.
   std::string MakeInstance(const std::string& profile, int nth) {
-    node::NodeGpus& m = Machine();
+    machine::NodeGpus& m = Machine();
     const gpu::MigModel* model = m.mig_models.at(2);
     const gpu::MigProfile* p = gpu::FindMigProfile(*model, profile);
     EXPECT_NE(p, nullptr) << profile;
@@ -145,7 +144,7 @@ class NvidiaResourcesTest : public ::testing::Test {
   std::unique_ptr<FakeApiServer> server_;
   std::unique_ptr<ApiClient> client_;
   std::unique_ptr<FakeKubelet> kubelet_;
-  std::unique_ptr<node::NodeGpus> machine_;
+  std::unique_ptr<machine::NodeGpus> machine_;
   std::unique_ptr<AgentService> agent_;
 };
 

@@ -12,7 +12,7 @@ namespace {
 
 // A driver that keeps instances in memory and refuses overlaps, and destroying an instance with
 // processes in it, like NVML.
-class FakeBackend : public MigBackend {
+class FakeBackend : public mig::MigBackend {
  public:
   StatusOr<std::vector<InstanceInfo>> List(int gpu) override { return gpus_[gpu]; }
   StatusOr<InstanceInfo> Create(int gpu, int profile, gpu::MigPlacement p) override {
@@ -142,7 +142,7 @@ TEST_F(MigSchedulerTest, AnInstanceWithAStrangersProcessIsNeitherReusedNorDestro
     EXPECT_EQ(i.pids, std::vector<unsigned>{4242});
   }
   EXPECT_TRUE(shown);
-  EXPECT_EQ(MigScheduler::ForeignUseText({4242}), "in use by pid 4242 (not gpufrac)");
+  EXPECT_EQ(mig::ForeignUseText({4242}), "in use by pid 4242 (not gpufrac)");
 }
 
 TEST_F(MigSchedulerTest, ARequestThatNeedsAStrangersInstanceWaitsAndNamesIt) {

@@ -1,5 +1,6 @@
-// The GPUs a node service schedules: this machine's, found through NVML, or simulated ones when
-// the operator asks for them (`--sim 2xH100-80GB,1xA30-24GB`; never silently).
+// The GPUs a node service or Kubernetes agent serves: this machine's, found through NVML, or
+// simulated ones when the operator asks for them (`--sim 2xH100-80GB,1xA30-24GB`; never
+// silently), with their MIG control.
 #pragma once
 
 #include <deque>
@@ -11,10 +12,10 @@
 
 #include "common/status.h"
 #include "gpu/mig_device.h"
-#include "node/mig_backend_nvml.h"
-#include "node/queue_scheduler.h"
+#include "machine/node_gpu.h"
+#include "mig/nvml_backend.h"
 
-namespace gpufrac::node {
+namespace gpufrac::machine {
 
 struct Inventory {
   std::vector<NodeGpu> gpus;  // Every GPU, MIG-enabled or not.
@@ -46,15 +47,15 @@ StatusOr<Inventory> SimulatedGpus(const std::string& spec, const std::string& si
 // profile tables (the driver's, when the GPU is in MIG mode; else the catalogue's).
 struct NodeGpus {
   Inventory inventory;
-  std::unique_ptr<gpu::MigControl> mig_control;    // Null without MIG support.
-  std::unique_ptr<NvmlMigBackend> mig_backend;     // Null without MIG support.
-  std::map<int, const gpu::MigModel*> mig_models;  // GPUs in MIG mode -> the driver's tables.
-  std::deque<gpu::MigModel> driver_models;         // Storage for those tables.
+  std::unique_ptr<gpu::MigControl> mig_control;      // Null without MIG support.
+  std::unique_ptr<mig::NvmlMigBackend> mig_backend;  // Null without MIG support.
+  std::map<int, const gpu::MigModel*> mig_models;    // GPUs in MIG mode -> the driver's tables.
+  std::deque<gpu::MigModel> driver_models;           // Storage for those tables.
 };
 
 struct NodeGpusOptions {
-  std::string sim;             // Simulated GPUs ("2xH100-80GB"), or "" for this machine's.
-  std::string sim_namespace;   // The simulated machine's name (see SimulatedGpus).
+  std::string sim;              // Simulated GPUs ("2xH100-80GB"), or "" for this machine's.
+  std::string sim_namespace;    // The simulated machine's name (see SimulatedGpus).
   std::vector<int> whole_gpus;  // GPUs that serve whole-GPU jobs only.
 };
 
@@ -64,4 +65,4 @@ struct NodeGpusOptions {
 StatusOr<std::unique_ptr<NodeGpus>> OpenNodeGpus(const NodeGpusOptions& options,
                                                  std::string* warning);
 
-}  // namespace gpufrac::node
+}  // namespace gpufrac::machine

@@ -6,9 +6,9 @@
 #include <thread>
 #include <vector>
 
-#include "node/metrics.h"
+#include "common/metrics.h"
 
-namespace gpufrac::node {
+namespace gpufrac {
 namespace {
 
 TEST(Metrics, EmptyRendersNothing) { EXPECT_EQ(Metrics().Render(), ""); }
@@ -192,4 +192,4 @@ TEST(Metrics, ConcurrentAddsAreNotLost) {
 }
 
 }  // namespace
-}  // namespace gpufrac::node
+}  // namespace gpufrac

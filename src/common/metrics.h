@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace gpufrac::node {
+namespace gpufrac {
 
 using Labels = std::vector<std::pair<std::string, std::string>>;  // name -> value, in order
 
@@ -46,4 +46,4 @@ class Metrics {
   std::map<std::string, Family> families_;
 };
 
-}  // namespace gpufrac::node
+}  // namespace gpufrac

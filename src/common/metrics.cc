@@ -1,6 +1,6 @@
 // Metrics: gauges, counters and a fixed-bucket histogram rendered in Prometheus's text
 // exposition format 0.0.4.
-#include "node/metrics.h"
+#include "common/metrics.h"
 
 #include <charconv>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include <system_error>
 #include <utility>
 
-namespace gpufrac::node {
+namespace gpufrac {
 namespace {
 
 constexpr const char kHistogram[] = "histogram";
@@ -182,4 +182,4 @@ std::string Metrics::Render() const {
   return out;
 }
 
-}  // namespace gpufrac::node
+}  // namespace gpufrac

@@ -1,7 +1,7 @@
-// NvmlMigBackend (see mig_backend_nvml.h).
-#include "node/mig_backend_nvml.h"
+// NvmlMigBackend (see nvml_backend.h).
+#include "mig/nvml_backend.h"
 
-namespace gpufrac::node {
+namespace gpufrac::mig {
 
 NvmlMigBackend::NvmlMigBackend(const gpu::MigControl* control,
                                std::map<int, const gpu::MigModel*> models)
@@ -71,4 +71,4 @@ StatusOr<bool> NvmlMigBackend::SetMode(int gpu, bool enabled) {
   return FailedPreconditionError("GPU " + std::to_string(gpu) + ": " + change.reason);
 }
 
-}  // namespace gpufrac::node
+}  // namespace gpufrac::mig

@@ -1,16 +1,16 @@
 // Builds the scheduler's GPU list from NVML's device list, real or simulated.
-#include "node/gpu_inventory.h"
+#include "machine/node_gpus.h"
 
 #include <unistd.h>
 
 #include <cstdlib>
 
+#include "common/paths.h"
 #include "gpu/devices.h"
 #include "gpu/mig_catalogue.h"
-#include "node/paths.h"
 #include "simgpu/config.h"
 
-namespace gpufrac::node {
+namespace gpufrac::machine {
 namespace {
 
 Inventory FromDevices(const std::vector<gpu::DeviceInfo>& devices) {
@@ -88,9 +88,9 @@ Status ReadMigModes(const gpu::MigControl& control, Inventory* inventory) {
 StatusOr<std::unique_ptr<NodeGpus>> OpenNodeGpus(const NodeGpusOptions& options,
                                                  std::string* warning) {
   auto gpus = std::make_unique<NodeGpus>();
-  StatusOr<Inventory> inventory = options.sim.empty()
-                                      ? DiscoverGpus()
-                                      : SimulatedGpus(options.sim, SimgpuDir(), options.sim_namespace);
+  StatusOr<Inventory> inventory =
+      options.sim.empty() ? DiscoverGpus()
+                          : SimulatedGpus(options.sim, SimgpuDir(), options.sim_namespace);
   if (!inventory.ok()) return inventory.status();
   gpus->inventory = std::move(*inventory);
   for (int index : options.whole_gpus) {
@@ -106,8 +106,8 @@ StatusOr<std::unique_ptr<NodeGpus>> OpenNodeGpus(const NodeGpusOptions& options,
   auto control = gpu::MigControl::Open(gpus->inventory.nvml_library);
   if (!control.ok()) {
     if (warning != nullptr) {
-      *warning = "no MIG control (" + control.status().message() +
-                 "); GPUs in MIG mode are left alone";
+      *warning =
+          "no MIG control (" + control.status().message() + "); GPUs in MIG mode are left alone";
     }
     return gpus;
   }
@@ -126,8 +126,8 @@ StatusOr<std::unique_ptr<NodeGpus>> OpenNodeGpus(const NodeGpusOptions& options,
     models[g.index] = &gpus->driver_models.back();
     gpus->mig_models[g.index] = &gpus->driver_models.back();
   }
-  gpus->mig_backend = std::make_unique<NvmlMigBackend>(gpus->mig_control.get(), models);
+  gpus->mig_backend = std::make_unique<mig::NvmlMigBackend>(gpus->mig_control.get(), models);
   return gpus;
 }
 
-}  // namespace gpufrac::node
+}  // namespace gpufrac::machine

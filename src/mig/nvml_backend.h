@@ -1,4 +1,4 @@
-// The MIG lane's driver: gpu::MigControl (NVML) behind the MigBackend interface, translating
+// The driver's MIG control: gpu::MigControl (NVML) behind the MigBackend interface, translating
 // between the driver's profile ids and the catalogue's profile indexes.
 #pragma once
 
@@ -6,9 +6,9 @@
 
 #include "gpu/mig_catalogue.h"
 #include "gpu/mig_device.h"
-#include "node/mig_scheduler.h"
+#include "mig/backend.h"
 
-namespace gpufrac::node {
+namespace gpufrac::mig {
 
 class NvmlMigBackend : public MigBackend {
  public:
@@ -26,4 +26,4 @@ class NvmlMigBackend : public MigBackend {
   std::map<int, const gpu::MigModel*> models_;
 };
 
-}  // namespace gpufrac::node
+}  // namespace gpufrac::mig
