@@ -20,3 +20,4 @@ gpufrac_test(common_gpu_request_test unit SOURCES unit/common_gpu_request_test.c
 gpufrac_test(proc_process_test unit SOURCES unit/proc_process_test.cc LIBS gpufrac_proc)
 # DESIGN.md's arrows between modules, as docs/architecture.md's table lists them.
 gpufrac_test(design_includes_test unit SOURCES unit/design_includes_test.cc)
+gpufrac_test(gpu_mode_test unit SOURCES unit/gpu_mode_test.cc LIBS gpufrac_gpu_catalogue)

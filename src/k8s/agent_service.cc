@@ -155,9 +155,7 @@ struct AgentService::Impl {
       info.uuid = g.uuid;
       info.model = g.model;
       info.memory_bytes = g.memory_bytes;
-      info.mode = gpus->inventory.mig_enabled.count(g.index) > 0 ? GpuMode::kMig
-                  : g.whole_only                                  ? GpuMode::kWhole
-                                                                  : GpuMode::kShared;
+      info.mode = g.mode;
       auto h = health_now.find(g.uuid);
       if (h == health_now.end()) h = health_now.find("#" + std::to_string(g.index));
       info.healthy = h == health_now.end() || h->second.healthy;

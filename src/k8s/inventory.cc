@@ -11,18 +11,6 @@ namespace gpufrac::k8s {
 
 using nlohmann::json;
 
-std::string_view GpuModeName(GpuMode mode) {
-  switch (mode) {
-    case GpuMode::kWhole:
-      return "whole";
-    case GpuMode::kShared:
-      return "shared";
-    case GpuMode::kMig:
-      return "mig";
-  }
-  return "shared";
-}
-
 const GpuInfo* FindGpu(const NodeInventory& inventory, int index) {
   for (const GpuInfo& g : inventory.gpus) {
     if (g.index == index) return &g;
@@ -37,7 +25,7 @@ json InventoryToJson(const NodeInventory& inventory) {
                 {"uuid", g.uuid},
                 {"model", g.model},
                 {"memory_bytes", g.memory_bytes},
-                {"mode", GpuModeName(g.mode)},
+                {"mode", gpu::GpuModeName(g.mode)},
                 {"healthy", g.healthy}};
     if (g.mode == GpuMode::kMig) {
       json instances = json::array();
@@ -77,15 +65,11 @@ StatusOr<NodeInventory> InventoryFromJson(const json& document) {
     GPUFRAC_ASSIGN_OR_RETURN(std::string mode, JsonField<std::string>(g, "mode", at));
     const bool yes = true;
     GPUFRAC_ASSIGN_OR_RETURN(gpu.healthy, JsonField<bool>(g, "healthy", at, &yes));
-    if (mode == "whole") {
-      gpu.mode = GpuMode::kWhole;
-    } else if (mode == "shared") {
-      gpu.mode = GpuMode::kShared;
-    } else if (mode == "mig") {
-      gpu.mode = GpuMode::kMig;
-    } else {
+    std::optional<GpuMode> parsed = gpu::ParseGpuMode(mode);
+    if (!parsed) {
       return InvalidArgumentError(at + ".mode is \"" + mode + "\"; expected whole, shared or mig");
     }
+    gpu.mode = *parsed;
     if (gpu.index < 0 || !seen.insert(gpu.index).second) {
       return InvalidArgumentError(at + ".index " + std::to_string(gpu.index) +
                                   " is negative or appears twice");

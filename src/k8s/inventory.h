@@ -11,6 +11,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "common/status.h"
+#include "gpu/gpu_mode.h"
 
 namespace gpufrac::k8s {
 
@@ -21,8 +22,7 @@ inline constexpr std::string_view kAnnotationInventory = "gpufrac.io/gpus";
 inline constexpr std::string_view kLabelServesNvidiaGpu = "gpufrac.io/nvidia-gpu-plugin";
 
 // How a GPU is used: whole GPUs only, fractions under the limiter, or dynamic MIG.
-enum class GpuMode { kWhole, kShared, kMig };
-std::string_view GpuModeName(GpuMode mode);  // "whole", "shared", "mig"
+using gpu::GpuMode;
 
 // A MIG instance that exists on a GPU.
 struct MigInstanceInfo {

@@ -14,7 +14,7 @@ extern "C" CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   if (!Active()) return Bypass(real, free, total);
   CUresult r = real(free, total);
   if (r != CUDA_SUCCESS || !free || !total) return r;
-  int gpu = CurrentPlacement().gpu;
+  int gpu = CurrentTarget().gpu;
   if (gpu < 0) return r;
   uint64_t t, f, used;
   VirtualMemory(gpu, *free, &t, &f, &used);

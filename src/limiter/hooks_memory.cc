@@ -11,7 +11,7 @@ namespace {
 // Charges `bytes` to the placement's GPU, lets the driver `allocate`, and records the handle it
 // produced under the charge in `table`. A failed driver call gives the charge back.
 template <typename Allocate, typename Key>
-CUresult Charged(AllocTable& table, Placement at, uint64_t bytes, Allocate allocate, Key key) {
+CUresult Charged(AllocTable& table, AllocTarget at, uint64_t bytes, Allocate allocate, Key key) {
   if (!Charge(at.gpu, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = allocate();
   if (r != CUDA_SUCCESS) {
@@ -43,14 +43,14 @@ CUresult Released(AllocTable& table, uint64_t key, Free free_it) {
 
 // The charge for memory a device pointer points to, for every cuMemAlloc* flavour.
 template <typename Allocate>
-CUresult ChargedPointer(Placement at, uint64_t bytes, CUdeviceptr* dptr, Allocate allocate) {
+CUresult ChargedPointer(AllocTarget at, uint64_t bytes, CUdeviceptr* dptr, Allocate allocate) {
   return Charged(g_rt.pointers, at, bytes, allocate, [dptr] { return *dptr; });
 }
 
 // Where a pool allocates: on the GPU recorded at cuMemPoolCreate, else (default and device pools)
 // the current context's. GPU -1 when it is host memory or a GPU without a limit.
-Placement PlacementForPool(CUmemoryPool pool) {
-  Placement at = CurrentPlacement();
+AllocTarget TargetForPool(CUmemoryPool pool) {
+  AllocTarget at = CurrentTarget();
   ChargeRecord recorded;
   if (g_rt.objects.Find(reinterpret_cast<uint64_t>(pool), &recorded)) {
     at.gpu = recorded.gpu < kMaxLimitedGpus ? recorded.gpu : -1;
@@ -61,7 +61,7 @@ constexpr int kNotLimitedPool = 0xff;
 
 CUresult AllocAsync(cuMemAllocAsync_t real, CUdeviceptr* dptr, size_t bytes, CUstream stream) {
   if (!Active()) return Bypass(real, dptr, bytes, stream);
-  Placement at = CurrentPlacement();
+  AllocTarget at = CurrentTarget();
   if (at.gpu < 0 || !dptr || bytes == 0) return real(dptr, bytes, stream);
   return ChargedPointer(at, bytes, dptr, [&] { return real(dptr, bytes, stream); });
 }
@@ -69,7 +69,7 @@ CUresult AllocAsync(cuMemAllocAsync_t real, CUdeviceptr* dptr, size_t bytes, CUs
 CUresult AllocFromPool(cuMemAllocFromPoolAsync_t real, CUdeviceptr* dptr, size_t bytes,
                        CUmemoryPool pool, CUstream stream) {
   if (!Active()) return Bypass(real, dptr, bytes, pool, stream);
-  Placement at = PlacementForPool(pool);
+  AllocTarget at = TargetForPool(pool);
   if (at.gpu < 0 || !dptr || bytes == 0) return real(dptr, bytes, pool, stream);
   return ChargedPointer(at, bytes, dptr, [&] { return real(dptr, bytes, pool, stream); });
 }
@@ -124,7 +124,7 @@ uint64_t Key(Handle h) {
 extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   auto real = Real_cuMemAlloc_v2();
   if (!Active()) return Bypass(real, dptr, bytes);
-  Placement at = CurrentPlacement();
+  AllocTarget at = CurrentTarget();
   if (at.gpu < 0 || !dptr || bytes == 0) return real(dptr, bytes);
   return ChargedPointer(at, bytes, dptr, [&] { return real(dptr, bytes); });
 }
@@ -134,7 +134,7 @@ extern "C" CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned 
   // is charged in full.
   auto real = Real_cuMemAllocManaged();
   if (!Active()) return Bypass(real, dptr, bytes, flags);
-  Placement at = CurrentPlacement();
+  AllocTarget at = CurrentTarget();
   if (at.gpu < 0 || !dptr || bytes == 0) return real(dptr, bytes, flags);
   return ChargedPointer(at, bytes, dptr, [&] { return real(dptr, bytes, flags); });
 }
@@ -143,7 +143,7 @@ extern "C" CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t 
                                        size_t height, unsigned int element_bytes) {
   auto real = Real_cuMemAllocPitch_v2();
   if (!Active()) return Bypass(real, dptr, pitch, width, height, element_bytes);
-  Placement at = CurrentPlacement();
+  AllocTarget at = CurrentTarget();
   const int gpu = at.gpu;
   if (gpu < 0 || !dptr || !pitch || width == 0 || height == 0) {
     return real(dptr, pitch, width, height, element_bytes);
@@ -224,7 +224,7 @@ extern "C" CUresult cuMemPoolDestroy(CUmemoryPool pool) {
 extern "C" CUresult cuArrayCreate_v2(CUarray* array, const CUDA_ARRAY_DESCRIPTOR* desc) {
   auto real = Real_cuArrayCreate_v2();
   if (!Active()) return Bypass(real, array, desc);
-  Placement at = CurrentPlacement();
+  AllocTarget at = CurrentTarget();
   if (at.gpu < 0 || !array || !desc) return real(array, desc);
   CUDA_ARRAY3D_DESCRIPTOR as3d{desc->Width, desc->Height, 0, desc->Format, desc->NumChannels, 0};
   return Charged(
@@ -235,7 +235,7 @@ extern "C" CUresult cuArrayCreate_v2(CUarray* array, const CUDA_ARRAY_DESCRIPTOR
 extern "C" CUresult cuArray3DCreate_v2(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
   auto real = Real_cuArray3DCreate_v2();
   if (!Active()) return Bypass(real, array, desc);
-  Placement at = CurrentPlacement();
+  AllocTarget at = CurrentTarget();
   if (at.gpu < 0 || !array || !desc) return real(array, desc);
   return Charged(
       g_rt.objects, at, ArrayBytes(*desc, 1), [&] { return real(array, desc); },
@@ -247,7 +247,7 @@ extern "C" CUresult cuMipmappedArrayCreate(CUmipmappedArray* array,
                                            unsigned int levels) {
   auto real = Real_cuMipmappedArrayCreate();
   if (!Active()) return Bypass(real, array, desc, levels);
-  Placement at = CurrentPlacement();
+  AllocTarget at = CurrentTarget();
   if (at.gpu < 0 || !array || !desc) return real(array, desc, levels);
   return Charged(
       g_rt.objects, at, ArrayBytes(*desc, levels), [&] { return real(array, desc, levels); },

@@ -232,7 +232,7 @@ int GpuForOrdinal(abi::CUdevice dev) {
   return gpu;
 }
 
-Placement CurrentPlacement() {
+AllocTarget CurrentTarget() {
   abi::CUcontext ctx = nullptr;
   if (Real_cuCtxGetCurrent()(&ctx) != abi::CUDA_SUCCESS || !ctx) return {-1, 0};
   const uint64_t handle = reinterpret_cast<uint64_t>(ctx);

@@ -88,11 +88,11 @@ int GpuForOrdinal(abi::CUdevice dev);
 // (-1 if none, or not limited) and that context's instance, whose destruction frees the memory.
 // Instances are numbered by the limiter because the driver reuses handles: the primary context
 // keeps its handle when it is destroyed and created again.
-struct Placement {
+struct AllocTarget {
   int gpu;
   uint64_t context;
 };
-Placement CurrentPlacement();
+AllocTarget CurrentTarget();
 // The context with this handle is about to be destroyed: returns its instance (0 if it has none)
 // and makes the next context with the same handle a new instance.
 uint64_t RetireContext(uint64_t handle);

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "gpu/gpu_mode.h"
+
 namespace gpufrac::machine {
 
 // One GPU the node service or agent schedules (not the MIG instances of a GPU in MIG mode).
@@ -13,7 +15,7 @@ struct NodeGpu {
   std::string model;           // Catalogue short name ("H100-80GB"); "" when not in the catalogue.
   uint64_t memory_bytes = 0;   // Total memory.
   uint64_t context_bytes = 0;  // Charged per CUDA context (ContextChargeBytes); limits exceed it.
-  bool whole_only = false;     // Mode "whole": serves whole-GPU jobs only, never shares.
+  gpu::GpuMode mode = gpu::GpuMode::kShared;  // How it is shared now.
 };
 
 }  // namespace gpufrac::machine

@@ -76,11 +76,11 @@ StatusOr<Inventory> SimulatedGpus(const std::string& spec, const std::string& si
 Status ReadMigModes(const gpu::MigControl& control, Inventory* inventory) {
   // Every GPU, not only the catalogue's MIG models: a GPU in MIG mode that gpufrac cannot
   // drive must still be kept out of the shared lane (it has no usable whole device).
-  for (const NodeGpu& g : inventory->gpus) {
+  for (NodeGpu& g : inventory->gpus) {
     auto mode = control.GetMigMode(static_cast<unsigned>(g.index));
     if (!mode.ok() && mode.status().code() == StatusCode::kFailedPrecondition) continue;  // No MIG.
     if (!mode.ok()) return mode.status();
-    if (mode->current) inventory->mig_enabled.insert(g.index);
+    if (mode->current) g.mode = gpu::GpuMode::kMig;
   }
   return OkStatus();
 }
@@ -96,12 +96,15 @@ StatusOr<std::unique_ptr<NodeGpus>> OpenNodeGpus(const NodeGpusOptions& options,
   for (int index : options.whole_gpus) {
     bool found = false;
     for (NodeGpu& g : gpus->inventory.gpus) {
-      if (g.index == index) g.whole_only = found = true;
+      if (g.index != index) continue;
+      g.mode = gpu::GpuMode::kWhole;
+      found = true;
     }
     if (!found) {
       return InvalidArgumentError("--whole-gpus: no GPU " + std::to_string(index) +
                                   " on this node");
     }
+    gpus->inventory.whole_gpus.insert(index);
   }
   auto control = gpu::MigControl::Open(gpus->inventory.nvml_library);
   if (!control.ok()) {
@@ -119,7 +122,7 @@ StatusOr<std::unique_ptr<NodeGpus>> OpenNodeGpus(const NodeGpusOptions& options,
     if (m == nullptr) continue;
     models[g.index] = m;
     // A GPU in MIG mode tells its own profile tables; they win over the built-in ones.
-    if (!gpus->inventory.mig_enabled.count(g.index)) continue;
+    if (g.mode != gpu::GpuMode::kMig) continue;
     auto profiles = gpus->mig_control->Profiles(static_cast<unsigned>(g.index));
     if (!profiles.ok()) continue;
     gpus->driver_models.push_back(gpu::MigModelFromDriver(*m, *profiles));

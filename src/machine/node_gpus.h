@@ -19,7 +19,8 @@ namespace gpufrac::machine {
 
 struct Inventory {
   std::vector<NodeGpu> gpus;  // Every GPU, MIG-enabled or not.
-  std::set<int> mig_enabled;  // Indexes of the GPUs in MIG mode (served by the MIG lane).
+  // GPUs the operator made whole-only (--whole-gpus): their mode whenever MIG mode is off.
+  std::set<int> whole_gpus;
   // Variables every job gets on top of its own environment (the simulated driver's
   // configuration and namespace; LD_LIBRARY_PATH is put in front of the job's own); empty for
   // real GPUs.
@@ -29,7 +30,7 @@ struct Inventory {
   std::string product_name;  // NVML's name of the first GPU ("NVIDIA H100 80GB HBM3").
 };
 
-// Marks the GPUs whose MIG mode is on in `inventory.mig_enabled`, asking `control`.
+// Sets the mode of the GPUs whose MIG mode is on to kMig, asking `control`.
 Status ReadMigModes(const gpu::MigControl& control, Inventory* inventory);
 
 // Real GPUs through libnvidia-ml.so.1. Fails when there is no driver or no GPU, saying how to

@@ -396,7 +396,7 @@ class Api {
       }
       json entry = {
           {"index", g.gpu.index},
-          {"mode", g.gpu.whole_only ? "whole" : "shared"},
+          {"mode", gpu::GpuModeName(g.gpu.mode)},
           {"uuid", g.gpu.uuid},
           {"model", g.gpu.model},
           {"memory_total", g.gpu.memory_bytes},

@@ -545,7 +545,8 @@ StatusOr<std::unique_ptr<QueueScheduler>> QueueScheduler::Create(std::vector<Nod
   // Group GPUs by model; smallest GPUs first, so that bit order is the preference order.
   std::vector<pl::HostGpu> host;
   for (const NodeGpu& gpu : gpus) {
-    host.push_back({gpu.model, gpu.memory_bytes, gpu.context_bytes, gpu.whole_only});
+    host.push_back(
+        {gpu.model, gpu.memory_bytes, gpu.context_bytes, gpu.mode == gpu::GpuMode::kWhole});
   }
   s.groups = pl::GroupHostGpus(host);
   std::stable_sort(

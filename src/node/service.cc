@@ -620,7 +620,7 @@ Status Service::BuildLanes() {
   std::vector<NodeGpu> shared;
   std::vector<MigGpuSpec> mig;
   for (const NodeGpu& g : config_.inventory.gpus) {
-    if (!config_.inventory.mig_enabled.count(g.index)) {
+    if (g.mode != gpu::GpuMode::kMig) {
       shared.push_back(g);
       continue;
     }
@@ -662,7 +662,7 @@ StatusOr<bool> Service::SetMigMode(int gpu, bool enabled) {
                                    ") has no MIG");
   }
   if (!config_.mig_backend) return UnavailableError("MIG control is not available here");
-  bool now = config_.inventory.mig_enabled.count(gpu) > 0;
+  bool now = node_gpu->mode == gpu::GpuMode::kMig;
   if (now == enabled) return false;
   std::vector<int64_t> jobs;
   for (const QueueScheduler::GpuView& view : scheduler_->Gpus()) {
@@ -681,10 +681,11 @@ StatusOr<bool> Service::SetMigMode(int gpu, bool enabled) {
   }
   GPUFRAC_ASSIGN_OR_RETURN(bool reset_needed, config_.mig_backend->SetMode(gpu, enabled));
   if (reset_needed) return true;
-  if (enabled) {
-    config_.inventory.mig_enabled.insert(gpu);
-  } else {
-    config_.inventory.mig_enabled.erase(gpu);
+  for (NodeGpu& g : config_.inventory.gpus) {
+    if (g.index != gpu) continue;
+    g.mode = enabled                                        ? gpu::GpuMode::kMig
+             : config_.inventory.whole_gpus.count(gpu) > 0 ? gpu::GpuMode::kWhole
+                                                            : gpu::GpuMode::kShared;
   }
   GPUFRAC_RETURN_IF_ERROR(BuildLanes());
   // Pending jobs that only the GPU's old mode could serve would wait forever: fail them, as a
@@ -742,7 +743,7 @@ StatusOr<std::vector<std::string>> Service::ApplyMigParted(const std::string& ya
     }
     if (!entry) continue;
     std::string which = "GPU " + std::to_string(g.index) + " (" + g.model + ")";
-    bool enabled = config_.inventory.mig_enabled.count(g.index) > 0;
+    bool enabled = g.mode == gpu::GpuMode::kMig;
     if (entry->mig_enabled != enabled) {
       return FailedPreconditionError(which +
                                      (entry->mig_enabled
@@ -811,7 +812,7 @@ StatusOr<std::string> Service::ExportMigParted(const std::string& name) {
     mig::GpuLayout layout;
     layout.index = g.index;
     layout.model = MigModelOf(g);
-    layout.mig_enabled = config_.inventory.mig_enabled.count(g.index) > 0;
+    layout.mig_enabled = g.mode == gpu::GpuMode::kMig;
     if (layout.mig_enabled && layout.model && config_.mig_backend) {
       // An export that silently left a GPU out would wipe it when applied later.
       GPUFRAC_ASSIGN_OR_RETURN(auto instances, config_.mig_backend->List(g.index));

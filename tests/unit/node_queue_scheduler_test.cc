@@ -145,7 +145,7 @@ TEST(QueueScheduler, TranslatesEachRequestKindPerModel) {
 
 TEST(QueueScheduler, AWholeOnlyGpuNeverTakesAShare) {
   NodeGpu whole = H100(1);
-  whole.whole_only = true;
+  whole.mode = gpu::GpuMode::kWhole;
   auto s = Make({H100(0), whole}, Queues({{"default", 1}}));
   for (int64_t id = 1; id <= 3; ++id) {
     s->Enqueue({.id = id, .queue = 0, .request = GpuRequest::Fraction(500), .submitted_ms = id});
