@@ -7,3 +7,5 @@ add_dependencies(node_service_test gpufracd gpufrac_main gpufrac_shim gpufrac cu
 
 gpufrac_test(node_mig_scheduler_test unit SOURCES unit/node_mig_scheduler_test.cc
              LIBS gpufrac_node_mig)
+gpufrac_test(node_api_routes_test unit SOURCES unit/node_api_routes_test.cc
+             LIBS gpufrac_node_service)

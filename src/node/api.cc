@@ -9,8 +9,11 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <span>
 #include <thread>
 
 #include "common/units.h"
@@ -158,51 +161,76 @@ class Api {
  public:
   Api(Service* service, ApiOptions options) : service_(service), options_(options) {}
 
+  // The route whose pattern matches the path and whose method is the request's: 405 when only
+  // the method differs, 404 when no pattern matches.
   HttpResponse Handle(const HttpRequest& req) {
-    const std::string& p = req.path;
-    if (p == "/metrics" && req.method == "GET") {
-      HttpResponse r;
-      r.content_type = "text/plain; version=0.0.4";
-      r.body = service_->RenderMetrics();
-      return r;
+    bool path_known = false;
+    for (const Route& route : Routes()) {
+      std::optional<PathParams> params = Match(route.pattern, req.path);
+      if (!params) continue;
+      path_known = true;
+      if (route.method == req.method) return (this->*route.handle)(req, *params);
     }
-    if (p == "/v1/health" && req.method == "GET") {
-      return Json(200, {{"ok", true}, {"simulated", service_->simulated()}});
+    if (path_known) {
+      return Json(405, {{"error", req.method + " is not allowed on " + req.path},
+                        {"code", "INVALID_ARGUMENT"}});
     }
-    if (p == "/v1/jobs") {
-      if (req.method == "POST") return Submit(req);
-      if (req.method == "GET") return List(req);
-      return MethodNotAllowed(req);
-    }
-    if (p == "/v1/status" && req.method == "GET") return StatusView();
-    if (p == "/v1/mig/apply" && req.method == "POST") return MigApply(req);
-    if (p == "/v1/mig/export" && req.method == "GET") return MigExport(req);
-    if (p.rfind("/v1/gpus/", 0) == 0 && req.method == "POST") return MigMode(req);
-    if (p == "/v1/queues" && req.method == "GET") return QueuesView();
-    if (p.rfind("/v1/jobs/", 0) == 0) {
-      std::string rest = p.substr(9);
-      std::string action;
-      if (size_t slash = rest.find('/'); slash != std::string::npos) {
-        action = rest.substr(slash + 1);
-        rest = rest.substr(0, slash);
+    return Error(NotFoundError("no such API path: " + req.method + " " + req.path));
+  }
+
+  // Values of a pattern's {name} segments.
+  using PathParams = std::map<std::string, std::string>;
+
+  struct Route {
+    std::string_view method;
+    std::string_view pattern;  // "/v1/jobs/{id}/cancel": {name} takes one non-empty segment.
+    HttpResponse (Api::*handle)(const HttpRequest&, const PathParams&);
+  };
+
+  // The API, one row per route (defined after the class).
+  static std::span<const Route> Routes();
+
+  static std::optional<PathParams> Match(std::string_view pattern, std::string_view path) {
+    PathParams params;
+    while (!pattern.empty() || !path.empty()) {
+      if (pattern.empty() || path.empty() || pattern[0] != '/' || path[0] != '/') {
+        return std::nullopt;
       }
-      int64_t id = 0;
-      if (rest.empty() || rest.size() > 18 ||
-          !std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-        return Error(InvalidArgumentError("job id must be a number, not \"" + rest + "\""));
+      pattern.remove_prefix(1);
+      path.remove_prefix(1);
+      const std::string_view want = pattern.substr(0, pattern.find('/'));
+      const std::string_view got = path.substr(0, path.find('/'));
+      if (want.size() > 2 && want.front() == '{' && want.back() == '}') {
+        if (got.empty()) return std::nullopt;
+        params[std::string(want.substr(1, want.size() - 2))] = std::string(got);
+      } else if (want != got) {
+        return std::nullopt;
       }
-      id = std::stoll(rest);
-      if (action.empty() && req.method == "GET") return GetJob(req, id);
-      if (action == "cancel" && req.method == "POST") return Cancel(req, id);
-      if (action == "output" && req.method == "GET") return Output(req, id);
+      pattern.remove_prefix(want.size());
+      path.remove_prefix(got.size());
     }
-    return Error(NotFoundError("no such API path: " + req.method + " " + p));
+    return params;
   }
 
  private:
-  HttpResponse MethodNotAllowed(const HttpRequest& req) {
-    return Json(405, {{"error", req.method + " is not allowed on " + req.path},
-                      {"code", "INVALID_ARGUMENT"}});
+  // A job id in a path: digits only.
+  static StatusOr<int64_t> JobId(const PathParams& params) {
+    const std::string& id = params.at("id");
+    if (id.empty() || id.size() > 18 || !std::all_of(id.begin(), id.end(), ::isdigit)) {
+      return InvalidArgumentError("job id must be a number, not \"" + id + "\"");
+    }
+    return static_cast<int64_t>(std::stoll(id));
+  }
+
+  HttpResponse Metrics(const HttpRequest&, const PathParams&) {
+    HttpResponse r;
+    r.content_type = "text/plain; version=0.0.4";
+    r.body = service_->RenderMetrics();
+    return r;
+  }
+
+  HttpResponse Health(const HttpRequest&, const PathParams&) {
+    return Json(200, {{"ok", true}, {"simulated", service_->simulated()}});
   }
 
   bool IsAdmin(const Caller& c) const {
@@ -220,7 +248,7 @@ class Api {
     return job;
   }
 
-  HttpResponse Submit(const HttpRequest& req) {
+  HttpResponse Submit(const HttpRequest& req, const PathParams&) {
     json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded() || !body.is_object()) {
       return Error(InvalidArgumentError("the request body must be a JSON object"));
@@ -287,7 +315,7 @@ class Api {
     return Json(201, JobJson(*job, service_->WaitReason(job->id)));
   }
 
-  HttpResponse List(const HttpRequest& req) {
+  HttpResponse List(const HttpRequest& req, const PathParams&) {
     JobFilter filter;
     bool all = req.query.count("all") && req.query.at("all") == "1";
     if (all && !IsAdmin(req.caller)) {
@@ -313,16 +341,20 @@ class Api {
     return Json(200, {{"jobs", list}});
   }
 
-  HttpResponse GetJob(const HttpRequest& req, int64_t id) {
-    auto job = Visible(req.caller, id);
+  HttpResponse GetJob(const HttpRequest& req, const PathParams& params) {
+    StatusOr<int64_t> id = JobId(params);
+    if (!id.ok()) return Error(id.status());
+    auto job = Visible(req.caller, *id);
     if (!job.ok()) return Error(job.status());
-    return Json(200, JobJson(*job, service_->WaitReason(id)));
+    return Json(200, JobJson(*job, service_->WaitReason(*id)));
   }
 
-  HttpResponse Cancel(const HttpRequest& req, int64_t id) {
-    auto visible = Visible(req.caller, id);
+  HttpResponse Cancel(const HttpRequest& req, const PathParams& params) {
+    StatusOr<int64_t> id = JobId(params);
+    if (!id.ok()) return Error(id.status());
+    auto visible = Visible(req.caller, *id);
     if (!visible.ok()) return Error(visible.status());
-    auto job = service_->Cancel(id);
+    auto job = service_->Cancel(*id);
     if (!job.ok()) return Error(job.status());
     return Json(200, JobJson(*job, ""));
   }
@@ -347,7 +379,10 @@ class Api {
     return static_cast<uint64_t>(std::stoull(v));
   }
 
-  HttpResponse Output(const HttpRequest& req, int64_t id) {
+  HttpResponse Output(const HttpRequest& req, const PathParams& params) {
+    StatusOr<int64_t> job_id = JobId(params);
+    if (!job_id.ok()) return Error(job_id.status());
+    const int64_t id = *job_id;
     auto job = Visible(req.caller, id);
     if (!job.ok()) return Error(job.status());
     auto out_offset = Offset(req, "stdout");
@@ -383,7 +418,7 @@ class Api {
     return r;
   }
 
-  HttpResponse StatusView() {
+  HttpResponse StatusView(const HttpRequest&, const PathParams&) {
     json gpus = json::array();
     for (const Service::GpuStatus& g : service_->Gpus()) {
       json workloads = json::array();
@@ -441,12 +476,9 @@ class Api {
   }
 
   // POST /v1/gpus/N/mig {"enabled": bool}
-  HttpResponse MigMode(const HttpRequest& req) {
-    std::string rest = req.path.substr(9);
-    size_t slash = rest.find('/');
-    std::string index = rest.substr(0, slash);
-    if (slash == std::string::npos || rest.substr(slash) != "/mig" || index.empty() ||
-        index.size() > 3 || !std::all_of(index.begin(), index.end(), ::isdigit)) {
+  HttpResponse MigMode(const HttpRequest& req, const PathParams& params) {
+    const std::string& index = params.at("gpu");
+    if (index.size() > 3 || !std::all_of(index.begin(), index.end(), ::isdigit)) {
       return Error(NotFoundError("no such API path: POST " + req.path));
     }
     auto body = AdminBody(req);
@@ -462,7 +494,7 @@ class Api {
   }
 
   // POST /v1/mig/apply {"yaml": "...", "config": "name"}
-  HttpResponse MigApply(const HttpRequest& req) {
+  HttpResponse MigApply(const HttpRequest& req, const PathParams&) {
     auto body = AdminBody(req);
     if (!body.ok()) return Error(body.status());
     auto yaml = OptionalString(*body, "yaml");
@@ -477,7 +509,7 @@ class Api {
     return Json(200, {{"applied", *applied}});
   }
 
-  HttpResponse MigExport(const HttpRequest& req) {
+  HttpResponse MigExport(const HttpRequest& req, const PathParams&) {
     std::string name = req.query.count("name") ? req.query.at("name") : "current";
     if (name.empty() || name.size() > 63) {
       return Error(InvalidArgumentError("name must be 1 to 63 characters"));
@@ -490,7 +522,7 @@ class Api {
     return r;
   }
 
-  HttpResponse QueuesView() {
+  HttpResponse QueuesView(const HttpRequest&, const PathParams&) {
     json queues = json::array();
     const QueueConfig& config = service_->queue_config();
     int priority = 0;
@@ -516,6 +548,33 @@ class Api {
 };
 
 }  // namespace
+
+// api.h's list is checked against this table (ApiRoutes).
+std::span<const Api::Route> Api::Routes() {
+  static const Route kRoutes[] = {
+      {"GET", "/v1/health", &Api::Health},
+      {"POST", "/v1/jobs", &Api::Submit},
+      {"GET", "/v1/jobs", &Api::List},
+      {"GET", "/v1/jobs/{id}", &Api::GetJob},
+      {"POST", "/v1/jobs/{id}/cancel", &Api::Cancel},
+      {"GET", "/v1/jobs/{id}/output", &Api::Output},
+      {"GET", "/v1/status", &Api::StatusView},
+      {"POST", "/v1/gpus/{gpu}/mig", &Api::MigMode},
+      {"POST", "/v1/mig/apply", &Api::MigApply},
+      {"GET", "/v1/mig/export", &Api::MigExport},
+      {"GET", "/v1/queues", &Api::QueuesView},
+      {"GET", "/metrics", &Api::Metrics},
+  };
+  return kRoutes;
+}
+
+std::vector<std::string> ApiRoutes() {
+  std::vector<std::string> out;
+  for (const Api::Route& route : Api::Routes()) {
+    out.push_back(std::string(route.method) + " " + std::string(route.pattern));
+  }
+  return out;
+}
 
 HttpHandler MakeApiHandler(Service* service, ApiOptions options) {
   auto api = std::make_shared<Api>(service, options);

@@ -1,25 +1,32 @@
 // The node service's HTTP+JSON API (version 1): routes, request validation, access control and
 // the JSON shapes the command line reads. Every error is a 4xx/5xx with {"error": one line,
-// "code": "INVALID_ARGUMENT"|...}; nothing a caller sends can crash the service.
+// "code": "INVALID_ARGUMENT"|...}; nothing a caller sends can crash the service. A path that
+// exists with another method is a 405, any other path a 404.
+//
+// The routes ({id}: a job id; {gpu}: a GPU index). api_routes_test checks that this list is
+// exactly the route table in api.cc (ApiRoutes).
 //
 //   GET  /v1/health                     {"ok": true, "simulated": bool}
 //   POST /v1/jobs                       submit: {"command": [...], "cwd": "/abs", "env": [...],
 //                                        "queue"?, "name"?, "request"?: {"gpu-memory": "4G",
-//                                        "gpu-fraction", "gpus", "mig-profile", "gpu-model"},
+//                                        ...: the fields of common/gpu_request.h},
 //                                        "user"? (TCP callers only: required by a root service,
 //                                        never root)} -> 201 job
-//   GET  /v1/jobs[?all=1][&active=1][&limit=N]   your jobs (everyone's with all=1, admins only)
-//   GET  /v1/jobs/ID                    one job
-//   POST /v1/jobs/ID/cancel             cancel (owner or admin)
-//   GET  /v1/jobs/ID/output?stdout=OFF&stderr=OFF&wait=SECONDS
-//        new output from the byte offsets: body = stdout bytes then stderr bytes, lengths in
-//        X-Gpufrac-Stdout-Bytes / X-Gpufrac-Stderr-Bytes, the job's state in X-Gpufrac-State;
-//        waits up to `wait` s (at most 30) for output or the job's end.
+//   GET  /v1/jobs                       ?all=1&active=1&limit=N: your jobs (everyone's with
+//                                        all=1, admins only)
+//   GET  /v1/jobs/{id}                  one job
+//   POST /v1/jobs/{id}/cancel           cancel (owner or admin)
+//   GET  /v1/jobs/{id}/output           ?stdout=OFF&stderr=OFF&wait=SECONDS: new output from the
+//                                        byte offsets: body = stdout bytes then stderr bytes,
+//                                        lengths in X-Gpufrac-Stdout-Bytes /
+//                                        X-Gpufrac-Stderr-Bytes, the job's state in
+//                                        X-Gpufrac-State; waits up to `wait` s (at most 30) for
+//                                        output or the job's end.
 //   GET  /v1/status                     GPUs with their allocations and workloads; "mig": each
 //                                        MIG GPU's instances (profile, start, size, uuid, job)
-//   POST /v1/gpus/N/mig                 {"enabled": bool}: MIG mode on/off (admins; GPU idle)
+//   POST /v1/gpus/{gpu}/mig             {"enabled": bool}: MIG mode on/off (admins; GPU idle)
 //   POST /v1/mig/apply                  {"yaml": mig-parted file, "config": name} (admins)
-//   GET  /v1/mig/export[?name=NAME]     the current layout as a mig-parted file
+//   GET  /v1/mig/export                 ?name=NAME: the current layout as a mig-parted file
 //   GET  /v1/queues                     queues with pending/running jobs and quota use
 //   GET  /metrics                       Prometheus text format
 //
@@ -31,6 +38,8 @@
 #include <sys/types.h>
 
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "node/http_server.h"
 #include "node/service.h"
@@ -43,5 +52,8 @@ struct ApiOptions {
 
 // The handler for HttpServer. `service` must outlive it.
 HttpHandler MakeApiHandler(Service* service, ApiOptions options);
+
+// "METHOD /pattern" of every route, in the route table's order.
+std::vector<std::string> ApiRoutes();
 
 }  // namespace gpufrac::node

@@ -124,8 +124,9 @@ class Daemon {
     httplib::Client c(socket_);
     c.set_address_family(AF_UNIX);
     c.set_read_timeout(40);
-    auto res =
-        method == "GET" ? c.Get(path.c_str()) : c.Post(path.c_str(), body, "application/json");
+    auto res = method == "GET"      ? c.Get(path.c_str())
+               : method == "DELETE" ? c.Delete(path.c_str())
+                                    : c.Post(path.c_str(), body, "application/json");
     Reply r;
     if (!res) return r;
     r.status = res->status;
@@ -282,7 +283,12 @@ TEST(NodeService, MalformedApiInputGetsA4xxAndTheServiceLivesOn) {
   expect_4xx("GET", "/v1/jobs/99999", "", 404);
   expect_4xx("POST", "/v1/jobs/99999/cancel", "", 404);
   expect_4xx("GET", "/v1/nothing", "", 404);
+  expect_4xx("GET", "/v1/jobs/1/nothing", "", 404);
   expect_4xx("GET", "/v1/jobs?limit=-1", "", 400);
+  // A path that exists, with another method.
+  expect_4xx("DELETE", "/v1/jobs", "", 405);
+  expect_4xx("POST", "/v1/status", "{}", 405);
+  expect_4xx("GET", "/v1/jobs/1/cancel", "", 405);
   EXPECT_EQ(d.Get("/v1/health").status, 200);
   EXPECT_TRUE(d.Get("/v1/jobs").body["jobs"].empty());
 }
