@@ -16,6 +16,7 @@
 #include "cli/service_client.h"
 #include "common/units.h"
 #include "mig/backend.h"
+#include "node/job_wire.h"
 
 namespace gpufrac::cli {
 namespace {
@@ -69,44 +70,27 @@ std::string Age(int64_t since_ms) {
 
 std::string Share(double share) { return FormatMilli(static_cast<uint32_t>(share * 1000 + 0.5)); }
 
-std::string GpusText(const json& gpus) {
+std::string GpusText(const std::vector<node::JobWire::Gpu>& gpus) {
   std::string out;
-  for (const json& g : gpus) {
-    out += (out.empty() ? "" : ",") + std::to_string(Int(g, "index"));
-    double share = Num(g, "share");
-    if (share < 1) out += "(" + Share(share) + ")";
+  for (const node::JobWire::Gpu& g : gpus) {
+    out += (out.empty() ? "" : ",") + std::to_string(g.index);
+    if (g.share < 1) out += "(" + Share(g.share) + ")";
   }
   return out.empty() ? "-" : out;
 }
 
-std::string CommandText(const json& job) {
+std::string CommandText(const node::JobWire& job) {
   std::string out;
-  if (job.contains("command") && job["command"].is_array()) {
-    for (const json& a : job["command"]) {
-      if (a.is_string()) out += (out.empty() ? "" : " ") + a.get<std::string>();
-    }
-  }
+  for (const std::string& a : job.command) out += (out.empty() ? "" : " ") + a;
   return out;
 }
 
-// What the job is waiting for, or why it ended.
-std::string Note(const json& job) {
-  if (!Str(job, "waiting_for").empty()) return Str(job, "waiting_for");
-  return Str(job, "reason");
-}
-
-// The job's end as a process exit status: its own code, 128+N for a signal, 1 otherwise.
-int JobExitStatus(const json& job) {
-  std::string state = Str(job, "state");
-  if (state == "succeeded") return 0;
-  if (Int(job, "signal") > 0) return 128 + static_cast<int>(Int(job, "signal"));
-  if (state == "failed" && Int(job, "exit_code") > 0)
-    return static_cast<int>(Int(job, "exit_code"));
-  return 1;
-}
-
-bool IsFinalState(const std::string& state) {
-  return state == "succeeded" || state == "failed" || state == "cancelled" || state == "lost";
+// A job the service sent, or an error saying the answer was not one.
+StatusOr<node::JobWire> ReadJob(const StatusOr<json>& answer) {
+  if (!answer.ok()) return answer.status();
+  StatusOr<node::JobWire> job = node::JobWire::FromJson(*answer);
+  if (!job.ok()) return UnavailableError("gpufracd sent no job: " + job.status().message());
+  return job;
 }
 
 volatile sig_atomic_t g_interrupts = 0;
@@ -202,17 +186,19 @@ StatusOr<json> Submit(ServiceClient& client, const JobCommandOptions& o) {
   return client.Post("/v1/jobs", body);
 }
 
-void PrintJobs(const json& jobs) {
+Status PrintJobs(const json& jobs) {
+  if (!jobs.is_array()) return UnavailableError("gpufracd sent no job list");
   std::printf("%-6s %-10s %-12s %-10s %-28s %-12s %5s  %-30s %s\n", "ID", "USER", "QUEUE", "STATE",
               "REQUEST", "GPUS", "AGE", "COMMAND", "NOTE");
-  for (const json& j : jobs) {
+  for (const json& item : jobs) {
+    GPUFRAC_ASSIGN_OR_RETURN(node::JobWire j, ReadJob(item));
     std::printf("%-6lld %-10s %-12s %-10s %-28s %-12s %5s  %-30s %s\n",
-                static_cast<long long>(Int(j, "id")), Clip(Str(j, "user"), 10).c_str(),
-                Clip(Str(j, "queue"), 12).c_str(), Str(j, "state").c_str(),
-                Clip(Str(j, "request"), 28).c_str(), GpusText(j["gpus"]).c_str(),
-                Age(Int(j, "submitted_ms")).c_str(), Clip(CommandText(j), 30).c_str(),
-                Note(j).c_str());
+                static_cast<long long>(j.id), Clip(j.user, 10).c_str(), Clip(j.queue, 12).c_str(),
+                std::string(node::JobStateName(j.state)).c_str(), Clip(j.request, 28).c_str(),
+                GpusText(j.gpus).c_str(), Age(j.submitted_ms).c_str(),
+                Clip(CommandText(j), 30).c_str(), j.Note().c_str());
   }
+  return OkStatus();
 }
 
 void PrintStatus(const json& status) {
@@ -291,7 +277,8 @@ void PrintQueues(const json& queues) {
 
 // Prints output from the offsets on; with `follow`, until the job has ended and all is printed.
 // Ctrl-C during `run` cancels the job (once) and keeps printing until it ends.
-StatusOr<json> Stream(ServiceClient& client, int64_t id, bool follow, bool cancel_on_interrupt) {
+StatusOr<node::JobWire> Stream(ServiceClient& client, int64_t id, bool follow,
+                               bool cancel_on_interrupt) {
   uint64_t out = 0, err = 0;
   bool cancelled = false;
   int reconnects = 0;
@@ -322,9 +309,10 @@ StatusOr<json> Stream(ServiceClient& client, int64_t id, bool follow, bool cance
     out += chunk->out.size();
     err += chunk->err.size();
     bool drained = chunk->out.empty() && chunk->err.empty();
-    if (drained && (!follow || IsFinalState(chunk->state))) break;
+    std::optional<node::JobState> state = node::ParseJobState(chunk->state);
+    if (drained && (!follow || (state && node::IsFinal(*state)))) break;
   }
-  return client.Get("/v1/jobs/" + std::to_string(id));
+  return ReadJob(client.Get("/v1/jobs/" + std::to_string(id)));
 }
 
 }  // namespace
@@ -349,13 +337,14 @@ int JobCommands::Run() {
   ServiceClient& c = **client;
 
   if (submit_->parsed()) {
-    auto job = Submit(c, o_);
+    auto answer = Submit(c, o_);
+    auto job = ReadJob(answer);
     if (!job.ok()) return Fail(what, job.status());
     if (o_.json) {
-      PrintJson(*job);
+      PrintJson(*answer);
     } else {
-      std::printf("submitted job %lld to queue %s (%s)\n", static_cast<long long>(Int(*job, "id")),
-                  Str(*job, "queue").c_str(), Str(*job, "request").c_str());
+      std::printf("submitted job %lld to queue %s (%s)\n", static_cast<long long>(job->id),
+                  job->queue.c_str(), job->request.c_str());
     }
     return 0;
   }
@@ -364,25 +353,27 @@ int JobCommands::Run() {
     sa.sa_handler = OnInterrupt;
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
-    auto job = Submit(c, o_);
+    auto job = ReadJob(Submit(c, o_));
     if (!job.ok()) return Fail(what, job.status());
-    int64_t id = Int(*job, "id");
-    if (Str(*job, "state") == "pending") {
+    int64_t id = job->id;
+    if (job->state == node::JobState::kPending) {
       std::fprintf(stderr, "gpufrac: job %lld queued in %s (%s)\n", static_cast<long long>(id),
-                   Str(*job, "queue").c_str(), Str(*job, "request").c_str());
+                   job->queue.c_str(), job->request.c_str());
     }
     auto final_job = Stream(c, id, /*follow=*/true, /*cancel_on_interrupt=*/true);
     if (!final_job.ok()) {
       int rc = Fail(what, final_job.status());
       return g_interrupts > 1 ? 130 : rc;
     }
-    std::string state = Str(*final_job, "state");
-    if (state != "succeeded") {
-      std::fprintf(stderr, "gpufrac: job %lld %s%s\n", static_cast<long long>(id), state.c_str(),
-                   Note(*final_job).empty() ? "" : (": " + Note(*final_job)).c_str());
+    const node::JobState state = final_job->state;
+    const std::string note = final_job->Note();
+    if (state != node::JobState::kSucceeded) {
+      std::fprintf(stderr, "gpufrac: job %lld %s%s\n", static_cast<long long>(id),
+                   std::string(node::JobStateName(state)).c_str(),
+                   note.empty() ? "" : (": " + note).c_str());
     }
-    if (state == "cancelled" && g_interrupts > 0) return 130;
-    return JobExitStatus(*final_job);
+    if (state == node::JobState::kCancelled && g_interrupts > 0) return 130;
+    return final_job->ExitStatus();
   }
   if (ps_->parsed()) {
     std::string path = "/v1/jobs?limit=" + std::to_string(o_.limit);
@@ -393,7 +384,8 @@ int JobCommands::Run() {
     if (o_.json) {
       PrintJson(*jobs);
     } else {
-      PrintJobs((*jobs)["jobs"]);
+      Status printed = PrintJobs((*jobs)["jobs"]);
+      if (!printed.ok()) return Fail(what, printed);
     }
     return 0;
   }
@@ -406,15 +398,17 @@ int JobCommands::Run() {
     int rc = 0;
     json results = json::array();
     for (int64_t id : o_.ids) {
-      auto job = c.Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+      auto answer = c.Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+      auto job = ReadJob(answer);
       if (!job.ok()) {
         rc = std::max(rc, Fail(what, job.status()));
         continue;
       }
-      results.push_back(*job);
+      results.push_back(*answer);
       if (!o_.json) {
-        std::printf("job %lld: %s\n", static_cast<long long>(id),
-                    Str(*job, "state") == "cancelled" ? "cancelled" : "cancelling (SIGTERM sent)");
+        std::printf(
+            "job %lld: %s\n", static_cast<long long>(id),
+            job->state == node::JobState::kCancelled ? "cancelled" : "cancelling (SIGTERM sent)");
       }
     }
     if (o_.json) PrintJson(json{{"jobs", results}});

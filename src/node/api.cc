@@ -18,6 +18,7 @@
 
 #include "common/units.h"
 #include "node/job_runner.h"
+#include "node/job_wire.h"
 
 namespace gpufrac::node {
 namespace {
@@ -80,39 +81,8 @@ bool InGroup(uid_t uid, gid_t gid, gid_t group) {
   return std::find(groups.begin(), groups.begin() + n, group) != groups.begin() + n;
 }
 
-json GpusJson(const std::vector<GpuShare>& gpus) {
-  json out = json::array();
-  for (const GpuShare& g : gpus) {
-    out.push_back({{"index", g.index},
-                   {"uuid", g.uuid},
-                   {"share", g.milli / 1000.0},
-                   {"memory_limit", g.memory_bytes}});
-  }
-  return out;
-}
-
 json JobJson(const Job& job, const std::string& wait_reason) {
-  json j = {{"id", job.id},
-            {"name", job.spec.name},
-            {"queue", job.spec.queue},
-            {"user", job.spec.user},
-            {"uid", job.spec.uid},
-            {"state", std::string(JobStateName(job.state))},
-            {"request", FormatGpuRequest(job.spec.request)},
-            {"command", job.spec.command},
-            {"cwd", job.spec.cwd},
-            {"submitted_ms", job.submitted_ms},
-            {"started_ms", job.started_ms},
-            {"ended_ms", job.ended_ms},
-            {"gpus", GpusJson(job.gpus)},
-            {"cancel_requested", job.cancel_requested}};
-  if (IsFinal(job.state)) {
-    j["exit_code"] = job.exit_code;
-    j["signal"] = job.signal;
-    j["reason"] = job.reason;
-  }
-  if (!wait_reason.empty()) j["waiting_for"] = wait_reason;
-  return j;
+  return JobWire::Of(job, wait_reason).ToJson();
 }
 
 // A request field given as a string or a number ("0.25" or 0.25), as flags are text.
