@@ -1,2 +1,3 @@
 # Tests of mig-parted configuration files: parsing, device matching, layout placement, export.
 gpufrac_test(mig_parted_test unit SOURCES unit/mig_parted_test.cc LIBS gpufrac_mig_config)
+gpufrac_test(mig_apply_test unit SOURCES unit/mig_apply_test.cc LIBS gpufrac_mig_control)

@@ -21,6 +21,7 @@
 #include "common/text.h"
 #include "common/units.h"
 #include "launch/budgets.h"
+#include "mig/apply.h"
 #include "mig/mig_parted.h"
 #include "node/paths.h"
 
@@ -713,93 +714,20 @@ StatusOr<bool> Service::SetMigMode(int gpu, bool enabled) {
 StatusOr<std::vector<std::string>> Service::ApplyMigParted(const std::string& yaml,
                                                            const std::string& config_name) {
   GPUFRAC_ASSIGN_OR_RETURN(mig::MigPartedFile file, mig::ParseMigParted(yaml, "the file"));
-  std::string names;
-  for (const mig::MigPartedConfig& c : file.configs) names += (names.empty() ? "" : ", ") + c.name;
-  const mig::MigPartedConfig* config =
-      config_name.empty() && file.configs.size() == 1 ? &file.configs[0] : file.Find(config_name);
-  if (config_name.empty() && !config) {
-    return InvalidArgumentError("the file has several configurations (" + names +
-                                "); name one with -c");
-  }
-  if (!config) {
-    return NotFoundError("no configuration " + config_name + " in the file (it has: " + names +
-                         ")");
-  }
+  GPUFRAC_ASSIGN_OR_RETURN(const mig::MigPartedConfig* config,
+                           mig::ChooseConfig(file, config_name));
   std::lock_guard<std::mutex> lock(mu_);
   if (!config_.mig_backend) return UnavailableError("MIG control is not available here");
-  struct Step {
-    int gpu;
-    const gpu::MigModel* model;
-    std::vector<mig::LayoutInstance> layout;
-  };
-  std::vector<Step> steps;
-  // Everything is checked before anything changes.
+  std::vector<mig::ApplyTarget> targets;
   for (const NodeGpu& g : config_.inventory.gpus) {
-    const gpu::GpuModel* model = g.model.empty() ? nullptr : gpu::FindModel(g.model);
-    if (!model) continue;
-    const mig::MigPartedEntry* entry = nullptr;
-    for (const mig::MigPartedEntry& e : config->entries) {
-      if (!entry && mig::EntryMatches(e, g.index, *model)) entry = &e;
-    }
-    if (!entry) continue;
-    std::string which = "GPU " + std::to_string(g.index) + " (" + g.model + ")";
-    bool enabled = g.mode == gpu::GpuMode::kMig;
-    if (entry->mig_enabled != enabled) {
-      return FailedPreconditionError(which +
-                                     (entry->mig_enabled
-                                          ? " is not in MIG mode; run gpufrac mig enable --gpu "
-                                          : " is in MIG mode; run gpufrac mig disable --gpu ") +
-                                     std::to_string(g.index) + " first");
-    }
-    const gpu::MigModel* mig_model = MigModelOf(g);
-    if (!enabled || !mig_model) continue;
-    if (mig_->Busy(g.index)) {
-      return FailedPreconditionError(which +
-                                     " has MIG instances serving jobs; apply needs it idle");
-    }
-    auto layout = mig::PlaceLayout(*mig_model, entry->mig_devices);
-    if (!layout.ok()) return layout.status().WithContext(which);
-    steps.push_back({g.index, mig_model, *layout});
+    targets.push_back({.index = g.index,
+                       .model = g.model.empty() ? nullptr : gpu::FindModel(g.model),
+                       .mig_enabled = g.mode == gpu::GpuMode::kMig,
+                       .mig_model = MigModelOf(g),
+                       .busy = mig_->Busy(g.index)});
   }
-  if (steps.empty()) {
-    return InvalidArgumentError("configuration " + config->name +
-                                " matches no GPU in MIG mode on this node");
-  }
-  std::vector<std::pair<int, unsigned>> created;
-  std::vector<std::pair<int, mig::MigBackend::InstanceInfo>> destroyed;
-  // Back to the layout before the apply: what it created goes, what it destroyed comes back
-  // (at the same placement).
-  auto roll_back = [&](const Status& why) {
-    for (const auto& [gpu, gi] : created) (void)config_.mig_backend->Destroy(gpu, gi);
-    int restored = 0;
-    for (const auto& [gpu, info] : destroyed) {
-      restored += config_.mig_backend->Create(gpu, info.profile, info.placement).ok();
-    }
-    return Status(why.code(), why.message() + "; rolled back: the " +
-                                  std::to_string(created.size()) +
-                                  " instance(s) this apply created were destroyed again and " +
-                                  std::to_string(restored) + " of the " +
-                                  std::to_string(destroyed.size()) + " it removed restored");
-  };
-  std::vector<std::string> report;
-  for (const Step& step : steps) {
-    auto existing = config_.mig_backend->List(step.gpu);
-    if (!existing.ok()) return roll_back(existing.status());
-    for (const mig::MigBackend::InstanceInfo& i : *existing) {
-      Status gone = config_.mig_backend->Destroy(step.gpu, i.gi_id);
-      if (!gone.ok()) return roll_back(gone);
-      destroyed.push_back({step.gpu, i});
-    }
-    std::string line = "GPU " + std::to_string(step.gpu) + ":";
-    for (const mig::LayoutInstance& want : step.layout) {
-      auto made = config_.mig_backend->Create(step.gpu, want.profile, want.placement);
-      if (!made.ok()) return roll_back(made.status());
-      created.push_back({step.gpu, made->gi_id});
-      line += " " + gpu::MigProfileName(*step.model, step.model->profiles[want.profile]) + "@" +
-              std::to_string(want.placement.start);
-    }
-    report.push_back(line);
-  }
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<std::string> report,
+                           mig::ApplyConfig(*config, targets, *config_.mig_backend));
   kicked_ = true;
   wake_.notify_one();
   return report;

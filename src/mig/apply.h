@@ -1,0 +1,38 @@
+// Applying a configuration of a mig-parted file to GPUs through the driver's MIG control:
+// everything is checked before anything changes, and a failure part-way puts back the layout
+// the GPUs had (what the apply created is destroyed, what it removed is created again).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "gpu/catalogue.h"
+#include "gpu/mig_catalogue.h"
+#include "mig/backend.h"
+#include "mig/mig_parted.h"
+
+namespace gpufrac::mig {
+
+// A GPU the configuration may apply to, as its owner sees it now.
+struct ApplyTarget {
+  int index = 0;
+  const gpu::GpuModel* model = nullptr;  // Null: not in the catalogue (never matched).
+  bool mig_enabled = false;
+  const gpu::MigModel* mig_model = nullptr;  // Its profile tables; null when gpufrac lacks them.
+  bool busy = false;                         // Instances of it serve workloads.
+};
+
+// The configuration called `name` in `file`, or its only one when `name` is empty. Errors name
+// the configurations the file has.
+StatusOr<const MigPartedConfig*> ChooseConfig(const MigPartedFile& file, const std::string& name);
+
+// Replaces the instances of every GPU in MIG mode that `config` matches by its layout. Refused
+// (nothing changed) when a matched GPU's MIG mode differs from the configuration's, a matched GPU
+// is busy, a layout does not fit, or nothing matches. Returns a line per GPU changed ("GPU 0:
+// 3g.40gb@0 2g.20gb@4 ...").
+StatusOr<std::vector<std::string>> ApplyConfig(const MigPartedConfig& config,
+                                               const std::vector<ApplyTarget>& gpus,
+                                               MigBackend& backend);
+
+}  // namespace gpufrac::mig
