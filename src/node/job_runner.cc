@@ -117,6 +117,7 @@ class PrepareUndo {
   }
   void SetDir(const std::string& dir) { dir_ = dir; }
   void SetShim(pid_t pid) { shim_ = pid; }
+  pid_t shim() const { return shim_; }
   void Commit() { committed_ = true; }
 
  private:
@@ -130,48 +131,19 @@ void CloseIfOpen(int& fd) {
   fd = -1;
 }
 
-}  // namespace
-
-std::string Outcome::Describe() const {
-  switch (kind) {
-    case Kind::kExited:
-      return "exit code " + std::to_string(code);
-    case Kind::kSignaled: {
-      const char* name = sigdescr_np(code);
-      return "killed by signal " + std::to_string(code) +
-             (name ? std::string(" (") + name + ")" : std::string());
-    }
-    case Kind::kNotStarted:
-      return "never started";
-    case Kind::kExecFailed:
-      return std::string("could not start the command: ") + std::strerror(code);
-  }
-  return "unknown outcome";
-}
-
-JobRunner::JobRunner(std::string shim_path) : shim_path_(std::move(shim_path)) {}
-
-JobRunner::~JobRunner() {
-  for (auto& [pid, fd] : go_pipes_) close(fd);
-}
-
-StatusOr<proc::ProcessId> JobRunner::Prepare(const LaunchSpec& spec) {
-  GPUFRAC_RETURN_IF_ERROR(Validate(spec));
-  GPUFRAC_ASSIGN_OR_RETURN(std::string limits_text,
-                           launch::LimitFileText(spec.workload, spec.gpus));
+// Step 1 of Prepare: JOB_DIR with the shim's spec (the job's command and environment), the
+// read-only limit file and empty logs.
+Status WriteJobDir(const LaunchSpec& spec, const std::string& limits_text, PrepareUndo* undo) {
   const std::string& dir = spec.job_dir;
   const std::string limit_file = dir + "/" + kLimitsFile;
-
-  PrepareUndo undo;
   if (mkdir(dir.c_str(), 0711) != 0) {
     return UnavailableError(ErrnoText("cannot create the job directory " + dir, errno));
   }
-  undo.SetDir(dir);
+  undo->SetDir(dir);
   // 0711: the job's user reaches the limit file by name but cannot list or change the directory.
   if (chmod(dir.c_str(), 0711) != 0) {
     return UnavailableError(ErrnoText("cannot set the mode of " + dir, errno));
   }
-
   std::vector<std::string> uuids;
   for (const launch::LimitedGpu& gpu : spec.gpus) uuids.push_back(gpu.uuid);
   nlohmann::json shim_spec = {
@@ -190,22 +162,22 @@ StatusOr<proc::ProcessId> JobRunner::Prepare(const LaunchSpec& spec) {
       launch::WriteNewFile(dir + "/" + kSpecFile, shim_spec.dump() + "\n", 0600));
   // Read-only for everyone: the limiter refuses a limit file its workload could rewrite.
   GPUFRAC_RETURN_IF_ERROR(launch::WriteNewFile(limit_file, limits_text, 0444));
-  GPUFRAC_RETURN_IF_ERROR(launch::WriteNewFile(dir + "/" + kStdout, "", 0600));
-  GPUFRAC_RETURN_IF_ERROR(launch::WriteNewFile(dir + "/" + kStderr, "", 0600));
+  GPUFRAC_RETURN_IF_ERROR(launch::WriteNewFile(dir + "/" + JobRunner::kStdout, "", 0600));
+  return launch::WriteNewFile(dir + "/" + JobRunner::kStderr, "", 0600);
+}
 
-  std::optional<launch::WorkloadBudgets::Owner> owner;
-  if (geteuid() == 0 && spec.uid != geteuid()) owner = {spec.uid, spec.gid};
-  GPUFRAC_ASSIGN_OR_RETURN(launch::WorkloadBudgets budgets,
-                           launch::WorkloadBudgets::Create(spec.workload, spec.gpus, owner));
-
+// Step 3 of Prepare: forks and execs `shim_path JOB_DIR` with its go-ahead pipe on kGoAheadFd,
+// /dev/null as stdin and stdout and the job's stderr log as stderr. Returns the write end of the
+// go-ahead pipe; the shim's pid is handed to `undo` as soon as it exists.
+StatusOr<int> ForkShim(const std::string& shim_path, const std::string& dir, PrepareUndo* undo) {
   // Everything the child needs is made before fork: the service is multi-threaded, so the child
   // may only make async-signal-safe calls until it execs.
-  std::string shim_arg0 = shim_path_, dir_arg = dir;
+  std::string shim_arg0 = shim_path, dir_arg = dir;
   char* argv[] = {shim_arg0.data(), dir_arg.data(), nullptr};
   char* envp[] = {nullptr};  // The shim needs none; the service's own must not leak into it.
   int dev_null = open("/dev/null", O_RDWR | O_CLOEXEC);
   // The shim's own complaints go where the user will look: the job's stderr log.
-  int err_log = open((dir + "/" + kStderr).c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  int err_log = open((dir + "/" + JobRunner::kStderr).c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   int go[2] = {-1, -1}, exec_err[2] = {-1, -1};
   if (dev_null < 0 || err_log < 0 || pipe2(go, O_CLOEXEC) != 0 || pipe2(exec_err, O_CLOEXEC) != 0) {
     int err = errno;
@@ -257,7 +229,7 @@ StatusOr<proc::ProcessId> JobRunner::Prepare(const LaunchSpec& spec) {
     CloseIfOpen(exec_err[0]);
     return UnavailableError(ErrnoText("cannot fork the job's supervisor", fork_errno));
   }
-  undo.SetShim(pid);
+  undo->SetShim(pid);
   // The report pipe closes on a successful exec; otherwise it carries the child's errno.
   int exec_errno = 0;
   ssize_t n;
@@ -266,17 +238,59 @@ StatusOr<proc::ProcessId> JobRunner::Prepare(const LaunchSpec& spec) {
   CloseIfOpen(exec_err[0]);
   if (n > 0) {
     CloseIfOpen(go[1]);
-    return UnavailableError(ErrnoText("cannot run the job supervisor " + shim_path_, exec_errno));
+    return UnavailableError(ErrnoText("cannot run the job supervisor " + shim_path, exec_errno));
   }
+  return go[1];
+}
+
+}  // namespace
+
+std::string Outcome::Describe() const {
+  switch (kind) {
+    case Kind::kExited:
+      return "exit code " + std::to_string(code);
+    case Kind::kSignaled: {
+      const char* name = sigdescr_np(code);
+      return "killed by signal " + std::to_string(code) +
+             (name ? std::string(" (") + name + ")" : std::string());
+    }
+    case Kind::kNotStarted:
+      return "never started";
+    case Kind::kExecFailed:
+      return std::string("could not start the command: ") + std::strerror(code);
+  }
+  return "unknown outcome";
+}
+
+JobRunner::JobRunner(std::string shim_path) : shim_path_(std::move(shim_path)) {}
+
+JobRunner::~JobRunner() {
+  for (auto& [pid, fd] : go_pipes_) close(fd);
+}
+
+StatusOr<proc::ProcessId> JobRunner::Prepare(const LaunchSpec& spec) {
+  GPUFRAC_RETURN_IF_ERROR(Validate(spec));
+  GPUFRAC_ASSIGN_OR_RETURN(std::string limits_text,
+                           launch::LimitFileText(spec.workload, spec.gpus));
+  PrepareUndo undo;
+  // 1. The job's directory.
+  GPUFRAC_RETURN_IF_ERROR(WriteJobDir(spec, limits_text, &undo));
+  // 2. Its budgets, handed to the job's user.
+  std::optional<launch::WorkloadBudgets::Owner> owner;
+  if (geteuid() == 0 && spec.uid != geteuid()) owner = {spec.uid, spec.gid};
+  GPUFRAC_ASSIGN_OR_RETURN(launch::WorkloadBudgets budgets,
+                           launch::WorkloadBudgets::Create(spec.workload, spec.gpus, owner));
+  // 3. Its supervisor, waiting for the go-ahead.
+  GPUFRAC_ASSIGN_OR_RETURN(int go, ForkShim(shim_path_, spec.job_dir, &undo));
   proc::ProcessId ref;
-  if (!proc::ReadProcessId(pid, &ref)) {
-    CloseIfOpen(go[1]);
-    return UnavailableError("the job's supervisor (pid " + std::to_string(pid) +
+  if (!proc::ReadProcessId(undo.shim(), &ref)) {
+    close(go);
+    return UnavailableError("the job's supervisor (pid " + std::to_string(undo.shim()) +
                             ") ended as soon as it started");
   }
   undo.Commit();
   budgets.Keep();  // Cleanup() removes them when the job has ended.
-  go_pipes_[pid] = go[1];
+  go_pipes_[ref.pid] = go;
   return ref;
 }
 
