@@ -238,6 +238,158 @@ std::string GpuList(const std::vector<GpuState>& states) {
   return list;
 }
 
+// Step 1: the GPUs of the request's model (any, when it names none) whose profiles can hold it,
+// with the smallest profile that does on each. Errors when there is none.
+StatusOr<std::vector<GpuState>> EligibleGpus(const std::vector<MigGpu>& gpus,
+                                             const GpuRequest& request, bool gpufrac,
+                                             std::span<const ProfileDemand> demand) {
+  std::vector<GpuState> states;
+  states.reserve(gpus.size());
+  std::optional<Status> first_error;
+  bool model_matched = false;
+  for (const MigGpu& g : gpus) {
+    if (g.model == nullptr) continue;
+    if (!request.gpu_model.empty() &&
+        (g.model->model == nullptr ||
+         !EqualsIgnoreCase(g.model->model->short_name, request.gpu_model))) {
+      continue;
+    }
+    model_matched = true;
+    StatusOr<const MigProfile*> profile = SmallestProfile(*g.model, request);
+    if (!profile.ok()) {
+      if (!first_error) first_error = profile.status().WithContext("GPU " + std::to_string(g.gpu));
+      continue;
+    }
+    GpuState s;
+    s.gpu = &g;
+    s.profile = *profile;
+    s.profile_index = static_cast<int>(*profile - g.model->profiles);
+    s.order = OrderOf(*g.model);
+    s.all = OccupancyOf(g, /*busy_only=*/false);
+    s.busy = OccupancyOf(g, /*busy_only=*/true);
+    if (gpufrac) {
+      s.all_capacity = CapacityVector(*g.model, s.order, s.all);
+      s.busy_capacity = CapacityVector(*g.model, s.order, s.busy);
+      s.weights = WeightsOf(*g.model, s.order, demand);
+    }
+    states.push_back(s);
+  }
+  if (states.empty()) {
+    if (first_error) return *first_error;
+    if (!request.gpu_model.empty() && !model_matched && !gpus.empty()) {
+      return NotFoundError("no MIG GPU of model " + request.gpu_model + " on this node");
+    }
+    return FailedPreconditionError("no GPU is in MIG mode");
+  }
+
+  return states;
+}
+
+// Step 2: the idle instance of exactly the chosen profile to reuse, if any: it saves creating
+// one (seconds on a real GPU). gpufrac ranks idle instances by what their reuse rules out (their
+// slices turn busy), which usually picks one on the fullest GPU; the baseline takes the first.
+std::optional<Candidate> BestReuse(const std::vector<GpuState>& states, bool gpufrac) {
+  std::optional<Candidate> reuse;
+  for (const GpuState& s : states) {
+    const MigGpu& g = *s.gpu;
+    for (size_t i = 0; i < g.instances.size(); ++i) {
+      const Instance& instance = g.instances[i];
+      if (instance.busy || instance.profile != s.profile_index) continue;
+      KeyBuilder key;
+      int64_t cost = 0;
+      Capacity loss{};
+      if (gpufrac) {
+        Occupancy after = s.busy;
+        after.Add(*g.model, instance);
+        loss = LossOf(s.busy_capacity, CapacityVector(*g.model, s.order, after));
+        cost = DemandCost(s.weights, loss);
+        key.Add(static_cast<int64_t>(s.profile->memory_bytes))
+            .Add(cost)
+            .AddLoss(loss)
+            .Add(-s.busy.used_slices);
+      }
+      key.Add(g.gpu).Add(static_cast<int64_t>(i));
+      Offer(reuse, key.Build(),
+            Plan{.gpu = g.gpu,
+                 .profile = s.profile_index,
+                 .reuse = static_cast<int>(i),
+                 .placement = instance.placement,
+                 .destroy = {}},
+            cost, loss);
+    }
+  }
+  return reuse;
+}
+
+// Step 3: the best placement to create the chosen profile on: on free slices, or (`destroying`)
+// after destroying the idle instances in the way, as few slices as possible. gpufrac ranks
+// placements by what they rule out first.
+std::optional<Candidate> BestCreate(const std::vector<GpuState>& states, bool gpufrac,
+                                    bool destroying) {
+  std::optional<Candidate> best;
+  for (const GpuState& s : states) {
+    const MigGpu& g = *s.gpu;
+    const MigProfile& profile = *s.profile;
+    for (int st = 0; st < profile.start_count; ++st) {
+      const MigPlacement& placement = profile.starts[st];
+      SliceMask mask = MaskOf(placement);
+      std::vector<int> destroy;
+      int destroyed_slices = 0;
+      int count = s.all.count[s.profile_index];
+      if (!destroying) {
+        if ((s.all.used & mask) != 0) continue;
+      } else {
+        if ((s.busy.used & mask) != 0) continue;  // Never a busy instance.
+        for (size_t i = 0; i < g.instances.size(); ++i) {
+          const Instance& instance = g.instances[i];
+          if (instance.busy || (MaskOf(instance.placement) & mask) == 0) continue;
+          destroy.push_back(static_cast<int>(i));
+          destroyed_slices += g.model->profiles[instance.profile].memory_slices;
+          if (instance.profile == s.profile_index) --count;
+        }
+        if (destroy.empty()) continue;  // Found without destroying.
+      }
+      if (count >= profile.max_count) continue;
+      KeyBuilder key;
+      int64_t cost = 0;
+      Capacity loss{};
+      if (gpufrac) {
+        Occupancy busy_after = s.busy;
+        busy_after.Add(*g.model, Instance{s.profile_index, placement, true});
+        // With idle instances counted, after destroying those in the way.
+        Occupancy all_after;
+        for (size_t i = 0; i < g.instances.size(); ++i) {
+          if (std::find(destroy.begin(), destroy.end(), static_cast<int>(i)) == destroy.end()) {
+            all_after.Add(*g.model, g.instances[i]);
+          }
+        }
+        all_after.Add(*g.model, Instance{s.profile_index, placement, true});
+        loss = LossOf(s.busy_capacity, CapacityVector(*g.model, s.order, busy_after));
+        cost = DemandCost(s.weights, loss);
+        key.Add(static_cast<int64_t>(profile.memory_bytes))
+            .Add(cost)
+            .AddLoss(loss)
+            .Add(destroyed_slices)
+            .Add(static_cast<int64_t>(destroy.size()))
+            .AddLoss(LossOf(s.all_capacity, CapacityVector(*g.model, s.order, all_after)))
+            .Add(-s.busy.used_slices)
+            .Add(-s.all.used_slices);
+      } else {
+        key.Add(destroyed_slices).Add(static_cast<int64_t>(destroy.size()));
+      }
+      key.Add(g.gpu).Add(placement.start);
+      Offer(best, key.Build(),
+            Plan{.gpu = g.gpu,
+                 .profile = s.profile_index,
+                 .reuse = std::nullopt,
+                 .placement = placement,
+                 .destroy = std::move(destroy)},
+            cost, loss);
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 uint32_t ProfileMilli(const MigModel& model, const MigProfile& profile) {
@@ -298,152 +450,20 @@ StatusOr<Plan> PlanRequest(const std::vector<MigGpu>& gpus, const GpuRequest& re
         "--gpu-memory, --gpu-fraction or --mig-profile on a MIG GPU");
   }
   const bool gpufrac = rule == PlacementRule::kGpufrac;
-  std::vector<GpuState> states;
-  states.reserve(gpus.size());
-  std::optional<Status> first_error;
-  bool model_matched = false;
-  for (const MigGpu& g : gpus) {
-    if (g.model == nullptr) continue;
-    if (!request.gpu_model.empty() &&
-        (g.model->model == nullptr ||
-         !EqualsIgnoreCase(g.model->model->short_name, request.gpu_model))) {
-      continue;
-    }
-    model_matched = true;
-    StatusOr<const MigProfile*> profile = SmallestProfile(*g.model, request);
-    if (!profile.ok()) {
-      if (!first_error) first_error = profile.status().WithContext("GPU " + std::to_string(g.gpu));
-      continue;
-    }
-    GpuState s;
-    s.gpu = &g;
-    s.profile = *profile;
-    s.profile_index = static_cast<int>(*profile - g.model->profiles);
-    s.order = OrderOf(*g.model);
-    s.all = OccupancyOf(g, /*busy_only=*/false);
-    s.busy = OccupancyOf(g, /*busy_only=*/true);
-    if (gpufrac) {
-      s.all_capacity = CapacityVector(*g.model, s.order, s.all);
-      s.busy_capacity = CapacityVector(*g.model, s.order, s.busy);
-      s.weights = WeightsOf(*g.model, s.order, demand);
-    }
-    states.push_back(s);
-  }
-  if (states.empty()) {
-    if (first_error) return *first_error;
-    if (!request.gpu_model.empty() && !model_matched && !gpus.empty()) {
-      return NotFoundError("no MIG GPU of model " + request.gpu_model + " on this node");
-    }
-    return FailedPreconditionError("no GPU is in MIG mode");
-  }
-
-  // Reuse an idle instance of exactly the chosen profile: it saves creating one (seconds on a
-  // real GPU). gpufrac ranks idle instances by what their reuse rules out (their slices turn
-  // busy), which usually picks one on the fullest GPU; the baseline takes the first one.
-  std::optional<Candidate> reuse;
-  for (const GpuState& s : states) {
-    const MigGpu& g = *s.gpu;
-    for (size_t i = 0; i < g.instances.size(); ++i) {
-      const Instance& instance = g.instances[i];
-      if (instance.busy || instance.profile != s.profile_index) continue;
-      KeyBuilder key;
-      int64_t cost = 0;
-      Capacity loss{};
-      if (gpufrac) {
-        Occupancy after = s.busy;
-        after.Add(*g.model, instance);
-        loss = LossOf(s.busy_capacity, CapacityVector(*g.model, s.order, after));
-        cost = DemandCost(s.weights, loss);
-        key.Add(static_cast<int64_t>(s.profile->memory_bytes))
-            .Add(cost)
-            .AddLoss(loss)
-            .Add(-s.busy.used_slices);
-      }
-      key.Add(g.gpu).Add(static_cast<int64_t>(i));
-      Offer(reuse, key.Build(),
-            Plan{.gpu = g.gpu,
-                 .profile = s.profile_index,
-                 .reuse = static_cast<int>(i),
-                 .placement = instance.placement,
-                 .destroy = {}},
-            cost, loss);
-    }
-  }
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<GpuState> states,
+                           EligibleGpus(gpus, request, gpufrac, demand));
+  std::optional<Candidate> reuse = BestReuse(states, gpufrac);
   if (reuse && !gpufrac) return reuse->plan;
-
   // Create on free slices; only when nothing can be reused or created there, create after
-  // destroying the idle instances in the way, as few slices as possible (lazy destruction). In
-  // each phase gpufrac ranks placements by what they rule out first. It reuses unless creating
-  // rules out strictly less (typically the last idle 1g on an otherwise unused GPU, whose reuse
-  // costs a 7g while a GPU in use has room).
-  std::optional<Candidate> best;
+  // destroying idle instances (lazy destruction: destroying and creating takes seconds on a real
+  // GPU). gpufrac reuses unless creating rules out strictly less (typically the last idle 1g on
+  // an otherwise unused GPU, whose reuse costs a 7g while a GPU in use has room).
   for (bool destroying : {false, true}) {
-    for (const GpuState& s : states) {
-      const MigGpu& g = *s.gpu;
-      const MigProfile& profile = *s.profile;
-      for (int st = 0; st < profile.start_count; ++st) {
-        const MigPlacement& placement = profile.starts[st];
-        SliceMask mask = MaskOf(placement);
-        std::vector<int> destroy;
-        int destroyed_slices = 0;
-        int count = s.all.count[s.profile_index];
-        if (!destroying) {
-          if ((s.all.used & mask) != 0) continue;
-        } else {
-          if ((s.busy.used & mask) != 0) continue;  // Never a busy instance.
-          for (size_t i = 0; i < g.instances.size(); ++i) {
-            const Instance& instance = g.instances[i];
-            if (instance.busy || (MaskOf(instance.placement) & mask) == 0) continue;
-            destroy.push_back(static_cast<int>(i));
-            destroyed_slices += g.model->profiles[instance.profile].memory_slices;
-            if (instance.profile == s.profile_index) --count;
-          }
-          if (destroy.empty()) continue;  // Found without destroying.
-        }
-        if (count >= profile.max_count) continue;
-        KeyBuilder key;
-        int64_t cost = 0;
-        Capacity loss{};
-        if (gpufrac) {
-          Occupancy busy_after = s.busy;
-          busy_after.Add(*g.model, Instance{s.profile_index, placement, true});
-          // With idle instances counted, after destroying those in the way.
-          Occupancy all_after;
-          for (size_t i = 0; i < g.instances.size(); ++i) {
-            if (std::find(destroy.begin(), destroy.end(), static_cast<int>(i)) == destroy.end()) {
-              all_after.Add(*g.model, g.instances[i]);
-            }
-          }
-          all_after.Add(*g.model, Instance{s.profile_index, placement, true});
-          loss = LossOf(s.busy_capacity, CapacityVector(*g.model, s.order, busy_after));
-          cost = DemandCost(s.weights, loss);
-          key.Add(static_cast<int64_t>(profile.memory_bytes))
-              .Add(cost)
-              .AddLoss(loss)
-              .Add(destroyed_slices)
-              .Add(static_cast<int64_t>(destroy.size()))
-              .AddLoss(LossOf(s.all_capacity, CapacityVector(*g.model, s.order, all_after)))
-              .Add(-s.busy.used_slices)
-              .Add(-s.all.used_slices);
-        } else {
-          key.Add(destroyed_slices).Add(static_cast<int64_t>(destroy.size()));
-        }
-        key.Add(g.gpu).Add(placement.start);
-        Offer(best, key.Build(),
-              Plan{.gpu = g.gpu,
-                   .profile = s.profile_index,
-                   .reuse = std::nullopt,
-                   .placement = placement,
-                   .destroy = std::move(destroy)},
-              cost, loss);
-      }
-    }
+    std::optional<Candidate> best = BestCreate(states, gpufrac, destroying);
     if (!gpufrac) {
       if (best) return best->plan;
       continue;
     }
-    // Lazy destruction: idle instances are destroyed only for a request that cannot be served
-    // by reusing one or on free slices (destroying and creating takes seconds on a real GPU).
     if (reuse && best) {
       // Models differ only on a node mixing them; there the least memory comes first, as above.
       auto rank = [](const Candidate& c) { return std::tie(c.key[0], c.cost, c.loss); };
