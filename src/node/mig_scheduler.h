@@ -86,6 +86,13 @@ class MigScheduler {
     GpuRequest request;
     int64_t submitted_ms;
   };
+  // The steps of Schedule (mig_scheduler.cc).
+  struct DriverView;
+  DriverView ReadDriver();
+  void ReadGpu(size_t g, DriverView& view);
+  std::string BlockedByStrangers(const DriverView& view, const GpuRequest& request) const;
+  StatusOr<std::string> Realise(const mig::Plan& plan, const DriverView& view, bool* replan);
+  size_t GpuPosition(int index) const;  // In gpus_, of GPU `index`.
   std::vector<MigGpuSpec> gpus_;
   mig::MigBackend* backend_;
   std::vector<Pending> pending_;         // Kept in (queue, submitted, id) order.

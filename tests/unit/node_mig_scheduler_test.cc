@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "node/mig_scheduler.h"
 
@@ -93,6 +94,21 @@ TEST_F(MigSchedulerTest, ReusesAnIdleInstanceBeforeCreatingOne) {
   ASSERT_EQ(started.size(), 1u);
   EXPECT_EQ(started[0].uuid, uuid);
   EXPECT_EQ(backend_.creates, 1);
+}
+
+TEST_F(MigSchedulerTest, JobsStartedInOnePassNeverShareAnInstance) {
+  scheduler_.Enqueue(1, 0, GpuRequest::Mig("1g.10gb"), 1);
+  std::string idle = scheduler_.Schedule().at(0).uuid;
+  EXPECT_TRUE(scheduler_.Finish(1));
+  // One idle instance, three jobs that fit it: one reuses it, the others get new ones.
+  for (int i = 2; i <= 4; ++i) scheduler_.Enqueue(i, 0, GpuRequest::Mig("1g.10gb"), i);
+  auto started = scheduler_.Schedule();
+  ASSERT_EQ(started.size(), 3u);
+  std::set<std::string> uuids;
+  for (const auto& s : started) uuids.insert(s.uuid);
+  EXPECT_EQ(uuids.size(), 3u);
+  EXPECT_TRUE(uuids.count(idle));
+  EXPECT_EQ(backend_.creates, 3);
 }
 
 TEST_F(MigSchedulerTest, DestroysIdleInstancesOnlyWhenTheirSlicesAreNeeded) {
