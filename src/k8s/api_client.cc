@@ -195,6 +195,18 @@ bool WatchStopper::stopped() const {
   return stopped_;
 }
 
+bool WatchStopper::Arm(std::function<void()> on_stop) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return false;
+  on_stop_ = std::move(on_stop);
+  return true;
+}
+
+void WatchStopper::Disarm() {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_stop_ = nullptr;
+}
+
 StatusOr<std::unique_ptr<ApiClient>> ApiClient::Create(ClientConfig config) {
   std::string host;
   int port = 0;
@@ -406,6 +418,98 @@ StatusOr<json> ApiClient::Delete(const std::string& path, const json& delete_opt
               "application/json");
 }
 
+namespace {
+
+// The watch request's path: the resource with its watch parameters.
+std::string WatchQuery(const std::string& path, const ListOptions& options,
+                       const std::string& resource_version) {
+  httplib::Params params;
+  params.emplace("watch", "1");
+  if (!resource_version.empty()) params.emplace("resourceVersion", resource_version);
+  params.emplace("allowWatchBookmarks", "true");
+  params.emplace("timeoutSeconds", std::to_string(options.watch_timeout.count()));
+  if (!options.label_selector.empty()) params.emplace("labelSelector", options.label_selector);
+  if (!options.field_selector.empty()) params.emplace("fieldSelector", options.field_selector);
+  return httplib::append_query_params(path, params);
+}
+
+// Reads a watch's response body: newline-separated events, each handed to the callback, until
+// one is an ERROR, is not JSON, or the callback says stop.
+class WatchStream {
+ public:
+  WatchStream(const std::string& query_path, const WatchCallback& callback)
+      : query_path_(query_path), callback_(callback) {}
+
+  void OnResponse(int status) { http_status_ = status; }
+  // A piece of the body; false to stop reading.
+  bool Feed(const char* data, size_t size) {
+    if (http_status_ != 200) {
+      error_body_.append(data, size);
+      return error_body_.size() < kMaxLine;
+    }
+    buffer_.append(data, size);
+    size_t start = 0;
+    for (size_t nl; (nl = buffer_.find('\n', start)) != std::string::npos; start = nl + 1) {
+      if (!HandleLine(std::string_view(buffer_).substr(start, nl - start))) return false;
+    }
+    buffer_.erase(0, start);
+    return buffer_.size() < kMaxLine;
+  }
+  // The stream ended cleanly: a last event without its newline still counts.
+  void FinishCleanly() {
+    if (http_status_ == 200 && event_error_.ok() && !callback_stopped_ && !buffer_.empty()) {
+      HandleLine(buffer_);
+    }
+  }
+
+  int http_status() const { return http_status_; }
+  const std::string& error_body() const { return error_body_; }
+  bool callback_stopped() const { return callback_stopped_; }
+  bool gone() const { return gone_; }
+  const Status& event_error() const { return event_error_; }
+  int events() const { return events_; }
+
+ private:
+  bool HandleLine(std::string_view line) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+    if (line.empty()) return true;
+    json event = json::parse(line.begin(), line.end(), nullptr, false);
+    if (event.is_discarded() || !event.is_object() || !event.contains("type") ||
+        !event["type"].is_string()) {
+      event_error_ = InternalError("GET " + query_path_ + ": a watch event is not JSON");
+      return false;
+    }
+    const std::string type = event["type"];
+    const json& object = event.contains("object") ? event["object"] : json();
+    if (type == "ERROR") {
+      int code = object.is_object() && object.contains("code") && object["code"].is_number()
+                     ? object["code"].get<int>()
+                     : 500;
+      gone_ = code == 410;
+      event_error_ = HttpError("GET", query_path_, code, object);
+      return false;
+    }
+    ++events_;
+    if (!callback_(type, object)) {
+      callback_stopped_ = true;
+      return false;
+    }
+    return true;
+  }
+
+  const std::string& query_path_;
+  const WatchCallback& callback_;
+  int http_status_ = 0;
+  std::string error_body_;
+  std::string buffer_;
+  bool callback_stopped_ = false;
+  bool gone_ = false;
+  Status event_error_;
+  int events_ = 0;
+};
+
+}  // namespace
+
 WatchResult ApiClient::Watch(const std::string& path, const ListOptions& options,
                              const std::string& resource_version, const WatchCallback& callback,
                              WatchStopper* stopper) {
@@ -414,15 +518,7 @@ WatchResult ApiClient::Watch(const std::string& path, const ListOptions& options
     result.end = WatchEnd::kStopped;
     return result;
   }
-  httplib::Params params;
-  params.emplace("watch", "1");
-  if (!resource_version.empty()) params.emplace("resourceVersion", resource_version);
-  params.emplace("allowWatchBookmarks", "true");
-  params.emplace("timeoutSeconds", std::to_string(options.watch_timeout.count()));
-  if (!options.label_selector.empty()) params.emplace("labelSelector", options.label_selector);
-  if (!options.field_selector.empty()) params.emplace("fieldSelector", options.field_selector);
-  const std::string query_path = httplib::append_query_params(path, params);
-
+  const std::string query_path = WatchQuery(path, options, resource_version);
   // Quiet watches are normal: only give up reading well after the server should have ended it.
   auto read_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.watch_timeout) +
                       config_.timeout + std::chrono::seconds(30);
@@ -441,97 +537,50 @@ WatchResult ApiClient::Watch(const std::string& path, const ListOptions& options
       httplib::default_socket_options(sock);
       if (stopper->stopped()) ::shutdown(sock, SHUT_RDWR);
     });
-    std::lock_guard<std::mutex> lock(stopper->mu_);
-    if (stopper->stopped_) {
+    if (!stopper->Arm([client] { client->stop(); })) {
       result.end = WatchEnd::kStopped;
       return result;
     }
-    stopper->on_stop_ = [client] { client->stop(); };
   }
 
-  int http_status = 0;
-  std::string error_body;
-  std::string buffer;
-  bool callback_stopped = false;
-  bool gone = false;
-  Status event_error;
-  auto handle_line = [&](std::string_view line) {
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
-    if (line.empty()) return true;
-    json event = json::parse(line.begin(), line.end(), nullptr, false);
-    if (event.is_discarded() || !event.is_object() || !event.contains("type") ||
-        !event["type"].is_string()) {
-      event_error = InternalError("GET " + query_path + ": a watch event is not JSON");
-      return false;
-    }
-    const std::string type = event["type"];
-    const json& object = event.contains("object") ? event["object"] : json();
-    if (type == "ERROR") {
-      int code = object.is_object() && object.contains("code") && object["code"].is_number()
-                     ? object["code"].get<int>()
-                     : 500;
-      gone = code == 410;
-      event_error = HttpError("GET", query_path, code, object);
-      return false;
-    }
-    ++result.events;
-    if (!callback(type, object)) {
-      callback_stopped = true;
-      return false;
-    }
-    return true;
-  };
+  WatchStream stream(query_path, callback);
   httplib::Headers headers = {{"Accept", "application/json"}, {"User-Agent", "gpufrac"}};
   httplib::Result res = client->Get(
       base_path_ + query_path, headers,
       [&](const httplib::Response& response) {
-        http_status = response.status;
+        stream.OnResponse(response.status);
         return true;
       },
-      [&](const char* data, size_t size) {
-        if (http_status != 200) {
-          error_body.append(data, size);
-          return error_body.size() < kMaxLine;
-        }
-        buffer.append(data, size);
-        size_t start = 0;
-        for (size_t nl; (nl = buffer.find('\n', start)) != std::string::npos; start = nl + 1) {
-          if (!handle_line(std::string_view(buffer).substr(start, nl - start))) return false;
-        }
-        buffer.erase(0, start);
-        return buffer.size() < kMaxLine;
-      });
-  if (stopper != nullptr) {
-    std::lock_guard<std::mutex> lock(stopper->mu_);
-    stopper->on_stop_ = nullptr;
-  }
-  // A last event without its newline still counts when the stream ended cleanly.
-  if (res && http_status == 200 && event_error.ok() && !callback_stopped && !buffer.empty()) {
-    handle_line(buffer);
-  }
+      [&](const char* data, size_t size) { return stream.Feed(data, size); });
+  if (stopper != nullptr) stopper->Disarm();
+  if (res) stream.FinishCleanly();
+  result.events = stream.events();
 
-  if (gone) {
+  // How it ended, the watch's own error first.
+  const int http_status = stream.http_status();
+  if (stream.gone()) {
     result.end = WatchEnd::kGone;
-    result.status = event_error;
-  } else if (!event_error.ok()) {
+    result.status = stream.event_error();
+  } else if (!stream.event_error().ok()) {
     result.end = WatchEnd::kError;
-    result.status = event_error;
-  } else if (callback_stopped || (stopper != nullptr && stopper->stopped())) {
+    result.status = stream.event_error();
+  } else if (stream.callback_stopped() || (stopper != nullptr && stopper->stopped())) {
     result.end = WatchEnd::kStopped;
   } else if (!res) {
     result.end = WatchEnd::kError;
     result.status = TransportError("GET", query_path, res.error(), *client, config_.server);
   } else if (http_status == 410) {
     result.end = WatchEnd::kGone;
-    result.status = HttpError("GET", query_path, http_status, ParseOrNull(error_body));
+    result.status = HttpError("GET", query_path, http_status, ParseOrNull(stream.error_body()));
   } else if (http_status != 200) {
     result.end = WatchEnd::kError;
-    result.status = HttpError("GET", query_path, http_status, ParseOrNull(error_body));
+    result.status = HttpError("GET", query_path, http_status, ParseOrNull(stream.error_body()));
   } else {
     result.end = WatchEnd::kClosed;
   }
   return result;
 }
+
 
 StatusOr<json> PatchWithRetry(ApiClient& client, const std::string& path,
                               const std::function<StatusOr<json>(const json& current)>& make_patch,

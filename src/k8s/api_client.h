@@ -63,6 +63,9 @@ class WatchStopper {
 
  private:
   friend class ApiClient;
+  // A Watch begins: `on_stop` ends it from Stop(). False (and nothing kept) if already stopped.
+  bool Arm(std::function<void()> on_stop);
+  void Disarm();  // The Watch has ended.
   mutable std::mutex mu_;
   bool stopped_ = false;
   std::function<void()> on_stop_;  // Set while a Watch runs.
