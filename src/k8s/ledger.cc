@@ -135,7 +135,8 @@ struct Ledger::Impl {
           g.cluster_node = -1;
           continue;
         }
-        g.model_id = *model;
+        // g.model_id stays -1: the extender's requests name no model set (its groups are
+        // per model already), as before the shared adapter.
         g.cluster_node = static_cast<int>(specs.size());
         specs.push_back({.name = name,
                          .cpu_milli = kHostPlenty,
@@ -151,7 +152,7 @@ struct Ledger::Impl {
     cluster = std::move(*made);  // The specs are valid by construction.
     policy = std::move(*pl::PolicyWithMix::Create(options.policy, &*cluster));  // Checked.
     for (auto& [pod, booking] : bookings) Apply(booking);
-    policy->Refresh(0, &*cluster, /*force=*/true);
+    policy->Refresh(0, &*cluster);  // From the bookings' mix, if the policy measures one.
     NewScheduler();
     dirty = false;
   }

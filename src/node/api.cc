@@ -134,16 +134,19 @@ class Api {
   // The route whose pattern matches the path and whose method is the request's: 405 when only
   // the method differs, 404 when no pattern matches.
   HttpResponse Handle(const HttpRequest& req) {
-    bool path_known = false;
+    std::string allowed;  // Methods of the routes whose pattern matches.
     for (const Route& route : Routes()) {
       std::optional<PathParams> params = Match(route.pattern, req.path);
       if (!params) continue;
-      path_known = true;
       if (route.method == req.method) return (this->*route.handle)(req, *params);
+      allowed += (allowed.empty() ? "" : ", ") + std::string(route.method);
     }
-    if (path_known) {
-      return Json(405, {{"error", req.method + " is not allowed on " + req.path},
-                        {"code", "INVALID_ARGUMENT"}});
+    if (!allowed.empty()) {
+      HttpResponse r =
+          Json(405, {{"error", req.method + " is not allowed on " + req.path + "; use " + allowed},
+                     {"code", "INVALID_ARGUMENT"}});
+      r.headers.push_back({"Allow", allowed});
+      return r;
     }
     return Error(NotFoundError("no such API path: " + req.method + " " + req.path));
   }

@@ -56,8 +56,7 @@ struct Job {
   int64_t started_ms = 0;      // 0 until running.
   int64_t ended_ms = 0;        // 0 until final.
   std::vector<GpuShare> gpus;  // Held while starting/running; kept afterwards for the record.
-  proc::ProcessId
-      shim;  // Its supervisor (gpufrac-shim): pid + start time.             // Set once running.
+  proc::ProcessId shim;        // Its supervisor (gpufrac-shim), pid + start time; once running.
   bool cancel_requested = false;
   // Outcome, once final: exit_code >= 0 when the command exited, signal > 0 when a signal ended
   // it; reason says why in words for failed/cancelled/lost ("exit code 3", "killed by signal 9",

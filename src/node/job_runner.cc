@@ -272,13 +272,14 @@ StatusOr<proc::ProcessId> JobRunner::Prepare(const LaunchSpec& spec) {
   GPUFRAC_RETURN_IF_ERROR(Validate(spec));
   GPUFRAC_ASSIGN_OR_RETURN(std::string limits_text,
                            launch::LimitFileText(spec.workload, spec.gpus));
+  std::optional<launch::WorkloadBudgets> budgets;  // Undone after the supervisor is killed.
   PrepareUndo undo;
   // 1. The job's directory.
   GPUFRAC_RETURN_IF_ERROR(WriteJobDir(spec, limits_text, &undo));
   // 2. Its budgets, handed to the job's user.
   std::optional<launch::WorkloadBudgets::Owner> owner;
   if (geteuid() == 0 && spec.uid != geteuid()) owner = {spec.uid, spec.gid};
-  GPUFRAC_ASSIGN_OR_RETURN(launch::WorkloadBudgets budgets,
+  GPUFRAC_ASSIGN_OR_RETURN(budgets,
                            launch::WorkloadBudgets::Create(spec.workload, spec.gpus, owner));
   // 3. Its supervisor, waiting for the go-ahead.
   GPUFRAC_ASSIGN_OR_RETURN(int go, ForkShim(shim_path_, spec.job_dir, &undo));
@@ -289,7 +290,7 @@ StatusOr<proc::ProcessId> JobRunner::Prepare(const LaunchSpec& spec) {
                             ") ended as soon as it started");
   }
   undo.Commit();
-  budgets.Keep();  // Cleanup() removes them when the job has ended.
+  budgets->Keep();  // Cleanup() removes them when the job has ended.
   go_pipes_[ref.pid] = go;
   return ref;
 }

@@ -31,8 +31,6 @@ class PolicyWithMix {
   // The mix changed in a way that moves it towards a rebuild (the node service counts new
   // requests; the extender, bookings made and removed).
   void NoteChange() { ++changes_; }
-  // Forgets every count (the caller counts the mix afresh).
-  void Clear() { counts_.clear(); }
 
   // Rebuilds the policy from the mix when it measures against one and the mix has moved enough:
   // 64 changes (or an eighth of the requests it was built from, if more), or any change once

@@ -289,6 +289,8 @@ TEST(NodeService, MalformedApiInputGetsA4xxAndTheServiceLivesOn) {
   expect_4xx("DELETE", "/v1/jobs", "", 405);
   expect_4xx("POST", "/v1/status", "{}", 405);
   expect_4xx("GET", "/v1/jobs/1/cancel", "", 405);
+  EXPECT_NE(d.Call("DELETE", "/v1/jobs").body.value("error", "").find("use POST, GET"),
+            std::string::npos);
   EXPECT_EQ(d.Get("/v1/health").status, 200);
   EXPECT_TRUE(d.Get("/v1/jobs").body["jobs"].empty());
 }

@@ -1,8 +1,10 @@
 // Tests of the one /proc reader: process identity across PID reuse, awkward command names,
 // zombies, and the live members of a process group.
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -103,6 +105,55 @@ TEST(ProcessIdentityTest, NamesWithSpacesAndParenthesesAndZombies) {
   ASSERT_EQ(waitpid(child, nullptr, 0), child);
   EXPECT_FALSE(MayBeAlive(before));
   close(renamed[0]);
+}
+
+TEST(ProcessIdentityTest, ALeaderWhoseOtherThreadsRunIsAliveUntilTheyEnd) {
+  int ready[2], done[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(done), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    close(ready[0]);
+    close(done[1]);
+    static int fds[2];
+    fds[0] = ready[1];
+    fds[1] = done[0];
+    pthread_t worker;
+    pthread_create(
+        &worker, nullptr,
+        [](void*) -> void* {
+          char c;
+          (void)!write(fds[0], "r", 1);
+          (void)!read(fds[1], &c, 1);  // Until the test closes the pipe.
+          _exit(0);
+        },
+        nullptr);
+    // The main thread ends (the raw exit system call ends the calling thread only, with no
+    // unwinding); the process lives on in its worker.
+    syscall(SYS_exit, 0);
+  }
+  close(ready[1]);
+  close(done[0]);
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ProcessId leader{child, 0};
+  ProcessStat stat;
+  // Once the main thread has exited, /proc shows the leader as a zombie with two threads.
+  for (int i = 0; i < 2000; ++i) {
+    ASSERT_EQ(ReadProcessStat(child, &stat), StatRead::kRead);
+    if (stat.state == 'Z') break;
+    usleep(1000);
+  }
+  ASSERT_EQ(stat.state, 'Z');
+  EXPECT_GE(stat.threads, 2u);
+  EXPECT_FALSE(stat.Ended());
+  ASSERT_TRUE(ReadProcessId(child, &leader));
+  EXPECT_TRUE(IsRunning(leader));
+  EXPECT_TRUE(MayBeAlive(leader));
+  close(done[1]);  // The worker ends the process.
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  EXPECT_FALSE(IsRunning(leader));
+  close(ready[0]);
 }
 
 TEST(ProcessGroupTest, FindsTheLiveMembersOfAGroupOnly) {
