@@ -73,16 +73,21 @@ TEST(HostGpusTest, AModelConstrainedRequestNamesTheGroupsModelOnceItHasAnId) {
   EXPECT_EQ(RequestOnGroup(GpuRequest::Fraction(250), h100)->models, 0u);
 }
 
-TEST(PolicyRegistryTest, EveryPolicyIsMadeFromItsRowAndSaysWhatItNeeds) {
+// One node of two H100-80GB.
+StatusOr<Cluster> TwoH100s() {
   ModelNames names;
-  ASSERT_TRUE(names.Intern("H100-80GB").ok());
-  auto cluster = Cluster::Create(std::move(names), {{.name = "n",
-                                                     .cpu_milli = 1000,
-                                                     .memory_bytes = 1000,
-                                                     .model = 0,
-                                                     .gpu_count = 2,
-                                                     .gpu_memory_bytes = 80 * kGiB}});
-  ASSERT_TRUE(cluster.ok());
+  GPUFRAC_RETURN_IF_ERROR(names.Intern("H100-80GB").status());
+  return Cluster::Create(std::move(names), {{.name = "n",
+                                             .cpu_milli = 1000,
+                                             .memory_bytes = 1000,
+                                             .model = 0,
+                                             .gpu_count = 2,
+                                             .gpu_memory_bytes = 80 * kGiB}});
+}
+
+TEST(PolicyRegistryTest, EveryPolicyIsMadeFromItsRowAndSaysWhatItNeeds) {
+  StatusOr<Cluster> cluster = TwoH100s();
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
   TypicalWorkload typical;
   for (const PolicyInfo& info : Policies()) {
     EXPECT_EQ(FindPolicy(info.name), &info);
@@ -106,15 +111,8 @@ TEST(PolicyRegistryTest, EveryPolicyIsMadeFromItsRowAndSaysWhatItNeeds) {
 }
 
 TEST(PolicyWithMixTest, RebuildsWhenTheMixHasMovedEnough) {
-  ModelNames names;
-  ASSERT_TRUE(names.Intern("H100-80GB").ok());
-  auto cluster = Cluster::Create(std::move(names), {{.name = "n",
-                                                     .cpu_milli = 1000,
-                                                     .memory_bytes = 1000,
-                                                     .model = 0,
-                                                     .gpu_count = 2,
-                                                     .gpu_memory_bytes = 80 * kGiB}});
-  ASSERT_TRUE(cluster.ok());
+  StatusOr<Cluster> cluster = TwoH100s();
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto mixed = PolicyWithMix::Create("fgd", &*cluster);
   ASSERT_TRUE(mixed.ok()) << mixed.status();
   // The first refresh builds it from the mix.
