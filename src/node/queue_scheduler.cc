@@ -478,6 +478,130 @@ struct QueueScheduler::Impl {
     if (!run.held.empty()) policy->Count(run.typical, -1);
   }
 
+  // ---- Why a request cannot run here (CheckFeasible) ----
+
+  // The groups of the request's model that can take it: kInvalidArgument naming the models here
+  // when there is no such model, or when it shares a GPU and all of them are whole-only.
+  StatusOr<uint64_t> AllowedGroups(const GpuRequest& request) const {
+    const std::string flags = FormatGpuRequest(request);
+    uint64_t allowed = 0;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (request.gpu_model.empty() || EqualsIgnoreCase(groups[g].model, request.gpu_model)) {
+        allowed |= uint64_t{1} << g;
+      }
+    }
+    if (allowed == 0) {
+      std::vector<std::string> names;
+      for (size_t pos = 0; pos < gpus.size(); ++pos) {
+        std::string name = ModelName(gpu_group[pos]);
+        if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+      }
+      std::string list;
+      for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+      return InvalidArgumentError("--gpu-model " + request.gpu_model + ": no such GPU here (" +
+                                  list + ")");
+    }
+
+    if (request.kind != GpuRequest::Kind::kWholeGpus) {
+      uint64_t shared = 0;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        if (!groups[g].whole_only) shared |= uint64_t{1} << g;
+      }
+      if ((allowed & shared) == 0) {
+        return InvalidArgumentError(
+            flags + " needs a GPU that can be shared; " +
+            (request.gpu_model.empty() ? "every GPU" : "every " + request.gpu_model) +
+            " here takes whole-GPU jobs only (ask for --gpus 1)");
+      }
+      allowed &= shared;
+    }
+    return allowed;
+  }
+
+  // Why no group of `allowed` holds the request: more GPUs than a model has, more memory than
+  // the largest GPU, or too little to hold the CUDA context.
+  Status WhyNoGroupHolds(const GpuRequest& request, uint64_t allowed) const {
+    const std::string flags = FormatGpuRequest(request);
+    const uint64_t all_groups = (uint64_t{1} << groups.size()) - 1;
+    // Groups are smallest first: the last allowed one has the largest GPUs.
+    int largest = 63 - std::countl_zero(allowed);
+    const Group& big = groups[largest];
+    switch (request.kind) {
+      case GpuRequest::Kind::kWholeGpus: {
+        size_t most = 0;
+        uint64_t total = 0;
+        for (uint64_t left = allowed; left != 0; left &= left - 1) {
+          most = std::max(most, groups[std::countr_zero(left)].members.size());
+          total += groups[std::countr_zero(left)].members.size();
+        }
+        if (request.gpus > most) {
+          return InvalidArgumentError(
+              flags + " asks for " + std::to_string(request.gpus) + " GPUs" +
+              (request.gpus <= total ? " of one model" : "") + "; this node has " +
+              ModelSummary(request.gpu_model.empty() ? all_groups : allowed));
+        }
+        break;
+      }
+      case GpuRequest::Kind::kMemory:
+        if (request.memory_bytes > big.memory_bytes) {
+          return InvalidArgumentError(
+              flags + " is more than any GPU here has (largest: " + ModelName(largest) + ", " +
+              FormatSize(big.memory_bytes) + ")");
+        }
+        [[fallthrough]];
+      case GpuRequest::Kind::kFraction: {
+        // Too small: name the largest GPU it would fit on, with that GPU's context size.
+        for (int g = largest; g >= 0; --g) {
+          if (!(allowed >> g & 1)) continue;
+          const Group& group = groups[g];
+          uint64_t limit = request.memory_bytes;
+          std::string what = flags;
+          if (request.kind == GpuRequest::Kind::kFraction) {
+            limit = BytesOfShare(group.memory_bytes, request.fraction_milli);
+            what += " (" + FormatSize(limit) + " on " + ModelName(g) + ")";
+          }
+          if (limit > group.memory_bytes) continue;
+          return InvalidArgumentError(what + " cannot hold even the CUDA context on " +
+                                      ModelName(g) + " (about " + FormatSize(group.context_bytes) +
+                                      "); ask for more");
+        }
+        break;
+      }
+      case GpuRequest::Kind::kMigProfile:
+        break;
+    }
+    return InvalidArgumentError(flags + " cannot run on any GPU of this node (" +
+                                ModelSummary(all_groups) + ")");
+  }
+
+  // Whether the queue's quota could ever hold the request on its cheapest group of `valid`.
+  Status CheckQuota(int queue, const GpuRequest& request, uint64_t valid) const {
+    const std::string flags = FormatGpuRequest(request);
+    const Queue& q = queues[queue];
+    uint64_t least = UINT64_MAX;
+    int least_group = 0;
+    for (uint64_t left = valid; left != 0; left &= left - 1) {
+      int g = std::countr_zero(left);
+      uint64_t milli = Translate(request, groups[g]).total_milli;
+      if (milli < least) {
+        least = milli;
+        least_group = g;
+      }
+    }
+    if (least > q.quota) {
+      std::string need = flags;
+      if (request.kind == GpuRequest::Kind::kMemory) {
+        need += " (" + FormatMilli(static_cast<uint32_t>(least)) + " of a " +
+                ModelName(least_group) + ")";
+      }
+      const QueueSpec& spec = config.queues[queue];
+      return InvalidArgumentError(
+          "queue " + spec.name + "'s quota (" + FormatMilli(FractionToMilli(spec.quota)) + " of " +
+          GpuCountText(uint64_t{kMilliPerGpu} * gpus.size()) + ") is less than " + need);
+    }
+    return OkStatus();
+  }
+
   std::string GpuList(int group, pl::GpuSet set) const {
     std::string out;
     for (pl::GpuSet left = set; left != 0; left &= left - 1) {
@@ -633,119 +757,13 @@ Status QueueScheduler::CheckFeasible(int queue, const GpuRequest& request, bool 
     return FailedPreconditionError(FormatGpuRequest(request) +
                                    " needs a GPU that is not in MIG mode; every GPU here is");
   }
-  const std::string flags = FormatGpuRequest(request);
-  const uint64_t all_groups = (uint64_t{1} << s.groups.size()) - 1;
-  uint64_t allowed = 0;
-  for (size_t g = 0; g < s.groups.size(); ++g) {
-    if (request.gpu_model.empty() || EqualsIgnoreCase(s.groups[g].model, request.gpu_model)) {
-      allowed |= uint64_t{1} << g;
-    }
-  }
-  if (allowed == 0) {
-    std::vector<std::string> names;
-    for (size_t pos = 0; pos < s.gpus.size(); ++pos) {
-      std::string name = s.ModelName(s.gpu_group[pos]);
-      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-    }
-    std::string list;
-    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-    return InvalidArgumentError("--gpu-model " + request.gpu_model + ": no such GPU here (" + list +
-                                ")");
-  }
-
-  // Which allowed groups can hold it at all, and if none, why.
-  if (request.kind != GpuRequest::Kind::kWholeGpus) {
-    uint64_t shared = 0;
-    for (size_t g = 0; g < s.groups.size(); ++g) {
-      if (!s.groups[g].whole_only) shared |= uint64_t{1} << g;
-    }
-    if ((allowed & shared) == 0) {
-      return InvalidArgumentError(
-          flags + " needs a GPU that can be shared; " +
-          (request.gpu_model.empty() ? "every GPU" : "every " + request.gpu_model) +
-          " here takes whole-GPU jobs only (ask for --gpus 1)");
-    }
-    allowed &= shared;
-  }
+  GPUFRAC_ASSIGN_OR_RETURN(uint64_t allowed, s.AllowedGroups(request));
   uint64_t valid = 0;
   for (size_t g = 0; g < s.groups.size(); ++g) {
     if ((allowed >> g & 1) && s.Translate(request, s.groups[g]).ok) valid |= uint64_t{1} << g;
   }
-  if (valid == 0) {
-    // Groups are smallest first: the last allowed one has the largest GPUs.
-    int largest = 63 - std::countl_zero(allowed);
-    const Impl::Group& big = s.groups[largest];
-    switch (request.kind) {
-      case GpuRequest::Kind::kWholeGpus: {
-        size_t most = 0;
-        uint64_t total = 0;
-        for (uint64_t left = allowed; left != 0; left &= left - 1) {
-          most = std::max(most, s.groups[std::countr_zero(left)].members.size());
-          total += s.groups[std::countr_zero(left)].members.size();
-        }
-        if (request.gpus > most) {
-          return InvalidArgumentError(
-              flags + " asks for " + std::to_string(request.gpus) + " GPUs" +
-              (request.gpus <= total ? " of one model" : "") + "; this node has " +
-              s.ModelSummary(request.gpu_model.empty() ? all_groups : allowed));
-        }
-        break;
-      }
-      case GpuRequest::Kind::kMemory:
-        if (request.memory_bytes > big.memory_bytes) {
-          return InvalidArgumentError(
-              flags + " is more than any GPU here has (largest: " + s.ModelName(largest) + ", " +
-              FormatSize(big.memory_bytes) + ")");
-        }
-        [[fallthrough]];
-      case GpuRequest::Kind::kFraction: {
-        // Too small: name the largest GPU it would fit on, with that GPU's context size.
-        for (int g = largest; g >= 0; --g) {
-          if (!(allowed >> g & 1)) continue;
-          const Impl::Group& group = s.groups[g];
-          uint64_t limit = request.memory_bytes;
-          std::string what = flags;
-          if (request.kind == GpuRequest::Kind::kFraction) {
-            limit = BytesOfShare(group.memory_bytes, request.fraction_milli);
-            what += " (" + FormatSize(limit) + " on " + s.ModelName(g) + ")";
-          }
-          if (limit > group.memory_bytes) continue;
-          return InvalidArgumentError(what + " cannot hold even the CUDA context on " +
-                                      s.ModelName(g) + " (about " +
-                                      FormatSize(group.context_bytes) + "); ask for more");
-        }
-        break;
-      }
-      case GpuRequest::Kind::kMigProfile:
-        break;
-    }
-    return InvalidArgumentError(flags + " cannot run on any GPU of this node (" +
-                                s.ModelSummary(all_groups) + ")");
-  }
-
-  const Impl::Queue& q = s.queues[queue];
-  uint64_t least = UINT64_MAX;
-  int least_group = 0;
-  for (uint64_t left = valid; left != 0; left &= left - 1) {
-    int g = std::countr_zero(left);
-    uint64_t milli = s.Translate(request, s.groups[g]).total_milli;
-    if (milli < least) {
-      least = milli;
-      least_group = g;
-    }
-  }
-  if (check_quota && least > q.quota) {
-    std::string need = flags;
-    if (request.kind == GpuRequest::Kind::kMemory) {
-      need += " (" + FormatMilli(static_cast<uint32_t>(least)) + " of a " +
-              s.ModelName(least_group) + ")";
-    }
-    const QueueSpec& spec = s.config.queues[queue];
-    return InvalidArgumentError(
-        "queue " + spec.name + "'s quota (" + FormatMilli(FractionToMilli(spec.quota)) + " of " +
-        GpuCountText(uint64_t{kMilliPerGpu} * s.gpus.size()) + ") is less than " + need);
-  }
-  return OkStatus();
+  if (valid == 0) return s.WhyNoGroupHolds(request, allowed);
+  return check_quota ? s.CheckQuota(queue, request, valid) : OkStatus();
 }
 
 void QueueScheduler::Enqueue(const PendingJob& job) {
