@@ -18,6 +18,7 @@
 
 #include "common/text.h"
 #include "common/units.h"
+#include "node/request_shapes.h"
 #include "placement/cluster.h"
 #include "placement/fit.h"
 #include "placement/host_gpus.h"
@@ -42,24 +43,6 @@ constexpr int64_t kTypicalMaxAgeMs = 300'000;
 // reserve what is left (e.g. 2-GPU jobs and 1 unreserved GPU) is not walked for nothing.
 constexpr int kFruitlessLimit = 64;
 
-struct GpuRequestHash {
-  size_t operator()(const GpuRequest& r) const {
-    size_t h = std::hash<std::string>{}(r.gpu_model) ^ std::hash<std::string>{}(r.mig_profile);
-    for (uint64_t v :
-         {uint64_t(r.kind), r.memory_bytes, uint64_t{r.fraction_milli}, uint64_t{r.gpus}}) {
-      h = (h ^ v) * 0x100000001b3ULL + (h >> 29);
-    }
-    return h;
-  }
-};
-
-// How a request runs on the GPUs of one group; ok is false when it cannot run there at all.
-struct Translation {
-  bool ok = false;
-  pl::Request request;       // Per GPU: share, memory limit; the count.
-  uint64_t total_milli = 0;  // What it counts against its queue's quota.
-};
-
 std::string GpuCountText(uint64_t milli) {
   return FormatMilli(static_cast<uint32_t>(milli)) + (milli == kMilliPerGpu ? " GPU" : " GPUs");
 }
@@ -80,18 +63,7 @@ struct QueueScheduler::Impl {
   // members are positions in `gpus`; placement GPU g is members[g].
   using Group = pl::GpuGroup;
 
-  // The distinct requests of pending jobs. Jobs with equal requests share one, which holds the
-  // per-group translation (worked out once, at Enqueue) and what the current pass learnt.
-  struct Shape {
-    GpuRequest request;
-    size_t refs = 0;
-    std::vector<Translation> on;  // By group.
-    uint64_t valid = 0;           // Groups it can run on.
-    // Groups where it did not fit in pass failed_pass. Capacity only shrinks during a pass, so
-    // a later job with the same request need not look again.
-    uint64_t failed_pass = 0;
-    uint64_t failed_groups = 0;
-  };
+  using Shape = RequestShape;
 
   enum class Reason { kReserved, kQuota, kBehind, kNoRoom, kNever };
 
@@ -164,7 +136,7 @@ struct QueueScheduler::Impl {
   std::vector<Queue> queues;
   std::unordered_map<int64_t, Pending> pending;
   std::set<AgeKey> by_age;
-  std::unordered_map<GpuRequest, Shape, GpuRequestHash> shapes;
+  RequestShapes shapes{&groups};  // Of pending jobs; refers to `groups`, set up before any use.
   std::unordered_map<int64_t, Running> running;
   std::vector<std::vector<int64_t>> gpu_jobs;  // By position in gpus.
 
@@ -177,43 +149,6 @@ struct QueueScheduler::Impl {
   int unreserved = 0;                // GPUs not reserved in this pass.
   int fruitless = 0;                 // Jobs in a row that got nothing since open reached 0.
   std::vector<std::optional<int64_t>> reserved_for;  // By position in gpus.
-
-  static Translation Translate(const GpuRequest& r, const Group& g) {
-    Translation t;
-    std::optional<pl::Request> p = pl::RequestOnGroup(r, g);
-    if (!p) return t;
-    t.ok = true;
-    t.request = *p;
-    t.total_milli = p->TotalGpuMilli();
-    return t;
-  }
-
-  // ---- Shapes and the typical workload ----
-
-  Shape* AcquireShape(const GpuRequest& r) {
-    auto [it, added] = shapes.try_emplace(r);
-    Shape& s = it->second;
-    if (added) {
-      s.request = r;
-      s.on.reserve(groups.size());
-      for (size_t g = 0; g < groups.size(); ++g) {
-        s.on.push_back(Translate(r, groups[g]));
-        if (s.on.back().ok) s.valid |= uint64_t{1} << g;
-      }
-    }
-    ++s.refs;
-    return &s;
-  }
-
-  void ReleaseShape(Shape* s) {
-    if (--s->refs == 0) shapes.erase(s->request);
-  }
-
-  // A pending job counts in the mix as its request on the smallest GPU that can hold it.
-  static std::optional<pl::Request> PendingKey(const Shape& s) {
-    if (s.valid == 0) return std::nullopt;
-    return s.on[std::countr_zero(s.valid)].request;
-  }
 
   // ---- Pass state ----
 
@@ -307,7 +242,7 @@ struct QueueScheduler::Impl {
     }
     q.in_use += run.milli;
     ++q.running;
-    if (auto key = PendingKey(s)) policy->Count(*key, -1);
+    if (auto key = s.MixKey()) policy->Count(*key, -1);
     policy->Count(run.typical, +1);
     int64_t id = j.id;
     RemovePending(j);
@@ -458,7 +393,7 @@ struct QueueScheduler::Impl {
   void RemovePending(Pending& j) {
     queues[j.queue].jobs.erase(j.in_queue);
     by_age.erase({j.submitted_ms, j.id, &j});
-    ReleaseShape(j.shape);
+    shapes.Release(j.shape);
     for (auto& r : reserved_for) {
       if (r == j.id) r.reset();
     }
@@ -582,7 +517,7 @@ struct QueueScheduler::Impl {
     int least_group = 0;
     for (uint64_t left = valid; left != 0; left &= left - 1) {
       int g = std::countr_zero(left);
-      uint64_t milli = Translate(request, groups[g]).total_milli;
+      uint64_t milli = TranslateOnGroup(request, groups[g]).total_milli;
       if (milli < least) {
         least = milli;
         least_group = g;
@@ -760,7 +695,7 @@ Status QueueScheduler::CheckFeasible(int queue, const GpuRequest& request, bool 
   GPUFRAC_ASSIGN_OR_RETURN(uint64_t allowed, s.AllowedGroups(request));
   uint64_t valid = 0;
   for (size_t g = 0; g < s.groups.size(); ++g) {
-    if ((allowed >> g & 1) && s.Translate(request, s.groups[g]).ok) valid |= uint64_t{1} << g;
+    if ((allowed >> g & 1) && TranslateOnGroup(request, s.groups[g]).ok) valid |= uint64_t{1} << g;
   }
   if (valid == 0) return s.WhyNoGroupHolds(request, allowed);
   return check_quota ? s.CheckQuota(queue, request, valid) : OkStatus();
@@ -774,11 +709,11 @@ void QueueScheduler::Enqueue(const PendingJob& job) {
   p.id = job.id;
   p.queue = job.queue;
   p.submitted_ms = job.submitted_ms;
-  p.shape = s.AcquireShape(job.request);
+  p.shape = s.shapes.Acquire(job.request);
   Impl::Queue& q = s.queues[job.queue];
   p.in_queue = q.jobs.insert(q.jobs.end(), &p);
   s.by_age.insert({p.submitted_ms, p.id, &p});
-  if (auto key = Impl::PendingKey(*p.shape)) s.policy->Count(*key, +1);
+  if (auto key = p.shape->MixKey()) s.policy->Count(*key, +1);
   s.policy->NoteChange();
 }
 
@@ -786,7 +721,7 @@ bool QueueScheduler::Dequeue(int64_t id) {
   Impl& s = *impl_;
   auto it = s.pending.find(id);
   if (it == s.pending.end()) return false;
-  if (auto key = Impl::PendingKey(*it->second.shape)) s.policy->Count(*key, -1);
+  if (auto key = it->second.shape->MixKey()) s.policy->Count(*key, -1);
   s.RemovePending(it->second);
   return true;
 }
