@@ -53,3 +53,4 @@ set_tests_properties(GpuChecksScript.RunsOnTheSimulatedGpu PROPERTIES LABELS int
 add_test(NAME GpuChecksScript.PhysicalUseChecksEachWorkload
          COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu/physical_use_test.sh)
 set_tests_properties(GpuChecksScript.PhysicalUseChecksEachWorkload PROPERTIES LABELS integration)
+gpufrac_test(launch_test unit SOURCES unit/launch_test.cc LIBS gpufrac_launch)

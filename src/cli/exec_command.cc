@@ -57,7 +57,6 @@ StatusOr<std::string> WriteLimitFile(const std::string& text, std::string* dir_o
   std::string path = tmpl + "/limits";
   Status written = launch::WriteNewFile(path, text, 0444);
   if (!written.ok()) {
-    unlink(path.c_str());
     rmdir(tmpl.c_str());
     return written;
   }

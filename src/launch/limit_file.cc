@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <set>
 
 #include "limiter/budget.h"
 #include "limiter/limit_config.h"
@@ -17,8 +18,7 @@ namespace {
 
 std::string ErrnoText(const std::string& what, int err) { return what + ": " + std::strerror(err); }
 
-}  // namespace
-
+// A workload id names the limiter's shared budgets: 1 to 63 of [A-Za-z0-9_.-].
 bool ValidWorkloadId(const std::string& id) {
   if (id.empty() || id.size() > limiter::kMaxWorkloadIdLen) return false;
   for (char c : id) {
@@ -29,6 +29,8 @@ bool ValidWorkloadId(const std::string& id) {
   return true;
 }
 
+// A real 16-byte GPU or MIG UUID of letters, digits and dashes (it ends up in shared-memory names
+// and in CUDA_VISIBLE_DEVICES).
 bool ValidGpuUuid(const std::string& uuid) {
   if (uuid.empty() || uuid.size() > limiter::kMaxUuidLen) return false;
   for (char c : uuid) {
@@ -39,6 +41,8 @@ bool ValidGpuUuid(const std::string& uuid) {
   unsigned char bytes[16];
   return limiter::ParseUuid(uuid.c_str(), bytes);
 }
+
+}  // namespace
 
 StatusOr<std::string> LimitFileText(const std::string& workload,
                                     const std::vector<LimitedGpu>& gpus, bool quiet) {
@@ -55,9 +59,13 @@ StatusOr<std::string> LimitFileText(const std::string& workload,
   std::snprintf(config.workload, sizeof(config.workload), "%s", workload.c_str());
   config.quiet = quiet;
   config.gpu_count = static_cast<int>(gpus.size());
+  std::set<std::string> seen;
   for (size_t i = 0; i < gpus.size(); ++i) {
     if (!ValidGpuUuid(gpus[i].uuid)) {
       return InvalidArgumentError("'" + gpus[i].uuid + "' is not a GPU UUID");
+    }
+    if (!seen.insert(gpus[i].uuid).second) {
+      return InvalidArgumentError("GPU " + gpus[i].uuid + " is listed twice");
     }
     if (gpus[i].limit_bytes == 0 || gpus[i].limit_bytes > limiter::kMaxBudgetBytes) {
       return InvalidArgumentError("the memory limit on " + gpus[i].uuid +
@@ -85,22 +93,20 @@ StatusOr<std::string> LimitFileText(const std::string& workload,
 Status WriteNewFile(const std::string& path, const std::string& text, mode_t mode) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
   if (fd < 0) return UnavailableError(ErrnoText("cannot create " + path, errno));
+  // A half-written file is never left behind: the name is ours (O_EXCL made it) until we return.
+  auto fail = [&](const std::string& what, int err) {
+    close(fd);
+    unlink(path.c_str());
+    return UnavailableError(ErrnoText(what + path, err));
+  };
   size_t done = 0;
   while (done < text.size()) {
     ssize_t n = write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      close(fd);
-      return UnavailableError(ErrnoText("cannot write " + path, err));
-    }
+    if (n < 0) return fail("cannot write ", errno);
     done += static_cast<size_t>(n);
   }
-  if (fchmod(fd, mode) != 0) {
-    int err = errno;
-    close(fd);
-    return UnavailableError(ErrnoText("cannot set the mode of " + path, err));
-  }
+  if (fchmod(fd, mode) != 0) return fail("cannot set the mode of ", errno);
   close(fd);
   return OkStatus();
 }

@@ -20,19 +20,15 @@ struct LimitedGpu {
   uint64_t context_bytes = 0;  // What the limiter charges each CUDA context.
 };
 
-// A workload id names the limiter's shared budgets: 1 to 63 of [A-Za-z0-9_.-].
-bool ValidWorkloadId(const std::string& id);
-// A real 16-byte GPU or MIG UUID of letters, digits and dashes (it ends up in shared-memory names
-// and in CUDA_VISIBLE_DEVICES).
-bool ValidGpuUuid(const std::string& uuid);
-
-// The limit file giving `workload` these GPUs and limits, checked by parsing it back as the
-// limiter will. kInvalidArgument for a bad id, UUID or limit; kInternal when it would not parse.
+// The limit file giving `workload` (1 to 63 of [A-Za-z0-9_.-]: it names the limiter's shared
+// budgets) these GPUs and limits, checked by parsing it back as the limiter will.
+// kInvalidArgument for a bad id, a UUID that is not a real GPU or MIG UUID, a GPU listed twice or
+// a bad limit; kInternal when it would not parse.
 StatusOr<std::string> LimitFileText(const std::string& workload,
                                     const std::vector<LimitedGpu>& gpus, bool quiet = false);
 
 // Creates `path` (which must not exist, and is not followed if it is a link) holding `text`, with
-// exactly `mode` whatever the umask.
+// exactly `mode` whatever the umask. On failure nothing is left at `path` by this call.
 Status WriteNewFile(const std::string& path, const std::string& text, mode_t mode);
 
 }  // namespace gpufrac::launch

@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,12 +54,6 @@ Status Validate(const LaunchSpec& spec) {
       if (eq == std::string::npos || eq == 0) {
         return InvalidArgumentError("environment entry '" + entry + "' is not NAME=value");
       }
-    }
-  }
-  std::set<std::string> seen;
-  for (const launch::LimitedGpu& gpu : spec.gpus) {
-    if (!seen.insert(gpu.uuid).second) {
-      return InvalidArgumentError("GPU " + gpu.uuid + " is listed twice");
     }
   }
   if (spec.limiter_path.empty() || spec.limiter_path[0] != '/') {
