@@ -393,9 +393,9 @@ class Api {
 
   HttpResponse StatusView(const HttpRequest&, const PathParams&) {
     json gpus = json::array();
-    for (const Service::GpuStatus& g : service_->Gpus()) {
+    for (const GpuStatus& g : service_->Gpus()) {
       json workloads = json::array();
-      for (const Service::Workload& w : g.workloads) {
+      for (const WorkloadStatus& w : g.workloads) {
         workloads.push_back({{"job", w.job},
                              {"user", w.user},
                              {"share", w.milli / 1000.0},

@@ -103,25 +103,11 @@ std::string SharesText(const std::vector<GpuShare>& gpus) {
 }  // namespace
 
 Service::Service(ServiceConfig config, std::unique_ptr<Store> store)
-    : config_(std::move(config)), store_(std::move(store)), runner_(config_.shim_path) {
+    : config_(std::move(config)),
+      store_(std::move(store)),
+      runner_(config_.shim_path),
+      mig_hardware_(config_.mig_backend, config_.mig_models) {
   instance_ = ServiceInstanceName(config_.state_dir);
-  metrics_.Declare("gpufrac_gpu_memory_bytes", "gauge", "Total memory of each GPU");
-  metrics_.Declare("gpufrac_gpu_memory_allocated_bytes", "gauge",
-                   "GPU memory promised to running jobs (their limits)");
-  metrics_.Declare("gpufrac_gpu_memory_used_bytes", "gauge",
-                   "GPU memory running jobs hold now, as the limiter counts it");
-  metrics_.Declare("gpufrac_gpu_share_allocated", "gauge",
-                   "Share of each GPU held by running jobs (1 = the whole GPU)");
-  metrics_.Declare("gpufrac_gpu_workloads", "gauge", "Running jobs on each GPU");
-  metrics_.Declare("gpufrac_queue_pending_jobs", "gauge", "Jobs waiting in each queue");
-  metrics_.Declare("gpufrac_queue_running_jobs", "gauge", "Running jobs of each queue");
-  metrics_.Declare("gpufrac_jobs_submitted_total", "counter", "Jobs accepted");
-  metrics_.Declare("gpufrac_jobs_finished_total", "counter", "Jobs that ended, by final state");
-  metrics_.DeclareHistogram("gpufrac_scheduling_decision_seconds",
-                            "Time of one scheduling pass over the queues",
-                            {1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1});
-  metrics_.DeclareHistogram("gpufrac_job_wait_seconds", "Time from submission to start",
-                            {0.01, 0.1, 1, 10, 60, 600, 3600, 36000});
 }
 
 StatusOr<std::unique_ptr<Service>> Service::Start(ServiceConfig config) {
@@ -254,7 +240,7 @@ StatusOr<Job> Service::Submit(const Submission& submission, uid_t uid, gid_t gid
   GPUFRAC_ASSIGN_OR_RETURN(Job job, store_->Insert(spec, NowMs()));
   EnqueueJob(job, queue);
   active_[job.id] = job;
-  metrics_.Add("gpufrac_jobs_submitted_total", {}, 1);
+  metrics_.JobSubmitted();
   kicked_ = true;
   wake_.notify_one();
   return job;
@@ -310,7 +296,7 @@ std::string Service::WaitReason(int64_t id) {
   return reason.empty() ? mig_->WaitReason(id) : reason;
 }
 
-std::vector<Service::GpuStatus> Service::Gpus() {
+std::vector<GpuStatus> Service::Gpus() {
   std::vector<GpuStatus> out;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -323,7 +309,7 @@ std::vector<Service::GpuStatus> Service::Gpus() {
       for (int64_t id : view.jobs) {
         auto it = active_.find(id);
         if (it == active_.end()) continue;
-        Workload w;
+        WorkloadStatus w;
         w.job = id;
         w.user = it->second.spec.user;
         for (const GpuShare& share : it->second.gpus) {
@@ -338,7 +324,7 @@ std::vector<Service::GpuStatus> Service::Gpus() {
   }
   // Read outside the lock: the budgets belong to the jobs' users.
   for (GpuStatus& g : out) {
-    for (Workload& w : g.workloads) {
+    for (WorkloadStatus& w : g.workloads) {
       w.memory_used = launch::WorkloadBudgets::MemoryInUse(WorkloadName(w.job), g.gpu.uuid);
       g.used_memory += w.memory_used;
     }
@@ -364,31 +350,7 @@ std::vector<QueueScheduler::QueueView> Service::Queues() {
   return views;
 }
 
-std::string Service::RenderMetrics() {
-  // Concurrent scrapes must not interleave their Clear and Set of the gauges.
-  std::lock_guard<std::mutex> render(render_mu_);
-  for (const char* name :
-       {"gpufrac_gpu_memory_bytes", "gpufrac_gpu_memory_allocated_bytes",
-        "gpufrac_gpu_memory_used_bytes", "gpufrac_gpu_share_allocated", "gpufrac_gpu_workloads",
-        "gpufrac_queue_pending_jobs", "gpufrac_queue_running_jobs"}) {
-    metrics_.Clear(name);
-  }
-  for (const GpuStatus& g : Gpus()) {
-    Labels labels = {
-        {"gpu", std::to_string(g.gpu.index)}, {"uuid", g.gpu.uuid}, {"model", g.gpu.model}};
-    metrics_.Set("gpufrac_gpu_memory_bytes", labels, static_cast<double>(g.gpu.memory_bytes));
-    metrics_.Set("gpufrac_gpu_memory_allocated_bytes", labels,
-                 static_cast<double>(g.allocated_memory));
-    metrics_.Set("gpufrac_gpu_memory_used_bytes", labels, static_cast<double>(g.used_memory));
-    metrics_.Set("gpufrac_gpu_share_allocated", labels, g.allocated_milli / 1000.0);
-    metrics_.Set("gpufrac_gpu_workloads", labels, static_cast<double>(g.workloads.size()));
-  }
-  for (const QueueScheduler::QueueView& q : Queues()) {
-    metrics_.Set("gpufrac_queue_pending_jobs", {{"queue", q.name}}, static_cast<double>(q.pending));
-    metrics_.Set("gpufrac_queue_running_jobs", {{"queue", q.name}}, static_cast<double>(q.running));
-  }
-  return metrics_.Render();
-}
+std::string Service::RenderMetrics() { return metrics_.Render(Gpus(), Queues()); }
 
 void Service::Loop() {
   while (!stopping_) {
@@ -444,8 +406,8 @@ void Service::CheckRunning() {
 void Service::ScheduleAndLaunch() {
   auto begin = std::chrono::steady_clock::now();
   std::vector<StartDecision> decisions = scheduler_->Schedule(NowMs());
-  metrics_.Observe("gpufrac_scheduling_decision_seconds",
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+  metrics_.SchedulingPass(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
   for (const StartDecision& d : decisions) {
     auto it = active_.find(d.id);
     if (it == active_.end()) {
@@ -522,7 +484,7 @@ void Service::Launch(Job& job, const StartDecision& decision) {
   if (Status s = runner_.Release(*shim); !s.ok()) {
     LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
   }
-  metrics_.Observe("gpufrac_job_wait_seconds", (job.started_ms - job.submitted_ms) / 1000.0);
+  metrics_.JobStarted((job.started_ms - job.submitted_ms) / 1000.0);
   // The command is the user's: one line, so that it cannot forge lines of the service's log.
   LogDebug("job %lld of %s started on GPU %s: %s", static_cast<long long>(job.id),
            job.spec.user.c_str(), SharesText(job.gpus).c_str(),
@@ -545,7 +507,7 @@ StatusOr<Job> Service::Finish(Job& job, JobState state, const std::string& reaso
     return s;
   }
   if (held) ReleaseShares(job.id);
-  metrics_.Add("gpufrac_jobs_finished_total", {{"state", std::string(JobStateName(state))}}, 1);
+  metrics_.JobFinished(state);
   LogDebug("job %lld %s%s%s", static_cast<long long>(job.id),
            std::string(JobStateName(state)).c_str(), reason.empty() ? "" : ": ", reason.c_str());
   active_.erase(job.id);
@@ -610,13 +572,6 @@ void Service::ReleaseShares(int64_t id) {
   if (!scheduler_->Finish(id)) mig_->Finish(id);
 }
 
-const gpu::MigModel* Service::MigModelOf(const NodeGpu& gpu) const {
-  if (auto it = config_.mig_models.find(gpu.index); it != config_.mig_models.end()) {
-    return it->second;
-  }
-  return gpu.model.empty() ? nullptr : gpu::FindMigModel(gpu.model);
-}
-
 Status Service::BuildLanes() {
   std::vector<NodeGpu> shared;
   std::vector<MigGpuSpec> mig;
@@ -626,12 +581,11 @@ Status Service::BuildLanes() {
       continue;
     }
     // A GPU in MIG mode that gpufrac cannot drive (unknown model, no MIG backend) is left alone.
-    const gpu::MigModel* model = MigModelOf(g);
-    if (model && config_.mig_backend) mig.push_back({g.index, model});
+    if (mig_hardware_.Drives(g)) mig.push_back({g.index, mig_hardware_.ModelOf(g)});
   }
   GPUFRAC_ASSIGN_OR_RETURN(scheduler_,
                            QueueScheduler::Create(shared, config_.queues, config_.scheduler));
-  mig_ = std::make_unique<MigScheduler>(mig, config_.mig_backend);
+  mig_ = std::make_unique<MigScheduler>(mig, mig_hardware_.backend());
   // Jobs in submission order (ids grow with it), so queues keep their FIFO order.
   for (auto& [id, job] : active_) {
     int queue = scheduler_->QueueIndex(job.spec.queue).value_or(0);
@@ -656,15 +610,8 @@ StatusOr<bool> Service::SetMigMode(int gpu, bool enabled) {
     if (g.index == gpu) node_gpu = &g;
   }
   if (!node_gpu) return NotFoundError("no GPU " + std::to_string(gpu) + " on this node");
-  const gpu::MigModel* model = MigModelOf(*node_gpu);
-  if (!model) {
-    return FailedPreconditionError("GPU " + std::to_string(gpu) + " (" +
-                                   (node_gpu->model.empty() ? "unknown model" : node_gpu->model) +
-                                   ") has no MIG");
-  }
-  if (!config_.mig_backend) return UnavailableError("MIG control is not available here");
-  bool now = node_gpu->mode == gpu::GpuMode::kMig;
-  if (now == enabled) return false;
+  GPUFRAC_RETURN_IF_ERROR(mig_hardware_.CheckDrives(*node_gpu));
+  if ((node_gpu->mode == gpu::GpuMode::kMig) == enabled) return false;
   std::vector<int64_t> jobs;
   for (const QueueScheduler::GpuView& view : scheduler_->Gpus()) {
     if (view.gpu.index == gpu) jobs = view.jobs;
@@ -673,14 +620,7 @@ StatusOr<bool> Service::SetMigMode(int gpu, bool enabled) {
     return FailedPreconditionError("GPU " + std::to_string(gpu) +
                                    " runs jobs; wait for them to end or cancel them first");
   }
-  if (!enabled) {
-    // Idle instances go first: MIG mode cannot be turned off under them.
-    GPUFRAC_ASSIGN_OR_RETURN(auto instances, config_.mig_backend->List(gpu));
-    for (const mig::MigBackend::InstanceInfo& i : instances) {
-      GPUFRAC_RETURN_IF_ERROR(config_.mig_backend->Destroy(gpu, i.gi_id));
-    }
-  }
-  GPUFRAC_ASSIGN_OR_RETURN(bool reset_needed, config_.mig_backend->SetMode(gpu, enabled));
+  GPUFRAC_ASSIGN_OR_RETURN(bool reset_needed, mig_hardware_.SetMode(*node_gpu, enabled));
   if (reset_needed) return true;
   for (NodeGpu& g : config_.inventory.gpus) {
     if (g.index != gpu) continue;
@@ -717,17 +657,9 @@ StatusOr<std::vector<std::string>> Service::ApplyMigParted(const std::string& ya
   GPUFRAC_ASSIGN_OR_RETURN(const mig::MigPartedConfig* config,
                            mig::ChooseConfig(file, config_name));
   std::lock_guard<std::mutex> lock(mu_);
-  if (!config_.mig_backend) return UnavailableError("MIG control is not available here");
-  std::vector<mig::ApplyTarget> targets;
-  for (const NodeGpu& g : config_.inventory.gpus) {
-    targets.push_back({.index = g.index,
-                       .model = g.model.empty() ? nullptr : gpu::FindModel(g.model),
-                       .mig_enabled = g.mode == gpu::GpuMode::kMig,
-                       .mig_model = MigModelOf(g),
-                       .busy = mig_->Busy(g.index)});
-  }
   GPUFRAC_ASSIGN_OR_RETURN(std::vector<std::string> report,
-                           mig::ApplyConfig(*config, targets, *config_.mig_backend));
+                           mig_hardware_.Apply(*config, config_.inventory.gpus,
+                                               [this](int index) { return mig_->Busy(index); }));
   kicked_ = true;
   wake_.notify_one();
   return report;
@@ -735,20 +667,7 @@ StatusOr<std::vector<std::string>> Service::ApplyMigParted(const std::string& ya
 
 StatusOr<std::string> Service::ExportMigParted(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<mig::GpuLayout> layouts;
-  for (const NodeGpu& g : config_.inventory.gpus) {
-    mig::GpuLayout layout;
-    layout.index = g.index;
-    layout.model = MigModelOf(g);
-    layout.mig_enabled = g.mode == gpu::GpuMode::kMig;
-    if (layout.mig_enabled && layout.model && config_.mig_backend) {
-      // An export that silently left a GPU out would wipe it when applied later.
-      GPUFRAC_ASSIGN_OR_RETURN(auto instances, config_.mig_backend->List(g.index));
-      for (const mig::MigBackend::InstanceInfo& i : instances) layout.profiles.push_back(i.profile);
-    }
-    layouts.push_back(layout);
-  }
-  return mig::ExportMigParted(name, layouts);
+  return mig_hardware_.Export(name, config_.inventory.gpus);
 }
 
 }  // namespace gpufrac::node

@@ -18,12 +18,14 @@
 #include <thread>
 #include <vector>
 
-#include "common/metrics.h"
 #include "common/status.h"
 #include "machine/node_gpus.h"
+#include "node/gpu_status.h"
 #include "node/job.h"
 #include "node/job_runner.h"
+#include "node/mig_hardware.h"
 #include "node/mig_scheduler.h"
+#include "node/node_metrics.h"
 #include "node/queue_scheduler.h"
 #include "node/store.h"
 
@@ -77,31 +79,17 @@ class Service {
   // The job's directory (logs: JobRunner::kStdout / kStderr).
   std::string JobDir(int64_t id) const;
 
-  struct Workload {
-    int64_t job = 0;
-    std::string user;
-    uint32_t milli = 0;
-    uint64_t memory_limit = 0;
-    uint64_t memory_used = 0;  // As the limiter's budget counts it now.
-  };
-  struct GpuStatus {
-    NodeGpu gpu;
-    uint32_t allocated_milli = 0;
-    uint64_t allocated_memory = 0;
-    uint64_t used_memory = 0;
-    std::optional<int64_t> reserved_for;
-    std::vector<Workload> workloads;
-  };
   std::vector<GpuStatus> Gpus();
   std::vector<QueueScheduler::QueueView> Queues();
   // Every GPU in MIG mode and its instances (which job each serves).
   std::vector<MigScheduler::SliceView> MigSlices();
   // Turns MIG mode on or off on GPU `gpu`: refused (kFailedPrecondition) while a job runs on it.
-  // Returns true when the change waits for a GPU reset.
+  // Returns true when the change waits for a GPU reset. Pending jobs that only the old mode
+  // could serve fail.
   StatusOr<bool> SetMigMode(int gpu, bool enabled);
-  // Applies configuration `config` of a mig-parted file to the matching GPUs in MIG mode: all
-  // is checked first (profiles, layouts, idle GPUs); then each GPU's idle instances are replaced
-  // by the layout, created with explicit placements; a failure destroys what the apply created.
+  // Applies configuration `config` of a mig-parted file to the matching GPUs in MIG mode
+  // (MigHardware::Apply): all is checked first (profiles, layouts, idle GPUs); then each GPU's
+  // idle instances are replaced by the layout; a failure destroys what the apply created.
   // Returns a line per GPU changed.
   StatusOr<std::vector<std::string>> ApplyMigParted(const std::string& yaml,
                                                     const std::string& config);
@@ -138,8 +126,6 @@ class Service {
   // (Re)creates both lanes from config_.inventory and the current MIG modes, and puts every
   // active job back in its lane.
   Status BuildLanes();
-  // The MIG tables of `gpu`: its driver's when known, else the catalogue's; null without MIG.
-  const gpu::MigModel* MigModelOf(const NodeGpu& gpu) const;
   std::string WorkloadName(int64_t id) const;
   LaunchSpec MakeLaunchSpec(const Job& job) const;
   int64_t NowMs() const;
@@ -155,8 +141,8 @@ class Service {
   std::unique_ptr<MigScheduler> mig_;
   JobRunner runner_;
   std::map<int64_t, Job> active_;  // Pending and running jobs, by id.
-  Metrics metrics_;
-  std::mutex render_mu_;
+  MigHardware mig_hardware_;
+  NodeMetrics metrics_;
   std::thread loop_;
   int lock_fd_ = -1;  // flock on STATE/gpufracd.lock, held for the service's life.
 };

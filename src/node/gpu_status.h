@@ -1,0 +1,31 @@
+// What the node service reports of one GPU (status listings, metrics): its allocation, what its
+// workloads hold now, and the job its free share is reserved for.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "machine/node_gpu.h"
+
+namespace gpufrac::node {
+
+struct WorkloadStatus {
+  int64_t job = 0;
+  std::string user;
+  uint32_t milli = 0;
+  uint64_t memory_limit = 0;
+  uint64_t memory_used = 0;  // As the limiter's budget counts it now.
+};
+
+struct GpuStatus {
+  machine::NodeGpu gpu;
+  uint32_t allocated_milli = 0;
+  uint64_t allocated_memory = 0;
+  uint64_t used_memory = 0;
+  std::optional<int64_t> reserved_for;
+  std::vector<WorkloadStatus> workloads;
+};
+
+}  // namespace gpufrac::node

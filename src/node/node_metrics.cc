@@ -1,0 +1,70 @@
+#include "node/node_metrics.h"
+
+namespace gpufrac::node {
+namespace {
+
+// The gauges set from a snapshot at each render.
+constexpr const char* kSnapshotGauges[] = {
+    "gpufrac_gpu_memory_bytes",      "gpufrac_gpu_memory_allocated_bytes",
+    "gpufrac_gpu_memory_used_bytes", "gpufrac_gpu_share_allocated",
+    "gpufrac_gpu_workloads",         "gpufrac_queue_pending_jobs",
+    "gpufrac_queue_running_jobs"};
+
+}  // namespace
+
+NodeMetrics::NodeMetrics() {
+  metrics_.Declare("gpufrac_gpu_memory_bytes", "gauge", "Total memory of each GPU");
+  metrics_.Declare("gpufrac_gpu_memory_allocated_bytes", "gauge",
+                   "GPU memory promised to running jobs (their limits)");
+  metrics_.Declare("gpufrac_gpu_memory_used_bytes", "gauge",
+                   "GPU memory running jobs hold now, as the limiter counts it");
+  metrics_.Declare("gpufrac_gpu_share_allocated", "gauge",
+                   "Share of each GPU held by running jobs (1 = the whole GPU)");
+  metrics_.Declare("gpufrac_gpu_workloads", "gauge", "Running jobs on each GPU");
+  metrics_.Declare("gpufrac_queue_pending_jobs", "gauge", "Jobs waiting in each queue");
+  metrics_.Declare("gpufrac_queue_running_jobs", "gauge", "Running jobs of each queue");
+  metrics_.Declare("gpufrac_jobs_submitted_total", "counter", "Jobs accepted");
+  metrics_.Declare("gpufrac_jobs_finished_total", "counter", "Jobs that ended, by final state");
+  metrics_.DeclareHistogram("gpufrac_scheduling_decision_seconds",
+                            "Time of one scheduling pass over the queues",
+                            {1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1});
+  metrics_.DeclareHistogram("gpufrac_job_wait_seconds", "Time from submission to start",
+                            {0.01, 0.1, 1, 10, 60, 600, 3600, 36000});
+}
+
+void NodeMetrics::JobSubmitted() { metrics_.Add("gpufrac_jobs_submitted_total", {}, 1); }
+
+void NodeMetrics::JobStarted(double waited_seconds) {
+  metrics_.Observe("gpufrac_job_wait_seconds", waited_seconds);
+}
+
+void NodeMetrics::JobFinished(JobState state) {
+  metrics_.Add("gpufrac_jobs_finished_total", {{"state", std::string(JobStateName(state))}}, 1);
+}
+
+void NodeMetrics::SchedulingPass(double seconds) {
+  metrics_.Observe("gpufrac_scheduling_decision_seconds", seconds);
+}
+
+std::string NodeMetrics::Render(const std::vector<GpuStatus>& gpus,
+                                const std::vector<QueueScheduler::QueueView>& queues) {
+  std::lock_guard<std::mutex> render(render_mu_);
+  for (const char* name : kSnapshotGauges) metrics_.Clear(name);
+  for (const GpuStatus& g : gpus) {
+    Labels labels = {
+        {"gpu", std::to_string(g.gpu.index)}, {"uuid", g.gpu.uuid}, {"model", g.gpu.model}};
+    metrics_.Set("gpufrac_gpu_memory_bytes", labels, static_cast<double>(g.gpu.memory_bytes));
+    metrics_.Set("gpufrac_gpu_memory_allocated_bytes", labels,
+                 static_cast<double>(g.allocated_memory));
+    metrics_.Set("gpufrac_gpu_memory_used_bytes", labels, static_cast<double>(g.used_memory));
+    metrics_.Set("gpufrac_gpu_share_allocated", labels, g.allocated_milli / 1000.0);
+    metrics_.Set("gpufrac_gpu_workloads", labels, static_cast<double>(g.workloads.size()));
+  }
+  for (const QueueScheduler::QueueView& q : queues) {
+    metrics_.Set("gpufrac_queue_pending_jobs", {{"queue", q.name}}, static_cast<double>(q.pending));
+    metrics_.Set("gpufrac_queue_running_jobs", {{"queue", q.name}}, static_cast<double>(q.running));
+  }
+  return metrics_.Render();
+}
+
+}  // namespace gpufrac::node
