@@ -233,99 +233,17 @@ std::string Extender::Bind(const std::string& body) {
   return ErrorBody("gpufrac: " + result.message());
 }
 
-Status Extender::BindLocked(const json& first_read, const std::string& node,
-                            std::chrono::steady_clock::time_point locked, std::string* assigned) {
-  const std::string ns = MetaOf(first_read, "namespace"), name = MetaOf(first_read, "name");
-  // The lock expires on its own (so that a crashed extender cannot block a node); every write
-  // is made only while it certainly still holds, with a margin for the write itself.
-  auto still_locked = [&]() -> Status {
-    if (std::chrono::steady_clock::now() - locked + options_.lock_margin < options_.lock_ttl) {
-      return OkStatus();
-    }
-    return AbortedError("the lock on node " + node +
-                        " ran out before the bind was done (the API server is slow); "
-                        "kube-scheduler will try again");
-  };
-  // Read again under the lock: a bind that kube-scheduler retries may already have happened,
-  // and choosing GPUs again would overwrite the record of the ones the pod holds.
-  GPUFRAC_ASSIGN_OR_RETURN(json pod, api_->GetPod(ns, name));
-  if (MetaOf(pod, "uid") != MetaOf(first_read, "uid")) {
-    return NotFoundError("pod " + ns + "/" + name + " was deleted and created again");
-  }
-  if (std::string bound = PodNodeName(pod); !bound.empty()) {
-    std::optional<Assignment> held = HeldAssignment(pod);
-    if (bound == node && (held || ParsePodRequest(pod).value_or(PodRequest{}).empty())) {
-      if (held) {
-        std::lock_guard<std::mutex> lock(mu_);
-        BookLocked(PodKey(pod), *held);
-      }
-      return OkStatus();  // Already done.
-    }
-    return FailedPreconditionError("pod " + ns + "/" + name + " is already bound to node " + bound);
-  }
-  // Unbound with a fresh assignment for another node: another extender is binding it there
-  // right now (kube-scheduler gave up waiting and tried elsewhere). Two binds must not both
-  // write the record; this one yields.
-  const std::string before = AnnotationOf(pod, kAnnotationAssignment);
-  if (std::optional<Assignment> other = AssignmentOf(pod); other && other->node != node) {
-    int64_t age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count() -
-                     other->time_ms;
-    if (age_ms < std::chrono::duration_cast<std::chrono::milliseconds>(options_.lock_ttl).count()) {
-      return AbortedError("pod " + ns + "/" + name + " is being bound to node " + other->node +
-                          " by another extender");
-    }
-  }
-  GPUFRAC_ASSIGN_OR_RETURN(PodRequest request, ParsePodRequest(pod));
-  GPUFRAC_RETURN_IF_ERROR(RefreshNode(node));
-  Assignment assignment;
-  if (!request.empty()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    GPUFRAC_ASSIGN_OR_RETURN(assignment, ledger_->Choose(request, node));
-  }
-  assignment.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count();
-  if (!request.empty()) {
-    // Conditional on the pod's resourceVersion; a change meanwhile (its status, a label) is
-    // read again and the write retried, as long as the pod is still unbound and the same pod.
-    const std::string record = AssignmentToJson(assignment).dump();
-    std::string version = MetaOf(pod, "resourceVersion");
-    Status written;
-    for (int attempt = 0; attempt < 5; ++attempt) {
-      GPUFRAC_RETURN_IF_ERROR(still_locked());
-      written = api_->AnnotatePod(ns, name, version, {{std::string(kAnnotationAssignment), record}});
-      if (written.code() != StatusCode::kAborted) break;
-      GPUFRAC_ASSIGN_OR_RETURN(json now, api_->GetPod(ns, name));
-      // Only an unrelated change is written over: not another pod, a bound pod, or another
-      // extender's record.
-      if (MetaOf(now, "uid") != MetaOf(pod, "uid") || !PodNodeName(now).empty() ||
-          AnnotationOf(now, kAnnotationAssignment) != before) {
-        break;
-      }
-      version = MetaOf(now, "resourceVersion");
-    }
-    GPUFRAC_RETURN_IF_ERROR(written);
-  }
-  GPUFRAC_RETURN_IF_ERROR(still_locked());
-  Status bound = api_->BindPod(ns, name, MetaOf(pod, "uid"), node);
-  if (!bound.ok()) {
-    // Leave no record of a booking that did not happen (the pod may already be gone).
-    if (!request.empty()) {
-      StatusOr<json> now = api_->GetPod(ns, name);
-      if (now.ok() && PodNodeName(*now).empty()) {
-        (void)api_->AnnotatePod(ns, name, MetaOf(*now, "resourceVersion"),
-                                {{std::string(kAnnotationAssignment), ""}});
-      }
-    }
-    return bound;
-  }
-  if (!request.empty()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (gone_.count(MetaOf(pod, "uid")) == 0) BookLocked(PodKey(pod), assignment);
-  }
-  std::string& summary = *assigned;
+namespace {
+
+int64_t WallClockMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// "main: GPU 1 x 250/1000, sidecar: GPU 2 MIG 1g.10gb at 3".
+std::string AssignmentSummary(const Assignment& assignment) {
+  std::string summary;
   for (const ContainerAssignment& c : assignment.containers) {
     for (const GpuGrant& g : c.gpus) {
       if (!summary.empty()) summary += ", ";
@@ -337,7 +255,114 @@ Status Extender::BindLocked(const json& first_read, const std::string& node,
       }
     }
   }
+  return summary;
+}
+
+}  // namespace
+
+Status Extender::StillLocked(const std::string& node,
+                             std::chrono::steady_clock::time_point locked) const {
+  if (std::chrono::steady_clock::now() - locked + options_.lock_margin < options_.lock_ttl) {
+    return OkStatus();
+  }
+  return AbortedError("the lock on node " + node +
+                      " ran out before the bind was done (the API server is slow); "
+                      "kube-scheduler will try again");
+}
+
+Status Extender::BindLocked(const json& first_read, const std::string& node,
+                            std::chrono::steady_clock::time_point locked, std::string* assigned) {
+  const std::string ns = MetaOf(first_read, "namespace"), name = MetaOf(first_read, "name");
+  // Read again under the lock: a bind that kube-scheduler retries may already have happened,
+  // and choosing GPUs again would overwrite the record of the ones the pod holds.
+  GPUFRAC_ASSIGN_OR_RETURN(json pod, api_->GetPod(ns, name));
+  if (MetaOf(pod, "uid") != MetaOf(first_read, "uid")) {
+    return NotFoundError("pod " + ns + "/" + name + " was deleted and created again");
+  }
+  GPUFRAC_ASSIGN_OR_RETURN(bool done, AlreadyBound(pod, node));
+  if (done) return OkStatus();
+  GPUFRAC_RETURN_IF_ERROR(YieldToAnotherBind(pod, node));
+  const std::string before = AnnotationOf(pod, kAnnotationAssignment);
+
+  GPUFRAC_ASSIGN_OR_RETURN(PodRequest request, ParsePodRequest(pod));
+  GPUFRAC_RETURN_IF_ERROR(RefreshNode(node));
+  Assignment assignment;
+  if (!request.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    GPUFRAC_ASSIGN_OR_RETURN(assignment, ledger_->Choose(request, node));
+  }
+  assignment.time_ms = WallClockMs();
+  if (!request.empty()) {
+    GPUFRAC_RETURN_IF_ERROR(WriteAssignment(pod, assignment, before, node, locked));
+  }
+
+  GPUFRAC_RETURN_IF_ERROR(StillLocked(node, locked));
+  Status bound = api_->BindPod(ns, name, MetaOf(pod, "uid"), node);
+  if (!bound.ok()) {
+    if (!request.empty()) EraseAssignment(ns, name);
+    return bound;
+  }
+  if (!request.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (gone_.count(MetaOf(pod, "uid")) == 0) BookLocked(PodKey(pod), assignment);
+  }
+  *assigned = AssignmentSummary(assignment);
   return OkStatus();
+}
+
+StatusOr<bool> Extender::AlreadyBound(const json& pod, const std::string& node) {
+  std::string bound = PodNodeName(pod);
+  if (bound.empty()) return false;
+  std::optional<Assignment> held = HeldAssignment(pod);
+  if (bound == node && (held || ParsePodRequest(pod).value_or(PodRequest{}).empty())) {
+    if (held) {
+      std::lock_guard<std::mutex> lock(mu_);
+      BookLocked(PodKey(pod), *held);
+    }
+    return true;
+  }
+  return FailedPreconditionError("pod " + MetaOf(pod, "namespace") + "/" + MetaOf(pod, "name") +
+                                 " is already bound to node " + bound);
+}
+
+Status Extender::YieldToAnotherBind(const json& pod, const std::string& node) const {
+  std::optional<Assignment> other = AssignmentOf(pod);
+  if (!other || other->node == node) return OkStatus();
+  int64_t ttl_ms = std::chrono::duration_cast<std::chrono::milliseconds>(options_.lock_ttl).count();
+  if (WallClockMs() - other->time_ms >= ttl_ms) return OkStatus();
+  return AbortedError("pod " + MetaOf(pod, "namespace") + "/" + MetaOf(pod, "name") +
+                      " is being bound to node " + other->node + " by another extender");
+}
+
+Status Extender::WriteAssignment(const json& pod, const Assignment& assignment,
+                                 const std::string& before, const std::string& node,
+                                 std::chrono::steady_clock::time_point locked) {
+  const std::string ns = MetaOf(pod, "namespace"), name = MetaOf(pod, "name");
+  const std::string record = AssignmentToJson(assignment).dump();
+  std::string version = MetaOf(pod, "resourceVersion");
+  Status written;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    GPUFRAC_RETURN_IF_ERROR(StillLocked(node, locked));
+    written = api_->AnnotatePod(ns, name, version, {{std::string(kAnnotationAssignment), record}});
+    if (written.code() != StatusCode::kAborted) break;
+    GPUFRAC_ASSIGN_OR_RETURN(json now, api_->GetPod(ns, name));
+    // Only an unrelated change is written over: not another pod, a bound pod, or another
+    // extender's record.
+    if (MetaOf(now, "uid") != MetaOf(pod, "uid") || !PodNodeName(now).empty() ||
+        AnnotationOf(now, kAnnotationAssignment) != before) {
+      break;
+    }
+    version = MetaOf(now, "resourceVersion");
+  }
+  return written;
+}
+
+void Extender::EraseAssignment(const std::string& ns, const std::string& name) {
+  StatusOr<json> now = api_->GetPod(ns, name);
+  if (now.ok() && PodNodeName(*now).empty()) {
+    (void)api_->AnnotatePod(ns, name, MetaOf(*now, "resourceVersion"),
+                            {{std::string(kAnnotationAssignment), ""}});
+  }
 }
 
 // Re-reads the node's bookings from the pods bound to it, so that a decision under the node's

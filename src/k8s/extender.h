@@ -64,9 +64,29 @@ class Extender {
   Stats stats() const;
 
  private:
-  // Binds under the node's lock, asked for at `locked`; `assigned` gets the GPUs in words.
+  // Binds under the node's lock, asked for at `locked`; `assigned` gets the GPUs in words. Its
+  // steps: read the pod again, stop if it is bound already (AlreadyBound) or another extender is
+  // binding it elsewhere (YieldToAnotherBind), choose GPUs on the node's fresh bookings, record
+  // them on the pod (WriteAssignment), bind, and book; a failed bind erases the record.
   Status BindLocked(const nlohmann::json& pod, const std::string& node,
                     std::chrono::steady_clock::time_point locked, std::string* assigned);
+  // The lock expires on its own (so that a crashed extender cannot block a node): every write
+  // is made only while it certainly still holds, with a margin for the write itself.
+  Status StillLocked(const std::string& node, std::chrono::steady_clock::time_point locked) const;
+  // True when `pod` is bound to `node` already with its GPUs (a retried bind: booked again, not
+  // chosen again, which would overwrite the record); kFailedPrecondition when bound elsewhere.
+  StatusOr<bool> AlreadyBound(const nlohmann::json& pod, const std::string& node);
+  // kAborted while `pod` carries another node's assignment younger than the lock's TTL: another
+  // extender is binding it there now, and two binds must not both write the record.
+  Status YieldToAnotherBind(const nlohmann::json& pod, const std::string& node) const;
+  // Writes `assignment` on the pod, conditional on its resourceVersion; an unrelated change
+  // meanwhile (status, a label) is read again and the write retried, while the pod is the same,
+  // unbound, and its record still `before`.
+  Status WriteAssignment(const nlohmann::json& pod, const Assignment& assignment,
+                         const std::string& before, const std::string& node,
+                         std::chrono::steady_clock::time_point locked);
+  // Leaves no record of a booking that did not happen (the pod may be gone already).
+  void EraseAssignment(const std::string& ns, const std::string& name);
   Status RefreshNode(const std::string& node);
   // The books change only through these two (mu_ held), so Reservations sees every change.
   void BookLocked(const std::string& pod, const Assignment& assignment);
