@@ -223,14 +223,24 @@ int RunExec(const ExecOptions& o) {
                 RandomSuffix().c_str());
   const std::vector<launch::LimitedGpu> gpus = {
       {.uuid = device->uuid, .limit_bytes = limit, .context_bytes = context}};
-  auto text = launch::LimitFileText(workload, gpus, o.quiet);
-  if (!text.ok()) return Fail(kExitFailure, text.status().message());
+  // The budget goes in a directory of this command's own, not by a guessable name in /dev/shm.
+  auto budget_dir = launch::BudgetDir::Make(0700);
+  if (!budget_dir.ok()) return Fail(kExitFailure, budget_dir.status().message());
+  auto text = launch::LimitFileText(workload, gpus,
+                                    {.budget_dir = budget_dir->path(), .quiet = o.quiet});
+  if (!text.ok()) {
+    budget_dir->RemoveAll();
+    return Fail(kExitFailure, text.status().message());
+  }
   std::string dir;
   auto file = WriteLimitFile(*text, &dir);
-  if (!file.ok()) return Fail(kExitFailure, file.status().message());
+  if (!file.ok()) {
+    budget_dir->RemoveAll();
+    return Fail(kExitFailure, file.status().message());
+  }
   int rc;
   {
-    auto budgets = launch::WorkloadBudgets::Create(workload, gpus, std::nullopt);
+    auto budgets = launch::WorkloadBudgets::Create(*budget_dir, workload, gpus, std::nullopt);
     if (!budgets.ok()) {
       rc = Fail(kExitFailure, budgets.status().message());
     } else {
@@ -243,6 +253,7 @@ int RunExec(const ExecOptions& o) {
                                                         .extra = extra}));
     }
   }  // The budget goes with the command.
+  budget_dir->RemoveAll();
   unlink(file->c_str());
   rmdir(dir.c_str());
   return PassThrough(rc);

@@ -1,5 +1,6 @@
-// The shared memory budgets of one workload, one per GPU it is limited on (limiter/budget.h).
-// Every launcher creates and removes them through this one owner.
+// The shared memory budgets of one workload, one per GPU it is limited on (limiter/budget.h), in
+// the launcher's budget directory (launch/budget_dir.h). Every launcher creates and removes them
+// through this one owner.
 #pragma once
 
 #include <sys/types.h>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "launch/budget_dir.h"
 #include "launch/limit_file.h"
 
 namespace gpufrac::launch {
@@ -23,10 +25,10 @@ class WorkloadBudgets {
     gid_t gid = 0;
   };
 
-  // Creates a budget for each GPU with its limit and context charge, replacing any left by an
-  // earlier attempt of the same workload (which would keep its old limit). All or nothing: on
-  // failure none is left.
-  static StatusOr<WorkloadBudgets> Create(const std::string& workload,
+  // Creates a budget in `dir` for each GPU with its limit and context charge, replacing any left
+  // by an earlier attempt of the same workload (which would keep its old limit). All or nothing:
+  // on failure none is left. `dir` must outlive this object.
+  static StatusOr<WorkloadBudgets> Create(const BudgetDir& dir, const std::string& workload,
                                           const std::vector<LimitedGpu>& gpus,
                                           std::optional<Owner> owner);
 
@@ -41,15 +43,18 @@ class WorkloadBudgets {
   // removes them later with Remove().
   void Keep() { names_.clear(); }
 
-  // Removes `workload`'s budgets on these GPUs (those that exist).
-  static void Remove(const std::string& workload, const std::vector<std::string>& uuids);
-  // GPU memory the workload holds on GPU `uuid` now, as its budget counts it; 0 when the budget
-  // is gone.
-  static uint64_t MemoryInUse(const std::string& workload, const std::string& uuid);
+  // Removes `workload`'s budgets in `dir` on these GPUs (those that exist).
+  static void Remove(const BudgetDir& dir, const std::string& workload,
+                     const std::vector<std::string>& uuids);
+  // GPU memory the workload holds on GPU `uuid` now, as its budget in `dir` counts it; 0 when
+  // the budget is gone or is not a budget. Never blocks, whatever the workload did to its file.
+  static uint64_t MemoryInUse(const BudgetDir& dir, const std::string& workload,
+                              const std::string& uuid);
 
  private:
-  WorkloadBudgets() = default;
-  std::vector<std::string> names_;  // Shared-memory names this object removes.
+  explicit WorkloadBudgets(const BudgetDir* dir) : dir_(dir) {}
+  const BudgetDir* dir_ = nullptr;
+  std::vector<std::string> names_;  // Names in dir_ this object removes.
 };
 
 }  // namespace gpufrac::launch

@@ -45,7 +45,8 @@ bool ValidGpuUuid(const std::string& uuid) {
 }  // namespace
 
 StatusOr<std::string> LimitFileText(const std::string& workload,
-                                    const std::vector<LimitedGpu>& gpus, bool quiet) {
+                                    const std::vector<LimitedGpu>& gpus,
+                                    const LimitFileOptions& options) {
   if (!ValidWorkloadId(workload)) {
     return InvalidArgumentError("workload name '" + workload +
                                 "' must be 1 to 63 of A-Z a-z 0-9 _ . -");
@@ -57,7 +58,11 @@ StatusOr<std::string> LimitFileText(const std::string& workload,
   }
   limiter::LimitConfig config{};
   std::snprintf(config.workload, sizeof(config.workload), "%s", workload.c_str());
-  config.quiet = quiet;
+  config.quiet = options.quiet;
+  if (options.budget_dir.size() > limiter::kMaxBudgetDirLen) {
+    return InvalidArgumentError("budget directory " + options.budget_dir + " is too long");
+  }
+  std::snprintf(config.budget_dir, sizeof(config.budget_dir), "%s", options.budget_dir.c_str());
   config.gpu_count = static_cast<int>(gpus.size());
   std::set<std::string> seen;
   for (size_t i = 0; i < gpus.size(); ++i) {

@@ -20,12 +20,21 @@ struct LimitedGpu {
   uint64_t context_bytes = 0;  // What the limiter charges each CUDA context.
 };
 
+// What a limit file says besides the GPUs.
+struct LimitFileOptions {
+  // The launcher's budget directory (launch/budget_dir.h), where the limiter attaches to the
+  // budgets; "" when the limiter makes them in its own /dev/shm (a container's).
+  std::string budget_dir = {};
+  bool quiet = false;  // No over-limit message.
+};
+
 // The limit file giving `workload` (1 to 63 of [A-Za-z0-9_.-]: it names the limiter's shared
 // budgets) these GPUs and limits, checked by parsing it back as the limiter will.
-// kInvalidArgument for a bad id, a UUID that is not a real GPU or MIG UUID, a GPU listed twice or
-// a bad limit; kInternal when it would not parse.
+// kInvalidArgument for a bad id, a UUID that is not a real GPU or MIG UUID, a GPU listed twice, a
+// bad limit or budget directory; kInternal when it would not parse.
 StatusOr<std::string> LimitFileText(const std::string& workload,
-                                    const std::vector<LimitedGpu>& gpus, bool quiet = false);
+                                    const std::vector<LimitedGpu>& gpus,
+                                    const LimitFileOptions& options = {});
 
 // Creates `path` (which must not exist, and is not followed if it is a link) holding `text`, with
 // exactly `mode` whatever the umask. On failure nothing is left at `path` by this call.

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "limiter/file_stat.h"
+#include "limiter/limit_config.h"
 
 namespace gpufrac::limiter {
 namespace {
@@ -158,6 +159,8 @@ bool SharedMemoryPath(const char* name, char* path, size_t len) {
 }
 
 constexpr size_t kSharedMemoryPathMax = sizeof("/dev/shm/") + 255;  // NAME_MAX
+// A budget directory (limit_config.h) and a name in it.
+constexpr size_t kMaxBudgetPathLen = kMaxBudgetDirLen + 1 + 255 + 1;
 
 int OpenSharedMemory(const char* name, int flags, mode_t mode) {
   char path[kSharedMemoryPathMax];
@@ -188,25 +191,13 @@ bool Budget::Map(int fd, char* err, size_t err_len) {
   return true;
 }
 
-bool Budget::Open(const char* name, uint64_t limit, uint64_t context_bytes, char* err,
-                  size_t err_len) {
-  if (limit == 0 || limit > kMaxBudgetBytes) {
-    snprintf(err, err_len, "budget limit must be between 1 byte and 512 GiB");
+bool Budget::Initialise(int fd, const char* name, uint64_t limit, uint64_t context_bytes,
+                        char* err, size_t err_len) {
+  if (ftruncate(fd, sizeof(BudgetSegment)) != 0) {
+    snprintf(err, err_len, "cannot size budget segment %s: %s", name, strerror(errno));
     return false;
   }
-  int fd = OpenSharedMemory(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) {
-    if (errno == EEXIST) return Attach(name, err, err_len);
-    snprintf(err, err_len, "cannot create budget segment %s: %s", name, strerror(errno));
-    return false;
-  }
-  if (ftruncate(fd, sizeof(BudgetSegment)) != 0 || !Map(fd, err, err_len)) {
-    if (!seg_) snprintf(err, err_len, "cannot size budget segment %s: %s", name, strerror(errno));
-    close(fd);
-    UnlinkSharedMemory(name);
-    return false;
-  }
-  close(fd);
+  if (!Map(fd, err, err_len)) return false;
   // The file starts zeroed: every lane free, nothing in use, the tag naming lane 0's sequence 0,
   // which counts as committed.
   seg_->magic = kMagic;
@@ -225,16 +216,80 @@ bool Budget::Open(const char* name, uint64_t limit, uint64_t context_bytes, char
   return true;
 }
 
-bool Budget::Attach(const char* name, char* err, size_t err_len) {
-  int fd = OpenSharedMemory(name, O_RDWR, 0);
+static bool LimitInRange(uint64_t limit, char* err, size_t err_len) {
+  if (limit != 0 && limit <= kMaxBudgetBytes) return true;
+  snprintf(err, err_len, "budget limit must be between 1 byte and 512 GiB");
+  return false;
+}
+
+bool Budget::Open(const char* name, uint64_t limit, uint64_t context_bytes, char* err,
+                  size_t err_len) {
+  if (!LimitInRange(limit, err, err_len)) return false;
+  int fd = OpenSharedMemory(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST) return Attach(name, err, err_len);
+    snprintf(err, err_len, "cannot create budget segment %s: %s", name, strerror(errno));
+    return false;
+  }
+  bool made = Initialise(fd, name, limit, context_bytes, err, err_len);
+  close(fd);
+  if (!made) {
+    Close();
+    UnlinkSharedMemory(name);
+  }
+  return made;
+}
+
+bool Budget::CreateAt(int dir_fd, const char* name, uint64_t limit, uint64_t context_bytes,
+                      int uid, int gid, char* err, size_t err_len) {
+  if (!LimitInRange(limit, err, err_len)) return false;
+  int fd = openat(dir_fd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    snprintf(err, err_len, "cannot create budget segment %s: %s", name, strerror(errno));
+    return false;
+  }
+  Budget budget;
+  bool made = (uid < 0 || fchown(fd, static_cast<uid_t>(uid), static_cast<gid_t>(gid)) == 0 ||
+               (snprintf(err, err_len, "cannot hand budget segment %s to uid %d: %s", name, uid,
+                         strerror(errno)),
+                false)) &&
+              budget.Initialise(fd, name, limit, context_bytes, err, err_len);
+  close(fd);
+  budget.Close();
+  if (!made) unlinkat(dir_fd, name, 0);
+  return made;
+}
+
+bool Budget::AttachIn(const char* dir, const char* name, char* err, size_t err_len) {
+  int fd = -1;
+  if (dir == nullptr) {
+    fd = OpenSharedMemory(name, O_RDWR | O_NONBLOCK, 0);
+  } else {
+    char path[kMaxBudgetPathLen];
+    int n = snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if (n < 0 || static_cast<size_t>(n) >= sizeof(path)) {
+      errno = ENAMETOOLONG;
+    } else {
+      fd = open(path, O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    }
+  }
   if (fd < 0) {
     snprintf(err, err_len, "cannot open budget segment %s: %s", name, strerror(errno));
     return false;
   }
+  return AttachFd(fd, name, err, err_len);
+}
+
+bool Budget::AttachFd(int fd, const char* name, char* err, size_t err_len) {
   // The creator may still be sizing and initialising it.
   for (int tries = 0;; ++tries) {
     struct stat st;
-    if (StatFd(fd, &st) == 0 && static_cast<size_t>(st.st_size) == sizeof(BudgetSegment)) break;
+    if (StatFd(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      close(fd);
+      snprintf(err, err_len, "budget segment %s is not a regular file", name);
+      return false;
+    }
+    if (static_cast<size_t>(st.st_size) == sizeof(BudgetSegment)) break;
     if (tries == 2000) {
       close(fd);
       snprintf(err, err_len, "budget segment %s has the wrong size (another gpufrac version?)",
@@ -275,11 +330,16 @@ uint64_t Budget::used() const {
   return v > 0 ? static_cast<uint64_t>(v) : 0;
 }
 
-bool Budget::PeekUsed(const char* name, uint64_t* used) {
-  int fd = OpenSharedMemory(name, O_RDONLY, 0);
+bool Budget::UnlinkAt(int dir_fd, const char* name) { return unlinkat(dir_fd, name, 0) == 0; }
+
+bool Budget::PeekUsedAt(int dir_fd, const char* name, uint64_t* used) {
+  int fd = openat(dir_fd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return false;
+  struct stat st;
   uint64_t magic = 0, global = 0;
-  bool ok = pread(fd, &magic, sizeof(magic), offsetof(BudgetSegment, magic)) == sizeof(magic) &&
+  bool ok = StatFd(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+            static_cast<size_t>(st.st_size) == sizeof(BudgetSegment) &&
+            pread(fd, &magic, sizeof(magic), offsetof(BudgetSegment, magic)) == sizeof(magic) &&
             magic == kMagic &&
             pread(fd, &global, sizeof(global), offsetof(BudgetSegment, global)) == sizeof(global);
   close(fd);

@@ -102,17 +102,30 @@ class Budget {
   // included. Launchers and tests unmap with Close().
   void Close();
 
-  // Maps the segment `name`, creating it with `limit`/`context_bytes` if it does not exist yet. An
-  // existing segment keeps the limit it was created with (a rewritten limit file cannot raise it).
-  // Returns false with a reason in `err`.
+  // Maps the segment `name` in /dev/shm, creating it with `limit`/`context_bytes` if it does not
+  // exist yet (the workload's own /dev/shm, as in a container). An existing segment keeps the
+  // limit it was created with (a rewritten limit file cannot raise it). Returns false with a
+  // reason in `err`.
   bool Open(const char* name, uint64_t limit, uint64_t context_bytes, char* err, size_t err_len);
-  // Maps an existing segment only.
-  bool Attach(const char* name, char* err, size_t err_len);
+  // Maps an existing segment only: `name` in /dev/shm, or in directory `dir` when it is not null
+  // (a budget directory, where the launcher made it). Refuses anything but a regular file.
+  bool Attach(const char* name, char* err, size_t err_len) { return AttachIn(nullptr, name, err, err_len); }
+  bool AttachIn(const char* dir, const char* name, char* err, size_t err_len);
   static bool Unlink(const char* name);
-  // The workload's usage in segment `name`, read with pread instead of a mapping, so that a
-  // segment its owner has truncated or rewritten cannot crash the reader (a root service reads
-  // segments that belong to users). False if the segment is missing or not a budget.
-  static bool PeekUsed(const char* name, uint64_t* used);
+
+  // For launchers, in a budget directory they opened as `dir_fd` (one the workload cannot create
+  // names in), `name` without a leading '/':
+  //  - CreateAt makes a new segment (never an existing one: O_EXCL, no link followed) with
+  //    `limit` and `context_bytes`, owned by `uid`/`gid` (mode 0600) unless uid is -1;
+  //  - UnlinkAt removes it;
+  //  - PeekUsedAt reads the workload's usage with pread instead of a mapping, opening without
+  //    blocking and refusing anything but a segment-sized regular file, so that a segment its
+  //    owner truncated or rewrote can neither crash nor block the reader (a root service reads
+  //    segments that belong to users). False if the segment is missing or not a budget.
+  static bool CreateAt(int dir_fd, const char* name, uint64_t limit, uint64_t context_bytes,
+                       int uid, int gid, char* err, size_t err_len);
+  static bool UnlinkAt(int dir_fd, const char* name);
+  static bool PeekUsedAt(int dir_fd, const char* name, uint64_t* used);
 
   // Registers process `self` as a member; the calling thread locks the member's liveness mutex
   // and must keep it locked for as long as it lives (see HandOverMember). Returns the member index,
@@ -161,6 +174,10 @@ class Budget {
 
  private:
   bool Map(int fd, char* err, size_t err_len);
+  // Sizes, maps and initialises the new, empty segment `fd` (named `name` in messages).
+  bool Initialise(int fd, const char* name, uint64_t limit, uint64_t context_bytes, char* err,
+                  size_t err_len);
+  bool AttachFd(int fd, const char* name, char* err, size_t err_len);
   bool Apply(int lane, int64_t delta, bool check_limit);
   void HelpCommit(uint64_t global_word);
   void ResolveInFlight(int lane);

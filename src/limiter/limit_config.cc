@@ -132,6 +132,22 @@ bool ParseLimitConfig(const char* text, size_t len, LimitConfig* out, char* err,
                  kMaxWorkloadIdLen);
         return false;
       }
+    } else if (strcmp(tok[0], "budgets") == 0 && count == 2) {
+      // An absolute path of plain components: no "." or "..", nothing a shell or a reader of
+      // logs would take for something else.
+      bool valid = tok[1][0] == '/' && strstr(tok[1], "/./") == nullptr &&
+                   strstr(tok[1], "/../") == nullptr && strstr(tok[1], "//") == nullptr;
+      size_t n = strlen(tok[1]);
+      if (n >= 2 && strcmp(tok[1] + n - 2, "/.") == 0) valid = false;
+      if (n >= 3 && strcmp(tok[1] + n - 3, "/..") == 0) valid = false;
+      for (const char* p = tok[1]; *p; ++p) valid = valid && (IsIdChar(*p) || *p == '/');
+      if (!valid || !CopyBounded(tok[1], out->budget_dir, kMaxBudgetDirLen)) {
+        snprintf(err, err_len,
+                 "line %d: budgets must be an absolute directory of at most %zu letters, digits, "
+                 "'-', '_', '.' and '/'",
+                 line_no, kMaxBudgetDirLen);
+        return false;
+      }
     } else if (strcmp(tok[0], "quiet") == 0 && count == 2 &&
                (strcmp(tok[1], "0") == 0 || strcmp(tok[1], "1") == 0)) {
       out->quiet = tok[1][0] == '1';
@@ -243,6 +259,10 @@ size_t FormatLimitConfig(const LimitConfig& config, char* buf, size_t buf_len) {
   };
   if (!append(snprintf(buf, buf_len, "gpufrac-limits 1\nworkload %s\nquiet %d\n", config.workload,
                        config.quiet ? 1 : 0))) {
+    return 0;
+  }
+  if (config.budget_dir[0] != '\0' &&
+      !append(snprintf(buf + used, buf_len - used, "budgets %s\n", config.budget_dir))) {
     return 0;
   }
   for (int i = 0; i < config.gpu_count; ++i) {

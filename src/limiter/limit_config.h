@@ -5,6 +5,8 @@
 //   gpufrac-limits 1
 //   workload <id>                  letters, digits, '-', '_', '.'; names the shared budgets
 //   quiet 0|1                      1 silences the over-limit message
+//   budgets <dir>                  where the launcher made the budgets (absolute); without it,
+//                                  the limiter makes them itself in /dev/shm (containers)
 //   gpu <uuid> limit <bytes> context <bytes>
 // <uuid> is the device's GPU-... or MIG-... UUID. Every field is required except quiet/context.
 #pragma once
@@ -18,6 +20,7 @@ constexpr int kMaxLimitedGpus = 16;
 constexpr size_t kMaxWorkloadIdLen = 63;
 constexpr size_t kMaxUuidLen = 47;
 constexpr size_t kMaxLimitFileBytes = 8192;
+constexpr size_t kMaxBudgetDirLen = 127;
 
 // Where the limiter looks: inside a container the fixed path wins, so that a workload cannot point
 // the limiter elsewhere; otherwise the environment variable names the file.
@@ -34,6 +37,9 @@ struct GpuLimit {
 struct LimitConfig {
   char workload[kMaxWorkloadIdLen + 1];
   bool quiet;
+  // Where the budgets are, made by the launcher in a directory the workload cannot create names
+  // in; "" when the limiter makes them in /dev/shm.
+  char budget_dir[kMaxBudgetDirLen + 1];
   int gpu_count;
   GpuLimit gpus[kMaxLimitedGpus];
 };
@@ -53,7 +59,8 @@ size_t FormatLimitConfig(const LimitConfig& config, char* buf, size_t buf_len);
 // 16 bytes. Returns false if it is not 32 hex digits.
 bool ParseUuid(const char* text, unsigned char out[16]);
 
-// Name of the shared-memory budget for one workload on one GPU ("/gpufrac.<workload>.<uuid>").
+// Name of the shared-memory budget for one workload on one GPU ("/gpufrac.<workload>.<uuid>"); in
+// a budget directory, the file's name is this without the leading slash.
 bool BudgetName(const char* workload, const char* uuid, char* buf, size_t buf_len);
 
 }  // namespace gpufrac::limiter

@@ -103,10 +103,16 @@ __attribute__((constructor)) void LoadConfiguration() {
   for (int g = 0; g < g_rt.config.gpu_count; ++g) {
     const GpuLimit& limit = g_rt.config.gpus[g];
     char name[160];
-    if (!BudgetName(g_rt.config.workload, limit.uuid, name, sizeof(name)) ||
-        !g_rt.gpus[g].budget.Open(name, limit.limit_bytes, limit.context_bytes, err, sizeof(err))) {
-      return SetBroken(err);
+    if (!BudgetName(g_rt.config.workload, limit.uuid, name, sizeof(name))) {
+      return SetBroken("the workload's budget name is too long");
     }
+    // The launcher's budget directory, where only it creates names; else the workload's own
+    // /dev/shm (a container's), where the first process creates the budget.
+    Budget& budget = g_rt.gpus[g].budget;
+    bool opened = g_rt.config.budget_dir[0] != '\0'
+                      ? budget.AttachIn(g_rt.config.budget_dir, name + 1, err, sizeof(err))
+                      : budget.Open(name, limit.limit_bytes, limit.context_bytes, err, sizeof(err));
+    if (!opened) return SetBroken(err);
   }
   // Device pointers: 96 KiB of slots for the first few thousand live (in the core's own caches),
   // 6 MiB for the next quarter million, and 48 MiB more, touched only when needed. The first

@@ -255,7 +255,8 @@ std::string Outcome::Describe() const {
   return "unknown outcome";
 }
 
-JobRunner::JobRunner(std::string shim_path) : shim_path_(std::move(shim_path)) {}
+JobRunner::JobRunner(std::string shim_path, launch::BudgetDir budgets)
+    : shim_path_(std::move(shim_path)), budgets_(std::move(budgets)) {}
 
 JobRunner::~JobRunner() {
   for (auto& [pid, fd] : go_pipes_) close(fd);
@@ -264,7 +265,8 @@ JobRunner::~JobRunner() {
 StatusOr<proc::ProcessId> JobRunner::Prepare(const LaunchSpec& spec) {
   GPUFRAC_RETURN_IF_ERROR(Validate(spec));
   GPUFRAC_ASSIGN_OR_RETURN(std::string limits_text,
-                           launch::LimitFileText(spec.workload, spec.gpus));
+                           launch::LimitFileText(spec.workload, spec.gpus,
+                                                 {.budget_dir = budgets_.path()}));
   std::optional<launch::WorkloadBudgets> budgets;  // Undone after the supervisor is killed.
   PrepareUndo undo;
   // 1. The job's directory.
@@ -273,7 +275,7 @@ StatusOr<proc::ProcessId> JobRunner::Prepare(const LaunchSpec& spec) {
   std::optional<launch::WorkloadBudgets::Owner> owner;
   if (geteuid() == 0 && spec.uid != geteuid()) owner = {spec.uid, spec.gid};
   GPUFRAC_ASSIGN_OR_RETURN(budgets,
-                           launch::WorkloadBudgets::Create(spec.workload, spec.gpus, owner));
+                           launch::WorkloadBudgets::Create(budgets_, spec.workload, spec.gpus, owner));
   // 3. Its supervisor, waiting for the go-ahead.
   GPUFRAC_ASSIGN_OR_RETURN(int go, ForkShim(shim_path_, spec.job_dir, &undo));
   proc::ProcessId ref;
@@ -386,9 +388,13 @@ std::optional<Outcome> JobRunner::ReadOutcome(const std::string& job_dir) {
 }
 
 void JobRunner::Cleanup(const std::string& job_dir, const std::string& workload,
-                        const std::vector<std::string>& uuids) {
+                        const std::vector<std::string>& uuids) const {
   unlink((job_dir + "/" + kLimitsFile).c_str());
-  launch::WorkloadBudgets::Remove(workload, uuids);
+  launch::WorkloadBudgets::Remove(budgets_, workload, uuids);
+}
+
+uint64_t JobRunner::MemoryInUse(const std::string& workload, const std::string& uuid) const {
+  return launch::WorkloadBudgets::MemoryInUse(budgets_, workload, uuid);
 }
 
 }  // namespace gpufrac::node

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "launch/budget_dir.h"
 #include "launch/limit_file.h"
 #include "node/job.h"
 #include "proc/process_identity.h"
@@ -58,8 +59,9 @@ struct Outcome {
 
 class JobRunner {
  public:
-  // `shim_path`: the gpufrac-shim executable (absolute).
-  explicit JobRunner(std::string shim_path);
+  // `shim_path`: the gpufrac-shim executable (absolute); `budgets`: where the jobs' budgets go
+  // (the service's budget directory, launch/budget_dir.h).
+  JobRunner(std::string shim_path, launch::BudgetDir budgets);
   ~JobRunner();  // Closes go-ahead pipes of prepared shims, which then exit unstarted.
   JobRunner(const JobRunner&) = delete;
   JobRunner& operator=(const JobRunner&) = delete;
@@ -83,8 +85,11 @@ class JobRunner {
   // a GPU share that is about to be given to someone else. True if any of it was still alive.
   static bool KillOrphanedJob(const std::string& job_dir);
   // Removes the limit file and the workload's budgets; logs and the outcome stay.
-  static void Cleanup(const std::string& job_dir, const std::string& workload,
-                      const std::vector<std::string>& uuids);
+  void Cleanup(const std::string& job_dir, const std::string& workload,
+               const std::vector<std::string>& uuids) const;
+  // GPU memory `workload` holds on GPU `uuid` now, as its budget counts it (0 when gone).
+  uint64_t MemoryInUse(const std::string& workload, const std::string& uuid) const;
+  const launch::BudgetDir& budget_dir() const { return budgets_; }
 
   // File names inside JOB_DIR.
   static constexpr const char* kStdout = "stdout.log";
@@ -93,6 +98,7 @@ class JobRunner {
 
  private:
   std::string shim_path_;
+  launch::BudgetDir budgets_;
   std::map<pid_t, int> go_pipes_;  // Prepared shims: the write end of their go-ahead pipe.
 };
 

@@ -20,7 +20,7 @@
 #include "common/log.h"
 #include "common/text.h"
 #include "common/units.h"
-#include "launch/budgets.h"
+#include "launch/budget_dir.h"
 #include "mig/apply.h"
 #include "mig/mig_parted.h"
 #include "node/paths.h"
@@ -102,10 +102,10 @@ std::string SharesText(const std::vector<GpuShare>& gpus) {
 
 }  // namespace
 
-Service::Service(ServiceConfig config, std::unique_ptr<Store> store)
+Service::Service(ServiceConfig config, std::unique_ptr<Store> store, launch::BudgetDir budgets)
     : config_(std::move(config)),
       store_(std::move(store)),
-      runner_(config_.shim_path),
+      runner_(config_.shim_path, std::move(budgets)),
       mig_hardware_(config_.mig_backend, config_.mig_models) {
   instance_ = ServiceInstanceName(config_.state_dir);
 }
@@ -141,7 +141,11 @@ StatusOr<std::unique_ptr<Service>> Service::Start(ServiceConfig config) {
   for (const char* suffix : {"", "-wal", "-shm"}) {
     chmod((config.state_dir + "/gpufracd.db" + suffix).c_str(), 0600);
   }
-  std::unique_ptr<Service> service(new Service(std::move(config), std::move(store)));
+  // The jobs' budgets, in a directory of the service's own that no user can create names in.
+  GPUFRAC_ASSIGN_OR_RETURN(launch::BudgetDir budgets,
+                           launch::BudgetDir::ForService(config.state_dir + "/budget-dir"));
+  std::unique_ptr<Service> service(
+      new Service(std::move(config), std::move(store), std::move(budgets)));
   service->lock_fd_ = lock_fd;
   guard.fd = -1;
   GPUFRAC_RETURN_IF_ERROR(service->BuildLanes());
@@ -325,7 +329,7 @@ std::vector<GpuStatus> Service::Gpus() {
   // Read outside the lock: the budgets belong to the jobs' users.
   for (GpuStatus& g : out) {
     for (WorkloadStatus& w : g.workloads) {
-      w.memory_used = launch::WorkloadBudgets::MemoryInUse(WorkloadName(w.job), g.gpu.uuid);
+      w.memory_used = runner_.MemoryInUse(WorkloadName(w.job), g.gpu.uuid);
       g.used_memory += w.memory_used;
     }
   }
@@ -494,7 +498,7 @@ StatusOr<Job> Service::Finish(Job& job, JobState state, const std::string& reaso
                               int signal) {
   bool held = job.state == JobState::kRunning || job.state == JobState::kStarting;
   // Cleaning up a job that has ended is harmless even if the record below fails.
-  if (held) JobRunner::Cleanup(JobDir(job.id), WorkloadName(job.id), Uuids(job));
+  if (held) runner_.Cleanup(JobDir(job.id), WorkloadName(job.id), Uuids(job));
   Job final_job = job;
   final_job.state = state;
   final_job.reason = reason;
@@ -521,7 +525,7 @@ void Service::ReturnToQueue(Job& job) {
                  "queue " + job.spec.queue + " no longer exists in the queue file", -1, 0);
     return;
   }
-  JobRunner::Cleanup(JobDir(job.id), WorkloadName(job.id), Uuids(job));
+  runner_.Cleanup(JobDir(job.id), WorkloadName(job.id), Uuids(job));
   std::error_code ec;
   std::filesystem::remove_all(JobDir(job.id), ec);
   Job pending = job;

@@ -101,7 +101,7 @@ class Service {
   std::string RenderMetrics();
 
  private:
-  Service(ServiceConfig config, std::unique_ptr<Store> store);
+  Service(ServiceConfig config, std::unique_ptr<Store> store, launch::BudgetDir budgets);
   Status Recover();
   void Loop();
   // Under mu_:

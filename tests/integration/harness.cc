@@ -93,10 +93,21 @@ std::map<std::string, std::string> Merge(std::map<std::string, std::string> a,
 std::vector<std::string> BudgetsStartingWith(const std::string& workload_prefix) {
   std::vector<std::string> found;
   const std::string prefix = "gpufrac." + workload_prefix;  // as limiter::BudgetName names them
+  auto scan = [&](const std::string& dir, const std::string& shown) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      std::string name = entry.path().filename().string();
+      if (name.rfind(prefix, 0) == 0) found.push_back(shown + name);
+    }
+  };
+  scan("/dev/shm", "");
+  // Launchers' budget directories (launch/budget_dir.h).
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
     std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) == 0) found.push_back(name);
+    if (name.rfind("gpufrac-", 0) == 0 && entry.is_directory(ec) && !entry.is_symlink(ec)) {
+      scan(entry.path().string(), name + "/");
+    }
   }
   return found;
 }

@@ -73,8 +73,9 @@ pid_t Start(const std::vector<std::string>& argv, const std::map<std::string, st
 std::map<std::string, std::string> Merge(std::map<std::string, std::string> a,
                                          const std::map<std::string, std::string>& b);
 
-// The names in /dev/shm of the budget segments whose workload name starts with
-// `workload_prefix` (a whole workload name followed by "." for one workload's).
+// The paths under /dev/shm of the budget segments whose workload name starts with
+// `workload_prefix` (a whole workload name followed by "." for one workload's), in /dev/shm and
+// in launchers' budget directories ("gpufrac-XXXXXX/gpufrac.<workload>.<uuid>").
 std::vector<std::string> BudgetsStartingWith(const std::string& workload_prefix);
 
 }  // namespace gpufrac::testing

@@ -131,7 +131,10 @@ class JobRunnerTest : public ::testing::Test {
     workload_ = "runner-test-" + std::to_string(getpid()) + "-" + std::to_string(g_counter++);
     uuid_ = machine_.Uuid(0);
     ASSERT_FALSE(uuid_.empty());
-    runner_ = std::make_unique<JobRunner>(GPUFRAC_SHIM_PATH);
+    StatusOr<launch::BudgetDir> budgets = launch::BudgetDir::Make(0711);
+    ASSERT_TRUE(budgets.ok()) << budgets.status();
+    budget_dir_ = budgets->path();
+    runner_ = std::make_unique<JobRunner>(GPUFRAC_SHIM_PATH, std::move(*budgets));
   }
 
   void TearDown() override {
@@ -141,12 +144,21 @@ class JobRunnerTest : public ::testing::Test {
       waitpid(shim.pid, nullptr, 0);
     }
     runner_.reset();
-    JobRunner::Cleanup(JobDir(), workload_, {machine_.Uuid(0), machine_.Uuid(1)});
+    if (!budget_dir_.empty()) {
+      NewRunner().Cleanup(JobDir(), workload_, {machine_.Uuid(0), machine_.Uuid(1)});
+      std::filesystem::remove_all(budget_dir_);
+    }
     std::error_code ec;
     std::filesystem::remove_all(base_, ec);
   }
 
   std::string JobDir() const { return base_ + "/job"; }
+  // Another runner on the same budget directory (as a restarted service has).
+  JobRunner NewRunner(const std::string& shim = GPUFRAC_SHIM_PATH) const {
+    StatusOr<launch::BudgetDir> budgets = launch::BudgetDir::Open(budget_dir_);
+    EXPECT_TRUE(budgets.ok()) << budgets.status();
+    return JobRunner(shim, std::move(*budgets));
+  }
   std::string Log(const char* name) const { return ReadFile(JobDir() + "/" + name); }
 
   LaunchSpec Spec(std::vector<std::string> command) const {
@@ -195,7 +207,7 @@ class JobRunnerTest : public ::testing::Test {
   }
 
   SimMachine machine_;
-  std::string base_, workload_, uuid_;
+  std::string base_, workload_, uuid_, budget_dir_;
   std::unique_ptr<JobRunner> runner_;
   std::vector<proc::ProcessId> shims_;
 };
@@ -280,8 +292,8 @@ TEST_F(JobRunnerTest, MemoryInUseIsWhatTheJobHoldsAndCancelEndsIt) {
   proc::ProcessId shim = Start(Spec({ProbePath(), "hold", std::to_string(kGiB)}));
   ASSERT_TRUE(WaitForOutput("hold=")) << Log(JobRunner::kStderr);
   ASSERT_NE(Log(JobRunner::kStdout).find("hold=0"), std::string::npos);
-  EXPECT_GE(launch::WorkloadBudgets::MemoryInUse(workload_, uuid_), kGiB);
-  EXPECT_LE(launch::WorkloadBudgets::MemoryInUse(workload_, uuid_), 2 * kGiB);
+  EXPECT_GE(runner_->MemoryInUse(workload_, uuid_), kGiB);
+  EXPECT_LE(runner_->MemoryInUse(workload_, uuid_), 2 * kGiB);
   ASSERT_TRUE(runner_->Signal(shim, SIGTERM).ok());
   std::optional<Outcome> outcome = WaitOutcome(JobDir());
   ASSERT_TRUE(outcome);
@@ -290,13 +302,13 @@ TEST_F(JobRunnerTest, MemoryInUseIsWhatTheJobHoldsAndCancelEndsIt) {
 
   // Cleanup drops the limit file and the budget; the logs and the outcome stay.
   ASSERT_EQ(BudgetsOf(workload_).size(), 1u);
-  JobRunner::Cleanup(JobDir(), workload_, {uuid_});
+  runner_->Cleanup(JobDir(), workload_, {uuid_});
   EXPECT_TRUE(BudgetsOf(workload_).empty());
-  EXPECT_EQ(launch::WorkloadBudgets::MemoryInUse(workload_, uuid_), 0u);
+  EXPECT_EQ(runner_->MemoryInUse(workload_, uuid_), 0u);
   EXPECT_FALSE(Exists(JobDir() + "/limits"));
   EXPECT_TRUE(Exists(JobDir() + "/" + JobRunner::kStdout));
   EXPECT_TRUE(JobRunner::ReadOutcome(JobDir()));
-  JobRunner::Cleanup(JobDir(), workload_, {uuid_});  // Twice is harmless.
+  runner_->Cleanup(JobDir(), workload_, {uuid_});  // Twice is harmless.
 }
 
 TEST_F(JobRunnerTest, SeveralGpusAreVisibleInTheGivenOrderEachWithItsLimit) {
@@ -404,7 +416,10 @@ TEST_F(JobRunnerTest, ANonRootServiceRunsJobsAsItself) {
   pid_t service = fork();
   if (service == 0) {
     if (setgroups(0, nullptr) != 0 || setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(10);
-    JobRunner runner(GPUFRAC_SHIM_PATH);
+    StatusOr<launch::BudgetDir> budgets = launch::BudgetDir::Make(0711);
+    if (!budgets.ok()) _exit(15);
+    const std::string budget_dir = budgets->path();
+    JobRunner runner(GPUFRAC_SHIM_PATH, std::move(*budgets));
     LaunchSpec spec = Spec({"sh", "-c", "exit $(id -u | cut -c1-2)"});  // 65534 -> 65
     spec.job_dir = job_dir;
     spec.uid = spec.gid = 0;
@@ -416,7 +431,8 @@ TEST_F(JobRunnerTest, ANonRootServiceRunsJobsAsItself) {
     StatusOr<proc::ProcessId> shim = runner.Prepare(spec);
     if (!shim.ok() || !runner.Release(*shim).ok()) _exit(13);
     std::optional<Outcome> outcome = WaitOutcome(job_dir);
-    JobRunner::Cleanup(job_dir, workload_, {uuid_});
+    runner.Cleanup(job_dir, workload_, {uuid_});
+    std::filesystem::remove_all(budget_dir);
     if (!outcome || outcome->kind != Outcome::Kind::kExited) _exit(14);
     _exit(outcome->code);
   }
@@ -537,7 +553,7 @@ TEST_F(JobRunnerTest, TheJobOutlivesAKilledServiceAndItsOutcomeIsRecorded) {
     // A service: prepares and releases the job, says which shim runs it, and is then killed.
     close(report[0]);
     close(hold[1]);
-    JobRunner runner(GPUFRAC_SHIM_PATH);
+    JobRunner runner = NewRunner();
     StatusOr<proc::ProcessId> shim = runner.Prepare(spec);
     proc::ProcessId ref;
     if (shim.ok() && runner.Release(*shim).ok()) ref = *shim;
@@ -616,7 +632,7 @@ TEST_F(JobRunnerTest, AFailedPrepareLeavesNothingBehind) {
   EXPECT_TRUE(BudgetsOf(workload_).empty());
 
   // The shim cannot be run: by then the directory and the budgets were made, and are undone.
-  JobRunner broken("/nonexistent/gpufrac-shim");
+  JobRunner broken = NewRunner("/nonexistent/gpufrac-shim");
   spec = Spec({"true"});
   spec.gpus.push_back({machine_.Uuid(1), kGiB, 0});
   shim = broken.Prepare(spec);
@@ -694,8 +710,12 @@ TEST(JobRunnerProcessTest, ReapsChildrenThatHaveExited) {
   ASSERT_EQ(waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT), 0);
   EXPECT_EQ(StatField(child, 3), "Z");
   // The runner reaps it (any child of the service is a shim).
-  JobRunner runner(GPUFRAC_SHIM_PATH);
+  StatusOr<launch::BudgetDir> budgets = launch::BudgetDir::Make(0700);
+  ASSERT_TRUE(budgets.ok()) << budgets.status();
+  const std::string budget_dir = budgets->path();
+  JobRunner runner(GPUFRAC_SHIM_PATH, std::move(*budgets));
   runner.ReapChildren();
+  std::filesystem::remove_all(budget_dir);
   EXPECT_TRUE(StatField(child, 3).empty());
 }
 

@@ -78,6 +78,12 @@ class Daemon {
     for (const std::string& name : testing::BudgetsStartingWith(instance + "-")) {
       std::filesystem::remove("/dev/shm/" + name, ec);
     }
+    // The service's budget directory, as its state directory records it.
+    std::ifstream record(dir_ + "/state/budget-dir");
+    std::string budget_dir;
+    if (std::getline(record, budget_dir) && budget_dir.rfind("/dev/shm/gpufrac-", 0) == 0) {
+      std::filesystem::remove_all(budget_dir, ec);
+    }
     std::filesystem::remove_all(dir_, ec);
   }
 
@@ -988,6 +994,11 @@ TEST(NodeService, TheFirstCommandStartsAServiceForTheUser) {
   const std::string machine = node::ServiceInstanceName(home + "/.local/state/gpufrac");
   AsNobody([&] { return simgpu::RemoveSharedMachine(machine) ? 0 : 1; });
   std::error_code ec;
+  std::ifstream record(home + "/.local/state/gpufrac/budget-dir");
+  std::string budget_dir;
+  if (std::getline(record, budget_dir) && budget_dir.rfind("/dev/shm/gpufrac-", 0) == 0) {
+    std::filesystem::remove_all(budget_dir, ec);
+  }
   std::filesystem::remove_all(home, ec);
 }
 

@@ -1,5 +1,6 @@
 // The one launch path every launcher shares: the workload's environment, its limit file (and the
 // writer that never follows a link or leaves a half-written file), and its budgets.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -10,6 +11,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,8 +62,9 @@ TEST(WorkloadEnvironmentTest, TheLimiterComesFirstAndNoDuplicateShadowsAVariable
 }
 
 TEST(LimitFileTest, TheTextIsWhatTheLimiterReadsAndBadGpusAreRefused) {
-  StatusOr<std::string> text = LimitFileText(
-      "job-1", {{kUuid0, 4 * kGiB, 783u << 20}, {kUuid1, 2 * kGiB, 783u << 20}}, true);
+  StatusOr<std::string> text =
+      LimitFileText("job-1", {{kUuid0, 4 * kGiB, 783u << 20}, {kUuid1, 2 * kGiB, 783u << 20}},
+                    {.budget_dir = "/dev/shm/gpufrac-AbC123", .quiet = true});
   ASSERT_TRUE(text.ok()) << text.status();
   limiter::LimitConfig parsed;
   char err[256];
@@ -69,6 +73,7 @@ TEST(LimitFileTest, TheTextIsWhatTheLimiterReadsAndBadGpusAreRefused) {
   EXPECT_EQ(parsed.gpu_count, 2);
   EXPECT_EQ(parsed.gpus[1].limit_bytes, 2 * kGiB);
   EXPECT_TRUE(parsed.quiet);
+  EXPECT_STREQ(parsed.budget_dir, "/dev/shm/gpufrac-AbC123");
 
   auto refused = [](const std::string& workload, std::vector<LimitedGpu> gpus) {
     StatusOr<std::string> t = LimitFileText(workload, gpus);
@@ -140,43 +145,207 @@ TEST_F(WriteNewFileTest, AFailedWriteLeavesNothingBehind) {
   EXPECT_FALSE(fs::exists(path));
 }
 
-bool BudgetExists(const std::string& workload, const std::string& uuid) {
+bool BudgetExists(const BudgetDir& dir, const std::string& workload, const std::string& uuid) {
   char name[160];
   uint64_t used = 0;
   return limiter::BudgetName(workload.c_str(), uuid.c_str(), name, sizeof(name)) &&
-         limiter::Budget::PeekUsed(name, &used);
+         limiter::Budget::PeekUsedAt(dir.fd(), name + 1, &used);
 }
 
-TEST(WorkloadBudgetsTest, CreatedAllOrNothingAndRemovedUnlessKept) {
-  const std::string workload = "launch-test-" + std::to_string(getpid());
-  {
-    StatusOr<WorkloadBudgets> budgets =
-        WorkloadBudgets::Create(workload, {{kUuid0, kGiB, 0}, {kUuid1, kGiB, 0}}, std::nullopt);
-    ASSERT_TRUE(budgets.ok()) << budgets.status();
-    EXPECT_TRUE(BudgetExists(workload, kUuid0));
-    EXPECT_TRUE(BudgetExists(workload, kUuid1));
-    EXPECT_EQ(WorkloadBudgets::MemoryInUse(workload, kUuid0), 0u);
+// The limit a workload's limiter sees when it attaches to its budget in `dir`.
+uint64_t LimitSeen(const BudgetDir& dir, const std::string& workload, const std::string& uuid) {
+  char name[160], err[400];
+  limiter::Budget budget;
+  if (!limiter::BudgetName(workload.c_str(), uuid.c_str(), name, sizeof(name)) ||
+      !budget.AttachIn(dir.path().c_str(), name + 1, err, sizeof(err))) {
+    ADD_FAILURE() << err;
+    return 0;
   }
-  EXPECT_FALSE(BudgetExists(workload, kUuid0));  // Gone with the object.
-  EXPECT_FALSE(BudgetExists(workload, kUuid1));
+  uint64_t limit = budget.limit();
+  budget.Close();
+  return limit;
+}
+
+// Runs `body` in a child process as uid/gid 65534 (nobody): another user of the machine.
+bool AsAnotherUser(const std::function<bool()>& body) {
+  pid_t child = fork();
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+    _exit(body() ? 0 : 1);
+  }
+  int status = 0;
+  return waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+class WorkloadBudgetsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StatusOr<BudgetDir> dir = BudgetDir::Make(0711);
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_.emplace(std::move(*dir));
+  }
+  void TearDown() override {
+    if (dir_) dir_->RemoveAll();
+  }
+  std::optional<BudgetDir> dir_;
+  const std::string workload_ = "launch-test-" + std::to_string(getpid());
+};
+
+TEST_F(WorkloadBudgetsTest, CreatedAllOrNothingAndRemovedUnlessKept) {
+  {
+    StatusOr<WorkloadBudgets> budgets = WorkloadBudgets::Create(
+        *dir_, workload_, {{kUuid0, kGiB, 0}, {kUuid1, kGiB, 0}}, std::nullopt);
+    ASSERT_TRUE(budgets.ok()) << budgets.status();
+    EXPECT_TRUE(BudgetExists(*dir_, workload_, kUuid0));
+    EXPECT_TRUE(BudgetExists(*dir_, workload_, kUuid1));
+    EXPECT_EQ(WorkloadBudgets::MemoryInUse(*dir_, workload_, kUuid0), 0u);
+    EXPECT_EQ(LimitSeen(*dir_, workload_, kUuid1), kGiB);
+  }
+  EXPECT_FALSE(BudgetExists(*dir_, workload_, kUuid0));  // Gone with the object.
+  EXPECT_FALSE(BudgetExists(*dir_, workload_, kUuid1));
 
   // The second GPU's limit is refused: the first GPU's budget does not stay.
   StatusOr<WorkloadBudgets> half =
-      WorkloadBudgets::Create(workload, {{kUuid0, kGiB, 0}, {kUuid1, 0, 0}}, std::nullopt);
+      WorkloadBudgets::Create(*dir_, workload_, {{kUuid0, kGiB, 0}, {kUuid1, 0, 0}}, std::nullopt);
   EXPECT_FALSE(half.ok());
-  EXPECT_FALSE(BudgetExists(workload, kUuid0));
+  EXPECT_FALSE(BudgetExists(*dir_, workload_, kUuid0));
 
   // Kept budgets outlive the object until Remove.
   {
     StatusOr<WorkloadBudgets> kept =
-        WorkloadBudgets::Create(workload, {{kUuid0, kGiB, 0}}, std::nullopt);
+        WorkloadBudgets::Create(*dir_, workload_, {{kUuid0, kGiB, 0}}, std::nullopt);
     ASSERT_TRUE(kept.ok()) << kept.status();
     kept->Keep();
   }
-  EXPECT_TRUE(BudgetExists(workload, kUuid0));
-  WorkloadBudgets::Remove(workload, {kUuid0, kUuid1});
-  EXPECT_FALSE(BudgetExists(workload, kUuid0));
-  EXPECT_EQ(WorkloadBudgets::MemoryInUse(workload, kUuid0), 0u);
+  EXPECT_TRUE(BudgetExists(*dir_, workload_, kUuid0));
+  WorkloadBudgets::Remove(*dir_, workload_, {kUuid0, kUuid1});
+  EXPECT_FALSE(BudgetExists(*dir_, workload_, kUuid0));
+  EXPECT_EQ(WorkloadBudgets::MemoryInUse(*dir_, workload_, kUuid0), 0u);
+}
+
+TEST_F(WorkloadBudgetsTest, AnotherUserCanNeitherPlantNorBlockABudget) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
+  // The attacks on the old names in /dev/shm (issue 16): a 70 GiB budget of the attacker's under
+  // the name the job's budget would get, and a directory under the next one.
+  char planted[160], blocked[160];
+  ASSERT_TRUE(limiter::BudgetName(workload_.c_str(), kUuid0, planted, sizeof(planted)));
+  ASSERT_TRUE(limiter::BudgetName(workload_.c_str(), kUuid1, blocked, sizeof(blocked)));
+  ASSERT_TRUE(AsAnotherUser([&] {
+    limiter::Budget big;
+    char err[400];
+    bool ok = big.Open(planted, 70 * kGiB, 0, err, sizeof(err)) &&
+              mkdir((std::string("/dev/shm") + blocked).c_str(), 0777) == 0;
+    big.Close();
+    return ok;
+  }));
+  // ... and in the launcher's directory the other user cannot create a name at all.
+  const std::string path = dir_->path() + "/" + (planted + 1);
+  EXPECT_TRUE(AsAnotherUser([&] {
+    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0666);
+    return fd < 0 && errno == EACCES;
+  }));
+
+  StatusOr<WorkloadBudgets> budgets =
+      WorkloadBudgets::Create(*dir_, workload_, {{kUuid0, kGiB, 0}, {kUuid1, 2 * kGiB, 0}},
+                              WorkloadBudgets::Owner{1234, 5678});
+  ASSERT_TRUE(budgets.ok()) << budgets.status();
+  EXPECT_EQ(LimitSeen(*dir_, workload_, kUuid0), kGiB);
+  EXPECT_EQ(LimitSeen(*dir_, workload_, kUuid1), 2 * kGiB);
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1234u);  // Handed to the workload's user, and to it only.
+  EXPECT_EQ(st.st_gid, 5678u);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  limiter::Budget::Unlink(planted);
+  rmdir((std::string("/dev/shm") + blocked).c_str());
+}
+
+TEST_F(WorkloadBudgetsTest, ABudgetIsNeverMadeOverAnExistingName) {
+  char name[160], err[400];
+  ASSERT_TRUE(limiter::BudgetName(workload_.c_str(), kUuid0, name, sizeof(name)));
+  int fd = openat(dir_->fd(), name + 1, O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  EXPECT_FALSE(limiter::Budget::CreateAt(dir_->fd(), name + 1, kGiB, 0, -1, -1, err, sizeof(err)));
+  EXPECT_NE(std::string(err).find("File exists"), std::string::npos) << err;
+  ASSERT_EQ(symlinkat("/etc/passwd", dir_->fd(), "link"), 0);
+  EXPECT_FALSE(limiter::Budget::CreateAt(dir_->fd(), "link", kGiB, 0, -1, -1, err, sizeof(err)));
+}
+
+TEST_F(WorkloadBudgetsTest, ReadingUsageNeverBlocksOnWhatTheWorkloadPutThere) {
+  // A workload replaced its budget with a FIFO, or truncated it: the reader (the service, as
+  // root, for `gpufrac status` and /metrics) gets 0 at once instead of hanging.
+  char name[160];
+  ASSERT_TRUE(limiter::BudgetName(workload_.c_str(), kUuid0, name, sizeof(name)));
+  ASSERT_EQ(mkfifoat(dir_->fd(), name + 1, 0666), 0);
+  alarm(10);  // A blocking open would end the test here.
+  EXPECT_EQ(WorkloadBudgets::MemoryInUse(*dir_, workload_, kUuid0), 0u);
+  char err[400];
+  limiter::Budget budget;
+  EXPECT_FALSE(budget.AttachIn(dir_->path().c_str(), name + 1, err, sizeof(err)));
+  alarm(0);
+  unlinkat(dir_->fd(), name + 1, 0);
+  int fd = openat(dir_->fd(), name + 1, O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 1 << 20), 0);  // Big enough to hold the words, but not a budget's size.
+  close(fd);
+  EXPECT_EQ(WorkloadBudgets::MemoryInUse(*dir_, workload_, kUuid0), 0u);
+}
+
+TEST(BudgetDirTest, OnlyADirectoryOfTheLaunchersOwnIsUsed) {
+  StatusOr<BudgetDir> made = BudgetDir::Make(0711);
+  ASSERT_TRUE(made.ok()) << made.status();
+  struct stat st;
+  ASSERT_EQ(stat(made->path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0711u);
+  EXPECT_EQ(made->path().rfind("/dev/shm/gpufrac-", 0), 0u);
+  EXPECT_TRUE(BudgetDir::Open(made->path()).ok());
+
+  // Writable by others, a link to it, a file: refused.
+  ASSERT_EQ(chmod(made->path().c_str(), 0777), 0);
+  EXPECT_NE(BudgetDir::Open(made->path()).status().message().find("others can write"),
+            std::string::npos);
+  ASSERT_EQ(chmod(made->path().c_str(), 0711), 0);
+  const std::string link = made->path() + "-link";
+  ASSERT_EQ(symlink(made->path().c_str(), link.c_str()), 0);
+  EXPECT_EQ(BudgetDir::Open(link).status().code(), StatusCode::kFailedPrecondition);
+  unlink(link.c_str());
+  if (geteuid() == 0) {
+    // Another user's directory.
+    ASSERT_EQ(chown(made->path().c_str(), 65534, 65534), 0);
+    EXPECT_NE(BudgetDir::Open(made->path()).status().message().find("belongs to uid 65534"),
+              std::string::npos);
+    ASSERT_EQ(chown(made->path().c_str(), 0, 0), 0);
+  }
+  const std::string path = made->path();
+  made->RemoveAll();
+  EXPECT_FALSE(fs::exists(path));
+}
+
+TEST(BudgetDirTest, TheServiceKeepsItsDirectoryAcrossRestartsButNeverAdoptsAnother) {
+  const std::string state =
+      fs::temp_directory_path() / ("budget-dir-test-" + std::to_string(getpid()));
+  fs::create_directories(state);
+  const std::string record = state + "/budget-dir";
+  StatusOr<BudgetDir> first = BudgetDir::ForService(record);
+  ASSERT_TRUE(first.ok()) << first.status();
+  StatusOr<BudgetDir> again = BudgetDir::ForService(record);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->path(), first->path());
+
+  // The recorded directory was replaced by one others can write (or gone, after a reboot): a
+  // new one is made and recorded.
+  ASSERT_EQ(chmod(first->path().c_str(), 0777), 0);
+  StatusOr<BudgetDir> fresh = BudgetDir::ForService(record);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_NE(fresh->path(), first->path());
+  std::ifstream in(record);
+  std::string recorded;
+  std::getline(in, recorded);
+  EXPECT_EQ(recorded, fresh->path());
+  first->RemoveAll();
+  fresh->RemoveAll();
+  fs::remove_all(state);
 }
 
 }  // namespace

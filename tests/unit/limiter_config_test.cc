@@ -50,6 +50,29 @@ TEST(LimitConfigTest, RoundTripsThroughTheFormat) {
   EXPECT_EQ(back.gpus[0].uuid_bytes[15], 0xf6);
   EXPECT_EQ(back.gpus[1].limit_bytes, 1000u);
   EXPECT_EQ(back.gpus[1].context_bytes, 0u);
+  EXPECT_STREQ(back.budget_dir, "");  // Not given: the limiter makes its budgets in /dev/shm.
+
+  std::strcpy(c.budget_dir, "/dev/shm/gpufrac-Xy_9.z");
+  n = FormatLimitConfig(c, buf, sizeof(buf));
+  ASSERT_GT(n, 0u);
+  ASSERT_TRUE(ParseLimitConfig(buf, n, &back, err, sizeof(err))) << err;
+  EXPECT_STREQ(back.budget_dir, "/dev/shm/gpufrac-Xy_9.z");
+}
+
+TEST(LimitConfigTest, ABudgetDirectoryIsAPlainAbsolutePath) {
+  const std::string head =
+      "gpufrac-limits 1\nworkload w\ngpu " + std::string(kUuid) + " limit 10\n";
+  for (const char* bad : {"dev/shm/x", "/dev/shm/../etc", "/dev/shm/..", "/a/./b", "/a//b",
+                          "/dev/shm/$HOME", "/dev/shm/a\x1b[2J"}) {
+    EXPECT_NE(
+        ParseError(head + "budgets " + bad + "\n").find("line 4: budgets must be an absolute"),
+        std::string::npos)
+        << bad;
+  }
+  EXPECT_NE(ParseError(head + "budgets /" + std::string(200, 'a') + "\n").find("budgets must"),
+            std::string::npos);
+  EXPECT_NE(ParseError(head + "budgets /dev/shm/a b\n").find("line 4: unknown or malformed"),
+            std::string::npos);
 }
 
 TEST(LimitConfigTest, CommentsAndBlankLinesAreIgnored) {
