@@ -20,6 +20,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -283,6 +285,8 @@ struct HttpServer::Impl {
 
   HttpHandler handler;
   HttpLimits limits;
+  std::mutex users_mu;
+  std::map<uid_t, unsigned> connections_of;  // Open unix connections per limited user.
   std::string token;
   Caller service_caller;  // What TCP callers are, once authenticated.
   Listener unix_listener{this, false};
@@ -360,6 +364,62 @@ struct HttpServer::Impl {
     return true;
   }
 
+  // Per unix connection (MHD's socket context), from its start to its close.
+  struct ConnectionState {
+    uid_t uid = 0;
+    bool counted = false;  // In connections_of[uid].
+    bool refused = false;  // Over the user's limit: answered 503 and closed.
+  };
+
+  // Counts each user's open unix connections, and marks those over the limit. Root and the
+  // service's own user are never limited: an administrator can always get in.
+  static void OnConnection(void* cls, MHD_Connection* connection, void** socket_context,
+                           MHD_ConnectionNotificationCode toe) {
+    auto* listener = static_cast<Listener*>(cls);
+    Impl* impl = listener->impl;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+      Caller caller;
+      if (!PeerCredentials(connection, &caller) || caller.uid == 0 ||
+          caller.uid == impl->service_caller.uid) {
+        return;
+      }
+      auto* state = new ConnectionState{.uid = caller.uid};
+      *socket_context = state;
+      std::lock_guard<std::mutex> lock(impl->users_mu);
+      unsigned& open = impl->connections_of[caller.uid];
+      if (open >= impl->limits.max_connections_per_user) {
+        state->refused = true;
+        // It gets its answer as soon as it sends a request, and little time to send one.
+        MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
+      } else {
+        ++open;
+        state->counted = true;
+      }
+      return;
+    }
+    auto* state = static_cast<ConnectionState*>(*socket_context);
+    if (state == nullptr) return;
+    if (state->counted) {
+      std::lock_guard<std::mutex> lock(impl->users_mu);
+      if (--impl->connections_of[state->uid] == 0) impl->connections_of.erase(state->uid);
+    }
+    delete state;
+    *socket_context = nullptr;
+  }
+
+  // The refusal for a connection over its user's limit, if it is one.
+  std::optional<HttpResponse> OverUserLimit(MHD_Connection* connection) const {
+    const MHD_ConnectionInfo* info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    auto* state = info == nullptr ? nullptr : static_cast<ConnectionState*>(info->socket_context);
+    if (state == nullptr || !state->refused) return std::nullopt;
+    HttpResponse response = ErrorResponse(
+        503, "too many connections from uid " + std::to_string(state->uid) + " at once (at most " +
+                 std::to_string(limits.max_connections_per_user) + "); close some and try again");
+    response.headers.emplace_back(MHD_HTTP_HEADER_CONNECTION, "close");
+    return response;
+  }
+
   // First callback of a request (headers in, no body yet): authenticate, check the announced
   // size, gather method, path, query and headers. Returns the refusal, if the request is refused.
   std::optional<HttpResponse> Begin(const Listener& listener, MHD_Connection* connection,
@@ -380,6 +440,8 @@ struct HttpServer::Impl {
       LogWarning("http: cannot read the peer credentials of a connection: %s",
                  ErrnoText(errno).c_str());
       return ErrorResponse(500, "cannot identify the caller");
+    } else if (std::optional<HttpResponse> refused = OverUserLimit(connection)) {
+      return refused;
     }
 
     const char* length =
@@ -491,10 +553,12 @@ struct HttpServer::Impl {
                      MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     MHD_Daemon* daemon = MHD_start_daemon(
         flags, 0, nullptr, nullptr, &OnRequest, listener, MHD_OPTION_LISTEN_SOCKET, fd,
-        MHD_OPTION_NOTIFY_COMPLETED, &OnCompleted, nullptr, MHD_OPTION_CONNECTION_LIMIT,
-        static_cast<unsigned>(limits.max_connections), MHD_OPTION_CONNECTION_TIMEOUT,
-        static_cast<unsigned>(limits.connection_timeout_seconds), MHD_OPTION_EXTERNAL_LOGGER,
-        &OnLog, nullptr, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, &OnCompleted, nullptr, MHD_OPTION_NOTIFY_CONNECTION,
+        &OnConnection, listener, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        static_cast<unsigned>(listener->tcp ? limits.max_connections_per_user : 0),
+        MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(limits.max_connections),
+        MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(limits.connection_timeout_seconds),
+        MHD_OPTION_EXTERNAL_LOGGER, &OnLog, nullptr, MHD_OPTION_END);
     if (daemon != nullptr) return daemon;
     // MHD may or may not have closed the socket it was given; close it only if the fd still
     // names the same socket, so that we never close an fd another thread has just opened.

@@ -269,6 +269,79 @@ TEST_F(HttpServerTest, GroupModeAdmitsTheGroupOnly) {
   EXPECT_EQ(Calls(), 1);
 }
 
+// As uid `uid` (in a child), sends GET /whoami on a fresh connection and returns the reply.
+std::string RequestAs(const std::string& path, uid_t uid) {
+  int out[2];
+  if (pipe(out) != 0) return "pipe failed";
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(out[0]);
+    if (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0) _exit(3);
+    std::string reply =
+        RawExchange(path, "GET /whoami HTTP/1.1\r\nHost: l\r\nConnection: close\r\n\r\n");
+    (void)!write(out[1], reply.data(), reply.size());
+    _exit(0);
+  }
+  close(out[1]);
+  std::string reply;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = read(out[0], buffer, sizeof(buffer))) > 0) reply.append(buffer, n);
+  close(out[0]);
+  waitpid(pid, nullptr, 0);
+  return reply;
+}
+
+TEST_F(HttpServerTest, OneUsersConnectionsCannotLockOthersOut) {
+  if (geteuid() != 0) GTEST_SKIP() << "becoming another user needs root";
+  auto server = StartUnix(At(socket_, 0666), Recorder());
+  ASSERT_NE(server, nullptr);
+  // nobody opens 300 idle connections and holds them.
+  int ready[2], hold[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(hold), 0);
+  pid_t hog = fork();
+  if (hog == 0) {
+    close(ready[0]);
+    close(hold[1]);
+    if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0) _exit(3);
+    int opened = 0;
+    for (int i = 0; i < 300; ++i) opened += ConnectUnix(socket_) >= 0;
+    (void)!write(ready[1], &opened, sizeof(opened));
+    char c;
+    (void)!read(hold[0], &c, 1);
+    _exit(0);
+  }
+  close(ready[1]);
+  close(hold[0]);
+  int opened = 0;
+  ASSERT_EQ(read(ready[0], &opened, sizeof(opened)), static_cast<ssize_t>(sizeof(opened)));
+  EXPECT_EQ(opened, 300);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // The server has seen them all.
+
+  // Root and another user still get in, at once.
+  auto start = steady_clock::now();
+  EXPECT_NE(RequestAs(socket_, 0).find("uid=0"), std::string::npos);
+  EXPECT_NE(RequestAs(socket_, kNobody - 1).find("uid=65533"), std::string::npos);
+  EXPECT_LT(steady_clock::now() - start, std::chrono::seconds(2));
+  // nobody's next connection is told why it is turned away.
+  std::string refused = RequestAs(socket_, kNobody);
+  EXPECT_NE(refused.find("HTTP/1.1 503"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("too many connections from uid 65534 at once (at most 32)"),
+            std::string::npos)
+      << refused;
+
+  close(hold[1]);  // The hog lets go: nobody gets in again.
+  waitpid(hog, nullptr, 0);
+  close(ready[0]);
+  bool admitted = false;
+  for (int i = 0; i < 100 && !admitted; ++i) {
+    admitted = RequestAs(socket_, kNobody).find("uid=65534") != std::string::npos;
+    if (!admitted) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(admitted);
+}
+
 TEST_F(HttpServerTest, SecondServerOnALiveSocketFails) {
   auto first = StartUnix(At(socket_), Recorder());
   ASSERT_NE(first, nullptr);
