@@ -182,6 +182,11 @@ int RunExec(const ExecOptions& o) {
     return Fail(kExitBadInput,
                 "missing the command to run, e.g. gpufrac exec --gpu-memory 4G -- python x.py");
   }
+  if (geteuid() != 0 && launch::SystemServiceRunsGpus()) {
+    return Fail(kExitFailure,
+                "gpufrac's system service runs this machine's GPUs, and a limit set by exec "
+                "would be your own to change: use gpufrac run instead");
+  }
   auto devices = gpu::ListDevices();
   if (!devices.ok()) return Fail(kExitFailure, devices.status().message());
   auto device = gpu::FindDevice(*devices, o.gpu);
@@ -227,7 +232,9 @@ int RunExec(const ExecOptions& o) {
   auto budget_dir = launch::BudgetDir::Make(0700);
   if (!budget_dir.ok()) return Fail(kExitFailure, budget_dir.status().message());
   auto text = launch::LimitFileText(workload, gpus,
-                                    {.budget_dir = budget_dir->path(), .quiet = o.quiet});
+                                    {.budget_dir = budget_dir->path(),
+                                     .quiet = o.quiet,
+                                     .advisory = geteuid() != 0});
   if (!text.ok()) {
     budget_dir->RemoveAll();
     return Fail(kExitFailure, text.status().message());

@@ -59,6 +59,7 @@ StatusOr<std::string> LimitFileText(const std::string& workload,
   limiter::LimitConfig config{};
   std::snprintf(config.workload, sizeof(config.workload), "%s", workload.c_str());
   config.quiet = options.quiet;
+  config.advisory = options.advisory;
   if (options.budget_dir.size() > limiter::kMaxBudgetDirLen) {
     return InvalidArgumentError("budget directory " + options.budget_dir + " is too long");
   }
@@ -93,6 +94,11 @@ StatusOr<std::string> LimitFileText(const std::string& workload,
                          (len == 0 ? "too long" : err));
   }
   return std::string(text, len);
+}
+
+bool SystemServiceRunsGpus() {
+  struct stat st;
+  return lstat(limiter::kSystemServiceDir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == 0;
 }
 
 Status WriteNewFile(const std::string& path, const std::string& text, mode_t mode) {

@@ -26,6 +26,9 @@ struct LimitFileOptions {
   // budgets; "" when the limiter makes them in its own /dev/shm (a container's).
   std::string budget_dir = {};
   bool quiet = false;  // No over-limit message.
+  // Written by the workload's own user (a launcher not running as root): the limiter accepts it
+  // only where no system service runs the GPUs (limiter/limit_config.h, LoadLimitFile).
+  bool advisory = false;
 };
 
 // The limit file giving `workload` (1 to 63 of [A-Za-z0-9_.-]: it names the limiter's shared
@@ -35,6 +38,10 @@ struct LimitFileOptions {
 StatusOr<std::string> LimitFileText(const std::string& workload,
                                     const std::vector<LimitedGpu>& gpus,
                                     const LimitFileOptions& options = {});
+
+// Whether gpufrac's system service runs this machine's GPUs (limiter::kSystemServiceDir is a
+// directory of root's): the limiter then refuses a user's own (advisory) limit file.
+bool SystemServiceRunsGpus();
 
 // Creates `path` (which must not exist, and is not followed if it is a link) holding `text`, with
 // exactly `mode` whatever the umask. On failure nothing is left at `path` by this call.

@@ -148,6 +148,9 @@ bool ParseLimitConfig(const char* text, size_t len, LimitConfig* out, char* err,
                  line_no, kMaxBudgetDirLen);
         return false;
       }
+    } else if (strcmp(tok[0], "advisory") == 0 && count == 2 &&
+               (strcmp(tok[1], "0") == 0 || strcmp(tok[1], "1") == 0)) {
+      out->advisory = tok[1][0] == '1';
     } else if (strcmp(tok[0], "quiet") == 0 && count == 2 &&
                (strcmp(tok[1], "0") == 0 || strcmp(tok[1], "1") == 0)) {
       out->quiet = tok[1][0] == '1';
@@ -201,7 +204,8 @@ bool ParseLimitConfig(const char* text, size_t len, LimitConfig* out, char* err,
   return true;
 }
 
-bool LoadLimitFile(const char* path, LimitConfig* out, char* err, size_t err_len) {
+bool LoadLimitFile(const char* path, LimitConfig* out, char* err, size_t err_len,
+                   const char* system_dir) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     snprintf(err, err_len, "cannot open limit file %s: %s", path, strerror(errno));
@@ -247,6 +251,24 @@ bool LoadLimitFile(const char* path, LimitConfig* out, char* err, size_t err_len
     snprintf(err, err_len, "limit file %s: %s", path, reason);
     return false;
   }
+  if (geteuid() == 0 || st.st_uid != geteuid()) return true;
+  // The workload's own user owns it, so could make it writable again and raise the limit.
+  if (!out->advisory) {
+    snprintf(err, err_len,
+             "limit file %s belongs to this workload's user (uid %u), who could rewrite it; a "
+             "launcher running as root must write it",
+             path, static_cast<unsigned>(st.st_uid));
+    return false;
+  }
+  struct stat system;
+  if (system_dir != nullptr && StatPath(system_dir, &system) == 0 && S_ISDIR(system.st_mode) &&
+      system.st_uid == 0) {
+    snprintf(err, err_len,
+             "limit file %s is this user's own (advisory), but gpufrac's system service runs this "
+             "machine's GPUs (%s exists): run GPU work through it (gpufrac run)",
+             path, system_dir);
+    return false;
+  }
   return true;
 }
 
@@ -261,6 +283,7 @@ size_t FormatLimitConfig(const LimitConfig& config, char* buf, size_t buf_len) {
                        config.quiet ? 1 : 0))) {
     return 0;
   }
+  if (config.advisory && !append(snprintf(buf + used, buf_len - used, "advisory 1\n"))) return 0;
   if (config.budget_dir[0] != '\0' &&
       !append(snprintf(buf + used, buf_len - used, "budgets %s\n", config.budget_dir))) {
     return 0;

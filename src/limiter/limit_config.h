@@ -5,6 +5,7 @@
 //   gpufrac-limits 1
 //   workload <id>                  letters, digits, '-', '_', '.'; names the shared budgets
 //   quiet 0|1                      1 silences the over-limit message
+//   advisory 0|1                   1: written by the workload's own user (see LoadLimitFile)
 //   budgets <dir>                  where the launcher made the budgets (absolute); without it,
 //                                  the limiter makes them itself in /dev/shm (containers)
 //   gpu <uuid> limit <bytes> context <bytes>
@@ -40,6 +41,9 @@ struct LimitConfig {
   // Where the budgets are, made by the launcher in a directory the workload cannot create names
   // in; "" when the limiter makes them in /dev/shm.
   char budget_dir[kMaxBudgetDirLen + 1];
+  // Written by the workload's own user (gpufrac exec, a user's own service): it limits by
+  // agreement, not by force, since that user could rewrite it.
+  bool advisory;
   int gpu_count;
   GpuLimit gpus[kMaxLimitedGpus];
 };
@@ -48,9 +52,17 @@ struct LimitConfig {
 // line into `err`.
 bool ParseLimitConfig(const char* text, size_t len, LimitConfig* out, char* err, size_t err_len);
 
-// Reads and parses the file at `path`. Refuses a file the calling user could write (a workload must
-// not be able to raise its own limit). Returns false with a reason in `err`.
-bool LoadLimitFile(const char* path, LimitConfig* out, char* err, size_t err_len);
+// The system service's runtime directory: while it exists (root's), the machine's GPUs are run by
+// gpufrac's system service, and a user's own (advisory) limit file is refused.
+constexpr const char* kSystemServiceDir = "/run/gpufrac";
+
+// Reads and parses the file at `path`. Returns false with a reason in `err`. For a process not
+// running as root, a limit file is refused when the process could write it, and when its own user
+// owns it (it could be made writable again) unless the file says `advisory 1` and no system
+// service runs the machine's GPUs (`system_dir`, kSystemServiceDir, does not exist). So a job of
+// the system service cannot point the limiter at a file of its own with a larger limit.
+bool LoadLimitFile(const char* path, LimitConfig* out, char* err, size_t err_len,
+                   const char* system_dir = kSystemServiceDir);
 
 // Writes `config` in the format above into `buf`; returns the length, or 0 if it does not fit.
 size_t FormatLimitConfig(const LimitConfig& config, char* buf, size_t buf_len);

@@ -266,7 +266,8 @@ StatusOr<proc::ProcessId> JobRunner::Prepare(const LaunchSpec& spec) {
   GPUFRAC_RETURN_IF_ERROR(Validate(spec));
   GPUFRAC_ASSIGN_OR_RETURN(std::string limits_text,
                            launch::LimitFileText(spec.workload, spec.gpus,
-                                                 {.budget_dir = budgets_.path()}));
+                                                 {.budget_dir = budgets_.path(),
+                                                  .advisory = geteuid() != 0}));
   std::optional<launch::WorkloadBudgets> budgets;  // Undone after the supervisor is killed.
   PrepareUndo undo;
   // 1. The job's directory.

@@ -152,7 +152,79 @@ TEST(LimitConfigTest, LoadRefusesAFileTheWorkloadCouldRewrite) {
     EXPECT_FALSE(LoadLimitFile(path, &c, err, sizeof(err)));
     EXPECT_NE(std::string(err).find("writable by this workload"), std::string::npos);
   }
-  ASSERT_EQ(chmod(path, 0444), 0);
+  unlink(path);
+}
+
+// Loads `text` from a read-only file owned by the loading user, as an ordinary user (in a child
+// when the test runs as root), with `system_dir` as the system service's directory. Returns ""
+// when it loads, else the error.
+std::string LoadOwnFile(const std::string& text, const char* system_dir) {
+  char path[] = "/tmp/gpufrac-limits-XXXXXX";
+  int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  chmod(path, 0444);
+  int pipe_fds[2];
+  EXPECT_EQ(pipe(pipe_fds), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (geteuid() == 0 &&
+        (chown(path, 65534, 65534) != 0 || setgid(65534) != 0 || setuid(65534) != 0)) {
+      _exit(3);
+    }
+    LimitConfig c;
+    char err[512] = "";
+    if (LoadLimitFile(path, &c, err, sizeof(err), system_dir)) err[0] = '\0';
+    (void)!write(pipe_fds[1], err, std::strlen(err));
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  std::string out;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(pipe_fds[0], buf, sizeof(buf))) > 0) out.append(buf, n);
+  close(pipe_fds[0]);
+  waitpid(pid, nullptr, 0);
+  unlink(path);
+  return out;
+}
+
+TEST(LimitConfigTest, AFileOfTheWorkloadsOwnUserIsOnlyAdvisoryAndOnlyWithoutASystemService) {
+  const std::string text =
+      "gpufrac-limits 1\nworkload w\ngpu " + std::string(kUuid) + " limit 10\n";
+  // Read-only, but the user owns it and could chmod it back: refused.
+  EXPECT_NE(LoadOwnFile(text, "/nonexistent").find("belongs to this workload's user"),
+            std::string::npos);
+  // Marked as the user's own: accepted where no system service runs the GPUs ...
+  EXPECT_EQ(LoadOwnFile("gpufrac-limits 1\nadvisory 1\nworkload w\ngpu " + std::string(kUuid) +
+                            " limit 10\n",
+                        "/nonexistent"),
+            "");
+  // ... and refused where one does (its directory, root's, exists): a job of the service cannot
+  // point its limiter at a file of its own with a larger limit.
+  if (geteuid() == 0) {
+    char system_dir[] = "/tmp/gpufrac-run-XXXXXX";
+    ASSERT_NE(mkdtemp(system_dir), nullptr);
+    EXPECT_NE(LoadOwnFile("gpufrac-limits 1\nadvisory 1\nworkload w\ngpu " + std::string(kUuid) +
+                              " limit 10\n",
+                          system_dir)
+                  .find("gpufrac's system service runs this machine's GPUs"),
+              std::string::npos);
+    rmdir(system_dir);
+  }
+}
+
+TEST(LimitConfigTest, RootMayUseAnyReadableFile) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root";
+  char path[] = "/tmp/gpufrac-limits-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  std::string text = "gpufrac-limits 1\nworkload w\ngpu " + std::string(kUuid) + " limit 10\n";
+  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  LimitConfig c;
+  char err[512];
   EXPECT_TRUE(LoadLimitFile(path, &c, err, sizeof(err))) << err;
   unlink(path);
 }
