@@ -14,6 +14,7 @@
 
 #include "cli/request_flags.h"
 #include "cli/service_client.h"
+#include "common/text.h"
 #include "common/units.h"
 #include "mig/backend.h"
 #include "node/job_wire.h"
@@ -24,7 +25,7 @@ namespace {
 using nlohmann::json;
 
 int Fail(const std::string& what, const Status& status) {
-  std::fprintf(stderr, "gpufrac %s: %s\n", what.c_str(), status.message().c_str());
+  std::fprintf(stderr, "gpufrac %s: %s\n", what.c_str(), Printable(status.message()).c_str());
   return ExitCodeFor(status);
 }
 
@@ -44,8 +45,15 @@ double Num(const json& j, const char* key) {
   return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0;
 }
 
-std::string Clip(std::string s, size_t width) {
-  if (s.size() > width) s = s.substr(0, width - 3) + "...";
+// A table cell: `s` made safe to print (another user's job name or command may hold newlines or
+// terminal escapes), then cut to `width` bytes without splitting a character.
+std::string Cell(const std::string& text, size_t width = std::string::npos) {
+  std::string s = Printable(text);
+  if (s.size() > width) {
+    size_t cut = width - 3;
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0) == 0x80) --cut;
+    s = s.substr(0, cut) + "...";
+  }
   return s;
 }
 
@@ -193,10 +201,10 @@ Status PrintJobs(const json& jobs) {
   for (const json& item : jobs) {
     GPUFRAC_ASSIGN_OR_RETURN(node::JobWire j, ReadJob(item));
     std::printf("%-6lld %-10s %-12s %-10s %-28s %-12s %5s  %-30s %s\n",
-                static_cast<long long>(j.id), Clip(j.user, 10).c_str(), Clip(j.queue, 12).c_str(),
-                std::string(node::JobStateName(j.state)).c_str(), Clip(j.request, 28).c_str(),
+                static_cast<long long>(j.id), Cell(j.user, 10).c_str(), Cell(j.queue, 12).c_str(),
+                std::string(node::JobStateName(j.state)).c_str(), Cell(j.request, 28).c_str(),
                 GpusText(j.gpus).c_str(), Age(j.submitted_ms).c_str(),
-                Clip(CommandText(j), 30).c_str(), j.Note().c_str());
+                Cell(CommandText(j), 30).c_str(), Cell(j.Note()).c_str());
   }
   return OkStatus();
 }
@@ -205,16 +213,16 @@ void PrintStatus(const json& status) {
   std::printf("%-4s %-18s %-40s %10s %10s %10s %6s\n", "GPU", "MODEL", "UUID", "MEMORY",
               "ALLOCATED", "USED", "FREE");
   for (const json& g : status["gpus"]) {
-    std::string model = Str(g, "model").empty() ? "?" : Str(g, "model");
+    std::string model = Str(g, "model").empty() ? "?" : Cell(Str(g, "model"));
     if (Str(g, "mode") == "whole") model += " (whole)";
     std::printf("%-4lld %-18s %-40s %10s %10s %10s %6s\n", static_cast<long long>(Int(g, "index")),
-                model.c_str(), Clip(Str(g, "uuid"), 40).c_str(),
+                model.c_str(), Cell(Str(g, "uuid"), 40).c_str(),
                 FormatSize(Int(g, "memory_total")).c_str(),
                 FormatSize(Int(g, "allocated_memory")).c_str(),
                 FormatSize(Int(g, "used_memory")).c_str(), Share(Num(g, "free_share")).c_str());
     for (const json& w : g["workloads"]) {
       std::printf("     job %-6lld %-10s share %-6s limit %-10s used %s\n",
-                  static_cast<long long>(Int(w, "job")), Clip(Str(w, "user"), 10).c_str(),
+                  static_cast<long long>(Int(w, "job")), Cell(Str(w, "user"), 10).c_str(),
                   Share(Num(w, "share")).c_str(), FormatSize(Int(w, "memory_limit")).c_str(),
                   FormatSize(Int(w, "memory_used")).c_str());
     }
@@ -250,14 +258,14 @@ void PrintStatus(const json& status) {
         }
         char line[256];
         std::snprintf(line, sizeof(line), "     %c %-10s slices %lld-%lld  %s  %s\n", c,
-                      Str(i, "profile").c_str(), static_cast<long long>(Int(i, "start")),
+                      Cell(Str(i, "profile")).c_str(), static_cast<long long>(Int(i, "start")),
                       static_cast<long long>(Int(i, "start") + Int(i, "size") - 1),
-                      Str(i, "uuid").c_str(), use.c_str());
+                      Cell(Str(i, "uuid")).c_str(), Cell(use).c_str());
         lines += line;
         letter = letter == 'z' ? 'a' : static_cast<char>(letter + 1);
       }
       std::printf("%-4lld %-12s MIG [%s]\n%s", static_cast<long long>(Int(g, "gpu")),
-                  Str(g, "model").c_str(), map.c_str(), lines.c_str());
+                  Cell(Str(g, "model")).c_str(), map.c_str(), lines.c_str());
     }
   }
   if (status.value("simulated", false)) std::printf("(simulated GPUs)\n");
@@ -267,8 +275,8 @@ void PrintQueues(const json& queues) {
   std::printf("%-16s %8s %-28s %6s %8s %8s %8s\n", "QUEUE", "PRIORITY", "DEFAULT", "QUOTA",
               "IN-USE", "PENDING", "RUNNING");
   for (const json& q : queues["queues"]) {
-    std::printf("%-16s %8lld %-28s %6s %8s %8lld %8lld\n", Clip(Str(q, "name"), 16).c_str(),
-                static_cast<long long>(Int(q, "priority")), Clip(Str(q, "default"), 28).c_str(),
+    std::printf("%-16s %8lld %-28s %6s %8s %8lld %8lld\n", Cell(Str(q, "name"), 16).c_str(),
+                static_cast<long long>(Int(q, "priority")), Cell(Str(q, "default"), 28).c_str(),
                 Share(Num(q, "quota")).c_str(), Share(Num(q, "share_in_use")).c_str(),
                 static_cast<long long>(Int(q, "pending")),
                 static_cast<long long>(Int(q, "running")));
@@ -344,7 +352,7 @@ int JobCommands::Run() {
       PrintJson(*answer);
     } else {
       std::printf("submitted job %lld to queue %s (%s)\n", static_cast<long long>(job->id),
-                  job->queue.c_str(), job->request.c_str());
+                  Cell(job->queue).c_str(), Cell(job->request).c_str());
     }
     return 0;
   }
@@ -358,7 +366,7 @@ int JobCommands::Run() {
     int64_t id = job->id;
     if (job->state == node::JobState::kPending) {
       std::fprintf(stderr, "gpufrac: job %lld queued in %s (%s)\n", static_cast<long long>(id),
-                   job->queue.c_str(), job->request.c_str());
+                   Cell(job->queue).c_str(), Cell(job->request).c_str());
     }
     auto final_job = Stream(c, id, /*follow=*/true, /*cancel_on_interrupt=*/true);
     if (!final_job.ok()) {
@@ -366,7 +374,7 @@ int JobCommands::Run() {
       return g_interrupts > 1 ? 130 : rc;
     }
     const node::JobState state = final_job->state;
-    const std::string note = final_job->Note();
+    const std::string note = Cell(final_job->Note());
     if (state != node::JobState::kSucceeded) {
       std::fprintf(stderr, "gpufrac: job %lld %s%s\n", static_cast<long long>(id),
                    std::string(node::JobStateName(state)).c_str(),

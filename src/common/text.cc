@@ -2,6 +2,7 @@
 #include "common/text.h"
 
 #include <cctype>
+#include <cstdio>
 #include <ctime>
 
 namespace gpufrac {
@@ -30,6 +31,66 @@ std::string OneLine(std::string text) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
   }
   return text;
+}
+
+namespace {
+
+// The length of the UTF-8 sequence starting at text[i] and its code point, or 0 when the bytes
+// there are not one (overlong forms, surrogates and values past U+10FFFF included).
+size_t Utf8Sequence(std::string_view text, size_t i, uint32_t* code) {
+  auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  unsigned char lead = byte(i);
+  size_t n = lead < 0x80           ? 1
+             : (lead >> 5) == 0x6  ? 2
+             : (lead >> 4) == 0xe  ? 3
+             : (lead >> 3) == 0x1e ? 4
+                                   : 0;
+  if (n == 0 || i + n > text.size()) return 0;
+  uint32_t c = n == 1 ? lead : lead & (0xff >> (n + 1));
+  for (size_t k = 1; k < n; ++k) {
+    if ((byte(i + k) & 0xc0) != 0x80) return 0;
+    c = (c << 6) | (byte(i + k) & 0x3f);
+  }
+  static constexpr uint32_t kSmallest[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (c < kSmallest[n] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return 0;
+  *code = c;
+  return n;
+}
+
+}  // namespace
+
+std::string Printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  char escaped[16];
+  for (size_t i = 0; i < text.size();) {
+    uint32_t code = 0;
+    size_t n = Utf8Sequence(text, i, &code);
+    if (n == 0) {
+      std::snprintf(escaped, sizeof(escaped), "\\x%02x", static_cast<unsigned char>(text[i]));
+      out += escaped;
+      ++i;
+      continue;
+    }
+    if (code == '\n') {
+      out += "\\n";
+    } else if (code == '\t') {
+      out += "\\t";
+    } else if (code == '\r') {
+      out += "\\r";
+    } else if (code < 0x20 || code == 0x7f) {
+      std::snprintf(escaped, sizeof(escaped), "\\x%02x", static_cast<unsigned>(code));
+      out += escaped;
+    } else if ((code >= 0x80 && code <= 0x9f) || (code >= 0x202a && code <= 0x202e) ||
+               (code >= 0x2066 && code <= 0x2069)) {
+      std::snprintf(escaped, sizeof(escaped), "\\u{%04x}", static_cast<unsigned>(code));
+      out += escaped;
+    } else {
+      out.append(text.substr(i, n));
+    }
+    i += n;
+  }
+  return out;
 }
 
 StatusOr<HostPort> ParseHostPort(std::string_view text, std::string_view flag,

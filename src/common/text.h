@@ -21,6 +21,12 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b);
 // error message, whatever a user or a file put in it.
 std::string OneLine(std::string text);
 
+// `text` safe to show on a terminal, in a table cell or a line: newline, tab and carriage return
+// as "\n", "\t", "\r"; other control characters (C0, DEL, C1), the bidirectional-text controls
+// that reorder what a terminal shows (U+202A..U+202E, U+2066..U+2069) and bytes that are not
+// UTF-8 as "\xNN" or "\u{NNNN}". Printable UTF-8 is kept as it is.
+std::string Printable(std::string_view text);
+
 struct HostPort {
   std::string host;  // Without the brackets of "[::1]:80".
   uint16_t port = 0;

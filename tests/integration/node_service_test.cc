@@ -3,9 +3,9 @@
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <pwd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -211,8 +211,7 @@ TEST(NodeService, VerboseLogsEveryJobStartAndEnd) {
   const std::string log = d.Log();
   const passwd* pw = getpwuid(getuid());
   const std::string user = pw != nullptr ? pw->pw_name : std::to_string(getuid());
-  EXPECT_NE(log.find("job 1 of " + user + " started on GPU 0 (4 GiB): sh"),
-            std::string::npos)
+  EXPECT_NE(log.find("job 1 of " + user + " started on GPU 0 (4 GiB): sh"), std::string::npos)
       << log;
   EXPECT_NE(log.find("job 1 failed: exit code 3"), std::string::npos) << log;
 
@@ -923,6 +922,32 @@ TEST(NodeService, MetricsDescribeGpusQueuesAndSchedulingLatency) {
       << m;
   d.Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
   d.WaitFor(id, "final");
+}
+
+TEST(NodeService, AnotherUsersCommandCannotForgeRowsOrDriveTheTerminal) {
+  Daemon d("1xH100-80GB");
+  // A command whose words hold a newline that would start a forged row, a terminal escape that
+  // would set the admin's window title, and a bidirectional override.
+  const std::string forged = "x\n999    root       default    running    --gpus 1";
+  const std::string title = "\x1b]0;pwned\x07";
+  int64_t id = d.Submit({"true", forged, title,
+                         "\xe2\x80\xae"
+                         "gpj.exe"},
+                        {{"gpu-fraction", 0.25}})
+                   .body["id"];
+  d.WaitFor(id, "final");
+  RunResult ps = d.Cli({"ps", "--all"});
+  ASSERT_EQ(ps.status, 0) << ps.err;
+  EXPECT_EQ(std::count(ps.out.begin(), ps.out.end(), '\n'), 2) << ps.out;  // Header and one row.
+  EXPECT_EQ(ps.out.find('\x1b'), std::string::npos) << ps.out;
+  EXPECT_EQ(ps.out.find('\x07'), std::string::npos) << ps.out;
+  EXPECT_EQ(ps.out.find("\xe2\x80\xae"), std::string::npos) << ps.out;
+  EXPECT_NE(ps.out.find("true x\\n999"), std::string::npos) << ps.out;
+  // JSON stays exact.
+  json listed = json::parse(d.Cli({"ps", "--all", "--json"}).out);
+  ASSERT_EQ(listed["jobs"].size(), 1u);
+  EXPECT_EQ(listed["jobs"][0]["command"][1], forged);
+  EXPECT_EQ(listed["jobs"][0]["command"][2], title);
 }
 
 TEST(NodeService, ListingsHaveTablesAndJson) {

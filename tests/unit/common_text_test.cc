@@ -38,8 +38,28 @@ TEST(TextTest, HostPortAsListenFlagsTakeIt) {
 
 TEST(TextTest, OneLineShowsControlCharactersAsQuestionMarks) {
   EXPECT_EQ(OneLine("train.py"), "train.py");
-  EXPECT_EQ(OneLine("a\nb\rc\td\x7f\x01" "e"), "a?b?c?d??e");
+  EXPECT_EQ(OneLine("a\nb\rc\td\x7f\x01"
+                    "e"),
+            "a?b?c?d??e");
   EXPECT_EQ(OneLine("GPU \xc3\xa9"), "GPU \xc3\xa9");  // UTF-8 is left alone
+}
+
+TEST(TextTest, PrintableEscapesWhatCouldForgeOrDriveATerminal) {
+  EXPECT_EQ(Printable("python train.py --lr 0.1"), "python train.py --lr 0.1");
+  EXPECT_EQ(Printable("GPU \xc3\xa9 \xe6\xbc\xa2"), "GPU \xc3\xa9 \xe6\xbc\xa2");  // UTF-8 kept
+  EXPECT_EQ(Printable("a\nb\tc\rd"), "a\\nb\\tc\\rd");
+  EXPECT_EQ(Printable("\x1b]0;title\x07"), "\\x1b]0;title\\x07");
+  EXPECT_EQ(Printable(std::string("nul\0x", 5)), "nul\\x00x");
+  EXPECT_EQ(Printable("\x7f"), "\\x7f");
+  EXPECT_EQ(Printable("\xc2\x9b"
+                      "31m"),
+            "\\u{009b}31m");  // C1 CSI
+  EXPECT_EQ(Printable("\xe2\x80\xae"
+                      "txt"),
+            "\\u{202e}txt");                                // right-to-left override
+  EXPECT_EQ(Printable("\xff\xc3"), "\\xff\\xc3");           // not UTF-8
+  EXPECT_EQ(Printable("\xc0\xaf"), "\\xc0\\xaf");           // overlong '/'
+  EXPECT_EQ(Printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate
 }
 
 TEST(Rfc3339Test, WritesAndReadsTheApiServersTimes) {
