@@ -2,6 +2,7 @@
 #include "cli/service_client.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <httplib.h>
 #include <poll.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -28,20 +30,51 @@ using nlohmann::json;
 
 constexpr auto kStartTimeout = std::chrono::seconds(15);
 
-// Something answers on the socket.
-bool Answers(const std::string& path) {
+// Connects to the socket at `path` and hangs up: 0 when something answers, else the errno.
+int TryConnect(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
+  if (fd < 0) return errno;
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path)) {
     close(fd);
-    return false;
+    return ENAMETOOLONG;
   }
   std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
-  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  int error = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 ? 0 : errno;
   close(fd);
-  return ok;
+  return error;
+}
+
+bool Answers(const std::string& path) { return TryConnect(path) == 0; }
+
+// "permission denied on /run/gpufrac/gpufracd.sock: ask to be added to group gpufrac".
+Status Denied(const std::string& path) {
+  std::string advice = "ask to be added to the group that may use it";
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0) {
+    struct group g, *found = nullptr;
+    char buf[4096];
+    if (getgrgid_r(st.st_gid, &g, buf, sizeof(buf), &found) == 0 && found) {
+      advice = "ask to be added to group " + std::string(found->gr_name);
+    }
+  }
+  return PermissionDeniedError("permission denied on " + path + ": " + advice);
+}
+
+// The system service's socket: GPUFRAC_SYSTEM_SOCKET (for tests and unusual installs), else
+// node::kSystemSocket.
+std::string SystemSocket() {
+  const char* env = getenv("GPUFRAC_SYSTEM_SOCKET");
+  return env && *env ? env : node::kSystemSocket;
+}
+
+// A system service is installed here: its socket's directory exists (it outlives the service's
+// stops and restarts), or, for the standard socket, its state directory does.
+bool SystemServiceInstalled(const std::string& socket) {
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(socket).parent_path(), ec)) return true;
+  return socket == node::kSystemSocket && std::filesystem::exists("/var/lib/gpufrac", ec);
 }
 
 StatusCode CodeFromName(const std::string& name, int http_status) {
@@ -150,14 +183,23 @@ StatusOr<std::unique_ptr<ServiceClient>> ServiceClient::Connect(const std::strin
     if (const char* env = getenv("GPUFRAC_SOCKET"); env && *env) named = env;
   }
   if (!named.empty()) {
-    if (!Answers(named)) {
+    int error = TryConnect(named);
+    if (error == EACCES) return Denied(named);
+    if (error != 0) {
       return UnavailableError("no gpufracd answers on " + named +
                               " (start one with: gpufracd --socket " + named + ")");
     }
     return std::unique_ptr<ServiceClient>(new ServiceClient(named));
   }
-  if (Answers(node::kSystemSocket)) {
-    return std::unique_ptr<ServiceClient>(new ServiceClient(node::kSystemSocket));
+  // Never a second scheduler over the same GPUs: where a system service is installed, the
+  // command uses it or says why it cannot.
+  const std::string system = SystemSocket();
+  int error = TryConnect(system);
+  if (error == 0) return std::unique_ptr<ServiceClient>(new ServiceClient(system));
+  if (error == EACCES) return Denied(system);
+  if (SystemServiceInstalled(system) && (getuid() != 0 || system != node::DefaultSocketPath())) {
+    return UnavailableError("the system service is not running (nothing answers on " + system +
+                            "); ask an administrator to start it (systemctl start gpufracd)");
   }
   std::string own = node::DefaultSocketPath();
   if (!Answers(own)) {

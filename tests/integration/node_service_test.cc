@@ -974,6 +974,44 @@ TEST(NodeService, ListingsHaveTablesAndJson) {
   d.Cli({"cancel", std::to_string(id)});
 }
 
+TEST(NodeService, TheCommandNeverStartsASecondServiceBesideAnInstalledOne) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root to act as an ordinary user";
+  Daemon d("1xL4");  // The "system" service: its socket is root's, mode 0600.
+  char tmpl[] = "/tmp/gpufrac-home-XXXXXX";
+  std::string home = mkdtemp(tmpl);
+  chown(home.c_str(), kNobody, kNobody);
+  std::string gpufrac = Bin("gpufrac");
+  auto ps_as_nobody = [&](const std::string& system_socket, const char* file) {
+    int rc = AsNobody([&] {
+      std::string cmd = "HOME=" + home + " XDG_RUNTIME_DIR= GPUFRAC_SOCKET= GPUFRAC_SIM=1xL4 " +
+                        "GPUFRAC_SYSTEM_SOCKET=" + system_socket + " " + gpufrac + " ps > " +
+                        home + "/" + file + " 2>&1";
+      return WEXITSTATUS(system(cmd.c_str()));
+    });
+    std::ifstream in(home + "/" + file);
+    std::stringstream text;
+    text << in.rdbuf();
+    return std::make_pair(rc, text.str());
+  };
+  // Not allowed on the system socket: says so, and starts nothing of its own.
+  auto [denied_rc, denied] = ps_as_nobody(d.socket(), "denied");
+  EXPECT_EQ(denied_rc, 1);
+  EXPECT_NE(denied.find("permission denied on " + d.socket() + ": ask to be added to group root"),
+            std::string::npos)
+      << denied;
+  // The system service is installed (its socket's directory is there) but not running.
+  const std::string stopped = d.dir() + "/stopped/gpufracd.sock";
+  std::filesystem::create_directories(d.dir() + "/stopped");
+  auto [stopped_rc, down] = ps_as_nobody(stopped, "down");
+  EXPECT_EQ(stopped_rc, 1);
+  EXPECT_NE(down.find("the system service is not running (nothing answers on " + stopped + ")"),
+            std::string::npos)
+      << down;
+  EXPECT_FALSE(std::filesystem::exists(home + "/.local/state/gpufrac")) << "a service was started";
+  std::error_code ec;
+  std::filesystem::remove_all(home, ec);
+}
+
 TEST(NodeService, TheFirstCommandStartsAServiceForTheUser) {
   if (getuid() != 0) GTEST_SKIP() << "needs root to act as an ordinary user";
   char tmpl[] = "/tmp/gpufrac-home-XXXXXX";
