@@ -277,6 +277,18 @@ class Api {
       if (uid == 0) {
         return Error(PermissionDeniedError("jobs submitted over TCP may not run as root"));
       }
+      const TcpUsers& allowed = options_.tcp_users;
+      if (allowed.group && !InGroup(uid, gid, *allowed.group)) {
+        return Error(PermissionDeniedError("jobs submitted over TCP may run only as members of "
+                                           "group " +
+                                           allowed.group_name + "; " + *user + " is not one"));
+      }
+      if (!allowed.group && (uid < allowed.min_uid || uid > allowed.max_uid)) {
+        return Error(PermissionDeniedError(
+            "jobs submitted over TCP may run only as users with uid " +
+            std::to_string(allowed.min_uid) + "-" + std::to_string(allowed.max_uid) + "; " +
+            *user + " is uid " + std::to_string(uid) + " (see gpufracd --tcp-users, --tcp-group)"));
+      }
     }
     if (getuid() != 0 && uid != getuid()) {
       return Error(PermissionDeniedError(

@@ -11,7 +11,7 @@
 //                                        "queue"?, "name"?, "request"?: {"gpu-memory": "4G",
 //                                        ...: the fields of common/gpu_request.h},
 //                                        "user"? (TCP callers only: required by a root service,
-//                                        never root)} -> 201 job
+//                                        never root, see TcpUsers)} -> 201 job
 //   GET  /v1/jobs                       ?all=1&active=1&limit=N: your jobs (everyone's with
 //                                        all=1, admins only)
 //   GET  /v1/jobs/{id}                  one job
@@ -46,8 +46,19 @@
 
 namespace gpufrac::node {
 
+// Whom TCP callers (who hold the token) may run jobs as: members of `group` when it is set,
+// else users with a uid in [min_uid, max_uid] (by default ordinary accounts, not system ones such
+// as daemon or bin). Never root.
+struct TcpUsers {
+  uid_t min_uid = 1000;
+  uid_t max_uid = 60000;
+  std::optional<gid_t> group;
+  std::string group_name;  // For messages.
+};
+
 struct ApiOptions {
   std::optional<gid_t> admin_group;  // Its members are admins.
+  TcpUsers tcp_users;
 };
 
 // The handler for HttpServer. `service` must outlive it.

@@ -1,6 +1,7 @@
 // gpufracd, the node service: discovers the GPUs (or simulates them with --sim), recovers its
 // state, and serves the API on a unix socket (and optionally TCP with a bearer token) until
 // SIGTERM or SIGINT. Jobs keep running when it stops; the next gpufracd re-adopts them.
+#include <arpa/inet.h>
 #include <grp.h>
 #include <limits.h>
 #include <signal.h>
@@ -41,6 +42,9 @@ struct Flags {
   std::string socket_group;
   std::string listen;
   std::string token_file;
+  bool insecure_listen = false;
+  std::string tcp_users = "1000-60000";
+  std::string tcp_group;
   std::string queues;
   std::string sim;
   std::string admin_group;
@@ -73,11 +77,27 @@ StatusOr<std::string> Absolute(const std::string& path, const std::string& what)
   return std::string(resolved);
 }
 
-StatusOr<TcpListen> ParseListen(const std::string& listen, const std::string& token_file) {
+// Only this machine can reach the address (127.0.0.0/8, ::1).
+bool Loopback(const std::string& address) {
+  in_addr v4;
+  if (inet_pton(AF_INET, address.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6;
+  return inet_pton(AF_INET6, address.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+StatusOr<TcpListen> ParseListen(const std::string& listen, const std::string& token_file,
+                                bool insecure) {
   TcpListen tcp;
   GPUFRAC_ASSIGN_OR_RETURN(HostPort host_port, ParseHostPort(listen, "--listen", "127.0.0.1:7450"));
   tcp.address = std::move(host_port.host);
   tcp.port = host_port.port;
+  if (!Loopback(tcp.address) && !insecure) {
+    return InvalidArgumentError(
+        "--listen " + listen +
+        ": other machines would see the token and every job's environment in clear text "
+        "(gpufracd speaks plain HTTP); listen on 127.0.0.1 behind a TLS proxy or an SSH tunnel, "
+        "or add --insecure-listen to accept that");
+  }
   if (token_file.empty()) {
     return InvalidArgumentError(
         "--listen needs --token-file FILE: TCP callers must present a "
@@ -132,7 +152,7 @@ int Run(const Flags& f) {
 
   std::optional<TcpListen> tcp;
   if (!f.listen.empty()) {
-    auto parsed = ParseListen(f.listen, f.token_file);
+    auto parsed = ParseListen(f.listen, f.token_file, f.insecure_listen);
     if (!parsed.ok()) return Fail(parsed.status().message());
     tcp = *parsed;
   }
@@ -149,6 +169,23 @@ int Run(const Flags& f) {
     auto gid = GroupId(f.admin_group, "--admin-group");
     if (!gid.ok()) return Fail(gid.status().message());
     api.admin_group = *gid;
+  }
+  if (!f.tcp_group.empty()) {
+    auto gid = GroupId(f.tcp_group, "--tcp-group");
+    if (!gid.ok()) return Fail(gid.status().message());
+    api.tcp_users.group = *gid;
+    api.tcp_users.group_name = f.tcp_group;
+  }
+  {
+    unsigned long low = 0, high = 0;
+    char extra = 0;
+    if (std::sscanf(f.tcp_users.c_str(), "%lu-%lu%c", &low, &high, &extra) != 2 || low == 0 ||
+        low > high || high > 4294967294ul) {
+      return Fail("--tcp-users " + f.tcp_users +
+                  ": write a uid range LOW-HIGH with 0 < LOW <= HIGH, e.g. 1000-60000");
+    }
+    api.tcp_users.min_uid = static_cast<uid_t>(low);
+    api.tcp_users.max_uid = static_cast<uid_t>(high);
   }
 
   // One simulated machine per state directory, so two services never share simulated GPUs.
@@ -209,6 +246,14 @@ int main(int argc, char** argv) {
                  "Members of this group may connect (socket mode 0660); default: owner only");
   app.add_option("--listen", f.listen, "Also serve on TCP ADDRESS:PORT (needs --token-file)");
   app.add_option("--token-file", f.token_file, "File holding the bearer token for TCP callers");
+  app.add_flag("--insecure-listen", f.insecure_listen,
+               "Allow --listen on an address other machines can reach (plain HTTP: the token "
+               "and jobs' environments cross the network in clear text)");
+  app.add_option("--tcp-users", f.tcp_users,
+                 "uids TCP callers may run jobs as, LOW-HIGH (default 1000-60000)");
+  app.add_option("--tcp-group", f.tcp_group,
+                 "TCP callers may run jobs only as members of this group (instead of "
+                 "--tcp-users)");
   app.add_option("--queues", f.queues, "Queue file (YAML, see docs/node-service.md)");
   app.add_option("--sim", f.sim,
                  "Simulated GPUs instead of this machine's, e.g. 2xH100-80GB,1xA30-24GB");

@@ -549,7 +549,11 @@ TEST(NodeService, TcpCallersNeedTheTokenAndMayRunJobsAsANamedUser) {
   std::string token_file = "/tmp/gpufrac-token-" + std::to_string(getpid());
   std::ofstream(token_file) << "0123456789abcdef0123456789abcdef\n";
   chmod(token_file.c_str(), 0600);
-  Daemon d("1xH100-80GB", {"--listen", "127.0.0.1:0", "--token-file", token_file});
+  // nobody's primary group is nogroup: TCP jobs may run as its members only.
+  Daemon d("1xH100-80GB",
+           {"--listen", "127.0.0.1:0", "--token-file", token_file, "--tcp-group", "nogroup"});
+  // By default, only ordinary accounts (uid 1000-60000): not system ones such as daemon.
+  Daemon ranged("1xH100-80GB", {"--listen", "127.0.0.1:0", "--token-file", token_file});
   unlink(token_file.c_str());
   // The service names its port once it serves (the API may answer a moment before).
   std::string log = d.Log();
@@ -572,6 +576,29 @@ TEST(NodeService, TcpCallersNeedTheTokenAndMayRunJobsAsANamedUser) {
       << "a root service must be told which user a TCP job runs as";
   body["user"] = "root";
   EXPECT_EQ(c.Post("/v1/jobs", body.dump(), "application/json")->status, 403);
+  body["user"] = "daemon";
+  auto not_member = c.Post("/v1/jobs", body.dump(), "application/json");
+  EXPECT_EQ(not_member->status, 403);
+  EXPECT_NE(not_member->body.find("only as members of group nogroup; daemon is not one"),
+            std::string::npos)
+      << not_member->body;
+  {
+    std::string ranged_log = ranged.Log();
+    for (int i = 0; i < 200 && ranged_log.find("and 127.0.0.1:") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(10ms);
+      ranged_log = ranged.Log();
+    }
+    size_t ranged_at = ranged_log.find("and 127.0.0.1:");
+    ASSERT_NE(ranged_at, std::string::npos) << ranged_log;
+    httplib::Client r("127.0.0.1", std::atoi(ranged_log.c_str() + ranged_at + 14));
+    r.set_bearer_token_auth("0123456789abcdef0123456789abcdef");
+    auto system_account = r.Post("/v1/jobs", body.dump(), "application/json");
+    ASSERT_TRUE(system_account);
+    EXPECT_EQ(system_account->status, 403);
+    EXPECT_NE(system_account->body.find("only as users with uid 1000-60000; daemon is uid 1"),
+              std::string::npos)
+        << system_account->body;
+  }
   body["user"] = "nobody";
   auto submitted = c.Post("/v1/jobs", body.dump(), "application/json");
   ASSERT_TRUE(submitted);
@@ -634,7 +661,18 @@ TEST(NodeService, BadStartupInputIsOneLineAndNothingStarts) {
   RunResult listen = start({"--sim", "1xL4", "--listen", "127.0.0.1:80"});
   EXPECT_EQ(listen.status, 1);
   EXPECT_NE(listen.err.find("--token-file"), std::string::npos) << listen.err;
-  for (const RunResult* r : {&queues, &sim, &listen}) {
+  // Plain HTTP on an address other machines reach: refused unless asked for by name.
+  RunResult open = start({"--sim", "1xL4", "--listen", "0.0.0.0:7450"});
+  EXPECT_EQ(open.status, 1);
+  EXPECT_NE(open.err.find("--listen 0.0.0.0:7450: other machines would see the token"),
+            std::string::npos)
+      << open.err;
+  EXPECT_NE(open.err.find("--insecure-listen"), std::string::npos) << open.err;
+  RunResult range = start({"--sim", "1xL4", "--tcp-users", "0-100"});
+  EXPECT_EQ(range.status, 1);
+  EXPECT_NE(range.err.find("--tcp-users 0-100: write a uid range"), std::string::npos)
+      << range.err;
+  for (const RunResult* r : {&queues, &sim, &listen, &open, &range}) {
     EXPECT_EQ(std::count(r->err.begin(), r->err.end(), '\n'), 1) << r->err;
   }
   EXPECT_FALSE(std::filesystem::exists(dir + "/api.sock"));
