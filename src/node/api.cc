@@ -29,6 +29,9 @@ constexpr size_t kMaxOutputChunk = 256 * 1024;
 constexpr int kMaxWaitSeconds = 30;
 // Listing reads and decodes the jobs under the service's lock: keep one call bounded.
 constexpr unsigned long kMaxListed = 10000;
+// A listing's jobs stop at this many bytes of JSON (each user's jobs are bounded, but not their
+// number over time).
+constexpr size_t kMaxListingBytes = 8 << 20;
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -321,9 +324,22 @@ class Api {
     }
     auto jobs = service_->ListJobs(filter);
     if (!jobs.ok()) return Error(jobs.status());
+    // Newest first, and no more than kMaxListingBytes of them: "truncated" says some were left.
     json list = json::array();
-    for (const Job& job : *jobs) list.push_back(JobJson(job, service_->WaitReason(job.id)));
-    return Json(200, {{"jobs", list}});
+    size_t bytes = 0;
+    bool truncated = false;
+    for (const Job& job : *jobs) {
+      json item = JobJson(job, service_->WaitReason(job.id));
+      bytes += item.dump().size();
+      if (bytes > kMaxListingBytes && !list.empty()) {
+        truncated = true;
+        break;
+      }
+      list.push_back(std::move(item));
+    }
+    json out = {{"jobs", std::move(list)}};
+    if (truncated) out["truncated"] = true;
+    return Json(200, out);
   }
 
   HttpResponse GetJob(const HttpRequest& req, const PathParams& params) {

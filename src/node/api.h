@@ -13,7 +13,8 @@
 //                                        "user"? (TCP callers only: required by a root service,
 //                                        never root, see TcpUsers)} -> 201 job
 //   GET  /v1/jobs                       ?all=1&active=1&limit=N: your jobs (everyone's with
-//                                        all=1, admins only)
+//                                        all=1, admins only), newest first; at most 8 MiB of
+//                                        them, with "truncated": true when some were left out
 //   GET  /v1/jobs/{id}                  one job
 //   POST /v1/jobs/{id}/cancel           cancel (owner or admin)
 //   GET  /v1/jobs/{id}/output           ?stdout=OFF&stderr=OFF&wait=SECONDS: new output from the

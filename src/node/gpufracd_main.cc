@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <deque>
+#include <tuple>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -23,6 +24,7 @@
 #include "common/log.h"
 #include "common/paths.h"
 #include "common/text.h"
+#include "common/units.h"
 #include "mig/nvml_backend.h"
 #include "node/api.h"
 #include "node/http_server.h"
@@ -43,6 +45,9 @@ struct Flags {
   std::string listen;
   std::string token_file;
   bool insecure_listen = false;
+  size_t max_pending_per_user = 1000;
+  std::string max_pending_bytes_per_user = "64M";
+  std::string max_job_bytes = "256K";
   std::string tcp_users = "1000-60000";
   std::string tcp_group;
   std::string queues;
@@ -136,6 +141,17 @@ int Run(const Flags& f) {
   config.scheduler.policy = f.policy;
   config.scheduler.starvation_ms = static_cast<int64_t>(f.starvation_seconds * 1000);
   config.kill_grace_seconds = f.kill_grace_seconds;
+  config.max_pending_per_user = f.max_pending_per_user;
+  for (auto [text, flag, out] :
+       {std::tuple{&f.max_pending_bytes_per_user, "--max-pending-bytes-per-user",
+                   &config.max_pending_bytes_per_user},
+        std::tuple{&f.max_job_bytes, "--max-job-bytes", &config.max_job_bytes}}) {
+    StatusOr<uint64_t> bytes = ParseSize(*text);
+    if (!bytes.ok() || *bytes == 0) {
+      return Fail(std::string(flag) + " " + *text + ": write a size such as 256K or 64M");
+    }
+    *out = *bytes;
+  }
   if (f.queues.empty()) {
     config.queues = DefaultQueueConfig();
   } else {
@@ -268,6 +284,13 @@ int main(int argc, char** argv) {
   app.add_option("--kill-grace", f.kill_grace_seconds,
                  "Seconds between SIGTERM and SIGKILL when a job is cancelled (default 10)")
       ->check(CLI::Range(0, 3600));
+  app.add_option("--max-pending-per-user", f.max_pending_per_user,
+                 "Jobs one user may have waiting (default 1000; root is not limited)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-pending-bytes-per-user", f.max_pending_bytes_per_user,
+                 "Bytes of command and environment one user may have waiting (default 64M)");
+  app.add_option("--max-job-bytes", f.max_job_bytes,
+                 "Bytes of command, environment, cwd and name one job may take (default 256K)");
   app.add_flag("--verbose", f.verbose, "Log every job start and end");
   try {
     app.parse(argc, argv);

@@ -57,6 +57,16 @@ std::vector<std::string> MergeEnv(std::vector<std::string> env,
   return env;
 }
 
+// What a job's text takes in the store: command, environment, working directory and name.
+uint64_t JobBytes(const std::vector<std::string>& command, const std::vector<std::string>& env,
+                  const std::string& cwd, const std::string& name) {
+  uint64_t bytes = cwd.size() + name.size();
+  for (const auto* list : {&command, &env}) {
+    for (const std::string& s : *list) bytes += s.size() + 1;
+  }
+  return bytes;
+}
+
 Status CheckSubmission(const Submission& s) {
   if (s.command.empty() || s.command[0].empty()) {
     return InvalidArgumentError("the job has no command; give one after --, e.g. -- python x.py");
@@ -215,8 +225,17 @@ Status Service::Recover() {
 
 StatusOr<Job> Service::Submit(const Submission& submission, uid_t uid, gid_t gid) {
   GPUFRAC_RETURN_IF_ERROR(CheckSubmission(submission));
+  const uint64_t bytes =
+      JobBytes(submission.command, submission.env, submission.cwd, submission.name);
+  if (uid != 0 && bytes > config_.max_job_bytes) {
+    return InvalidArgumentError("the job's command, environment, cwd and name take " +
+                                FormatSize(bytes) + ", more than the " +
+                                FormatSize(config_.max_job_bytes) +
+                                " one job may (gpufracd --max-job-bytes); pass less environment");
+  }
   std::string user = UserName(uid);  // May ask a directory service: not under the lock.
   std::lock_guard<std::mutex> lock(mu_);
+  if (uid != 0) GPUFRAC_RETURN_IF_ERROR(CheckUserRoom(uid, bytes));
   int queue = 0;
   if (!submission.queue.empty()) {
     auto index = scheduler_->QueueIndex(submission.queue);
@@ -248,6 +267,28 @@ StatusOr<Job> Service::Submit(const Submission& submission, uid_t uid, gid_t gid
   kicked_ = true;
   wake_.notify_one();
   return job;
+}
+
+Status Service::CheckUserRoom(uid_t uid, uint64_t bytes) const {
+  size_t pending = 0;
+  uint64_t pending_bytes = 0;
+  for (const auto& [id, job] : active_) {
+    if (job.spec.uid != uid || job.state != JobState::kPending) continue;
+    ++pending;
+    pending_bytes += JobBytes(job.spec.command, job.spec.env, job.spec.cwd, job.spec.name);
+  }
+  if (pending >= config_.max_pending_per_user) {
+    return ResourceExhaustedError("you have " + std::to_string(pending) +
+                                  " jobs waiting, the most one user may (gpufracd "
+                                  "--max-pending-per-user); wait for some to start or cancel some");
+  }
+  if (pending_bytes + bytes > config_.max_pending_bytes_per_user) {
+    return ResourceExhaustedError(
+        "your waiting jobs' commands and environments take " + FormatSize(pending_bytes) +
+        "; this one would pass the " + FormatSize(config_.max_pending_bytes_per_user) +
+        " one user may have waiting (gpufracd --max-pending-bytes-per-user)");
+  }
+  return OkStatus();
 }
 
 StatusOr<Job> Service::Cancel(int64_t id) {

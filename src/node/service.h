@@ -39,6 +39,12 @@ struct ServiceConfig {
   std::string shim_path;         // gpufrac-shim, absolute.
   std::string limiter_path;      // libgpufrac.so, absolute.
   int kill_grace_seconds = 10;   // Cancel: SIGTERM, then SIGKILL after this long.
+  // What one user may have waiting, so that no user can fill the disk or the queues for others
+  // (root is not limited): pending jobs, and the bytes of their commands, environments, working
+  // directories and names; and the bytes of any one job.
+  size_t max_pending_per_user = 1000;
+  uint64_t max_pending_bytes_per_user = uint64_t{64} << 20;
+  uint64_t max_job_bytes = uint64_t{256} << 10;
   // The driver's MIG operations; must outlive the service. Null: MIG is not available (GPUs
   // in MIG mode are then left alone).
   mig::MigBackend* mig_backend = nullptr;
@@ -67,7 +73,9 @@ class Service {
   Service& operator=(const Service&) = delete;
 
   // Validates and records a job for user uid/gid. Errors: kInvalidArgument (bad command, cwd,
-  // env, unknown queue, a request that can never fit here), with one line saying what to fix.
+  // env, a job larger than max_job_bytes, unknown queue, a request that can never fit here),
+  // kResourceExhausted (the user's pending jobs at their limits), with one line saying what to
+  // fix.
   StatusOr<Job> Submit(const Submission& submission, uid_t uid, gid_t gid);
   // Pending: removed and cancelled at once. Running: SIGTERM now, SIGKILL after the grace; the
   // job ends as cancelled. Final: kFailedPrecondition. Unknown: kNotFound.
@@ -123,6 +131,8 @@ class Service {
   void EnqueueJob(const Job& job, int queue);
   void AddRunningToLane(const Job& job, int queue);
   void ReleaseShares(int64_t id);
+  // kResourceExhausted when user `uid` may not queue another job of `bytes` (mu_ held).
+  Status CheckUserRoom(uid_t uid, uint64_t bytes) const;
   // (Re)creates both lanes from config_.inventory and the current MIG modes, and puts every
   // active job back in its lane.
   Status BuildLanes();

@@ -377,6 +377,71 @@ TEST(NodeService, UsersSeeAndCancelOnlyTheirOwnJobs) {
   EXPECT_EQ(d.WaitFor(mine, "final")["state"], "cancelled");
 }
 
+TEST(NodeService, OneUserCannotFillTheQueuesOrTheDisk) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root to act as another user";
+  Daemon d("1xH100-80GB", {"--socket-group", "nogroup", "--max-pending-per-user", "3",
+                           "--max-job-bytes", "8K", "--max-pending-bytes-per-user", "20K"});
+  // The GPU is taken by root's job, so nobody's jobs wait.
+  int64_t blocker = d.Submit({"sleep", "30"}, {{"gpus", 1}}).body["id"];
+  d.WaitFor(blocker, "running");
+  std::string socket = d.socket();
+  std::string shared = d.dir() + "/shared";
+  mkdir(shared.c_str(), 0777);
+  chmod(shared.c_str(), 0777);
+  std::string report = shared + "/report";
+  int rc = AsNobody([&] {
+    httplib::Client c(socket);
+    c.set_address_family(AF_UNIX);
+    std::ofstream out(report);
+    auto submit = [&](size_t env_bytes) {
+      json body = {{"command", {"true"}},
+                   {"cwd", "/tmp"},
+                   {"env", {"PAD=" + std::string(env_bytes, 'x')}},
+                   {"request", {{"gpus", 1}}}};
+      auto r = c.Post("/v1/jobs", body.dump(), "application/json");
+      std::string body_text = r ? r->body : "";
+      std::replace(body_text.begin(), body_text.end(), '\n', ' ');
+      out << (r ? r->status : 0) << " " << body_text << "\n";
+    };
+    submit(9 * 1024);  // One job larger than --max-job-bytes.
+    submit(7 * 1024);
+    submit(7 * 1024);
+    submit(7 * 1024);  // 21K waiting: past --max-pending-bytes-per-user.
+    submit(10);
+    submit(10);  // The fourth waiting job: past --max-pending-per-user.
+    return 0;
+  });
+  ASSERT_EQ(rc, 0);
+  std::ifstream in(report);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_EQ(lines[0].rfind("400 ", 0), 0u) << lines[0];
+  EXPECT_NE(lines[0].find("more than the 8 KiB one job may (gpufracd --max-job-bytes)"),
+            std::string::npos)
+      << lines[0];
+  EXPECT_EQ(lines[1].rfind("201 ", 0), 0u) << lines[1];
+  EXPECT_EQ(lines[2].rfind("201 ", 0), 0u) << lines[2];
+  EXPECT_EQ(lines[3].rfind("429 ", 0), 0u) << lines[3];
+  EXPECT_NE(lines[3].find("--max-pending-bytes-per-user"), std::string::npos) << lines[3];
+  EXPECT_EQ(lines[4].rfind("201 ", 0), 0u) << lines[4];
+  EXPECT_EQ(lines[5].rfind("429 ", 0), 0u) << lines[5];
+  EXPECT_NE(lines[5].find("you have 3 jobs waiting, the most one user may"), std::string::npos)
+      << lines[5];
+  // Root is not limited.
+  EXPECT_EQ(d.Submit({"true"}, {{"gpus", 1}}).status, 201);
+  EXPECT_EQ(d.Post("/v1/jobs/" + std::to_string(blocker) + "/cancel", json::object()).status, 200);
+
+  // A listing stops at 8 MiB of jobs and says so.
+  const std::string big(900 * 1024, 'x');
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(d.Submit({"true", big}, {{"gpus", 1}}).status, 201);
+  Reply listed = d.Get("/v1/jobs?limit=100");
+  ASSERT_EQ(listed.status, 200);
+  EXPECT_EQ(listed.body.value("truncated", false), true);
+  EXPECT_LT(listed.body["jobs"].size(), 10u);
+  EXPECT_GE(listed.body["jobs"].size(), 8u);
+}
+
 TEST(NodeService, CancelEndsARunningJobAndFreesItsShare) {
   Daemon d("1xH100-80GB");
   int64_t id = d.Submit({"sh", "-c", "trap '' TERM; sleep 30"}, {{"gpu-fraction", 0.5}}).body["id"];
