@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -110,6 +111,34 @@ std::string SharesText(const std::vector<GpuShare>& gpus) {
   return out;
 }
 
+// A store that lost jobs (truncated, replaced by an older copy, re-created empty) would give
+// their ids, GPU shares and directories out again while their processes may still run: the job
+// directories, which every job gets before it starts, say whether it did.
+Status CheckStoreAgainstJobDirs(Store& store, const std::string& state_dir) {
+  GPUFRAC_ASSIGN_OR_RETURN(int64_t last, store.LastId());
+  int64_t newest = 0;
+  size_t beyond = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(state_dir + "/jobs", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.size() > 18 ||
+        !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      continue;
+    }
+    int64_t id = std::stoll(name);
+    newest = std::max(newest, id);
+    if (id > last) ++beyond;
+  }
+  if (beyond == 0) return OkStatus();
+  return FailedPreconditionError(
+      "the job store " + state_dir + "/gpufracd.db knows jobs up to " + std::to_string(last) +
+      ", but " + state_dir + "/jobs holds " + std::to_string(beyond) +
+      " job director" + (beyond == 1 ? "y" : "ies") + " after that (up to " +
+      std::to_string(newest) +
+      "): the database was truncated or replaced, and those jobs may still run; restore it "
+      "from a backup, or end those jobs and move " + state_dir + "/jobs away to start afresh");
+}
+
 }  // namespace
 
 Service::Service(ServiceConfig config, std::unique_ptr<Store> store, launch::BudgetDir budgets)
@@ -147,6 +176,7 @@ StatusOr<std::unique_ptr<Service>> Service::Start(ServiceConfig config) {
     }
   } guard{lock_fd};
   GPUFRAC_ASSIGN_OR_RETURN(auto store, Store::Open(config.state_dir + "/gpufracd.db"));
+  GPUFRAC_RETURN_IF_ERROR(CheckStoreAgainstJobDirs(*store, config.state_dir));
   // Every job's environment is in there: owner only, also for files an older version made.
   for (const char* suffix : {"", "-wal", "-shm"}) {
     chmod((config.state_dir + "/gpufracd.db" + suffix).c_str(), 0600);
@@ -289,6 +319,24 @@ Status Service::CheckUserRoom(uid_t uid, uint64_t bytes) const {
         " one user may have waiting (gpufracd --max-pending-bytes-per-user)");
   }
   return OkStatus();
+}
+
+void Service::LogStoreFailure(int64_t job, const Status& status) {
+  // A full disk fails every pass (10 a second): the same failure is logged once a minute, with
+  // how many were not.
+  const int64_t now = NowMs();
+  auto [it, first] = store_failures_.try_emplace(status.message(), StoreFailure{now, 0});
+  if (!first && now - it->second.logged_ms < 60'000) {
+    ++it->second.suppressed;
+    return;
+  }
+  std::string line = "job " + std::to_string(job) + ": " + status.message();
+  if (it->second.suppressed > 0) {
+    line += " (" + std::to_string(it->second.suppressed) + " more like it in the last minute)";
+  }
+  LogError("%s", line.c_str());
+  it->second = {now, 0};
+  if (store_failures_.size() > 64) store_failures_.clear();  // Bounded, whatever the messages.
 }
 
 StatusOr<Job> Service::Cancel(int64_t id) {
@@ -504,7 +552,7 @@ void Service::Launch(Job& job, const StartDecision& decision) {
   starting.state = JobState::kStarting;
   starting.gpus = decision.gpus;
   if (Status s = store_->Update(starting); !s.ok()) {
-    LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
+    LogStoreFailure(job.id, s);
     ReleaseShares(job.id);
     EnqueueJob(job, *scheduler_->QueueIndex(job.spec.queue));
     return;
@@ -520,14 +568,14 @@ void Service::Launch(Job& job, const StartDecision& decision) {
   running.shim = *shim;
   running.started_ms = NowMs();
   if (Status s = store_->Update(running); !s.ok()) {
-    LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
+    LogStoreFailure(job.id, s);
     runner_.Abandon(*shim);  // It exits without starting the job.
     ReturnToQueue(job);
     return;
   }
   job = running;
   if (Status s = runner_.Release(*shim); !s.ok()) {
-    LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
+    LogStoreFailure(job.id, s);
   }
   metrics_.JobStarted((job.started_ms - job.submitted_ms) / 1000.0);
   // The command is the user's: one line, so that it cannot forge lines of the service's log.
@@ -548,7 +596,7 @@ StatusOr<Job> Service::Finish(Job& job, JobState state, const std::string& reaso
   final_job.ended_ms = NowMs();
   if (Status s = store_->Update(final_job); !s.ok()) {
     // Nothing changes: a running job is settled again by the next pass.
-    LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
+    LogStoreFailure(job.id, s);
     return s;
   }
   if (held) ReleaseShares(job.id);
@@ -575,7 +623,7 @@ void Service::ReturnToQueue(Job& job) {
   pending.shim = {};
   pending.started_ms = 0;
   if (Status s = store_->Update(pending); !s.ok()) {
-    LogError("%s", ("job " + std::to_string(job.id) + ": " + s.message()).c_str());
+    LogStoreFailure(job.id, s);
     return;  // Still recorded as before; the next pass (or service) tries again.
   }
   if (held) ReleaseShares(job.id);

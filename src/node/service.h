@@ -131,6 +131,8 @@ class Service {
   void EnqueueJob(const Job& job, int queue);
   void AddRunningToLane(const Job& job, int queue);
   void ReleaseShares(int64_t id);
+  // Logs that the store failed for `job`, at most once a minute for the same failure (mu_ held).
+  void LogStoreFailure(int64_t job, const Status& status);
   // kResourceExhausted when user `uid` may not queue another job of `bytes` (mu_ held).
   Status CheckUserRoom(uid_t uid, uint64_t bytes) const;
   // (Re)creates both lanes from config_.inventory and the current MIG modes, and puts every
@@ -151,6 +153,11 @@ class Service {
   std::unique_ptr<MigScheduler> mig_;
   JobRunner runner_;
   std::map<int64_t, Job> active_;  // Pending and running jobs, by id.
+  struct StoreFailure {
+    int64_t logged_ms = 0;
+    int suppressed = 0;
+  };
+  std::map<std::string, StoreFailure> store_failures_;  // By message (LogStoreFailure).
   MigHardware mig_hardware_;
   NodeMetrics metrics_;
   std::thread loop_;

@@ -79,13 +79,21 @@ bool WriteAtomically(const std::string& name, const std::string& text) {
   return fsync(g_dir_fd) == 0;
 }
 
+// Records the outcome and exits. A write that fails (a full disk) is retried until it works: the
+// shim stays alive meanwhile, so the service sees the job still running rather than ended
+// without a word (which it would record as lost). It says so once, and again every 10 minutes.
 [[noreturn]] void Finish(const std::string& outcome) {
-  if (!WriteAtomically(JobRunner::kOutcome, outcome + "\n")) {
-    Complain("cannot record the outcome '" + outcome + "' in " + g_dir + ": " +
-             std::strerror(errno));
-    std::exit(1);
+  int wait_seconds = 1;
+  for (int waited = 0;; waited += wait_seconds) {
+    if (WriteAtomically(JobRunner::kOutcome, outcome + "\n")) std::exit(0);
+    if (waited % 600 < wait_seconds) {
+      Complain("cannot record the outcome '" + outcome + "' in " + g_dir + ": " +
+               std::strerror(errno) + "; retrying until it can be written");
+    }
+    unlinkat(g_dir_fd, (std::string(JobRunner::kOutcome) + ".tmp").c_str(), 0);
+    sleep(static_cast<unsigned>(wait_seconds));
+    wait_seconds = std::min(wait_seconds * 2, 30);
   }
-  std::exit(0);
 }
 
 // Reads the spec; on failure returns an errno value for the "exec-failed" outcome.

@@ -158,7 +158,8 @@ Status SqlError(sqlite3* db, int rc, std::string_view doing) {
     case SQLITE_LOCKED:
       return UnavailableError(message + " (another process holds the database; stop it)");
     case SQLITE_FULL:
-      return ResourceExhaustedError(message);
+      // The service's own trouble, not the caller's: a server error, not "too many requests".
+      return UnavailableError(message + " (the state directory's file system is full)");
     case SQLITE_READONLY:
     case SQLITE_PERM:
     case SQLITE_AUTH:
@@ -167,7 +168,7 @@ Status SqlError(sqlite3* db, int rc, std::string_view doing) {
       return UnavailableError(message);
     case SQLITE_NOTADB:
     case SQLITE_CORRUPT:
-      return FailedPreconditionError(message);
+      return InternalError(message + " (the database is damaged)");
     default:
       return InternalError(message);
   }
@@ -618,6 +619,17 @@ Status CheckOrCreateSchema(sqlite3* db, const std::string& path) {
   return OkStatus();
 }
 
+// Damage anywhere in the file (pages, indexes, rows) is found at start, not when a request
+// happens to read it.
+Status CheckIntegrity(sqlite3* db, const std::string& path) {
+  StatusOr<std::string> verdict = QueryText(db, "PRAGMA quick_check(1)", "checking its integrity");
+  if (verdict.ok() && *verdict == "ok") return OkStatus();
+  std::string why = verdict.ok() ? *verdict : verdict.status().message();
+  return FailedPreconditionError(OneLine("job store " + path + " is damaged (" + why +
+                                         "); restore it from a backup, or move it away to start "
+                                         "with an empty one"));
+}
+
 }  // namespace
 
 struct Store::Statements {
@@ -652,6 +664,7 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   }
   sqlite3_busy_timeout(db.get(), kBusyTimeoutMs);
   GPUFRAC_RETURN_IF_ERROR(CheckOrCreateSchema(db.get(), path));
+  GPUFRAC_RETURN_IF_ERROR(CheckIntegrity(db.get(), path));
 
   // After the checks: switching a foreign database to WAL would already be a change to it.
   GPUFRAC_ASSIGN_OR_RETURN(
@@ -766,6 +779,14 @@ StatusOr<std::vector<Job>> Store::List(const JobFilter& filter) {
   sqlite3_bind_int64(use.get(), 1, static_cast<int64_t>(limit));
   if (filter.uid) sqlite3_bind_int64(use.get(), 2, *filter.uid);
   return ReadJobs(db_, use.get(), "listing jobs");
+}
+
+StatusOr<int64_t> Store::LastId() {
+  // AUTOINCREMENT keeps the largest id ever given in sqlite_sequence, deleted rows included.
+  return QueryInt(db_,
+                  "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0), "
+                  "coalesce((SELECT max(id) FROM jobs), 0))",
+                  "reading the last job id");
 }
 
 StatusOr<std::vector<Job>> Store::LoadUnfinished() {

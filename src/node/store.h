@@ -29,7 +29,9 @@ struct JobFilter {
 class Store {
  public:
   // Opens (creating if needed) the database at `path`, with its schema. A file that is not a
-  // gpufrac database, or one written by a newer schema, is an error naming the file.
+  // gpufrac database, one written by a newer schema, or one SQLite finds damaged is an error
+  // naming the file. Later errors: kUnavailable for a full file system (and a database held by
+  // another process), kInternal for damage found later.
   static StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
   ~Store();
   Store(const Store&) = delete;
@@ -46,6 +48,8 @@ class Store {
   StatusOr<std::vector<Job>> List(const JobFilter& filter);
   // Every job that is not final, oldest first: what a restarting service must take over.
   StatusOr<std::vector<Job>> LoadUnfinished();
+  // The largest job id this store has given (0 for a new one).
+  StatusOr<int64_t> LastId();
 
  private:
   struct Statements;  // Prepared once by Open and kept for the Store's lifetime (store.cc).

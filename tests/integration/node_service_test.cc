@@ -1,11 +1,13 @@
 // End-to-end tests of gpufracd and the commands that talk to it: the real service binary on
 // simulated GPUs in a temporary directory, driven through its API and the `gpufrac` command.
+#include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -440,6 +442,106 @@ TEST(NodeService, OneUserCannotFillTheQueuesOrTheDisk) {
   EXPECT_EQ(listed.body.value("truncated", false), true);
   EXPECT_LT(listed.body["jobs"].size(), 10u);
   EXPECT_GE(listed.body["jobs"].size(), 8u);
+}
+
+// Fills the file system holding `dir` with a file there; returns its path ("" on failure).
+std::string FillFileSystem(const std::string& dir) {
+  std::string path = dir + "/filler";
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) return "";
+  std::string block(64 * 1024, 'x');
+  while (write(fd, block.data(), block.size()) > 0) {
+  }
+  while (write(fd, block.data(), 1) > 0) {
+  }
+  close(fd);
+  return path;
+}
+
+TEST(NodeService, AFullDiskLosesNoOutcomeAndAnswersAServerError) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root to mount a small file system";
+  Daemon d("1xH100-80GB");
+  d.Stop(SIGTERM);
+  // The same state, on a file system of 4 MiB.
+  const std::string state = d.dir() + "/state";
+  std::filesystem::rename(state, state + ".old");
+  std::filesystem::create_directories(state);
+  if (mount("tmpfs", state.c_str(), "tmpfs", 0, "size=4m,mode=0711") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { umount2(path.c_str(), MNT_DETACH); }
+  } unmount{state};
+  ASSERT_EQ(RunCommand({"cp", "-a", state + ".old/.", state}, {}).status, 0);
+  d.Start();
+
+  const std::string marker = d.dir() + "/go";
+  int64_t id = d.Submit({"sh", "-c", "while [ ! -e " + marker + " ]; do sleep 0.05; done"},
+                        {{"gpu-fraction", 0.5}})
+                   .body["id"];
+  d.WaitFor(id, "running");
+  std::string filler = FillFileSystem(state);
+  ASSERT_FALSE(filler.empty());
+
+  // A submission is refused with a server error saying why, not "too many requests".
+  Reply refused = d.Submit({"true"}, {{"gpu-fraction", 0.25}});
+  EXPECT_EQ(refused.status, 503) << refused.body.dump();
+  EXPECT_NE(refused.body.value("error", "").find("file system is full"), std::string::npos)
+      << refused.body.dump();
+
+  // The job ends well while its outcome cannot be written: it is not recorded as lost ...
+  std::ofstream(marker) << "";
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(d.Job(id)["state"], "running");
+  // ... and once there is room, it is recorded as it ended.
+  std::filesystem::remove(filler);
+  EXPECT_EQ(d.WaitFor(id, "final", 60s)["state"], "succeeded");
+  // The same failure is not logged ten times a second.
+  std::string log = d.Log();
+  size_t lines = std::count(log.begin(), log.end(), '\n');
+  EXPECT_LT(lines, 20u) << log;
+  d.Stop(SIGTERM);
+}
+
+TEST(NodeService, ALostOrDamagedDatabaseStopsTheStartInsteadOfForgettingJobs) {
+  Daemon d("1xH100-80GB");
+  for (int i = 0; i < 3; ++i) {
+    int64_t id = d.Submit({"true"}, {{"gpu-fraction", 0.25}}).body["id"];
+    d.WaitFor(id, "final");
+  }
+  d.Stop(SIGTERM);
+  const std::string state = d.dir() + "/state";
+  auto start = [&] {
+    // Bounded: a service that wrongly starts is stopped after a while (exit 124).
+    return RunCommand({"timeout", "10", Bin("gpufracd"), "--sim", "1xH100-80GB", "--state-dir",
+                       state, "--socket", d.dir() + "/other.sock"},
+                      {});
+  };
+  // Truncated to nothing (its WAL gone too): the job directories say jobs 1-3 existed.
+  std::filesystem::copy_file(state + "/gpufracd.db", d.dir() + "/saved.db");
+  for (const char* suffix : {"-wal", "-shm"}) std::filesystem::remove(state + "/gpufracd.db" + suffix);
+  std::filesystem::resize_file(state + "/gpufracd.db", 0);
+  RunResult truncated = start();
+  EXPECT_EQ(truncated.status, 1);
+  EXPECT_NE(truncated.err.find("knows jobs up to 0, but " + state + "/jobs holds 3 job directories"),
+            std::string::npos)
+      << truncated.err;
+  EXPECT_EQ(std::count(truncated.err.begin(), truncated.err.end(), '\n'), 1) << truncated.err;
+
+  // Damaged inside: found at start, not when a request reads the row.
+  std::filesystem::remove(state + "/gpufracd.db");
+  std::filesystem::copy_file(d.dir() + "/saved.db", state + "/gpufracd.db");
+  {
+    std::fstream db(state + "/gpufracd.db", std::ios::in | std::ios::out | std::ios::binary);
+    db.seekp(4096);  // The second page's header: not a b-tree page any more.
+    std::string junk(16, '\xa5');
+    db.write(junk.data(), junk.size());
+  }
+  RunResult damaged = start();
+  EXPECT_EQ(damaged.status, 1);
+  EXPECT_NE(damaged.err.find("is damaged"), std::string::npos) << damaged.err;
+  EXPECT_EQ(std::count(damaged.err.begin(), damaged.err.end(), '\n'), 1) << damaged.err;
 }
 
 TEST(NodeService, CancelEndsARunningJobAndFreesItsShare) {
