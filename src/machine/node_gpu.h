@@ -16,6 +16,9 @@ struct NodeGpu {
   uint64_t memory_bytes = 0;   // Total memory.
   uint64_t context_bytes = 0;  // Charged per CUDA context (ContextChargeBytes); limits exceed it.
   gpu::GpuMode mode = gpu::GpuMode::kShared;  // How it is shared now.
+  // Its device node is /dev/nvidia<minor> (the driver's numbering, not NVML's index); -1 when
+  // unknown. Simulated GPUs take their index.
+  int minor = -1;
 };
 
 }  // namespace gpufrac::machine

@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
 
 #include "common/paths.h"
 #include "gpu/devices.h"
@@ -13,11 +16,35 @@
 namespace gpufrac::machine {
 namespace {
 
+// The driver's device minor of each GPU, by UUID, from /proc/driver/nvidia/gpus/*/information
+// ("Device Minor: 3", "GPU UUID: GPU-..."), which the NVIDIA kernel module writes.
+std::map<std::string, int> DeviceMinors() {
+  std::map<std::string, int> minors;
+  std::error_code ec;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+    std::ifstream in(entry.path() / "information");
+    std::string line, uuid;
+    int minor = -1;
+    while (std::getline(in, line)) {
+      if (line.rfind("Device Minor:", 0) == 0) minor = std::atoi(line.c_str() + 13);
+      if (line.rfind("GPU UUID:", 0) == 0) {
+        uuid = line.substr(9);
+        uuid.erase(0, uuid.find_first_not_of(" \t"));
+      }
+    }
+    if (!uuid.empty() && minor >= 0) minors[uuid] = minor;
+  }
+  return minors;
+}
+
 Inventory FromDevices(const std::vector<gpu::DeviceInfo>& devices) {
   Inventory inventory;
+  const std::map<std::string, int> minors = DeviceMinors();
   for (const gpu::DeviceInfo& d : devices) {
     NodeGpu g;
     g.index = static_cast<int>(d.index);
+    if (auto it = minors.find(d.uuid); it != minors.end()) g.minor = it->second;
     g.uuid = d.uuid;
     g.model = d.model ? std::string(d.model->short_name) : std::string();
     g.memory_bytes = d.memory_total;
@@ -66,6 +93,7 @@ StatusOr<Inventory> SimulatedGpus(const std::string& spec, const std::string& si
   if (!devices.ok())
     return Status(devices.status().code(), "--sim " + spec + ": " + devices.status().message());
   Inventory inventory = FromDevices(*devices);
+  for (NodeGpu& g : inventory.gpus) g.minor = g.index;
   inventory.job_env = {"LD_LIBRARY_PATH=" + simgpu_dir, "SIMGPU_CONFIG=" + spec,
                        "SIMGPU_NAMESPACE=" + name_space};
   inventory.simulated = true;

@@ -12,15 +12,18 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "launch/budgets.h"
+#include "launch/cgroup.h"
 #include "launch/environment.h"
 #include "launch/limit_file.h"
 #include "proc/process_group.h"
@@ -107,14 +110,17 @@ class PrepareUndo {
       std::error_code ec;
       std::filesystem::remove_all(dir_, ec);
     }
+    if (cgroup_) cgroup_->Remove();
   }
   void SetDir(const std::string& dir) { dir_ = dir; }
+  void SetCgroup(const launch::WorkloadCgroup& cgroup) { cgroup_ = cgroup; }
   void SetShim(pid_t pid) { shim_ = pid; }
   pid_t shim() const { return shim_; }
   void Commit() { committed_ = true; }
 
  private:
   std::string dir_;
+  std::optional<launch::WorkloadCgroup> cgroup_;
   pid_t shim_ = -1;
   bool committed_ = false;
 };
@@ -126,7 +132,8 @@ void CloseIfOpen(int& fd) {
 
 // Step 1 of Prepare: JOB_DIR with the shim's spec (the job's command and environment), the
 // read-only limit file and empty logs.
-Status WriteJobDir(const LaunchSpec& spec, const std::string& limits_text, PrepareUndo* undo) {
+Status WriteJobDir(const LaunchSpec& spec, const std::string& limits_text,
+                   const std::string& cgroup_dir, PrepareUndo* undo) {
   const std::string& dir = spec.job_dir;
   const std::string limit_file = dir + "/" + kLimitsFile;
   if (mkdir(dir.c_str(), 0711) != 0) {
@@ -149,6 +156,7 @@ Status WriteJobDir(const LaunchSpec& spec, const std::string& limits_text, Prepa
       {"uid", spec.uid},
       {"gid", spec.gid},
       {"grace", spec.kill_grace_seconds},
+      {"cgroup", cgroup_dir},
   };
   // The spec holds the user's environment: only the service (and its shim) may read it.
   GPUFRAC_RETURN_IF_ERROR(
@@ -270,14 +278,24 @@ StatusOr<proc::ProcessId> JobRunner::Prepare(const LaunchSpec& spec) {
                                                   .advisory = geteuid() != 0}));
   std::optional<launch::WorkloadBudgets> budgets;  // Undone after the supervisor is killed.
   PrepareUndo undo;
-  // 1. The job's directory.
-  GPUFRAC_RETURN_IF_ERROR(WriteJobDir(spec, limits_text, &undo));
-  // 2. Its budgets, handed to the job's user.
+  // 1. Its cgroup, which the job joins before it runs: it cannot open the node's other GPUs,
+  // and every process it starts can be killed. A service not running as root has none.
+  std::string cgroup_dir;
+  if (std::optional<launch::WorkloadCgroup::Kind> kind = launch::WorkloadCgroup::Available()) {
+    GPUFRAC_ASSIGN_OR_RETURN(
+        launch::WorkloadCgroup cgroup,
+        launch::WorkloadCgroup::Create(*kind, spec.workload, spec.denied_devices));
+    undo.SetCgroup(cgroup);
+    cgroup_dir = cgroup.dir();
+  }
+  // 2. The job's directory.
+  GPUFRAC_RETURN_IF_ERROR(WriteJobDir(spec, limits_text, cgroup_dir, &undo));
+  // 3. Its budgets, handed to the job's user.
   std::optional<launch::WorkloadBudgets::Owner> owner;
   if (geteuid() == 0 && spec.uid != geteuid()) owner = {spec.uid, spec.gid};
   GPUFRAC_ASSIGN_OR_RETURN(budgets,
                            launch::WorkloadBudgets::Create(budgets_, spec.workload, spec.gpus, owner));
-  // 3. Its supervisor, waiting for the go-ahead.
+  // 4. Its supervisor, waiting for the go-ahead.
   GPUFRAC_ASSIGN_OR_RETURN(int go, ForkShim(shim_path_, spec.job_dir, &undo));
   proc::ProcessId ref;
   if (!proc::ReadProcessId(undo.shim(), &ref)) {
@@ -392,6 +410,11 @@ void JobRunner::Cleanup(const std::string& job_dir, const std::string& workload,
                         const std::vector<std::string>& uuids) const {
   unlink((job_dir + "/" + kLimitsFile).c_str());
   launch::WorkloadBudgets::Remove(budgets_, workload, uuids);
+  // Whatever of the job is left, wherever it went (its supervisor kills it first, unless it
+  // died).
+  if (std::optional<launch::WorkloadCgroup> cgroup = launch::WorkloadCgroup::Find(workload)) {
+    if (cgroup->KillAll(std::chrono::seconds(2))) cgroup->Remove();
+  }
 }
 
 uint64_t JobRunner::MemoryInUse(const std::string& workload, const std::string& uuid) const {

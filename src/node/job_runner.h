@@ -5,16 +5,19 @@
 // it records the job's real outcome in JOB_DIR/outcome for whichever service comes next. Start-up
 // is two-phase so that a crash at any point neither loses nor doubles a job:
 //
-//   1. Prepare: writes JOB_DIR (spec, read-only limit file, empty log files), creates the
-//      workload's shared budgets, and forks the shim, which waits for a go-ahead byte on a pipe.
+//   1. Prepare: creates the job's cgroup (launch/cgroup.h: the other GPUs' device nodes denied),
+//      writes JOB_DIR (spec, read-only limit file, empty log files), creates the workload's
+//      shared budgets, and forks the shim, which waits for a go-ahead byte on a pipe.
 //   2. The service records the shim (pid + start time) in its store as running.
 //   3. Release: writes the go-ahead. The shim then forks the job: a new session, the user's
 //      uid/gid/groups, the user's cwd and environment plus LD_PRELOAD=libgpufrac.so,
 //      GPUFRAC_LIMIT_FILE and CUDA_VISIBLE_DEVICES=<uuids>, stdout/stderr to JOB_DIR's logs.
 //
 // If the service dies before 3, the pipe closes and the shim exits writing "not-started" (the
-// job may be started again). When the job's main process ends, the shim kills what is left of
-// its process group (so nothing keeps using the GPU share), writes the outcome atomically
+// job may be started again). The job joins its cgroup before it drops privileges. When the job's
+// main process ends, the shim kills what is left of its process group and of its cgroup (so
+// nothing, not even a process that left the session, keeps using the GPU share), writes the
+// outcome atomically
 // (write + fsync + rename) and exits. Cancelling sends SIGTERM to the shim, which passes it to
 // the job's process group and sends SIGKILL after the grace period.
 #pragma once
@@ -29,6 +32,7 @@
 
 #include "common/status.h"
 #include "launch/budget_dir.h"
+#include "launch/cgroup.h"
 #include "launch/limit_file.h"
 #include "node/job.h"
 #include "proc/process_identity.h"
@@ -46,6 +50,9 @@ struct LaunchSpec {
   std::vector<launch::LimitedGpu> gpus;  // At least one; in CUDA_VISIBLE_DEVICES order.
   std::string limiter_path;              // Absolute path of libgpufrac.so.
   std::vector<std::string> extra_env;    // Added last (e.g. the simulated driver's variables).
+  // Device nodes the job may not open: the node's other GPUs (enforced by the job's cgroup when
+  // the service runs as root).
+  std::vector<launch::DeviceNode> denied_devices;
   int kill_grace_seconds = 10;           // SIGTERM -> SIGKILL on cancel.
 };
 
@@ -84,7 +91,8 @@ class JobRunner {
   // process group (JOB_DIR/pid names its leader and start time), so that it cannot keep using
   // a GPU share that is about to be given to someone else. True if any of it was still alive.
   static bool KillOrphanedJob(const std::string& job_dir);
-  // Removes the limit file and the workload's budgets; logs and the outcome stay.
+  // Removes the limit file, the workload's budgets and its cgroup (killing what is left in it);
+  // logs and the outcome stay.
   void Cleanup(const std::string& job_dir, const std::string& workload,
                const std::vector<std::string>& uuids) const;
   // GPU memory `workload` holds on GPU `uuid` now, as its budget counts it (0 when gone).

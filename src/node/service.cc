@@ -540,6 +540,15 @@ LaunchSpec Service::MakeLaunchSpec(const Job& job) const {
     }
     spec.gpus.push_back({share.uuid, share.memory_bytes, context});
   }
+  // Every other GPU's device node is closed to it (a MIG share's index is its parent GPU's).
+  for (const NodeGpu& g : config_.inventory.gpus) {
+    bool given = std::any_of(job.gpus.begin(), job.gpus.end(),
+                             [&](const GpuShare& share) { return share.index == g.index; });
+    if (!given && g.minor >= 0) {
+      spec.denied_devices.push_back(
+          {.major = launch::kNvidiaMajor, .minor = static_cast<unsigned>(g.minor)});
+    }
+  }
   spec.limiter_path = config_.limiter_path;
   spec.kill_grace_seconds = config_.kill_grace_seconds;
   return spec;

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "launch/cgroup.h"
 #include "node/job_runner.h"
 #include "proc/process_group.h"
 #include "proc/process_identity.h"
@@ -44,6 +46,7 @@ struct ShimSpec {
   uid_t uid = 0;
   gid_t gid = 0;
   int grace_seconds = 10;
+  std::string cgroup;  // The job's cgroup directory; "" when it has none.
 };
 
 std::string g_dir;
@@ -129,6 +132,7 @@ int ReadSpec(ShimSpec* spec) {
   spec->uid = j["uid"].get<uid_t>();
   spec->gid = j["gid"].get<gid_t>();
   spec->grace_seconds = j["grace"].get<int>();
+  if (j.contains("cgroup") && j["cgroup"].is_string()) spec->cgroup = j["cgroup"].get<std::string>();
   return 0;
 }
 
@@ -183,12 +187,22 @@ Started StartJob(const ShimSpec& spec) {
   for (const std::string& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
 
+  const std::string cgroup_procs = spec.cgroup.empty() ? "" : spec.cgroup + "/cgroup.procs";
+
   pid_t pid = fork();
   if (pid == 0) {
     auto fail = [&](int e) {
       (void)!write(report[1], &e, sizeof(e));
       _exit(127);
     };
+    // Into its cgroup first, while still root: everything it starts is born there.
+    if (!cgroup_procs.empty()) {
+      char self[24];
+      int n = std::snprintf(self, sizeof(self), "%d", static_cast<int>(getpid()));
+      int fd = open(cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || write(fd, self, static_cast<size_t>(n)) != n) fail(errno);
+      close(fd);
+    }
     // Its own session and process group: the group is what cancelling and clean-up signal.
     if (setsid() < 0) fail(errno);
     if (root) {
@@ -371,6 +385,11 @@ int Main(int argc, char** argv) {
     Complain("cannot record the job's pid in " + g_dir + ": " + std::strerror(errno));
   }
   int status = Supervise(sfd, job.pid, spec.grace_seconds);
+  // And what left the job's session (setsid, daemons): all of its cgroup.
+  if (!spec.cgroup.empty() &&
+      !launch::WorkloadCgroup::At(spec.cgroup).KillAll(std::chrono::milliseconds(kGroupExitWaitMs))) {
+    Complain("some of the job's processes in " + spec.cgroup + " would not die");
+  }
   if (WIFSIGNALED(status)) Finish("signaled " + std::to_string(WTERMSIG(status)));
   Finish("exited " + std::to_string(WEXITSTATUS(status)));
 }

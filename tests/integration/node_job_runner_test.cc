@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -440,6 +441,39 @@ TEST_F(JobRunnerTest, ANonRootServiceRunsJobsAsItself) {
   ASSERT_EQ(waitpid(service, &status, 0), service);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 65) << ReadFile(job_dir + "/stderr.log");
+}
+
+TEST_F(JobRunnerTest, NothingTheJobStartedOutlivesItEvenOutsideItsSession) {
+  if (!launch::WorkloadCgroup::Available()) GTEST_SKIP() << "needs root and a cgroup hierarchy";
+  // A grandchild in a session of its own (what killing the job's process group misses).
+  const std::string pid_file = base_ + "/daemon.pid";
+  std::optional<Outcome> outcome = Run(
+      Spec({"sh", "-c", "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > " + pid_file}));
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->Describe(), "exit code 0") << Log(JobRunner::kStderr);
+  pid_t daemon = static_cast<pid_t>(std::atoi(ReadFile(pid_file).c_str()));
+  ASSERT_GT(daemon, 0);
+  // Gone by the time the outcome is written (it may linger as a zombie of init for a moment).
+  EXPECT_TRUE(WaitFor([&] { return StatField(daemon, 3).empty() || StatField(daemon, 3) == "Z"; }))
+      << "pid " << daemon << " is " << StatField(daemon, 3);
+  runner_->Cleanup(JobDir(), workload_, {uuid_});
+  EXPECT_FALSE(launch::WorkloadCgroup::Find(workload_).has_value());
+}
+
+TEST_F(JobRunnerTest, AJobCannotOpenTheDeviceNodesOfGpusItWasNotGiven) {
+  if (!launch::WorkloadCgroup::Available()) GTEST_SKIP() << "needs root and a cgroup hierarchy";
+  // Made here: no driver is behind them, so an allowed open fails with ENXIO, a denied one with
+  // EPERM.
+  const std::string other = base_ + "/nvidia9", own = base_ + "/nvidia0";
+  ASSERT_EQ(mknod(other.c_str(), S_IFCHR | 0666, makedev(launch::kNvidiaMajor, 9)), 0);
+  ASSERT_EQ(mknod(own.c_str(), S_IFCHR | 0666, makedev(launch::kNvidiaMajor, 0)), 0);
+  LaunchSpec spec = Spec({"sh", "-c", "cat " + other + "; cat " + own + "; exit 0"});
+  spec.denied_devices = {{launch::kNvidiaMajor, 9}};
+  std::optional<Outcome> outcome = Run(spec);
+  ASSERT_TRUE(outcome);
+  const std::string err = Log(JobRunner::kStderr);
+  EXPECT_NE(err.find(other + ": Operation not permitted"), std::string::npos) << err;
+  EXPECT_NE(err.find(own + ": No such device or address"), std::string::npos) << err;
 }
 
 TEST_F(JobRunnerTest, CancelSendsSigtermToTheJob) {

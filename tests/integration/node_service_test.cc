@@ -10,6 +10,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -79,6 +80,15 @@ class Daemon {
     std::error_code ec;
     for (const std::string& name : testing::BudgetsStartingWith(instance + "-")) {
       std::filesystem::remove("/dev/shm/" + name, ec);
+    }
+    // The cgroups of jobs the service did not get to clean up (it was stopped first).
+    for (const char* root : {"/sys/fs/cgroup/devices/gpufrac", "/sys/fs/cgroup/unified/gpufrac",
+                             "/sys/fs/cgroup/gpufrac"}) {
+      for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+        if (entry.path().filename().string().rfind(instance + "-", 0) == 0) {
+          rmdir(entry.path().c_str());
+        }
+      }
     }
     // The service's budget directory, as its state directory records it.
     std::ifstream record(dir_ + "/state/budget-dir");
@@ -542,6 +552,33 @@ TEST(NodeService, ALostOrDamagedDatabaseStopsTheStartInsteadOfForgettingJobs) {
   EXPECT_EQ(damaged.status, 1);
   EXPECT_NE(damaged.err.find("is damaged"), std::string::npos) << damaged.err;
   EXPECT_EQ(std::count(damaged.err.begin(), damaged.err.end(), '\n'), 1) << damaged.err;
+}
+
+TEST(NodeService, AJobCannotReachTheOtherGpusDeviceNodes) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root for device nodes and cgroups";
+  Daemon d("2xH100-80GB");
+  // Stand-ins for /dev/nvidia0 and /dev/nvidia1 (simulated GPUs take their index as minor).
+  const std::string nodes = d.dir() + "/dev";
+  std::filesystem::create_directories(nodes);
+  for (int minor : {0, 1}) {
+    ASSERT_EQ(mknod((nodes + "/nvidia" + std::to_string(minor)).c_str(), S_IFCHR | 0666,
+                    makedev(195, minor)),
+              0);
+  }
+  int64_t id = d.Submit({"sh", "-c",
+                         "cat " + nodes + "/nvidia0 2>&1; cat " + nodes + "/nvidia1 2>&1; exit 0"},
+                        {{"gpus", 1}})
+                   .body["id"];
+  json job = d.WaitFor(id, "final");
+  ASSERT_EQ(job["state"], "succeeded") << job.dump();
+  int given = job["gpus"][0]["index"];
+  std::string out = d.Cli({"logs", std::to_string(id)}).out;
+  EXPECT_NE(out.find("nvidia" + std::to_string(given) + ": No such device or address"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("nvidia" + std::to_string(1 - given) + ": Operation not permitted"),
+            std::string::npos)
+      << out;
 }
 
 TEST(NodeService, CancelEndsARunningJobAndFreesItsShare) {

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "launch/budgets.h"
+#include "launch/cgroup.h"
 #include "launch/environment.h"
 #include "launch/limit_file.h"
 #include "limiter/budget.h"
@@ -290,6 +292,102 @@ TEST_F(WorkloadBudgetsTest, ReadingUsageNeverBlocksOnWhatTheWorkloadPutThere) {
   ASSERT_EQ(ftruncate(fd, 1 << 20), 0);  // Big enough to hold the words, but not a budget's size.
   close(fd);
   EXPECT_EQ(WorkloadBudgets::MemoryInUse(*dir_, workload_, kUuid0), 0u);
+}
+
+// In a child that joins `cgroup`, the errno of opening each of `paths` for reading (0: opened).
+std::vector<int> OpenErrorsInside(const WorkloadCgroup& cgroup,
+                                  const std::vector<std::string>& paths) {
+  int out[2];
+  if (pipe(out) != 0) return {};
+  pid_t child = fork();
+  if (child == 0) {
+    close(out[0]);
+    if (!cgroup.Join(getpid()).ok()) _exit(3);
+    for (const std::string& path : paths) {
+      int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK);
+      int error = fd >= 0 ? 0 : errno;
+      if (fd >= 0) close(fd);
+      (void)!write(out[1], &error, sizeof(error));
+    }
+    _exit(0);
+  }
+  close(out[1]);
+  std::vector<int> errors;
+  for (int error; read(out[0], &error, sizeof(error)) == sizeof(error);) errors.push_back(error);
+  close(out[0]);
+  waitpid(child, nullptr, 0);
+  return errors;
+}
+
+void ExpectDeviceNodesDenied(WorkloadCgroup::Kind kind) {
+  const std::string name = "launch-test-" + std::to_string(getpid());
+  StatusOr<WorkloadCgroup> cgroup = WorkloadCgroup::Create(kind, name, {{kNvidiaMajor, 7}});
+  ASSERT_TRUE(cgroup.ok()) << cgroup.status();
+  // Nodes made here: no driver is behind them, so outside the cgroup opening one says ENXIO.
+  const std::string dir = fs::temp_directory_path() / ("nodes-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  ASSERT_EQ(mknod((dir + "/nvidia7").c_str(), S_IFCHR | 0666, makedev(kNvidiaMajor, 7)), 0);
+  ASSERT_EQ(mknod((dir + "/nvidia8").c_str(), S_IFCHR | 0666, makedev(kNvidiaMajor, 8)), 0);
+  int fd = open((dir + "/nvidia7").c_str(), O_RDONLY | O_NONBLOCK);
+  EXPECT_LT(fd, 0);
+  EXPECT_EQ(errno, ENXIO);
+  // Inside: the other job's GPU is refused, its own is not.
+  std::vector<int> inside = OpenErrorsInside(*cgroup, {dir + "/nvidia7", dir + "/nvidia8"});
+  ASSERT_EQ(inside.size(), 2u);
+  EXPECT_EQ(inside[0], EPERM);
+  EXPECT_EQ(inside[1], ENXIO);
+  EXPECT_TRUE(cgroup->KillAll(std::chrono::seconds(5)));
+  EXPECT_TRUE(cgroup->Remove());
+  fs::remove_all(dir);
+}
+
+TEST(WorkloadCgroupTest, AJobCannotOpenTheGpusItWasNotGivenV1) {
+  if (geteuid() != 0 || WorkloadCgroup::Available() != WorkloadCgroup::Kind::kDevicesV1) {
+    GTEST_SKIP() << "needs root and the cgroup v1 devices controller";
+  }
+  ExpectDeviceNodesDenied(WorkloadCgroup::Kind::kDevicesV1);
+}
+
+TEST(WorkloadCgroupTest, AJobCannotOpenTheGpusItWasNotGivenV2) {
+  if (geteuid() != 0 || (!fs::exists("/sys/fs/cgroup/unified/cgroup.procs") &&
+                          !fs::exists("/sys/fs/cgroup/cgroup.controllers"))) {
+    GTEST_SKIP() << "needs root and a cgroup v2 hierarchy";
+  }
+  ExpectDeviceNodesDenied(WorkloadCgroup::Kind::kUnifiedV2);
+}
+
+TEST(WorkloadCgroupTest, KillsEveryProcessOfTheWorkloadEvenOnesThatLeftItsSession) {
+  std::optional<WorkloadCgroup::Kind> kind = WorkloadCgroup::Available();
+  if (!kind) GTEST_SKIP() << "needs root and a cgroup hierarchy";
+  StatusOr<WorkloadCgroup> cgroup =
+      WorkloadCgroup::Create(*kind, "launch-kill-" + std::to_string(getpid()), {});
+  ASSERT_TRUE(cgroup.ok()) << cgroup.status();
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    close(out[0]);
+    if (!cgroup->Join(getpid()).ok()) _exit(3);
+    pid_t grandchild = fork();
+    if (grandchild == 0) {
+      setsid();  // Its own session and process group: what killing a group would miss.
+      for (;;) pause();
+    }
+    (void)!write(out[1], &grandchild, sizeof(grandchild));
+    _exit(0);
+  }
+  close(out[1]);
+  pid_t grandchild = 0;
+  ASSERT_EQ(read(out[0], &grandchild, sizeof(grandchild)),
+            static_cast<ssize_t>(sizeof(grandchild)));
+  close(out[0]);
+  waitpid(child, nullptr, 0);
+  ASSERT_GT(grandchild, 0);
+  EXPECT_EQ(cgroup->Members(), std::vector<pid_t>{grandchild});
+  EXPECT_TRUE(cgroup->KillAll(std::chrono::seconds(5)));
+  EXPECT_TRUE(cgroup->Members().empty());
+  EXPECT_TRUE(cgroup->Remove());
+  EXPECT_FALSE(WorkloadCgroup::Find("launch-kill-" + std::to_string(getpid())).has_value());
 }
 
 TEST(BudgetDirTest, OnlyADirectoryOfTheLaunchersOwnIsUsed) {

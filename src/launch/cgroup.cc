@@ -1,0 +1,211 @@
+// Creates, joins, empties and removes a workload's cgroup (see cgroup.h).
+#include "launch/cgroup.h"
+
+#include <fcntl.h>
+#include <linux/bpf.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace gpufrac::launch {
+namespace {
+
+constexpr char kParent[] = "gpufrac";
+
+std::string ErrnoText() { return std::strerror(errno); }
+
+// The mount point of the v1 hierarchy holding the devices controller, or of cgroup v2.
+std::string MountPoint(WorkloadCgroup::Kind kind) {
+  std::ifstream in("/proc/self/mountinfo");
+  for (std::string line; std::getline(in, line);) {
+    // ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTIONS
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, point;
+    fields >> id >> parent >> dev >> root >> point;
+    size_t dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream tail(line.substr(dash + 3));
+    std::string type, source, options;
+    tail >> type >> source >> options;
+    if (kind == WorkloadCgroup::Kind::kUnifiedV2 && type == "cgroup2") return point;
+    if (kind == WorkloadCgroup::Kind::kDevicesV1 && type == "cgroup" &&
+        ("," + options + ",").find(",devices,") != std::string::npos) {
+      return point;
+    }
+  }
+  return "";
+}
+
+Status WriteText(const std::string& path, const std::string& text) {
+  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return UnavailableError("cannot open " + path + ": " + ErrnoText());
+  ssize_t n = write(fd, text.data(), text.size());
+  int error = errno;
+  close(fd);
+  if (n != static_cast<ssize_t>(text.size())) {
+    errno = error;
+    return UnavailableError("cannot write '" + text + "' to " + path + ": " + ErrnoText());
+  }
+  return OkStatus();
+}
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 63 || name == "." || name == "..") return false;
+  for (char c : name) {
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return false;
+  }
+  return true;
+}
+
+bpf_insn Insn(uint8_t code, uint8_t dst, uint8_t src, int16_t off, int32_t imm) {
+  bpf_insn insn{};
+  insn.code = code;
+  insn.dst_reg = dst & 0xf;
+  insn.src_reg = src & 0xf;
+  insn.off = off;
+  insn.imm = imm;
+  return insn;
+}
+
+// A BPF device program refusing every access to the character devices `denied` and allowing
+// everything else, attached to the cgroup open as `dir_fd`.
+Status AttachDeviceProgram(int dir_fd, const std::vector<DeviceNode>& denied) {
+  // The context (struct bpf_cgroup_dev_ctx): access_type (access << 16 | type), major, minor.
+  std::vector<bpf_insn> program = {
+      Insn(BPF_LDX | BPF_MEM | BPF_W, BPF_REG_2, BPF_REG_1, 0, 0),
+      Insn(BPF_ALU64 | BPF_AND | BPF_K, BPF_REG_2, 0, 0, 0xffff),
+      Insn(BPF_LDX | BPF_MEM | BPF_W, BPF_REG_3, BPF_REG_1, 4, 0),
+      Insn(BPF_LDX | BPF_MEM | BPF_W, BPF_REG_4, BPF_REG_1, 8, 0),
+      // Not a character device: allowed.
+      Insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_2, 0, static_cast<int16_t>(4 * denied.size()),
+           BPF_DEVCG_DEV_CHAR),
+  };
+  for (const DeviceNode& node : denied) {
+    program.push_back(
+        Insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_3, 0, 3, static_cast<int32_t>(node.major)));
+    program.push_back(
+        Insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_4, 0, 2, static_cast<int32_t>(node.minor)));
+    program.push_back(Insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0));
+    program.push_back(Insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
+  }
+  program.push_back(Insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1));
+  program.push_back(Insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
+
+  static const char kLicense[] = "Apache-2.0";
+  bpf_attr load{};
+  load.prog_type = BPF_PROG_TYPE_CGROUP_DEVICE;
+  load.insns = reinterpret_cast<uint64_t>(program.data());
+  load.insn_cnt = static_cast<uint32_t>(program.size());
+  load.license = reinterpret_cast<uint64_t>(kLicense);
+  int prog = static_cast<int>(syscall(SYS_bpf, BPF_PROG_LOAD, &load, sizeof(load)));
+  if (prog < 0) return UnavailableError("cannot load the device program: " + ErrnoText());
+  bpf_attr attach{};
+  attach.target_fd = static_cast<uint32_t>(dir_fd);
+  attach.attach_bpf_fd = static_cast<uint32_t>(prog);
+  attach.attach_type = BPF_CGROUP_DEVICE;
+  int rc = static_cast<int>(syscall(SYS_bpf, BPF_PROG_ATTACH, &attach, sizeof(attach)));
+  int error = errno;
+  close(prog);  // Attached, it stays with the cgroup.
+  if (rc != 0) {
+    errno = error;
+    return UnavailableError("cannot attach the device program: " + ErrnoText());
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+std::optional<WorkloadCgroup::Kind> WorkloadCgroup::Available() {
+  if (geteuid() != 0) return std::nullopt;
+  for (Kind kind : {Kind::kDevicesV1, Kind::kUnifiedV2}) {
+    if (!MountPoint(kind).empty()) return kind;
+  }
+  return std::nullopt;
+}
+
+StatusOr<WorkloadCgroup> WorkloadCgroup::Create(Kind kind, const std::string& name,
+                                                const std::vector<DeviceNode>& denied) {
+  if (!ValidName(name)) return InvalidArgumentError("'" + name + "' cannot name a cgroup");
+  const std::string mount = MountPoint(kind);
+  if (mount.empty()) {
+    return UnavailableError(kind == Kind::kDevicesV1 ? "no cgroup v1 devices controller is mounted"
+                                                     : "no cgroup v2 hierarchy is mounted");
+  }
+  const std::string parent = mount + "/" + kParent;
+  if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) {
+    return UnavailableError("cannot create the cgroup " + parent + ": " + ErrnoText());
+  }
+  WorkloadCgroup cgroup(parent + "/" + name);
+  rmdir(cgroup.dir_.c_str());  // An empty leftover of an earlier attempt.
+  if (mkdir(cgroup.dir_.c_str(), 0755) != 0) {
+    return UnavailableError("cannot create the cgroup " + cgroup.dir_ + ": " + ErrnoText());
+  }
+  Status denying = OkStatus();
+  if (kind == Kind::kDevicesV1) {
+    for (const DeviceNode& node : denied) {
+      denying = WriteText(cgroup.dir_ + "/devices.deny", "c " + std::to_string(node.major) + ":" +
+                                                             std::to_string(node.minor) + " rwm");
+      if (!denying.ok()) break;
+    }
+  } else if (!denied.empty()) {
+    int fd = open(cgroup.dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    denying = fd < 0
+                  ? UnavailableError("cannot open the cgroup " + cgroup.dir_ + ": " + ErrnoText())
+                  : AttachDeviceProgram(fd, denied);
+    if (fd >= 0) close(fd);
+  }
+  if (!denying.ok()) {
+    rmdir(cgroup.dir_.c_str());
+    return denying;
+  }
+  return cgroup;
+}
+
+std::optional<WorkloadCgroup> WorkloadCgroup::Find(const std::string& name) {
+  if (!ValidName(name)) return std::nullopt;
+  for (Kind kind : {Kind::kDevicesV1, Kind::kUnifiedV2}) {
+    const std::string mount = MountPoint(kind);
+    if (mount.empty()) continue;
+    std::string dir = mount + "/" + kParent + "/" + name;
+    struct stat st;
+    if (lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return WorkloadCgroup(dir);
+  }
+  return std::nullopt;
+}
+
+WorkloadCgroup WorkloadCgroup::At(std::string dir) { return WorkloadCgroup(std::move(dir)); }
+
+Status WorkloadCgroup::Join(pid_t pid) const {
+  return WriteText(dir_ + "/cgroup.procs", std::to_string(pid));
+}
+
+std::vector<pid_t> WorkloadCgroup::Members() const {
+  std::vector<pid_t> pids;
+  std::ifstream in(dir_ + "/cgroup.procs");
+  for (long pid; in >> pid;) pids.push_back(static_cast<pid_t>(pid));
+  return pids;
+}
+
+bool WorkloadCgroup::KillAll(std::chrono::milliseconds wait) const {
+  // cgroup v2 kills them all at once, forks in flight included; v1 is emptied by rounds.
+  (void)WriteText(dir_ + "/cgroup.kill", "1");
+  auto deadline = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    std::vector<pid_t> pids = Members();
+    if (pids.empty()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    for (pid_t pid : pids) kill(pid, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+bool WorkloadCgroup::Remove() const { return rmdir(dir_.c_str()) == 0 || errno == ENOENT; }
+
+}  // namespace gpufrac::launch
