@@ -36,7 +36,8 @@ add_dependencies(exec_test cuda_probe gpufrac gpufrac_main simgpu_cuda simgpu_nv
 
 # Our ABI declarations against the real cuda.h, wherever the CUDA toolkit is installed.
 find_path(GPUFRAC_CUDA_INCLUDE cuda.h PATHS /usr/local/cuda/include NO_DEFAULT_PATH)
-gpufrac_test(abi_check_test unit SOURCES unit/abi_check_test.cc LIBS gpufrac_abi)
+gpufrac_test(abi_check_test unit SOURCES unit/abi_check_test.cc unit/abi_legacy_check.cc
+             LIBS gpufrac_abi)
 if(GPUFRAC_CUDA_INCLUDE)
   target_include_directories(abi_check_test PRIVATE ${GPUFRAC_CUDA_INCLUDE})
   target_compile_definitions(abi_check_test PRIVATE GPUFRAC_HAVE_CUDA_H=1)

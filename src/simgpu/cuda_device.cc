@@ -1,5 +1,6 @@
 // Driver entry points that describe devices: count, handles, names, UUIDs, memory, attributes.
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <string_view>
 
@@ -79,6 +80,17 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, abi::CUdevice ordinal) {
   if (CUresult result = GetDevice(ordinal, &device); result != abi::CUDA_SUCCESS) return result;
   if (bytes == nullptr) return abi::CUDA_ERROR_INVALID_VALUE;
   *bytes = device->total_bytes;
+  return abi::CUDA_SUCCESS;
+}
+
+// The legacy form: totals above 4 GiB do not fit and are clamped to UINT_MAX, as in cuMemGetInfo.
+CUresult cuDeviceTotalMem(unsigned int* bytes, abi::CUdevice ordinal) {
+  size_t total = 0;
+  if (CUresult result = cuDeviceTotalMem_v2(bytes != nullptr ? &total : nullptr, ordinal);
+      result != abi::CUDA_SUCCESS) {
+    return result;
+  }
+  *bytes = static_cast<unsigned int>(std::min<size_t>(total, UINT_MAX));
   return abi::CUDA_SUCCESS;
 }
 
