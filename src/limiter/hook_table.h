@@ -6,7 +6,8 @@
 //
 // X(library, symbol, optional)
 //   optional = 1: absent from some supported drivers (e.g. cuCtxCreate_v4 before CUDA 12.5,
-//   cuGetProcAddress v1 on 13.x); its absence is not worth a warning.
+//   cuGetProcAddress v1 on 13.x), or hooked only to be refused (the 32-bit forms from before
+//   CUDA 3.2, hooks_legacy.cc); its absence is not worth a warning.
 #pragma once
 
 #include "abi/cuda_entry_points.h"
@@ -47,6 +48,14 @@
   X(Cuda, cuDevicePrimaryCtxRetain, 0)     \
   X(Cuda, cuDevicePrimaryCtxRelease_v2, 0) \
   X(Cuda, cuDevicePrimaryCtxReset_v2, 0)   \
+  X(Cuda, cuDeviceTotalMem, 1)             \
+  X(Cuda, cuCtxCreate, 1)                  \
+  X(Cuda, cuMemAlloc, 1)                   \
+  X(Cuda, cuMemAllocPitch, 1)              \
+  X(Cuda, cuMemFree, 1)                    \
+  X(Cuda, cuMemGetInfo, 1)                 \
+  X(Cuda, cuArrayCreate, 1)                \
+  X(Cuda, cuArray3DCreate, 1)              \
   X(Nvml, nvmlDeviceGetMemoryInfo, 0)      \
   X(Nvml, nvmlDeviceGetMemoryInfo_v2, 1)
 

@@ -46,6 +46,9 @@ TEST_F(LimiterTest, WithoutAConfigurationEverythingPassesThrough) {
   RunResult r = RunCommand({ProbePath(), "resolve"}, env);
   EXPECT_EQ(r.Get("gpa.cuMemAlloc.12000.default"), "cuMemAlloc_v2@libcuda.so.1");
   EXPECT_EQ(r.Get("dlsym.cuMemAlloc_v2"), "cuMemAlloc_v2@libcuda.so.1");
+  EXPECT_EQ(r.Get("gpa.cuMemAlloc.3000.default"), "cuMemAlloc@libcuda.so.1");
+  RunResult legacy = RunCommand({ProbePath(), "legacy", "dlsym", "mem", "1048576"}, env);
+  EXPECT_EQ(legacy.GetInt("legacy"), 0) << legacy.err;
 }
 
 TEST_F(LimiterTest, EveryAccessPathSeesAndEnforcesTheLimit) {
@@ -121,8 +124,8 @@ TEST_F(LimiterTest, CuGetProcAddressHonoursVersionAndStreamFlags) {
   EXPECT_EQ(r.Get("dlsym.cuMemAlloc_v2"), "cuMemAlloc_v2@libgpufrac.so");
   EXPECT_EQ(r.Get("dlsym.cuDeviceGet"), "cuDeviceGet@libcuda.so.1");  // not hooked
   EXPECT_EQ(r.Get("gpa.cuMemAlloc.12000.default"), "cuMemAlloc_v2@libgpufrac.so");
-  // CUDA < 3.2 gets the legacy 32-bit entry point, which the limiter does not pretend to be.
-  EXPECT_EQ(r.Get("gpa.cuMemAlloc.3000.default"), "cuMemAlloc@libcuda.so.1");
+  // CUDA < 3.2 gets the legacy 32-bit entry point: the limiter's, which refuses it.
+  EXPECT_EQ(r.Get("gpa.cuMemAlloc.3000.default"), "cuMemAlloc@libgpufrac.so");
   EXPECT_EQ(r.Get("gpa.cuMemGetInfo.12000.default"), "cuMemGetInfo_v2@libgpufrac.so");
   EXPECT_EQ(r.Get("gpa.cuMemAllocAsync.12000.default"), "cuMemAllocAsync@libgpufrac.so");
   EXPECT_EQ(r.Get("gpa.cuMemAllocAsync.12000.ptsz"), "cuMemAllocAsync_ptsz@libgpufrac.so");
@@ -131,6 +134,87 @@ TEST_F(LimiterTest, CuGetProcAddressHonoursVersionAndStreamFlags) {
   EXPECT_EQ(r.Get("gpa.cuGetProcAddress.12000.default"), "cuGetProcAddress_v2@libgpufrac.so");
   EXPECT_EQ(r.Get("gpa.cuGetProcAddress.11030.default"), "cuGetProcAddress@libgpufrac.so");
   EXPECT_EQ(r.Get("gpa.cuDeviceGet.12000.default"), "cuDeviceGet@libcuda.so.1");
+}
+
+// The 32-bit entry points from before CUDA 3.2 (cuMemAlloc v1 and the others whose _v2 forms
+// the limiter charges or virtualises). Without the limiter they work as the driver's do; under
+// it, each is refused however the program finds it, and nothing is allocated.
+TEST_F(LimiterTest, LegacyEntryPointsAreRefusedOnEveryPath) {
+  Workload w(uuid_, 2 * kGiB);
+  struct Legacy {
+    const char* kind;
+    const char* symbol;
+    int plain_result;  // what the simulated driver answers without the limiter
+  };
+  const Legacy legacies[] = {
+      {"mem", "cuMemAlloc", 0},
+      {"pitch", "cuMemAllocPitch", 0},
+      {"array", "cuArrayCreate", 0},
+      {"array3d", "cuArray3DCreate", 0},
+      {"ctx", "cuCtxCreate", 0},
+      {"info", "cuMemGetInfo", 0},
+      {"totalmem", "cuDeviceTotalMem", 0},
+      {"free", "cuMemFree", 1},  // CUDA_ERROR_INVALID_VALUE: nothing at address 0
+  };
+  const std::string bytes = std::to_string(64 * kMiB);
+  for (const char* how : {"linked", "dlsym", "default", "procaddr"}) {
+    for (const Legacy& legacy : legacies) {
+      SCOPED_TRACE(std::string(how) + " " + legacy.kind);
+      std::vector<std::string> args = {"--cuda-version", "3010", "legacy", how, legacy.kind, bytes};
+      std::vector<std::string> plain_argv = {ProbePath()};
+      plain_argv.insert(plain_argv.end(), args.begin(), args.end());
+      RunResult plain = RunCommand(plain_argv, machine_.Env());
+      ASSERT_EQ(plain.status, 0) << plain.err;
+      EXPECT_EQ(plain.GetInt("legacy"), legacy.plain_result) << plain.out;
+      RunResult limited = Probe(w, args);
+      ASSERT_EQ(limited.status, 0) << limited.err;
+      EXPECT_EQ(limited.GetInt("legacy"), 801) << "CUDA_ERROR_NOT_SUPPORTED expected";
+      EXPECT_EQ(limited.GetInt("charged"), 0);
+      EXPECT_NE(limited.err.find(std::string("gpufrac: ") + legacy.symbol +
+                                 " is the 32-bit form from before CUDA 3.2"),
+                std::string::npos)
+          << limited.err;
+      EXPECT_EQ(
+          limited.Get("legacy_total"),
+          legacy.kind == std::string("info") || legacy.kind == std::string("totalmem") ? "0" : "");
+    }
+  }
+  EXPECT_EQ(w.Used(), 0u);
+}
+
+// The report of issue 16: two processes of a 2 GiB workload each took 3.75 GiB through the
+// legacy cuMemAlloc, uncharged. Without the limiter the simulated driver gives them that memory;
+// under it, neither gets any, and the GPU holds nothing but their contexts.
+TEST_F(LimiterTest, TwoProcessesTakeNothingThroughTheLegacyCuMemAlloc) {
+  Workload w(uuid_, 2 * kGiB);
+  const unsigned long long each = 3840 * kMiB;  // all of the 32-bit address range
+  auto physical_used = [&] {
+    RunResult r = RunCommand({ProbePath(), "info"}, machine_.Env());
+    return r.GetInt("total") - r.GetInt("free");
+  };
+  const long long one_context = physical_used();
+  for (bool limited : {false, true}) {
+    SCOPED_TRACE(limited ? "under the limiter" : "without the limiter");
+    auto env = limited ? Merge(machine_.Env(), w.Env()) : machine_.Env();
+    std::vector<pid_t> holders;
+    std::string seen[2];
+    const char* ways[2] = {"dlsym", "procaddr"};
+    for (int i = 0; i < 2; ++i) {
+      holders.push_back(Start(
+          {ProbePath(), "--cuda-version", "3010", "legacy-hold", ways[i], std::to_string(each)},
+          env, "legacy=", &seen[i]));
+    }
+    const long long used = physical_used();
+    for (pid_t pid : holders) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    for (const std::string& line : seen) {
+      EXPECT_NE(line.find(limited ? "legacy=801" : "legacy=0"), std::string::npos) << line;
+    }
+    EXPECT_EQ(used, 3 * one_context + (limited ? 0 : 2 * static_cast<long long>(each)));
+  }
+  EXPECT_EQ(w.Used(), 0u);
 }
 
 struct KindCase {

@@ -6,6 +6,10 @@
 //   actions: uuid | info | nvml | alloc KIND BYTES | fill BYTES | hold BYTES
 //            | race SHM BYTES ROUNDS | setenv-alloc FILE BYTES | resolve | hotloop N
 //            | endctx ctx|reset BYTES | threads N BYTES | work BYTES SECONDS
+//            | legacy HOW KIND BYTES | legacy-hold HOW BYTES
+//   (legacy: the pre-CUDA 3.2 32-bit entry points, found by HOW = linked, dlsym (on the
+//   library's handle), default (dlsym RTLD_DEFAULT) or procaddr (cuGetProcAddress at
+//   --cuda-version, e.g. 3010))
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -72,6 +76,18 @@ extern "C" {
 PROBE_FUNCTIONS(PROBE_DECLARE)
 }
 
+// The legacy entry points, linked directly (simgpu and the real driver export them).
+extern "C" {
+std::remove_pointer_t<cuMemAlloc_t> cuMemAlloc;
+std::remove_pointer_t<cuMemAllocPitch_t> cuMemAllocPitch;
+std::remove_pointer_t<cuMemFree_t> cuMemFree;
+std::remove_pointer_t<cuMemGetInfo_t> cuMemGetInfo;
+std::remove_pointer_t<cuDeviceTotalMem_t> cuDeviceTotalMem;
+std::remove_pointer_t<cuArrayCreate_t> cuArrayCreate;
+std::remove_pointer_t<cuArray3DCreate_t> cuArray3DCreate;
+std::remove_pointer_t<cuCtxCreate_t> cuCtxCreate;
+}
+
 namespace {
 
 struct Api {
@@ -81,6 +97,7 @@ struct Api {
 
 Api g;
 void* g_cuda = nullptr;
+cuGetProcAddress_v2_t g_gpa = nullptr;
 
 [[noreturn]] void Die(const char* what) {
   std::fprintf(stderr, "cuda_probe: %s\n", what);
@@ -273,6 +290,101 @@ int Alloc(const std::string& kind, unsigned long long bytes) {
               r == CUDA_SUCCESS ? during - before : 0ull,
               r == CUDA_SUCCESS ? std::to_string(static_cast<int>(fr)).c_str() : "none",
               static_cast<long long>(after) - static_cast<long long>(before));
+  return 0;
+}
+
+// A legacy entry point as a program finds it: linked, dlsym on the library, dlsym(RTLD_DEFAULT)
+// or cuGetProcAddress at `version` (the base name is the symbol itself).
+template <typename Fn>
+Fn FindLegacy(const std::string& how, const char* name, Fn linked, int version) {
+  void* p = nullptr;
+  if (how == "linked") return linked;
+  if (how == "dlsym") {
+    void* cuda = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!cuda) Die("dlopen libcuda.so.1 failed");
+    p = dlsym(cuda, name);
+  } else if (how == "default") {
+    p = dlsym(RTLD_DEFAULT, name);
+  } else if (how == "procaddr") {
+    CUdriverProcAddressQueryResult st;
+    if (g_gpa == nullptr) Die("no cuGetProcAddress_v2");
+    g_gpa(name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &st);
+  } else {
+    Die("unknown way to find a legacy entry point");
+  }
+  if (!p) Die("legacy entry point not found");
+  return reinterpret_cast<Fn>(p);
+}
+
+// Calls one legacy entry point of `kind` and prints its result and the charge it caused (as
+// cuMemGetInfo_v2 sees it), then frees what it made.
+int Legacy(const std::string& how, const std::string& kind, unsigned long long bytes, int version) {
+  auto find = [&](const char* name, auto linked) { return FindLegacy(how, name, linked, version); };
+  unsigned long long before = Used();
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+  unsigned long long during = before;
+  if (kind == "mem") {
+    CUdeviceptr_v1 p = 0;
+    r = find("cuMemAlloc", &::cuMemAlloc)(&p, static_cast<unsigned int>(bytes));
+    during = Used();
+    if (r == CUDA_SUCCESS) Check(::cuMemFree(p), "cuMemFree");
+  } else if (kind == "pitch") {
+    CUdeviceptr_v1 p = 0;
+    unsigned int pitch = 0;
+    r = find("cuMemAllocPitch", &::cuMemAllocPitch)(&p, &pitch, 65536,
+                                                    static_cast<unsigned int>(bytes / 65536), 4);
+    during = Used();
+    if (r == CUDA_SUCCESS) Check(::cuMemFree(p), "cuMemFree");
+  } else if (kind == "array" || kind == "array3d") {
+    CUarray a = nullptr;
+    if (kind == "array") {
+      CUDA_ARRAY_DESCRIPTOR_v1 d{static_cast<unsigned int>(bytes / 4 / 1024), 1024,
+                                 CU_AD_FORMAT_FLOAT, 1};
+      r = find("cuArrayCreate", &::cuArrayCreate)(&a, &d);
+    } else {
+      CUDA_ARRAY3D_DESCRIPTOR_v1 d{
+          static_cast<unsigned int>(bytes / 4 / 64 / 16), 64, 16, CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
+      r = find("cuArray3DCreate", &::cuArray3DCreate)(&a, &d);
+    }
+    during = Used();
+    if (r == CUDA_SUCCESS) Check(g.cuArrayDestroy(a), "cuArrayDestroy");
+  } else if (kind == "ctx") {
+    CUcontext c = nullptr;
+    r = find("cuCtxCreate", &::cuCtxCreate)(&c, 0, g_dev);
+    if (r == CUDA_SUCCESS) {
+      Check(g.cuCtxSetCurrent(c), "cuCtxSetCurrent");
+      during = Used();
+      Check(g.cuCtxDestroy_v2(c), "cuCtxDestroy");
+      CUcontext primary;
+      Check(g.cuDevicePrimaryCtxRetain(&primary, g_dev), "cuDevicePrimaryCtxRetain");
+      Check(g.cuCtxSetCurrent(primary), "cuCtxSetCurrent");
+    }
+  } else if (kind == "free") {
+    r = find("cuMemFree", &::cuMemFree)(0);
+  } else if (kind == "info") {
+    unsigned int free = 0, total = 0;
+    r = find("cuMemGetInfo", &::cuMemGetInfo)(&free, &total);
+    std::printf("legacy_total=%u\n", total);
+  } else if (kind == "totalmem") {
+    unsigned int total = 0;
+    r = find("cuDeviceTotalMem", &::cuDeviceTotalMem)(&total, g_dev);
+    std::printf("legacy_total=%u\n", total);
+  } else {
+    Die("unknown legacy kind");
+  }
+  std::printf("legacy=%d charged=%lld\n", static_cast<int>(r),
+              static_cast<long long>(during) - static_cast<long long>(before));
+  return 0;
+}
+
+// Holds `bytes` taken through the legacy cuMemAlloc until killed.
+int LegacyHold(const std::string& how, unsigned long long bytes, int version) {
+  CUdeviceptr_v1 p = 0;
+  CUresult r =
+      FindLegacy(how, "cuMemAlloc", &::cuMemAlloc, version)(&p, static_cast<unsigned int>(bytes));
+  std::printf("legacy=%d\n", static_cast<int>(r));
+  std::fflush(stdout);
+  pause();
   return 0;
 }
 
@@ -531,6 +643,9 @@ int main(int argc, char** argv) {
   } else {
     Die("unknown --path");
   }
+  if (void* cuda = dlopen("libcuda.so.1", RTLD_NOW)) {
+    g_gpa = reinterpret_cast<cuGetProcAddress_v2_t>(dlsym(cuda, "cuGetProcAddress_v2"));
+  }
   Setup();
   auto arg = [&](int k) {
     if (i + k >= argc) Die("missing argument");
@@ -559,6 +674,10 @@ int main(int argc, char** argv) {
     return Hold(ParseBytes(arg(1)));
   } else if (action == "race") {
     return Race(arg(1), ParseBytes(arg(2)), std::atoi(arg(3)));
+  } else if (action == "legacy") {
+    return Legacy(arg(1), arg(2), ParseBytes(arg(3)), version);
+  } else if (action == "legacy-hold") {
+    return LegacyHold(arg(1), ParseBytes(arg(2)), version);
   } else if (action == "setenv-alloc") {
     // A workload pointing the limiter at another limit file after it started: no effect.
     setenv("GPUFRAC_LIMIT_FILE", arg(1), 1);
