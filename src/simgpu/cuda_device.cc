@@ -6,6 +6,7 @@
 
 #include "simgpu/cuda_exports.h"
 #include "simgpu/driver.h"
+#include "simgpu/uuid.h"
 
 namespace {
 
@@ -30,9 +31,6 @@ CUresult CopyUuid(abi::CUuuid* uuid, abi::CUdevice ordinal, bool own_mig_uuid) {
   std::memcpy(uuid->bytes, bytes.data(), sizeof(uuid->bytes));
   return abi::CUDA_SUCCESS;
 }
-
-// PCI bus numbers spread like those of an 8- or 16-GPU server; the device (slot) number is 0.
-int PciBusId(int physical) { return 0x10 + 0x0e * physical; }
 
 }  // namespace
 
@@ -114,7 +112,7 @@ CUresult cuDeviceGetAttribute(int* value, abi::CUdevice_attribute attribute,
       *value = device->sm_count;
       break;
     case abi::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
-      *value = PciBusId(device->physical);
+      *value = simgpu::PciBusNumber(device->physical);
       break;
     case abi::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
       *value = 0;
