@@ -14,6 +14,8 @@ gpufrac_test(limiter_alloc_table_test unit SOURCES unit/limiter_alloc_table_test
              LIBS gpufrac_budget)
 gpufrac_test(limiter_proc_address_test unit SOURCES unit/limiter_proc_address_test.cc
              LIBS gpufrac_budget)
+gpufrac_test(limiter_visible_devices_test unit SOURCES unit/limiter_visible_devices_test.cc
+             LIBS gpufrac_budget)
 gpufrac_test(limiter_exports_test unit SOURCES unit/limiter_exports_test.cc LIBS gpufrac_abi
              ${CMAKE_DL_LIBS})
 add_dependencies(limiter_exports_test gpufrac)

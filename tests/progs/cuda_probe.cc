@@ -6,7 +6,9 @@
 //   actions: uuid | info | nvml | alloc KIND BYTES | fill BYTES | hold BYTES
 //            | race SHM BYTES ROUNDS | setenv-alloc FILE BYTES | resolve | hotloop N
 //            | endctx ctx|reset BYTES | threads N BYTES | work BYTES SECONDS
-//            | legacy HOW KIND BYTES | legacy-hold HOW BYTES
+//            | legacy HOW KIND BYTES | legacy-hold HOW BYTES | devices
+//            | nvml-list OTHER_UUID OTHER_SERIAL | mig-setup
+//   --setenv-visible VALUE sets CUDA_VISIBLE_DEVICES with setenv() before cuInit.
 //   (legacy: the pre-CUDA 3.2 32-bit entry points, found by HOW = linked, dlsym (on the
 //   library's handle), default (dlsym RTLD_DEFAULT) or procaddr (cuGetProcAddress at
 //   --cuda-version, e.g. 3010))
@@ -619,6 +621,111 @@ void PrintNvml() {
 
 void PrintUuid() { std::printf("uuid=%s\n", DeviceUuid().c_str()); }
 
+// The CUDA devices this process sees.
+void PrintDevices() {
+  auto count_fn = reinterpret_cast<cuDeviceGetCount_t>(dlsym(RTLD_DEFAULT, "cuDeviceGetCount"));
+  int count = -1;
+  if (!count_fn) Die("no cuDeviceGetCount");
+  Check(count_fn(&count), "cuDeviceGetCount");
+  std::printf("cuda.count=%d\n", count);
+}
+
+void* NvmlFunction(const char* name) {
+  static void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  if (!nvml) Die("dlopen libnvidia-ml.so.1 failed");
+  void* f = dlsym(nvml, name);
+  if (!f) Die(name);
+  return f;
+}
+#define NVML(name) reinterpret_cast<name##_t>(NvmlFunction(#name))
+
+// NVML's view: the devices it lists (both forms of count and index), and every way to look up
+// a device (`other_uuid`, `other_serial`: another GPU's), with each answer.
+int NvmlList(const char* other_uuid, const char* other_serial) {
+  if (NVML(nvmlInit_v2)() != NVML_SUCCESS) Die("nvmlInit");
+  unsigned int count = 0, count1 = 0;
+  std::printf("nvml.count.rc=%d ", NVML(nvmlDeviceGetCount_v2)(&count));
+  std::printf("nvml.count1.rc=%d\n", NVML(nvmlDeviceGetCount)(&count1));
+  std::printf("nvml.count=%u nvml.count1=%u\n", count, count1);
+  for (unsigned int i = 0; i <= count; ++i) {
+    nvmlDevice_t device = nullptr, device1 = nullptr;
+    nvmlReturn_t r = NVML(nvmlDeviceGetHandleByIndex_v2)(i, &device);
+    nvmlReturn_t r1 = NVML(nvmlDeviceGetHandleByIndex)(i, &device1);
+    std::printf("nvml.%u.rc=%d nvml.%u.rc1=%d nvml.%u.same=%d\n", i, r, i, r1, i,
+                device == device1 ? 1 : 0);
+    if (r != NVML_SUCCESS) continue;
+    char uuid[kNvmlDeviceUuidV2BufferSize] = "", serial[kNvmlDeviceSerialBufferSize] = "";
+    unsigned int index = 99;
+    NVML(nvmlDeviceGetUUID)(device, uuid, sizeof(uuid));
+    NVML(nvmlDeviceGetSerial)(device, serial, sizeof(serial));
+    NVML(nvmlDeviceGetIndex)(device, &index);
+    std::printf("nvml.%u.uuid=%s nvml.%u.serial=%s nvml.%u.index=%u\n", i, uuid, i, serial, i,
+                index);
+    unsigned int migs = 0;
+    if (NVML(nvmlDeviceGetMaxMigDeviceCount)(device, &migs) == NVML_SUCCESS && migs > 0) {
+      int found = 0;
+      for (unsigned int m = 0; m < migs; ++m) {
+        nvmlDevice_t mig = nullptr;
+        if (NVML(nvmlDeviceGetMigDeviceHandleByIndex)(device, m, &mig) != NVML_SUCCESS) continue;
+        NVML(nvmlDeviceGetUUID)(mig, uuid, sizeof(uuid));
+        std::printf("nvml.%u.mig.%d=%s\n", i, found++, uuid);
+      }
+      std::printf("nvml.%u.migs=%d\n", i, found);
+    }
+  }
+  nvmlDevice_t device = nullptr;
+  std::printf("byuuid.rc=%d\n", NVML(nvmlDeviceGetHandleByUUID)(other_uuid, &device));
+  std::printf("byserial.rc=%d\n", NVML(nvmlDeviceGetHandleBySerial)(other_serial, &device));
+  nvmlUUID_t text{};
+  text.version = kNvmlUuidV1Version;
+  text.type = NVML_UUID_TYPE_ASCII;
+  std::snprintf(text.value.str, sizeof(text.value.str), "%s", other_uuid);
+  std::printf("byuuidv.rc=%d\n", NVML(nvmlDeviceGetHandleByUUIDV)(&text, &device));
+  // Every bus of domain 0: how many answer, in both forms.
+  int buses = 0, buses1 = 0;
+  for (int bus = 0; bus < 256; ++bus) {
+    char id[32];
+    std::snprintf(id, sizeof(id), "00000000:%02x:00.0", bus);
+    buses += NVML(nvmlDeviceGetHandleByPciBusId_v2)(id, &device) == NVML_SUCCESS;
+    buses1 += NVML(nvmlDeviceGetHandleByPciBusId)(id, &device) == NVML_SUCCESS;
+  }
+  std::printf("bypci.found=%d bypci1.found=%d\n", buses, buses1);
+  return 0;
+}
+
+// Two 1-slice MIG devices on GPU 0 (in MIG mode), made without the limiter; prints their UUIDs.
+int MigSetup() {
+  if (NVML(nvmlInit_v2)() != NVML_SUCCESS) Die("nvmlInit");
+  nvmlDevice_t gpu = nullptr;
+  if (NVML(nvmlDeviceGetHandleByIndex_v2)(0, &gpu) != NVML_SUCCESS) Die("no GPU 0");
+  nvmlGpuInstanceProfileInfo_t profile{};
+  if (NVML(nvmlDeviceGetGpuInstanceProfileInfo)(gpu, NVML_GPU_INSTANCE_PROFILE_1_SLICE, &profile) !=
+      NVML_SUCCESS) {
+    Die("no 1-slice profile");
+  }
+  for (int i = 0; i < 2; ++i) {
+    nvmlGpuInstance_t instance = nullptr;
+    nvmlComputeInstanceProfileInfo_t compute{};
+    nvmlComputeInstance_t ci = nullptr;
+    if (NVML(nvmlDeviceCreateGpuInstance)(gpu, profile.id, &instance) != NVML_SUCCESS ||
+        NVML(nvmlGpuInstanceGetComputeInstanceProfileInfo)(
+            instance, NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
+            NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &compute) != NVML_SUCCESS ||
+        NVML(nvmlGpuInstanceCreateComputeInstance)(instance, compute.id, &ci) != NVML_SUCCESS) {
+      Die("cannot create a MIG device");
+    }
+    nvmlDevice_t mig = nullptr;
+    char uuid[kNvmlDeviceUuidV2BufferSize] = "";
+    if (NVML(nvmlDeviceGetMigDeviceHandleByIndex)(gpu, static_cast<unsigned int>(i), &mig) !=
+            NVML_SUCCESS ||
+        NVML(nvmlDeviceGetUUID)(mig, uuid, sizeof(uuid)) != NVML_SUCCESS) {
+      Die("cannot find the MIG device");
+    }
+    std::printf("mig.%d=%s\n", i, uuid);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -630,10 +737,19 @@ int main(int argc, char** argv) {
     if (i + 1 >= argc) Die("option without value");
     if (std::strcmp(argv[i], "--path") == 0) path = argv[i + 1];
     if (std::strcmp(argv[i], "--cuda-version") == 0) version = std::atoi(argv[i + 1]);
+    // After the limiter has loaded, before cuInit: what a program's own setenv does.
+    if (std::strcmp(argv[i], "--setenv-visible") == 0) {
+      setenv("CUDA_VISIBLE_DEVICES", argv[i + 1], 1);
+    }
   }
   if (i >= argc) Die("missing action");
   std::string action = argv[i];
   if (action == "resolve") return Resolve();
+  if (action == "mig-setup") return MigSetup();
+  if (action == "nvml-list") {
+    if (i + 2 >= argc) Die("missing argument");
+    return NvmlList(argv[i + 1], argv[i + 2]);
+  }
   if (path == "linked") {
     LoadLinked();
   } else if (path == "dlsym") {
@@ -655,6 +771,9 @@ int main(int argc, char** argv) {
     PrintUuid();
   } else if (action == "info") {
     PrintInfo();
+  } else if (action == "devices") {
+    PrintDevices();
+    PrintUuid();
   } else if (action == "nvml") {
     PrintInfo();
     PrintNvml();
