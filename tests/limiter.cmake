@@ -14,6 +14,8 @@ gpufrac_test(limiter_alloc_table_test unit SOURCES unit/limiter_alloc_table_test
              LIBS gpufrac_budget)
 gpufrac_test(limiter_proc_address_test unit SOURCES unit/limiter_proc_address_test.cc
              LIBS gpufrac_budget)
+gpufrac_test(limiter_visible_devices_test unit SOURCES unit/limiter_visible_devices_test.cc
+             LIBS gpufrac_budget)
 gpufrac_test(limiter_exports_test unit SOURCES unit/limiter_exports_test.cc LIBS gpufrac_abi
              ${CMAKE_DL_LIBS})
 add_dependencies(limiter_exports_test gpufrac)
@@ -36,7 +38,8 @@ add_dependencies(exec_test cuda_probe gpufrac gpufrac_main simgpu_cuda simgpu_nv
 
 # Our ABI declarations against the real cuda.h, wherever the CUDA toolkit is installed.
 find_path(GPUFRAC_CUDA_INCLUDE cuda.h PATHS /usr/local/cuda/include NO_DEFAULT_PATH)
-gpufrac_test(abi_check_test unit SOURCES unit/abi_check_test.cc LIBS gpufrac_abi)
+gpufrac_test(abi_check_test unit SOURCES unit/abi_check_test.cc unit/abi_legacy_check.cc
+             LIBS gpufrac_abi)
 if(GPUFRAC_CUDA_INCLUDE)
   target_include_directories(abi_check_test PRIVATE ${GPUFRAC_CUDA_INCLUDE})
   target_compile_definitions(abi_check_test PRIVATE GPUFRAC_HAVE_CUDA_H=1)

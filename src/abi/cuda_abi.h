@@ -260,11 +260,34 @@ using cuModuleUnload_t = CUresult (*)(CUmodule module);
 using cuModuleGetFunction_t = CUresult (*)(CUfunction* fn, CUmodule module, const char* name);
 using cuGetErrorString_t = CUresult (*)(CUresult error, const char** str);
 using cuGetErrorName_t = CUresult (*)(CUresult error, const char** str);
-// The legacy 32-bit entry points (before CUDA 3.2), still exported by every driver.
+// The legacy entry points from before CUDA 3.2 (32-bit pointers and sizes), still exported by
+// the driver: cuGetProcAddress hands them to callers asking for a cudaVersion below 3020. cuda.h
+// declares them only under __CUDA_API_VERSION_INTERNAL (and cudaTypedefs.h as PFN_*_v2000).
 using CUdeviceptr_v1 = unsigned int;
+struct CUDA_ARRAY_DESCRIPTOR_v1 {
+  unsigned int Width;
+  unsigned int Height;
+  CUarray_format Format;
+  unsigned int NumChannels;
+};
+struct CUDA_ARRAY3D_DESCRIPTOR_v1 {
+  unsigned int Width;
+  unsigned int Height;
+  unsigned int Depth;
+  CUarray_format Format;
+  unsigned int NumChannels;
+  unsigned int Flags;
+};
+using cuDeviceTotalMem_t = CUresult (*)(unsigned int* bytes, CUdevice dev);
+using cuCtxCreate_t = CUresult (*)(CUcontext* pctx, unsigned int flags, CUdevice dev);
 using cuMemAlloc_t = CUresult (*)(CUdeviceptr_v1* dptr, unsigned int bytesize);
+using cuMemAllocPitch_t = CUresult (*)(CUdeviceptr_v1* dptr, unsigned int* pitch,
+                                       unsigned int widthInBytes, unsigned int height,
+                                       unsigned int elementSizeBytes);
 using cuMemFree_t = CUresult (*)(CUdeviceptr_v1 dptr);
 using cuMemGetInfo_t = CUresult (*)(unsigned int* free, unsigned int* total);
+using cuArrayCreate_t = CUresult (*)(CUarray* handle, const CUDA_ARRAY_DESCRIPTOR_v1* desc);
+using cuArray3DCreate_t = CUresult (*)(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR_v1* desc);
 // cuGetProcAddress is the CUDA 11.3-11.8 form; CUDA 12.0 added the status out-parameter (_v2).
 using cuGetProcAddress_t = CUresult (*)(const char* symbol, void** pfn, int cudaVersion,
                                         cuuint64_t flags);

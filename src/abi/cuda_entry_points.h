@@ -18,8 +18,10 @@
   X(cuDeviceGetName, cuDeviceGetName, 2000, 0)                              \
   X(cuDeviceGetUuid, cuDeviceGetUuid, 9020, 0)                              \
   X(cuDeviceGetUuid, cuDeviceGetUuid_v2, 11040, 0)                          \
+  X(cuDeviceTotalMem, cuDeviceTotalMem, 2000, 0)                            \
   X(cuDeviceTotalMem, cuDeviceTotalMem_v2, 3020, 0)                         \
   X(cuDeviceGetAttribute, cuDeviceGetAttribute, 2000, 0)                    \
+  X(cuCtxCreate, cuCtxCreate, 2000, 0)                                      \
   X(cuCtxCreate, cuCtxCreate_v2, 3020, 0)                                   \
   X(cuCtxCreate, cuCtxCreate_v3, 11040, 0)                                  \
   X(cuCtxCreate, cuCtxCreate_v4, 12050, 0)                                  \
@@ -39,6 +41,7 @@
   X(cuMemFree, cuMemFree_v2, 3020, 0)                                       \
   X(cuMemGetInfo, cuMemGetInfo, 2000, 0)                                    \
   X(cuMemGetInfo, cuMemGetInfo_v2, 3020, 0)                                 \
+  X(cuMemAllocPitch, cuMemAllocPitch, 2000, 0)                              \
   X(cuMemAllocPitch, cuMemAllocPitch_v2, 3020, 0)                           \
   X(cuMemAllocManaged, cuMemAllocManaged, 6000, 0)                          \
   X(cuMemAllocAsync, cuMemAllocAsync, 11020, 1)                             \
@@ -57,7 +60,9 @@
   X(cuMemSetAccess, cuMemSetAccess, 10020, 0)                               \
   X(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity, 10020, 0) \
   X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0)     \
+  X(cuArrayCreate, cuArrayCreate, 2000, 0)                                  \
   X(cuArrayCreate, cuArrayCreate_v2, 3020, 0)                               \
+  X(cuArray3DCreate, cuArray3DCreate, 2000, 0)                              \
   X(cuArray3DCreate, cuArray3DCreate_v2, 3020, 0)                           \
   X(cuArrayDestroy, cuArrayDestroy, 2000, 0)                                \
   X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, 5000, 0)                \

@@ -66,7 +66,35 @@ using nvmlSystemGetDriverVersion_t = nvmlReturn_t (*)(char* version, unsigned in
 using nvmlSystemGetCudaDriverVersion_t = nvmlReturn_t (*)(int* version);
 using nvmlDeviceGetCount_v2_t = nvmlReturn_t (*)(unsigned int* count);
 using nvmlDeviceGetHandleByIndex_v2_t = nvmlReturn_t (*)(unsigned int index, nvmlDevice_t* device);
+// The v1 forms, kept in the library for old binaries: they skip devices NVML has no permission
+// to talk to (the _v2 count includes them and their handle is NVML_ERROR_NO_PERMISSION).
+using nvmlDeviceGetCount_t = nvmlReturn_t (*)(unsigned int* count);
+using nvmlDeviceGetHandleByIndex_t = nvmlReturn_t (*)(unsigned int index, nvmlDevice_t* device);
 using nvmlDeviceGetHandleByUUID_t = nvmlReturn_t (*)(const char* uuid, nvmlDevice_t* device);
+// "domain:bus:device.function", "domain:bus:device" or "bus:device.function", in hex.
+using nvmlDeviceGetHandleByPciBusId_v2_t = nvmlReturn_t (*)(const char* pciBusId,
+                                                            nvmlDevice_t* device);
+using nvmlDeviceGetHandleByPciBusId_t = nvmlReturn_t (*)(const char* pciBusId,
+                                                         nvmlDevice_t* device);
+using nvmlDeviceGetHandleBySerial_t = nvmlReturn_t (*)(const char* serial, nvmlDevice_t* device);
+using nvmlDeviceGetSerial_t = nvmlReturn_t (*)(nvmlDevice_t device, char* serial,
+                                               unsigned int length);
+constexpr unsigned int kNvmlDeviceSerialBufferSize = 30;
+
+// nvmlDeviceGetHandleByUUIDV's argument: a UUID as text ("GPU-..."/"MIG-...") or as 16 bytes.
+constexpr unsigned int NVML_UUID_TYPE_ASCII = 1;
+constexpr unsigned int NVML_UUID_TYPE_BINARY = 2;
+struct nvmlUUID_t {
+  unsigned int version;  // kNvmlUuidV1Version
+  unsigned int type;     // NVML_UUID_TYPE_ASCII or NVML_UUID_TYPE_BINARY
+  union {
+    char str[41];
+    unsigned char bytes[16];
+  } value;
+};
+static_assert(sizeof(nvmlUUID_t) == 52, "nvmlUUID_t must match nvml.h");
+constexpr unsigned int kNvmlUuidV1Version = NvmlStructVersion<nvmlUUID_t>(1);  // 0x1000034
+using nvmlDeviceGetHandleByUUIDV_t = nvmlReturn_t (*)(const nvmlUUID_t* uuid, nvmlDevice_t* device);
 using nvmlDeviceGetIndex_t = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* index);
 using nvmlDeviceGetName_t = nvmlReturn_t (*)(nvmlDevice_t device, char* name, unsigned int length);
 using nvmlDeviceGetUUID_t = nvmlReturn_t (*)(nvmlDevice_t device, char* uuid, unsigned int length);

@@ -12,9 +12,16 @@
   X(nvmlErrorString)                               \
   X(nvmlSystemGetDriverVersion)                    \
   X(nvmlSystemGetCudaDriverVersion)                \
+  X(nvmlDeviceGetCount)                            \
   X(nvmlDeviceGetCount_v2)                         \
+  X(nvmlDeviceGetHandleByIndex)                    \
   X(nvmlDeviceGetHandleByIndex_v2)                 \
   X(nvmlDeviceGetHandleByUUID)                     \
+  X(nvmlDeviceGetHandleByUUIDV)                    \
+  X(nvmlDeviceGetHandleByPciBusId)                 \
+  X(nvmlDeviceGetHandleByPciBusId_v2)              \
+  X(nvmlDeviceGetHandleBySerial)                   \
+  X(nvmlDeviceGetSerial)                           \
   X(nvmlDeviceGetIndex)                            \
   X(nvmlDeviceGetName)                             \
   X(nvmlDeviceGetUUID)                             \

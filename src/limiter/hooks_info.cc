@@ -1,13 +1,10 @@
 // The virtualised view: inside a workload the GPU's total memory is the workload's limit and its
 // used/free memory is the workload's own, through the driver (cuMemGetInfo, cuDeviceTotalMem) and
 // NVML (so nvidia-smi shows the limit). Free never exceeds what the device really has free.
-// Also cuInit, which refuses to start CUDA when the limit file is unusable.
 #include "limiter/hooks.h"
 
 using namespace gpufrac::abi;
 using namespace gpufrac::limiter;
-
-extern "C" CUresult cuInit(unsigned int flags) { return Bypass(Real_cuInit(), flags); }
 
 extern "C" CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   auto real = Real_cuMemGetInfo_v2();

@@ -126,6 +126,9 @@ __attribute__((constructor)) void LoadConfiguration() {
   }
   pthread_atfork(nullptr, nullptr, ForkChild);
   g_rt.mode = Mode::kActive;
+  // Also now, not only in cuInit: code that reads the variable before CUDA starts (frameworks
+  // counting devices through NVML, child processes) sees the same devices as the driver will.
+  RestrictCudaVisibleDevices();
 }
 
 // Slow path: give the calling thread a lane in `gpu`'s budget (joining as a member first).

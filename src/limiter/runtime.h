@@ -110,6 +110,10 @@ void Uncharge(int gpu, uint64_t bytes);
 void VirtualMemory(int gpu, uint64_t physical_free, uint64_t* total, uint64_t* free,
                    uint64_t* used);
 
+// Restricts CUDA_VISIBLE_DEVICES to the limit file's GPUs before the driver reads it (at load
+// time and in cuInit; hooks_devices.cc).
+void RestrictCudaVisibleDevices();
+
 // Writes the broken-configuration message to stderr (once per process).
 void ReportBroken();
 

@@ -139,6 +139,20 @@ CUresult cuArrayCreate_v2(abi::CUarray* handle, const abi::CUDA_ARRAY_DESCRIPTOR
   return result;
 }
 
+// The legacy forms take 32-bit extents; the arrays are the same.
+CUresult cuArrayCreate(abi::CUarray* handle, const abi::CUDA_ARRAY_DESCRIPTOR_v1* desc) {
+  if (desc == nullptr) return cuArrayCreate_v2(handle, nullptr);
+  const abi::CUDA_ARRAY_DESCRIPTOR wide{desc->Width, desc->Height, desc->Format, desc->NumChannels};
+  return cuArrayCreate_v2(handle, &wide);
+}
+
+CUresult cuArray3DCreate(abi::CUarray* handle, const abi::CUDA_ARRAY3D_DESCRIPTOR_v1* desc) {
+  if (desc == nullptr) return cuArray3DCreate_v2(handle, nullptr);
+  const abi::CUDA_ARRAY3D_DESCRIPTOR wide{desc->Width,  desc->Height,      desc->Depth,
+                                          desc->Format, desc->NumChannels, desc->Flags};
+  return cuArray3DCreate_v2(handle, &wide);
+}
+
 CUresult cuArray3DCreate_v2(abi::CUarray* handle, const abi::CUDA_ARRAY3D_DESCRIPTOR* desc) {
   Extent extent;
   if (handle == nullptr || desc == nullptr ||

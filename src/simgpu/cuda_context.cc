@@ -59,6 +59,11 @@ CUresult CheckUsable(Driver* driver, Context* context) {
 
 extern "C" {
 
+// The pre-3.2 form takes the same arguments and makes the same context.
+CUresult cuCtxCreate(abi::CUcontext* handle, unsigned int flags, abi::CUdevice ordinal) {
+  return CreateContext(handle, flags, ordinal);
+}
+
 CUresult cuCtxCreate_v2(abi::CUcontext* handle, unsigned int flags, abi::CUdevice ordinal) {
   return CreateContext(handle, flags, ordinal);
 }

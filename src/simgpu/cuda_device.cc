@@ -1,10 +1,12 @@
 // Driver entry points that describe devices: count, handles, names, UUIDs, memory, attributes.
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <string_view>
 
 #include "simgpu/cuda_exports.h"
 #include "simgpu/driver.h"
+#include "simgpu/uuid.h"
 
 namespace {
 
@@ -29,9 +31,6 @@ CUresult CopyUuid(abi::CUuuid* uuid, abi::CUdevice ordinal, bool own_mig_uuid) {
   std::memcpy(uuid->bytes, bytes.data(), sizeof(uuid->bytes));
   return abi::CUDA_SUCCESS;
 }
-
-// PCI bus numbers spread like those of an 8- or 16-GPU server; the device (slot) number is 0.
-int PciBusId(int physical) { return 0x10 + 0x0e * physical; }
 
 }  // namespace
 
@@ -82,6 +81,17 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, abi::CUdevice ordinal) {
   return abi::CUDA_SUCCESS;
 }
 
+// The legacy form: totals above 4 GiB do not fit and are clamped to UINT_MAX, as in cuMemGetInfo.
+CUresult cuDeviceTotalMem(unsigned int* bytes, abi::CUdevice ordinal) {
+  size_t total = 0;
+  if (CUresult result = cuDeviceTotalMem_v2(bytes != nullptr ? &total : nullptr, ordinal);
+      result != abi::CUDA_SUCCESS) {
+    return result;
+  }
+  *bytes = static_cast<unsigned int>(std::min<size_t>(total, UINT_MAX));
+  return abi::CUDA_SUCCESS;
+}
+
 CUresult cuDeviceGetAttribute(int* value, abi::CUdevice_attribute attribute,
                               abi::CUdevice ordinal) {
   const simgpu::VisibleDevice* device;
@@ -102,7 +112,7 @@ CUresult cuDeviceGetAttribute(int* value, abi::CUdevice_attribute attribute,
       *value = device->sm_count;
       break;
     case abi::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
-      *value = PciBusId(device->physical);
+      *value = simgpu::PciBusNumber(device->physical);
       break;
     case abi::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
       *value = 0;

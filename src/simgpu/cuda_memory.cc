@@ -36,6 +36,30 @@ CUresult AllocateInCurrentContext(std::uint64_t size, AllocationKind kind, abi::
                                 base);
 }
 
+// cuMemAllocPitch in both forms: rows padded to 512 bytes, the whole padded block charged.
+CUresult AllocatePitched(std::uint64_t width_bytes, std::uint64_t height,
+                         unsigned int element_bytes, AllocationKind kind, abi::CUdeviceptr* base,
+                         std::uint64_t* pitch) {
+  Driver* driver;
+  Context* context;
+  if (CUresult result = simgpu::GetDriverAndContext(&driver, &context);
+      result != abi::CUDA_SUCCESS) {
+    return result;
+  }
+  if (base == nullptr || pitch == nullptr || width_bytes == 0 || height == 0 ||
+      (element_bytes != 4 && element_bytes != 8 && element_bytes != 16)) {
+    return abi::CUDA_ERROR_INVALID_VALUE;
+  }
+  const std::uint64_t padded =
+      (width_bytes + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
+  if (padded < width_bytes || height > UINT64_MAX / padded) {
+    return abi::CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  CUresult result = AllocateInCurrentContext(padded * height, kind, base);
+  if (result == abi::CUDA_SUCCESS) *pitch = padded;
+  return result;
+}
+
 CUresult Free(abi::CUdeviceptr base) {
   Driver* driver;
   if (CUresult result = simgpu::GetDriver(&driver); result != abi::CUDA_SUCCESS) return result;
@@ -74,24 +98,7 @@ CUresult cuMemFree_v2(abi::CUdeviceptr base) { return Free(base); }
 // Rows are padded to 512 bytes; the whole padded block is charged.
 CUresult cuMemAllocPitch_v2(abi::CUdeviceptr* base, size_t* pitch, size_t width_bytes,
                             size_t height, unsigned int element_bytes) {
-  Driver* driver;
-  Context* context;
-  if (CUresult result = simgpu::GetDriverAndContext(&driver, &context);
-      result != abi::CUDA_SUCCESS) {
-    return result;
-  }
-  if (base == nullptr || pitch == nullptr || width_bytes == 0 || height == 0 ||
-      (element_bytes != 4 && element_bytes != 8 && element_bytes != 16)) {
-    return abi::CUDA_ERROR_INVALID_VALUE;
-  }
-  const std::uint64_t padded =
-      (width_bytes + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
-  if (padded < width_bytes || height > UINT64_MAX / padded) {
-    return abi::CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  CUresult result = AllocateInCurrentContext(padded * height, AllocationKind::kDevice, base);
-  if (result == abi::CUDA_SUCCESS) *pitch = padded;
-  return result;
+  return AllocatePitched(width_bytes, height, element_bytes, AllocationKind::kDevice, base, pitch);
 }
 
 // Host-accessible memory (a real anonymous mapping) charged in full to the current device, as
@@ -155,6 +162,21 @@ CUresult cuMemAlloc(abi::CUdeviceptr_v1* base, unsigned int bytes) {
 }
 
 CUresult cuMemFree(abi::CUdeviceptr_v1 base) { return Free(base); }
+
+// The pitch fits 32 bits: a row wider than the legacy address space could not be placed anyway.
+CUresult cuMemAllocPitch(abi::CUdeviceptr_v1* base, unsigned int* pitch, unsigned int width_bytes,
+                         unsigned int height, unsigned int element_bytes) {
+  abi::CUdeviceptr wide = 0;
+  std::uint64_t wide_pitch = 0;
+  CUresult result =
+      AllocatePitched(width_bytes, height, element_bytes, AllocationKind::kLegacy32,
+                      base != nullptr ? &wide : nullptr, pitch != nullptr ? &wide_pitch : nullptr);
+  if (result == abi::CUDA_SUCCESS) {
+    *base = static_cast<abi::CUdeviceptr_v1>(wide);
+    *pitch = static_cast<unsigned int>(wide_pitch);
+  }
+  return result;
+}
 
 // Sizes above 4 GiB do not fit the legacy types; they are clamped to UINT_MAX.
 CUresult cuMemGetInfo(unsigned int* free, unsigned int* total) {

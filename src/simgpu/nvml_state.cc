@@ -67,6 +67,7 @@ SharedMachine* AttachLocked(const char* caller) {
     std::copy(std::begin(machine->devices[i].uuid), std::end(machine->devices[i].uuid),
               uuid.begin());
     device.uuid = FormatGpuUuid(uuid);
+    device.serial = BoardSerial(uuid);
   }
   g_device_count = static_cast<unsigned int>(machine->device_count);
   g_machine = machine;

@@ -14,7 +14,8 @@ namespace gpufrac::simgpu {
 struct NvmlDevice {
   unsigned int index = 0;
   const gpu::GpuModel* model = nullptr;
-  std::string uuid;  // "GPU-..."
+  std::string uuid;    // "GPU-..."
+  std::string serial;  // the board serial number
 };
 
 // nvmlInit: joins the shared machine (first call) and counts the reference.

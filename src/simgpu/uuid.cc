@@ -1,4 +1,5 @@
-// UUID derivation (FNV-1a over the namespace, mixed with the index by splitmix64) and formatting.
+// UUID derivation (FNV-1a over the namespace, mixed with the index by splitmix64), formatting, and
+// the board serial derived from a UUID.
 #include "simgpu/uuid.h"
 
 namespace gpufrac::simgpu {
@@ -67,5 +68,13 @@ std::string FormatUuid(const char* prefix, const Uuid& uuid) {
 std::string FormatGpuUuid(const Uuid& uuid) { return FormatUuid("GPU-", uuid); }
 
 std::string FormatMigUuid(const Uuid& uuid) { return FormatUuid("MIG-", uuid); }
+
+std::string BoardSerial(const Uuid& gpu) {
+  std::uint64_t seed = 0;
+  for (std::uint8_t byte : gpu) seed = SplitMix64(seed ^ byte);
+  std::string digits = "1";  // 1 followed by 12 digits, like 1320219027853
+  for (int i = 0; i < 12; ++i, seed /= 10) digits += static_cast<char>('0' + seed % 10);
+  return digits;
+}
 
 }  // namespace gpufrac::simgpu

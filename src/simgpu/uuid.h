@@ -1,5 +1,6 @@
-// Deterministic GPU UUIDs for simulated devices: the same namespace and index always give the
-// same UUID, so tests and tools can predict them without asking the driver.
+// Deterministic identities of simulated devices: the same namespace and index always give the
+// same UUID (and with it the same board serial number), so tests and tools can predict them
+// without asking the driver; PCI bus numbers follow the physical index.
 #pragma once
 
 #include <array>
@@ -22,5 +23,13 @@ Uuid MigUuid(const Uuid& gpu, int gpu_instance, int compute_instance);
 std::string FormatGpuUuid(const Uuid& uuid);
 // The same with the "MIG-" prefix drivers since R470 give MIG devices.
 std::string FormatMigUuid(const Uuid& uuid);
+
+// The PCI bus of physical GPU `index` (domain 0, device 0, function 0), spread like those of an
+// 8- or 16-GPU server.
+inline int PciBusNumber(int index) { return 0x10 + 0x0e * index; }
+
+// The board serial number NVML reports for the GPU with this UUID: 13 decimal digits, as on
+// NVIDIA's data-center boards.
+std::string BoardSerial(const Uuid& gpu);
 
 }  // namespace gpufrac::simgpu

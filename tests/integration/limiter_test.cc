@@ -46,6 +46,9 @@ TEST_F(LimiterTest, WithoutAConfigurationEverythingPassesThrough) {
   RunResult r = RunCommand({ProbePath(), "resolve"}, env);
   EXPECT_EQ(r.Get("gpa.cuMemAlloc.12000.default"), "cuMemAlloc_v2@libcuda.so.1");
   EXPECT_EQ(r.Get("dlsym.cuMemAlloc_v2"), "cuMemAlloc_v2@libcuda.so.1");
+  EXPECT_EQ(r.Get("gpa.cuMemAlloc.3000.default"), "cuMemAlloc@libcuda.so.1");
+  RunResult legacy = RunCommand({ProbePath(), "legacy", "dlsym", "mem", "1048576"}, env);
+  EXPECT_EQ(legacy.GetInt("legacy"), 0) << legacy.err;
 }
 
 TEST_F(LimiterTest, EveryAccessPathSeesAndEnforcesTheLimit) {
@@ -121,8 +124,8 @@ TEST_F(LimiterTest, CuGetProcAddressHonoursVersionAndStreamFlags) {
   EXPECT_EQ(r.Get("dlsym.cuMemAlloc_v2"), "cuMemAlloc_v2@libgpufrac.so");
   EXPECT_EQ(r.Get("dlsym.cuDeviceGet"), "cuDeviceGet@libcuda.so.1");  // not hooked
   EXPECT_EQ(r.Get("gpa.cuMemAlloc.12000.default"), "cuMemAlloc_v2@libgpufrac.so");
-  // CUDA < 3.2 gets the legacy 32-bit entry point, which the limiter does not pretend to be.
-  EXPECT_EQ(r.Get("gpa.cuMemAlloc.3000.default"), "cuMemAlloc@libcuda.so.1");
+  // CUDA < 3.2 gets the legacy 32-bit entry point: the limiter's, which refuses it.
+  EXPECT_EQ(r.Get("gpa.cuMemAlloc.3000.default"), "cuMemAlloc@libgpufrac.so");
   EXPECT_EQ(r.Get("gpa.cuMemGetInfo.12000.default"), "cuMemGetInfo_v2@libgpufrac.so");
   EXPECT_EQ(r.Get("gpa.cuMemAllocAsync.12000.default"), "cuMemAllocAsync@libgpufrac.so");
   EXPECT_EQ(r.Get("gpa.cuMemAllocAsync.12000.ptsz"), "cuMemAllocAsync_ptsz@libgpufrac.so");
@@ -131,6 +134,87 @@ TEST_F(LimiterTest, CuGetProcAddressHonoursVersionAndStreamFlags) {
   EXPECT_EQ(r.Get("gpa.cuGetProcAddress.12000.default"), "cuGetProcAddress_v2@libgpufrac.so");
   EXPECT_EQ(r.Get("gpa.cuGetProcAddress.11030.default"), "cuGetProcAddress@libgpufrac.so");
   EXPECT_EQ(r.Get("gpa.cuDeviceGet.12000.default"), "cuDeviceGet@libcuda.so.1");
+}
+
+// The 32-bit entry points from before CUDA 3.2 (cuMemAlloc v1 and the others whose _v2 forms
+// the limiter charges or virtualises). Without the limiter they work as the driver's do; under
+// it, each is refused however the program finds it, and nothing is allocated.
+TEST_F(LimiterTest, LegacyEntryPointsAreRefusedOnEveryPath) {
+  Workload w(uuid_, 2 * kGiB);
+  struct Legacy {
+    const char* kind;
+    const char* symbol;
+    int plain_result;  // what the simulated driver answers without the limiter
+  };
+  const Legacy legacies[] = {
+      {"mem", "cuMemAlloc", 0},
+      {"pitch", "cuMemAllocPitch", 0},
+      {"array", "cuArrayCreate", 0},
+      {"array3d", "cuArray3DCreate", 0},
+      {"ctx", "cuCtxCreate", 0},
+      {"info", "cuMemGetInfo", 0},
+      {"totalmem", "cuDeviceTotalMem", 0},
+      {"free", "cuMemFree", 1},  // CUDA_ERROR_INVALID_VALUE: nothing at address 0
+  };
+  const std::string bytes = std::to_string(64 * kMiB);
+  for (const char* how : {"linked", "dlsym", "default", "procaddr"}) {
+    for (const Legacy& legacy : legacies) {
+      SCOPED_TRACE(std::string(how) + " " + legacy.kind);
+      std::vector<std::string> args = {"--cuda-version", "3010", "legacy", how, legacy.kind, bytes};
+      std::vector<std::string> plain_argv = {ProbePath()};
+      plain_argv.insert(plain_argv.end(), args.begin(), args.end());
+      RunResult plain = RunCommand(plain_argv, machine_.Env());
+      ASSERT_EQ(plain.status, 0) << plain.err;
+      EXPECT_EQ(plain.GetInt("legacy"), legacy.plain_result) << plain.out;
+      RunResult limited = Probe(w, args);
+      ASSERT_EQ(limited.status, 0) << limited.err;
+      EXPECT_EQ(limited.GetInt("legacy"), 801) << "CUDA_ERROR_NOT_SUPPORTED expected";
+      EXPECT_EQ(limited.GetInt("charged"), 0);
+      EXPECT_NE(limited.err.find(std::string("gpufrac: ") + legacy.symbol +
+                                 " is the 32-bit form from before CUDA 3.2"),
+                std::string::npos)
+          << limited.err;
+      EXPECT_EQ(
+          limited.Get("legacy_total"),
+          legacy.kind == std::string("info") || legacy.kind == std::string("totalmem") ? "0" : "");
+    }
+  }
+  EXPECT_EQ(w.Used(), 0u);
+}
+
+// The report of issue 16: two processes of a 2 GiB workload each took 3.75 GiB through the
+// legacy cuMemAlloc, uncharged. Without the limiter the simulated driver gives them that memory;
+// under it, neither gets any, and the GPU holds nothing but their contexts.
+TEST_F(LimiterTest, TwoProcessesTakeNothingThroughTheLegacyCuMemAlloc) {
+  Workload w(uuid_, 2 * kGiB);
+  const unsigned long long each = 3840 * kMiB;  // all of the 32-bit address range
+  auto physical_used = [&] {
+    RunResult r = RunCommand({ProbePath(), "info"}, machine_.Env());
+    return r.GetInt("total") - r.GetInt("free");
+  };
+  const long long one_context = physical_used();
+  for (bool limited : {false, true}) {
+    SCOPED_TRACE(limited ? "under the limiter" : "without the limiter");
+    auto env = limited ? Merge(machine_.Env(), w.Env()) : machine_.Env();
+    std::vector<pid_t> holders;
+    std::string seen[2];
+    const char* ways[2] = {"dlsym", "procaddr"};
+    for (int i = 0; i < 2; ++i) {
+      holders.push_back(Start(
+          {ProbePath(), "--cuda-version", "3010", "legacy-hold", ways[i], std::to_string(each)},
+          env, "legacy=", &seen[i]));
+    }
+    const long long used = physical_used();
+    for (pid_t pid : holders) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    for (const std::string& line : seen) {
+      EXPECT_NE(line.find(limited ? "legacy=801" : "legacy=0"), std::string::npos) << line;
+    }
+    EXPECT_EQ(used, 3 * one_context + (limited ? 0 : 2 * static_cast<long long>(each)));
+  }
+  EXPECT_EQ(w.Used(), 0u);
 }
 
 struct KindCase {
@@ -394,6 +478,159 @@ TEST_F(LimiterTest, TwoWorkloadsOnOneGpuStayWithinTheirOwnLimits) {
   waitpid(holder, nullptr, 0);
   EXPECT_EQ(l.GetInt("count"), 30);  // the neighbour's use does not count against it
   EXPECT_EQ(s.GetInt("count"), 1);   // 900 MiB held elsewhere in the workload + 100 MiB
+}
+
+}  // namespace
+}  // namespace gpufrac::testing
+
+namespace gpufrac::testing {
+namespace {
+
+// Issue 16: a workload reaches only the GPUs of its limit file. One given GPU 0 of two, that
+// names GPU 1 itself (by index or UUID, in its environment or by setenv before cuInit), sees
+// no GPU 1 and cannot allocate there; NVML lists only GPU 0 and finds GPU 1 by no lookup.
+class LimiterIsolationTest : public ::testing::Test {
+ protected:
+  LimiterIsolationTest()
+      : machine_("2xH100-80GB"), gpu0_(machine_.Uuid(0)), gpu1_(machine_.Uuid(1)) {}
+
+  // cuda_probe with `visible` as CUDA_VISIBLE_DEVICES ("" leaves it unset), under the limiter
+  // for `w` or (null) without it.
+  RunResult Probe(const Workload* w, const std::string& visible, std::vector<std::string> args) {
+    auto env = machine_.Env();
+    if (w != nullptr) env = Merge(env, w->Env());
+    if (!visible.empty()) env["CUDA_VISIBLE_DEVICES"] = visible;
+    args.insert(args.begin(), ProbePath());
+    return RunCommand(args, env);
+  }
+
+  SimMachine machine_;
+  std::string gpu0_, gpu1_;
+};
+
+TEST_F(LimiterIsolationTest, NamingAnotherGpuShowsNoDevice) {
+  Workload w(gpu0_, kGiB);
+  const std::string twenty_gib = std::to_string(20 * kGiB);
+  for (const std::string& other : {std::string("1"), gpu1_, gpu1_.substr(0, 12)}) {
+    SCOPED_TRACE(other);
+    // Without the limiter the driver shows GPU 1 and lets 20 GiB be allocated there.
+    RunResult plain = Probe(nullptr, other, {"alloc", "mem", twenty_gib});
+    EXPECT_EQ(plain.GetInt("alloc"), 0) << plain.err;
+    EXPECT_EQ(Probe(nullptr, other, {"uuid"}).Get("uuid"), gpu1_);
+
+    RunResult limited = Probe(&w, other, {"alloc", "mem", twenty_gib});
+    EXPECT_EQ(limited.GetInt("init"), 100) << "CUDA_ERROR_NO_DEVICE expected: " << limited.out;
+    EXPECT_EQ(limited.Get("alloc"), "");
+    EXPECT_NE(limited.err.find("gpufrac: CUDA_VISIBLE_DEVICES names " + other +
+                               ", which is not one of this workload's GPUs (it has one: 0, or "
+                               "its UUID); CUDA sees no device"),
+              std::string::npos)
+        << limited.err;
+    // The same named with setenv after the limiter loaded, before cuInit, over the launcher's.
+    RunResult later = Probe(&w, gpu0_, {"--setenv-visible", other, "alloc", "mem", twenty_gib});
+    EXPECT_EQ(later.GetInt("init"), 100) << later.out;
+    // Listed after the workload's own GPU, it is cut off: only GPU 0 is there.
+    RunResult both = Probe(&w, "0," + other, {"devices"});
+    EXPECT_EQ(both.GetInt("cuda.count"), 1) << both.err;
+    EXPECT_EQ(both.Get("uuid"), gpu0_);
+  }
+  EXPECT_EQ(w.Used(), 0u);
+}
+
+TEST_F(LimiterIsolationTest, TheWorkloadsOwnGpuIsSeenHoweverItIsNamed) {
+  Workload w(gpu0_, kGiB);
+  for (const std::string& own : {std::string(""), gpu0_, std::string("0"), gpu0_.substr(0, 10)}) {
+    SCOPED_TRACE(own);
+    RunResult r = Probe(&w, own, {"devices"});
+    EXPECT_EQ(r.GetInt("cuda.count"), 1) << r.err;
+    EXPECT_EQ(r.Get("uuid"), gpu0_);
+    EXPECT_EQ(r.err, "");  // nothing to complain about
+    RunResult alloc = Probe(&w, own, {"alloc", "mem", std::to_string(kGiB)});
+    EXPECT_EQ(alloc.GetInt("alloc"), 0);
+    EXPECT_EQ(alloc.GetInt("charged"), static_cast<long long>(kGiB));
+  }
+  // A workload given GPU 1 only: it is that workload's GPU 0, as in a container given GPU 1.
+  Workload second(gpu1_, kGiB);
+  EXPECT_EQ(Probe(&second, "", {"uuid"}).Get("uuid"), gpu1_);
+  EXPECT_EQ(Probe(&second, "0", {"uuid"}).Get("uuid"), gpu1_);
+  EXPECT_EQ(Probe(&second, "1", {"uuid"}).GetInt("init"), 100);
+}
+
+TEST_F(LimiterIsolationTest, NvmlListsOnlyTheWorkloadsGpus) {
+  RunResult all = Probe(nullptr, "", {"nvml-list", "GPU-none", "none"});
+  ASSERT_EQ(all.GetInt("nvml.count"), 2) << all.err;
+  ASSERT_EQ(all.Get("nvml.1.uuid"), gpu1_);
+  const std::string serial1 = all.Get("nvml.1.serial");
+  ASSERT_EQ(serial1.size(), 13u);
+  // Without the limiter every lookup of GPU 1 finds it.
+  RunResult plain = Probe(nullptr, "", {"nvml-list", gpu1_, serial1});
+  EXPECT_EQ(plain.GetInt("byuuid.rc"), 0);
+  EXPECT_EQ(plain.GetInt("byserial.rc"), 0);
+  EXPECT_EQ(plain.GetInt("byuuidv.rc"), 0);
+  EXPECT_EQ(plain.GetInt("bypci.found"), 2);
+
+  const std::string serial0 = all.Get("nvml.0.serial");
+
+  Workload on0(gpu0_, kGiB), on1(gpu1_, kGiB);
+  struct Case {
+    const Workload* w;
+    std::string mine, other, other_serial;
+  };
+  for (const Case& c : {Case{&on0, gpu0_, gpu1_, serial1}, Case{&on1, gpu1_, gpu0_, serial0}}) {
+    SCOPED_TRACE(c.mine);
+    RunResult r = Probe(c.w, "", {"nvml-list", c.other, c.other_serial});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.GetInt("nvml.count"), 1);
+    EXPECT_EQ(r.GetInt("nvml.count1"), 1);
+    EXPECT_EQ(r.Get("nvml.0.uuid"), c.mine);
+    EXPECT_EQ(r.GetInt("nvml.0.index"), 0);  // numbered from 0, as in a container
+    EXPECT_EQ(r.GetInt("nvml.0.rc1"), 0);
+    EXPECT_EQ(r.GetInt("nvml.0.same"), 1);
+    EXPECT_EQ(r.GetInt("nvml.1.rc"), 2);  // NVML_ERROR_INVALID_ARGUMENT: past the last
+    EXPECT_EQ(r.GetInt("nvml.1.rc1"), 2);
+    EXPECT_EQ(r.GetInt("byuuid.rc"), 6);  // NVML_ERROR_NOT_FOUND
+    EXPECT_EQ(r.GetInt("byserial.rc"), 6);
+    EXPECT_EQ(r.GetInt("byuuidv.rc"), 6);
+    EXPECT_EQ(r.GetInt("bypci.found"), 1);  // of all 256 buses, only its own GPU's
+    EXPECT_EQ(r.GetInt("bypci1.found"), 1);
+    // Its own GPU is found by every lookup.
+    RunResult own = Probe(c.w, "", {"nvml-list", c.mine, r.Get("nvml.0.serial")});
+    EXPECT_EQ(own.GetInt("byuuid.rc"), 0);
+    EXPECT_EQ(own.GetInt("byserial.rc"), 0);
+    EXPECT_EQ(own.GetInt("byuuidv.rc"), 0);
+  }
+}
+
+// A workload given a MIG device: CUDA sees that device only, and NVML lists its GPU with that
+// one MIG device; the GPU's other MIG device is found by no lookup.
+TEST(LimiterMigIsolationTest, OnlyTheWorkloadsMigDeviceIsVisible) {
+  SimMachine machine("1xA100-40GB:mig");
+  RunResult setup = RunCommand({ProbePath(), "mig-setup"}, machine.Env());
+  ASSERT_EQ(setup.status, 0) << setup.err;
+  const std::string mine = setup.Get("mig.0"), other = setup.Get("mig.1");
+  ASSERT_EQ(mine.rfind("MIG-", 0), 0u) << setup.out;
+  Workload w(mine, kGiB);
+  auto env = Merge(machine.Env(), w.Env());
+  env["CUDA_VISIBLE_DEVICES"] = mine;
+  // (The probe prints the device's UUID bytes with a GPU- prefix.)
+  const std::string mine_bytes = "GPU-" + mine.substr(4);
+  RunResult cuda = RunCommand({ProbePath(), "devices"}, env);
+  EXPECT_EQ(cuda.GetInt("cuda.count"), 1) << cuda.err;
+  EXPECT_EQ(cuda.Get("uuid"), mine_bytes);
+  env["CUDA_VISIBLE_DEVICES"] = other;
+  EXPECT_EQ(RunCommand({ProbePath(), "devices"}, env).GetInt("init"), 100);
+  env.erase("CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(RunCommand({ProbePath(), "devices"}, env).Get("uuid"), mine_bytes);
+
+  RunResult plain = RunCommand({ProbePath(), "nvml-list", other, "none"}, machine.Env());
+  EXPECT_EQ(plain.GetInt("nvml.0.migs"), 2) << plain.out;
+  EXPECT_EQ(plain.GetInt("byuuid.rc"), 0);
+  RunResult nvml = RunCommand({ProbePath(), "nvml-list", other, "none"}, env);
+  EXPECT_EQ(nvml.GetInt("nvml.count"), 1) << nvml.err;
+  EXPECT_EQ(nvml.Get("nvml.0.uuid"), plain.Get("nvml.0.uuid"));  // the MIG device's GPU
+  EXPECT_EQ(nvml.GetInt("nvml.0.migs"), 1);
+  EXPECT_EQ(nvml.Get("nvml.0.mig.0"), mine);
+  EXPECT_EQ(nvml.GetInt("byuuid.rc"), 6);
 }
 
 }  // namespace

@@ -247,6 +247,46 @@ TEST_F(SimGpuMemoryTest, LegacyEntryPointsUse32BitPointers) {
   });
 }
 
+// The other pre-3.2 entry points allocate what their _v2 forms do, with 32-bit pointers, pitches
+// and extents: a context, pitched memory, arrays; cuDeviceTotalMem clamps as cuMemGetInfo does.
+TEST_F(SimGpuMemoryTest, LegacyEntryPointsAllocateLikeTheirV2Forms) {
+  RunInChild("1xH100-80GB", [] {
+    InitAndUsePrimary();
+    abi::CUdeviceptr_v1 pointer = 0;
+    unsigned int pitch = 0;
+    ASSERT_CU(cuMemAllocPitch(&pointer, &pitch, 1000, 1024, 4));
+    EXPECT_EQ(1024u, pitch);
+    EXPECT_NE(0u, pointer);
+    EXPECT_EQ(kH100Context + kMiB, UsedBytes());
+    EXPECT_CU(cuMemFree(pointer));
+    EXPECT_EQ(abi::CUDA_ERROR_INVALID_VALUE, cuMemAllocPitch(&pointer, &pitch, 1000, 1024, 3));
+    EXPECT_EQ(abi::CUDA_ERROR_INVALID_VALUE, cuMemAllocPitch(&pointer, nullptr, 1000, 1024, 4));
+
+    const abi::CUDA_ARRAY_DESCRIPTOR_v1 flat{1024, 256, abi::CU_AD_FORMAT_FLOAT, 1};
+    abi::CUarray array = nullptr;
+    ASSERT_CU(cuArrayCreate(&array, &flat));
+    EXPECT_EQ(kH100Context + kMiB, UsedBytes());
+    EXPECT_CU(cuArrayDestroy(array));
+    const abi::CUDA_ARRAY3D_DESCRIPTOR_v1 cube{64, 64, 64, abi::CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
+    ASSERT_CU(cuArray3DCreate(&array, &cube));
+    EXPECT_EQ(kH100Context + kMiB, UsedBytes());
+    EXPECT_CU(cuArrayDestroy(array));
+    EXPECT_EQ(abi::CUDA_ERROR_INVALID_VALUE, cuArrayCreate(&array, nullptr));
+    EXPECT_EQ(kH100Context, UsedBytes());
+
+    abi::CUcontext created = nullptr;
+    ASSERT_CU(cuCtxCreate(&created, 0, 0));
+    EXPECT_EQ(2 * kH100Context, UsedBytes());
+    EXPECT_CU(cuCtxDestroy_v2(created));
+
+    unsigned int total = 0;
+    EXPECT_CU(cuDeviceTotalMem(&total, 0));
+    EXPECT_EQ(UINT_MAX, total);  // 80 GB does not fit 32 bits
+    EXPECT_EQ(abi::CUDA_ERROR_INVALID_DEVICE, cuDeviceTotalMem(&total, 1));
+    EXPECT_EQ(abi::CUDA_ERROR_INVALID_VALUE, cuDeviceTotalMem(nullptr, 0));
+  });
+}
+
 TEST_F(SimGpuMemoryTest, StreamOrderedAllocationsAndPools) {
   RunInChild("2xA100-40GB", [] {
     InitAndUsePrimary();

@@ -67,6 +67,76 @@ TEST_F(SimGpuNvmlTest, SeesEveryDeviceRegardlessOfCudaVisibleDevices) {
   });
 }
 
+// Every other way to a device handle: the v1 count and index (the same as _v2 here: every
+// simulated device is accessible), by PCI bus id in each documented format, by board serial,
+// and by UUID as text or bytes.
+TEST_F(SimGpuNvmlTest, FindsDevicesByPciBusIdSerialAndUuidStruct) {
+  const std::string ns = name_space();
+  RunInChild("2xH100-80GB", [ns] {
+    ASSERT_EQ(abi::NVML_SUCCESS, nvmlInit_v2());
+    unsigned int count = 0;
+    EXPECT_EQ(abi::NVML_SUCCESS, nvmlDeviceGetCount(&count));
+    EXPECT_EQ(2u, count);
+    abi::nvmlDevice_t second = nullptr;
+    abi::nvmlDevice_t found = nullptr;
+    ASSERT_EQ(abi::NVML_SUCCESS, nvmlDeviceGetHandleByIndex_v2(1, &second));
+    EXPECT_EQ(abi::NVML_SUCCESS, nvmlDeviceGetHandleByIndex(1, &found));
+    EXPECT_EQ(second, found);
+    EXPECT_EQ(abi::NVML_ERROR_INVALID_ARGUMENT, nvmlDeviceGetHandleByIndex(2, &found));
+
+    // GPU 1 sits on bus 0x1e, as cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID) says.
+    ASSERT_CU(cuInit(0));
+    int bus = 0;
+    ASSERT_CU(cuDeviceGetAttribute(&bus, abi::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 1));
+    EXPECT_EQ(0x1e, bus);
+    for (const char* id : {"00000000:1E:00.0", "0000:1e:00.0", "0:1e:0", "1e:00.0"}) {
+      found = nullptr;
+      EXPECT_EQ(abi::NVML_SUCCESS, nvmlDeviceGetHandleByPciBusId_v2(id, &found)) << id;
+      EXPECT_EQ(second, found) << id;
+      found = nullptr;
+      EXPECT_EQ(abi::NVML_SUCCESS, nvmlDeviceGetHandleByPciBusId(id, &found)) << id;
+      EXPECT_EQ(second, found) << id;
+    }
+    EXPECT_EQ(abi::NVML_ERROR_NOT_FOUND, nvmlDeviceGetHandleByPciBusId_v2("0000:1e:00.1", &found));
+    EXPECT_EQ(abi::NVML_ERROR_NOT_FOUND, nvmlDeviceGetHandleByPciBusId_v2("0000:2e:00.0", &found));
+    for (const char* bad : {"", "1e", "1e:00", "0000:1e:00.", "0000:1g:00.0", "1:2:3:4"}) {
+      EXPECT_EQ(abi::NVML_ERROR_INVALID_ARGUMENT, nvmlDeviceGetHandleByPciBusId_v2(bad, &found))
+          << bad;
+    }
+
+    char serial[abi::kNvmlDeviceSerialBufferSize];
+    ASSERT_EQ(abi::NVML_SUCCESS, nvmlDeviceGetSerial(second, serial, sizeof(serial)));
+    EXPECT_EQ(13u, std::strlen(serial)) << serial;
+    EXPECT_EQ(BoardSerial(DeviceUuid(ns, 1)), serial);
+    EXPECT_EQ(abi::NVML_ERROR_INSUFFICIENT_SIZE, nvmlDeviceGetSerial(second, serial, 13));
+    found = nullptr;
+    EXPECT_EQ(abi::NVML_SUCCESS, nvmlDeviceGetHandleBySerial(serial, &found));
+    EXPECT_EQ(second, found);
+    EXPECT_EQ(abi::NVML_ERROR_NOT_FOUND, nvmlDeviceGetHandleBySerial("0000000000000", &found));
+
+    abi::nvmlUUID_t uuid{};
+    uuid.version = abi::kNvmlUuidV1Version;
+    EXPECT_EQ(0x1000034u, uuid.version);
+    uuid.type = abi::NVML_UUID_TYPE_ASCII;
+    const std::string text = FormatGpuUuid(DeviceUuid(ns, 1));
+    std::memcpy(uuid.value.str, text.c_str(), text.size() + 1);
+    found = nullptr;
+    EXPECT_EQ(abi::NVML_SUCCESS, nvmlDeviceGetHandleByUUIDV(&uuid, &found));
+    EXPECT_EQ(second, found);
+    uuid.type = abi::NVML_UUID_TYPE_BINARY;
+    std::memcpy(uuid.value.bytes, DeviceUuid(ns, 1).data(), 16);
+    found = nullptr;
+    EXPECT_EQ(abi::NVML_SUCCESS, nvmlDeviceGetHandleByUUIDV(&uuid, &found));
+    EXPECT_EQ(second, found);
+    uuid.value.bytes[0] ^= 0xff;
+    EXPECT_EQ(abi::NVML_ERROR_NOT_FOUND, nvmlDeviceGetHandleByUUIDV(&uuid, &found));
+    uuid.type = 0;
+    EXPECT_EQ(abi::NVML_ERROR_INVALID_ARGUMENT, nvmlDeviceGetHandleByUUIDV(&uuid, &found));
+    uuid.version = 1;
+    EXPECT_EQ(abi::NVML_ERROR_ARGUMENT_VERSION_MISMATCH, nvmlDeviceGetHandleByUUIDV(&uuid, &found));
+  });
+}
+
 TEST_F(SimGpuNvmlTest, MemoryInfoMatchesTheDriver) {
   RunInChild("1xA30-24GB", [] {
     InitAndUsePrimary();

@@ -47,9 +47,17 @@ TEST_F(SimGpuProcAddressTest, PicksTheNewestVariantForTheVersion) {
     ExpectResolves("cuMemFree", 2000, "cuMemFree");
     ExpectResolves("cuMemGetInfo", 3000, "cuMemGetInfo");
     ExpectResolves("cuMemGetInfo", 12080, "cuMemGetInfo_v2");
+    ExpectResolves("cuDeviceTotalMem", 3010, "cuDeviceTotalMem");
     ExpectResolves("cuDeviceTotalMem", 3020, "cuDeviceTotalMem_v2");
+    ExpectResolves("cuMemAllocPitch", 3010, "cuMemAllocPitch");
+    ExpectResolves("cuMemAllocPitch", 3020, "cuMemAllocPitch_v2");
+    ExpectResolves("cuArrayCreate", 2000, "cuArrayCreate");
+    ExpectResolves("cuArrayCreate", 3020, "cuArrayCreate_v2");
+    ExpectResolves("cuArray3DCreate", 3010, "cuArray3DCreate");
+    ExpectResolves("cuArray3DCreate", 12000, "cuArray3DCreate_v2");
     ExpectResolves("cuDeviceGetUuid", 11030, "cuDeviceGetUuid");
     ExpectResolves("cuDeviceGetUuid", 11040, "cuDeviceGetUuid_v2");
+    ExpectResolves("cuCtxCreate", 3010, "cuCtxCreate");
     ExpectResolves("cuCtxCreate", 3020, "cuCtxCreate_v2");
     ExpectResolves("cuCtxCreate", 11040, "cuCtxCreate_v3");
     ExpectResolves("cuCtxCreate", 12040, "cuCtxCreate_v3");
@@ -87,7 +95,7 @@ TEST_F(SimGpuProcAddressTest, ReportsMissingAndTooNewSymbols) {
     EXPECT_EQ(abi::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT, lookup.status);
     EXPECT_EQ(nullptr, lookup.function);
 
-    lookup = Resolve("cuCtxCreate", 3010);  // the v1 form is not provided
+    lookup = Resolve("cuMemCreate", 10010);  // introduced in CUDA 10.2
     EXPECT_EQ(abi::CUDA_ERROR_NOT_FOUND, lookup.result);
     EXPECT_EQ(abi::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT, lookup.status);
 

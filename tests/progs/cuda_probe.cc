@@ -6,6 +6,12 @@
 //   actions: uuid | info | nvml | alloc KIND BYTES | fill BYTES | hold BYTES
 //            | race SHM BYTES ROUNDS | setenv-alloc FILE BYTES | resolve | hotloop N
 //            | endctx ctx|reset BYTES | threads N BYTES | work BYTES SECONDS
+//            | legacy HOW KIND BYTES | legacy-hold HOW BYTES | devices
+//            | nvml-list OTHER_UUID OTHER_SERIAL | mig-setup
+//   --setenv-visible VALUE sets CUDA_VISIBLE_DEVICES with setenv() before cuInit.
+//   (legacy: the pre-CUDA 3.2 32-bit entry points, found by HOW = linked, dlsym (on the
+//   library's handle), default (dlsym RTLD_DEFAULT) or procaddr (cuGetProcAddress at
+//   --cuda-version, e.g. 3010))
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -72,6 +78,18 @@ extern "C" {
 PROBE_FUNCTIONS(PROBE_DECLARE)
 }
 
+// The legacy entry points, linked directly (simgpu and the real driver export them).
+extern "C" {
+std::remove_pointer_t<cuMemAlloc_t> cuMemAlloc;
+std::remove_pointer_t<cuMemAllocPitch_t> cuMemAllocPitch;
+std::remove_pointer_t<cuMemFree_t> cuMemFree;
+std::remove_pointer_t<cuMemGetInfo_t> cuMemGetInfo;
+std::remove_pointer_t<cuDeviceTotalMem_t> cuDeviceTotalMem;
+std::remove_pointer_t<cuArrayCreate_t> cuArrayCreate;
+std::remove_pointer_t<cuArray3DCreate_t> cuArray3DCreate;
+std::remove_pointer_t<cuCtxCreate_t> cuCtxCreate;
+}
+
 namespace {
 
 struct Api {
@@ -81,6 +99,7 @@ struct Api {
 
 Api g;
 void* g_cuda = nullptr;
+cuGetProcAddress_v2_t g_gpa = nullptr;
 
 [[noreturn]] void Die(const char* what) {
   std::fprintf(stderr, "cuda_probe: %s\n", what);
@@ -273,6 +292,101 @@ int Alloc(const std::string& kind, unsigned long long bytes) {
               r == CUDA_SUCCESS ? during - before : 0ull,
               r == CUDA_SUCCESS ? std::to_string(static_cast<int>(fr)).c_str() : "none",
               static_cast<long long>(after) - static_cast<long long>(before));
+  return 0;
+}
+
+// A legacy entry point as a program finds it: linked, dlsym on the library, dlsym(RTLD_DEFAULT)
+// or cuGetProcAddress at `version` (the base name is the symbol itself).
+template <typename Fn>
+Fn FindLegacy(const std::string& how, const char* name, Fn linked, int version) {
+  void* p = nullptr;
+  if (how == "linked") return linked;
+  if (how == "dlsym") {
+    void* cuda = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!cuda) Die("dlopen libcuda.so.1 failed");
+    p = dlsym(cuda, name);
+  } else if (how == "default") {
+    p = dlsym(RTLD_DEFAULT, name);
+  } else if (how == "procaddr") {
+    CUdriverProcAddressQueryResult st;
+    if (g_gpa == nullptr) Die("no cuGetProcAddress_v2");
+    g_gpa(name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &st);
+  } else {
+    Die("unknown way to find a legacy entry point");
+  }
+  if (!p) Die("legacy entry point not found");
+  return reinterpret_cast<Fn>(p);
+}
+
+// Calls one legacy entry point of `kind` and prints its result and the charge it caused (as
+// cuMemGetInfo_v2 sees it), then frees what it made.
+int Legacy(const std::string& how, const std::string& kind, unsigned long long bytes, int version) {
+  auto find = [&](const char* name, auto linked) { return FindLegacy(how, name, linked, version); };
+  unsigned long long before = Used();
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+  unsigned long long during = before;
+  if (kind == "mem") {
+    CUdeviceptr_v1 p = 0;
+    r = find("cuMemAlloc", &::cuMemAlloc)(&p, static_cast<unsigned int>(bytes));
+    during = Used();
+    if (r == CUDA_SUCCESS) Check(::cuMemFree(p), "cuMemFree");
+  } else if (kind == "pitch") {
+    CUdeviceptr_v1 p = 0;
+    unsigned int pitch = 0;
+    r = find("cuMemAllocPitch", &::cuMemAllocPitch)(&p, &pitch, 65536,
+                                                    static_cast<unsigned int>(bytes / 65536), 4);
+    during = Used();
+    if (r == CUDA_SUCCESS) Check(::cuMemFree(p), "cuMemFree");
+  } else if (kind == "array" || kind == "array3d") {
+    CUarray a = nullptr;
+    if (kind == "array") {
+      CUDA_ARRAY_DESCRIPTOR_v1 d{static_cast<unsigned int>(bytes / 4 / 1024), 1024,
+                                 CU_AD_FORMAT_FLOAT, 1};
+      r = find("cuArrayCreate", &::cuArrayCreate)(&a, &d);
+    } else {
+      CUDA_ARRAY3D_DESCRIPTOR_v1 d{
+          static_cast<unsigned int>(bytes / 4 / 64 / 16), 64, 16, CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
+      r = find("cuArray3DCreate", &::cuArray3DCreate)(&a, &d);
+    }
+    during = Used();
+    if (r == CUDA_SUCCESS) Check(g.cuArrayDestroy(a), "cuArrayDestroy");
+  } else if (kind == "ctx") {
+    CUcontext c = nullptr;
+    r = find("cuCtxCreate", &::cuCtxCreate)(&c, 0, g_dev);
+    if (r == CUDA_SUCCESS) {
+      Check(g.cuCtxSetCurrent(c), "cuCtxSetCurrent");
+      during = Used();
+      Check(g.cuCtxDestroy_v2(c), "cuCtxDestroy");
+      CUcontext primary;
+      Check(g.cuDevicePrimaryCtxRetain(&primary, g_dev), "cuDevicePrimaryCtxRetain");
+      Check(g.cuCtxSetCurrent(primary), "cuCtxSetCurrent");
+    }
+  } else if (kind == "free") {
+    r = find("cuMemFree", &::cuMemFree)(0);
+  } else if (kind == "info") {
+    unsigned int free = 0, total = 0;
+    r = find("cuMemGetInfo", &::cuMemGetInfo)(&free, &total);
+    std::printf("legacy_total=%u\n", total);
+  } else if (kind == "totalmem") {
+    unsigned int total = 0;
+    r = find("cuDeviceTotalMem", &::cuDeviceTotalMem)(&total, g_dev);
+    std::printf("legacy_total=%u\n", total);
+  } else {
+    Die("unknown legacy kind");
+  }
+  std::printf("legacy=%d charged=%lld\n", static_cast<int>(r),
+              static_cast<long long>(during) - static_cast<long long>(before));
+  return 0;
+}
+
+// Holds `bytes` taken through the legacy cuMemAlloc until killed.
+int LegacyHold(const std::string& how, unsigned long long bytes, int version) {
+  CUdeviceptr_v1 p = 0;
+  CUresult r =
+      FindLegacy(how, "cuMemAlloc", &::cuMemAlloc, version)(&p, static_cast<unsigned int>(bytes));
+  std::printf("legacy=%d\n", static_cast<int>(r));
+  std::fflush(stdout);
+  pause();
   return 0;
 }
 
@@ -507,6 +621,111 @@ void PrintNvml() {
 
 void PrintUuid() { std::printf("uuid=%s\n", DeviceUuid().c_str()); }
 
+// The CUDA devices this process sees.
+void PrintDevices() {
+  auto count_fn = reinterpret_cast<cuDeviceGetCount_t>(dlsym(RTLD_DEFAULT, "cuDeviceGetCount"));
+  int count = -1;
+  if (!count_fn) Die("no cuDeviceGetCount");
+  Check(count_fn(&count), "cuDeviceGetCount");
+  std::printf("cuda.count=%d\n", count);
+}
+
+void* NvmlFunction(const char* name) {
+  static void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  if (!nvml) Die("dlopen libnvidia-ml.so.1 failed");
+  void* f = dlsym(nvml, name);
+  if (!f) Die(name);
+  return f;
+}
+#define NVML(name) reinterpret_cast<name##_t>(NvmlFunction(#name))
+
+// NVML's view: the devices it lists (both forms of count and index), and every way to look up
+// a device (`other_uuid`, `other_serial`: another GPU's), with each answer.
+int NvmlList(const char* other_uuid, const char* other_serial) {
+  if (NVML(nvmlInit_v2)() != NVML_SUCCESS) Die("nvmlInit");
+  unsigned int count = 0, count1 = 0;
+  std::printf("nvml.count.rc=%d ", NVML(nvmlDeviceGetCount_v2)(&count));
+  std::printf("nvml.count1.rc=%d\n", NVML(nvmlDeviceGetCount)(&count1));
+  std::printf("nvml.count=%u nvml.count1=%u\n", count, count1);
+  for (unsigned int i = 0; i <= count; ++i) {
+    nvmlDevice_t device = nullptr, device1 = nullptr;
+    nvmlReturn_t r = NVML(nvmlDeviceGetHandleByIndex_v2)(i, &device);
+    nvmlReturn_t r1 = NVML(nvmlDeviceGetHandleByIndex)(i, &device1);
+    std::printf("nvml.%u.rc=%d nvml.%u.rc1=%d nvml.%u.same=%d\n", i, r, i, r1, i,
+                device == device1 ? 1 : 0);
+    if (r != NVML_SUCCESS) continue;
+    char uuid[kNvmlDeviceUuidV2BufferSize] = "", serial[kNvmlDeviceSerialBufferSize] = "";
+    unsigned int index = 99;
+    NVML(nvmlDeviceGetUUID)(device, uuid, sizeof(uuid));
+    NVML(nvmlDeviceGetSerial)(device, serial, sizeof(serial));
+    NVML(nvmlDeviceGetIndex)(device, &index);
+    std::printf("nvml.%u.uuid=%s nvml.%u.serial=%s nvml.%u.index=%u\n", i, uuid, i, serial, i,
+                index);
+    unsigned int migs = 0;
+    if (NVML(nvmlDeviceGetMaxMigDeviceCount)(device, &migs) == NVML_SUCCESS && migs > 0) {
+      int found = 0;
+      for (unsigned int m = 0; m < migs; ++m) {
+        nvmlDevice_t mig = nullptr;
+        if (NVML(nvmlDeviceGetMigDeviceHandleByIndex)(device, m, &mig) != NVML_SUCCESS) continue;
+        NVML(nvmlDeviceGetUUID)(mig, uuid, sizeof(uuid));
+        std::printf("nvml.%u.mig.%d=%s\n", i, found++, uuid);
+      }
+      std::printf("nvml.%u.migs=%d\n", i, found);
+    }
+  }
+  nvmlDevice_t device = nullptr;
+  std::printf("byuuid.rc=%d\n", NVML(nvmlDeviceGetHandleByUUID)(other_uuid, &device));
+  std::printf("byserial.rc=%d\n", NVML(nvmlDeviceGetHandleBySerial)(other_serial, &device));
+  nvmlUUID_t text{};
+  text.version = kNvmlUuidV1Version;
+  text.type = NVML_UUID_TYPE_ASCII;
+  std::snprintf(text.value.str, sizeof(text.value.str), "%s", other_uuid);
+  std::printf("byuuidv.rc=%d\n", NVML(nvmlDeviceGetHandleByUUIDV)(&text, &device));
+  // Every bus of domain 0: how many answer, in both forms.
+  int buses = 0, buses1 = 0;
+  for (int bus = 0; bus < 256; ++bus) {
+    char id[32];
+    std::snprintf(id, sizeof(id), "00000000:%02x:00.0", bus);
+    buses += NVML(nvmlDeviceGetHandleByPciBusId_v2)(id, &device) == NVML_SUCCESS;
+    buses1 += NVML(nvmlDeviceGetHandleByPciBusId)(id, &device) == NVML_SUCCESS;
+  }
+  std::printf("bypci.found=%d bypci1.found=%d\n", buses, buses1);
+  return 0;
+}
+
+// Two 1-slice MIG devices on GPU 0 (in MIG mode), made without the limiter; prints their UUIDs.
+int MigSetup() {
+  if (NVML(nvmlInit_v2)() != NVML_SUCCESS) Die("nvmlInit");
+  nvmlDevice_t gpu = nullptr;
+  if (NVML(nvmlDeviceGetHandleByIndex_v2)(0, &gpu) != NVML_SUCCESS) Die("no GPU 0");
+  nvmlGpuInstanceProfileInfo_t profile{};
+  if (NVML(nvmlDeviceGetGpuInstanceProfileInfo)(gpu, NVML_GPU_INSTANCE_PROFILE_1_SLICE, &profile) !=
+      NVML_SUCCESS) {
+    Die("no 1-slice profile");
+  }
+  for (int i = 0; i < 2; ++i) {
+    nvmlGpuInstance_t instance = nullptr;
+    nvmlComputeInstanceProfileInfo_t compute{};
+    nvmlComputeInstance_t ci = nullptr;
+    if (NVML(nvmlDeviceCreateGpuInstance)(gpu, profile.id, &instance) != NVML_SUCCESS ||
+        NVML(nvmlGpuInstanceGetComputeInstanceProfileInfo)(
+            instance, NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
+            NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &compute) != NVML_SUCCESS ||
+        NVML(nvmlGpuInstanceCreateComputeInstance)(instance, compute.id, &ci) != NVML_SUCCESS) {
+      Die("cannot create a MIG device");
+    }
+    nvmlDevice_t mig = nullptr;
+    char uuid[kNvmlDeviceUuidV2BufferSize] = "";
+    if (NVML(nvmlDeviceGetMigDeviceHandleByIndex)(gpu, static_cast<unsigned int>(i), &mig) !=
+            NVML_SUCCESS ||
+        NVML(nvmlDeviceGetUUID)(mig, uuid, sizeof(uuid)) != NVML_SUCCESS) {
+      Die("cannot find the MIG device");
+    }
+    std::printf("mig.%d=%s\n", i, uuid);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -518,10 +737,19 @@ int main(int argc, char** argv) {
     if (i + 1 >= argc) Die("option without value");
     if (std::strcmp(argv[i], "--path") == 0) path = argv[i + 1];
     if (std::strcmp(argv[i], "--cuda-version") == 0) version = std::atoi(argv[i + 1]);
+    // After the limiter has loaded, before cuInit: what a program's own setenv does.
+    if (std::strcmp(argv[i], "--setenv-visible") == 0) {
+      setenv("CUDA_VISIBLE_DEVICES", argv[i + 1], 1);
+    }
   }
   if (i >= argc) Die("missing action");
   std::string action = argv[i];
   if (action == "resolve") return Resolve();
+  if (action == "mig-setup") return MigSetup();
+  if (action == "nvml-list") {
+    if (i + 2 >= argc) Die("missing argument");
+    return NvmlList(argv[i + 1], argv[i + 2]);
+  }
   if (path == "linked") {
     LoadLinked();
   } else if (path == "dlsym") {
@@ -530,6 +758,9 @@ int main(int argc, char** argv) {
     LoadProcAddress(version);
   } else {
     Die("unknown --path");
+  }
+  if (void* cuda = dlopen("libcuda.so.1", RTLD_NOW)) {
+    g_gpa = reinterpret_cast<cuGetProcAddress_v2_t>(dlsym(cuda, "cuGetProcAddress_v2"));
   }
   Setup();
   auto arg = [&](int k) {
@@ -540,6 +771,9 @@ int main(int argc, char** argv) {
     PrintUuid();
   } else if (action == "info") {
     PrintInfo();
+  } else if (action == "devices") {
+    PrintDevices();
+    PrintUuid();
   } else if (action == "nvml") {
     PrintInfo();
     PrintNvml();
@@ -559,6 +793,10 @@ int main(int argc, char** argv) {
     return Hold(ParseBytes(arg(1)));
   } else if (action == "race") {
     return Race(arg(1), ParseBytes(arg(2)), std::atoi(arg(3)));
+  } else if (action == "legacy") {
+    return Legacy(arg(1), arg(2), ParseBytes(arg(3)), version);
+  } else if (action == "legacy-hold") {
+    return LegacyHold(arg(1), ParseBytes(arg(2)), version);
   } else if (action == "setenv-alloc") {
     // A workload pointing the limiter at another limit file after it started: no effect.
     setenv("GPUFRAC_LIMIT_FILE", arg(1), 1);

@@ -16,31 +16,12 @@ const gpufrac::abi::CUstream kPerThread = gpufrac::abi::CU_STREAM_PER_THREAD;
 }  // namespace before_cuda_h
 #include <cuda.h>
 
+#include "abi_signature.h"
+
 namespace {
 
 namespace ours = gpufrac::abi;
-
-// Two parameter types are ABI-compatible: same size, both pointers or both not, same constness
-// of what they point to.
-template <typename A, typename B>
-constexpr bool SameParam() {
-  return sizeof(A) == sizeof(B) && std::is_pointer_v<A> == std::is_pointer_v<B> &&
-         std::is_const_v<std::remove_pointer_t<A>> == std::is_const_v<std::remove_pointer_t<B>>;
-}
-
-template <typename A, typename B>
-struct SameSignature : std::false_type {};
-template <typename RA, typename... PA, typename RB, typename... PB>
-struct SameSignature<RA (*)(PA...), RB (*)(PB...)> {
-  static constexpr bool Check() {
-    if constexpr (sizeof...(PA) != sizeof...(PB)) {
-      return false;
-    } else {
-      return sizeof(RA) == sizeof(RB) && (SameParam<PA, PB>() && ...);
-    }
-  }
-  static constexpr bool value = Check();
-};
+using gpufrac::testing::SameSignature;
 
 // Functions cuda.h declares publicly under these exact names (the _v2 names via its macros).
 #define CHECKED_FUNCTIONS(X)                                                                       \
