@@ -96,10 +96,7 @@ StatusOr<std::string> LimitFileText(const std::string& workload,
   return std::string(text, len);
 }
 
-bool SystemServiceRunsGpus() {
-  struct stat st;
-  return lstat(limiter::kSystemServiceDir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == 0;
-}
+bool SystemServiceRunsGpus() { return limiter::SystemServiceRuns(); }
 
 Status WriteNewFile(const std::string& path, const std::string& text, mode_t mode) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);

@@ -204,6 +204,11 @@ bool ParseLimitConfig(const char* text, size_t len, LimitConfig* out, char* err,
   return true;
 }
 
+bool SystemServiceRuns(const char* system_dir) {
+  struct stat st;
+  return StatPath(system_dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == 0;
+}
+
 bool LoadLimitFile(const char* path, LimitConfig* out, char* err, size_t err_len,
                    const char* system_dir) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -260,9 +265,7 @@ bool LoadLimitFile(const char* path, LimitConfig* out, char* err, size_t err_len
              path, static_cast<unsigned>(st.st_uid));
     return false;
   }
-  struct stat system;
-  if (system_dir != nullptr && StatPath(system_dir, &system) == 0 && S_ISDIR(system.st_mode) &&
-      system.st_uid == 0) {
+  if (system_dir != nullptr && SystemServiceRuns(system_dir)) {
     snprintf(err, err_len,
              "limit file %s is this user's own (advisory), but gpufrac's system service runs this "
              "machine's GPUs (%s exists): run GPU work through it (gpufrac run)",

@@ -55,6 +55,8 @@ bool ParseLimitConfig(const char* text, size_t len, LimitConfig* out, char* err,
 // The system service's runtime directory: while it exists (root's), the machine's GPUs are run by
 // gpufrac's system service, and a user's own (advisory) limit file is refused.
 constexpr const char* kSystemServiceDir = "/run/gpufrac";
+// Whether `system_dir` is a directory of root's: gpufrac's system service runs the GPUs.
+bool SystemServiceRuns(const char* system_dir = kSystemServiceDir);
 
 // Reads and parses the file at `path`. Returns false with a reason in `err`. For a process not
 // running as root, a limit file is refused when the process could write it, and when its own user
