@@ -124,13 +124,20 @@ TEST(LimitConfigTest, LoadReportsMissingFileAndDirectory) {
   EXPECT_NE(std::string(err).find("not a regular file"), std::string::npos);
 }
 
-TEST(LimitConfigTest, LoadRefusesAFileTheWorkloadCouldRewrite) {
+// A new file in /tmp holding `text`; its path.
+std::string TempLimitFile(const std::string& text) {
   char path[] = "/tmp/gpufrac-limits-XXXXXX";
   int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  std::string text = "gpufrac-limits 1\nworkload w\ngpu " + std::string(kUuid) + " limit 10\n";
-  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
   close(fd);
+  return path;
+}
+
+TEST(LimitConfigTest, LoadRefusesAFileTheWorkloadCouldRewrite) {
+  const std::string file =
+      TempLimitFile("gpufrac-limits 1\nworkload w\ngpu " + std::string(kUuid) + " limit 10\n");
+  const char* path = file.c_str();
   LimitConfig c;
   char err[512];
   // Owner-writable by the user who reads it. Root may read anything, so as root the check is run
@@ -159,11 +166,8 @@ TEST(LimitConfigTest, LoadRefusesAFileTheWorkloadCouldRewrite) {
 // when the test runs as root), with `system_dir` as the system service's directory. Returns ""
 // when it loads, else the error.
 std::string LoadOwnFile(const std::string& text, const char* system_dir) {
-  char path[] = "/tmp/gpufrac-limits-XXXXXX";
-  int fd = mkstemp(path);
-  EXPECT_GE(fd, 0);
-  EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
-  close(fd);
+  const std::string file = TempLimitFile(text);
+  const char* path = file.c_str();
   chmod(path, 0444);
   int pipe_fds[2];
   EXPECT_EQ(pipe(pipe_fds), 0);
@@ -217,16 +221,12 @@ TEST(LimitConfigTest, AFileOfTheWorkloadsOwnUserIsOnlyAdvisoryAndOnlyWithoutASys
 
 TEST(LimitConfigTest, RootMayUseAnyReadableFile) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root";
-  char path[] = "/tmp/gpufrac-limits-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  std::string text = "gpufrac-limits 1\nworkload w\ngpu " + std::string(kUuid) + " limit 10\n";
-  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
-  close(fd);
+  const std::string path =
+      TempLimitFile("gpufrac-limits 1\nworkload w\ngpu " + std::string(kUuid) + " limit 10\n");
   LimitConfig c;
   char err[512];
-  EXPECT_TRUE(LoadLimitFile(path, &c, err, sizeof(err))) << err;
-  unlink(path);
+  EXPECT_TRUE(LoadLimitFile(path.c_str(), &c, err, sizeof(err))) << err;
+  unlink(path.c_str());
 }
 
 TEST(LimitConfigTest, ParsesUuidsWithOrWithoutPrefix) {
