@@ -27,6 +27,7 @@
 
 #include "harness.h"
 #include "launch/budgets.h"
+#include "limiter/budget.h"
 #include "limiter/limit_config.h"
 #include "node/job_runner.h"
 
@@ -406,6 +407,74 @@ TEST_F(JobRunnerTest, AJobRunsAsItsUserAndCanUseItsLimitAndBudget) {
   // The logs stay the service's.
   ASSERT_EQ(stat((JobDir() + "/" + JobRunner::kStdout).c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, geteuid());
+}
+
+TEST_F(JobRunnerTest, AnotherUserRacingForTheBudgetNamesChangesNoJobsLimit) {
+  if (geteuid() != 0) GTEST_SKIP() << "acting as another user needs root";
+  // Another user creates, in a loop, everything it can under the names the next jobs' budgets
+  // would have had in /dev/shm (budgets with a 70 GiB limit, directories), and tries to create
+  // them in the runner's budget directory, while jobs start.
+  constexpr int kJobs = 6;
+  std::vector<std::string> names;
+  for (int i = 0; i < kJobs; ++i) {
+    char name[200];
+    std::string workload = workload_ + "-" + std::to_string(i);
+    ASSERT_TRUE(limiter::BudgetName(workload.c_str(), uuid_.c_str(), name, sizeof(name)));
+    names.push_back(name);
+  }
+  const std::string budget_dir = budget_dir_;
+  int stop[2];
+  ASSERT_EQ(pipe(stop), 0);
+  pid_t racer = fork();
+  if (racer == 0) {
+    close(stop[1]);
+    if (setgroups(0, nullptr) != 0 || setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(3);
+    fcntl(stop[0], F_SETFL, O_NONBLOCK);
+    int planted = 0;
+    for (char c; read(stop[0], &c, 1) != 0;) {
+      for (size_t i = 0; i < names.size(); ++i) {
+        limiter::Budget big;
+        char err[400];
+        if (i % 2 == 0 && big.Open(names[i].c_str(), 70 * kGiB, 0, err, sizeof(err))) {
+          big.Close();
+          ++planted;
+        }
+        if (i % 2 == 1 && mkdir(("/dev/shm" + names[i]).c_str(), 0777) == 0) ++planted;
+        int fd = open((budget_dir + names[i]).c_str(), O_RDWR | O_CREAT | O_EXCL, 0666);
+        if (fd >= 0) _exit(4);  // It must never get a name in there.
+      }
+    }
+    _exit(planted > 0 ? 0 : 5);
+  }
+  close(stop[0]);
+  for (int i = 0; i < kJobs; ++i) {
+    LaunchSpec spec = Spec({"sh", "-c", "\"$PROBE\" info"});
+    spec.workload = workload_ + "-" + std::to_string(i);
+    spec.job_dir = base_ + "/job-" + std::to_string(i);
+    spec.gpus = {{uuid_, (1 + i) * kGiB, 256 * kMiB}};
+    std::optional<Outcome> outcome = Run(spec);
+    ASSERT_TRUE(outcome);
+    EXPECT_EQ(outcome->Describe(), "exit code 0") << ReadFile(spec.job_dir + "/stderr.log");
+    // The job saw its own limit, and its budget holds it.
+    RunResult r = Parsed(ReadFile(spec.job_dir + "/stdout.log"));
+    EXPECT_EQ(r.GetInt("total"), static_cast<long long>((1 + i) * kGiB)) << i;
+    limiter::Budget budget;
+    char err[400];
+    ASSERT_TRUE(budget.AttachIn(budget_dir_.c_str(), names[i].c_str() + 1, err, sizeof(err)))
+        << err;
+    EXPECT_EQ(budget.limit(), static_cast<uint64_t>((1 + i) * kGiB));
+    budget.Close();
+    runner_->Cleanup(spec.job_dir, spec.workload, {uuid_});
+  }
+  close(stop[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(racer, &status, 0), racer);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "racer status " << status << " (4: it created a name in the budget directory)";
+  for (size_t i = 0; i < names.size(); ++i) {
+    limiter::Budget::Unlink(names[i].c_str());
+    rmdir(("/dev/shm" + names[i]).c_str());
+  }
 }
 
 TEST_F(JobRunnerTest, ANonRootServiceRunsJobsAsItself) {
