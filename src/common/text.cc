@@ -82,7 +82,8 @@ std::string Printable(std::string_view text) {
       std::snprintf(escaped, sizeof(escaped), "\\x%02x", static_cast<unsigned>(code));
       out += escaped;
     } else if ((code >= 0x80 && code <= 0x9f) || (code >= 0x202a && code <= 0x202e) ||
-               (code >= 0x2066 && code <= 0x2069)) {
+               (code >= 0x2066 && code <= 0x2069) || code == 0x200e || code == 0x200f ||
+               code == 0x061c || code == 0x2028 || code == 0x2029) {
       std::snprintf(escaped, sizeof(escaped), "\\u{%04x}", static_cast<unsigned>(code));
       out += escaped;
     } else {

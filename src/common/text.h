@@ -23,8 +23,9 @@ std::string OneLine(std::string text);
 
 // `text` safe to show on a terminal, in a table cell or a line: newline, tab and carriage return
 // as "\n", "\t", "\r"; other control characters (C0, DEL, C1), the bidirectional-text controls
-// that reorder what a terminal shows (U+202A..U+202E, U+2066..U+2069) and bytes that are not
-// UTF-8 as "\xNN" or "\u{NNNN}". Printable UTF-8 is kept as it is.
+// that reorder what a terminal shows (U+202A..U+202E, U+2066..U+2069, U+200E, U+200F, U+061C),
+// the line and paragraph separators (U+2028, U+2029) and bytes that are not UTF-8 as "\xNN" or
+// "\u{NNNN}". Printable UTF-8 is kept as it is.
 std::string Printable(std::string_view text);
 
 struct HostPort {

@@ -248,14 +248,17 @@ bool Budget::CreateAt(int dir_fd, const char* name, uint64_t limit, uint64_t con
     snprintf(err, err_len, "cannot create budget segment %s: %s", name, strerror(errno));
     return false;
   }
+  // Made whole while it is still root's: once the user owns it, the user could truncate it under
+  // a mapping this process writes through (SIGBUS).
   Budget budget;
-  bool made = (uid < 0 || fchown(fd, static_cast<uid_t>(uid), static_cast<gid_t>(gid)) == 0 ||
-               (snprintf(err, err_len, "cannot hand budget segment %s to uid %d: %s", name, uid,
-                         strerror(errno)),
-                false)) &&
-              budget.Initialise(fd, name, limit, context_bytes, err, err_len);
-  close(fd);
+  bool made = budget.Initialise(fd, name, limit, context_bytes, err, err_len);
   budget.Close();
+  if (made && uid >= 0 && fchown(fd, static_cast<uid_t>(uid), static_cast<gid_t>(gid)) != 0) {
+    snprintf(err, err_len, "cannot hand budget segment %s to uid %d: %s", name, uid,
+             strerror(errno));
+    made = false;
+  }
+  close(fd);
   if (!made) unlinkat(dir_fd, name, 0);
   return made;
 }

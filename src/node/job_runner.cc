@@ -413,7 +413,7 @@ void JobRunner::Cleanup(const std::string& job_dir, const std::string& workload,
   // Whatever of the job is left, wherever it went (its supervisor kills it first, unless it
   // died).
   if (std::optional<launch::WorkloadCgroup> cgroup = launch::WorkloadCgroup::Find(workload)) {
-    if (cgroup->KillAll(std::chrono::seconds(2))) cgroup->Remove();
+    if (cgroup->KillAll(std::chrono::milliseconds(500))) cgroup->Remove();
   }
 }
 

@@ -7,6 +7,7 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -89,6 +90,9 @@ bool WriteAtomically(const std::string& name, const std::string& text) {
   int wait_seconds = 1;
   for (int waited = 0;; waited += wait_seconds) {
     if (WriteAtomically(JobRunner::kOutcome, outcome + "\n")) std::exit(0);
+    // The service removed the job's directory (a new attempt): nobody will read this outcome.
+    struct stat dir;
+    if (fstat(g_dir_fd, &dir) == 0 && dir.st_nlink == 0) std::exit(1);
     if (waited % 600 < wait_seconds) {
       Complain("cannot record the outcome '" + outcome + "' in " + g_dir + ": " +
                std::strerror(errno) + "; retrying until it can be written");

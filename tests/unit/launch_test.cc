@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -260,6 +261,35 @@ TEST_F(WorkloadBudgetsTest, AnotherUserCanNeitherPlantNorBlockABudget) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   limiter::Budget::Unlink(planted);
   rmdir((std::string("/dev/shm") + blocked).c_str());
+}
+
+TEST_F(WorkloadBudgetsTest, TheWorkloadsUserCannotTruncateABudgetWhileTheLauncherWritesIt) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
+  // The user of the budget truncates it as soon as it can open it, again and again. Were it
+  // handed over before it is written, the launcher's writes through its mapping would die of
+  // SIGBUS.
+  char name[160];
+  ASSERT_TRUE(limiter::BudgetName(workload_.c_str(), kUuid0, name, sizeof(name)));
+  const std::string path = dir_->path() + name;
+  pid_t truncator = fork();
+  if (truncator == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // Gone with the test, however it ends.
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+    for (;;) {
+      int fd = open(path.c_str(), O_RDWR);
+      if (fd >= 0) {
+        (void)!ftruncate(fd, 0);
+        close(fd);
+      }
+    }
+  }
+  for (int i = 0; i < 300; ++i) {
+    StatusOr<WorkloadBudgets> budgets = WorkloadBudgets::Create(
+        *dir_, workload_, {{kUuid0, kGiB, 0}}, WorkloadBudgets::Owner{65534, 65534});
+    ASSERT_TRUE(budgets.ok()) << budgets.status();
+  }
+  kill(truncator, SIGKILL);
+  waitpid(truncator, nullptr, 0);
 }
 
 TEST_F(WorkloadBudgetsTest, ABudgetIsNeverMadeOverAnExistingName) {
