@@ -64,9 +64,8 @@ struct HttpLimits {
   size_t max_body_bytes = 1 << 20;  // Larger bodies get 413 before the handler runs.
   unsigned max_connections = 1024;  // In all, per listener.
   // Open at once from one user on the unix socket (root and the service's own user are not
-  // counted), or from one address on TCP. A connection over it is answered 503 and closed, so
-  // that one user's idle or slow connections cannot use up the server's threads and lock others
-  // out.
+  // counted). A connection over it is answered 503 and closed as soon as it is accepted, so that
+  // one user's idle or slow connections cannot use up the server's threads and lock others out.
   unsigned max_connections_per_user = 32;
   unsigned connection_timeout_seconds = 120;
 };

@@ -305,9 +305,28 @@ TEST_F(HttpServerTest, OneUsersConnectionsCannotLockOthersOut) {
     close(ready[0]);
     close(hold[1]);
     if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0) _exit(3);
-    int opened = 0;
-    for (int i = 0; i < 300; ++i) opened += ConnectUnix(socket_) >= 0;
+    // Each trickles a request, a byte at a time, as a slow client would.
+    std::vector<int> fds;
+    for (int i = 0; i < 300; ++i) {
+      int fd = ConnectUnix(socket_);
+      if (fd < 0) continue;
+      fds.push_back(fd);
+      (void)!write(fd, "G", 1);
+    }
+    int opened = static_cast<int>(fds.size());
+    // Those over the cap are closed by the server as soon as it accepts them.
+    int closed = 0;
+    for (int tries = 0; tries < 200 && closed < opened - 32; ++tries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      closed = 0;
+      for (int fd : fds) {
+        char c;
+        ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
+        closed += n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+      }
+    }
     (void)!write(ready[1], &opened, sizeof(opened));
+    (void)!write(ready[1], &closed, sizeof(closed));
     char c;
     (void)!read(hold[0], &c, 1);
     _exit(0);
@@ -315,8 +334,11 @@ TEST_F(HttpServerTest, OneUsersConnectionsCannotLockOthersOut) {
   close(ready[1]);
   close(hold[0]);
   int opened = 0;
+  int closed = 0;
   ASSERT_EQ(read(ready[0], &opened, sizeof(opened)), static_cast<ssize_t>(sizeof(opened)));
+  ASSERT_EQ(read(ready[0], &closed, sizeof(closed)), static_cast<ssize_t>(sizeof(closed)));
   EXPECT_EQ(opened, 300);
+  EXPECT_EQ(closed, 300 - 32) << "the connections over the cap hold no thread";
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // The server has seen them all.
 
   // Root and another user still get in, at once.
