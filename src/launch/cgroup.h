@@ -27,8 +27,10 @@ struct DeviceNode {
   unsigned minor = 0;
 };
 
-// The NVIDIA driver's character major: /dev/nvidiaN is 195:N (255 is nvidiactl, 254 modeset).
+// The NVIDIA driver's character major: /dev/nvidiaN is 195:N for GPUs; from 254 on are its
+// control nodes (254 nvidia-modeset, 255 nvidiactl), which every CUDA process opens.
 inline constexpr unsigned kNvidiaMajor = 195;
+inline constexpr unsigned kNvidiaFirstControlMinor = 254;
 
 class WorkloadCgroup {
  public:

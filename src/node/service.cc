@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <set>
 
 #include "common/log.h"
 #include "common/text.h"
@@ -540,13 +541,24 @@ LaunchSpec Service::MakeLaunchSpec(const Job& job) const {
     }
     spec.gpus.push_back({share.uuid, share.memory_bytes, context});
   }
-  // Every other GPU's device node is closed to it (a MIG share's index is its parent GPU's).
-  for (const NodeGpu& g : config_.inventory.gpus) {
-    bool given = std::any_of(job.gpus.begin(), job.gpus.end(),
-                             [&](const GpuShare& share) { return share.index == g.index; });
-    if (!given && g.minor >= 0) {
-      spec.denied_devices.push_back(
-          {.major = launch::kNvidiaMajor, .minor = static_cast<unsigned>(g.minor)});
+  // Every GPU device node but its own is closed to it (a MIG share's index is its parent GPU's):
+  // all of /dev/nvidia0..253, not only this node's other GPUs, so that a GPU the inventory does
+  // not list is closed too. The control nodes (254, 255) stay open.
+  std::set<int> own;
+  for (const GpuShare& share : job.gpus) {
+    for (const NodeGpu& g : config_.inventory.gpus) {
+      if (g.index == share.index) own.insert(g.minor);
+    }
+  }
+  if (own.count(-1) > 0) {
+    LogWarning("job %lld: a GPU's device minor is unknown (no /proc/driver/nvidia/gpus?), so its "
+               "other GPUs' device nodes are not closed to it",
+               static_cast<long long>(job.id));
+  } else {
+    for (unsigned minor = 0; minor < launch::kNvidiaFirstControlMinor; ++minor) {
+      if (own.count(static_cast<int>(minor)) == 0) {
+        spec.denied_devices.push_back({.major = launch::kNvidiaMajor, .minor = minor});
+      }
     }
   }
   spec.limiter_path = config_.limiter_path;

@@ -560,13 +560,14 @@ TEST(NodeService, AJobCannotReachTheOtherGpusDeviceNodes) {
   // Stand-ins for /dev/nvidia0 and /dev/nvidia1 (simulated GPUs take their index as minor).
   const std::string nodes = d.dir() + "/dev";
   std::filesystem::create_directories(nodes);
-  for (int minor : {0, 1}) {
+  for (int minor : {0, 1, 5}) {
     ASSERT_EQ(mknod((nodes + "/nvidia" + std::to_string(minor)).c_str(), S_IFCHR | 0666,
                     makedev(195, minor)),
               0);
   }
   int64_t id = d.Submit({"sh", "-c",
-                         "cat " + nodes + "/nvidia0 2>&1; cat " + nodes + "/nvidia1 2>&1; exit 0"},
+                         "cat " + nodes + "/nvidia0 2>&1; cat " + nodes + "/nvidia1 2>&1; cat " +
+                             nodes + "/nvidia5 2>&1; exit 0"},
                         {{"gpus", 1}})
                    .body["id"];
   json job = d.WaitFor(id, "final");
@@ -579,6 +580,8 @@ TEST(NodeService, AJobCannotReachTheOtherGpusDeviceNodes) {
   EXPECT_NE(out.find("nvidia" + std::to_string(1 - given) + ": Operation not permitted"),
             std::string::npos)
       << out;
+  // A GPU the service does not list is closed too (an allow-list, not a deny-list).
+  EXPECT_NE(out.find("nvidia5: Operation not permitted"), std::string::npos) << out;
 }
 
 TEST(NodeService, CancelEndsARunningJobAndFreesItsShare) {
