@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,6 +14,8 @@
 
 namespace gpufrac::limiter {
 namespace {
+
+constexpr long kProcSuperMagic = 0x9fa0;  // statfs(2)'s f_type of procfs.
 
 bool IsIdChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
@@ -222,10 +226,22 @@ bool LoadLimitFile(const char* path, LimitConfig* out, char* err, size_t err_len
     snprintf(err, err_len, "limit file %s is not a regular file", path);
     return false;
   }
+  // A file in /proc is the content of a process (a non-dumpable process's cmdline is root's and
+  // read-only, yet says what that process wants).
+  struct statfs fs;
+  if (syscall(SYS_fstatfs, fd, &fs) == 0 && fs.f_type == kProcSuperMagic) {
+    close(fd);
+    snprintf(err, err_len, "limit file %s is in /proc, not a file a launcher wrote", path);
+    return false;
+  }
   // A file this process could rewrite is no limit at all. Root may write anything, so the check
-  // only applies to other users.
+  // only applies to other users. The kernel's own answer (supplementary groups, ACLs) about the
+  // open file itself, besides the mode bits.
+  char self[64];
+  snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
   bool writable = (st.st_mode & S_IWOTH) || ((st.st_mode & S_IWGRP) && st.st_gid == getegid()) ||
-                  ((st.st_mode & S_IWUSR) && st.st_uid == geteuid());
+                  ((st.st_mode & S_IWUSR) && st.st_uid == geteuid()) ||
+                  faccessat(AT_FDCWD, self, W_OK, AT_EACCESS) == 0;
   if (writable && geteuid() != 0) {
     close(fd);
     snprintf(err, err_len,

@@ -1,6 +1,7 @@
 // The limit file: what the launcher writes is what the limiter reads, and every malformed file is
 // refused with a reason naming the line.
 #include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -217,6 +218,38 @@ TEST(LimitConfigTest, AFileOfTheWorkloadsOwnUserIsOnlyAdvisoryAndOnlyWithoutASys
               std::string::npos);
     rmdir(system_dir);
   }
+}
+
+TEST(LimitConfigTest, RefusesAFileInProc) {
+  // A non-dumpable process's /proc/PID/cmdline is root's and read-only, but says what the
+  // process wants: never a limit file.
+  LimitConfig c;
+  char err[512];
+  EXPECT_FALSE(LoadLimitFile("/proc/self/cmdline", &c, err, sizeof(err)));
+  EXPECT_NE(std::string(err).find("is in /proc"), std::string::npos) << err;
+}
+
+TEST(LimitConfigTest, RefusesAFileWritableThroughASupplementaryGroup) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
+  const std::string path =
+      TempLimitFile("gpufrac-limits 1\nworkload w\ngpu " + std::string(kUuid) + " limit 10\n");
+  // root:disk (gid 6), 0664: writable by the members of disk, of which the reader is one only
+  // through its supplementary groups.
+  ASSERT_EQ(chown(path.c_str(), 0, 6), 0);
+  ASSERT_EQ(chmod(path.c_str(), 0664), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    gid_t groups[] = {6};
+    if (setgroups(1, groups) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+    LimitConfig c;
+    char err[512];
+    bool loaded = LoadLimitFile(path.c_str(), &c, err, sizeof(err), "/nonexistent");
+    _exit(loaded ? 1 : (std::strstr(err, "writable by this workload") ? 0 : 2));
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  unlink(path.c_str());
 }
 
 TEST(LimitConfigTest, RootMayUseAnyReadableFile) {
