@@ -322,12 +322,14 @@ class Api {
       }
       filter.limit = std::max<size_t>(1, std::stoul(l));
     }
-    auto jobs = service_->ListJobs(filter);
+    // Newest first, and no more than kMaxListingBytes of them (read, then sent): "truncated"
+    // says some were left out.
+    filter.max_bytes = kMaxListingBytes;
+    bool truncated = false;
+    auto jobs = service_->ListJobs(filter, &truncated);
     if (!jobs.ok()) return Error(jobs.status());
-    // Newest first, and no more than kMaxListingBytes of them: "truncated" says some were left.
     json list = json::array();
     size_t bytes = 0;
-    bool truncated = false;
     for (const Job& job : *jobs) {
       json item = JobJson(job, service_->WaitReason(job.id));
       bytes += item.dump().size();

@@ -37,4 +37,13 @@ bool IsFinal(JobState state) {
          state == JobState::kCancelled || state == JobState::kLost;
 }
 
+uint64_t JobTextBytes(const std::vector<std::string>& command, const std::vector<std::string>& env,
+                      const std::string& cwd, const std::string& name) {
+  uint64_t bytes = cwd.size() + name.size();
+  for (const auto* list : {&command, &env}) {
+    for (const std::string& s : *list) bytes += s.size() + 1;
+  }
+  return bytes;
+}
+
 }  // namespace gpufrac::node

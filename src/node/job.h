@@ -39,6 +39,10 @@ struct JobSpec {
   friend bool operator==(const JobSpec&, const JobSpec&) = default;
 };
 
+// What a job's text takes in the store: its command, environment, working directory and name.
+uint64_t JobTextBytes(const std::vector<std::string>& command, const std::vector<std::string>& env,
+                      const std::string& cwd, const std::string& name);
+
 // One GPU a running job holds: a share of it, and its memory limit there.
 struct GpuShare {
   int index = 0;              // NVML index on this node.

@@ -59,16 +59,6 @@ std::vector<std::string> MergeEnv(std::vector<std::string> env,
   return env;
 }
 
-// What a job's text takes in the store: command, environment, working directory and name.
-uint64_t JobBytes(const std::vector<std::string>& command, const std::vector<std::string>& env,
-                  const std::string& cwd, const std::string& name) {
-  uint64_t bytes = cwd.size() + name.size();
-  for (const auto* list : {&command, &env}) {
-    for (const std::string& s : *list) bytes += s.size() + 1;
-  }
-  return bytes;
-}
-
 Status CheckSubmission(const Submission& s) {
   if (s.command.empty() || s.command[0].empty()) {
     return InvalidArgumentError("the job has no command; give one after --, e.g. -- python x.py");
@@ -257,7 +247,7 @@ Status Service::Recover() {
 StatusOr<Job> Service::Submit(const Submission& submission, uid_t uid, gid_t gid) {
   GPUFRAC_RETURN_IF_ERROR(CheckSubmission(submission));
   const uint64_t bytes =
-      JobBytes(submission.command, submission.env, submission.cwd, submission.name);
+      JobTextBytes(submission.command, submission.env, submission.cwd, submission.name);
   if (uid != 0 && bytes > config_.max_job_bytes) {
     return InvalidArgumentError("the job's command, environment, cwd and name take " +
                                 FormatSize(bytes) + ", more than the " +
@@ -306,7 +296,7 @@ Status Service::CheckUserRoom(uid_t uid, uint64_t bytes) const {
   for (const auto& [id, job] : active_) {
     if (job.spec.uid != uid || job.state != JobState::kPending) continue;
     ++pending;
-    pending_bytes += JobBytes(job.spec.command, job.spec.env, job.spec.cwd, job.spec.name);
+    pending_bytes += JobTextBytes(job.spec.command, job.spec.env, job.spec.cwd, job.spec.name);
   }
   if (pending >= config_.max_pending_per_user) {
     return ResourceExhaustedError("you have " + std::to_string(pending) +
@@ -379,9 +369,9 @@ StatusOr<Job> Service::GetJob(int64_t id) {
   return *job;
 }
 
-StatusOr<std::vector<Job>> Service::ListJobs(const JobFilter& filter) {
+StatusOr<std::vector<Job>> Service::ListJobs(const JobFilter& filter, bool* truncated) {
   std::lock_guard<std::mutex> lock(mu_);
-  return store_->List(filter);
+  return store_->List(filter, truncated);
 }
 
 std::string Service::WaitReason(int64_t id) {

@@ -81,7 +81,8 @@ class Service {
   // job ends as cancelled. Final: kFailedPrecondition. Unknown: kNotFound.
   StatusOr<Job> Cancel(int64_t id);
   StatusOr<Job> GetJob(int64_t id);
-  StatusOr<std::vector<Job>> ListJobs(const JobFilter& filter);
+  // Store::List under the service's lock.
+  StatusOr<std::vector<Job>> ListJobs(const JobFilter& filter, bool* truncated = nullptr);
   // Why a pending job waits ("" otherwise).
   std::string WaitReason(int64_t id);
   // The job's directory (logs: JobRunner::kStdout / kStderr).

@@ -529,11 +529,20 @@ StatusOr<Job> ReadJob(sqlite3* db, sqlite3_stmt* s) {
   return job;
 }
 
-StatusOr<std::vector<Job>> ReadJobs(sqlite3* db, sqlite3_stmt* s, std::string_view doing) {
+// The rows `s` yields, until `max_bytes` of job text have been read (then `truncated`, if
+// given, is set).
+StatusOr<std::vector<Job>> ReadJobs(sqlite3* db, sqlite3_stmt* s, std::string_view doing,
+                                    uint64_t max_bytes = UINT64_MAX, bool* truncated = nullptr) {
   std::vector<Job> jobs;
+  uint64_t bytes = 0;
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    if (bytes > max_bytes) {
+      if (truncated != nullptr) *truncated = true;
+      return jobs;
+    }
     GPUFRAC_ASSIGN_OR_RETURN(Job job, ReadJob(db, s));
+    bytes += JobTextBytes(job.spec.command, job.spec.env, job.spec.cwd, job.spec.name);
     jobs.push_back(std::move(job));
   }
   if (rc != SQLITE_DONE) return SqlError(db, rc, doing);
@@ -773,12 +782,13 @@ StatusOr<std::optional<Job>> Store::Get(int64_t id) {
   return std::optional<Job>(std::move(job));
 }
 
-StatusOr<std::vector<Job>> Store::List(const JobFilter& filter) {
+StatusOr<std::vector<Job>> Store::List(const JobFilter& filter, bool* truncated) {
+  if (truncated != nullptr) *truncated = false;
   StatementUse use(statements_->ForList(filter));
   const uint64_t limit = std::min<uint64_t>(filter.limit, std::numeric_limits<int64_t>::max());
   sqlite3_bind_int64(use.get(), 1, static_cast<int64_t>(limit));
   if (filter.uid) sqlite3_bind_int64(use.get(), 2, *filter.uid);
-  return ReadJobs(db_, use.get(), "listing jobs");
+  return ReadJobs(db_, use.get(), "listing jobs", filter.max_bytes, truncated);
 }
 
 StatusOr<int64_t> Store::LastId() {

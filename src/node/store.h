@@ -24,6 +24,9 @@ struct JobFilter {
   std::optional<uid_t> uid;   // Only this user's jobs.
   bool include_final = true;  // false: pending, starting and running jobs only.
   size_t limit = 1000;        // Newest first; at most this many.
+  // And no more once the jobs read hold this many bytes of text (JobTextBytes): a listing of a
+  // long history of large environments stops early instead of reading them all.
+  uint64_t max_bytes = UINT64_MAX;
 };
 
 class Store {
@@ -44,8 +47,8 @@ class Store {
   // Writes several jobs in one transaction: all or none.
   Status UpdateAll(const std::vector<Job>& jobs);
   StatusOr<std::optional<Job>> Get(int64_t id);
-  // Newest first.
-  StatusOr<std::vector<Job>> List(const JobFilter& filter);
+  // Newest first. `truncated`, when given, says whether max_bytes cut the list.
+  StatusOr<std::vector<Job>> List(const JobFilter& filter, bool* truncated = nullptr);
   // Every job that is not final, oldest first: what a restarting service must take over.
   StatusOr<std::vector<Job>> LoadUnfinished();
   // The largest job id this store has given (0 for a new one).

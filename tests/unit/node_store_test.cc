@@ -170,6 +170,28 @@ TEST_F(StoreTest, InsertRecordsAPendingJob) {
   EXPECT_FALSE(missing->has_value());
 }
 
+TEST_F(StoreTest, AListingStopsOnceItHasReadEnoughBytes) {
+  auto store = OpenOrDie();
+  ASSERT_TRUE(store);
+  JobSpec spec = BasicSpec();
+  spec.env = {"PAD=" + std::string(1000, 'x')};
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(store->Insert(spec, i).ok());
+  const uint64_t each = JobTextBytes(spec.command, spec.env, spec.cwd, spec.name);
+  JobFilter filter;
+  filter.max_bytes = 2 * each + each / 2;
+  bool truncated = false;
+  StatusOr<std::vector<Job>> jobs = store->List(filter, &truncated);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(jobs->size(), 3u);  // The third passes the bound; no fourth is read.
+  EXPECT_TRUE(truncated);
+  EXPECT_EQ(jobs->front().id, 5);  // Newest first.
+  filter.max_bytes = UINT64_MAX;
+  jobs = store->List(filter, &truncated);
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_EQ(jobs->size(), 5u);
+  EXPECT_FALSE(truncated);
+}
+
 TEST_F(StoreTest, EveryFieldRoundTripsThroughUpdateAndReopen) {
   auto store = OpenOrDie();
   ASSERT_TRUE(store);
