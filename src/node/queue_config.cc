@@ -26,6 +26,10 @@ class Checker {
   Status OnlyKeys(const YAML::Node& map, const std::set<std::string>& allowed,
                   const std::string& where) const {
     for (const auto& entry : map) {
+      // A key that is a list or a map ("? [a]") has no name to check (as<> would throw).
+      if (!entry.first.IsScalar() && !entry.first.IsNull()) {
+        return Error(entry.first, "a key in " + where + " must be a plain name");
+      }
       std::string key = entry.first.as<std::string>();
       if (!allowed.count(key)) {
         std::string list;
