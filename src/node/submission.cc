@@ -12,6 +12,8 @@ using nlohmann::json;
 // A request field given as a string or a number ("0.25" or 0.25), as flags are text.
 StatusOr<std::string> FlagText(const json& value, const std::string& key) {
   if (value.is_string()) return value.get<std::string>();
+  // Above 2^63 an integer is only unsigned: as int64_t, 2^64 - 1 would read as "-1".
+  if (value.is_number_unsigned()) return std::to_string(value.get<uint64_t>());
   if (value.is_number_integer()) return std::to_string(value.get<int64_t>());
   if (value.is_number()) return value.dump(-1, ' ', false, json::error_handler_t::replace);
   return InvalidArgumentError("request." + key + " must be a string or a number");

@@ -59,5 +59,19 @@ TEST(Submission, ABodyOfTheWrongShapeSaysWhatToFix) {
   EXPECT_EQ(Error(R"({"request": {"gpus": 0}})").rfind("--gpus is \"0\"", 0), 0u);
 }
 
+// Found while writing tests/fuzz/fuzz_api_json: integers above 2^63 were read as int64_t, so
+// 2^64 - 1 bytes was refused as "-1", negative.
+TEST(Submission, LargeIntegersAreReadAsTheyAreWritten) {
+  EXPECT_EQ(Error(R"({"request": {"gpus": 18446744073709551615}})")
+                .rfind("--gpus is \"18446744073709551615\"", 0),
+            0u);
+  StatusOr<SubmissionBody> s =
+      ParseSubmission(R"({"request": {"gpu-memory": 18446744073709551615}})");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->submission.request, GpuRequest::Memory(UINT64_MAX));
+  EXPECT_EQ(Error(R"({"request": {"gpu-memory": -1}})"),
+            "--gpu-memory: size \"-1\" is negative (sizes must be greater than zero, e.g. 4G)");
+}
+
 }  // namespace
 }  // namespace gpufrac::node
