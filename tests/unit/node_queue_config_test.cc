@@ -70,5 +70,14 @@ TEST(QueueConfig, AKeyThatIsNotANameIsAnError) {
             "queues.yaml:4: a key in default must be a plain name");
 }
 
+// Found while writing fuzz_queue_yaml: a field given as a list was dropped, so this queue's jobs
+// ran on any GPU model.
+TEST(QueueConfig, AFieldGivenAsAListOrAMapIsAnError) {
+  EXPECT_EQ(Error("version: 1\nqueues:\n  - name: a\n    default: {gpus: 1, gpu-model: [A100]}\n"),
+            "queues.yaml:4: default: gpu-model must be one value");
+  EXPECT_EQ(Error("version: 1\nqueues:\n  - name: a\n    default:\n      gpus: {n: 1}\n"),
+            "queues.yaml:5: default: gpus must be one value");
+}
+
 }  // namespace
 }  // namespace gpufrac::node
