@@ -42,6 +42,7 @@ endif()
 ExternalProject_Add(gpufrac_fuzz
   SOURCE_DIR ${PROJECT_SOURCE_DIR}
   BINARY_DIR ${CMAKE_BINARY_DIR}/fuzz
+  PREFIX ${CMAKE_BINARY_DIR}/fuzz/external  # Its steps' stamps: gone with build/fuzz.
   CMAKE_ARGS -DGPUFRAC_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
              -DCMAKE_CXX_COMPILER=${GPUFRAC_FUZZ_CXX} -DCMAKE_C_COMPILER=${GPUFRAC_FUZZ_CC}
   INSTALL_COMMAND ""
