@@ -1,3 +1,4 @@
 # Tests of the node service's pieces.
 gpufrac_test(node_queue_config_test unit SOURCES unit/node_queue_config_test.cc LIBS gpufrac_node)
 gpufrac_test(node_job_wire_test unit SOURCES unit/node_job_wire_test.cc LIBS gpufrac_node)
+gpufrac_test(node_submission_test unit SOURCES unit/node_submission_test.cc LIBS gpufrac_node)

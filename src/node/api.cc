@@ -12,13 +12,13 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
 #include <span>
 #include <thread>
 
 #include "common/units.h"
 #include "node/job_runner.h"
 #include "node/job_wire.h"
+#include "node/submission.h"
 
 namespace gpufrac::node {
 namespace {
@@ -86,42 +86,6 @@ bool InGroup(uid_t uid, gid_t gid, gid_t group) {
 
 json JobJson(const Job& job, const std::string& wait_reason) {
   return JobWire::Of(job, wait_reason).ToJson();
-}
-
-// A request field given as a string or a number ("0.25" or 0.25), as flags are text.
-StatusOr<std::string> FlagText(const json& value, const std::string& key) {
-  if (value.is_string()) return value.get<std::string>();
-  if (value.is_number_integer()) return std::to_string(value.get<int64_t>());
-  if (value.is_number()) return Dump(value);
-  return InvalidArgumentError("request." + key + " must be a string or a number");
-}
-
-StatusOr<GpuRequest> ParseRequestJson(const json& r) {
-  if (!r.is_object()) return InvalidArgumentError("request must be an object, e.g. {\"gpus\": 1}");
-  GpuRequestText text;
-  for (const auto& [key, value] : r.items()) {
-    const GpuRequestField* field = FindGpuRequestField(key);
-    if (field == nullptr) {
-      return InvalidArgumentError("unknown field request." + key +
-                                  " (allowed: " + GpuRequestFieldNames() + ")");
-    }
-    GPUFRAC_ASSIGN_OR_RETURN(text.*field->text, FlagText(value, key));
-  }
-  return ParseGpuRequest(text);
-}
-
-StatusOr<std::vector<std::string>> StringList(const json& body, const char* key) {
-  std::vector<std::string> out;
-  if (!body.contains(key)) return out;
-  const json& list = body[key];
-  if (!list.is_array())
-    return InvalidArgumentError(std::string(key) + " must be a list of strings");
-  for (const json& item : list) {
-    if (!item.is_string())
-      return InvalidArgumentError(std::string(key) + " must be a list of strings");
-    out.push_back(item.get<std::string>());
-  }
-  return out;
 }
 
 StatusOr<std::string> OptionalString(const json& body, const char* key) {
@@ -225,46 +189,17 @@ class Api {
   }
 
   HttpResponse Submit(const HttpRequest& req, const PathParams&) {
-    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-    if (body.is_discarded() || !body.is_object()) {
-      return Error(InvalidArgumentError("the request body must be a JSON object"));
-    }
-    static const std::set<std::string> kAllowed = {"name", "queue", "request", "command",
-                                                   "cwd",  "env",   "user"};
-    for (const auto& [key, value] : body.items()) {
-      if (!kAllowed.count(key)) {
-        return Error(InvalidArgumentError(
-            "unknown field " + key + " (allowed: name, queue, request, command, cwd, env, user)"));
-      }
-    }
-    Submission s;
-    auto name = OptionalString(body, "name");
-    auto queue = OptionalString(body, "queue");
-    auto cwd = OptionalString(body, "cwd");
-    auto user = OptionalString(body, "user");
-    auto command = StringList(body, "command");
-    auto env = StringList(body, "env");
-    for (const Status* st : {&name.status(), &queue.status(), &cwd.status(), &user.status(),
-                             &command.status(), &env.status()}) {
-      if (!st->ok()) return Error(*st);
-    }
-    s.name = *name;
-    s.queue = *queue;
-    s.cwd = *cwd;
-    s.command = *command;
-    s.env = *env;
-    if (body.contains("request")) {
-      auto request = ParseRequestJson(body["request"]);
-      if (!request.ok()) return Error(request.status());
-      s.request = *request;
-    }
+    StatusOr<SubmissionBody> body = ParseSubmission(req.body);
+    if (!body.ok()) return Error(body.status());
+    const Submission& s = body->submission;
+    const std::string& user = body->user;
     uid_t uid = req.caller.uid;
     gid_t gid = req.caller.gid;
-    if (req.caller.tcp && getuid() == 0 && user->empty()) {
+    if (req.caller.tcp && getuid() == 0 && user.empty()) {
       return Error(
           InvalidArgumentError("over TCP, name the user the job runs as: add \"user\": \"NAME\""));
     }
-    if (!user->empty()) {
+    if (!user.empty()) {
       if (!req.caller.tcp) {
         return Error(
             InvalidArgumentError("user is only for TCP callers; over the unix socket "
@@ -272,8 +207,8 @@ class Api {
       }
       struct passwd pw, *found = nullptr;
       char buf[4096];
-      if (getpwnam_r(user->c_str(), &pw, buf, sizeof(buf), &found) != 0 || !found) {
-        return Error(InvalidArgumentError("no user called " + *user + " on this machine"));
+      if (getpwnam_r(user.c_str(), &pw, buf, sizeof(buf), &found) != 0 || !found) {
+        return Error(InvalidArgumentError("no user called " + user + " on this machine"));
       }
       uid = pw.pw_uid;
       gid = pw.pw_gid;
@@ -284,13 +219,13 @@ class Api {
       if (allowed.group && !InGroup(uid, gid, *allowed.group)) {
         return Error(PermissionDeniedError("jobs submitted over TCP may run only as members of "
                                            "group " +
-                                           allowed.group_name + "; " + *user + " is not one"));
+                                           allowed.group_name + "; " + user + " is not one"));
       }
       if (!allowed.group && (uid < allowed.min_uid || uid > allowed.max_uid)) {
         return Error(PermissionDeniedError(
             "jobs submitted over TCP may run only as users with uid " +
             std::to_string(allowed.min_uid) + "-" + std::to_string(allowed.max_uid) + "; " +
-            *user + " is uid " + std::to_string(uid) + " (see gpufracd --tcp-users, --tcp-group)"));
+            user + " is uid " + std::to_string(uid) + " (see gpufracd --tcp-users, --tcp-group)"));
       }
     }
     if (getuid() != 0 && uid != getuid()) {

@@ -2,6 +2,8 @@
 #include "node/job_wire.h"
 
 #include <nlohmann/json.hpp>
+#include <type_traits>
+#include <utility>
 
 namespace gpufrac::node {
 namespace {
@@ -15,6 +17,17 @@ Status Read(const json& j, const char* key, T* out, bool required = true) {
   if (it == j.end() || it->is_null()) {
     return required ? InvalidArgumentError(std::string("the job has no \"") + key + "\"")
                     : OkStatus();
+  }
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // get<T> converts a number with a plain cast: from a float or from an integer out of T's
+    // range, that is undefined behaviour or another number.
+    const bool fits = it->is_number_unsigned()  ? std::in_range<T>(it->get<uint64_t>())
+                      : it->is_number_integer() ? std::in_range<T>(it->get<int64_t>())
+                                                : !it->is_number_float();
+    if (!fits) {
+      return InvalidArgumentError(std::string("the job's \"") + key +
+                                  "\" is not a whole number in range");
+    }
   }
   try {
     *out = it->get<T>();

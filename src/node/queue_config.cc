@@ -26,6 +26,10 @@ class Checker {
   Status OnlyKeys(const YAML::Node& map, const std::set<std::string>& allowed,
                   const std::string& where) const {
     for (const auto& entry : map) {
+      // A key that is a list or a map ("? [a]") has no name to check (as<> would throw).
+      if (!entry.first.IsScalar() && !entry.first.IsNull()) {
+        return Error(entry.first, "a key in " + where + " must be a plain name");
+      }
       std::string key = entry.first.as<std::string>();
       if (!allowed.count(key)) {
         std::string list;
@@ -58,7 +62,11 @@ StatusOr<GpuRequest> ParseRequest(const Checker& check, const YAML::Node& node) 
   GpuRequestText text;
   for (const GpuRequestField& field : GpuRequestFields()) {
     const std::string key(field.name);
-    if (node[key] && node[key].IsScalar()) text.*field.text = node[key].Scalar();
+    const YAML::Node value = node[key];
+    if (!value || value.IsNull()) continue;
+    // A list or a map where one value belongs must not silently mean "not given".
+    if (!value.IsScalar()) return check.Error(value, "default: " + key + " must be one value");
+    text.*field.text = value.Scalar();
   }
   StatusOr<GpuRequest> request = ParseGpuRequest(text);
   if (!request.ok()) return check.Error(node, "default: " + request.status().message());

@@ -28,6 +28,7 @@
 #include "node/node_metrics.h"
 #include "node/queue_scheduler.h"
 #include "node/store.h"
+#include "node/submission.h"
 
 namespace gpufrac::node {
 
@@ -51,16 +52,6 @@ struct ServiceConfig {
   // Per GPU index, the MIG tables its driver reported (must outlive the service); GPUs not
   // listed use the built-in catalogue.
   std::map<int, const gpu::MigModel*> mig_models;
-};
-
-// What a submission carries besides who sent it.
-struct Submission {
-  std::string name;
-  std::string queue;                  // Empty: the first (highest-priority) queue.
-  std::optional<GpuRequest> request;  // Empty: the queue's default.
-  std::vector<std::string> command;
-  std::string cwd;
-  std::vector<std::string> env;
 };
 
 class Service {

@@ -92,5 +92,27 @@ TEST(JobWireTest, AnAnswerThatIsNotAJobIsAnError) {
   EXPECT_TRUE(JobWire::FromJson(json{{"id", 1}, {"state", "running"}}).ok());
 }
 
+// Found by tests/fuzz/fuzz_api_json (corpus/api_json/regression-id-too-large.json): a number
+// that does not fit the field was cast to it, which for a float is undefined behaviour.
+TEST(JobWireTest, ANumberThatDoesNotFitItsFieldIsAnError) {
+  for (const json& bad : {json(2.2e38), json(1.5), json(uint64_t{1} << 63)}) {
+    EXPECT_EQ(JobWire::FromJson(json{{"id", bad}, {"state", "running"}}).status().message(),
+              "the job's \"id\" is not a whole number in range")
+        << bad;
+  }
+  EXPECT_FALSE(JobWire::FromJson(json{{"id", 1}, {"state", "running"}, {"uid", -1}}).ok());
+  EXPECT_FALSE(JobWire::FromJson(json{{"id", 1}, {"state", "running"}, {"exit_code", 1e10}}).ok());
+  EXPECT_FALSE(
+      JobWire::FromJson(json{{"id", 1}, {"state", "running"}, {"gpus", {{{"index", 1ll << 40}}}}})
+          .ok());
+  StatusOr<JobWire> largest = JobWire::FromJson(
+      json{{"id", INT64_MAX},
+           {"state", "running"},
+           {"gpus", {{{"index", 0}, {"memory_limit", UINT64_MAX}, {"share", 1}}}}});
+  ASSERT_TRUE(largest.ok()) << largest.status();
+  EXPECT_EQ(largest->id, INT64_MAX);
+  EXPECT_EQ(largest->gpus[0].memory_limit, UINT64_MAX);
+}
+
 }  // namespace
 }  // namespace gpufrac::node

@@ -60,5 +60,24 @@ TEST(QueueConfig, MistakesNameTheFileAndLine) {
             std::string::npos);
 }
 
+// Found by tests/fuzz/fuzz_queue_yaml (corpus/queue_yaml/regression-key-is-a-list.yaml): a key
+// that is a list or a map threw out of ParseQueueConfig and ended gpufracd.
+TEST(QueueConfig, AKeyThatIsNotANameIsAnError) {
+  EXPECT_EQ(Error("version: 1\nqueues:\n  - name: a\n    ? [default]\n    : {gpus: 1}\n"),
+            "queues.yaml:4: a key in a queue must be a plain name");
+  EXPECT_EQ(Error("{[version]: 1}"), "queues.yaml:1: a key in the top level must be a plain name");
+  EXPECT_EQ(Error("version: 1\nqueues:\n  - name: a\n    default: {{gpus: 1}: 2}\n"),
+            "queues.yaml:4: a key in default must be a plain name");
+}
+
+// Found while writing fuzz_queue_yaml: a field given as a list was dropped, so this queue's jobs
+// ran on any GPU model.
+TEST(QueueConfig, AFieldGivenAsAListOrAMapIsAnError) {
+  EXPECT_EQ(Error("version: 1\nqueues:\n  - name: a\n    default: {gpus: 1, gpu-model: [A100]}\n"),
+            "queues.yaml:4: default: gpu-model must be one value");
+  EXPECT_EQ(Error("version: 1\nqueues:\n  - name: a\n    default:\n      gpus: {n: 1}\n"),
+            "queues.yaml:5: default: gpus must be one value");
+}
+
 }  // namespace
 }  // namespace gpufrac::node
