@@ -512,6 +512,12 @@ TEST(NodeService, AFullDiskLosesNoOutcomeAndAnswersAServerError) {
   size_t lines = std::count(log.begin(), log.end(), '\n');
   EXPECT_LT(lines, 20u) << log;
   d.Stop(SIGTERM);
+  // Its budget directory is named on the file system about to be unmounted: removed here.
+  std::ifstream record(state + "/budget-dir");
+  std::string budget_dir;
+  if (std::getline(record, budget_dir) && budget_dir.rfind("/dev/shm/gpufrac-", 0) == 0) {
+    std::filesystem::remove_all(budget_dir);
+  }
 }
 
 TEST(NodeService, ALostOrDamagedDatabaseStopsTheStartInsteadOfForgettingJobs) {
