@@ -64,6 +64,39 @@ bool CopyBounded(const char* src, char* dst, size_t cap) {
   return true;
 }
 
+// Whether this process's effective user is the host's root: uid 0 in the initial user namespace,
+// or a uid that /proc/self/uid_map maps to host uid 0. Root of a user namespace an ordinary user
+// made (`unshare -Ur`) is that user, not root. Without a readable map, uid 0 counts as root.
+bool HostRoot() {
+  const uid_t euid = geteuid();
+  int fd = open("/proc/self/uid_map", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return euid == 0;
+  char buf[4096];
+  size_t len = 0;
+  ssize_t r;
+  while (len < sizeof(buf) - 1 && (r = read(fd, buf + len, sizeof(buf) - 1 - len)) != 0) {
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) break;
+    len += static_cast<size_t>(r);
+  }
+  close(fd);
+  buf[len] = '\0';
+  // Lines of "<first uid inside> <first uid outside> <count>".
+  for (char* line = buf; *line;) {
+    char* end = strchr(line, '\n');
+    if (end) *end = '\0';
+    char* tok[4];
+    uint64_t inside, outside, count;
+    if (Tokenize(line, tok, 3) == 3 && ParseU64(tok[0], &inside) && ParseU64(tok[1], &outside) &&
+        ParseU64(tok[2], &count) && euid >= inside && euid - inside < count) {
+      return outside + (euid - inside) == 0;
+    }
+    if (!end) break;
+    line = end + 1;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool ParseUuid(const char* text, unsigned char out[16]) {
@@ -235,14 +268,17 @@ bool LoadLimitFile(const char* path, LimitConfig* out, char* err, size_t err_len
     return false;
   }
   // A file this process could rewrite is no limit at all. Root may write anything, so the check
-  // only applies to other users. The kernel's own answer (supplementary groups, ACLs) about the
-  // open file itself, besides the mode bits.
+  // only applies to other users (root of a user namespace is one: it can write its own user's
+  // files, which appear there as root's).
+  // The kernel's own answer (supplementary groups, ACLs) about the open file itself, besides the
+  // mode bits.
+  const bool root = HostRoot();
   char self[64];
   snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
   bool writable = (st.st_mode & S_IWOTH) || ((st.st_mode & S_IWGRP) && st.st_gid == getegid()) ||
                   ((st.st_mode & S_IWUSR) && st.st_uid == geteuid()) ||
                   faccessat(AT_FDCWD, self, W_OK, AT_EACCESS) == 0;
-  if (writable && geteuid() != 0) {
+  if (writable && !root) {
     close(fd);
     snprintf(err, err_len,
              "limit file %s is writable by this workload; the launcher must make it read-only",
@@ -272,7 +308,7 @@ bool LoadLimitFile(const char* path, LimitConfig* out, char* err, size_t err_len
     snprintf(err, err_len, "limit file %s: %s", path, reason);
     return false;
   }
-  if (geteuid() == 0 || st.st_uid != geteuid()) return true;
+  if (root || st.st_uid != geteuid()) return true;
   // The workload's own user owns it, so could make it writable again and raise the limit.
   if (!out->advisory) {
     snprintf(err, err_len,

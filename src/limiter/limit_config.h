@@ -59,7 +59,7 @@ constexpr const char* kSystemServiceDir = "/run/gpufrac";
 bool SystemServiceRuns(const char* system_dir = kSystemServiceDir);
 
 // Reads and parses the file at `path`. Returns false with a reason in `err`. For a process not
-// running as root, a limit file is refused when the process could write it, and when its own user
+// running as the host's root (root of a user namespace is the user who made it), a limit file is refused when the process could write it, and when its own user
 // owns it (it could be made writable again) unless the file says `advisory 1` and no system
 // service runs the machine's GPUs (`system_dir`, kSystemServiceDir, does not exist). So a job of
 // the system service cannot point the limiter at a file of its own with a larger limit.

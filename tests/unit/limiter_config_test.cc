@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -218,6 +220,60 @@ TEST(LimitConfigTest, AFileOfTheWorkloadsOwnUserIsOnlyAdvisoryAndOnlyWithoutASys
               std::string::npos);
     rmdir(system_dir);
   }
+}
+
+// Loads `path` as uid 65534 from inside a user namespace it made, in which it is root (as
+// `unshare -Ur` does). Returns "" when it loads, else the error ("setup" when the namespace
+// cannot be made).
+std::string LoadAsNamespaceRoot(const std::string& path) {
+  int pipe_fds[2];
+  EXPECT_EQ(pipe(pipe_fds), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    char err[512] = "setup";
+    // Changing user made the process non-dumpable (its /proc files root's); undo that so it can
+    // write its own uid_map, as a process started by that user could.
+    if (setgid(65534) == 0 && setuid(65534) == 0 && prctl(PR_SET_DUMPABLE, 1) == 0 &&
+        unshare(CLONE_NEWUSER) == 0) {
+      int fd = open("/proc/self/uid_map", O_WRONLY);
+      if (fd >= 0 && write(fd, "0 65534 1\n", 10) == 10 && geteuid() == 0) {
+        LimitConfig c;
+        if (LoadLimitFile(path.c_str(), &c, err, sizeof(err), "/nonexistent")) err[0] = '\0';
+      }
+    }
+    (void)!write(pipe_fds[1], err, std::strlen(err));
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  std::string out;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(pipe_fds[0], buf, sizeof(buf))) > 0) out.append(buf, n);
+  close(pipe_fds[0]);
+  waitpid(pid, nullptr, 0);
+  return out;
+}
+
+TEST(LimitConfigTest, RootOfAUserNamespaceIsStillTheUserItWas) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
+  const std::string text =
+      "gpufrac-limits 1\nworkload w\ngpu " + std::string(kUuid) + " limit 10\n";
+  // The user's own read-only file appears as root's inside the namespace; it is still the
+  // user's, so it is refused as it would be outside.
+  const std::string own = TempLimitFile(text);
+  ASSERT_EQ(chown(own.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(chmod(own.c_str(), 0444), 0);
+  const std::string refused = LoadAsNamespaceRoot(own);
+  if (refused == "setup") GTEST_SKIP() << "user namespaces are not available here";
+  EXPECT_TRUE(refused.find("writable by this workload") != std::string::npos ||
+              refused.find("belongs to this workload's user") != std::string::npos)
+      << refused;
+  // A launcher's file (the host root's, read-only for others) still loads there.
+  const std::string launchers = TempLimitFile(text);
+  ASSERT_EQ(chmod(launchers.c_str(), 0644), 0);
+  EXPECT_EQ(LoadAsNamespaceRoot(launchers), "");
+  unlink(own.c_str());
+  unlink(launchers.c_str());
 }
 
 TEST(LimitConfigTest, RefusesAFileInProc) {
