@@ -70,6 +70,7 @@ StatusOr<Inventory> DiscoverGpus() {
   }
   Inventory inventory = FromDevices(*devices);
   inventory.nvml_library = gpu::kNvmlLibraryName;
+  inventory.caps = ReadNvidiaCaps();
   return inventory;
 }
 

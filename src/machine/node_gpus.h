@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "gpu/mig_device.h"
 #include "machine/node_gpu.h"
+#include "machine/nvidia_caps.h"
 #include "mig/nvml_backend.h"
 
 namespace gpufrac::machine {
@@ -28,6 +29,8 @@ struct Inventory {
   bool simulated = false;
   std::string nvml_library;  // Where NVML was loaded from (for MIG control).
   std::string product_name;  // NVML's name of the first GPU ("NVIDIA H100 80GB HBM3").
+  // The driver's capability nodes (MIG instances' among them); empty for simulated GPUs.
+  NvidiaCaps caps;
 };
 
 // Sets the mode of the GPUs whose MIG mode is on to kMig, asking `control`.

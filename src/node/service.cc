@@ -17,7 +17,6 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <set>
 
 #include "common/log.h"
 #include "common/text.h"
@@ -25,6 +24,7 @@
 #include "launch/budget_dir.h"
 #include "mig/apply.h"
 #include "mig/mig_parted.h"
+#include "node/device_fence.h"
 #include "node/paths.h"
 
 namespace gpufrac::node {
@@ -515,6 +515,16 @@ void Service::ScheduleAndLaunch() {
   }
 }
 
+std::optional<unsigned> Service::MigInstanceId(const GpuShare& share) const {
+  if (mig_hardware_.backend() == nullptr) return std::nullopt;
+  auto instances = mig_hardware_.backend()->List(share.index);
+  if (!instances.ok()) return std::nullopt;
+  for (const mig::MigBackend::InstanceInfo& instance : *instances) {
+    if (instance.uuid == share.uuid) return instance.gi_id;
+  }
+  return std::nullopt;
+}
+
 LaunchSpec Service::MakeLaunchSpec(const Job& job) const {
   LaunchSpec spec;
   spec.job_dir = JobDir(job.id);
@@ -531,25 +541,25 @@ LaunchSpec Service::MakeLaunchSpec(const Job& job) const {
     }
     spec.gpus.push_back({share.uuid, share.memory_bytes, context});
   }
-  // Every GPU device node but its own is closed to it (a MIG share's index is its parent GPU's):
-  // all of /dev/nvidia0..253, not only this node's other GPUs, so that a GPU the inventory does
-  // not list is closed too. The control nodes (254, 255) stay open.
-  std::set<int> own;
+  std::vector<FencedGpu> fenced;
   for (const GpuShare& share : job.gpus) {
+    FencedGpu f;
     for (const NodeGpu& g : config_.inventory.gpus) {
-      if (g.index == share.index) own.insert(g.minor);
+      if (g.index == share.index) f.minor = g.minor;
     }
+    // Its GPU instance matters only where capability nodes guard instances.
+    if (share.uuid.rfind("MIG-", 0) == 0 && f.minor >= 0 && config_.inventory.caps.major >= 0) {
+      f.gpu_instance = MigInstanceId(share);
+      if (!f.gpu_instance) f.minor = -1;
+    }
+    fenced.push_back(f);
   }
-  if (own.count(-1) > 0) {
-    LogWarning("job %lld: a GPU's device minor is unknown (no /proc/driver/nvidia/gpus?), so its "
-               "other GPUs' device nodes are not closed to it",
-               static_cast<long long>(job.id));
+  if (auto denied = DeniedDevices(fenced, config_.inventory.caps)) {
+    spec.denied_devices = std::move(*denied);
   } else {
-    for (unsigned minor = 0; minor < launch::kNvidiaFirstControlMinor; ++minor) {
-      if (own.count(static_cast<int>(minor)) == 0) {
-        spec.denied_devices.push_back({.major = launch::kNvidiaMajor, .minor = minor});
-      }
-    }
+    LogWarning("job %lld: a GPU's device minor or MIG instance is unknown (no "
+               "/proc/driver/nvidia/gpus?), so other GPUs' device nodes are not closed to it",
+               static_cast<long long>(job.id));
   }
   spec.limiter_path = config_.limiter_path;
   spec.kill_grace_seconds = config_.kill_grace_seconds;

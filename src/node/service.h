@@ -132,6 +132,9 @@ class Service {
   Status BuildLanes();
   std::string WorkloadName(int64_t id) const;
   LaunchSpec MakeLaunchSpec(const Job& job) const;
+  // The id of the MIG GPU instance whose UUID `share` holds; nullopt when the driver does not
+  // list it.
+  std::optional<unsigned> MigInstanceId(const GpuShare& share) const;
   int64_t NowMs() const;
 
   ServiceConfig config_;

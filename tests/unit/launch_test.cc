@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cgroup_probe.h"
 #include "launch/budgets.h"
 #include "launch/cgroup.h"
 #include "launch/environment.h"
@@ -322,31 +323,6 @@ TEST_F(WorkloadBudgetsTest, ReadingUsageNeverBlocksOnWhatTheWorkloadPutThere) {
   ASSERT_EQ(ftruncate(fd, 1 << 20), 0);  // Big enough to hold the words, but not a budget's size.
   close(fd);
   EXPECT_EQ(WorkloadBudgets::MemoryInUse(*dir_, workload_, kUuid0), 0u);
-}
-
-// In a child that joins `cgroup`, the errno of opening each of `paths` for reading (0: opened).
-std::vector<int> OpenErrorsInside(const WorkloadCgroup& cgroup,
-                                  const std::vector<std::string>& paths) {
-  int out[2];
-  if (pipe(out) != 0) return {};
-  pid_t child = fork();
-  if (child == 0) {
-    close(out[0]);
-    if (!cgroup.Join(getpid()).ok()) _exit(3);
-    for (const std::string& path : paths) {
-      int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK);
-      int error = fd >= 0 ? 0 : errno;
-      if (fd >= 0) close(fd);
-      (void)!write(out[1], &error, sizeof(error));
-    }
-    _exit(0);
-  }
-  close(out[1]);
-  std::vector<int> errors;
-  for (int error; read(out[0], &error, sizeof(error)) == sizeof(error);) errors.push_back(error);
-  close(out[0]);
-  waitpid(child, nullptr, 0);
-  return errors;
 }
 
 void ExpectDeviceNodesDenied(WorkloadCgroup::Kind kind) {
