@@ -2,6 +2,7 @@
 // state, and serves the API on a unix socket (and optionally TCP with a bearer token) until
 // SIGTERM or SIGINT. Jobs keep running when it stops; the next gpufracd re-adopts them.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
 #include <signal.h>
@@ -44,6 +45,8 @@ struct Flags {
   std::string socket_group;
   std::string listen;
   std::string token_file;
+  std::string tls_cert;
+  std::string tls_key;
   bool insecure_listen = false;
   size_t max_pending_per_user = 1000;
   std::string max_pending_bytes_per_user = "64M";
@@ -90,18 +93,50 @@ bool Loopback(const std::string& address) {
   return inet_pton(AF_INET6, address.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
-StatusOr<TcpListen> ParseListen(const std::string& listen, const std::string& token_file,
-                                bool insecure) {
+// The PEM file `path` named by `flag` (at most 1 MiB). A private key (`secret`) must not be
+// readable by every user.
+StatusOr<std::string> ReadPem(const std::string& flag, const std::string& path, bool secret) {
+  struct stat st {};
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fd >= 0) close(fd);
+    return InvalidArgumentError(flag + " " + path + ": cannot read it as a file");
+  }
+  if (secret && (st.st_mode & 007)) {
+    close(fd);
+    return InvalidArgumentError(flag + " " + path +
+                                ": every user may read this private key; chmod o-rwx it");
+  }
+  std::string text(1 << 20, '\0');
+  ssize_t n = read(fd, text.data(), text.size());
+  close(fd);
+  if (n <= 0 || static_cast<size_t>(n) == text.size() ||
+      text.find("-----BEGIN ") == std::string::npos) {
+    return InvalidArgumentError(flag + " " + path + ": not a PEM file");
+  }
+  text.resize(static_cast<size_t>(n));
+  return text;
+}
+
+StatusOr<TcpListen> ParseListen(const Flags& f) {
   TcpListen tcp;
+  const std::string& listen = f.listen;
+  const std::string& token_file = f.token_file;
   GPUFRAC_ASSIGN_OR_RETURN(HostPort host_port, ParseHostPort(listen, "--listen", "127.0.0.1:7450"));
   tcp.address = std::move(host_port.host);
   tcp.port = host_port.port;
-  if (!Loopback(tcp.address) && !insecure) {
+  if (f.tls_cert.empty() != f.tls_key.empty()) {
+    return InvalidArgumentError("--tls-cert and --tls-key go together: give both");
+  }
+  if (!f.tls_cert.empty()) {
+    GPUFRAC_ASSIGN_OR_RETURN(tcp.tls_cert_pem, ReadPem("--tls-cert", f.tls_cert, false));
+    GPUFRAC_ASSIGN_OR_RETURN(tcp.tls_key_pem, ReadPem("--tls-key", f.tls_key, true));
+  } else if (!Loopback(tcp.address) && !f.insecure_listen) {
     return InvalidArgumentError(
         "--listen " + listen +
-        ": other machines would see the token and every job's environment in clear text "
-        "(gpufracd speaks plain HTTP); listen on 127.0.0.1 behind a TLS proxy or an SSH tunnel, "
-        "or add --insecure-listen to accept that");
+        ": other machines would see the token and every job's environment in clear text; "
+        "give --tls-cert and --tls-key, or listen on 127.0.0.1 behind an SSH tunnel, or add "
+        "--insecure-listen to accept that");
   }
   if (token_file.empty()) {
     return InvalidArgumentError(
@@ -168,7 +203,7 @@ int Run(const Flags& f) {
 
   std::optional<TcpListen> tcp;
   if (!f.listen.empty()) {
-    auto parsed = ParseListen(f.listen, f.token_file, f.insecure_listen);
+    auto parsed = ParseListen(f);
     if (!parsed.ok()) return Fail(parsed.status().message());
     tcp = *parsed;
   }
@@ -233,7 +268,10 @@ int Run(const Flags& f) {
   auto server = HttpServer::Start(unix_listen, tcp, MakeApiHandler(service->get(), api));
   if (!server.ok()) return Fail(server.status().message());
   std::string where = unix_listen.path;
-  if (tcp) where += " and " + tcp->address + ":" + std::to_string((*server)->tcp_port());
+  if (tcp) {
+    where += " and " + tcp->address + ":" + std::to_string((*server)->tcp_port()) +
+             (tcp->tls_cert_pem.empty() ? "" : " (TLS)");
+  }
   // For scripts and for `kill $(cat STATE/gpufracd.pid)`.
   std::ofstream(state_dir + "/gpufracd.pid") << getpid() << "\n";
   std::fprintf(stderr, "gpufracd: serving %zu %sGPU(s) on %s (state in %s)\n", gpu_count,
@@ -262,6 +300,9 @@ int main(int argc, char** argv) {
                  "Members of this group may connect (socket mode 0660); default: owner only");
   app.add_option("--listen", f.listen, "Also serve on TCP ADDRESS:PORT (needs --token-file)");
   app.add_option("--token-file", f.token_file, "File holding the bearer token for TCP callers");
+  app.add_option("--tls-cert", f.tls_cert,
+                 "Serve --listen over HTTPS with this certificate (chain), PEM");
+  app.add_option("--tls-key", f.tls_key, "The private key of --tls-cert, PEM");
   app.add_flag("--insecure-listen", f.insecure_listen,
                "Allow --listen on an address other machines can reach (plain HTTP: the token "
                "and jobs' environments cross the network in clear text)");

@@ -288,7 +288,8 @@ struct HttpServer::Impl {
   std::mutex users_mu;
   std::map<uid_t, unsigned> connections_of;  // Open unix connections per limited user.
   std::string token;
-  Caller service_caller;  // What TCP callers are, once authenticated.
+  std::string tls_cert_pem, tls_key_pem;  // Both empty: plain HTTP on TCP.
+  Caller service_caller;                  // What TCP callers are, once authenticated.
   Listener unix_listener{this, false};
   Listener tcp_listener{this, true};
   MHD_Daemon* unix_daemon = nullptr;
@@ -551,6 +552,16 @@ struct HttpServer::Impl {
     fstat(fd, &before);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    // TLS on the TCP listener when configured: TLS 1.2 or later, GnuTLS's default ciphers.
+    const bool tls = listener->tcp && !tls_cert_pem.empty();
+    MHD_OptionItem tls_options[] = {
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(tls_cert_pem.c_str())},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(tls_key_pem.c_str())},
+        {MHD_OPTION_HTTPS_PRIORITIES, 0,
+         const_cast<char*>("NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2")},
+        {MHD_OPTION_END, 0, nullptr}};
+    MHD_OptionItem no_options[] = {{MHD_OPTION_END, 0, nullptr}};
+    if (tls) flags |= MHD_USE_TLS;
     MHD_Daemon* daemon = MHD_start_daemon(
         flags, 0, nullptr, nullptr, &OnRequest, listener, MHD_OPTION_LISTEN_SOCKET, fd,
         MHD_OPTION_NOTIFY_COMPLETED, &OnCompleted, nullptr, MHD_OPTION_NOTIFY_CONNECTION,
@@ -558,13 +569,18 @@ struct HttpServer::Impl {
         static_cast<unsigned>(listener->tcp ? limits.max_connections_per_user : 0),
         MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(limits.max_connections),
         MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(limits.connection_timeout_seconds),
-        MHD_OPTION_EXTERNAL_LOGGER, &OnLog, nullptr, MHD_OPTION_END);
+        MHD_OPTION_EXTERNAL_LOGGER, &OnLog, nullptr, MHD_OPTION_ARRAY,
+        tls ? tls_options : no_options, MHD_OPTION_END);
     if (daemon != nullptr) return daemon;
     // MHD may or may not have closed the socket it was given; close it only if the fd still
     // names the same socket, so that we never close an fd another thread has just opened.
     struct stat after;
     if (fstat(fd, &after) == 0 && after.st_dev == before.st_dev && after.st_ino == before.st_ino) {
       close(fd);
+    }
+    if (listener->tcp && !tls_cert_pem.empty()) {
+      return InvalidArgumentError("cannot start the HTTPS server on " + where +
+                                  ": the TLS certificate and key are not a matching PEM pair");
     }
     return UnavailableError("cannot start the HTTP server on " + where);
   }
@@ -577,6 +593,14 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(std::optional<UnixListen
     return InvalidArgumentError("the HTTP server needs a unix socket or a TCP address");
   }
   if (!handler) return InvalidArgumentError("the HTTP server needs a handler");
+  if (tcp_listen && tcp_listen->tls_cert_pem.empty() != tcp_listen->tls_key_pem.empty()) {
+    return InvalidArgumentError("TLS on " + tcp_listen->address +
+                                " needs both a certificate and its key");
+  }
+  if (tcp_listen && !tcp_listen->tls_cert_pem.empty() &&
+      MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+    return UnavailableError("this libmicrohttpd was built without TLS");
+  }
   if (tcp_listen && tcp_listen->token.empty()) {
     return InvalidArgumentError("serving on TCP " + tcp_listen->address +
                                 " requires a token; none was given");
@@ -600,6 +624,8 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(std::optional<UnixListen
   }
   if (tcp_listen) {
     impl->token = tcp_listen->token;
+    impl->tls_cert_pem = tcp_listen->tls_cert_pem;
+    impl->tls_key_pem = tcp_listen->tls_key_pem;
     uint16_t port = 0;
     GPUFRAC_ASSIGN_OR_RETURN(int fd, OpenTcpListener(*tcp_listen, &port));
     GPUFRAC_ASSIGN_OR_RETURN(

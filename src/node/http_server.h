@@ -1,5 +1,6 @@
 // A small HTTP/1.1 server for the node service's API, on a unix socket (callers identified by
-// the kernel: SO_PEERCRED) or on TCP (callers must present a bearer token). Built on GNU
+// the kernel: SO_PEERCRED) or on TCP (callers must present a bearer token; HTTPS when given a
+// certificate). Built on GNU
 // libmicrohttpd, which, unlike cpp-httplib, lets a handler see its connection's socket, and the
 // peer credentials are the whole basis of the service's access control.
 //
@@ -58,6 +59,10 @@ struct TcpListen {
   std::string address = "127.0.0.1";  // IPv4 or IPv6 literal.
   uint16_t port = 0;                  // 0: any free port (see tcp_port()).
   std::string token;                  // Required ("Authorization: Bearer <token>"); not empty.
+  // HTTPS (TLS 1.2 or later) with this certificate (chain) and private key, both PEM; both empty
+  // for plain HTTP.
+  std::string tls_cert_pem = {};
+  std::string tls_key_pem = {};
 };
 
 struct HttpLimits {

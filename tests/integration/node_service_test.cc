@@ -881,11 +881,29 @@ TEST(NodeService, BadStartupInputIsOneLineAndNothingStarts) {
             std::string::npos)
       << open.err;
   EXPECT_NE(open.err.find("--insecure-listen"), std::string::npos) << open.err;
+  // TLS: both files, and a private key that not every user can read.
+  ASSERT_EQ(std::system(("cd " + dir +
+                         " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
+                         "-days 1 -subj /CN=t -keyout key.pem -out cert.pem 2>/dev/null && chmod "
+                         "644 key.pem && echo 0123456789abcdef0123 > token && chmod 600 token")
+                            .c_str()),
+            0);
+  RunResult half = start({"--sim", "1xL4", "--listen", "0.0.0.0:7450", "--token-file",
+                          dir + "/token", "--tls-cert", dir + "/cert.pem"});
+  EXPECT_EQ(half.status, 1);
+  EXPECT_NE(half.err.find("--tls-cert and --tls-key go together"), std::string::npos) << half.err;
+  RunResult readable =
+      start({"--sim", "1xL4", "--listen", "0.0.0.0:7450", "--token-file", dir + "/token",
+             "--tls-cert", dir + "/cert.pem", "--tls-key", dir + "/key.pem"});
+  EXPECT_EQ(readable.status, 1);
+  EXPECT_NE(readable.err.find("every user may read this private key; chmod o-rwx it"),
+            std::string::npos)
+      << readable.err;
   RunResult range = start({"--sim", "1xL4", "--tcp-users", "0-100"});
   EXPECT_EQ(range.status, 1);
   EXPECT_NE(range.err.find("--tcp-users 0-100: write a uid range"), std::string::npos)
       << range.err;
-  for (const RunResult* r : {&queues, &sim, &listen, &open, &range}) {
+  for (const RunResult* r : {&queues, &sim, &listen, &open, &half, &readable, &range}) {
     EXPECT_EQ(std::count(r->err.begin(), r->err.end(), '\n'), 1) << r->err;
   }
   EXPECT_FALSE(std::filesystem::exists(dir + "/api.sock"));
