@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "node/tcp_peer.h"
 
 namespace gpufrac::node {
 namespace {
@@ -286,7 +287,7 @@ struct HttpServer::Impl {
   HttpHandler handler;
   HttpLimits limits;
   std::mutex users_mu;
-  std::map<uid_t, unsigned> connections_of;  // Open unix connections per limited user.
+  std::map<std::string, unsigned> connections_of;  // Open connections per limited caller.
   std::string token;
   std::string tls_cert_pem, tls_key_pem;  // Both empty: plain HTTP on TCP.
   Caller service_caller;                  // What TCP callers are, once authenticated.
@@ -365,29 +366,45 @@ struct HttpServer::Impl {
     return true;
   }
 
-  // Per unix connection (MHD's socket context), from its start to its close.
+  // Per connection (MHD's socket context) of a limited caller, from its start to its close.
   struct ConnectionState {
-    uid_t uid = 0;
-    bool counted = false;  // In connections_of[uid].
-    bool refused = false;  // Over the user's limit: answered 503 and closed.
+    std::string who;       // "uid 1000", or a remote peer's address
+    bool counted = false;  // In connections_of[who].
+    bool refused = false;  // Over the caller's limit: answered 503 and closed.
   };
 
-  // Counts each user's open unix connections, and marks those over the limit. Root and the
-  // service's own user are never limited: an administrator can always get in.
+  // Who a connection is counted under; nullopt for root and the service's own user, who are never
+  // limited (an administrator can always get in). Unix callers are their uid (SO_PEERCRED), TCP
+  // callers their uid when on this machine, else their address (tcp_peer.h).
+  std::optional<std::string> CountedAs(const Listener& listener, MHD_Connection* connection) {
+    if (!listener.tcp) {
+      Caller caller;
+      if (!PeerCredentials(connection, &caller) || caller.uid == 0 ||
+          caller.uid == service_caller.uid) {
+        return std::nullopt;
+      }
+      return "uid " + std::to_string(caller.uid);
+    }
+    const MHD_ConnectionInfo* info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info == nullptr) return std::nullopt;
+    TcpPeer peer = IdentifyTcpPeer(info->connect_fd);
+    if (peer.uid && (*peer.uid == 0 || *peer.uid == service_caller.uid)) return std::nullopt;
+    return peer.name;
+  }
+
+  // Counts each caller's open connections, and marks those over the limit.
   static void OnConnection(void* cls, MHD_Connection* connection, void** socket_context,
                            MHD_ConnectionNotificationCode toe) {
     auto* listener = static_cast<Listener*>(cls);
     Impl* impl = listener->impl;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-      Caller caller;
-      if (!PeerCredentials(connection, &caller) || caller.uid == 0 ||
-          caller.uid == impl->service_caller.uid) {
-        return;
-      }
-      auto* state = new ConnectionState{.uid = caller.uid};
+      std::optional<std::string> who = impl->CountedAs(*listener, connection);
+      if (!who) return;
+      auto* state = new ConnectionState{.who = *who};
       *socket_context = state;
       std::lock_guard<std::mutex> lock(impl->users_mu);
-      unsigned& open = impl->connections_of[caller.uid];
+      unsigned& open = impl->connections_of[state->who];
       if (open >= impl->limits.max_connections_per_user) {
         state->refused = true;
         // It gets its answer as soon as it sends a request, and little time to send one.
@@ -402,20 +419,20 @@ struct HttpServer::Impl {
     if (state == nullptr) return;
     if (state->counted) {
       std::lock_guard<std::mutex> lock(impl->users_mu);
-      if (--impl->connections_of[state->uid] == 0) impl->connections_of.erase(state->uid);
+      if (--impl->connections_of[state->who] == 0) impl->connections_of.erase(state->who);
     }
     delete state;
     *socket_context = nullptr;
   }
 
-  // The refusal for a connection over its user's limit, if it is one.
+  // The refusal for a connection over its caller's limit, if it is one.
   std::optional<HttpResponse> OverUserLimit(MHD_Connection* connection) const {
     const MHD_ConnectionInfo* info =
         MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     auto* state = info == nullptr ? nullptr : static_cast<ConnectionState*>(info->socket_context);
     if (state == nullptr || !state->refused) return std::nullopt;
     HttpResponse response = ErrorResponse(
-        503, "too many connections from uid " + std::to_string(state->uid) + " at once (at most " +
+        503, "too many connections from " + state->who + " at once (at most " +
                  std::to_string(limits.max_connections_per_user) + "); close some and try again");
     response.headers.emplace_back(MHD_HTTP_HEADER_CONNECTION, "close");
     return response;
@@ -426,6 +443,7 @@ struct HttpServer::Impl {
   std::optional<HttpResponse> Begin(const Listener& listener, MHD_Connection* connection,
                                     const char* url, const char* method, RequestState* state) {
     Caller& caller = state->request.caller;
+    if (std::optional<HttpResponse> refused = OverUserLimit(connection)) return refused;
     if (listener.tcp) {
       std::optional<std::string_view> presented = BearerToken(
           MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION));
@@ -441,8 +459,6 @@ struct HttpServer::Impl {
       LogWarning("http: cannot read the peer credentials of a connection: %s",
                  ErrnoText(errno).c_str());
       return ErrorResponse(500, "cannot identify the caller");
-    } else if (std::optional<HttpResponse> refused = OverUserLimit(connection)) {
-      return refused;
     }
 
     const char* length =
@@ -565,9 +581,7 @@ struct HttpServer::Impl {
     MHD_Daemon* daemon = MHD_start_daemon(
         flags, 0, nullptr, nullptr, &OnRequest, listener, MHD_OPTION_LISTEN_SOCKET, fd,
         MHD_OPTION_NOTIFY_COMPLETED, &OnCompleted, nullptr, MHD_OPTION_NOTIFY_CONNECTION,
-        &OnConnection, listener, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        static_cast<unsigned>(listener->tcp ? limits.max_connections_per_user : 0),
-        MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(limits.max_connections),
+        &OnConnection, listener, MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(limits.max_connections),
         MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(limits.connection_timeout_seconds),
         MHD_OPTION_EXTERNAL_LOGGER, &OnLog, nullptr, MHD_OPTION_ARRAY,
         tls ? tls_options : no_options, MHD_OPTION_END);

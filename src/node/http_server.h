@@ -68,9 +68,11 @@ struct TcpListen {
 struct HttpLimits {
   size_t max_body_bytes = 1 << 20;  // Larger bodies get 413 before the handler runs.
   unsigned max_connections = 1024;  // In all, per listener.
-  // Open at once from one user on the unix socket (root and the service's own user are not
-  // counted). A connection over it is answered 503 and closed as soon as it is accepted, so that
-  // one user's idle or slow connections cannot use up the server's threads and lock others out.
+  // Open at once from one caller: a user on the unix socket or on TCP from this machine (found
+  // through /proc/net/tcp, whatever loopback address it uses: tcp_peer.h), or one remote address.
+  // Root and the service's own user are not counted. A connection over it is answered 503 and
+  // closed as soon as it is accepted, so that one caller's idle or slow connections cannot use
+  // up the server's threads and lock others out.
   unsigned max_connections_per_user = 32;
   unsigned connection_timeout_seconds = 120;
 };

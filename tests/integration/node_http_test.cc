@@ -2,10 +2,12 @@
 // reach the handler, the socket file is managed safely (mode, group, stale and live sockets,
 // removal), TCP requires the token, and limits, slow handlers, throwing handlers and garbage
 // input leave the server serving.
+#include <arpa/inet.h>
 #include <errno.h>
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -362,6 +364,121 @@ TEST_F(HttpServerTest, OneUsersConnectionsCannotLockOthersOut) {
     if (!admitted) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_TRUE(admitted);
+}
+
+// A TCP connection to 127.0.0.1:`port` from `source` (any address of 127.0.0.0/8), or -1.
+int ConnectTcp(uint16_t port, const char* source) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in from{}, to{};
+  from.sin_family = to.sin_family = AF_INET;
+  inet_pton(AF_INET, source, &from.sin_addr);
+  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  to.sin_port = htons(port);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+      connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// As user `uid`, from `source`: GET /whoami with the token; the raw reply.
+std::string TcpRequestAs(uint16_t port, uid_t uid, const char* source) {
+  int out[2];
+  if (pipe(out) != 0) return "pipe failed";
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(out[0]);
+    if (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0) _exit(3);
+    int fd = ConnectTcp(port, source);
+    timeval timeout{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    const std::string request =
+        "GET /whoami HTTP/1.1\r\nHost: l\r\nAuthorization: Bearer tok\r\nConnection: "
+        "close\r\n\r\n";
+    std::string reply;
+    if (fd >= 0 && write(fd, request.data(), request.size()) ==
+                       static_cast<ssize_t>(request.size())) {
+      char buffer[4096];
+      ssize_t n;
+      while ((n = read(fd, buffer, sizeof(buffer))) > 0) reply.append(buffer, n);
+    }
+    (void)!write(out[1], reply.data(), reply.size());
+    _exit(0);
+  }
+  close(out[1]);
+  std::string reply;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = read(out[0], buffer, sizeof(buffer))) > 0) reply.append(buffer, n);
+  close(out[0]);
+  waitpid(pid, nullptr, 0);
+  return reply;
+}
+
+TEST_F(HttpServerTest, OneLocalUsersTcpConnectionsCannotLockOthersOut) {
+  if (geteuid() != 0) GTEST_SKIP() << "becoming another user needs root";
+  HttpLimits limits;
+  limits.max_connections_per_user = 4;
+  StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(
+      std::nullopt, TcpListen{"127.0.0.1", 0, "tok"}, Recorder(), limits);
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<HttpServer> server = std::move(started).value();
+  const uint16_t port = server->tcp_port();
+  // nobody holds idle connections from three loopback addresses, as if it were three callers.
+  int ready[2], hold[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(hold), 0);
+  pid_t hog = fork();
+  if (hog == 0) {
+    close(ready[0]);
+    close(hold[1]);
+    if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0) _exit(3);
+    std::vector<int> fds;
+    for (const char* source : {"127.0.0.1", "127.0.0.2", "127.0.0.3"}) {
+      for (int i = 0; i < 4; ++i) {
+        int fd = ConnectTcp(port, source);
+        if (fd < 0) continue;
+        fds.push_back(fd);
+        (void)!write(fd, "G", 1);
+      }
+    }
+    int opened = static_cast<int>(fds.size());
+    int closed = 0;
+    for (int tries = 0; tries < 200 && closed < opened - 4; ++tries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      closed = 0;
+      for (int fd : fds) {
+        char c;
+        ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
+        closed += n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+      }
+    }
+    (void)!write(ready[1], &opened, sizeof(opened));
+    (void)!write(ready[1], &closed, sizeof(closed));
+    char c;
+    (void)!read(hold[0], &c, 1);
+    _exit(0);
+  }
+  close(ready[1]);
+  close(hold[0]);
+  int opened = 0, closed = 0;
+  ASSERT_EQ(read(ready[0], &opened, sizeof(opened)), static_cast<ssize_t>(sizeof(opened)));
+  ASSERT_EQ(read(ready[0], &closed, sizeof(closed)), static_cast<ssize_t>(sizeof(closed)));
+  EXPECT_EQ(opened, 12);
+  EXPECT_EQ(closed, 12 - 4) << "one user is one caller, whatever loopback address it uses";
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+
+  // Another local user, from the same address as the hog, still gets in; nobody is told why not.
+  EXPECT_NE(TcpRequestAs(port, kNobody - 1, "127.0.0.1").find("HTTP/1.1 200"), std::string::npos);
+  std::string refused = TcpRequestAs(port, kNobody, "127.0.0.9");
+  EXPECT_NE(refused.find("HTTP/1.1 503"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("too many connections from uid 65534 at once (at most 4)"),
+            std::string::npos)
+      << refused;
+  close(hold[1]);
+  waitpid(hog, nullptr, 0);
+  close(ready[0]);
 }
 
 TEST_F(HttpServerTest, SecondServerOnALiveSocketFails) {
