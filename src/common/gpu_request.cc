@@ -95,8 +95,54 @@ Status ParseModelField(const std::string& text, GpuRequest* r) {
   return OkStatus();
 }
 
+// A share of a GPU's time: 0 < F <= 1, at least one thousandth.
+StatusOr<uint32_t> ParseComputeShare(const std::string& flag, const std::string& text) {
+  StatusOr<double> share = ParseFraction(text, /*allow_one=*/true);
+  if (!share.ok()) return InvalidArgumentError("--" + flag + ": " + share.status().message());
+  return FractionToMilli(*share);
+}
+
+Status ParseComputeField(const std::string& text, GpuRequest* r) {
+  GPUFRAC_ASSIGN_OR_RETURN(r->compute_milli, ParseComputeShare("gpu-compute", text));
+  if (r->compute_milli >= kMilliPerGpu) {
+    return InvalidArgumentError("--gpu-compute " + text +
+                                " guarantees all of the GPU's time: that is a whole GPU; write "
+                                "--gpus 1");
+  }
+  return OkStatus();
+}
+
+Status ParseComputeLimitField(const std::string& text, GpuRequest* r) {
+  GPUFRAC_ASSIGN_OR_RETURN(r->compute_limit_milli, ParseComputeShare("gpu-compute-limit", text));
+  return OkStatus();
+}
+
+// What the fields say together: a compute share qualifies a shared GPU only, and its limit is
+// not below its request.
+Status CheckCompute(const GpuRequest& r) {
+  if (r.compute_milli == 0 && r.compute_limit_milli == 0) return OkStatus();
+  const char* flag = r.compute_milli ? "--gpu-compute" : "--gpu-compute-limit";
+  if (r.kind == GpuRequest::Kind::kWholeGpus) {
+    return InvalidArgumentError(std::string(flag) +
+                                " is for a share of a GPU (--gpu-memory or --gpu-fraction); "
+                                "whole GPUs have all of their compute");
+  }
+  if (r.kind == GpuRequest::Kind::kMigProfile) {
+    return InvalidArgumentError(std::string(flag) +
+                                " is for a share of a GPU (--gpu-memory or --gpu-fraction); a "
+                                "MIG instance has its own compute slices");
+  }
+  if (r.compute_milli && r.compute_limit_milli && r.compute_limit_milli < r.compute_milli) {
+    return InvalidArgumentError("--gpu-compute-limit " + FormatMilli(r.compute_limit_milli) +
+                                " is below --gpu-compute " + FormatMilli(r.compute_milli) +
+                                "; the limit is the most it may take, at least what it is "
+                                "guaranteed");
+  }
+  return OkStatus();
+}
+
 // The grammar. A new field is one row here (and its member in GpuRequestText).
-constexpr std::array<GpuRequestField, 5> kFields = {{
+constexpr std::array<GpuRequestField, 7> kFields = {{
     {"gpu-memory", "SIZE", "GPU memory, binary units: 4G, 4GiB, 1536Mi (the hard limit)",
      &GpuRequestText::gpu_memory, true, ParseMemoryField},
     {"gpu-fraction", "F", "A share of one GPU's memory, 0 < F < 1 (e.g. 0.25, or 25%)",
@@ -106,6 +152,14 @@ constexpr std::array<GpuRequestField, 5> kFields = {{
      ParseMigProfileField},
     {"gpu-model", "NAME", "Only this GPU model, e.g. A100-80GB", &GpuRequestText::gpu_model, false,
      ParseModelField},
+    {"gpu-compute", "F",
+     "Share of the GPU's time guaranteed when others compete, 0 < F < 1 (default: the memory "
+     "share)",
+     &GpuRequestText::gpu_compute, false, ParseComputeField},
+    {"gpu-compute-limit", "F",
+     "Most of the GPU's time it may take when others are idle, 0 < F <= 1 (default 1, or its "
+     "request where the queue is strict)",
+     &GpuRequestText::gpu_compute_limit, false, ParseComputeLimitField},
 }};
 
 }  // namespace
@@ -195,6 +249,7 @@ StatusOr<GpuRequest> ParseGpuRequest(const GpuRequestText& t) {
         GPUFRAC_RETURN_IF_ERROR(f.parse(t.*f.text, &r));
     }
   }
+  GPUFRAC_RETURN_IF_ERROR(CheckCompute(r));
   return r;
 }
 
@@ -221,6 +276,8 @@ std::string FormatGpuRequest(const GpuRequest& r) {
       break;
   }
   if (!r.gpu_model.empty()) out += " --gpu-model " + r.gpu_model;
+  if (r.compute_milli) out += " --gpu-compute " + FormatMilli(r.compute_milli);
+  if (r.compute_limit_milli) out += " --gpu-compute-limit " + FormatMilli(r.compute_limit_milli);
   return out;
 }
 

@@ -384,19 +384,10 @@ StatusOr<GpuRequest> ParseStoredRequest(std::string_view text) {
     space = text.find(' ');
     std::string value(text.substr(0, space));
     text.remove_prefix(space == std::string_view::npos ? text.size() : space + 1);
-    if (flag == "--gpu-memory") {
-      flags.gpu_memory = value;
-    } else if (flag == "--gpu-fraction") {
-      flags.gpu_fraction = value;
-    } else if (flag == "--gpus") {
-      flags.gpus = value;
-    } else if (flag == "--mig-profile") {
-      flags.mig_profile = value;
-    } else if (flag == "--gpu-model") {
-      flags.gpu_model = value;
-    } else {
-      return InvalidArgumentError("unknown flag " + std::string(flag));
-    }
+    const GpuRequestField* field =
+        flag.substr(0, 2) == "--" ? FindGpuRequestField(flag.substr(2)) : nullptr;
+    if (field == nullptr) return InvalidArgumentError("unknown flag " + std::string(flag));
+    flags.*(field->text) = value;
   }
   return ParseGpuRequest(flags);
 }

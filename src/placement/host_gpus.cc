@@ -51,7 +51,8 @@ std::optional<Request> RequestOnGroup(const GpuRequest& r, const GpuGroup& g) {
           ? ShareForMemory(r.memory_bytes, total, g.context_bytes)
           : ShareForFraction(r.fraction_milli, total, g.context_bytes);
   if (!share) return std::nullopt;
-  p.gpu_milli = share->milli;
+  // The share is of the GPU's time: the compute request when given, else the memory's share.
+  p.gpu_milli = r.compute_milli ? r.compute_milli : share->milli;
   p.gpu_memory_bytes = share->memory_bytes;
   return p;
 }

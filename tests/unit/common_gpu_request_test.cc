@@ -48,7 +48,13 @@ TEST(GpuRequest, PrintsFlagsThatParseBackToTheSameRequest) {
                                                       {.gpu_memory = "1000001"},
                                                       {.gpu_fraction = "0.125"},
                                                       {.gpus = "8", .gpu_model = "H100-80GB"},
-                                                      {.mig_profile = "3g.40gb"}}) {
+                                                      {.mig_profile = "3g.40gb"},
+                                                      {.gpu_memory = "20G", .gpu_compute = "0.3"},
+                                                      {.gpu_fraction = "0.25",
+                                                       .gpu_compute = "10%",
+                                                       .gpu_compute_limit = "0.5"},
+                                                      {.gpu_memory = "8G",
+                                                       .gpu_compute_limit = "1"}}) {
     GpuRequest r = Parse(t);
     std::string flags = FormatGpuRequest(r);
     // Split "--flag value --flag value" back into the text form.
@@ -96,7 +102,9 @@ TEST(GpuRequest, OneTableNamesEveryField) {
   EXPECT_EQ(members.size() * sizeof(std::string), sizeof(GpuRequestText));
   EXPECT_TRUE(GpuRequestText{}.empty());
   EXPECT_EQ(FindGpuRequestField("gpu-mem"), nullptr);
-  EXPECT_EQ(GpuRequestFieldNames(), "gpu-memory, gpu-fraction, gpus, mig-profile, gpu-model");
+  EXPECT_EQ(GpuRequestFieldNames(),
+            "gpu-memory, gpu-fraction, gpus, mig-profile, gpu-model, gpu-compute, "
+            "gpu-compute-limit");
   EXPECT_EQ(Error({}),
             "give exactly one of --gpu-memory SIZE, --gpu-fraction F, --gpus N or --mig-profile "
             "NAME");
@@ -116,6 +124,37 @@ TEST(GpuRequest, MistakesAreOneLineNamingTheFlag) {
     EXPECT_EQ(Error({.mig_profile = bad}).rfind("--mig-profile is", 0), 0u) << bad;
   }
   EXPECT_EQ(Error({.gpus = "1", .gpu_model = "A100 80GB"}).rfind("--gpu-model is", 0), 0u);
+}
+
+TEST(GpuRequest, AComputeShareQualifiesASharedGpuOnly) {
+  GpuRequest r = Parse({.gpu_memory = "20G", .gpu_compute = "0.3", .gpu_compute_limit = "70%"});
+  EXPECT_EQ(r.compute_milli, 300u);
+  EXPECT_EQ(r.compute_limit_milli, 700u);
+  EXPECT_EQ(FormatGpuRequest(r), "--gpu-memory 20GiB --gpu-compute 0.3 --gpu-compute-limit 0.7");
+  // Not given: 0, which the node reads as "the memory share" and "its default limit".
+  EXPECT_EQ(Parse({.gpu_fraction = "0.5"}).compute_milli, 0u);
+  EXPECT_EQ(Parse({.gpu_fraction = "0.5", .gpu_compute_limit = "1"}).compute_limit_milli, 1000u);
+
+  EXPECT_EQ(Error({.gpus = "2", .gpu_compute = "0.5"}),
+            "--gpu-compute is for a share of a GPU (--gpu-memory or --gpu-fraction); whole GPUs "
+            "have all of their compute");
+  EXPECT_EQ(Error({.mig_profile = "1g.10gb", .gpu_compute_limit = "0.5"})
+                .rfind("--gpu-compute-limit is for a share of a GPU", 0),
+            0u);
+  EXPECT_EQ(Error({.gpu_memory = "4G", .gpu_compute = "0.5", .gpu_compute_limit = "0.25"}),
+            "--gpu-compute-limit 0.25 is below --gpu-compute 0.5; the limit is the most it may "
+            "take, at least what it is guaranteed");
+  EXPECT_EQ(Error({.gpu_memory = "4G", .gpu_compute = "1"}),
+            "--gpu-compute 1 guarantees all of the GPU's time: that is a whole GPU; write --gpus "
+            "1");
+  for (const char* bad : {"0", "-0.1", "1.5", "x", "0.0001"}) {
+    EXPECT_EQ(Error({.gpu_memory = "4G", .gpu_compute = bad}).rfind("--gpu-compute: ", 0), 0u)
+        << bad;
+    EXPECT_EQ(Error({.gpu_memory = "4G", .gpu_compute_limit = bad})
+                  .rfind("--gpu-compute-limit: ", 0),
+              0u)
+        << bad;
+  }
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ TEST(Submission, ABodyOfTheWrongShapeSaysWhatToFix) {
   EXPECT_EQ(Error(R"({"request": 1})"), "request must be an object, e.g. {\"gpus\": 1}");
   EXPECT_EQ(Error(R"({"request": {"memory": "4G"}})"),
             "unknown field request.memory (allowed: gpu-memory, gpu-fraction, gpus, mig-profile, "
-            "gpu-model)");
+            "gpu-model, gpu-compute, gpu-compute-limit)");
   EXPECT_EQ(Error(R"({"request": {"gpus": [1]}})"), "request.gpus must be a string or a number");
   EXPECT_EQ(Error(R"({"request": {"gpus": 0}})").rfind("--gpus is \"0\"", 0), 0u);
 }
