@@ -82,6 +82,8 @@ StatusOr<std::string> LimitFileText(const std::string& workload,
     limiter::ParseUuid(g.uuid, g.uuid_bytes);
     g.limit_bytes = gpus[i].limit_bytes;
     g.context_bytes = gpus[i].context_bytes;
+    g.compute_milli = gpus[i].compute_milli;
+    g.compute_limit_milli = gpus[i].compute_limit_milli;
   }
   char text[limiter::kMaxLimitFileBytes];
   size_t len = limiter::FormatLimitConfig(config, text, sizeof(text));

@@ -18,6 +18,9 @@ struct LimitedGpu {
   std::string uuid;  // "GPU-..." or "MIG-...".
   uint64_t limit_bytes = 0;
   uint64_t context_bytes = 0;  // What the limiter charges each CUDA context.
+  // Its share of the GPU's time in thousandths, guaranteed and at most; both 0: not arbitrated.
+  uint32_t compute_milli = 0;
+  uint32_t compute_limit_milli = 0;
 };
 
 // What a limit file says besides the GPUs.

@@ -140,10 +140,10 @@ bool ParseLimitConfig(const char* text, size_t len, LimitConfig* out, char* err,
     line[n] = '\0';
     pos = end + 1;
 
-    char* tok[8];
-    int count = Tokenize(line, tok, 7);
+    char* tok[12];
+    int count = Tokenize(line, tok, 10);
     if (count == 0) continue;
-    if (count > 7) {
+    if (count > 10) {
       snprintf(err, err_len, "line %d has too many fields", line_no);
       return false;
     }
@@ -191,12 +191,13 @@ bool ParseLimitConfig(const char* text, size_t len, LimitConfig* out, char* err,
     } else if (strcmp(tok[0], "quiet") == 0 && count == 2 &&
                (strcmp(tok[1], "0") == 0 || strcmp(tok[1], "1") == 0)) {
       out->quiet = tok[1][0] == '1';
-    } else if (strcmp(tok[0], "gpu") == 0 && (count == 4 || count == 6)) {
+    } else if (strcmp(tok[0], "gpu") == 0 && count >= 4 && count % 2 == 0) {
       if (out->gpu_count == kMaxLimitedGpus) {
         snprintf(err, err_len, "line %d: more than %d gpu lines", line_no, kMaxLimitedGpus);
         return false;
       }
       GpuLimit& g = out->gpus[out->gpu_count];
+      g = GpuLimit{};
       if (!CopyBounded(tok[1], g.uuid, kMaxUuidLen) || !ParseUuid(tok[1], g.uuid_bytes)) {
         snprintf(err, err_len, "line %d: '%s' is not a GPU or MIG UUID", line_no, tok[1]);
         return false;
@@ -211,8 +212,28 @@ bool ParseLimitConfig(const char* text, size_t len, LimitConfig* out, char* err,
         snprintf(err, err_len, "line %d: expected 'limit <bytes>' with bytes > 0", line_no);
         return false;
       }
-      if (count == 6 && (strcmp(tok[4], "context") != 0 || !ParseU64(tok[5], &g.context_bytes))) {
-        snprintf(err, err_len, "line %d: expected 'context <bytes>'", line_no);
+      // Then optional pairs, each at most once and in this order.
+      static const char* const kKeys[] = {"context", "compute", "compute-limit"};
+      uint64_t* const values[] = {&g.context_bytes, &g.compute_milli, &g.compute_limit_milli};
+      int key = 0;
+      for (int t = 4; t < count; t += 2) {
+        while (key < 3 && strcmp(tok[t], kKeys[key]) != 0) ++key;
+        if (key == 3 || !ParseU64(tok[t + 1], values[key])) {
+          snprintf(err, err_len,
+                   "line %d: expected 'context <bytes>', 'compute <thousandths>' or "
+                   "'compute-limit <thousandths>', in that order, after the limit",
+                   line_no);
+          return false;
+        }
+        ++key;
+      }
+      if (g.compute_milli > 1000 || g.compute_limit_milli > 1000 ||
+          (g.compute_milli == 0) != (g.compute_limit_milli == 0) ||
+          g.compute_limit_milli < g.compute_milli) {
+        snprintf(err, err_len,
+                 "line %d: compute and compute-limit go together, 1..1000 thousandths, the limit "
+                 "at least the request",
+                 line_no);
         return false;
       }
       // Budgets are signed 44-bit quantities in shared memory (see budget.h).
@@ -345,11 +366,18 @@ size_t FormatLimitConfig(const LimitConfig& config, char* buf, size_t buf_len) {
   }
   for (int i = 0; i < config.gpu_count; ++i) {
     const GpuLimit& g = config.gpus[i];
-    if (!append(snprintf(buf + used, buf_len - used, "gpu %s limit %llu context %llu\n", g.uuid,
+    if (!append(snprintf(buf + used, buf_len - used, "gpu %s limit %llu context %llu", g.uuid,
                          static_cast<unsigned long long>(g.limit_bytes),
                          static_cast<unsigned long long>(g.context_bytes)))) {
       return 0;
     }
+    if (g.compute_milli != 0 &&
+        !append(snprintf(buf + used, buf_len - used, " compute %llu compute-limit %llu",
+                         static_cast<unsigned long long>(g.compute_milli),
+                         static_cast<unsigned long long>(g.compute_limit_milli)))) {
+      return 0;
+    }
+    if (!append(snprintf(buf + used, buf_len - used, "\n"))) return 0;
   }
   return used;
 }

@@ -8,8 +8,9 @@
 //   advisory 0|1                   1: written by the workload's own user (see LoadLimitFile)
 //   budgets <dir>                  where the launcher made the budgets (absolute); without it,
 //                                  the limiter makes them itself in /dev/shm (containers)
-//   gpu <uuid> limit <bytes> context <bytes>
-// <uuid> is the device's GPU-... or MIG-... UUID. Every field is required except quiet/context.
+//   gpu <uuid> limit <bytes> context <bytes> compute <milli> compute-limit <milli>
+// <uuid> is the device's GPU-... or MIG-... UUID. Every field is required except quiet, context
+// and the compute pair (thousandths of the GPU's time: guaranteed, and at most; both or neither).
 #pragma once
 
 #include <cstddef>
@@ -33,6 +34,10 @@ struct GpuLimit {
   unsigned char uuid_bytes[16];  // the 16 bytes the driver reports, parsed from uuid
   uint64_t limit_bytes;
   uint64_t context_bytes;
+  // The workload's share of the GPU's time in thousandths: guaranteed when others compete, and
+  // the most it may take; both 0 when its compute is not arbitrated.
+  uint64_t compute_milli;
+  uint64_t compute_limit_milli;
 };
 
 struct LimitConfig {

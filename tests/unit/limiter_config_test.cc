@@ -222,6 +222,34 @@ TEST(LimitConfigTest, AFileOfTheWorkloadsOwnUserIsOnlyAdvisoryAndOnlyWithoutASys
   }
 }
 
+TEST(LimitConfigTest, CarriesAComputeShareWithItsLimit) {
+  const std::string uuid(kUuid);
+  const std::string text = "gpufrac-limits 1\nworkload w\ngpu " + uuid +
+                           " limit 10 context 5 compute 250 compute-limit 1000\ngpu "
+                           "MIG-11111111-2222-3333-4444-555555555555 limit 7\n";
+  LimitConfig c;
+  char err[256] = "";
+  ASSERT_TRUE(ParseLimitConfig(text.data(), text.size(), &c, err, sizeof(err))) << err;
+  EXPECT_EQ(c.gpus[0].compute_milli, 250u);
+  EXPECT_EQ(c.gpus[0].compute_limit_milli, 1000u);
+  EXPECT_EQ(c.gpus[1].compute_milli, 0u);  // not arbitrated
+  char buf[1024];
+  size_t n = FormatLimitConfig(c, buf, sizeof(buf));
+  ASSERT_GT(n, 0u);
+  EXPECT_NE(std::string(buf, n).find(" compute 250 compute-limit 1000\n"), std::string::npos);
+  LimitConfig back;
+  ASSERT_TRUE(ParseLimitConfig(buf, n, &back, err, sizeof(err))) << err;
+  EXPECT_EQ(back.gpus[0].compute_limit_milli, 1000u);
+
+  const std::string head = "gpufrac-limits 1\nworkload w\ngpu " + uuid + " limit 10 ";
+  for (const char* bad :
+       {"compute 250", "compute 300 compute-limit 200", "compute 0 compute-limit 500",
+        "compute 1001 compute-limit 1001", "compute-limit 500 compute 250", "context 1 context 2",
+        "compute x compute-limit 5"}) {
+    EXPECT_NE(ParseError(head + bad + "\n").find("line 3"), std::string::npos) << bad;
+  }
+}
+
 // Loads `path` as uid 65534 from inside a user namespace it made, in which it is root (as
 // `unshare -Ur` does). Returns "" when it loads, else the error ("setup" when the namespace
 // cannot be made).
