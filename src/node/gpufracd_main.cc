@@ -60,6 +60,7 @@ struct Flags {
   std::vector<int> whole_gpus;
   double starvation_seconds = 600;
   int kill_grace_seconds = 10;
+  std::string compute_policy = "fair";
   bool verbose = false;
 };
 
@@ -176,6 +177,11 @@ int Run(const Flags& f) {
   config.scheduler.policy = f.policy;
   config.scheduler.starvation_ms = static_cast<int64_t>(f.starvation_seconds * 1000);
   config.kill_grace_seconds = f.kill_grace_seconds;
+  if (auto policy = ParseComputePolicy(f.compute_policy)) {
+    config.compute_policy = *policy;
+  } else {
+    return Fail("--gpu-compute-policy " + f.compute_policy + ": expected fair, strict or off");
+  }
   config.max_pending_per_user = f.max_pending_per_user;
   for (auto [text, flag, out] :
        {std::tuple{&f.max_pending_bytes_per_user, "--max-pending-bytes-per-user",
@@ -312,6 +318,10 @@ int main(int argc, char** argv) {
                  "TCP callers may run jobs only as members of this group (instead of "
                  "--tcp-users)");
   app.add_option("--queues", f.queues, "Queue file (YAML, see docs/node-service.md)");
+  app.add_option("--gpu-compute-policy", f.compute_policy,
+                 "How a shared GPU's time is divided: fair (a job may use idle time up to its "
+                 "--gpu-compute-limit, default 1), strict (the limit defaults to its request) or "
+                 "off (the GPU's own equal time-slicing); queues may override it (default fair)");
   app.add_option("--sim", f.sim,
                  "Simulated GPUs instead of this machine's, e.g. 2xH100-80GB,1xA30-24GB");
   app.add_option("--admin-group", f.admin_group, "Members see and cancel every user's jobs");

@@ -47,8 +47,13 @@ uint64_t JobTextBytes(const std::vector<std::string>& command, const std::vector
 struct GpuShare {
   int index = 0;              // NVML index on this node.
   std::string uuid;           // "GPU-..." (what CUDA_VISIBLE_DEVICES gets).
-  uint32_t milli = 0;         // Share of the GPU in thousandths (1000 = all of it).
+  // Share of the GPU in thousandths (1000 = all of it): of its time, the job's compute request
+  // (by default its memory's share).
+  uint32_t milli = 0;
   uint64_t memory_bytes = 0;  // Memory limit on this GPU (the limiter enforces it).
+  // The most of the GPU's time it may take, in thousandths; 0 when its compute is not
+  // arbitrated (whole GPUs, MIG, --gpu-compute-policy off). Set when it starts.
+  uint32_t compute_limit_milli = 0;
   friend bool operator==(const GpuShare&, const GpuShare&) = default;
 };
 

@@ -63,7 +63,8 @@ JobWire JobWire::Of(const Job& job, const std::string& wait_reason) {
   w.started_ms = job.started_ms;
   w.ended_ms = job.ended_ms;
   for (const GpuShare& g : job.gpus) {
-    w.gpus.push_back({g.index, g.uuid, g.milli / 1000.0, g.memory_bytes});
+    w.gpus.push_back(
+        {g.index, g.uuid, g.milli / 1000.0, g.memory_bytes, g.compute_limit_milli / 1000.0});
   }
   w.cancel_requested = job.cancel_requested;
   if (IsFinal(job.state)) {
@@ -81,7 +82,8 @@ json JobWire::ToJson() const {
     gpu_list.push_back({{"index", g.index},
                         {"uuid", g.uuid},
                         {"share", g.share},
-                        {"memory_limit", g.memory_limit}});
+                        {"memory_limit", g.memory_limit},
+                        {"compute_limit", g.compute_limit}});
   }
   json j = {{"id", id},
             {"name", name},
@@ -135,6 +137,7 @@ StatusOr<JobWire> JobWire::FromJson(const json& j) {
       GPUFRAC_RETURN_IF_ERROR(Read(g, "uuid", &gpu.uuid, false));
       GPUFRAC_RETURN_IF_ERROR(Read(g, "share", &gpu.share, false));
       GPUFRAC_RETURN_IF_ERROR(Read(g, "memory_limit", &gpu.memory_limit, false));
+      GPUFRAC_RETURN_IF_ERROR(Read(g, "compute_limit", &gpu.compute_limit, false));
       w.gpus.push_back(std::move(gpu));
     }
   }

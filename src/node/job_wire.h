@@ -20,8 +20,9 @@ struct JobWire {
   struct Gpu {
     int index = 0;
     std::string uuid;
-    double share = 0;           // Of the GPU, 0..1.
+    double share = 0;           // Of the GPU, 0..1 (of its time: the compute request).
     uint64_t memory_limit = 0;  // Bytes.
+    double compute_limit = 0;   // The most of the GPU's time it may take; 0: not arbitrated.
   };
 
   int64_t id = 0;

@@ -97,7 +97,8 @@ StatusOr<QueueConfig> ParseQueueConfig(const std::string& yaml, const std::strin
   std::set<std::string> names;
   for (const YAML::Node& q : queues) {
     if (!q.IsMap()) return check.Error(q, "each queue must be a map with a name");
-    GPUFRAC_RETURN_IF_ERROR(check.OnlyKeys(q, {"name", "default", "quota"}, "a queue"));
+    GPUFRAC_RETURN_IF_ERROR(
+        check.OnlyKeys(q, {"name", "default", "quota", "compute"}, "a queue"));
     QueueSpec spec;
     if (!q["name"] || !q["name"].IsScalar() || !ValidQueueName(q["name"].Scalar())) {
       return check.Error(q, "a queue needs a name of 1 to 63 characters from a-z, 0-9, _ and -");
@@ -123,6 +124,14 @@ StatusOr<QueueConfig> ParseQueueConfig(const std::string& yaml, const std::strin
                                            "e.g. 0.5");
       }
       spec.quota = quota;
+    }
+    if (q["compute"]) {
+      const YAML::Node compute = q["compute"];
+      spec.compute = compute.IsScalar() ? ParseComputePolicy(compute.Scalar()) : std::nullopt;
+      if (!spec.compute) {
+        return check.Error(compute, "compute of queue " + spec.name +
+                                        " must be fair, strict or off");
+      }
     }
     config.queues.push_back(std::move(spec));
   }

@@ -8,15 +8,19 @@
 //       quota: 0.5                # at most half of the node's GPU capacity in use at once
 //     - name: batch
 //       default: {gpus: 1}
+//       compute: strict           # its jobs never take more GPU time than they ask for
 //
-// A queue's quota is a share of the node's GPU capacity (1 = no limit, the default).
+// A queue's quota is a share of the node's GPU capacity (1 = no limit, the default). Its compute
+// policy (compute_policy.h) is the node's unless it says otherwise.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/gpu_request.h"
 #include "common/status.h"
+#include "node/compute_policy.h"
 
 namespace gpufrac::node {
 
@@ -24,6 +28,7 @@ struct QueueSpec {
   std::string name;            // 1..63 of [a-z0-9_-], unique.
   GpuRequest default_request;  // For jobs submitted without a request.
   double quota = 1;            // In (0, 1].
+  std::optional<ComputePolicy> compute;  // Unset: the node's (--gpu-compute-policy).
 };
 
 struct QueueConfig {

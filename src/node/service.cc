@@ -515,6 +515,13 @@ void Service::ScheduleAndLaunch() {
   }
 }
 
+ComputePolicy Service::QueueComputePolicy(const std::string& queue) const {
+  for (const QueueSpec& q : config_.queues.queues) {
+    if (q.name == queue && q.compute) return *q.compute;
+  }
+  return config_.compute_policy;
+}
+
 std::optional<unsigned> Service::MigInstanceId(const GpuShare& share) const {
   if (mig_hardware_.backend() == nullptr) return std::nullopt;
   auto instances = mig_hardware_.backend()->List(share.index);
@@ -539,7 +546,11 @@ LaunchSpec Service::MakeLaunchSpec(const Job& job) const {
     for (const NodeGpu& g : config_.inventory.gpus) {
       if (g.index == share.index) context = g.context_bytes;
     }
-    spec.gpus.push_back({share.uuid, share.memory_bytes, context});
+    spec.gpus.push_back({.uuid = share.uuid,
+                         .limit_bytes = share.memory_bytes,
+                         .context_bytes = context,
+                         .compute_milli = share.compute_limit_milli ? share.milli : 0,
+                         .compute_limit_milli = share.compute_limit_milli});
   }
   std::vector<FencedGpu> fenced;
   for (const GpuShare& share : job.gpus) {
@@ -572,6 +583,10 @@ void Service::Launch(Job& job, const StartDecision& decision) {
   Job starting = job;
   starting.state = JobState::kStarting;
   starting.gpus = decision.gpus;
+  const ComputePolicy policy = QueueComputePolicy(job.spec.queue);
+  for (GpuShare& g : starting.gpus) {
+    g.compute_limit_milli = ComputeLimitMilli(job.spec.request, g.milli, policy);
+  }
   if (Status s = store_->Update(starting); !s.ok()) {
     LogStoreFailure(job.id, s);
     ReleaseShares(job.id);

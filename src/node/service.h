@@ -40,6 +40,8 @@ struct ServiceConfig {
   std::string shim_path;         // gpufrac-shim, absolute.
   std::string limiter_path;      // libgpufrac.so, absolute.
   int kill_grace_seconds = 10;   // Cancel: SIGTERM, then SIGKILL after this long.
+  // How shared GPUs' time is divided, for queues that do not say (compute_policy.h).
+  ComputePolicy compute_policy = ComputePolicy::kFair;
   // What one user may have waiting, so that no user can fill the disk or the queues for others
   // (root is not limited): pending jobs, and the bytes of their commands, environments, working
   // directories and names; and the bytes of any one job.
@@ -135,6 +137,8 @@ class Service {
   // The id of the MIG GPU instance whose UUID `share` holds; nullopt when the driver does not
   // list it.
   std::optional<unsigned> MigInstanceId(const GpuShare& share) const;
+  // The compute policy of queue `queue`: its own, else the node's.
+  ComputePolicy QueueComputePolicy(const std::string& queue) const;
   int64_t NowMs() const;
 
   ServiceConfig config_;

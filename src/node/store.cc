@@ -331,7 +331,8 @@ std::string EncodeGpus(const std::vector<GpuShare>& gpus) {
     array.push_back({{"index", g.index},
                      {"uuid", StringToJson(g.uuid)},
                      {"milli", g.milli},
-                     {"memory_bytes", g.memory_bytes}});
+                     {"memory_bytes", g.memory_bytes},
+                     {"compute_limit_milli", g.compute_limit_milli}});
   }
   return Dump(array);
 }
@@ -366,6 +367,11 @@ bool DecodeGpus(std::string_view text, std::vector<GpuShare>* out) {
     if (!JsonToInt(element, "index", &g.index) || uuid == element.end() ||
         !JsonToString(*uuid, &g.uuid) || !JsonToInt(element, "milli", &g.milli) ||
         !JsonToInt(element, "memory_bytes", &g.memory_bytes)) {
+      return false;
+    }
+    // Absent in rows written before compute shares: not arbitrated.
+    if (element.contains("compute_limit_milli") &&
+        !JsonToInt(element, "compute_limit_milli", &g.compute_limit_milli)) {
       return false;
     }
   }

@@ -590,6 +590,51 @@ TEST(NodeService, AJobCannotReachTheOtherGpusDeviceNodes) {
   EXPECT_NE(out.find("nvidia5: Operation not permitted"), std::string::npos) << out;
 }
 
+// Compute is a second dimension of a GPU's capacity: requests of a GPU's time never add up to
+// more than the GPU, even where its memory would hold another job.
+TEST(NodeService, ComputeRequestsNeverOverbookAGpusTime) {
+  Daemon d("1xH100-80GB");
+  const std::vector<std::string> wait = {"sh", "-c", "sleep 30"};
+  int64_t big = d.Submit(wait, {{"gpu-memory", "40G"}, {"gpu-compute", "0.8"}}).body["id"];
+  d.WaitFor(big, "running");
+  int64_t fits = d.Submit(wait, {{"gpu-memory", "8G"}, {"gpu-compute", "20%"}}).body["id"];
+  json small = d.WaitFor(fits, "running");
+  int64_t over = d.Submit(wait, {{"gpu-memory", "8G"}, {"gpu-compute", "0.3"}}).body["id"];
+  EXPECT_EQ(small["gpus"][0]["share"], 0.2) << small.dump();
+  EXPECT_EQ(small["gpus"][0]["compute_limit"], 1.0) << small.dump();  // fair: idle time is its
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(d.Job(over)["state"], "pending");
+  json status = d.Get("/v1/status").body;
+  EXPECT_EQ(status["gpus"][0]["allocated_share"], 1.0) << status.dump();
+  EXPECT_EQ(status["gpus"][0]["allocated_memory"], 48LL << 30) << status.dump();
+  ASSERT_EQ(d.Cli({"cancel", std::to_string(big)}).status, 0);
+  EXPECT_EQ(d.WaitFor(over, "running")["gpus"][0]["share"], 0.3);
+}
+
+// What the job's limiter is told: its share of the GPU's time and the most it may take, by the
+// node's policy, its queue's, or its own limit.
+TEST(NodeService, AJobsLimitFileCarriesItsComputeShare) {
+  Daemon d("1xH100-80GB", {},
+           "version: 1\nqueues:\n  - name: fair\n    default: {gpus: 1}\n"
+           "  - name: strict\n    default: {gpus: 1}\n    compute: strict\n");
+  auto limits_of = [&](const std::string& queue, json request) {
+    int64_t id =
+        d.Submit({"sh", "-c", "grep '^gpu ' \"$GPUFRAC_LIMIT_FILE\""}, request, queue).body["id"];
+    EXPECT_EQ(d.WaitFor(id, "final")["state"], "succeeded");
+    return d.Cli({"logs", std::to_string(id)}).out;
+  };
+  EXPECT_NE(limits_of("fair", {{"gpu-fraction", 0.25}}).find(" compute 250 compute-limit 1000\n"),
+            std::string::npos);
+  EXPECT_NE(limits_of("strict", {{"gpu-fraction", 0.25}}).find(" compute 250 compute-limit 250\n"),
+            std::string::npos);
+  EXPECT_NE(limits_of("strict", {{"gpu-memory", "8G"}, {"gpu-compute", 0.1},
+                                 {"gpu-compute-limit", 0.5}})
+                .find(" compute 100 compute-limit 500\n"),
+            std::string::npos);
+  // A whole GPU is not arbitrated.
+  EXPECT_EQ(limits_of("fair", {{"gpus", 1}}).find(" compute "), std::string::npos);
+}
+
 TEST(NodeService, CancelEndsARunningJobAndFreesItsShare) {
   Daemon d("1xH100-80GB");
   int64_t id = d.Submit({"sh", "-c", "trap '' TERM; sleep 30"}, {{"gpu-fraction", 0.5}}).body["id"];
