@@ -25,6 +25,7 @@ queues:
   - name: batch
     default: {gpus: 2, gpu-model: H100-80GB}
   - name: scavenger
+    compute: strict
 )",
                                              "queues.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -36,6 +37,8 @@ queues:
   EXPECT_EQ(c->queues[1].default_request.gpu_model, "H100-80GB");
   EXPECT_DOUBLE_EQ(c->queues[1].quota, 1);
   EXPECT_EQ(c->queues[2].default_request, DefaultQueueConfig().queues[0].default_request);
+  EXPECT_FALSE(c->queues[0].compute.has_value());  // the node's policy
+  EXPECT_EQ(c->queues[2].compute, ComputePolicy::kStrict);
 }
 
 TEST(QueueConfig, MistakesNameTheFileAndLine) {
@@ -43,7 +46,10 @@ TEST(QueueConfig, MistakesNameTheFileAndLine) {
             "queues.yaml:4: quota of queue a must be a share of the node's GPUs in (0, 1], e.g. "
             "0.5");
   EXPECT_EQ(Error("version: 1\nqueues:\n  - name: a\n    qouta: 0.5\n"),
-            "queues.yaml:4: unknown key \"qouta\" in a queue (allowed: default, name, quota)");
+            "queues.yaml:4: unknown key \"qouta\" in a queue (allowed: compute, default, name, "
+            "quota)");
+  EXPECT_EQ(Error("version: 1\nqueues:\n  - name: a\n    compute: greedy\n"),
+            "queues.yaml:4: compute of queue a must be fair, strict or off");
   EXPECT_EQ(Error("version: 1\nqueues:\n  - name: a\n  - name: a\n"),
             "queues.yaml:4: queue a is defined twice");
   EXPECT_EQ(Error("version: 1\nqueues:\n  - name: a\n    default: {gpu-fraction: 1}\n"),
