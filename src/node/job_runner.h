@@ -39,6 +39,10 @@
 
 namespace gpufrac::node {
 
+// How much of a job's output (stdout and stderr together) its logs keep when nothing says
+// otherwise; also what the shim assumes for a spec written before the limit existed.
+inline constexpr uint64_t kDefaultMaxLogBytes = uint64_t{1} << 30;
+
 struct LaunchSpec {
   std::string job_dir;   // Created by Prepare (its parent must exist); must not exist yet.
   std::string workload;  // Names the limiter's budgets; [A-Za-z0-9_.-], at most 63 characters.
@@ -53,7 +57,10 @@ struct LaunchSpec {
   // Device nodes the job may not open: the node's other GPUs (enforced by the job's cgroup when
   // the service runs as root).
   std::vector<launch::DeviceNode> denied_devices;
-  int kill_grace_seconds = 10;           // SIGTERM -> SIGKILL on cancel.
+  int kill_grace_seconds = 10;  // SIGTERM -> SIGKILL on cancel.
+  // Bytes of output (stdout and stderr together) the logs keep; more is read and dropped, and a
+  // line in stderr.log says so. At least 1.
+  uint64_t max_log_bytes = kDefaultMaxLogBytes;
 };
 
 // How the job ended, as JOB_DIR/outcome records it.

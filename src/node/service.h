@@ -40,6 +40,8 @@ struct ServiceConfig {
   std::string shim_path;         // gpufrac-shim, absolute.
   std::string limiter_path;      // libgpufrac.so, absolute.
   int kill_grace_seconds = 10;   // Cancel: SIGTERM, then SIGKILL after this long.
+  // Bytes of output one job's logs keep (stdout and stderr together); the rest is dropped.
+  uint64_t max_log_bytes = kDefaultMaxLogBytes;
   // What one user may have waiting, so that no user can fill the disk or the queues for others
   // (root is not limited): pending jobs, and the bytes of their commands, environments, working
   // directories and names; and the bytes of any one job.

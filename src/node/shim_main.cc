@@ -48,6 +48,8 @@ struct ShimSpec {
   gid_t gid = 0;
   int grace_seconds = 10;
   std::string cgroup;  // The job's cgroup directory; "" when it has none.
+  // Kept bytes of output; a spec written before the cap existed has none and gets the default.
+  uint64_t max_log_bytes = kDefaultMaxLogBytes;
 };
 
 std::string g_dir;
@@ -127,7 +129,9 @@ int ReadSpec(ShimSpec* spec) {
             !spec->command.empty() && j.contains("env") && strings(j["env"], &spec->env) &&
             j.contains("cwd") && j["cwd"].is_string() && j.contains("uid") &&
             j["uid"].is_number_unsigned() && j.contains("gid") && j["gid"].is_number_unsigned() &&
-            j.contains("grace") && j["grace"].is_number_integer();
+            j.contains("grace") && j["grace"].is_number_integer() &&
+            (!j.contains("max_log_bytes") ||
+             (j["max_log_bytes"].is_number_unsigned() && j["max_log_bytes"].get<uint64_t>() > 0));
   if (!ok) {
     Complain(path + " is not a job spec this gpufrac-shim understands");
     return EINVAL;
@@ -137,6 +141,7 @@ int ReadSpec(ShimSpec* spec) {
   spec->gid = j["gid"].get<gid_t>();
   spec->grace_seconds = j["grace"].get<int>();
   if (j.contains("cgroup") && j["cgroup"].is_string()) spec->cgroup = j["cgroup"].get<std::string>();
+  if (j.contains("max_log_bytes")) spec->max_log_bytes = j["max_log_bytes"].get<uint64_t>();
   return 0;
 }
 
