@@ -11,13 +11,14 @@
 //   2. The service records the shim (pid + start time) in its store as running.
 //   3. Release: writes the go-ahead. The shim then forks the job: a new session, the user's
 //      uid/gid/groups, the user's cwd and environment plus LD_PRELOAD=libgpufrac.so,
-//      GPUFRAC_LIMIT_FILE and CUDA_VISIBLE_DEVICES=<uuids>, stdout/stderr to JOB_DIR's logs.
+//      GPUFRAC_LIMIT_FILE and CUDA_VISIBLE_DEVICES=<uuids>, stdout and stderr pipes that the
+//      shim relays into JOB_DIR's logs, keeping at most max_log_bytes (node/output_relay.h).
 //
 // If the service dies before 3, the pipe closes and the shim exits writing "not-started" (the
 // job may be started again). The job joins its cgroup before it drops privileges. When the job's
 // main process ends, the shim kills what is left of its process group and of its cgroup (so
-// nothing, not even a process that left the session, keeps using the GPU share), writes the
-// outcome atomically
+// nothing, not even a process that left the session, keeps using the GPU share), relays what
+// remains in the pipes (waiting at most 2 s for them to close), writes the outcome atomically
 // (write + fsync + rename) and exits. Cancelling sends SIGTERM to the shim, which passes it to
 // the job's process group and sends SIGKILL after the grace period.
 #pragma once
