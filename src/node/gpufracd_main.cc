@@ -51,6 +51,7 @@ struct Flags {
   size_t max_pending_per_user = 1000;
   std::string max_pending_bytes_per_user = "64M";
   std::string max_job_bytes = "256K";
+  std::string max_log_bytes = "1G";
   std::string tcp_users = "1000-60000";
   std::string tcp_group;
   std::string queues;
@@ -186,7 +187,8 @@ int Run(const Flags& f) {
   for (auto [text, flag, out] :
        {std::tuple{&f.max_pending_bytes_per_user, "--max-pending-bytes-per-user",
                    &config.max_pending_bytes_per_user},
-        std::tuple{&f.max_job_bytes, "--max-job-bytes", &config.max_job_bytes}}) {
+        std::tuple{&f.max_job_bytes, "--max-job-bytes", &config.max_job_bytes},
+        std::tuple{&f.max_log_bytes, "--max-log-bytes", &config.max_log_bytes}}) {
     StatusOr<uint64_t> bytes = ParseSize(*text);
     if (!bytes.ok() || *bytes == 0) {
       return Fail(std::string(flag) + " " + *text + ": write a size such as 256K or 64M");
@@ -342,6 +344,9 @@ int main(int argc, char** argv) {
                  "Bytes of command and environment one user may have waiting (default 64M)");
   app.add_option("--max-job-bytes", f.max_job_bytes,
                  "Bytes of command, environment, cwd and name one job may take (default 256K)");
+  app.add_option("--max-log-bytes", f.max_log_bytes,
+                 "Bytes of output (stdout and stderr together) one job's logs keep; the rest is "
+                 "dropped (default 1G)");
   app.add_flag("--verbose", f.verbose, "Log every job start and end");
   try {
     app.parse(argc, argv);

@@ -66,6 +66,9 @@ Status Validate(const LaunchSpec& spec) {
   if (spec.kill_grace_seconds < 0) {
     return InvalidArgumentError("the kill grace period cannot be negative");
   }
+  if (spec.max_log_bytes == 0) {
+    return InvalidArgumentError("the job's logs must be allowed at least one byte");
+  }
   if (geteuid() != 0 && spec.uid != geteuid()) {
     return PermissionDeniedError("the service runs as uid " + std::to_string(geteuid()) +
                                  " and can start jobs only as that user, not as uid " +
@@ -156,6 +159,7 @@ Status WriteJobDir(const LaunchSpec& spec, const std::string& limits_text,
       {"uid", spec.uid},
       {"gid", spec.gid},
       {"grace", spec.kill_grace_seconds},
+      {"max_log_bytes", spec.max_log_bytes},
       {"cgroup", cgroup_dir},
   };
   // The spec holds the user's environment: only the service (and its shim) may read it.

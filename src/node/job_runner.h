@@ -11,13 +11,14 @@
 //   2. The service records the shim (pid + start time) in its store as running.
 //   3. Release: writes the go-ahead. The shim then forks the job: a new session, the user's
 //      uid/gid/groups, the user's cwd and environment plus LD_PRELOAD=libgpufrac.so,
-//      GPUFRAC_LIMIT_FILE and CUDA_VISIBLE_DEVICES=<uuids>, stdout/stderr to JOB_DIR's logs.
+//      GPUFRAC_LIMIT_FILE and CUDA_VISIBLE_DEVICES=<uuids>, stdout and stderr pipes that the
+//      shim relays into JOB_DIR's logs, keeping at most max_log_bytes (node/output_relay.h).
 //
 // If the service dies before 3, the pipe closes and the shim exits writing "not-started" (the
 // job may be started again). The job joins its cgroup before it drops privileges. When the job's
 // main process ends, the shim kills what is left of its process group and of its cgroup (so
-// nothing, not even a process that left the session, keeps using the GPU share), writes the
-// outcome atomically
+// nothing, not even a process that left the session, keeps using the GPU share), relays what
+// remains in the pipes (waiting at most 2 s for them to close), writes the outcome atomically
 // (write + fsync + rename) and exits. Cancelling sends SIGTERM to the shim, which passes it to
 // the job's process group and sends SIGKILL after the grace period.
 #pragma once
@@ -39,6 +40,10 @@
 
 namespace gpufrac::node {
 
+// How much of a job's output (stdout and stderr together) its logs keep when nothing says
+// otherwise; also what the shim assumes for a spec written before the limit existed.
+inline constexpr uint64_t kDefaultMaxLogBytes = uint64_t{1} << 30;
+
 struct LaunchSpec {
   std::string job_dir;   // Created by Prepare (its parent must exist); must not exist yet.
   std::string workload;  // Names the limiter's budgets; [A-Za-z0-9_.-], at most 63 characters.
@@ -53,7 +58,10 @@ struct LaunchSpec {
   // Device nodes the job may not open: the node's other GPUs (enforced by the job's cgroup when
   // the service runs as root).
   std::vector<launch::DeviceNode> denied_devices;
-  int kill_grace_seconds = 10;           // SIGTERM -> SIGKILL on cancel.
+  int kill_grace_seconds = 10;  // SIGTERM -> SIGKILL on cancel.
+  // Bytes of output (stdout and stderr together) the logs keep; more is read and dropped, and a
+  // line in stderr.log says so. At least 1.
+  uint64_t max_log_bytes = kDefaultMaxLogBytes;
 };
 
 // How the job ended, as JOB_DIR/outcome records it.

@@ -574,6 +574,7 @@ LaunchSpec Service::MakeLaunchSpec(const Job& job) const {
   }
   spec.limiter_path = config_.limiter_path;
   spec.kill_grace_seconds = config_.kill_grace_seconds;
+  spec.max_log_bytes = config_.max_log_bytes;
   return spec;
 }
 

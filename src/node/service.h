@@ -42,6 +42,8 @@ struct ServiceConfig {
   int kill_grace_seconds = 10;   // Cancel: SIGTERM, then SIGKILL after this long.
   // How shared GPUs' time is divided, for queues that do not say (compute_policy.h).
   ComputePolicy compute_policy = ComputePolicy::kFair;
+  // Bytes of output one job's logs keep (stdout and stderr together); the rest is dropped.
+  uint64_t max_log_bytes = kDefaultMaxLogBytes;
   // What one user may have waiting, so that no user can fill the disk or the queues for others
   // (root is not limited): pending jobs, and the bytes of their commands, environments, working
   // directories and names; and the bytes of any one job.

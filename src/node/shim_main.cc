@@ -1,6 +1,7 @@
 // gpufrac-shim JOB_DIR: the supervisor of one job. Waits for the service's go-ahead on fd 3, runs
-// the job as its user, passes cancellation on to the job's process group, and records how the
-// job ended in JOB_DIR/outcome (the protocol is described in job_runner.h).
+// the job as its user, relays its output into its logs, passes cancellation on to the job's
+// process group, and records how the job ended in JOB_DIR/outcome (the protocol is described in
+// job_runner.h).
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -27,6 +28,7 @@
 
 #include "launch/cgroup.h"
 #include "node/job_runner.h"
+#include "node/output_relay.h"
 #include "proc/process_group.h"
 #include "proc/process_identity.h"
 
@@ -38,6 +40,10 @@ namespace {
 constexpr int kGoAheadFd = 3;
 // After the job's main process ends, how long the rest of its group may take to die.
 constexpr int kGroupExitWaitMs = 10000;
+// After the job is killed, how long its output may take to reach the logs. Only a process that
+// escaped both the group and the cgroup (a non-root service has none) can hold a pipe open that
+// long; what it writes later is not kept.
+constexpr int kOutputDrainMs = 2000;
 
 // What the runner wrote into JOB_DIR/spec.json (job_runner.cc).
 struct ShimSpec {
@@ -48,6 +54,8 @@ struct ShimSpec {
   gid_t gid = 0;
   int grace_seconds = 10;
   std::string cgroup;  // The job's cgroup directory; "" when it has none.
+  // Kept bytes of output; a spec written before the cap existed has none and gets the default.
+  uint64_t max_log_bytes = kDefaultMaxLogBytes;
 };
 
 std::string g_dir;
@@ -127,7 +135,9 @@ int ReadSpec(ShimSpec* spec) {
             !spec->command.empty() && j.contains("env") && strings(j["env"], &spec->env) &&
             j.contains("cwd") && j["cwd"].is_string() && j.contains("uid") &&
             j["uid"].is_number_unsigned() && j.contains("gid") && j["gid"].is_number_unsigned() &&
-            j.contains("grace") && j["grace"].is_number_integer();
+            j.contains("grace") && j["grace"].is_number_integer() &&
+            (!j.contains("max_log_bytes") ||
+             (j["max_log_bytes"].is_number_unsigned() && j["max_log_bytes"].get<uint64_t>() > 0));
   if (!ok) {
     Complain(path + " is not a job spec this gpufrac-shim understands");
     return EINVAL;
@@ -136,7 +146,9 @@ int ReadSpec(ShimSpec* spec) {
   spec->uid = j["uid"].get<uid_t>();
   spec->gid = j["gid"].get<gid_t>();
   spec->grace_seconds = j["grace"].get<int>();
-  if (j.contains("cgroup") && j["cgroup"].is_string()) spec->cgroup = j["cgroup"].get<std::string>();
+  if (j.contains("cgroup") && j["cgroup"].is_string())
+    spec->cgroup = j["cgroup"].get<std::string>();
+  if (j.contains("max_log_bytes")) spec->max_log_bytes = j["max_log_bytes"].get<uint64_t>();
   return 0;
 }
 
@@ -163,21 +175,31 @@ struct Started {
   int error = 0;  // errno of the failed start when pid < 0.
 };
 
-// Runs the job in its own session as its user. Only returns success once the command has been
-// exec'd, so a failure is reported with its errno rather than as an exit code.
-Started StartJob(const ShimSpec& spec) {
+// Runs the job in its own session as its user, its stdout and stderr the pipes of `relay`. Only
+// returns success once the command has been exec'd, so a failure is reported with its errno
+// rather than as an exit code.
+Started StartJob(const ShimSpec& spec, OutputRelay* relay) {
   auto open_log = [](const char* name) {
     return openat(g_dir_fd, name, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
   };
   int out = open_log(JobRunner::kStdout);
   int err = open_log(JobRunner::kStderr);
-  int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  int report[2] = {-1, -1};
-  if (out < 0 || err < 0 || in < 0 || pipe2(report, O_CLOEXEC) != 0) {
+  if (out < 0 || err < 0) {
     int error = errno;
-    for (int fd : {out, err, in}) {
+    for (int fd : {out, err}) {
       if (fd >= 0) close(fd);
     }
+    return {-1, error};
+  }
+  // The job gets pipes, never the logs themselves: it could write past any cap through those.
+  if (int error = relay->Open(out, err, spec.max_log_bytes); error != 0) return {-1, error};
+  out = relay->job_end(OutputRelay::kStdout);
+  err = relay->job_end(OutputRelay::kStderr);
+  int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int report[2] = {-1, -1};
+  if (in < 0 || pipe2(report, O_CLOEXEC) != 0) {
+    int error = errno;
+    if (in >= 0) close(in);
     return {-1, error};
   }
   const bool root = geteuid() == 0;
@@ -240,8 +262,7 @@ Started StartJob(const ShimSpec& spec) {
   int fork_errno = errno;
   close(report[1]);
   close(in);
-  close(out);
-  close(err);
+  relay->CloseJobEnds();
   if (pid < 0) {
     close(report[0]);
     return {-1, fork_errno};
@@ -293,10 +314,10 @@ bool WaitForGoAhead(int sfd) {
   }
 }
 
-// Waits for the job's main process to end, passing cancel signals on; returns its wait status.
-// The main process is reaped only after the rest of its group is killed: until then its PID
-// (and so its group's ID) cannot be reused by an unrelated process.
-int Supervise(int sfd, pid_t job, int grace_seconds) {
+// Waits for the job's main process to end, relaying its output and passing cancel signals on;
+// returns its wait status. The main process is reaped only after the rest of its group is
+// killed: until then its PID (and so its group's ID) cannot be reused by an unrelated process.
+int Supervise(int sfd, pid_t job, int grace_seconds, OutputRelay* relay) {
   int64_t kill_at = -1;  // When SIGKILL follows a forwarded SIGTERM.
   bool killed = false;
   for (;;) {
@@ -305,17 +326,19 @@ int Supervise(int sfd, pid_t job, int grace_seconds) {
         info.si_pid == job) {
       break;
     }
+    // Checked on every turn: a job that keeps writing keeps poll from ever timing out.
+    if (kill_at >= 0 && !killed && NowMs() >= kill_at) {
+      SignalJob(job, SIGKILL);
+      killed = true;
+    }
     int timeout = -1;
     if (kill_at >= 0 && !killed)
       timeout = static_cast<int>(std::max<int64_t>(0, kill_at - NowMs()));
-    struct pollfd fd = {sfd, POLLIN, 0};
-    int ready = poll(&fd, 1, timeout);
+    std::vector<pollfd> fds = {{sfd, POLLIN, 0}};
+    relay->AddPollFds(&fds);
+    int ready = poll(fds.data(), fds.size(), timeout);
     if (ready < 0 && errno != EINTR) break;
-    if (ready == 0) {
-      SignalJob(job, SIGKILL);
-      killed = true;
-      continue;
-    }
+    relay->Pump();
     for (int sig; (sig = NextSignal(sfd)) != 0;) {
       if (!IsCancel(sig)) continue;
       SignalJob(job, SIGTERM);
@@ -376,7 +399,8 @@ int Main(int argc, char** argv) {
   setsid();
   if (spec_error != 0) Finish("exec-failed " + std::to_string(spec_error));
 
-  Started job = StartJob(spec);
+  OutputRelay relay;
+  Started job = StartJob(spec, &relay);
   if (job.pid < 0) {
     Complain("cannot run " + spec.command[0] + ": " + std::strerror(job.error));
     Finish("exec-failed " + std::to_string(job.error));
@@ -388,12 +412,14 @@ int Main(int argc, char** argv) {
                        std::to_string(job.pid) + " " + std::to_string(ref.start_ticks) + "\n")) {
     Complain("cannot record the job's pid in " + g_dir + ": " + std::strerror(errno));
   }
-  int status = Supervise(sfd, job.pid, spec.grace_seconds);
+  int status = Supervise(sfd, job.pid, spec.grace_seconds, &relay);
   // And what left the job's session (setsid, daemons): all of its cgroup.
-  if (!spec.cgroup.empty() &&
-      !launch::WorkloadCgroup::At(spec.cgroup).KillAll(std::chrono::milliseconds(kGroupExitWaitMs))) {
+  if (!spec.cgroup.empty() && !launch::WorkloadCgroup::At(spec.cgroup)
+                                   .KillAll(std::chrono::milliseconds(kGroupExitWaitMs))) {
     Complain("some of the job's processes in " + spec.cgroup + " would not die");
   }
+  // Before the outcome: a client that stops reading the logs at the job's end misses nothing.
+  relay.Finish(std::chrono::milliseconds(kOutputDrainMs));
   if (WIFSIGNALED(status)) Finish("signaled " + std::to_string(WTERMSIG(status)));
   Finish("exited " + std::to_string(WEXITSTATUS(status)));
 }

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -118,6 +119,28 @@ mode_t ModeOf(const std::string& path) {
   struct stat st {};
   stat(path.c_str(), &st);
   return st.st_mode & 07777;
+}
+
+uint64_t FileSize(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+// `text`, or its start and its size where it is too long to print in a failure.
+std::string Head(const std::string& text) {
+  if (text.size() <= 1024) return text;
+  return text.substr(0, 200) + "... (" + std::to_string(text.size()) + " bytes)";
+}
+
+// Bytes process `pid` has passed to write(2) and its kin so far (/proc/PID/io's wchar).
+uint64_t BytesWritten(pid_t pid) {
+  std::istringstream io(ReadFile("/proc/" + std::to_string(pid) + "/io"));
+  for (std::string key; io >> key;) {
+    uint64_t value = 0;
+    io >> value;
+    if (key == "wchar:") return value;
+  }
+  return 0;
 }
 
 class JobRunnerTest : public ::testing::Test {
@@ -248,6 +271,100 @@ TEST_F(JobRunnerTest, OutputGoesToTheLogsAndTheJobDirectoryIsPrivate) {
   EXPECT_EQ(ModeOf(JobDir() + "/spec.json"), 0600u);
   // The job's pid is recorded.
   EXPECT_GT(std::atoi(ReadFile(JobDir() + "/pid").c_str()), 0);
+}
+
+TEST_F(JobRunnerTest, OutputUnderTheCapIsKeptByteForByte) {
+  // Every byte value, no newline at the end, more than a pipe holds; the background part is
+  // written by a grandchild while the job waits for it.
+  std::mt19937 random(7);
+  auto make = [&](const std::string& name, size_t size) {
+    std::string data(size, '\0');
+    for (char& c : data) c = static_cast<char>(random());
+    std::ofstream(base_ + "/" + name, std::ios::binary) << data;
+    return data;
+  };
+  const std::string out = make("out.bin", 300 * 1024), err = make("err.bin", 200 * 1024),
+                    bg = make("bg.bin", 250 * 1024);
+  LaunchSpec spec = Spec({"sh", "-c",
+                          "(while [ ! -e go ]; do sleep 0.01; done; cat bg.bin) & "
+                          "cat out.bin; : > go; cat err.bin >&2; wait"});
+  spec.max_log_bytes = kMiB;
+  std::optional<Outcome> outcome = Run(spec);
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->Describe(), "exit code 0");
+  // Compared without printing: a failure would print 750 KiB of binary.
+  EXPECT_TRUE(Log(JobRunner::kStdout) == out + bg) << Log(JobRunner::kStdout).size();
+  EXPECT_TRUE(Log(JobRunner::kStderr) == err) << Log(JobRunner::kStderr).size();
+}
+
+TEST_F(JobRunnerTest, EachLogKeepsTheOrderOfTheJobsWrites) {
+  std::optional<Outcome> outcome =
+      Run(Spec({"sh", "-c",
+                "for i in $(seq 100); do echo out $i; echo err $i >&2; "
+                "sh -c \"echo sub-out $i; echo sub-err $i >&2\"; done"}));
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->Describe(), "exit code 0");
+  std::string out, err;
+  for (int i = 1; i <= 100; ++i) {
+    std::string n = std::to_string(i);
+    out += "out " + n + "\nsub-out " + n + "\n";
+    err += "err " + n + "\nsub-err " + n + "\n";
+  }
+  EXPECT_EQ(Log(JobRunner::kStdout), out);
+  EXPECT_EQ(Log(JobRunner::kStderr), err);
+}
+
+TEST_F(JobRunnerTest, OutputPastTheCapIsDroppedWithoutStoppingTheJob) {
+  // 20 MiB on stdout, then 20 MiB on stderr, against a cap of 1 MiB for both together.
+  LaunchSpec spec =
+      Spec({"sh", "-c", "yes | head -c 20971520 && yes | head -c 20971520 >&2 && exit 0"});
+  spec.max_log_bytes = kMiB;
+  std::optional<Outcome> outcome = Run(spec);
+  ASSERT_TRUE(outcome);
+  // `head` wrote all of it: the job was neither blocked nor killed by SIGPIPE.
+  EXPECT_EQ(outcome->Describe(), "exit code 0");
+  std::string kept;
+  for (uint64_t i = 0; i < kMiB / 2; ++i) kept += "y\n";
+  const std::string out = Log(JobRunner::kStdout);
+  EXPECT_EQ(out.size(), kMiB);
+  EXPECT_TRUE(out == kept) << "stdout.log is not the job's first 1 MiB";
+  EXPECT_EQ(Head(Log(JobRunner::kStderr)),
+            "[gpufrac: this job's output passed 1 MiB; the rest is dropped (gpufracd "
+            "--max-log-bytes)]\n"
+            "[gpufrac: dropped 19922944 bytes of stdout and 20971520 bytes of stderr]\n");
+}
+
+TEST_F(JobRunnerTest, AJobThatWritesWithoutEndIsCancelledAndItsLogsStayWithinTheCap) {
+  LaunchSpec spec = Spec({"sh", "-c", "yes err >&2 & exec yes out"});
+  spec.max_log_bytes = kMiB;
+  proc::ProcessId shim = Start(spec);
+  const std::string out_log = JobDir() + "/" + JobRunner::kStdout;
+  const std::string err_log = JobDir() + "/" + JobRunner::kStderr;
+  auto logged = [&] { return FileSize(out_log) + FileSize(err_log); };
+  // Bounded, so that logs without a cap cannot fill the disk before the test gives up.
+  ASSERT_TRUE(WaitFor([&] {
+    return Log(JobRunner::kStderr).find("the rest is dropped") != std::string::npos ||
+           logged() > 4 * kMiB;
+  }));
+  // Past the cap the job goes on writing, never blocked.
+  pid_t job = static_cast<pid_t>(std::atoi(ReadFile(JobDir() + "/pid").c_str()));
+  ASSERT_GT(job, 0);
+  uint64_t written = BytesWritten(job);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_GT(BytesWritten(job), written + kMiB);
+  EXPECT_FALSE(JobRunner::ReadOutcome(JobDir()));
+
+  ASSERT_TRUE(runner_->Signal(shim, SIGTERM).ok());
+  std::optional<Outcome> outcome = WaitOutcome(JobDir());
+  ASSERT_TRUE(outcome);
+  EXPECT_EQ(outcome->Describe(), "killed by signal 15 (Terminated)");
+  EXPECT_LE(logged(), kMiB + 256);
+  const std::string err = Log(JobRunner::kStderr);
+  // The marker starts a line of its own, even where the cap cut one of the job's.
+  size_t marker = err.find("[gpufrac: this job's output passed 1 MiB; the rest is dropped");
+  ASSERT_NE(marker, std::string::npos);
+  EXPECT_TRUE(marker == 0 || err[marker - 1] == '\n');
+  EXPECT_NE(err.find("\n[gpufrac: dropped "), std::string::npos) << Head(err.substr(marker));
 }
 
 TEST_F(JobRunnerTest, TheJobRunsInItsDirectoryWithTheUsersEnvironmentAndTheLimiter) {
@@ -512,6 +629,50 @@ TEST_F(JobRunnerTest, ANonRootServiceRunsJobsAsItself) {
   EXPECT_EQ(WEXITSTATUS(status), 65) << ReadFile(job_dir + "/stderr.log");
 }
 
+TEST_F(JobRunnerTest, AWriterThatEscapedTheJobDelaysItsOutcomeOnlyBriefly) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to become another user for the test";
+  // A service not running as root makes no cgroup, so a process that left the job's session
+  // outlives the job, holding its stdout open.
+  std::string home = base_ + "/service";
+  ASSERT_EQ(mkdir(home.c_str(), 0755), 0);
+  ASSERT_EQ(chown(home.c_str(), kNobody, kNobody), 0);
+  const std::string job_dir = home + "/job", pid_file = home + "/escaped.pid";
+  pid_t service = fork();
+  if (service == 0) {
+    if (setgroups(0, nullptr) != 0 || setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(10);
+    StatusOr<launch::BudgetDir> budgets = launch::BudgetDir::Make(0711);
+    if (!budgets.ok()) _exit(11);
+    const std::string budget_dir = budgets->path();
+    JobRunner runner(GPUFRAC_SHIM_PATH, std::move(*budgets));
+    LaunchSpec spec = Spec({"sh", "-c",
+                            "setsid sh -c 'echo escaped; exec sleep 60' & echo $! > " + pid_file +
+                                "; sleep 0.2; echo main"});
+    spec.job_dir = job_dir;
+    spec.uid = spec.gid = kNobody;
+    spec.cwd = home;
+    auto started = steady_clock::now();
+    StatusOr<proc::ProcessId> shim = runner.Prepare(spec);
+    if (!shim.ok() || !runner.Release(*shim).ok()) _exit(12);
+    std::optional<Outcome> outcome = WaitOutcome(job_dir);
+    auto took = steady_clock::now() - started;
+    runner.Cleanup(job_dir, workload_, {uuid_});
+    std::filesystem::remove_all(budget_dir);
+    if (!outcome || outcome->Describe() != "exit code 0") _exit(13);
+    _exit(took < 10s ? 0 : 14);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(service, &status, 0), service);
+  pid_t escaped = static_cast<pid_t>(std::atoi(ReadFile(pid_file).c_str()));
+  // It did escape: still running after the job's end.
+  EXPECT_FALSE(escaped <= 0 || Gone(escaped)) << "pid " << escaped;
+  if (escaped > 0) kill(escaped, SIGKILL);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "13: not exit code 0; 14: the outcome waited for it";
+  const std::string out = ReadFile(job_dir + "/" + JobRunner::kStdout);
+  EXPECT_NE(out.find("escaped\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("main\n"), std::string::npos) << out;
+}
+
 TEST_F(JobRunnerTest, NothingTheJobStartedOutlivesItEvenOutsideItsSession) {
   if (!launch::WorkloadCgroup::Available()) GTEST_SKIP() << "needs root and a cgroup hierarchy";
   // A grandchild in a session of its own (what killing the job's process group misses).
@@ -709,7 +870,10 @@ TEST_F(JobRunnerTest, NoFileOfTheServiceLeaksIntoTheShimOrTheJob) {
   EXPECT_EQ(outcome->Describe(), "exit code 0");
   EXPECT_EQ(Log(JobRunner::kStdout).find("service-secret"), std::string::npos)
       << Log(JobRunner::kStdout);
-  EXPECT_NE(Log(JobRunner::kStdout).find("stdout.log"), std::string::npos);
+  // Nor its logs: the job writes into pipes (so it cannot write past the logs' cap).
+  EXPECT_EQ(Log(JobRunner::kStdout).find(".log"), std::string::npos) << Log(JobRunner::kStdout);
+  EXPECT_NE(Log(JobRunner::kStdout).find("1 -> pipe:"), std::string::npos)
+      << Log(JobRunner::kStdout);
 }
 
 TEST_F(JobRunnerTest, AFailedPrepareLeavesNothingBehind) {

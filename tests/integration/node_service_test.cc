@@ -454,6 +454,23 @@ TEST(NodeService, OneUserCannotFillTheQueuesOrTheDisk) {
   EXPECT_GE(listed.body["jobs"].size(), 8u);
 }
 
+TEST(NodeService, AJobsLogsKeepAtMostMaxLogBytesOfItsOutput) {
+  Daemon d("1xH100-80GB", {"--max-log-bytes", "1M"});
+  RunResult r = d.Cli({"run", "--gpus", "1", "--", "sh", "-c", "yes | head -c 20971520"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.size(), size_t{1} << 20);
+  EXPECT_NE(r.err.find("[gpufrac: this job's output passed 1 MiB; the rest is dropped (gpufracd "
+                       "--max-log-bytes)]\n[gpufrac: dropped 19922944 bytes of stdout]\n"),
+            std::string::npos)
+      << r.err;
+  // `gpufrac logs` shows the same.
+  RunResult logs = d.Cli({"logs", "1"});
+  EXPECT_EQ(logs.status, 0) << logs.err;
+  EXPECT_TRUE(logs.out == r.out);
+  EXPECT_NE(logs.err.find("[gpufrac: dropped 19922944 bytes of stdout]"), std::string::npos)
+      << logs.err;
+}
+
 // Fills the file system holding `dir` with a file there; returns its path ("" on failure).
 std::string FillFileSystem(const std::string& dir) {
   std::string path = dir + "/filler";
@@ -948,7 +965,10 @@ TEST(NodeService, BadStartupInputIsOneLineAndNothingStarts) {
   EXPECT_EQ(range.status, 1);
   EXPECT_NE(range.err.find("--tcp-users 0-100: write a uid range"), std::string::npos)
       << range.err;
-  for (const RunResult* r : {&queues, &sim, &listen, &open, &half, &readable, &range}) {
+  RunResult logs = start({"--sim", "1xL4", "--max-log-bytes", "0"});
+  EXPECT_EQ(logs.status, 1);
+  EXPECT_NE(logs.err.find("--max-log-bytes 0: write a size"), std::string::npos) << logs.err;
+  for (const RunResult* r : {&queues, &sim, &listen, &open, &half, &readable, &range, &logs}) {
     EXPECT_EQ(std::count(r->err.begin(), r->err.end(), '\n'), 1) << r->err;
   }
   EXPECT_FALSE(std::filesystem::exists(dir + "/api.sock"));
