@@ -157,7 +157,7 @@ CUresult cuCtxSynchronize() {
       result != abi::CUDA_SUCCESS) {
     return result;
   }
-  simgpu::WaitUntil(context->AllDoneNs());
+  simgpu::WaitForStreamWork(*driver->machine, context, context->AllDoneNs());
   return abi::CUDA_SUCCESS;
 }
 

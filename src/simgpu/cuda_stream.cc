@@ -1,6 +1,6 @@
 // Driver entry points for streams and kernel launches. A launch validates its arguments, adds the
 // kernel's modelled duration to the stream (see sim_time.h) and returns; synchronisation waits
-// for the simulated completion time.
+// until the context's compute engine has run the work (engine.h).
 #include "simgpu/cuda_exports.h"
 #include "simgpu/driver.h"
 #include "simgpu/sim_time.h"
@@ -20,7 +20,8 @@ constexpr unsigned int kMaxGridX = 0x7fffffff;
 constexpr unsigned int kMaxGridYZ = 65535;
 
 bool IsSpecialStream(abi::CUstream stream) {
-  return stream == nullptr || stream == abi::CU_STREAM_LEGACY || stream == abi::CU_STREAM_PER_THREAD;
+  return stream == nullptr || stream == abi::CU_STREAM_LEGACY ||
+         stream == abi::CU_STREAM_PER_THREAD;
 }
 
 CUresult Launch(abi::CUfunction function, unsigned int grid_x, unsigned int grid_y,
@@ -51,7 +52,7 @@ CUresult Launch(abi::CUfunction function, unsigned int grid_x, unsigned int grid
   }
   const double threads = static_cast<double>(grid_x) * grid_y * grid_z *
                          static_cast<double>(block_x * block_y * block_z);
-  simgpu::EnqueueWork(context, queue,
+  simgpu::EnqueueWork(*driver->machine, context, queue,
                       simgpu::KernelDurationNs(context->kernel_ns_per_thread, threads));
   return abi::CUDA_SUCCESS;
 }
@@ -63,7 +64,8 @@ CUresult Synchronize(abi::CUstream handle, bool per_thread_default) {
     if (CUresult result = simgpu::GetDriver(&driver); result != abi::CUDA_SUCCESS) return result;
     const auto* stream = reinterpret_cast<const Stream*>(handle);
     if (stream->magic != Stream::kMagic) return abi::CUDA_ERROR_INVALID_HANDLE;
-    simgpu::WaitUntil(stream->done_ns.load(std::memory_order_relaxed));
+    simgpu::WaitForStreamWork(*driver->machine, stream->context,
+                              stream->done_ns.load(std::memory_order_relaxed));
     return abi::CUDA_SUCCESS;
   }
   Driver* driver;
@@ -77,7 +79,7 @@ CUresult Synchronize(abi::CUstream handle, bool per_thread_default) {
       result != abi::CUDA_SUCCESS) {
     return result;
   }
-  simgpu::WaitUntil(queue.done->load(std::memory_order_relaxed));
+  simgpu::WaitForStreamWork(*driver->machine, context, queue.done->load(std::memory_order_relaxed));
   return abi::CUDA_SUCCESS;
 }
 

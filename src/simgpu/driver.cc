@@ -11,6 +11,7 @@
 #include <new>
 
 #include "proc/process_identity.h"
+#include "simgpu/engine.h"
 #include "simgpu/memory_ledger.h"
 #include "simgpu/mig_state.h"
 #include "simgpu/visible_devices.h"
@@ -102,6 +103,8 @@ CUresult Initialize() {
         const std::uint32_t slices = instance.compute[binding.compute_instance].slice_count;
         device.sm_count = static_cast<int>(instance.sm_count * slices / instance.compute_slices);
         device.gpu_instance = binding.gpu_instance;
+        device.compute_instance = binding.compute_instance;
+        device.mig_generation = binding.generation;
         slot->mig_binding.store(PackMigBinding(binding), std::memory_order_release);
       }
       driver->devices.push_back(device);
@@ -139,6 +142,13 @@ __attribute__((destructor)) void DetachAtExit() {
   if (driver == nullptr) return;
   std::lock_guard lock(driver->mu);
   if (driver->slot != nullptr) {
+    // Queued work goes with the process, as when a CUDA process exits.
+    for (Context* context : driver->contexts) {
+      if (context->active.load(std::memory_order_relaxed)) {
+        LeaveEngine(*driver->machine, context->engine);
+        context->engine = EngineSeat{};
+      }
+    }
     ReleaseSlot(*driver->machine, *driver->slot);
     driver->slot = nullptr;
   }
@@ -223,6 +233,22 @@ CUresult Driver::ActivateContextLocked(Context* context) {
       result != abi::CUDA_SUCCESS) {
     return result;
   }
+  const VisibleDevice& device = devices[context->ordinal];
+  const EngineKey key{.device = device.physical,
+                      .gpu_instance = device.gpu_instance,
+                      .compute_instance = device.compute_instance,
+                      .generation = device.mig_generation};
+  EngineSeat seat;
+  if (!JoinEngine(*machine, key, static_cast<int>(slot - machine->slots), &seat)) {
+    ReleaseLocked(context->ordinal, context->model->context_bytes);
+    return abi::CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  // The streams start again on the new engine clock, with nothing queued.
+  context->engine = seat;
+  context->activation.fetch_add(1, std::memory_order_relaxed);
+  context->legacy_done_ns.store(0, std::memory_order_relaxed);
+  context->blocking_done_ns.store(0, std::memory_order_relaxed);
+  context->non_blocking_done_ns.store(0, std::memory_order_relaxed);
   context->active.store(true, std::memory_order_release);
   return abi::CUDA_SUCCESS;
 }
@@ -264,6 +290,8 @@ void Driver::TeardownContextLocked(Context* context) {
     it = modules.erase(it);
   }
   ReleaseLocked(context->ordinal, context->model->context_bytes);
+  if (slot != nullptr) LeaveEngine(*machine, context->engine);
+  context->engine = EngineSeat{};
   context->active.store(false, std::memory_order_release);
 }
 

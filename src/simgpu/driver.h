@@ -32,6 +32,8 @@ struct VisibleDevice {
   std::uint64_t total_bytes = 0;  // the GPU's memory, or the MIG device's
   int sm_count = 0;
   int gpu_instance = -1;  // the MIG device's GPU instance; -1 for a whole GPU
+  int compute_instance = -1;
+  std::uint64_t mig_generation = 0;  // the GPU instance's generation when the process bound to it
 };
 
 struct Driver {
@@ -78,10 +80,12 @@ struct Driver {
   // is an address reservation, which only cuMemAddressFree frees).
   abi::CUresult FreeLocked(abi::CUdeviceptr base);
 
-  // Makes a context hold its memory again: charges context_bytes and marks it active.
+  // Makes a context hold its memory again: charges context_bytes, joins its device's compute
+  // engine (CUDA_ERROR_OUT_OF_MEMORY when the engine has no room for another context) and marks
+  // it active.
   abi::CUresult ActivateContextLocked(Context* context);
   // Frees everything the context owns (allocations, arrays, streams, modules) and its own
-  // memory, and marks it inactive.
+  // memory, leaves the compute engine (its queued work is dropped), and marks it inactive.
   void TeardownContextLocked(Context* context);
 };
 

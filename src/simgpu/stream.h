@@ -1,6 +1,7 @@
 // Streams of the simulated driver: created streams, the legacy default stream (the NULL handle
 // or CU_STREAM_LEGACY) and the per-thread default stream (CU_STREAM_PER_THREAD, or NULL in the
-// _ptsz entry points), each reduced to the simulated time its queued work completes.
+// _ptsz entry points), each reduced to the time its queued work completes on its context's
+// engine clock (engine.h). Within a context, streams follow CUDA's ordering rules in that clock.
 #pragma once
 
 #include <atomic>
@@ -8,6 +9,7 @@
 
 #include "abi/cuda_abi.h"
 #include "simgpu/context.h"
+#include "simgpu/shared_machine.h"
 
 namespace gpufrac::simgpu {
 
@@ -35,8 +37,13 @@ struct StreamQueue {
 abi::CUresult ResolveStream(Context* context, abi::CUstream handle, bool per_thread_default,
                             StreamQueue* queue);
 
-// Queues `duration_ns` of work on the stream; returns at once.
-void EnqueueWork(Context* context, const StreamQueue& queue, std::uint64_t duration_ns);
+// Queues `duration_ns` of work on the stream; returns at once with the engine-clock time at which
+// it completes.
+std::uint64_t EnqueueWork(SharedMachine& machine, Context* context, const StreamQueue& queue,
+                          std::uint64_t duration_ns);
+
+// Blocks until the context's engine clock reaches `done` (a completion time from above).
+void WaitForStreamWork(SharedMachine& machine, const Context* context, std::uint64_t done);
 
 // Forgets the calling thread's per-thread default streams (in a forked child).
 void ForgetPerThreadStreams();
