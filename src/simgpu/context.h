@@ -21,6 +21,7 @@ struct Context {
   const gpu::GpuModel* model = nullptr;
   bool primary = false;
   double kernel_ns_per_thread = 0;
+  int sm_count = 0;  // of the device (or MIG device) it runs on
 
   // True while the context holds its memory and resources. Read without the driver lock on hot
   // paths; changed only with the driver lock held.

@@ -228,6 +228,15 @@ CUresult Driver::FreeLocked(abi::CUdeviceptr base) {
   return abi::CUDA_SUCCESS;
 }
 
+void Driver::DiscardCaptureLocked(Stream* stream) {
+  if (stream->capture == nullptr) return;
+  graphs.erase(stream->capture);
+  delete stream->capture;
+  stream->capture = nullptr;
+  stream->capture_last = -1;
+  stream->capture_invalidated = false;
+}
+
 CUresult Driver::ActivateContextLocked(Context* context) {
   if (CUresult result = ChargeLocked(context->ordinal, context->model->context_bytes);
       result != abi::CUDA_SUCCESS) {
@@ -274,6 +283,7 @@ void Driver::TeardownContextLocked(Context* context) {
       ++it;
       continue;
     }
+    DiscardCaptureLocked(stream);
     stream->magic = 0;
     free_streams.push_back(stream);
     it = streams.erase(it);
@@ -288,6 +298,25 @@ void Driver::TeardownContextLocked(Context* context) {
     for (auto& function : module->functions) function->magic = 0;
     unloaded_modules.push_back(module);
     it = modules.erase(it);
+  }
+  // Leaving the engine frees the events' watches.
+  for (auto it = events.begin(); it != events.end();) {
+    Event* event = *it;
+    if (event->context != context) {
+      ++it;
+      continue;
+    }
+    event->magic = 0;
+    free_events.push_back(event);
+    it = events.erase(it);
+  }
+  for (auto it = graph_execs.begin(); it != graph_execs.end();) {
+    if ((*it)->context != context) {
+      ++it;
+      continue;
+    }
+    delete *it;
+    it = graph_execs.erase(it);
   }
   ReleaseLocked(context->ordinal, context->model->context_bytes);
   if (slot != nullptr) LeaveEngine(*machine, context->engine);

@@ -58,29 +58,45 @@ abi::CUresult ResolveStream(Context* context, abi::CUstream handle, bool per_thr
     return abi::CUDA_ERROR_INVALID_HANDLE;
   }
   *queue = StreamQueue{.done = &stream->done_ns,
-                       .blocking = (stream->flags & abi::CU_STREAM_NON_BLOCKING) == 0};
+                       .blocking = (stream->flags & abi::CU_STREAM_NON_BLOCKING) == 0,
+                       .stream = stream,
+                       .capturing = stream->capture != nullptr};
   return abi::CUDA_SUCCESS;
 }
 
 std::uint64_t EnqueueWork(SharedMachine& machine, Context* context, const StreamQueue& queue,
-                          std::uint64_t duration_ns) {
+                          std::uint64_t duration_ns, std::uint64_t also_after, int watch) {
   if (!context->engine.valid()) return 0;  // the process is exiting
   EngineSession session(machine, context->engine);
   const std::uint64_t now = session.Served();
   std::uint64_t end;
   if (!queue.blocking) {
-    end = Enqueue(*queue.done, now, 0, duration_ns);
+    end = Enqueue(*queue.done, now, also_after, duration_ns);
     AtomicMax(context->non_blocking_done_ns, end);
   } else {
     // The legacy stream and the blocking streams wait for each other.
-    const std::uint64_t after = queue.legacy
-                                    ? context->blocking_done_ns.load(std::memory_order_relaxed)
-                                    : context->legacy_done_ns.load(std::memory_order_relaxed);
+    std::uint64_t after = queue.legacy ? context->blocking_done_ns.load(std::memory_order_relaxed)
+                                       : context->legacy_done_ns.load(std::memory_order_relaxed);
+    if (also_after > after) after = also_after;
     end = Enqueue(*queue.done, now, after, duration_ns);
     AtomicMax(context->blocking_done_ns, end);
   }
   session.AddWork(end);
+  if (watch >= 0) session.ArmWatch(watch, end);
   return end;
+}
+
+void WaitForPoint(SharedMachine& machine, Context* context, const StreamQueue& queue,
+                  std::uint64_t point) {
+  if (!context->engine.valid()) return;
+  EngineSession session(machine, context->engine);
+  AtomicMax(*queue.done, point);
+  AtomicMax(queue.blocking ? context->blocking_done_ns : context->non_blocking_done_ns, point);
+}
+
+abi::CUresult InvalidateCapture(const StreamQueue& queue) {
+  if (queue.stream != nullptr) queue.stream->capture_invalidated = true;
+  return abi::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
 void WaitForStreamWork(SharedMachine& machine, const Context* context, std::uint64_t done) {
