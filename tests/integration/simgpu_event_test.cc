@@ -43,9 +43,9 @@ void LaunchMs(abi::CUfunction kernel, double ms, abi::CUstream stream) {
                            stream, nullptr, nullptr));
 }
 
-using SimGpuEventTest = SimGpuTest;
+using SimGpuCudaEventTest = SimGpuTest;
 
-TEST_F(SimGpuEventTest, CreateDestroyAndTheirErrors) {
+TEST_F(SimGpuCudaEventTest, CreateDestroyAndTheirErrors) {
   RunInChild("1xH100-80GB", [] {
     abi::CUevent event = nullptr;
     EXPECT_EQ(abi::CUDA_ERROR_NOT_INITIALIZED, cuEventCreate(&event, 0));
@@ -75,7 +75,7 @@ TEST_F(SimGpuEventTest, CreateDestroyAndTheirErrors) {
   });
 }
 
-TEST_F(SimGpuEventTest, ElapsedTimeIsTheKernelTimeBetweenTwoRecords) {
+TEST_F(SimGpuCudaEventTest, ElapsedTimeIsTheKernelTimeBetweenTwoRecords) {
   RunInChild("1xH100-80GB", [] {
     InitAndUsePrimary();
     abi::CUfunction kernel = LoadKernel();
@@ -107,7 +107,7 @@ TEST_F(SimGpuEventTest, ElapsedTimeIsTheKernelTimeBetweenTwoRecords) {
   });
 }
 
-TEST_F(SimGpuEventTest, ElapsedTimeIncludesWaitingForAnotherProcess) {
+TEST_F(SimGpuCudaEventTest, ElapsedTimeIncludesWaitingForAnotherProcess) {
   RunInChild("1xH100-80GB", [] {
     Helper busy([](Helper& self) {
       InitAndUsePrimary();
@@ -143,7 +143,7 @@ TEST_F(SimGpuEventTest, ElapsedTimeIncludesWaitingForAnotherProcess) {
   });
 }
 
-TEST_F(SimGpuEventTest, StreamWaitEventOrdersAnotherStream) {
+TEST_F(SimGpuCudaEventTest, StreamWaitEventOrdersAnotherStream) {
   RunInChild("1xH100-80GB", [] {
     InitAndUsePrimary();
     abi::CUfunction kernel = LoadKernel();
@@ -180,7 +180,7 @@ TEST_F(SimGpuEventTest, StreamWaitEventOrdersAnotherStream) {
   });
 }
 
-TEST_F(SimGpuEventTest, PerThreadDefaultStreamForms) {
+TEST_F(SimGpuCudaEventTest, PerThreadDefaultStreamForms) {
   RunInChild("1xH100-80GB", [] {
     InitAndUsePrimary();
     abi::CUfunction kernel = LoadKernel();
