@@ -5,6 +5,9 @@
 # selects them (gpufrac_test has no prefix option).
 add_executable(simgpu_test
   integration/simgpu_device_test.cc
+  integration/simgpu_engine_test.cc
+  integration/simgpu_event_test.cc
+  integration/simgpu_graph_test.cc
   integration/simgpu_launch_test.cc
   integration/simgpu_memory_test.cc
   integration/simgpu_nvml_test.cc

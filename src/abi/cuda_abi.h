@@ -20,6 +20,11 @@ struct CUfunc_st;
 struct CUmemPoolHandle_st;
 struct CUarray_st;
 struct CUmipmappedArray_st;
+struct CUevent_st;
+struct CUgraph_st;
+struct CUgraphNode_st;
+struct CUgraphExec_st;
+struct CUkern_st;
 using CUcontext = CUctx_st*;
 using CUstream = CUstream_st*;
 using CUmodule = CUmod_st*;
@@ -27,6 +32,11 @@ using CUfunction = CUfunc_st*;
 using CUmemoryPool = CUmemPoolHandle_st*;
 using CUarray = CUarray_st*;
 using CUmipmappedArray = CUmipmappedArray_st*;
+using CUevent = CUevent_st*;
+using CUgraph = CUgraph_st*;
+using CUgraphNode = CUgraphNode_st*;
+using CUgraphExec = CUgraphExec_st*;
+using CUkernel = CUkern_st*;
 
 enum CUresult : int {
   CUDA_SUCCESS = 0,
@@ -44,13 +54,17 @@ enum CUresult : int {
   CUDA_ERROR_SHARED_OBJECT_INIT_FAILED = 303,
   CUDA_ERROR_OPERATING_SYSTEM = 304,
   CUDA_ERROR_INVALID_HANDLE = 400,
+  CUDA_ERROR_ILLEGAL_STATE = 401,
   CUDA_ERROR_NOT_FOUND = 500,
   CUDA_ERROR_NOT_READY = 600,
   CUDA_ERROR_ILLEGAL_ADDRESS = 700,
   CUDA_ERROR_CONTEXT_IS_DESTROYED = 709,
   CUDA_ERROR_LAUNCH_FAILED = 719,
+  CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE = 720,
   CUDA_ERROR_NOT_PERMITTED = 800,
   CUDA_ERROR_NOT_SUPPORTED = 801,
+  CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+  CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
   CUDA_ERROR_UNKNOWN = 999,
 };
 
@@ -66,7 +80,9 @@ enum CUdevice_attribute : int {
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
   CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY = 83,
+  CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH = 95,
   CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
+  CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR = 106,
   CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
 };
 
@@ -182,6 +198,103 @@ constexpr unsigned int CU_MEM_ATTACH_GLOBAL = 0x1;
 constexpr unsigned int CU_MEM_ATTACH_HOST = 0x2;
 constexpr unsigned int CUDA_ARRAY3D_LAYERED = 0x01;
 
+// Events (cuEventCreate, cuEventRecordWithFlags, cuStreamWaitEvent).
+enum CUevent_flags : int {
+  CU_EVENT_DEFAULT = 0x0,
+  CU_EVENT_BLOCKING_SYNC = 0x1,
+  CU_EVENT_DISABLE_TIMING = 0x2,
+  CU_EVENT_INTERPROCESS = 0x4,
+};
+enum CUevent_record_flags : int {
+  CU_EVENT_RECORD_DEFAULT = 0x0,
+  CU_EVENT_RECORD_EXTERNAL = 0x1,
+};
+enum CUevent_wait_flags : int {
+  CU_EVENT_WAIT_DEFAULT = 0x0,
+  CU_EVENT_WAIT_EXTERNAL = 0x1,
+};
+
+// cuLaunchKernelEx (CUDA 11.6+). Attribute values are a 64-byte union; only `cooperative` is
+// read here.
+enum CUlaunchAttributeID : int {
+  CU_LAUNCH_ATTRIBUTE_IGNORE = 0,
+  CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW = 1,
+  CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2,
+  CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY = 3,
+  CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
+  CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 5,
+  CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
+  CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT = 7,
+  CU_LAUNCH_ATTRIBUTE_PRIORITY = 8,
+  CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP = 9,
+  CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN = 10,
+  CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION = 11,
+  CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT = 12,
+  CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE = 13,
+  CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 14,
+  CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING = 16,
+};
+union CUlaunchAttributeValue {
+  char pad[64];
+  int cooperative;
+};
+struct CUlaunchAttribute {
+  CUlaunchAttributeID id;
+  char pad[8 - sizeof(CUlaunchAttributeID)];
+  CUlaunchAttributeValue value;
+};
+struct CUlaunchConfig {
+  unsigned int gridDimX;
+  unsigned int gridDimY;
+  unsigned int gridDimZ;
+  unsigned int blockDimX;
+  unsigned int blockDimY;
+  unsigned int blockDimZ;
+  unsigned int sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute* attrs;
+  unsigned int numAttrs;
+};
+
+// Graphs (CUDA 10.0+): kernel nodes, stream capture and instantiation flags.
+struct CUDA_KERNEL_NODE_PARAMS_v1 {
+  CUfunction func;
+  unsigned int gridDimX;
+  unsigned int gridDimY;
+  unsigned int gridDimZ;
+  unsigned int blockDimX;
+  unsigned int blockDimY;
+  unsigned int blockDimZ;
+  unsigned int sharedMemBytes;
+  void** kernelParams;
+  void** extra;
+};
+struct CUDA_KERNEL_NODE_PARAMS_v2 {
+  CUfunction func;
+  unsigned int gridDimX;
+  unsigned int gridDimY;
+  unsigned int gridDimZ;
+  unsigned int blockDimX;
+  unsigned int blockDimY;
+  unsigned int blockDimZ;
+  unsigned int sharedMemBytes;
+  void** kernelParams;
+  void** extra;
+  CUkernel kern;
+  CUcontext ctx;
+};
+enum CUstreamCaptureMode : int {
+  CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+  CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+  CU_STREAM_CAPTURE_MODE_RELAXED = 2,
+};
+enum CUgraphInstantiate_flags : int {
+  CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH = 1,
+  CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD = 2,
+  CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH = 4,
+  CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY = 8,
+};
+
 struct CUexecAffinityParam;  // only passed through, never inspected
 struct CUctxCreateParams;    // only passed through, never inspected
 
@@ -255,6 +368,41 @@ using cuLaunchKernel_t = CUresult (*)(CUfunction f, unsigned int gridX, unsigned
 using cuStreamCreate_t = CUresult (*)(CUstream* stream, unsigned int flags);
 using cuStreamDestroy_v2_t = CUresult (*)(CUstream stream);
 using cuStreamSynchronize_t = CUresult (*)(CUstream stream);
+using cuStreamQuery_t = CUresult (*)(CUstream stream);
+using cuStreamWaitEvent_t = CUresult (*)(CUstream stream, CUevent event, unsigned int flags);
+using cuEventCreate_t = CUresult (*)(CUevent* event, unsigned int flags);
+using cuEventDestroy_t = CUresult (*)(CUevent event);
+using cuEventDestroy_v2_t = CUresult (*)(CUevent event);
+using cuEventRecord_t = CUresult (*)(CUevent event, CUstream stream);
+using cuEventRecordWithFlags_t = CUresult (*)(CUevent event, CUstream stream, unsigned int flags);
+using cuEventQuery_t = CUresult (*)(CUevent event);
+using cuEventSynchronize_t = CUresult (*)(CUevent event);
+using cuEventElapsedTime_t = CUresult (*)(float* milliseconds, CUevent start, CUevent end);
+using cuEventElapsedTime_v2_t = CUresult (*)(float* milliseconds, CUevent start, CUevent end);
+using cuLaunchKernelEx_t = CUresult (*)(const CUlaunchConfig* config, CUfunction f,
+                                        void** kernelParams, void** extra);
+using cuLaunchCooperativeKernel_t = CUresult (*)(CUfunction f, unsigned int gridDimX,
+                                                 unsigned int gridDimY, unsigned int gridDimZ,
+                                                 unsigned int blockDimX, unsigned int blockDimY,
+                                                 unsigned int blockDimZ,
+                                                 unsigned int sharedMemBytes, CUstream stream,
+                                                 void** kernelParams);
+using cuGraphCreate_t = CUresult (*)(CUgraph* graph, unsigned int flags);
+using cuGraphAddKernelNode_t = CUresult (*)(CUgraphNode* node, CUgraph graph,
+                                            const CUgraphNode* dependencies, size_t numDependencies,
+                                            const CUDA_KERNEL_NODE_PARAMS_v1* nodeParams);
+using cuGraphAddKernelNode_v2_t = CUresult (*)(CUgraphNode* node, CUgraph graph,
+                                               const CUgraphNode* dependencies,
+                                               size_t numDependencies,
+                                               const CUDA_KERNEL_NODE_PARAMS_v2* nodeParams);
+using cuStreamBeginCapture_t = CUresult (*)(CUstream stream);
+using cuStreamBeginCapture_v2_t = CUresult (*)(CUstream stream, CUstreamCaptureMode mode);
+using cuStreamEndCapture_t = CUresult (*)(CUstream stream, CUgraph* graph);
+using cuGraphInstantiateWithFlags_t = CUresult (*)(CUgraphExec* exec, CUgraph graph,
+                                                   unsigned long long flags);
+using cuGraphLaunch_t = CUresult (*)(CUgraphExec exec, CUstream stream);
+using cuGraphExecDestroy_t = CUresult (*)(CUgraphExec exec);
+using cuGraphDestroy_t = CUresult (*)(CUgraph graph);
 using cuModuleLoadData_t = CUresult (*)(CUmodule* module, const void* image);
 using cuModuleUnload_t = CUresult (*)(CUmodule module);
 using cuModuleGetFunction_t = CUresult (*)(CUfunction* fn, CUmodule module, const char* name);

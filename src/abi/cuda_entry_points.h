@@ -72,6 +72,29 @@
   X(cuStreamCreate, cuStreamCreate, 2000, 0)                                \
   X(cuStreamDestroy, cuStreamDestroy_v2, 4000, 0)                           \
   X(cuStreamSynchronize, cuStreamSynchronize, 2000, 1)                      \
+  X(cuStreamQuery, cuStreamQuery, 2000, 1)                                  \
+  X(cuStreamWaitEvent, cuStreamWaitEvent, 3020, 1)                          \
+  X(cuEventCreate, cuEventCreate, 2000, 0)                                  \
+  X(cuEventDestroy, cuEventDestroy, 2000, 0)                                \
+  X(cuEventDestroy, cuEventDestroy_v2, 4000, 0)                             \
+  X(cuEventRecord, cuEventRecord, 2000, 1)                                  \
+  X(cuEventRecordWithFlags, cuEventRecordWithFlags, 11010, 1)               \
+  X(cuEventQuery, cuEventQuery, 2000, 0)                                    \
+  X(cuEventSynchronize, cuEventSynchronize, 2000, 0)                        \
+  X(cuEventElapsedTime, cuEventElapsedTime, 2000, 0)                        \
+  X(cuEventElapsedTime, cuEventElapsedTime_v2, 12080, 0)                    \
+  X(cuLaunchKernelEx, cuLaunchKernelEx, 11060, 1)                           \
+  X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel, 9000, 1)          \
+  X(cuGraphCreate, cuGraphCreate, 10000, 0)                                 \
+  X(cuGraphAddKernelNode, cuGraphAddKernelNode, 10000, 0)                   \
+  X(cuGraphAddKernelNode, cuGraphAddKernelNode_v2, 12000, 0)                \
+  X(cuStreamBeginCapture, cuStreamBeginCapture, 10000, 1)                   \
+  X(cuStreamBeginCapture, cuStreamBeginCapture_v2, 10010, 1)                \
+  X(cuStreamEndCapture, cuStreamEndCapture, 10000, 1)                       \
+  X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0)     \
+  X(cuGraphLaunch, cuGraphLaunch, 10000, 1)                                 \
+  X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0)                       \
+  X(cuGraphDestroy, cuGraphDestroy, 10000, 0)                               \
   X(cuModuleLoadData, cuModuleLoadData, 2000, 0)                            \
   X(cuModuleUnload, cuModuleUnload, 2000, 0)                                \
   X(cuModuleGetFunction, cuModuleGetFunction, 2000, 0)                      \

@@ -36,6 +36,13 @@ struct nvmlMemory_t {
   unsigned long long used;
 };
 
+// nvmlDeviceGetUtilizationRates: percent of the last sample period during which a kernel ran
+// (gpu) and during which device memory was read or written (memory).
+struct nvmlUtilization_t {
+  unsigned int gpu;
+  unsigned int memory;
+};
+
 struct nvmlMemory_v2_t {
   unsigned int version;
   unsigned long long total;
@@ -100,6 +107,8 @@ using nvmlDeviceGetName_t = nvmlReturn_t (*)(nvmlDevice_t device, char* name, un
 using nvmlDeviceGetUUID_t = nvmlReturn_t (*)(nvmlDevice_t device, char* uuid, unsigned int length);
 using nvmlDeviceGetMemoryInfo_t = nvmlReturn_t (*)(nvmlDevice_t device, nvmlMemory_t* memory);
 using nvmlDeviceGetMemoryInfo_v2_t = nvmlReturn_t (*)(nvmlDevice_t device, nvmlMemory_v2_t* memory);
+using nvmlDeviceGetUtilizationRates_t = nvmlReturn_t (*)(nvmlDevice_t device,
+                                                         nvmlUtilization_t* utilization);
 
 // ---- Running processes ---------------------------------------------------------------------
 // nvmlDeviceGetComputeRunningProcesses (v1, no suffix) fills the legacy layout. _v2 and _v3 fill

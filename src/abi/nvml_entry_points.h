@@ -27,6 +27,7 @@
   X(nvmlDeviceGetUUID)                             \
   X(nvmlDeviceGetMemoryInfo)                       \
   X(nvmlDeviceGetMemoryInfo_v2)                    \
+  X(nvmlDeviceGetUtilizationRates)                 \
   X(nvmlDeviceGetComputeRunningProcesses)          \
   X(nvmlDeviceGetComputeRunningProcesses_v2)       \
   X(nvmlDeviceGetComputeRunningProcesses_v3)       \

@@ -114,6 +114,18 @@ std::string ConfigTextFromEnv() { return EnvOr("SIMGPU_CONFIG", kDefaultConfig);
 
 std::string NamespaceFromEnv() { return EnvOr("SIMGPU_NAMESPACE", kDefaultNamespace); }
 
+std::uint64_t TimesliceNsFromEnv() {
+  constexpr std::uint64_t kMaxUs = 10000000;
+  const std::string text = EnvOr("SIMGPU_TIMESLICE_US", "");
+  std::uint64_t us = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), us);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || us == 0 ||
+      us > kMaxUs) {
+    return kDefaultTimesliceNs;
+  }
+  return us * 1000;
+}
+
 int DriverVersionFromEnv() {
   const std::string text = EnvOr("SIMGPU_DRIVER_VERSION", "");
   int version = 0;

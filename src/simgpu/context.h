@@ -8,6 +8,7 @@
 
 #include "abi/cuda_abi.h"
 #include "gpu/catalogue.h"
+#include "simgpu/engine.h"
 
 namespace gpufrac::simgpu {
 
@@ -20,6 +21,7 @@ struct Context {
   const gpu::GpuModel* model = nullptr;
   bool primary = false;
   double kernel_ns_per_thread = 0;
+  int sm_count = 0;  // of the device (or MIG device) it runs on
 
   // True while the context holds its memory and resources. Read without the driver lock on hot
   // paths; changed only with the driver lock held.
@@ -28,7 +30,13 @@ struct Context {
   bool destroyed = false;    // a non-primary context after cuCtxDestroy
   int primary_refcount = 0;  // cuDevicePrimaryCtxRetain minus Release
 
-  // Simulated completion times (CLOCK_MONOTONIC ns): of the legacy default stream, of all work
+  // The context's place on its device's compute engine while active; its streams' completion
+  // times below are on the engine clock of that seat (engine.h). `activation` counts the times
+  // the context was (re)activated, so stale per-thread stream entries can be told apart.
+  EngineSeat engine;
+  std::atomic<std::uint64_t> activation{0};
+
+  // Simulated completion times on the engine clock: of the legacy default stream, of all work
   // on blocking streams (the legacy one included), and of all work on non-blocking streams.
   std::atomic<std::uint64_t> legacy_done_ns{0};
   std::atomic<std::uint64_t> blocking_done_ns{0};

@@ -19,6 +19,7 @@ Context* NewContextLocked(Driver* driver, int ordinal, bool primary) {
   context->model = driver->devices[ordinal].model;
   context->primary = primary;
   context->kernel_ns_per_thread = simgpu::KernelNsPerThread(driver->devices[ordinal].sm_count);
+  context->sm_count = driver->devices[ordinal].sm_count;
   driver->contexts.insert(context);
   return context;
 }
@@ -157,7 +158,7 @@ CUresult cuCtxSynchronize() {
       result != abi::CUDA_SUCCESS) {
     return result;
   }
-  simgpu::WaitUntil(context->AllDoneNs());
+  simgpu::WaitForStreamWork(*driver->machine, context, context->AllDoneNs());
   return abi::CUDA_SUCCESS;
 }
 

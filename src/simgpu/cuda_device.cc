@@ -6,6 +6,7 @@
 
 #include "simgpu/cuda_exports.h"
 #include "simgpu/driver.h"
+#include "simgpu/kernel.h"
 #include "simgpu/uuid.h"
 
 namespace {
@@ -130,7 +131,11 @@ CUresult cuDeviceGetAttribute(int* value, abi::CUdevice_attribute attribute,
     case abi::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
     case abi::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
     case abi::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+    case abi::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
       *value = 1;
+      break;
+    case abi::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
+      *value = simgpu::MaxBlocksPerSm(model);
       break;
     default:
       return abi::CUDA_ERROR_INVALID_VALUE;

@@ -1,6 +1,6 @@
-// Driver entry points for streams and kernel launches. A launch validates its arguments, adds the
-// kernel's modelled duration to the stream (see sim_time.h) and returns; synchronisation waits
-// for the simulated completion time.
+// Driver entry points for streams: creation and destruction, synchronisation and queries (which
+// wait for or look at the context's compute engine, engine.h) and waiting for events. Launches
+// are in cuda_launch.cc.
 #include "simgpu/cuda_exports.h"
 #include "simgpu/driver.h"
 #include "simgpu/sim_time.h"
@@ -14,70 +14,88 @@ using simgpu::Context;
 using simgpu::Driver;
 using simgpu::Stream;
 
-constexpr unsigned int kMaxThreadsPerBlock = 1024;
-constexpr unsigned int kMaxBlockZ = 64;
-constexpr unsigned int kMaxGridX = 0x7fffffff;
-constexpr unsigned int kMaxGridYZ = 65535;
-
 bool IsSpecialStream(abi::CUstream stream) {
-  return stream == nullptr || stream == abi::CU_STREAM_LEGACY || stream == abi::CU_STREAM_PER_THREAD;
+  return stream == nullptr || stream == abi::CU_STREAM_LEGACY ||
+         stream == abi::CU_STREAM_PER_THREAD;
 }
 
-CUresult Launch(abi::CUfunction function, unsigned int grid_x, unsigned int grid_y,
-                unsigned int grid_z, unsigned int block_x, unsigned int block_y,
-                unsigned int block_z, abi::CUstream stream, void** params, void** extra,
-                bool per_thread_default) {
-  Driver* driver;
-  Context* context;
-  if (CUresult result = simgpu::GetDriverAndContext(&driver, &context);
-      result != abi::CUDA_SUCCESS) {
+// The context and queue of a stream handle: a created stream knows its context, which need not
+// be current; the default streams are the current context's.
+CUresult StreamOf(abi::CUstream handle, bool per_thread_default, Driver** driver, Context** context,
+                  simgpu::StreamQueue* queue) {
+  if (!IsSpecialStream(handle)) {
+    if (CUresult result = simgpu::GetDriver(driver); result != abi::CUDA_SUCCESS) return result;
+    const auto* stream = reinterpret_cast<const Stream*>(handle);
+    if (stream->magic != Stream::kMagic) return abi::CUDA_ERROR_INVALID_HANDLE;
+    *context = stream->context;
+  } else if (CUresult result = simgpu::GetDriverAndContext(driver, context);
+             result != abi::CUDA_SUCCESS) {
     return result;
   }
-  const auto* kernel = reinterpret_cast<const simgpu::Function*>(function);
-  if (kernel == nullptr || kernel->magic != simgpu::Function::kMagic) {
-    return abi::CUDA_ERROR_INVALID_HANDLE;
-  }
-  if (grid_x == 0 || grid_y == 0 || grid_z == 0 || block_x == 0 || block_y == 0 || block_z == 0 ||
-      grid_x > kMaxGridX || grid_y > kMaxGridYZ || grid_z > kMaxGridYZ ||
-      block_x > kMaxThreadsPerBlock || block_y > kMaxThreadsPerBlock || block_z > kMaxBlockZ ||
-      static_cast<std::uint64_t>(block_x) * block_y * block_z > kMaxThreadsPerBlock ||
-      (params != nullptr && extra != nullptr)) {
-    return abi::CUDA_ERROR_INVALID_VALUE;
-  }
-  simgpu::StreamQueue queue;
-  if (CUresult result = simgpu::ResolveStream(context, stream, per_thread_default, &queue);
-      result != abi::CUDA_SUCCESS) {
-    return result;
-  }
-  const double threads = static_cast<double>(grid_x) * grid_y * grid_z *
-                         static_cast<double>(block_x * block_y * block_z);
-  simgpu::EnqueueWork(context, queue,
-                      simgpu::KernelDurationNs(context->kernel_ns_per_thread, threads));
-  return abi::CUDA_SUCCESS;
+  return simgpu::ResolveStream(*context, handle, per_thread_default, queue);
 }
 
 CUresult Synchronize(abi::CUstream handle, bool per_thread_default) {
-  if (!IsSpecialStream(handle)) {
-    // A created stream knows its context; it need not be current.
-    Driver* driver;
-    if (CUresult result = simgpu::GetDriver(&driver); result != abi::CUDA_SUCCESS) return result;
-    const auto* stream = reinterpret_cast<const Stream*>(handle);
-    if (stream->magic != Stream::kMagic) return abi::CUDA_ERROR_INVALID_HANDLE;
-    simgpu::WaitUntil(stream->done_ns.load(std::memory_order_relaxed));
-    return abi::CUDA_SUCCESS;
-  }
   Driver* driver;
   Context* context;
-  if (CUresult result = simgpu::GetDriverAndContext(&driver, &context);
-      result != abi::CUDA_SUCCESS) {
-    return result;
-  }
   simgpu::StreamQueue queue;
-  if (CUresult result = simgpu::ResolveStream(context, handle, per_thread_default, &queue);
+  if (CUresult result = StreamOf(handle, per_thread_default, &driver, &context, &queue);
       result != abi::CUDA_SUCCESS) {
     return result;
   }
-  simgpu::WaitUntil(queue.done->load(std::memory_order_relaxed));
+  if (queue.capturing) return simgpu::InvalidateCapture(queue);
+  simgpu::WaitForStreamWork(*driver->machine, context, queue.done->load(std::memory_order_relaxed));
+  return abi::CUDA_SUCCESS;
+}
+
+CUresult Query(abi::CUstream handle, bool per_thread_default) {
+  Driver* driver;
+  Context* context;
+  simgpu::StreamQueue queue;
+  if (CUresult result = StreamOf(handle, per_thread_default, &driver, &context, &queue);
+      result != abi::CUDA_SUCCESS) {
+    return result;
+  }
+  if (queue.capturing) return simgpu::InvalidateCapture(queue);
+  return simgpu::ServiceReached(*driver->machine, context->engine,
+                                queue.done->load(std::memory_order_relaxed))
+             ? abi::CUDA_SUCCESS
+             : abi::CUDA_ERROR_NOT_READY;
+}
+
+CUresult WaitEvent(abi::CUstream handle, abi::CUevent event_handle, unsigned int flags,
+                   bool per_thread_default) {
+  Driver* driver;
+  Context* context;
+  simgpu::StreamQueue queue;
+  if (CUresult result = StreamOf(handle, per_thread_default, &driver, &context, &queue);
+      result != abi::CUDA_SUCCESS) {
+    return result;
+  }
+  const auto* event = reinterpret_cast<const simgpu::Event*>(event_handle);
+  if (event == nullptr || event->magic != simgpu::Event::kMagic) {
+    return abi::CUDA_ERROR_INVALID_HANDLE;
+  }
+  if ((flags & ~static_cast<unsigned int>(abi::CU_EVENT_WAIT_EXTERNAL)) != 0) {
+    return abi::CUDA_ERROR_INVALID_VALUE;
+  }
+  if (queue.capturing) return simgpu::InvalidateCapture(queue);
+  // Nothing recorded: nothing to wait for.
+  if (!event->recorded) return abi::CUDA_SUCCESS;
+  const Context* recorder = event->context;
+  if (recorder == context) {
+    if (event->activation == context->activation.load(std::memory_order_relaxed)) {
+      simgpu::WaitForPoint(*driver->machine, context, queue, event->target_ns);
+    }
+    return abi::CUDA_SUCCESS;
+  }
+  // Another context's engine clock cannot order this one's work: the simulator waits on the
+  // host until the event has completed (a documented deviation), after which nothing is left
+  // to wait for.
+  if (recorder->active.load(std::memory_order_acquire) &&
+      event->activation == recorder->activation.load(std::memory_order_relaxed)) {
+    simgpu::WaitForService(*driver->machine, recorder->engine, event->target_ns);
+  }
   return abi::CUDA_SUCCESS;
 }
 
@@ -112,13 +130,15 @@ CUresult cuStreamCreate(abi::CUstream* handle, unsigned int flags) {
   return abi::CUDA_SUCCESS;
 }
 
-// Work already queued still completes (and cuCtxSynchronize still waits for it).
+// Work already queued still completes (and cuCtxSynchronize still waits for it); a capture in
+// progress is abandoned.
 CUresult cuStreamDestroy_v2(abi::CUstream handle) {
   Driver* driver;
   if (CUresult result = simgpu::GetDriver(&driver); result != abi::CUDA_SUCCESS) return result;
   auto* stream = reinterpret_cast<Stream*>(handle);
   std::lock_guard lock(driver->mu);
   if (driver->streams.count(stream) == 0) return abi::CUDA_ERROR_INVALID_HANDLE;
+  driver->DiscardCaptureLocked(stream);
   stream->magic = 0;
   driver->streams.erase(stream);
   driver->free_streams.push_back(stream);
@@ -133,20 +153,18 @@ CUresult cuStreamSynchronize_ptsz(abi::CUstream stream) {
   return Synchronize(stream, /*per_thread_default=*/true);
 }
 
-CUresult cuLaunchKernel(abi::CUfunction function, unsigned int grid_x, unsigned int grid_y,
-                        unsigned int grid_z, unsigned int block_x, unsigned int block_y,
-                        unsigned int block_z, unsigned int /*shared_bytes*/, abi::CUstream stream,
-                        void** params, void** extra) {
-  return Launch(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, stream, params, extra,
-                /*per_thread_default=*/false);
+CUresult cuStreamQuery(abi::CUstream stream) { return Query(stream, /*per_thread_default=*/false); }
+
+CUresult cuStreamQuery_ptsz(abi::CUstream stream) {
+  return Query(stream, /*per_thread_default=*/true);
 }
 
-CUresult cuLaunchKernel_ptsz(abi::CUfunction function, unsigned int grid_x, unsigned int grid_y,
-                             unsigned int grid_z, unsigned int block_x, unsigned int block_y,
-                             unsigned int block_z, unsigned int /*shared_bytes*/,
-                             abi::CUstream stream, void** params, void** extra) {
-  return Launch(function, grid_x, grid_y, grid_z, block_x, block_y, block_z, stream, params, extra,
-                /*per_thread_default=*/true);
+CUresult cuStreamWaitEvent(abi::CUstream stream, abi::CUevent event, unsigned int flags) {
+  return WaitEvent(stream, event, flags, /*per_thread_default=*/false);
+}
+
+CUresult cuStreamWaitEvent_ptsz(abi::CUstream stream, abi::CUevent event, unsigned int flags) {
+  return WaitEvent(stream, event, flags, /*per_thread_default=*/true);
 }
 
 }  // extern "C"

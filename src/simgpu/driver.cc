@@ -11,6 +11,7 @@
 #include <new>
 
 #include "proc/process_identity.h"
+#include "simgpu/engine.h"
 #include "simgpu/memory_ledger.h"
 #include "simgpu/mig_state.h"
 #include "simgpu/visible_devices.h"
@@ -102,6 +103,8 @@ CUresult Initialize() {
         const std::uint32_t slices = instance.compute[binding.compute_instance].slice_count;
         device.sm_count = static_cast<int>(instance.sm_count * slices / instance.compute_slices);
         device.gpu_instance = binding.gpu_instance;
+        device.compute_instance = binding.compute_instance;
+        device.mig_generation = binding.generation;
         slot->mig_binding.store(PackMigBinding(binding), std::memory_order_release);
       }
       driver->devices.push_back(device);
@@ -139,6 +142,13 @@ __attribute__((destructor)) void DetachAtExit() {
   if (driver == nullptr) return;
   std::lock_guard lock(driver->mu);
   if (driver->slot != nullptr) {
+    // Queued work goes with the process, as when a CUDA process exits.
+    for (Context* context : driver->contexts) {
+      if (context->active.load(std::memory_order_relaxed)) {
+        LeaveEngine(*driver->machine, context->engine);
+        context->engine = EngineSeat{};
+      }
+    }
     ReleaseSlot(*driver->machine, *driver->slot);
     driver->slot = nullptr;
   }
@@ -218,11 +228,36 @@ CUresult Driver::FreeLocked(abi::CUdeviceptr base) {
   return abi::CUDA_SUCCESS;
 }
 
+void Driver::DiscardCaptureLocked(Stream* stream) {
+  if (stream->capture == nullptr) return;
+  graphs.erase(stream->capture);
+  delete stream->capture;
+  stream->capture = nullptr;
+  stream->capture_last = -1;
+  stream->capture_invalidated = false;
+}
+
 CUresult Driver::ActivateContextLocked(Context* context) {
   if (CUresult result = ChargeLocked(context->ordinal, context->model->context_bytes);
       result != abi::CUDA_SUCCESS) {
     return result;
   }
+  const VisibleDevice& device = devices[context->ordinal];
+  const EngineKey key{.device = device.physical,
+                      .gpu_instance = device.gpu_instance,
+                      .compute_instance = device.compute_instance,
+                      .generation = device.mig_generation};
+  EngineSeat seat;
+  if (!JoinEngine(*machine, key, static_cast<int>(slot - machine->slots), &seat)) {
+    ReleaseLocked(context->ordinal, context->model->context_bytes);
+    return abi::CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  // The streams start again on the new engine clock, with nothing queued.
+  context->engine = seat;
+  context->activation.fetch_add(1, std::memory_order_relaxed);
+  context->legacy_done_ns.store(0, std::memory_order_relaxed);
+  context->blocking_done_ns.store(0, std::memory_order_relaxed);
+  context->non_blocking_done_ns.store(0, std::memory_order_relaxed);
   context->active.store(true, std::memory_order_release);
   return abi::CUDA_SUCCESS;
 }
@@ -248,6 +283,7 @@ void Driver::TeardownContextLocked(Context* context) {
       ++it;
       continue;
     }
+    DiscardCaptureLocked(stream);
     stream->magic = 0;
     free_streams.push_back(stream);
     it = streams.erase(it);
@@ -263,7 +299,28 @@ void Driver::TeardownContextLocked(Context* context) {
     unloaded_modules.push_back(module);
     it = modules.erase(it);
   }
+  // Leaving the engine frees the events' watches.
+  for (auto it = events.begin(); it != events.end();) {
+    Event* event = *it;
+    if (event->context != context) {
+      ++it;
+      continue;
+    }
+    event->magic = 0;
+    free_events.push_back(event);
+    it = events.erase(it);
+  }
+  for (auto it = graph_execs.begin(); it != graph_execs.end();) {
+    if ((*it)->context != context) {
+      ++it;
+      continue;
+    }
+    delete *it;
+    it = graph_execs.erase(it);
+  }
   ReleaseLocked(context->ordinal, context->model->context_bytes);
+  if (slot != nullptr) LeaveEngine(*machine, context->engine);
+  context->engine = EngineSeat{};
   context->active.store(false, std::memory_order_release);
 }
 

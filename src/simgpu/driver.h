@@ -15,6 +15,8 @@
 #include "gpu/catalogue.h"
 #include "simgpu/allocation_table.h"
 #include "simgpu/context.h"
+#include "simgpu/event.h"
+#include "simgpu/graph.h"
 #include "simgpu/memory_objects.h"
 #include "simgpu/module.h"
 #include "simgpu/shared_machine.h"
@@ -32,6 +34,8 @@ struct VisibleDevice {
   std::uint64_t total_bytes = 0;  // the GPU's memory, or the MIG device's
   int sm_count = 0;
   int gpu_instance = -1;  // the MIG device's GPU instance; -1 for a whole GPU
+  int compute_instance = -1;
+  std::uint64_t mig_generation = 0;  // the GPU instance's generation when the process bound to it
 };
 
 struct Driver {
@@ -43,13 +47,17 @@ struct Driver {
   // Everything below is guarded by `mu`.
   ProcessSlot* slot = nullptr;  // nullptr once the process has started exiting
   AllocationTable allocations;
-  std::unordered_set<Context*> contexts;   // every context ever made; never freed, so stale
-                                           // handles stay safe to inspect
-  std::vector<Context*> primary_contexts;  // by ordinal; created on first retain
-  std::unordered_set<Stream*> streams;     // live created streams
-  std::vector<Stream*> free_streams;       // destroyed stream objects, reused
-  std::unordered_set<Module*> modules;     // loaded modules
-  std::vector<Module*> unloaded_modules;   // kept, so stale function handles fail cleanly
+  std::unordered_set<Context*> contexts;       // every context ever made; never freed, so stale
+                                               // handles stay safe to inspect
+  std::vector<Context*> primary_contexts;      // by ordinal; created on first retain
+  std::unordered_set<Stream*> streams;         // live created streams
+  std::vector<Stream*> free_streams;           // destroyed stream objects, reused
+  std::unordered_set<Event*> events;           // live events
+  std::vector<Event*> free_events;             // destroyed event objects, reused
+  std::unordered_set<Graph*> graphs;           // graphs not destroyed (nodes belong to them)
+  std::unordered_set<GraphExec*> graph_execs;  // executable graphs not destroyed
+  std::unordered_set<Module*> modules;         // loaded modules
+  std::vector<Module*> unloaded_modules;       // kept, so stale function handles fail cleanly
   std::unordered_set<ArrayObject*> arrays;
   std::vector<MemPool*> default_pools;    // by ordinal; created on first use
   std::unordered_set<MemPool*> pools;     // every pool not destroyed, default ones included
@@ -78,10 +86,16 @@ struct Driver {
   // is an address reservation, which only cuMemAddressFree frees).
   abi::CUresult FreeLocked(abi::CUdeviceptr base);
 
-  // Makes a context hold its memory again: charges context_bytes and marks it active.
+  // Ends the stream's capture, if any, throwing its graph away. Caller holds `mu`.
+  void DiscardCaptureLocked(Stream* stream);
+
+  // Makes a context hold its memory again: charges context_bytes, joins its device's compute
+  // engine (CUDA_ERROR_OUT_OF_MEMORY when the engine has no room for another context) and marks
+  // it active.
   abi::CUresult ActivateContextLocked(Context* context);
-  // Frees everything the context owns (allocations, arrays, streams, modules) and its own
-  // memory, and marks it inactive.
+  // Frees everything the context owns (allocations, arrays, streams, events, executable graphs,
+  // modules) and its own memory, leaves the compute engine (its queued work is dropped), and
+  // marks it inactive.
   void TeardownContextLocked(Context* context);
 };
 

@@ -122,6 +122,7 @@ ProcessSlot* ClaimSlot(SharedMachine& machine, const proc::ProcessId& self) {
   for (ProcessSlot& slot : machine.slots) {
     std::uint64_t expected = kFreeOwner;
     if (slot.owner.compare_exchange_strong(expected, packed, std::memory_order_acq_rel)) {
+      for (auto& engine_ns : slot.engine_ns) engine_ns.store(0, std::memory_order_relaxed);
       return &slot;
     }
   }

@@ -15,6 +15,7 @@
 #include <new>
 
 #include "simgpu/device_events.h"
+#include "simgpu/engine.h"
 #include "simgpu/mig_state.h"
 #include "simgpu/uuid.h"
 
@@ -22,7 +23,7 @@ namespace gpufrac::simgpu {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x53494d47;  // "SIMG"
-constexpr std::uint32_t kLayoutVersion = 3;   // 2: MIG state; 3: events, lost GPUs
+constexpr std::uint32_t kLayoutVersion = 4;   // 2: MIG state; 3: events, lost GPUs; 4: engines
 
 std::string ErrnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
@@ -38,6 +39,8 @@ void InitialiseMachine(SharedMachine* machine, std::string_view name_space,
   std::strncpy(machine->config, text.c_str(), sizeof(machine->config) - 1);
   InitialiseMigMutex(*machine);
   InitialiseEventLog(*machine);
+  machine->timeslice_ns = config.timeslice_ns;
+  InitialiseEngines(*machine);
   for (int i = 0; i < config.device_count; ++i) {
     SharedDevice& device = machine->devices[i];
     const gpu::GpuModel& model = *config.models[i];
@@ -110,6 +113,7 @@ SharedMachine* AttachSharedMachineFromEnv(std::string* error) {
   MachineConfig config;
   const std::string config_text = ConfigTextFromEnv();
   if (!ParseMachineConfig(config_text, &config, error)) return nullptr;
+  config.timeslice_ns = TimesliceNsFromEnv();
   SharedMachine* machine = AttachSharedMachine(NamespaceFromEnv(), config, error);
   if (machine == nullptr) return nullptr;
   const std::string wanted = FormatMachineConfig(config);

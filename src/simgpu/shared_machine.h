@@ -1,6 +1,7 @@
 // The simulated machine as every process of a namespace sees it: a POSIX shared-memory segment
-// holding the device table, each device's memory counter and one slot per attached process.
-// Created by whichever process comes first; all counters are lock-free atomics.
+// holding the device table, each device's memory counter, one slot per attached process and each
+// device's compute engines. Created by whichever process comes first; memory counters are
+// lock-free atomics, engines and MIG state change under robust process-shared mutexes.
 #pragma once
 
 #include <pthread.h>
@@ -22,6 +23,12 @@ inline constexpr int kMaxComputeInstances = 8;  // per GPU instance (at most 7 c
 // NVML events the machine remembers (see device_events.h); a reader that falls further behind
 // loses the oldest, as NVML's own queue would.
 inline constexpr int kEventLogSize = 256;
+// Compute engines (see engine.h): a GPU has one, or in MIG mode one per compute instance (at most
+// 7). Each CUDA context on a device is a client of one of them.
+inline constexpr int kEnginesPerDevice = 8;
+inline constexpr int kEngineClientsPerDevice = 128;
+// Timing events being tracked per device (cuEventCreate without CU_EVENT_DISABLE_TIMING).
+inline constexpr int kEventWatchesPerDevice = 1024;
 
 struct SharedComputeInstance {
   std::uint32_t live;  // 0: free entry
@@ -71,6 +78,9 @@ struct ProcessSlot {
   // PackMigBinding (mig_state.h); 0 for none. Its charges on that device are also charged to
   // the instance. Set at cuInit under mig_mutex, cleared when the slot is released.
   std::atomic<std::uint64_t> mig_binding;
+  // Compute-engine time this process's contexts have received on each device (ns); written by
+  // whichever process advances the engine, under that device's engine mutex.
+  std::atomic<std::uint64_t> engine_ns[kMaxDevices];
 };
 
 // One NVML event (nvmlEventData_t without the process-local device handle).
@@ -93,17 +103,69 @@ struct SharedEventLog {
   alignas(64) std::atomic<std::uint32_t> signal;
 };
 
+// A CUDA context as a client of a compute engine. Its virtual clock `served_ns` advances only
+// while it holds the engine; its queued work is done when `served_ns` reaches `pending_ns`.
+struct SharedEngineClient {
+  std::int32_t engine = -1;     // index in SharedEngineTable::engines; -1: free entry
+  std::int32_t slot = 0;        // the owning process's slot
+  std::uint64_t owner = 0;      // that slot's owner word when the client joined (liveness)
+  std::uint64_t origin_ns = 0;  // served_ns when it joined
+  std::uint64_t served_ns = 0;
+  std::uint64_t pending_ns = 0;
+  std::uint32_t armed_watches = 0;  // its watches still waiting to be reached
+};
+
+// One compute engine: a whole GPU, or one MIG compute instance (`gpu_instance` >= 0).
+struct SharedEngine {
+  std::uint32_t clients = 0;  // registered clients; 0: free entry
+  std::int32_t gpu_instance = 0;
+  std::int32_t compute_instance = 0;
+  std::uint64_t generation = 0;   // the GPU instance's generation (a recreated instance is new)
+  std::int32_t holder = -1;       // client running now; -1 when idle
+  std::int32_t last_holder = -1;  // round-robin position
+  std::uint64_t slice_start_ns = 0;
+  std::uint64_t advanced_ns = 0;   // the engine is simulated up to here (CLOCK_MONOTONIC)
+  std::uint64_t busy_ns = 0;       // time some client held it, since the machine was created
+  std::uint32_t busy_clients = 0;  // clients with work (served_ns < pending_ns)
+  // Busy time per NVML sample period (kUtilizationPeriodNs): the current period's index and
+  // its busy time so far, and the busy time of the period before it.
+  std::uint64_t sample_period = 0;
+  std::uint64_t sample_busy_ns = 0;
+  std::uint64_t previous_busy_ns = 0;
+};
+
+// A timing event's completion: the real time at which its client's served_ns reached `target`.
+struct SharedEventWatch {
+  std::int32_t client = -1;  // -1: free entry
+  std::uint32_t armed = 0;   // nonzero until the target is reached
+  std::uint64_t target_ns = 0;
+  std::uint64_t reached_ns = 0;
+};
+
+// A device's compute engines and their clients, all guarded by `mutex` (robust,
+// process-shared).
+struct SharedEngineTable {
+  pthread_mutex_t mutex;
+  std::uint64_t liveness_checked_ns;  // when dead clients were last looked for
+  std::uint64_t retired_busy_ns;      // busy time of engines freed since (no clients left)
+  SharedEngine engines[kEnginesPerDevice];
+  SharedEngineClient clients[kEngineClientsPerDevice];
+  SharedEventWatch watches[kEventWatchesPerDevice];
+};
+
 struct SharedMachine {
   std::atomic<std::uint32_t> magic;  // written last by the creator
   std::uint32_t layout_version;
   std::int32_t device_count;
-  char config[256];  // canonical SIMGPU_CONFIG the machine was created with
+  char config[256];            // canonical SIMGPU_CONFIG the machine was created with
+  std::uint64_t timeslice_ns;  // compute engines' time slice (SIMGPU_TIMESLICE_US at creation)
   // Serialises MIG changes (mode, instances) and process binding to MIG devices. Robust and
   // process-shared: a process killed while holding it does not wedge the machine.
   pthread_mutex_t mig_mutex;
   SharedDevice devices[kMaxDevices];
   ProcessSlot slots[kMaxProcessSlots];
   SharedEventLog events;
+  SharedEngineTable engines[kMaxDevices];
 };
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free,

@@ -1,6 +1,7 @@
 // Simulated GPU time: a kernel takes a modelled duration and each stream keeps the time its
-// queued work completes, so launches return at once (as on real hardware) and synchronisation
-// sleeps until then. Model: 2 us + grid*block threads / (SMs * 2048) us.
+// queued work completes on its context's engine clock (engine.h), so launches return at once (as
+// on real hardware) and synchronisation sleeps until then. Model: 2 us + grid*block threads /
+// (SMs * 2048) us.
 #pragma once
 
 #include <time.h>
@@ -43,9 +44,9 @@ inline void AtomicMax(std::atomic<std::uint64_t>& value, std::uint64_t candidate
   }
 }
 
-// Queues `duration` of work on a stream whose work completes at `done`, after the later of now
-// and `also_after` (work the stream must wait for, e.g. the legacy default stream). Returns the
-// new completion time.
+// Queues `duration` of work on a stream whose work completes at `done`, after the later of `now`
+// (the context's engine clock) and `also_after` (work the stream must wait for, e.g. the legacy
+// default stream). Returns the new completion time.
 inline std::uint64_t Enqueue(std::atomic<std::uint64_t>& done, std::uint64_t now,
                              std::uint64_t also_after, std::uint64_t duration) {
   std::uint64_t previous = done.load(std::memory_order_relaxed);

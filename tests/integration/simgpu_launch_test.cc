@@ -205,5 +205,92 @@ TEST_F(SimGpuLaunchTest, LaunchIsCheap) {
   });
 }
 
+TEST_F(SimGpuLaunchTest, LaunchKernelExTakesAConfigAndAttributes) {
+  RunInChild("1xH100-80GB", [] {
+    InitAndUsePrimary();
+    abi::CUfunction kernel = LoadKernel();
+    abi::CUstream stream = nullptr;
+    ASSERT_CU(cuStreamCreate(&stream, abi::CU_STREAM_NON_BLOCKING));
+    abi::CUlaunchAttribute attributes[2] = {};
+    attributes[0].id = abi::CU_LAUNCH_ATTRIBUTE_PRIORITY;  // accepted, changes nothing here
+    attributes[1].id = abi::CU_LAUNCH_ATTRIBUTE_IGNORE;
+    abi::CUlaunchConfig config{};
+    config.gridDimX = BlocksFor(30);
+    config.gridDimY = config.gridDimZ = 1;
+    config.blockDimX = 1024;
+    config.blockDimY = config.blockDimZ = 1;
+    config.hStream = stream;
+    config.attrs = attributes;
+    config.numAttrs = 2;
+    const Clock::time_point start = Clock::now();
+    ASSERT_CU(cuLaunchKernelEx(&config, kernel, nullptr, nullptr));
+    EXPECT_LT(MillisecondsSince(start), 5.0);
+    ASSERT_CU(cuStreamSynchronize(stream));
+    EXPECT_GE(MillisecondsSince(start), 29.0);
+
+    EXPECT_EQ(abi::CUDA_ERROR_INVALID_VALUE, cuLaunchKernelEx(nullptr, kernel, nullptr, nullptr));
+    config.attrs = nullptr;
+    EXPECT_EQ(abi::CUDA_ERROR_INVALID_VALUE, cuLaunchKernelEx(&config, kernel, nullptr, nullptr));
+    config.attrs = attributes;
+    attributes[1].id = static_cast<abi::CUlaunchAttributeID>(99);
+    EXPECT_EQ(abi::CUDA_ERROR_INVALID_VALUE, cuLaunchKernelEx(&config, kernel, nullptr, nullptr));
+    config.numAttrs = 0;
+    config.blockDimX = 2048;
+    EXPECT_EQ(abi::CUDA_ERROR_INVALID_VALUE, cuLaunchKernelEx(&config, kernel, nullptr, nullptr));
+    config.blockDimX = 32;
+    config.gridDimX = 1;
+    config.hStream = nullptr;  // the per-thread default stream in the _ptsz form
+    EXPECT_CU(cuLaunchKernelEx_ptsz(&config, kernel, nullptr, nullptr));
+    EXPECT_EQ(abi::CUDA_ERROR_INVALID_HANDLE, cuLaunchKernelEx(&config, nullptr, nullptr, nullptr));
+  });
+}
+
+TEST_F(SimGpuLaunchTest, CooperativeLaunchesMustFitOnTheGpuAtOnce) {
+  RunInChild("1xH100-80GB,1xT4", [] {
+    InitAndUsePrimary();
+    abi::CUfunction kernel = LoadKernel();
+    int cooperative = 0;
+    int blocks_per_sm = 0;
+    int sms = 0;
+    ASSERT_CU(cuDeviceGetAttribute(&cooperative, abi::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 0));
+    ASSERT_CU(cuDeviceGetAttribute(&blocks_per_sm,
+                                   abi::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 0));
+    ASSERT_CU(cuDeviceGetAttribute(&sms, abi::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
+    EXPECT_EQ(1, cooperative);
+    EXPECT_EQ(32, blocks_per_sm);  // Hopper
+    int turing_blocks = 0;
+    ASSERT_CU(cuDeviceGetAttribute(&turing_blocks,
+                                   abi::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 1));
+    EXPECT_EQ(16, turing_blocks);
+
+    // Small blocks: limited by blocks per SM. 1024-thread blocks: by 2048 threads per SM.
+    const auto most = static_cast<unsigned int>(sms * blocks_per_sm);
+    EXPECT_CU(cuLaunchCooperativeKernel(kernel, most, 1, 1, 32, 1, 1, 0, nullptr, nullptr));
+    EXPECT_EQ(abi::CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
+              cuLaunchCooperativeKernel(kernel, most + 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr));
+    const auto big = static_cast<unsigned int>(sms * 2);
+    EXPECT_CU(cuLaunchCooperativeKernel_ptsz(kernel, big, 1, 1, 1024, 1, 1, 0, nullptr, nullptr));
+    EXPECT_EQ(abi::CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
+              cuLaunchCooperativeKernel(kernel, big, 2, 1, 1024, 1, 1, 0, nullptr, nullptr));
+
+    // The same rule through cuLaunchKernelEx's cooperative attribute, and not without it.
+    abi::CUlaunchAttribute attribute{};
+    attribute.id = abi::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    attribute.value.cooperative = 1;
+    abi::CUlaunchConfig config{};
+    config.gridDimX = most + 1;
+    config.gridDimY = config.gridDimZ = 1;
+    config.blockDimX = 32;
+    config.blockDimY = config.blockDimZ = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    EXPECT_EQ(abi::CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
+              cuLaunchKernelEx(&config, kernel, nullptr, nullptr));
+    attribute.value.cooperative = 0;
+    EXPECT_CU(cuLaunchKernelEx(&config, kernel, nullptr, nullptr));
+    ASSERT_CU(cuCtxSynchronize());
+  });
+}
+
 }  // namespace
 }  // namespace gpufrac::simgpu::testing

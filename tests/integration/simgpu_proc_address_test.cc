@@ -72,6 +72,40 @@ TEST_F(SimGpuProcAddressTest, PicksTheNewestVariantForTheVersion) {
   });
 }
 
+TEST_F(SimGpuProcAddressTest, EventLaunchAndGraphEntryPoints) {
+  RunInChild("1xH100-80GB", [] {
+    constexpr auto kPerThread = abi::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+    ExpectResolves("cuEventCreate", 2000, "cuEventCreate");
+    ExpectResolves("cuEventDestroy", 3020, "cuEventDestroy");
+    ExpectResolves("cuEventDestroy", 4000, "cuEventDestroy_v2");
+    ExpectResolves("cuEventElapsedTime", 12070, "cuEventElapsedTime");
+    ExpectResolves("cuEventElapsedTime", 12080, "cuEventElapsedTime_v2");
+    ExpectResolves("cuEventRecord", 12000, "cuEventRecord");
+    ExpectResolves("cuEventRecord", 12000, "cuEventRecord_ptsz", kPerThread);
+    ExpectResolves("cuEventRecordWithFlags", 11010, "cuEventRecordWithFlags_ptsz", kPerThread);
+    ExpectResolves("cuEventQuery", 2000, "cuEventQuery");
+    ExpectResolves("cuEventSynchronize", 2000, "cuEventSynchronize");
+    ExpectResolves("cuStreamQuery", 12000, "cuStreamQuery_ptsz", kPerThread);
+    ExpectResolves("cuStreamWaitEvent", 3020, "cuStreamWaitEvent");
+    ExpectResolves("cuLaunchKernelEx", 11060, "cuLaunchKernelEx");
+    ExpectResolves("cuLaunchKernelEx", 12000, "cuLaunchKernelEx_ptsz", kPerThread);
+    ExpectResolves("cuLaunchCooperativeKernel", 9000, "cuLaunchCooperativeKernel");
+    ExpectResolves("cuGraphCreate", 10000, "cuGraphCreate");
+    ExpectResolves("cuGraphAddKernelNode", 11080, "cuGraphAddKernelNode");
+    ExpectResolves("cuGraphAddKernelNode", 12000, "cuGraphAddKernelNode_v2");
+    ExpectResolves("cuStreamBeginCapture", 10000, "cuStreamBeginCapture");
+    ExpectResolves("cuStreamBeginCapture", 10010, "cuStreamBeginCapture_v2");
+    ExpectResolves("cuStreamBeginCapture", 12000, "cuStreamBeginCapture_v2_ptsz", kPerThread);
+    ExpectResolves("cuStreamEndCapture", 10000, "cuStreamEndCapture");
+    ExpectResolves("cuGraphInstantiateWithFlags", 11040, "cuGraphInstantiateWithFlags");
+    ExpectResolves("cuGraphLaunch", 10000, "cuGraphLaunch_ptsz", kPerThread);
+    ExpectResolves("cuGraphExecDestroy", 10000, "cuGraphExecDestroy");
+    ExpectResolves("cuGraphDestroy", 10000, "cuGraphDestroy");
+    EXPECT_EQ(abi::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
+              Resolve("cuLaunchKernelEx", 11050).status);
+  });
+}
+
 TEST_F(SimGpuProcAddressTest, PerThreadStreamFlagPicksPtszVariants) {
   RunInChild("1xH100-80GB", [] {
     constexpr abi::cuuint64_t kPerThread = abi::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;

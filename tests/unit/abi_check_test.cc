@@ -47,7 +47,12 @@ using gpufrac::testing::SameSignature;
                                                                       X(cuGetErrorName)            \
                                                                           X(cuGetProcAddress_v2)           \
   X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)          \
-      X(cuMemRetainAllocationHandle) X(cuMemGetAllocationGranularity)
+      X(cuMemRetainAllocationHandle) X(cuMemGetAllocationGranularity)                               \
+  X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord)      \
+  X(cuEventRecordWithFlags) X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime_v2)          \
+  X(cuLaunchKernelEx) X(cuLaunchCooperativeKernel) X(cuGraphCreate) X(cuGraphAddKernelNode_v2)      \
+  X(cuStreamBeginCapture_v2) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) \
+  X(cuGraphExecDestroy) X(cuGraphDestroy)
 
 #define CHECK_SIGNATURE(fn) \
   static_assert(SameSignature<ours::fn##_t, decltype(&::fn)>::value, #fn " differs from cuda.h");
@@ -97,7 +102,18 @@ CHECKED_FUNCTIONS(CHECK_SIGNATURE)
                                                                                   X(CU_AD_FORMAT_FLOAT)    \
   X(CU_MEM_ACCESS_FLAGS_PROT_NONE) X(CU_MEM_ACCESS_FLAGS_PROT_READ)                               \
       X(CU_MEM_ACCESS_FLAGS_PROT_READWRITE) X(CU_MEM_ALLOC_GRANULARITY_MINIMUM)                   \
-          X(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
+          X(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)                                             \
+  X(CUDA_ERROR_ILLEGAL_STATE) X(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)                          \
+  X(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) X(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)               \
+  X(CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH) X(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR)  \
+  X(CU_EVENT_DEFAULT) X(CU_EVENT_BLOCKING_SYNC) X(CU_EVENT_DISABLE_TIMING)                        \
+  X(CU_EVENT_INTERPROCESS) X(CU_EVENT_RECORD_DEFAULT) X(CU_EVENT_RECORD_EXTERNAL)                 \
+  X(CU_EVENT_WAIT_DEFAULT) X(CU_EVENT_WAIT_EXTERNAL) X(CU_LAUNCH_ATTRIBUTE_IGNORE)                \
+  X(CU_LAUNCH_ATTRIBUTE_COOPERATIVE) X(CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT)      \
+  X(CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING) X(CU_STREAM_CAPTURE_MODE_GLOBAL)          \
+  X(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) X(CU_STREAM_CAPTURE_MODE_RELAXED)                        \
+  X(CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) X(CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD)        \
+  X(CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) X(CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY)
 
 #define CHECK_ENUMERATOR(name)                                                        \
   static_assert(static_cast<long long>(ours::name) == static_cast<long long>(::name), \
@@ -119,6 +135,12 @@ CHECK_LAYOUT(CUmemLocation, id) CHECK_SIZE(CUmemAllocationProp)
                         CHECK_SIZE(CUDA_ARRAY3D_DESCRIPTOR)
                             CHECK_LAYOUT(CUDA_ARRAY3D_DESCRIPTOR, Depth)
                                 CHECK_LAYOUT(CUDA_ARRAY3D_DESCRIPTOR, Flags)
+CHECK_SIZE(CUlaunchAttributeValue) CHECK_SIZE(CUlaunchAttribute) CHECK_LAYOUT(CUlaunchAttribute, value)
+CHECK_SIZE(CUlaunchConfig) CHECK_LAYOUT(CUlaunchConfig, hStream) CHECK_LAYOUT(CUlaunchConfig, attrs)
+CHECK_LAYOUT(CUlaunchConfig, numAttrs) CHECK_SIZE(CUDA_KERNEL_NODE_PARAMS_v1)
+CHECK_LAYOUT(CUDA_KERNEL_NODE_PARAMS_v1, kernelParams) CHECK_LAYOUT(CUDA_KERNEL_NODE_PARAMS_v1, extra)
+CHECK_SIZE(CUDA_KERNEL_NODE_PARAMS_v2) CHECK_LAYOUT(CUDA_KERNEL_NODE_PARAMS_v2, kern)
+CHECK_LAYOUT(CUDA_KERNEL_NODE_PARAMS_v2, ctx)
                                     CHECK_SIZE(CUuuid) static_assert(sizeof(ours::CUdeviceptr) ==
                                                                      sizeof(::CUdeviceptr));
 static_assert(sizeof(ours::CUmemGenericAllocationHandle) == sizeof(::CUmemGenericAllocationHandle));

@@ -27,6 +27,10 @@ CHECK_LEGACY(cuMemFree)
 CHECK_LEGACY(cuMemGetInfo)
 CHECK_LEGACY(cuArrayCreate)
 CHECK_LEGACY(cuArray3DCreate)
+CHECK_LEGACY(cuEventDestroy)
+CHECK_LEGACY(cuEventElapsedTime)
+CHECK_LEGACY(cuStreamBeginCapture)
+CHECK_LEGACY(cuGraphAddKernelNode)
 
 #define CHECK_FIELD(type, field) \
   static_assert(offsetof(ours::type, field) == offsetof(::type, field), #type "." #field);

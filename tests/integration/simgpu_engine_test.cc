@@ -1,0 +1,342 @@
+// Simulated compute engine: without gpufrac, processes sharing a GPU are time-sliced as NVIDIA's
+// scheduler does it. Saturating processes get equal shares whatever else they do, an idle one
+// gets nothing, a long kernel is preempted at slice ends, a killed process stalls nobody, and
+// separate GPUs or MIG instances do not slow each other down. Shares are read from the
+// simulator's ground truth (engine_truth.h).
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu/catalogue.h"
+#include "simgpu/engine_truth.h"
+#include "simgpu/sim_time.h"
+#include "simgpu_test_util.h"
+
+namespace gpufrac::simgpu::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+#define ASSERT_NVML(expr) ASSERT_EQ(::gpufrac::abi::NVML_SUCCESS, (expr))
+#define EXPECT_NVML(expr) EXPECT_EQ(::gpufrac::abi::NVML_SUCCESS, (expr))
+
+constexpr char kPtx[] = R"(
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry spin()
+{
+  ret;
+}
+)";
+
+double MillisecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+abi::CUfunction LoadKernel() {
+  abi::CUmodule module = nullptr;
+  EXPECT_CU(cuModuleLoadData(&module, kPtx));
+  abi::CUfunction function = nullptr;
+  EXPECT_CU(cuModuleGetFunction(&function, module, "spin"));
+  return function;
+}
+
+// The SM count of the current context's device.
+int SmCount() {
+  abi::CUdevice device = 0;
+  EXPECT_CU(cuCtxGetDevice(&device));
+  int sms = 0;
+  EXPECT_CU(cuDeviceGetAttribute(&sms, abi::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
+  return sms;
+}
+
+// Queues `count` kernels of about `ms` each, back to back on the legacy stream.
+void LaunchKernels(abi::CUfunction kernel, int count, double ms) {
+  const double threads =
+      (ms * 1000 - kKernelLaunchLatencyNs / 1000.0) * SmCount() * kResidentThreadsPerSm;
+  const auto blocks = static_cast<unsigned int>(threads / 1024);
+  for (int i = 0; i < count; ++i) {
+    ASSERT_CU(cuLaunchKernel(kernel, blocks, 1, 1, 1024, 1, 1, 0, nullptr, nullptr, nullptr));
+  }
+}
+
+// A helper that queues `seconds` of 1 ms kernels on device `ordinal`, says 'R', and exits
+// (dropping what is still queued) when told anything.
+void Saturate(Helper& self, double seconds, int ordinal = 0) {
+  InitAndUsePrimary(ordinal);
+  LaunchKernels(LoadKernel(), static_cast<int>(seconds * 1000), 1.0);
+  self.Send('R');
+  self.Receive();
+}
+
+std::uint64_t ProcessNs(pid_t pid, unsigned int gpu = 0) {
+  unsigned long long ns = 0;
+  EXPECT_NVML(simgpuGetProcessEngineTime(gpu, static_cast<unsigned int>(pid), &ns));
+  return ns;
+}
+
+std::uint64_t BusyNs(unsigned int gpu = 0) {
+  unsigned long long ns = 0;
+  EXPECT_NVML(simgpuGetEngineBusyTime(gpu, &ns));
+  return ns;
+}
+
+// Each helper's engine time over `window_ms` of wall time, as fractions of the window; also the
+// device's busy fraction over it.
+std::vector<double> MeasureShares(const std::vector<Helper*>& helpers, int window_ms,
+                                  double* busy_fraction) {
+  std::vector<std::uint64_t> before;
+  for (Helper* helper : helpers) before.push_back(ProcessNs(helper->pid()));
+  const std::uint64_t busy_before = BusyNs();
+  const Clock::time_point start = Clock::now();
+  SleepMs(window_ms);
+  std::vector<double> shares;
+  for (std::size_t i = 0; i < helpers.size(); ++i) {
+    shares.push_back((ProcessNs(helpers[i]->pid()) - before[i]) / 1e6 / window_ms);
+  }
+  const double elapsed = MillisecondsSince(start);
+  *busy_fraction = (BusyNs() - busy_before) / 1e6 / elapsed;
+  return shares;
+}
+
+using SimGpuEngineTest = SimGpuTest;
+
+TEST_F(SimGpuEngineTest, TwoSaturatingProcessesSplitTheGpuInHalves) {
+  RunInChild("1xH100-80GB", [] {
+    Helper a([](Helper& self) { Saturate(self, 2.0); });
+    Helper b([](Helper& self) { Saturate(self, 2.0); });
+    ASSERT_EQ('R', a.Receive());
+    ASSERT_EQ('R', b.Receive());
+    double busy = 0;
+    const std::vector<double> shares = MeasureShares({&a, &b}, 400, &busy);
+    std::printf("two processes: %.3f / %.3f of the GPU, busy %.3f\n", shares[0], shares[1], busy);
+    EXPECT_NEAR(0.5, shares[0], 0.03);
+    EXPECT_NEAR(0.5, shares[1], 0.03);
+    EXPECT_NEAR(1.0, busy, 0.03);
+    a.Send('Q');
+    b.Send('Q');
+    EXPECT_EQ(0, a.Wait());
+    EXPECT_EQ(0, b.Wait());
+  });
+}
+
+TEST_F(SimGpuEngineTest, ThreeSaturatingProcessesGetAThirdEach) {
+  RunInChild("1xH100-80GB", {{"SIMGPU_TIMESLICE_US", "1000"}}, [] {
+    Helper a([](Helper& self) { Saturate(self, 2.0); });
+    Helper b([](Helper& self) { Saturate(self, 2.0); });
+    Helper c([](Helper& self) { Saturate(self, 2.0); });
+    ASSERT_EQ('R', a.Receive());
+    ASSERT_EQ('R', b.Receive());
+    ASSERT_EQ('R', c.Receive());
+    double busy = 0;
+    const std::vector<double> shares = MeasureShares({&a, &b, &c}, 450, &busy);
+    std::printf("three processes: %.3f / %.3f / %.3f, busy %.3f\n", shares[0], shares[1], shares[2],
+                busy);
+    for (double share : shares) EXPECT_NEAR(1.0 / 3, share, 0.03);
+    EXPECT_NEAR(1.0, busy, 0.03);
+    for (Helper* helper : {&a, &b, &c}) helper->Send('Q');
+  });
+}
+
+TEST_F(SimGpuEngineTest, ALongKernelIsTimeSlicedWithAnotherProcess) {
+  RunInChild("1xH100-80GB", [] {
+    Helper busy([](Helper& self) { Saturate(self, 2.0); });
+    ASSERT_EQ('R', busy.Receive());
+    const pid_t other = busy.pid();
+    Helper longer([other](Helper& self) {
+      const abi::CUcontext context = InitAndUsePrimary();
+      abi::CUfunction kernel = LoadKernel();
+      const std::uint64_t other_before = ProcessNs(other);
+      const Clock::time_point start = Clock::now();
+      LaunchKernels(kernel, 1, 100.0);  // 50 slices long
+      ASSERT_CU(cuCtxSynchronize());
+      const double took = MillisecondsSince(start);
+      const double other_ms = (ProcessNs(other) - other_before) / 1e6;
+      unsigned long long own = 0;
+      ASSERT_CU(simgpuCtxGetEngineTime(context, &own));
+      std::printf(
+          "100 ms kernel next to a busy process: done after %.1f ms; it ran %.1f ms, "
+          "the other %.1f ms\n",
+          took, own / 1e6, other_ms);
+      // Half of the GPU: twice as long, with the other process progressing all along.
+      EXPECT_NEAR(200.0, took, 10.0);
+      EXPECT_NEAR(100.0, own / 1e6, 1.0);
+      EXPECT_NEAR(100.0, other_ms, 8.0);
+      self.Send('D');
+    });
+    EXPECT_EQ('D', longer.Receive());
+    EXPECT_EQ(0, longer.Wait());
+    busy.Send('Q');
+  });
+}
+
+TEST_F(SimGpuEngineTest, AnIdleProcessGetsNothingAndTheOtherGetsEverything) {
+  RunInChild("1xH100-80GB", [] {
+    Helper idle([](Helper& self) {
+      InitAndUsePrimary();
+      self.Send('R');
+      self.Receive();
+    });
+    Helper busy([](Helper& self) { Saturate(self, 2.0); });
+    ASSERT_EQ('R', idle.Receive());
+    ASSERT_EQ('R', busy.Receive());
+    double fraction = 0;
+    const std::vector<double> shares = MeasureShares({&idle, &busy}, 300, &fraction);
+    std::printf("idle and busy: %.3f / %.3f\n", shares[0], shares[1]);
+    EXPECT_EQ(0.0, shares[0]);
+    EXPECT_NEAR(1.0, shares[1], 0.02);
+    idle.Send('Q');
+    busy.Send('Q');
+  });
+}
+
+TEST_F(SimGpuEngineTest, AKilledProcessDoesNotStallTheOthers) {
+  RunInChild("1xH100-80GB", [] {
+    InitAndUsePrimary();
+    abi::CUfunction kernel = LoadKernel();
+    Helper victim([](Helper& self) { Saturate(self, 30.0); });
+    ASSERT_EQ('R', victim.Receive());
+    ASSERT_EQ(0, ::kill(victim.pid(), SIGKILL));
+    victim.Wait();
+    // Its 30 s of queued work went with it: 100 ms of work takes 100 ms, not 200.
+    const Clock::time_point start = Clock::now();
+    LaunchKernels(kernel, 100, 1.0);
+    ASSERT_CU(cuCtxSynchronize());
+    const double took = MillisecondsSince(start);
+    std::printf("100 ms of work after the other process was killed: %.1f ms\n", took);
+    EXPECT_LT(took, 125.0);
+  });
+}
+
+TEST_F(SimGpuEngineTest, ASingleProcessRunsAtFullSpeedWhateverTheSlice) {
+  RunInChild("1xH100-80GB", {{"SIMGPU_TIMESLICE_US", "500"}}, [] {
+    const abi::CUcontext context = InitAndUsePrimary();
+    abi::CUfunction kernel = LoadKernel();
+    const std::uint64_t busy_before = BusyNs();
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < 10; ++i) {
+      LaunchKernels(kernel, 5, 1.0);
+      ASSERT_CU(cuStreamSynchronize(nullptr));
+    }
+    const double took = MillisecondsSince(start);
+    unsigned long long own = 0;
+    ASSERT_CU(simgpuCtxGetEngineTime(context, &own));
+    std::printf("50 ms of work alone: %.2f ms, engine time %.2f ms\n", took, own / 1e6);
+    EXPECT_GE(took, 50.0);
+    EXPECT_LT(took, 58.0);  // host wake-up latency on a loaded machine; the engine time is exact
+    EXPECT_NEAR(50.0, own / 1e6, 0.01);
+    EXPECT_NEAR(50.0, (BusyNs() - busy_before) / 1e6, 0.01);
+  });
+}
+
+TEST_F(SimGpuEngineTest, UtilizationIsTheBusyPartOfTheLastSamplePeriod) {
+  RunInChild("1xH100-80GB", [] {
+    ASSERT_NVML(nvmlInit_v2());
+    abi::nvmlDevice_t device = nullptr;
+    ASSERT_NVML(nvmlDeviceGetHandleByIndex_v2(0, &device));
+    abi::nvmlUtilization_t utilization{};
+    ASSERT_NVML(nvmlDeviceGetUtilizationRates(device, &utilization));
+    EXPECT_EQ(0u, utilization.gpu);
+    EXPECT_EQ(abi::NVML_ERROR_INVALID_ARGUMENT, nvmlDeviceGetUtilizationRates(device, nullptr));
+    {
+      Helper busy([](Helper& self) { Saturate(self, 2.0); });
+      ASSERT_EQ('R', busy.Receive());
+      SleepMs(350);  // two sample periods
+      ASSERT_NVML(nvmlDeviceGetUtilizationRates(device, &utilization));
+      EXPECT_EQ(100u, utilization.gpu);
+      EXPECT_EQ(0u, utilization.memory);
+      busy.Send('Q');
+      EXPECT_EQ(0, busy.Wait());
+    }
+    SleepMs(350);
+    ASSERT_NVML(nvmlDeviceGetUtilizationRates(device, &utilization));
+    EXPECT_EQ(0u, utilization.gpu);
+    EXPECT_NVML(nvmlShutdown());
+  });
+}
+
+// Each helper waits for 'G', runs 100 ms of work on its device and checks it took 100 ms.
+void RunAlone(Helper& self, const char* visible) {
+  if (visible != nullptr) ::setenv("CUDA_VISIBLE_DEVICES", visible, 1);
+  const abi::CUcontext context = InitAndUsePrimary();
+  abi::CUfunction kernel = LoadKernel();
+  self.Send('R');
+  ASSERT_EQ('G', self.Receive());
+  const Clock::time_point start = Clock::now();
+  LaunchKernels(kernel, 100, 1.0);
+  ASSERT_CU(cuCtxSynchronize());
+  const double took = MillisecondsSince(start);
+  unsigned long long own = 0;
+  ASSERT_CU(simgpuCtxGetEngineTime(context, &own));
+  std::printf("100 ms of work next to another device's: %.1f ms (engine time %.1f ms)\n", took,
+              own / 1e6);
+  EXPECT_NEAR(100.0, own / 1e6, 0.5);
+  EXPECT_LT(took, 110.0);
+  self.Send('D');
+}
+
+TEST_F(SimGpuEngineTest, TwoGpusDoNotSlowEachOtherDown) {
+  RunInChild("2xH100-80GB", [] {
+    Helper a([](Helper& self) { RunAlone(self, "0"); });
+    Helper b([](Helper& self) { RunAlone(self, "1"); });
+    ASSERT_EQ('R', a.Receive());
+    ASSERT_EQ('R', b.Receive());
+    a.Send('G');
+    b.Send('G');
+    EXPECT_EQ('D', a.Receive());
+    EXPECT_EQ('D', b.Receive());
+    EXPECT_EQ(0, a.Wait());
+    EXPECT_EQ(0, b.Wait());
+  });
+}
+
+TEST_F(SimGpuEngineTest, TwoMigInstancesDoNotSlowEachOtherDown) {
+  RunInChild("1xA100-40GB:mig", [] {
+    ASSERT_NVML(nvmlInit_v2());
+    abi::nvmlDevice_t gpu = nullptr;
+    ASSERT_NVML(nvmlDeviceGetHandleByIndex_v2(0, &gpu));
+    abi::nvmlGpuInstanceProfileInfo_t profile{};
+    ASSERT_NVML(
+        nvmlDeviceGetGpuInstanceProfileInfo(gpu, abi::NVML_GPU_INSTANCE_PROFILE_3_SLICE, &profile));
+    std::vector<std::string> uuids;
+    for (int i = 0; i < 2; ++i) {
+      abi::nvmlGpuInstance_t instance = nullptr;
+      ASSERT_NVML(nvmlDeviceCreateGpuInstance(gpu, profile.id, &instance));
+      abi::nvmlComputeInstanceProfileInfo_t compute_profile{};
+      ASSERT_NVML(nvmlGpuInstanceGetComputeInstanceProfileInfo(
+          instance, abi::NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE,
+          abi::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &compute_profile));
+      abi::nvmlComputeInstance_t compute = nullptr;
+      ASSERT_NVML(nvmlGpuInstanceCreateComputeInstance(instance, compute_profile.id, &compute));
+      abi::nvmlDevice_t mig = nullptr;
+      ASSERT_NVML(nvmlDeviceGetMigDeviceHandleByIndex(gpu, static_cast<unsigned int>(i), &mig));
+      char uuid[96] = {};
+      ASSERT_NVML(nvmlDeviceGetUUID(mig, uuid, sizeof(uuid)));
+      uuids.push_back(uuid);
+    }
+    const std::string first = uuids[0];
+    const std::string second = uuids[1];
+    Helper a([&first](Helper& self) { RunAlone(self, first.c_str()); });
+    Helper b([&second](Helper& self) { RunAlone(self, second.c_str()); });
+    ASSERT_EQ('R', a.Receive());
+    ASSERT_EQ('R', b.Receive());
+    a.Send('G');
+    b.Send('G');
+    EXPECT_EQ('D', a.Receive());
+    EXPECT_EQ('D', b.Receive());
+    EXPECT_EQ(0, a.Wait());
+    EXPECT_EQ(0, b.Wait());
+    EXPECT_NVML(nvmlShutdown());
+  });
+}
+
+}  // namespace
+}  // namespace gpufrac::simgpu::testing
