@@ -57,3 +57,13 @@ add_test(NAME GpuChecksScript.PhysicalUseChecksEachWorkload
          COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu/physical_use_test.sh)
 set_tests_properties(GpuChecksScript.PhysicalUseChecksEachWorkload PROPERTIES LABELS integration)
 gpufrac_test(launch_test unit SOURCES unit/launch_test.cc LIBS gpufrac_launch)
+
+# Compute shares: gpu_load workloads under the limiter on one simulated GPU.
+add_executable(gpu_load progs/gpu_load.cc)
+target_include_directories(gpu_load PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(gpu_load PRIVATE simgpu_cuda)
+set_target_properties(gpu_load PROPERTIES SKIP_BUILD_RPATH ON
+                      RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+gpufrac_test(compute_share_test integration SOURCES integration/compute_share_test.cc
+             LIBS gpufrac_test_harness simgpu_nvml)
+add_dependencies(compute_share_test gpu_load gpufrac simgpu_cuda simgpu_nvml)

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "limiter/budget.h"
+#include "limiter/compute_arbiter.h"
 #include "limiter/limit_config.h"
 
 namespace gpufrac::launch {
@@ -38,6 +39,12 @@ StatusOr<WorkloadBudgets> WorkloadBudgets::Create(const BudgetDir& dir, const st
       return UnavailableError(err);
     }
     made.names_.push_back(name);
+    // The GPU's compute arbiter, which every workload on it shares and which outlives them.
+    if (gpu.compute_milli != 0 &&
+        !limiter::ComputeArbiter::CreateAt(dir.fd(), ("compute." + gpu.uuid).c_str(),
+                                           limiter::kDefaultTurnNs, err, sizeof(err))) {
+      return UnavailableError(err);
+    }
   }
   return made;
 }

@@ -56,6 +56,18 @@
   X(Cuda, cuMemGetInfo, 1)                     \
   X(Cuda, cuArrayCreate, 1)                    \
   X(Cuda, cuArray3DCreate, 1)                  \
+  X(Cuda, cuLaunchKernel, 0)                   \
+  X(Cuda, cuLaunchKernel_ptsz, 0)              \
+  X(Cuda, cuLaunchKernelEx, 1)                 \
+  X(Cuda, cuLaunchKernelEx_ptsz, 1)            \
+  X(Cuda, cuLaunchCooperativeKernel, 1)        \
+  X(Cuda, cuLaunchCooperativeKernel_ptsz, 1)   \
+  X(Cuda, cuGraphLaunch, 1)                    \
+  X(Cuda, cuGraphLaunch_ptsz, 1)               \
+  X(Cuda, cuCtxSynchronize, 0)                 \
+  X(Cuda, cuStreamSynchronize, 0)              \
+  X(Cuda, cuStreamSynchronize_ptsz, 0)         \
+  X(Cuda, cuEventSynchronize, 0)               \
   X(Nvml, nvmlDeviceGetMemoryInfo, 0)          \
   X(Nvml, nvmlDeviceGetMemoryInfo_v2, 1)       \
   X(Nvml, nvmlDeviceGetCount_v2, 0)            \
@@ -74,6 +86,9 @@
 #define GPUFRAC_CALLS(X)                  \
   X(Cuda, cuCtxGetCurrent, 0)             \
   X(Cuda, cuCtxGetDevice, 0)              \
+  X(Cuda, cuEventCreate, 0)               \
+  X(Cuda, cuEventRecord, 0)               \
+  X(Cuda, cuEventRecord_ptsz, 0)          \
   X(Cuda, cuDeviceGetUuid_v2, 1)          \
   X(Cuda, cuDeviceGetUuid, 0)             \
   X(Nvml, nvmlDeviceGetUUID, 0)           \

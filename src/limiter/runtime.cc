@@ -72,6 +72,7 @@ void ForkChild() {
   }
   t_context = 0;
   t_context_epoch = 0;
+  ForkComputeArbiters();
   for (int g = 0; g < kMaxLimitedGpus; ++g) {
     t_lane_plus1[g] = 0;
     t_anchor[g] = false;
@@ -126,6 +127,7 @@ __attribute__((constructor)) void LoadConfiguration() {
   }
   pthread_atfork(nullptr, nullptr, ForkChild);
   g_rt.mode = Mode::kActive;
+  AttachComputeArbiters();
   // Also now, not only in cuInit: code that reads the variable before CUDA starts (frameworks
   // counting devices through NVML, child processes) sees the same devices as the driver will.
   RestrictCudaVisibleDevices();

@@ -1,0 +1,424 @@
+// The compute arbiter (see compute_arbiter.h).
+#include "limiter/compute_arbiter.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstring>
+
+#include "limiter/file_stat.h"
+
+namespace gpufrac::limiter {
+namespace {
+
+constexpr uint64_t kMagic = 0x6770756672616361ULL;  // "gpufraca"
+constexpr uint32_t kVersion = 1;
+// The longest one futex sleep lasts before the waiter looks again.
+constexpr uint64_t kMaxSleepNs = 50'000'000;
+// How long a lock may take before the caller gives up on arbitration for this launch.
+constexpr long kLockTimeoutNs = 100'000'000;
+
+uint64_t Now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint64_t WorkloadKey(const char* workload) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (const char* p = workload; *p; ++p) {
+    h ^= static_cast<unsigned char>(*p);
+    h *= 1099511628211ULL;
+  }
+  return h == 0 ? 1 : h;
+}
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, uint64_t ns) {
+  timespec timeout{static_cast<time_t>(ns / 1'000'000'000u),
+                   static_cast<long>(ns % 1'000'000'000u)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &timeout, nullptr, 0);
+}
+
+void FutexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+int SlotOf(uint64_t holder) { return static_cast<int>(holder >> 32) - 1; }
+pid_t PidOf(uint64_t holder) { return static_cast<pid_t>(holder & 0xffffffffu); }
+
+}  // namespace
+
+bool ComputeArbiter::CreateAt(int dir_fd, const char* name, uint64_t turn_ns, char* err,
+                              size_t err_len) {
+  int fd = openat(dir_fd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    // Made earlier by this launcher: only it creates names in its directory. Still check it is
+    // what it made before trusting it.
+    fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    bool ours = fd >= 0 && StatFd(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                st.st_size == static_cast<off_t>(sizeof(ArbiterSegment)) &&
+                st.st_uid == geteuid();
+    if (fd >= 0) close(fd);
+    if (!ours) snprintf(err, err_len, "%s is not a compute arbiter this launcher made", name);
+    return ours;
+  }
+  if (fd < 0) {
+    snprintf(err, err_len, "cannot create the compute arbiter %s: %s", name, strerror(errno));
+    return false;
+  }
+  void* map = MAP_FAILED;
+  if (ftruncate(fd, sizeof(ArbiterSegment)) == 0) {
+    map = mmap(nullptr, sizeof(ArbiterSegment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  if (map == MAP_FAILED) {
+    snprintf(err, err_len, "cannot size the compute arbiter %s: %s", name, strerror(errno));
+    close(fd);
+    unlinkat(dir_fd, name, 0);
+    return false;
+  }
+  auto* seg = static_cast<ArbiterSegment*>(map);
+  seg->magic = kMagic;
+  seg->version = kVersion;
+  seg->turn_ns = turn_ns;
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  pthread_mutex_init(&seg->lock, &attr);
+  pthread_mutexattr_destroy(&attr);
+  seg->ready.store(1, std::memory_order_release);
+  munmap(map, sizeof(ArbiterSegment));
+  // Every workload on the GPU takes turns through it; none can create names beside it.
+  fchmod(fd, 0666);
+  close(fd);
+  return true;
+}
+
+bool ComputeArbiter::Attach(const char* dir, const char* name, const char* workload,
+                            uint32_t weight, uint32_t limit, char* err, size_t err_len) {
+  char path[512];
+  if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= static_cast<int>(sizeof(path))) {
+    snprintf(err, err_len, "the compute arbiter's path is too long");
+    return false;
+  }
+  int fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || StatFd(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_size != static_cast<off_t>(sizeof(ArbiterSegment))) {
+    snprintf(err, err_len, "no compute arbiter at %s%s%s", path, fd < 0 ? ": " : "",
+             fd < 0 ? strerror(errno) : "");
+    if (fd >= 0) close(fd);
+    return false;
+  }
+  void* map = mmap(nullptr, sizeof(ArbiterSegment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) {
+    snprintf(err, err_len, "cannot map the compute arbiter %s: %s", path, strerror(errno));
+    return false;
+  }
+  auto* seg = static_cast<ArbiterSegment*>(map);
+  if (seg->magic != kMagic || seg->version != kVersion ||
+      seg->ready.load(std::memory_order_acquire) != 1 || seg->turn_ns == 0) {
+    snprintf(err, err_len, "%s is not a compute arbiter of this version", path);
+    munmap(map, sizeof(ArbiterSegment));
+    return false;
+  }
+  seg_ = seg;
+  if (weight == 0) weight = 1;
+  if (limit < weight) limit = weight;
+  if (!Lock()) {
+    snprintf(err, err_len, "the compute arbiter %s is held by a process that does not let go",
+             path);
+    munmap(map, sizeof(ArbiterSegment));
+    seg_ = nullptr;
+    return false;
+  }
+  const uint64_t key = WorkloadKey(workload);
+  int found = -1, free_slot = -1;
+  for (int s = 0; s < kArbiterSlots; ++s) {
+    const uint64_t k = seg_->slots[s].key.load(std::memory_order_relaxed);
+    if (k == key) found = s;
+    if (k == 0 && free_slot < 0) free_slot = s;
+  }
+  if (found < 0 && free_slot >= 0) {
+    ArbiterSlot& slot = seg_->slots[free_slot];
+    slot.weight.store(weight, std::memory_order_relaxed);
+    slot.limit.store(limit, std::memory_order_relaxed);
+    slot.waiting.store(0, std::memory_order_relaxed);
+    slot.attached.store(0, std::memory_order_relaxed);
+    slot.vtime.store(0, std::memory_order_relaxed);
+    slot.tokens_ns.store(static_cast<int64_t>(seg_->turn_ns), std::memory_order_relaxed);
+    slot.tokens_at_ns.store(Now(), std::memory_order_relaxed);
+    slot.used_ns.store(0, std::memory_order_relaxed);
+    slot.busy_at_ns.store(0, std::memory_order_relaxed);
+    slot.key.store(key, std::memory_order_release);
+    found = free_slot;
+  }
+  if (found >= 0) seg_->slots[found].attached.fetch_add(1, std::memory_order_relaxed);
+  Unlock();
+  if (found < 0) {
+    snprintf(err, err_len, "the compute arbiter %s has no free slot (%d workloads)", path,
+             kArbiterSlots);
+    munmap(map, sizeof(ArbiterSegment));
+    seg_ = nullptr;
+    return false;
+  }
+  slot_ = found;
+  token_ = (static_cast<uint64_t>(slot_) + 1) << 32 | static_cast<uint32_t>(getpid());
+  limited_ = seg_->slots[slot_].limit.load(std::memory_order_relaxed) < 1000;
+  return true;
+}
+
+bool ComputeArbiter::Lock() {
+  timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_nsec += kLockTimeoutNs;
+  if (deadline.tv_nsec >= 1'000'000'000) {
+    deadline.tv_sec += 1;
+    deadline.tv_nsec -= 1'000'000'000;
+  }
+  int rc = pthread_mutex_timedlock(&seg_->lock, &deadline);
+  if (rc == EOWNERDEAD) {
+    pthread_mutex_consistent(&seg_->lock);  // Its holder died between two plain stores.
+    rc = 0;
+  }
+  return rc == 0;
+}
+
+void ComputeArbiter::Unlock() { pthread_mutex_unlock(&seg_->lock); }
+
+void ComputeArbiter::Refill(int s, uint64_t now) {
+  ArbiterSlot& slot = seg_->slots[s];
+  const uint32_t limit = slot.limit.load(std::memory_order_relaxed);
+  const uint64_t at = slot.tokens_at_ns.load(std::memory_order_relaxed);
+  if (limit >= 1000 || now <= at) return;
+  int64_t tokens = slot.tokens_ns.load(std::memory_order_relaxed) +
+                   static_cast<int64_t>((now - at) * limit / 1000);
+  const int64_t cap = static_cast<int64_t>(seg_->turn_ns);
+  slot.tokens_ns.store(tokens > cap ? cap : tokens, std::memory_order_relaxed);
+  slot.tokens_at_ns.store(now, std::memory_order_relaxed);
+}
+
+bool ComputeArbiter::Eligible(int s, uint64_t now) {
+  ArbiterSlot& slot = seg_->slots[s];
+  if (slot.limit.load(std::memory_order_relaxed) >= 1000) return true;
+  Refill(s, now);
+  return slot.tokens_ns.load(std::memory_order_relaxed) >=
+         static_cast<int64_t>(seg_->turn_ns / 2);
+}
+
+void ComputeArbiter::Charge(int s, uint64_t ns) {
+  // A span that ends before it starts (clocks read on either side of a lock) charges nothing.
+  if (s < 0 || s >= kArbiterSlots || ns > (uint64_t{1} << 62)) return;
+  ArbiterSlot& slot = seg_->slots[s];
+  uint32_t weight = slot.weight.load(std::memory_order_relaxed);
+  if (weight == 0) weight = 1;
+  slot.used_ns.fetch_add(ns, std::memory_order_relaxed);
+  slot.busy_at_ns.store(Now(), std::memory_order_relaxed);
+  slot.vtime.fetch_add(ns * 1000 / weight, std::memory_order_relaxed);
+  if (slot.limit.load(std::memory_order_relaxed) < 1000) {
+    slot.tokens_ns.fetch_sub(static_cast<int64_t>(ns), std::memory_order_relaxed);
+  }
+}
+
+void ComputeArbiter::HandOver(uint64_t now) {
+  int best = -1;
+  uint64_t best_vtime = 0;
+  for (int s = 0; s < kArbiterSlots; ++s) {
+    ArbiterSlot& slot = seg_->slots[s];
+    if (slot.key.load(std::memory_order_relaxed) == 0 ||
+        slot.waiting.load(std::memory_order_relaxed) == 0 || !Eligible(s, now)) {
+      continue;
+    }
+    const uint64_t v = slot.vtime.load(std::memory_order_relaxed);
+    if (best < 0 || v < best_vtime) {
+      best = s;
+      best_vtime = v;
+    }
+  }
+  seg_->draining.store(0, std::memory_order_relaxed);
+  if (best < 0) {
+    seg_->holder.store(0, std::memory_order_relaxed);
+  } else {
+    ArbiterSlot& slot = seg_->slots[best];
+    uint64_t turn = seg_->turn_ns;
+    const int64_t tokens = slot.tokens_ns.load(std::memory_order_relaxed);
+    if (slot.limit.load(std::memory_order_relaxed) < 1000 && tokens < static_cast<int64_t>(turn)) {
+      turn = static_cast<uint64_t>(tokens);
+    }
+    // The holder must watch the clock (and bound its work in flight) while another workload
+    // waits or was busy lately (it is about to ask again), or when it has a limit.
+    bool others = slot.limit.load(std::memory_order_relaxed) < 1000;
+    for (int s = 0; s < kArbiterSlots && !others; ++s) {
+      const ArbiterSlot& other = seg_->slots[s];
+      others = s != best && other.key.load(std::memory_order_relaxed) != 0 &&
+               (other.waiting.load(std::memory_order_relaxed) != 0 ||
+                now - other.busy_at_ns.load(std::memory_order_relaxed) < kIdleNs);
+    }
+    seg_->turn_start_ns.store(now, std::memory_order_relaxed);
+    seg_->deadline_ns.store(now + turn, std::memory_order_relaxed);
+    seg_->check.store(others ? 1 : 0, std::memory_order_relaxed);
+    seg_->holder.store((static_cast<uint64_t>(best) + 1) << 32, std::memory_order_release);
+  }
+  seg_->seq.fetch_add(1, std::memory_order_release);
+  FutexWakeAll(&seg_->seq);
+}
+
+ComputeArbiter::Gate ComputeArbiter::CheckSlow(uint64_t holder) {
+  if (holder == token_) {
+    const uint64_t now = Now();
+    if (now < seg_->deadline_ns.load(std::memory_order_relaxed)) return Gate::kGo;
+    if (limited_ || seg_->check.load(std::memory_order_relaxed) != 0) {
+      return Gate::kDrainThenRelease;
+    }
+    // Alone and unlimited: the turn is renewed without draining.
+    if (!Lock()) return Gate::kGo;
+    if (seg_->holder.load(std::memory_order_relaxed) == token_) {
+      const uint64_t now = Now();
+      Charge(slot_, now - seg_->turn_start_ns.load(std::memory_order_relaxed));
+      seg_->turn_start_ns.store(now, std::memory_order_relaxed);
+      seg_->deadline_ns.store(now + seg_->turn_ns, std::memory_order_relaxed);
+    }
+    Unlock();
+    return Gate::kGo;
+  }
+  // Handed to this workload: any of its processes takes it.
+  if (SlotOf(holder) == slot_ && PidOf(holder) == 0 &&
+      seg_->holder.compare_exchange_strong(holder, token_, std::memory_order_acquire)) {
+    return Gate::kGo;
+  }
+  return Gate::kAcquire;
+}
+
+bool ComputeArbiter::Release() {
+  if (!Lock()) {
+    // Cannot take the lock: give the turn up anyway, uncharged, so that nobody waits on it.
+    uint64_t mine = token_;
+    seg_->holder.compare_exchange_strong(mine, 0, std::memory_order_release);
+    seg_->seq.fetch_add(1, std::memory_order_release);
+    FutexWakeAll(&seg_->seq);
+    return false;
+  }
+  // Taken from it while it drained: whoever took it charged it up to then.
+  bool kept = false;
+  if (seg_->holder.load(std::memory_order_relaxed) == token_) {
+    const uint64_t now = Now();
+    Charge(slot_, now - seg_->turn_start_ns.load(std::memory_order_relaxed));
+    // It wants the GPU again at once, so it competes for the next turn like the waiters: it keeps
+    // the GPU while its virtual time is still the least.
+    ArbiterSlot& mine = seg_->slots[slot_];
+    mine.waiting.fetch_add(1, std::memory_order_relaxed);
+    HandOver(now);
+    uint64_t holder = seg_->holder.load(std::memory_order_relaxed);
+    kept = SlotOf(holder) == slot_ && PidOf(holder) == 0 &&
+           seg_->holder.compare_exchange_strong(holder, token_, std::memory_order_acquire);
+    mine.waiting.fetch_sub(1, std::memory_order_relaxed);
+  }
+  Unlock();
+  return kept;
+}
+
+bool ComputeArbiter::Acquire() {
+  ArbiterSlot& mine = seg_->slots[slot_];
+  mine.waiting.fetch_add(1, std::memory_order_relaxed);
+  seg_->check.store(1, std::memory_order_relaxed);
+  bool first = true;
+  bool holding = false;
+  for (;;) {
+    if (!Lock()) break;  // Degraded: go without a turn rather than wait on a stuck process.
+    const uint64_t now = Now();
+    uint64_t holder = seg_->holder.load(std::memory_order_relaxed);
+    const uint64_t start = seg_->turn_start_ns.load(std::memory_order_relaxed);
+    const uint64_t deadline = seg_->deadline_ns.load(std::memory_order_relaxed);
+    if (first && now - mine.busy_at_ns.load(std::memory_order_relaxed) < kIdleNs) {
+      first = false;  // Busy lately (it just had a turn): it keeps its virtual time.
+    }
+    if (first) {
+      first = false;
+      // The holder is charged up to now, so that its time alone counts before this workload's
+      // virtual time is compared with it; and an idle workload banks no credit: it starts at the
+      // least virtual time of those using the GPU.
+      if (holder != 0 && now > start) {
+        Charge(SlotOf(holder), now - start);
+        seg_->turn_start_ns.store(now, std::memory_order_relaxed);
+      }
+      uint64_t least = UINT64_MAX;
+      for (int s = 0; s < kArbiterSlots; ++s) {
+        const ArbiterSlot& other = seg_->slots[s];
+        const bool active = s == SlotOf(holder) || (s != slot_ && other.waiting.load() != 0);
+        if (other.key.load(std::memory_order_relaxed) != 0 && active) {
+          const uint64_t v = other.vtime.load(std::memory_order_relaxed);
+          if (v < least) least = v;
+        }
+      }
+      if (least != UINT64_MAX && mine.vtime.load(std::memory_order_relaxed) < least) {
+        mine.vtime.store(least, std::memory_order_relaxed);
+      }
+    }
+    if (holder == token_ ||
+        (SlotOf(holder) == slot_ && PidOf(holder) == 0 &&
+         seg_->holder.compare_exchange_strong(holder, token_, std::memory_order_acquire))) {
+      holding = true;
+      Unlock();
+      break;
+    }
+    if (holder == 0) {
+      HandOver(now);
+    } else if (now >= deadline) {
+      const pid_t pid = PidOf(holder);
+      const bool draining = seg_->draining.load(std::memory_order_relaxed) != 0;
+      const bool gone = pid != 0 && kill(pid, 0) != 0 && errno == ESRCH;
+      if (!draining || gone || now >= deadline + kDrainGraceNs) {
+        // Its turn is over and it is not finishing it: it stopped queueing work, died or hung.
+        Charge(SlotOf(holder), (draining ? now : deadline) - seg_->turn_start_ns.load());
+        HandOver(now);
+      }
+    }
+    holder = seg_->holder.load(std::memory_order_relaxed);
+    if (SlotOf(holder) == slot_ && PidOf(holder) == 0 &&
+        seg_->holder.compare_exchange_strong(holder, token_, std::memory_order_acquire)) {
+      holding = true;
+      Unlock();
+      break;
+    }
+    // Sleep until the turn may change hands: its end (plus the grace while it drains), or when
+    // this workload's bucket is deep enough again; a hand-over wakes it sooner.
+    uint64_t sleep = kMaxSleepNs;
+    if (holder != 0) {
+      uint64_t until = seg_->deadline_ns.load(std::memory_order_relaxed);
+      if (seg_->draining.load(std::memory_order_relaxed) != 0) until += kDrainGraceNs;
+      if (until > now && until - now < sleep) sleep = until - now;
+      if (until <= now) sleep = 1'000'000;
+    } else if (limited_) {
+      const int64_t missing = static_cast<int64_t>(seg_->turn_ns / 2) -
+                              mine.tokens_ns.load(std::memory_order_relaxed);
+      const uint32_t limit = mine.limit.load(std::memory_order_relaxed);
+      if (missing > 0 && limit > 0) {
+        const uint64_t refill = static_cast<uint64_t>(missing) * 1000 / limit + 1;
+        if (refill < sleep) sleep = refill;
+      }
+    }
+    const uint32_t seen = seg_->seq.load(std::memory_order_acquire);
+    Unlock();
+    FutexWait(&seg_->seq, seen, sleep);
+  }
+  mine.busy_at_ns.store(Now(), std::memory_order_relaxed);
+  mine.waiting.fetch_sub(1, std::memory_order_relaxed);
+  return holding;
+}
+
+uint64_t ComputeArbiter::UsedNs() const {
+  return seg_ ? seg_->slots[slot_].used_ns.load(std::memory_order_relaxed) : 0;
+}
+
+}  // namespace gpufrac::limiter

@@ -1,0 +1,150 @@
+// Who may put work on a shared GPU, so that each workload gets its share of the GPU's time.
+//
+// The GPU itself time-slices between the processes that have work queued, equally, whatever they
+// asked for. To give a workload with a compute request of 0.25 a quarter and one with 0.75 three
+// quarters, the workloads on a GPU take turns: only the process holding the turn may queue work,
+// so while it holds it the GPU runs its work alone. One segment per GPU, in the launcher's budget
+// directory ("compute.<uuid>"), which every workload on the GPU joins:
+//  - A workload has a slot: its compute request (its weight), its limit, and its virtual time,
+//    the GPU time it was charged divided by its weight. The next turn goes to the waiting
+//    workload with the least virtual time (weighted fair queueing), so busy workloads share the
+//    GPU in proportion to their requests: each gets at least its request (requests on a GPU add
+//    up to at most 1), and time others leave idle goes to the busy ones in proportion to their
+//    requests. A workload that was idle starts again at the least virtual time of the others
+//    (it does not bank credit while idle).
+//  - A workload whose limit is below 1 may also take at most that share of the GPU's time: it
+//    holds a token bucket of GPU time filled at its limit, at most one turn deep, and waits while
+//    it is nearly empty, even if the GPU is idle (strict).
+//  - A turn lasts `turn_ns` (10 ms by default). The holder queues work, with at most a few
+//    launches in flight (the launch hooks bound it with events), and when the turn is over waits
+//    for its work to finish ("drains") and is charged the time from the start of its turn to then.
+//    With nobody else waiting and no limit, a turn is simply renewed, without draining.
+//  - A holder that stops queueing work, dies or is stopped loses its turn: once its turn is over
+//    a waiter takes it (at once if the holder is not draining, after `kDrainGraceNs` if it is, at
+//    once if its process is gone), so that no process can stall the others beyond a bounded time.
+//  - Waiting sleeps on a futex in the segment (no spinning); hand-overs happen under a robust
+//    process-shared mutex that is only ever locked with a timeout.
+//
+// The fast path of a launch (this process holds the turn, nobody else waits, no limit) is two
+// relaxed loads. Everything here is heap-free; only the slow path makes system calls.
+//
+// Trust: every workload on the GPU can write the segment (it is how they take turns), so a hostile
+// one can disturb the turns. Waits are bounded, so the worst it can do to the others is what the
+// GPU does without gpufrac: an equal share of time.
+#pragma once
+
+#include <pthread.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace gpufrac::limiter {
+
+constexpr int kArbiterSlots = 64;
+constexpr uint64_t kDefaultTurnNs = 10'000'000;
+// How long a draining holder keeps its turn past its end (a kernel longer than this is shared
+// with the next holder, as the GPU would).
+constexpr uint64_t kDrainGraceNs = 250'000'000;
+// A workload that neither held nor waited for a turn for this long was idle: it starts again at
+// the others' virtual time, and a holder no longer counts on it coming back.
+constexpr uint64_t kIdleNs = 100'000'000;
+
+struct alignas(64) ArbiterSlot {
+  std::atomic<uint64_t> key;  // hash of the workload's id, 0 = free
+  std::atomic<uint32_t> weight;  // compute request, thousandths (1..1000)
+  std::atomic<uint32_t> limit;   // compute limit, thousandths (weight..1000)
+  std::atomic<uint32_t> waiting;  // threads of its processes waiting for a turn
+  std::atomic<uint32_t> attached;  // processes that joined (not decremented by a crash)
+  std::atomic<uint64_t> vtime;     // charged ns * 1000 / weight
+  std::atomic<int64_t> tokens_ns;  // limited slots: GPU time it may still take
+  std::atomic<uint64_t> tokens_at_ns;
+  std::atomic<uint64_t> used_ns;  // all GPU time charged to it, for status and metrics
+  std::atomic<uint64_t> busy_at_ns;  // when it last held or waited for a turn
+};
+
+struct ArbiterSegment {
+  uint64_t magic;
+  uint32_t version;
+  std::atomic<uint32_t> ready;
+  uint64_t turn_ns;
+  pthread_mutex_t lock;  // robust, process-shared; hand-overs only
+  // The turn: (slot + 1) << 32 | pid of the holding process; pid 0: handed to the slot, for any of
+  // its processes to take; 0: nobody.
+  alignas(64) std::atomic<uint64_t> holder;
+  std::atomic<uint32_t> check;  // the holder must look at the clock: someone waits, or a limit
+  std::atomic<uint32_t> draining;  // the holder is waiting for its own work to finish
+  std::atomic<uint64_t> turn_start_ns;
+  std::atomic<uint64_t> deadline_ns;
+  alignas(64) std::atomic<uint32_t> seq;  // futex word, bumped at every hand-over
+  alignas(64) ArbiterSlot slots[kArbiterSlots];
+};
+
+// One process's membership of one GPU's arbiter.
+class ComputeArbiter {
+ public:
+  // For launchers: makes the segment `name` in their budget directory `dir_fd` unless it exists
+  // (the directory is theirs: only they create names in it), readable and writable by every
+  // workload (mode 0666). False with a reason otherwise.
+  static bool CreateAt(int dir_fd, const char* name, uint64_t turn_ns, char* err, size_t err_len);
+
+  // Maps `dir`/`name` (never creates it) and joins as workload `workload` with request
+  // `weight` and limit `limit` (thousandths). False with a reason.
+  bool Attach(const char* dir, const char* name, const char* workload, uint32_t weight,
+              uint32_t limit, char* err, size_t err_len);
+  bool attached() const { return seg_ != nullptr; }
+
+  // What a launch must do first.
+  enum class Gate { kGo, kDrainThenRelease, kAcquire };
+  Gate Check() {
+    const uint64_t h = seg_->holder.load(std::memory_order_relaxed);
+    if (h == token_ && !limited_ && seg_->check.load(std::memory_order_relaxed) == 0) {
+      return Gate::kGo;
+    }
+    return CheckSlow(h);
+  }
+  // After draining: charges this process's workload for its turn and hands the turn on, or keeps
+  // it when this workload is still the most owed (true: it holds a new turn).
+  bool Release();
+  // Blocks (sleeping) until this process holds a turn; false when the arbiter could not be used
+  // (its lock was held too long), in which case the launch goes ahead without a turn.
+  bool Acquire();
+  // Whether to bound and track in-flight work: someone else waits or this workload is limited.
+  bool Contended() const { return seg_->check.load(std::memory_order_relaxed) != 0; }
+  // The holder is (or is no longer) blocked waiting for its own work.
+  void SetDraining(bool draining) {
+    seg_->draining.store(draining ? 1 : 0, std::memory_order_relaxed);
+  }
+
+  // Whether this process holds the turn now.
+  bool Holding() const { return seg_->holder.load(std::memory_order_relaxed) == token_; }
+  // GPU time charged to this workload so far.
+  uint64_t UsedNs() const;
+  // In a forked child: the turn is its parent's, not its own.
+  void ForkedChild() {
+    if (seg_ != nullptr) {
+      token_ = (static_cast<uint64_t>(slot_) + 1) << 32 | static_cast<uint32_t>(getpid());
+    }
+  }
+
+ private:
+  Gate CheckSlow(uint64_t holder);
+  bool Lock();
+  void Unlock();
+  // Under the lock: gives the turn to the best waiting slot (or nobody) and wakes the waiters.
+  void HandOver(uint64_t now);
+  // Under the lock: charges `slot` `ns` of GPU time.
+  void Charge(int slot, uint64_t ns);
+  // Under the lock: adds what `slot`'s bucket filled since it was last filled.
+  void Refill(int slot, uint64_t now);
+  bool Eligible(int slot, uint64_t now);
+
+  ArbiterSegment* seg_ = nullptr;
+  int slot_ = -1;
+  uint64_t token_ = 0;  // (slot + 1) << 32 | pid
+  bool limited_ = false;
+};
+
+}  // namespace gpufrac::limiter

@@ -1,0 +1,223 @@
+// Every way work reaches a GPU (kernel launches of all kinds and graph launches, with their
+// per-thread-stream forms): on a GPU whose compute is arbitrated (the limit file's "compute"
+// pair), a launch first waits for this process's turn (compute_arbiter.h). While others wait, the
+// work a process has in flight is bounded: an event is recorded behind each launch, and a launch
+// waits for the one recorded kInFlight launches earlier; at the end of its turn the process
+// waits for all its work before handing the turn on, and is charged for that time. Without a
+// compute setting, or alone and unlimited on the GPU, a launch costs a flag test or two loads.
+#include <pthread.h>
+
+#include <atomic>
+
+#include "limiter/compute_arbiter.h"
+#include "limiter/hooks.h"
+
+using namespace gpufrac::abi;
+using namespace gpufrac::limiter;
+
+namespace {
+
+constexpr int kInFlight = 8;
+constexpr unsigned kEventDisableTiming = 0x2;  // CU_EVENT_DISABLE_TIMING
+
+// Per arbitrated GPU, this process's launches in flight.
+struct InFlight {
+  pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  CUcontext context = nullptr;  // the events' context
+  CUevent events[kInFlight] = {};
+  bool pending[kInFlight] = {};
+  int next = 0;
+};
+
+ComputeArbiter g_arbiters[kMaxLimitedGpus];
+InFlight g_in_flight[kMaxLimitedGpus];
+// Whether any GPU is arbitrated, and which when exactly one GPU is limited (no lookup needed).
+std::atomic<bool> g_any_arbiter{false};
+
+int LaunchGpu() {
+  if (g_rt.config.gpu_count == 1) return 0;
+  return CurrentTarget().gpu;
+}
+
+// Waits for everything this process queued in its current context on the GPU.
+void Drain(ComputeArbiter& arbiter, InFlight& flight) {
+  arbiter.SetDraining(true);
+  Real_cuCtxSynchronize()();
+  arbiter.SetDraining(false);
+  pthread_mutex_lock(&flight.lock);
+  for (bool& p : flight.pending) p = false;
+  pthread_mutex_unlock(&flight.lock);
+}
+
+// Records an event behind the launch just queued on `stream`, first waiting for the one recorded
+// kInFlight launches ago.
+void Track(ComputeArbiter& arbiter, InFlight& flight, CUstream stream, bool per_thread) {
+  CUcontext context = nullptr;
+  if (Real_cuCtxGetCurrent()(&context) != CUDA_SUCCESS || context == nullptr) return;
+  pthread_mutex_lock(&flight.lock);
+  if (flight.context != context) {
+    // Events belong to a context: start over in this one (the old one's are left to it).
+    for (int i = 0; i < kInFlight; ++i) {
+      flight.events[i] = nullptr;
+      flight.pending[i] = false;
+    }
+    flight.context = context;
+  }
+  int i = flight.next;
+  flight.next = (i + 1) % kInFlight;
+  if (flight.events[i] == nullptr &&
+      Real_cuEventCreate()(&flight.events[i], kEventDisableTiming) != CUDA_SUCCESS) {
+    flight.events[i] = nullptr;
+    pthread_mutex_unlock(&flight.lock);
+    return;
+  }
+  if (flight.pending[i]) {
+    arbiter.SetDraining(true);
+    Real_cuEventSynchronize()(flight.events[i]);
+    arbiter.SetDraining(false);
+  }
+  const CUresult recorded = per_thread ? Real_cuEventRecord_ptsz()(flight.events[i], stream)
+                                       : Real_cuEventRecord()(flight.events[i], stream);
+  flight.pending[i] = recorded == CUDA_SUCCESS;
+  pthread_mutex_unlock(&flight.lock);
+}
+
+// Runs `launch` (which queues work on `stream`) under the arbiter of its GPU.
+template <typename Launch>
+CUresult Gated(CUstream stream, bool per_thread, Launch launch) {
+  if (!g_any_arbiter.load(std::memory_order_relaxed)) return launch();
+  const int gpu = LaunchGpu();
+  if (gpu < 0 || !g_arbiters[gpu].attached()) return launch();
+  ComputeArbiter& arbiter = g_arbiters[gpu];
+  for (;;) {
+    const ComputeArbiter::Gate gate = arbiter.Check();
+    if (gate == ComputeArbiter::Gate::kGo) break;
+    if (gate == ComputeArbiter::Gate::kDrainThenRelease) {
+      Drain(arbiter, g_in_flight[gpu]);
+      if (arbiter.Release()) continue;
+    }
+    if (!arbiter.Acquire()) break;
+  }
+  const CUresult result = launch();
+  if (result == CUDA_SUCCESS && arbiter.Contended()) {
+    Track(arbiter, g_in_flight[gpu], stream, per_thread);
+  }
+  return result;
+}
+
+}  // namespace
+
+namespace gpufrac::limiter {
+
+void AttachComputeArbiters() {
+  if (g_rt.config.budget_dir[0] == '\0') return;  // a container's own /dev/shm: no neighbours
+  for (int g = 0; g < g_rt.config.gpu_count; ++g) {
+    const GpuLimit& limit = g_rt.config.gpus[g];
+    if (limit.compute_milli == 0) continue;
+    char name[96];
+    snprintf(name, sizeof(name), "compute.%s", limit.uuid);
+    char err[400];
+    if (g_arbiters[g].Attach(g_rt.config.budget_dir, name, g_rt.config.workload,
+                             static_cast<uint32_t>(limit.compute_milli),
+                             static_cast<uint32_t>(limit.compute_limit_milli), err, sizeof(err))) {
+      g_any_arbiter.store(true, std::memory_order_relaxed);
+    } else if (!g_rt.config.quiet) {
+      PrintError("gpufrac: %s; this process's GPU time on %s is not arbitrated\n", err,
+                 limit.uuid);
+    }
+  }
+}
+
+void ForkComputeArbiters() {
+  for (ComputeArbiter& arbiter : g_arbiters) arbiter.ForkedChild();
+  for (InFlight& flight : g_in_flight) {
+    pthread_mutex_init(&flight.lock, nullptr);
+    flight.context = nullptr;
+    for (int i = 0; i < kInFlight; ++i) {
+      flight.events[i] = nullptr;
+      flight.pending[i] = false;
+    }
+  }
+}
+
+uint64_t ComputeUsedNs(int gpu) {
+  return gpu >= 0 && gpu < kMaxLimitedGpus ? g_arbiters[gpu].UsedNs() : 0;
+}
+
+}  // namespace gpufrac::limiter
+
+extern "C" CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                   unsigned int bx, unsigned int by, unsigned int bz,
+                                   unsigned int shared, CUstream stream, void** params,
+                                   void** extra) {
+  return Gated(stream, false, [&] {
+    return Real_cuLaunchKernel()(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
+  });
+}
+extern "C" CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
+                                        unsigned int gz, unsigned int bx, unsigned int by,
+                                        unsigned int bz, unsigned int shared, CUstream stream,
+                                        void** params, void** extra) {
+  return Gated(stream, true, [&] {
+    return Real_cuLaunchKernel_ptsz()(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
+  });
+}
+extern "C" CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params,
+                                     void** extra) {
+  return Gated(config ? config->hStream : nullptr, false,
+               [&] { return Real_cuLaunchKernelEx()(config, f, params, extra); });
+}
+extern "C" CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
+                                          void** params, void** extra) {
+  return Gated(config ? config->hStream : nullptr, true,
+               [&] { return Real_cuLaunchKernelEx_ptsz()(config, f, params, extra); });
+}
+extern "C" CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy,
+                                              unsigned int gz, unsigned int bx, unsigned int by,
+                                              unsigned int bz, unsigned int shared,
+                                              CUstream stream, void** params) {
+  return Gated(stream, false, [&] {
+    return Real_cuLaunchCooperativeKernel()(f, gx, gy, gz, bx, by, bz, shared, stream, params);
+  });
+}
+extern "C" CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
+                                                   unsigned int gz, unsigned int bx,
+                                                   unsigned int by, unsigned int bz,
+                                                   unsigned int shared, CUstream stream,
+                                                   void** params) {
+  return Gated(stream, true, [&] {
+    return Real_cuLaunchCooperativeKernel_ptsz()(f, gx, gy, gz, bx, by, bz, shared, stream,
+                                                 params);
+  });
+}
+// A holder waiting for its own work is finishing its turn, not idle: the others let it (up to
+// kDrainGraceNs past its end) rather than take the turn and share the GPU with that work.
+template <typename Wait>
+CUresult Synchronizing(Wait wait) {
+  if (!g_any_arbiter.load(std::memory_order_relaxed)) return wait();
+  const int gpu = LaunchGpu();
+  if (gpu < 0 || !g_arbiters[gpu].attached() || !g_arbiters[gpu].Holding()) return wait();
+  g_arbiters[gpu].SetDraining(true);
+  const CUresult result = wait();
+  g_arbiters[gpu].SetDraining(false);
+  return result;
+}
+
+extern "C" CUresult cuCtxSynchronize() {
+  return Synchronizing([] { return Real_cuCtxSynchronize()(); });
+}
+extern "C" CUresult cuStreamSynchronize(CUstream stream) {
+  return Synchronizing([&] { return Real_cuStreamSynchronize()(stream); });
+}
+extern "C" CUresult cuStreamSynchronize_ptsz(CUstream stream) {
+  return Synchronizing([&] { return Real_cuStreamSynchronize_ptsz()(stream); });
+}
+extern "C" CUresult cuEventSynchronize(CUevent event) {
+  return Synchronizing([&] { return Real_cuEventSynchronize()(event); });
+}
+extern "C" CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
+  return Gated(stream, false, [&] { return Real_cuGraphLaunch()(exec, stream); });
+}
+extern "C" CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
+  return Gated(stream, true, [&] { return Real_cuGraphLaunch_ptsz()(exec, stream); });
+}

@@ -1,0 +1,133 @@
+// Compute shares end to end: gpu_load workloads under libgpufrac.so on one simulated GPU, each
+// with a compute request and limit in its limit file, sharing the GPU's arbiter in a launcher's
+// budget directory. What each got is the simulator's ground truth (engine_truth.h), which the
+// engine measures whatever the limiter does; without the limiter the same workloads split the GPU
+// equally (simgpu_engine_test).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+#include "limiter/budget.h"
+#include "limiter/compute_arbiter.h"
+#include "limiter/limit_config.h"
+#include "simgpu/engine_truth.h"
+
+namespace gpufrac::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Share {
+  uint32_t request;  // thousandths
+  uint32_t limit;
+  std::string mode = "kernel";
+  double kernel_ms = 1.0;
+};
+
+class ComputeShareTest : public ::testing::Test {
+ protected:
+  ComputeShareTest() : machine_("1xH100-80GB"), uuid_(machine_.Uuid()) {
+    char tmpl[] = "/tmp/gpufrac-compute-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    dir_fd_ = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    char err[256];
+    EXPECT_TRUE(limiter::ComputeArbiter::CreateAt(dir_fd_, ("compute." + uuid_).c_str(),
+                                                  limiter::kDefaultTurnNs, err, sizeof(err)))
+        << err;
+    for (const auto& [key, value] : machine_.Env()) setenv(key.c_str(), value.c_str(), 1);
+  }
+  ~ComputeShareTest() override {
+    for (pid_t pid : pids_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    close(dir_fd_);
+    std::filesystem::remove_all(dir_);
+  }
+
+  // Starts a workload with `share` running `seconds`; returns its pid once it has a context.
+  pid_t StartWorkload(const Share& share, double seconds) {
+    const std::string id = "w" + std::to_string(pids_.size());
+    char name[200], err[256];
+    limiter::BudgetName(id.c_str(), uuid_.c_str(), name, sizeof(name));
+    EXPECT_TRUE(limiter::Budget::CreateAt(dir_fd_, name + 1, uint64_t{20} << 30, 0, -1, -1, err,
+                                          sizeof(err)))
+        << err;
+    const std::string limits = dir_ + "/" + id + ".limits";
+    std::ofstream(limits) << "gpufrac-limits 1\nworkload " << id << "\nbudgets " << dir_
+                          << "\ngpu " << uuid_ << " limit " << (uint64_t{20} << 30)
+                          << " context 0 compute " << share.request << " compute-limit "
+                          << share.limit << "\n";
+    chmod(limits.c_str(), 0444);
+    auto env = Merge(machine_.Env(), {{"LD_PRELOAD", BuildPath("lib/libgpufrac.so")},
+                                      {"GPUFRAC_LIMIT_FILE", limits}});
+    std::string seen;
+    pid_t pid = Start({BuildPath("tests/gpu_load"), share.mode, std::to_string(share.kernel_ms),
+                       std::to_string(seconds)},
+                      env, "ready", &seen);
+    EXPECT_NE(seen.find("ready"), std::string::npos) << seen;
+    pids_.push_back(pid);
+    return pid;
+  }
+
+  static uint64_t EngineNs(pid_t pid) {
+    unsigned long long ns = 0;
+    simgpuGetProcessEngineTime(0, static_cast<unsigned>(pid), &ns);
+    return ns;
+  }
+
+  // Each workload's share of the GPU's time over `seconds`.
+  std::vector<double> Measure(const std::vector<pid_t>& pids, double seconds) {
+    std::vector<uint64_t> before;
+    for (pid_t pid : pids) before.push_back(EngineNs(pid));
+    const Clock::time_point start = Clock::now();
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    std::vector<double> shares;
+    for (size_t i = 0; i < pids.size(); ++i) {
+      shares.push_back((EngineNs(pids[i]) - before[i]) / 1e9 / elapsed);
+    }
+    return shares;
+  }
+
+  // Runs the workloads and checks each gets its expected share within `tolerance`.
+  void ExpectShares(const std::vector<Share>& shares, const std::vector<double>& expected,
+                    double seconds, double tolerance) {
+    std::vector<pid_t> pids;
+    for (const Share& s : shares) pids.push_back(StartWorkload(s, seconds + 3));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const std::vector<double> got = Measure(pids, seconds);
+    std::string line;
+    for (size_t i = 0; i < got.size(); ++i) {
+      char item[64];
+      std::snprintf(item, sizeof(item), "%s%.3f (want %.3f)", i ? ", " : "", got[i], expected[i]);
+      line += item;
+    }
+    std::printf("shares: %s\n", line.c_str());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], tolerance) << line;
+  }
+
+  SimMachine machine_;
+  std::string uuid_;
+  std::string dir_;
+  int dir_fd_ = -1;
+  std::vector<pid_t> pids_;
+};
+
+TEST_F(ComputeShareTest, AQuarterAndThreeQuartersGetTheirRequests) {
+  ExpectShares({{250, 1000}, {750, 1000}}, {0.25, 0.75}, 4, 0.02);
+}
+
+}  // namespace
+}  // namespace gpufrac::testing
