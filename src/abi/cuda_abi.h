@@ -283,6 +283,11 @@ struct CUDA_KERNEL_NODE_PARAMS_v2 {
   CUkernel kern;
   CUcontext ctx;
 };
+enum CUstreamCaptureStatus : int {
+  CU_STREAM_CAPTURE_STATUS_NONE = 0,
+  CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+  CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
+};
 enum CUstreamCaptureMode : int {
   CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
   CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
@@ -398,6 +403,7 @@ using cuGraphAddKernelNode_v2_t = CUresult (*)(CUgraphNode* node, CUgraph graph,
 using cuStreamBeginCapture_t = CUresult (*)(CUstream stream);
 using cuStreamBeginCapture_v2_t = CUresult (*)(CUstream stream, CUstreamCaptureMode mode);
 using cuStreamEndCapture_t = CUresult (*)(CUstream stream, CUgraph* graph);
+using cuStreamIsCapturing_t = CUresult (*)(CUstream stream, CUstreamCaptureStatus* status);
 using cuGraphInstantiateWithFlags_t = CUresult (*)(CUgraphExec* exec, CUgraph graph,
                                                    unsigned long long flags);
 using cuGraphLaunch_t = CUresult (*)(CUgraphExec exec, CUstream stream);

@@ -91,6 +91,7 @@
   X(cuStreamBeginCapture, cuStreamBeginCapture, 10000, 1)                   \
   X(cuStreamBeginCapture, cuStreamBeginCapture_v2, 10010, 1)                \
   X(cuStreamEndCapture, cuStreamEndCapture, 10000, 1)                       \
+  X(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 1)                     \
   X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0)     \
   X(cuGraphLaunch, cuGraphLaunch, 10000, 1)                                 \
   X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0)                       \

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -51,6 +52,10 @@ void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, uint64_t ns) {
 void FutexWakeAll(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
+
+// How long before `now` moment `at` was (0 for a moment after it: clocks read under a lock and
+// before it).
+uint64_t Age(uint64_t now, uint64_t at) { return now > at ? now - at : 0; }
 
 int SlotOf(uint64_t holder) { return static_cast<int>(holder >> 32) - 1; }
 pid_t PidOf(uint64_t holder) { return static_cast<pid_t>(holder & 0xffffffffu); }
@@ -157,10 +162,11 @@ bool ComputeArbiter::Attach(const char* dir, const char* name, const char* workl
     slot.waiting.store(0, std::memory_order_relaxed);
     slot.attached.store(0, std::memory_order_relaxed);
     slot.vtime.store(0, std::memory_order_relaxed);
-    slot.tokens_ns.store(static_cast<int64_t>(seg_->turn_ns), std::memory_order_relaxed);
+    slot.tokens_ns.store(static_cast<int64_t>(seg_->turn_ns / 2), std::memory_order_relaxed);
     slot.tokens_at_ns.store(Now(), std::memory_order_relaxed);
     slot.used_ns.store(0, std::memory_order_relaxed);
     slot.busy_at_ns.store(0, std::memory_order_relaxed);
+    slot.missed_at_ns.store(0, std::memory_order_relaxed);
     slot.key.store(key, std::memory_order_release);
     found = free_slot;
   }
@@ -204,7 +210,7 @@ void ComputeArbiter::Refill(int s, uint64_t now) {
   if (limit >= 1000 || now <= at) return;
   int64_t tokens = slot.tokens_ns.load(std::memory_order_relaxed) +
                    static_cast<int64_t>((now - at) * limit / 1000);
-  const int64_t cap = static_cast<int64_t>(seg_->turn_ns);
+  const int64_t cap = static_cast<int64_t>(seg_->turn_ns / 2);
   slot.tokens_ns.store(tokens > cap ? cap : tokens, std::memory_order_relaxed);
   slot.tokens_at_ns.store(now, std::memory_order_relaxed);
 }
@@ -214,7 +220,7 @@ bool ComputeArbiter::Eligible(int s, uint64_t now) {
   if (slot.limit.load(std::memory_order_relaxed) >= 1000) return true;
   Refill(s, now);
   return slot.tokens_ns.load(std::memory_order_relaxed) >=
-         static_cast<int64_t>(seg_->turn_ns / 2);
+         static_cast<int64_t>(seg_->turn_ns / 4);
 }
 
 void ComputeArbiter::Charge(int s, uint64_t ns) {
@@ -232,15 +238,31 @@ void ComputeArbiter::Charge(int s, uint64_t ns) {
 }
 
 void ComputeArbiter::HandOver(uint64_t now) {
+  // A waiting workload that was not heard from lately (its waiters stopped, or it was idle) banks
+  // no credit: it competes from the least virtual time of those that were.
+  uint64_t least_recent = UINT64_MAX;
+  for (int s = 0; s < kArbiterSlots; ++s) {
+    const ArbiterSlot& slot = seg_->slots[s];
+    if (slot.key.load(std::memory_order_relaxed) != 0 &&
+        Age(now, slot.busy_at_ns.load(std::memory_order_relaxed)) < kIdleNs) {
+      least_recent = std::min(least_recent, slot.vtime.load(std::memory_order_relaxed));
+    }
+  }
   int best = -1;
   uint64_t best_vtime = 0;
   for (int s = 0; s < kArbiterSlots; ++s) {
     ArbiterSlot& slot = seg_->slots[s];
     if (slot.key.load(std::memory_order_relaxed) == 0 ||
-        slot.waiting.load(std::memory_order_relaxed) == 0 || !Eligible(s, now)) {
+        slot.waiting.load(std::memory_order_relaxed) == 0 ||
+        Age(now, slot.missed_at_ns.load(std::memory_order_relaxed)) < kMissedNs || !Eligible(s, now)) {
       continue;
     }
-    const uint64_t v = slot.vtime.load(std::memory_order_relaxed);
+    uint64_t v = slot.vtime.load(std::memory_order_relaxed);
+    if (least_recent != UINT64_MAX && v < least_recent &&
+        Age(now, slot.busy_at_ns.load(std::memory_order_relaxed)) >= kIdleNs) {
+      v = least_recent;
+      slot.vtime.store(v, std::memory_order_relaxed);
+    }
     if (best < 0 || v < best_vtime) {
       best = s;
       best_vtime = v;
@@ -263,7 +285,7 @@ void ComputeArbiter::HandOver(uint64_t now) {
       const ArbiterSlot& other = seg_->slots[s];
       others = s != best && other.key.load(std::memory_order_relaxed) != 0 &&
                (other.waiting.load(std::memory_order_relaxed) != 0 ||
-                now - other.busy_at_ns.load(std::memory_order_relaxed) < kIdleNs);
+                Age(now, other.busy_at_ns.load(std::memory_order_relaxed)) < kIdleNs);
     }
     seg_->turn_start_ns.store(now, std::memory_order_relaxed);
     seg_->deadline_ns.store(now + turn, std::memory_order_relaxed);
@@ -337,10 +359,11 @@ bool ComputeArbiter::Acquire() {
   for (;;) {
     if (!Lock()) break;  // Degraded: go without a turn rather than wait on a stuck process.
     const uint64_t now = Now();
+    mine.busy_at_ns.store(now, std::memory_order_relaxed);  // alive and waiting
     uint64_t holder = seg_->holder.load(std::memory_order_relaxed);
     const uint64_t start = seg_->turn_start_ns.load(std::memory_order_relaxed);
     const uint64_t deadline = seg_->deadline_ns.load(std::memory_order_relaxed);
-    if (first && now - mine.busy_at_ns.load(std::memory_order_relaxed) < kIdleNs) {
+    if (first && Age(now, mine.busy_at_ns.load(std::memory_order_relaxed)) < kIdleNs) {
       first = false;  // Busy lately (it just had a turn): it keeps its virtual time.
     }
     if (first) {
@@ -348,7 +371,7 @@ bool ComputeArbiter::Acquire() {
       // The holder is charged up to now, so that its time alone counts before this workload's
       // virtual time is compared with it; and an idle workload banks no credit: it starts at the
       // least virtual time of those using the GPU.
-      if (holder != 0 && now > start) {
+      if (holder != 0 && PidOf(holder) != 0 && now > start) {
         Charge(SlotOf(holder), now - start);
         seg_->turn_start_ns.store(now, std::memory_order_relaxed);
       }
@@ -374,6 +397,10 @@ bool ComputeArbiter::Acquire() {
     }
     if (holder == 0) {
       HandOver(now);
+    } else if (PidOf(holder) == 0 && Age(now, start) >= kClaimNs) {
+      // Handed to a workload whose waiters did not come for it.
+      seg_->slots[SlotOf(holder)].missed_at_ns.store(now, std::memory_order_relaxed);
+      HandOver(now);
     } else if (now >= deadline) {
       const pid_t pid = PidOf(holder);
       const bool draining = seg_->draining.load(std::memory_order_relaxed) != 0;
@@ -396,11 +423,15 @@ bool ComputeArbiter::Acquire() {
     uint64_t sleep = kMaxSleepNs;
     if (holder != 0) {
       uint64_t until = seg_->deadline_ns.load(std::memory_order_relaxed);
-      if (seg_->draining.load(std::memory_order_relaxed) != 0) until += kDrainGraceNs;
+      if (PidOf(holder) == 0) {
+        until = seg_->turn_start_ns.load(std::memory_order_relaxed) + kClaimNs;
+      } else if (seg_->draining.load(std::memory_order_relaxed) != 0) {
+        until += kDrainGraceNs;
+      }
       if (until > now && until - now < sleep) sleep = until - now;
       if (until <= now) sleep = 1'000'000;
     } else if (limited_) {
-      const int64_t missing = static_cast<int64_t>(seg_->turn_ns / 2) -
+      const int64_t missing = static_cast<int64_t>(seg_->turn_ns / 4) -
                               mine.tokens_ns.load(std::memory_order_relaxed);
       const uint32_t limit = mine.limit.load(std::memory_order_relaxed);
       if (missing > 0 && limit > 0) {

@@ -13,9 +13,9 @@
 //    requests. A workload that was idle starts again at the least virtual time of the others
 //    (it does not bank credit while idle).
 //  - A workload whose limit is below 1 may also take at most that share of the GPU's time: it
-//    holds a token bucket of GPU time filled at its limit, at most one turn deep, and waits while
-//    it is nearly empty, even if the GPU is idle (strict).
-//  - A turn lasts `turn_ns` (10 ms by default). The holder queues work, with at most a few
+//    holds a token bucket of GPU time filled at its limit, at most half a turn deep, and waits
+//    while it holds less than a quarter of a turn, even if the GPU is idle (strict).
+//  - A turn lasts `turn_ns` (20 ms by default). The holder queues work, with at most a few
 //    launches in flight (the launch hooks bound it with events), and when the turn is over waits
 //    for its work to finish ("drains") and is charged the time from the start of its turn to then.
 //    With nobody else waiting and no limit, a turn is simply renewed, without draining.
@@ -44,13 +44,17 @@
 namespace gpufrac::limiter {
 
 constexpr int kArbiterSlots = 64;
-constexpr uint64_t kDefaultTurnNs = 10'000'000;
+constexpr uint64_t kDefaultTurnNs = 20'000'000;
 // How long a draining holder keeps its turn past its end (a kernel longer than this is shared
 // with the next holder, as the GPU would).
 constexpr uint64_t kDrainGraceNs = 250'000'000;
 // A workload that neither held nor waited for a turn for this long was idle: it starts again at
 // the others' virtual time, and a holder no longer counts on it coming back.
 constexpr uint64_t kIdleNs = 100'000'000;
+// A turn handed to a workload that none of its processes takes within kClaimNs goes to the next,
+// and that workload is passed over for kMissedNs (its waiters may be stopped or dead).
+constexpr uint64_t kClaimNs = 5'000'000;
+constexpr uint64_t kMissedNs = 1'000'000'000;
 
 struct alignas(64) ArbiterSlot {
   std::atomic<uint64_t> key;  // hash of the workload's id, 0 = free
@@ -63,6 +67,8 @@ struct alignas(64) ArbiterSlot {
   std::atomic<uint64_t> tokens_at_ns;
   std::atomic<uint64_t> used_ns;  // all GPU time charged to it, for status and metrics
   std::atomic<uint64_t> busy_at_ns;  // when it last held or waited for a turn
+  // When a turn handed to it went untaken (its waiting processes were stopped or killed).
+  std::atomic<uint64_t> missed_at_ns;
 };
 
 struct ArbiterSegment {
@@ -118,6 +124,7 @@ class ComputeArbiter {
     seg_->draining.store(draining ? 1 : 0, std::memory_order_relaxed);
   }
 
+  uint64_t TurnNs() const { return seg_->turn_ns; }
   // Whether this process holds the turn now.
   bool Holding() const { return seg_->holder.load(std::memory_order_relaxed) == token_; }
   // GPU time charged to this workload so far.

@@ -89,6 +89,8 @@
   X(Cuda, cuEventCreate, 0)               \
   X(Cuda, cuEventRecord, 0)               \
   X(Cuda, cuEventRecord_ptsz, 0)          \
+  X(Cuda, cuStreamIsCapturing, 1)         \
+  X(Cuda, cuStreamIsCapturing_ptsz, 1)    \
   X(Cuda, cuDeviceGetUuid_v2, 1)          \
   X(Cuda, cuDeviceGetUuid, 0)             \
   X(Nvml, nvmlDeviceGetUUID, 0)           \

@@ -7,7 +7,10 @@
 // compute setting, or alone and unlimited on the GPU, a launch costs a flag test or two loads.
 #include <pthread.h>
 
+#include <time.h>
+
 #include <atomic>
+#include <utility>
 
 #include "limiter/compute_arbiter.h"
 #include "limiter/hooks.h"
@@ -27,7 +30,16 @@ struct InFlight {
   CUevent events[kInFlight] = {};
   bool pending[kInFlight] = {};
   int next = 0;
+  // How many launches may be in flight: fewer when waiting for the oldest takes long (long
+  // kernels), so that what is queued past the end of a turn stays about a turn's worth.
+  int depth = 2;
 };
+
+uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 ComputeArbiter g_arbiters[kMaxLimitedGpus];
 InFlight g_in_flight[kMaxLimitedGpus];
@@ -64,7 +76,7 @@ void Track(ComputeArbiter& arbiter, InFlight& flight, CUstream stream, bool per_
     flight.context = context;
   }
   int i = flight.next;
-  flight.next = (i + 1) % kInFlight;
+  flight.next = (i + 1) % flight.depth;
   if (flight.events[i] == nullptr &&
       Real_cuEventCreate()(&flight.events[i], kEventDisableTiming) != CUDA_SUCCESS) {
     flight.events[i] = nullptr;
@@ -73,13 +85,48 @@ void Track(ComputeArbiter& arbiter, InFlight& flight, CUstream stream, bool per_
   }
   if (flight.pending[i]) {
     arbiter.SetDraining(true);
+    const uint64_t start = NowNs();
     Real_cuEventSynchronize()(flight.events[i]);
+    const uint64_t waited = NowNs() - start;
     arbiter.SetDraining(false);
+    // With the ring full, the GPU finishes about one launch per wait: keep half a turn's worth
+    // queued behind the one running.
+    const uint64_t turn = arbiter.TurnNs();
+    int depth = flight.depth;
+    if (waited > 0) {
+      const uint64_t want = 1 + turn / 2 / waited;
+      depth = want >= kInFlight ? kInFlight : static_cast<int>(want);
+    }
+    if (depth != flight.depth) {
+      // Start the ring over at the new depth, with nothing older than this launch pending.
+      for (int k = 0; k < kInFlight; ++k) {
+        if (k != i && flight.pending[k] && flight.events[k] != nullptr) {
+          Real_cuEventSynchronize()(flight.events[k]);
+        }
+        flight.pending[k] = false;
+      }
+      flight.depth = depth;
+      if (i >= depth) {
+        // Its event slot is outside the new ring: use the first.
+        std::swap(flight.events[0], flight.events[i]);
+        i = 0;
+      }
+      flight.next = (i + 1) % depth;
+    }
   }
   const CUresult recorded = per_thread ? Real_cuEventRecord_ptsz()(flight.events[i], stream)
                                        : Real_cuEventRecord()(flight.events[i], stream);
   flight.pending[i] = recorded == CUDA_SUCCESS;
   pthread_mutex_unlock(&flight.lock);
+}
+
+// Whether launches on `stream` are being captured into a graph (they put no work on the GPU, and
+// nothing may synchronise or record on the stream meanwhile).
+bool Capturing(CUstream stream, bool per_thread) {
+  auto is_capturing = per_thread ? Real_cuStreamIsCapturing_ptsz() : Real_cuStreamIsCapturing();
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return is_capturing != nullptr && is_capturing(stream, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 // Runs `launch` (which queues work on `stream`) under the arbiter of its GPU.
@@ -88,6 +135,10 @@ CUresult Gated(CUstream stream, bool per_thread, Launch launch) {
   if (!g_any_arbiter.load(std::memory_order_relaxed)) return launch();
   const int gpu = LaunchGpu();
   if (gpu < 0 || !g_arbiters[gpu].attached()) return launch();
+  // Only when it is not holding the turn (the fast path stays two loads).
+  if (g_arbiters[gpu].Check() != ComputeArbiter::Gate::kGo && Capturing(stream, per_thread)) {
+    return launch();
+  }
   ComputeArbiter& arbiter = g_arbiters[gpu];
   for (;;) {
     const ComputeArbiter::Gate gate = arbiter.Check();
@@ -99,7 +150,7 @@ CUresult Gated(CUstream stream, bool per_thread, Launch launch) {
     if (!arbiter.Acquire()) break;
   }
   const CUresult result = launch();
-  if (result == CUDA_SUCCESS && arbiter.Contended()) {
+  if (result == CUDA_SUCCESS && arbiter.Contended() && !Capturing(stream, per_thread)) {
     Track(arbiter, g_in_flight[gpu], stream, per_thread);
   }
   return result;

@@ -63,6 +63,25 @@ CUresult Query(abi::CUstream handle, bool per_thread_default) {
              : abi::CUDA_ERROR_NOT_READY;
 }
 
+// cuStreamIsCapturing: whether work on the stream is being captured into a graph (ACTIVE), was
+// being captured until an unsupported call invalidated it (INVALIDATED), or runs (NONE).
+CUresult CaptureStatus(abi::CUstream handle, abi::CUstreamCaptureStatus* status,
+                       bool per_thread_default) {
+  if (status == nullptr) return abi::CUDA_ERROR_INVALID_VALUE;
+  Driver* driver;
+  Context* context;
+  simgpu::StreamQueue queue;
+  if (CUresult result = StreamOf(handle, per_thread_default, &driver, &context, &queue);
+      result != abi::CUDA_SUCCESS) {
+    return result;
+  }
+  *status = !queue.capturing ? abi::CU_STREAM_CAPTURE_STATUS_NONE
+            : queue.stream && queue.stream->capture_invalidated
+                ? abi::CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                : abi::CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  return abi::CUDA_SUCCESS;
+}
+
 CUresult WaitEvent(abi::CUstream handle, abi::CUevent event_handle, unsigned int flags,
                    bool per_thread_default) {
   Driver* driver;
@@ -154,6 +173,14 @@ CUresult cuStreamSynchronize_ptsz(abi::CUstream stream) {
 }
 
 CUresult cuStreamQuery(abi::CUstream stream) { return Query(stream, /*per_thread_default=*/false); }
+
+CUresult cuStreamIsCapturing(abi::CUstream stream, abi::CUstreamCaptureStatus* status) {
+  return CaptureStatus(stream, status, /*per_thread_default=*/false);
+}
+
+CUresult cuStreamIsCapturing_ptsz(abi::CUstream stream, abi::CUstreamCaptureStatus* status) {
+  return CaptureStatus(stream, status, /*per_thread_default=*/true);
+}
 
 CUresult cuStreamQuery_ptsz(abi::CUstream stream) {
   return Query(stream, /*per_thread_default=*/true);

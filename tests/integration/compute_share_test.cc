@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -58,7 +59,7 @@ class ComputeShareTest : public ::testing::Test {
 
   // Starts a workload with `share` running `seconds`; returns its pid once it has a context.
   pid_t StartWorkload(const Share& share, double seconds) {
-    const std::string id = "w" + std::to_string(pids_.size());
+    const std::string id = "w" + std::to_string(next_id_++);
     char name[200], err[256];
     limiter::BudgetName(id.c_str(), uuid_.c_str(), name, sizeof(name));
     EXPECT_TRUE(limiter::Budget::CreateAt(dir_fd_, name + 1, uint64_t{20} << 30, 0, -1, -1, err,
@@ -123,10 +124,91 @@ class ComputeShareTest : public ::testing::Test {
   std::string dir_;
   int dir_fd_ = -1;
   std::vector<pid_t> pids_;
+  int next_id_ = 0;
 };
 
 TEST_F(ComputeShareTest, AQuarterAndThreeQuartersGetTheirRequests) {
   ExpectShares({{250, 1000}, {750, 1000}}, {0.25, 0.75}, 4, 0.02);
+}
+
+TEST_F(ComputeShareTest, ATenthAndNineTenthsGetTheirRequests) {
+  ExpectShares({{100, 1000}, {900, 1000}}, {0.1, 0.9}, 4, 0.02);
+}
+
+TEST_F(ComputeShareTest, ThreeAndSevenTenthsGetTheirRequests) {
+  ExpectShares({{300, 1000}, {700, 1000}}, {0.3, 0.7}, 4, 0.02);
+}
+
+TEST_F(ComputeShareTest, ThreeWorkloadsGetTheirRequests) {
+  ExpectShares({{200, 1000}, {300, 1000}, {500, 1000}}, {0.2, 0.3, 0.5}, 4, 0.02);
+}
+
+// Every way of putting work on the GPU is held to its share: the 0.25 workload uses it, the
+// 0.75 one plain launches.
+TEST_F(ComputeShareTest, EveryLaunchPathIsHeldToItsShare) {
+  for (const char* mode : {"ptsz", "ex", "graph", "coop"}) {
+    SCOPED_TRACE(mode);
+    ExpectShares({{250, 1000, mode}, {750, 1000}}, {0.25, 0.75}, 3, 0.03);
+    for (pid_t pid : pids_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    pids_.clear();
+  }
+}
+
+// A kernel longer than a turn cannot be cut short, but is charged: over time the workload still
+// gets its share.
+TEST_F(ComputeShareTest, LongKernelsAreHeldToTheirShare) {
+  ExpectShares({{250, 1000, "kernel", 50.0}, {750, 1000}}, {0.25, 0.75}, 4, 0.03);
+}
+
+// Fair: time a workload leaves (stopped, or killed) goes to the others within a second.
+TEST_F(ComputeShareTest, AStoppedOrKilledWorkloadsTimeGoesToTheOthers) {
+  pid_t a = StartWorkload({500, 1000}, 12);
+  pid_t b = StartWorkload({500, 1000}, 12);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::vector<double> both = Measure({a, b}, 1.0);
+  EXPECT_NEAR(both[0], 0.5, 0.03);
+  ASSERT_EQ(kill(a, SIGSTOP), 0);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  std::vector<double> stopped = Measure({a, b}, 1.0);
+  std::printf("a stopped: %.3f / %.3f\n", stopped[0], stopped[1]);
+  EXPECT_LT(stopped[0], 0.02);
+  EXPECT_GT(stopped[1], 0.95);
+  kill(a, SIGCONT);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  std::vector<double> back = Measure({a, b}, 1.0);
+  EXPECT_NEAR(back[0], 0.5, 0.05);
+  ASSERT_EQ(kill(b, SIGKILL), 0);
+  waitpid(b, nullptr, 0);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  std::vector<double> killed = Measure({a}, 1.0);
+  std::printf("b killed: %.3f\n", killed[0]);
+  EXPECT_GT(killed[0], 0.95);
+}
+
+// Strict: a limit of 0.3 is never exceeded in any one-second window, even on an idle GPU.
+TEST_F(ComputeShareTest, AStrictLimitHoldsInEveryOneSecondWindow) {
+  pid_t a = StartWorkload({300, 300, "kernel", 0.5}, 8);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Engine time every 100 ms over 5 s; every window of 10 consecutive steps is one second.
+  std::vector<uint64_t> ns;
+  std::vector<Clock::time_point> at;
+  for (int i = 0; i <= 50; ++i) {
+    ns.push_back(EngineNs(a));
+    at.push_back(Clock::now());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  double worst = 0, total = (ns.back() - ns.front()) / 1e9 /
+                              std::chrono::duration<double>(at.back() - at.front()).count();
+  for (size_t i = 10; i < ns.size(); ++i) {
+    const double window = std::chrono::duration<double>(at[i] - at[i - 10]).count();
+    worst = std::max(worst, (ns[i] - ns[i - 10]) / 1e9 / window);
+  }
+  std::printf("strict 0.3 alone: %.3f over 5 s, worst one-second window %.3f\n", total, worst);
+  EXPECT_LE(worst, 0.32);
+  EXPECT_NEAR(total, 0.3, 0.02);
 }
 
 }  // namespace

@@ -177,7 +177,13 @@ TEST_F(SimGpuGraphTest, StreamCaptureRecordsKernelsIntoAGraph) {
     EXPECT_EQ(abi::CUDA_ERROR_ILLEGAL_STATE, cuStreamEndCapture(stream, &graph));
 
     const double engine = EngineMs(context);
+    abi::CUstreamCaptureStatus status = abi::CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    ASSERT_CU(cuStreamIsCapturing(stream, &status));
+    EXPECT_EQ(abi::CU_STREAM_CAPTURE_STATUS_NONE, status);
     ASSERT_CU(cuStreamBeginCapture_v2(stream, abi::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    ASSERT_CU(cuStreamIsCapturing(stream, &status));
+    EXPECT_EQ(abi::CU_STREAM_CAPTURE_STATUS_ACTIVE, status);
+    EXPECT_EQ(abi::CUDA_ERROR_INVALID_VALUE, cuStreamIsCapturing(stream, nullptr));
     EXPECT_EQ(abi::CUDA_ERROR_ILLEGAL_STATE,
               cuStreamBeginCapture_v2(stream, abi::CU_STREAM_CAPTURE_MODE_GLOBAL));
     for (int i = 0; i < 3; ++i) {
@@ -202,6 +208,8 @@ TEST_F(SimGpuGraphTest, StreamCaptureRecordsKernelsIntoAGraph) {
     ASSERT_CU(cuStreamBeginCapture(stream));
     ASSERT_CU(cuLaunchKernel(kernel, 1, 1, 1, 32, 1, 1, 0, stream, nullptr, nullptr));
     EXPECT_EQ(abi::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuStreamSynchronize(stream));
+    ASSERT_CU(cuStreamIsCapturing(stream, &status));
+    EXPECT_EQ(abi::CU_STREAM_CAPTURE_STATUS_INVALIDATED, status);
     EXPECT_EQ(abi::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture(stream, &graph));
     EXPECT_EQ(nullptr, graph);
     // A stream destroyed while capturing leaves nothing behind.

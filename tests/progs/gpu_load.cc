@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
     Check(cuStreamEndCapture(capture, &graph), "cuStreamEndCapture");
     Check(cuGraphInstantiateWithFlags(&graph_exec, graph, 0), "cuGraphInstantiateWithFlags");
   }
+  const long sync_every = kernel_ms < 50 ? static_cast<long>(50 / kernel_ms) : 1;
   std::printf("ready\n");
   long launches = 0;
   const double end = Now() + seconds;
@@ -117,7 +118,7 @@ int main(int argc, char** argv) {
     }
     ++launches;
     // Keep at most about 50 ms queued, as a training loop's data dependencies would.
-    if (launches % 50 == 0) Check(cuCtxSynchronize(), "cuCtxSynchronize");
+    if (launches % sync_every == 0) Check(cuCtxSynchronize(), "cuCtxSynchronize");
   }
   Check(cuCtxSynchronize(), "cuCtxSynchronize");
   std::printf("launches=%ld\n", launches);

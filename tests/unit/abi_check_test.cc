@@ -51,7 +51,7 @@ using gpufrac::testing::SameSignature;
   X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord)      \
   X(cuEventRecordWithFlags) X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime_v2)          \
   X(cuLaunchKernelEx) X(cuLaunchCooperativeKernel) X(cuGraphCreate) X(cuGraphAddKernelNode_v2)      \
-  X(cuStreamBeginCapture_v2) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) \
+  X(cuStreamBeginCapture_v2) X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) \
   X(cuGraphExecDestroy) X(cuGraphDestroy)
 
 #define CHECK_SIGNATURE(fn) \
@@ -110,7 +110,7 @@ CHECKED_FUNCTIONS(CHECK_SIGNATURE)
   X(CU_EVENT_INTERPROCESS) X(CU_EVENT_RECORD_DEFAULT) X(CU_EVENT_RECORD_EXTERNAL)                 \
   X(CU_EVENT_WAIT_DEFAULT) X(CU_EVENT_WAIT_EXTERNAL) X(CU_LAUNCH_ATTRIBUTE_IGNORE)                \
   X(CU_LAUNCH_ATTRIBUTE_COOPERATIVE) X(CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT)      \
-  X(CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING) X(CU_STREAM_CAPTURE_MODE_GLOBAL)          \
+  X(CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING) X(CU_STREAM_CAPTURE_MODE_GLOBAL) X(CU_STREAM_CAPTURE_STATUS_ACTIVE) X(CU_STREAM_CAPTURE_STATUS_INVALIDATED)          \
   X(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) X(CU_STREAM_CAPTURE_MODE_RELAXED)                        \
   X(CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) X(CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD)        \
   X(CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) X(CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY)
