@@ -81,4 +81,13 @@ uint64_t WorkloadBudgets::MemoryInUse(const BudgetDir& dir, const std::string& w
   return limiter::Budget::PeekUsedAt(dir.fd(), name.c_str(), &used) ? used : 0;
 }
 
+uint64_t WorkloadBudgets::ComputeTimeUsed(const BudgetDir& dir, const std::string& workload,
+                                          const std::string& uuid) {
+  uint64_t ns = 0;
+  return limiter::ComputeArbiter::PeekUsedNs(dir.fd(), ("compute." + uuid).c_str(),
+                                             workload.c_str(), &ns)
+             ? ns
+             : 0;
+}
+
 }  // namespace gpufrac::launch

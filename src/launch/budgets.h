@@ -51,6 +51,10 @@ class WorkloadBudgets {
   // the budget is gone or is not a budget. Never blocks, whatever the workload did to its file.
   static uint64_t MemoryInUse(const BudgetDir& dir, const std::string& workload,
                               const std::string& uuid);
+  // GPU time (ns) the GPU's compute arbiter in `dir` charged the workload so far; 0 when its
+  // compute is not arbitrated. Never blocks.
+  static uint64_t ComputeTimeUsed(const BudgetDir& dir, const std::string& workload,
+                                  const std::string& uuid);
 
  private:
   explicit WorkloadBudgets(const BudgetDir* dir) : dir_(dir) {}

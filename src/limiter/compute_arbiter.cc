@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 
@@ -107,6 +108,33 @@ bool ComputeArbiter::CreateAt(int dir_fd, const char* name, uint64_t turn_ns, ch
   fchmod(fd, 0666);
   close(fd);
   return true;
+}
+
+bool ComputeArbiter::PeekUsedNs(int dir_fd, const char* name, const char* workload,
+                                uint64_t* ns) {
+  int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  bool found = false;
+  if (StatFd(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+      st.st_size == static_cast<off_t>(sizeof(ArbiterSegment))) {
+    const uint64_t key = WorkloadKey(workload);
+    for (int s = 0; s < kArbiterSlots && !found; ++s) {
+      const off_t at = static_cast<off_t>(offsetof(ArbiterSegment, slots) + s * sizeof(ArbiterSlot));
+      uint64_t slot_key = 0;
+      uint64_t used = 0;
+      if (pread(fd, &slot_key, sizeof(slot_key), at + offsetof(ArbiterSlot, key)) ==
+              static_cast<ssize_t>(sizeof(slot_key)) &&
+          slot_key == key &&
+          pread(fd, &used, sizeof(used), at + offsetof(ArbiterSlot, used_ns)) ==
+              static_cast<ssize_t>(sizeof(used))) {
+        *ns = used;
+        found = true;
+      }
+    }
+  }
+  close(fd);
+  return found;
 }
 
 bool ComputeArbiter::Attach(const char* dir, const char* name, const char* workload,

@@ -96,6 +96,11 @@ class ComputeArbiter {
   // workload (mode 0666). False with a reason otherwise.
   static bool CreateAt(int dir_fd, const char* name, uint64_t turn_ns, char* err, size_t err_len);
 
+  // For launchers: the GPU time charged so far to `workload` in the segment `name` of their
+  // budget directory, read with pread after checking it is a segment-sized regular file, never
+  // blocking (every workload can write the segment). False when there is none.
+  static bool PeekUsedNs(int dir_fd, const char* name, const char* workload, uint64_t* ns);
+
   // Maps `dir`/`name` (never creates it) and joins as workload `workload` with request
   // `weight` and limit `limit` (thousandths). False with a reason.
   bool Attach(const char* dir, const char* name, const char* workload, uint32_t weight,

@@ -365,7 +365,11 @@ class Api {
                              {"user", w.user},
                              {"share", w.milli / 1000.0},
                              {"memory_limit", w.memory_limit},
-                             {"memory_used", w.memory_used}});
+                             {"memory_used", w.memory_used},
+                             {"compute_limit", w.compute_limit_milli / 1000.0},
+                             {"gpu_seconds", w.gpu_seconds},
+                             {"measured_share", w.measured_share ? json(*w.measured_share)
+                                                                 : json(nullptr)}});
       }
       json entry = {
           {"index", g.gpu.index},
@@ -379,6 +383,7 @@ class Api {
           {"used_memory", g.used_memory},
           {"workloads", workloads}};
       entry["reserved_for"] = g.reserved_for ? json(*g.reserved_for) : json(nullptr);
+      entry["compute_in_use"] = g.compute_in_use ? json(*g.compute_in_use) : json(nullptr);
       gpus.push_back(entry);
     }
     json mig = json::array();

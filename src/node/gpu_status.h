@@ -17,6 +17,11 @@ struct WorkloadStatus {
   uint32_t milli = 0;
   uint64_t memory_limit = 0;
   uint64_t memory_used = 0;  // As the limiter's budget counts it now.
+  uint32_t compute_limit_milli = 0;  // 0: its compute is not arbitrated.
+  double gpu_seconds = 0;            // GPU time its arbiter charged it so far.
+  // Its share of the GPU's time over the last interval of at least a second (of the arbiter's
+  // charges); nullopt until two samples a second apart exist, or when not arbitrated.
+  std::optional<double> measured_share;
 };
 
 struct GpuStatus {
@@ -24,6 +29,8 @@ struct GpuStatus {
   uint32_t allocated_milli = 0;
   uint64_t allocated_memory = 0;
   uint64_t used_memory = 0;
+  // The measured shares of its arbitrated workloads, added up (nullopt when none is measured).
+  std::optional<double> compute_in_use;
   std::optional<int64_t> reserved_for;
   std::vector<WorkloadStatus> workloads;
 };

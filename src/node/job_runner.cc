@@ -421,6 +421,10 @@ void JobRunner::Cleanup(const std::string& job_dir, const std::string& workload,
   }
 }
 
+uint64_t JobRunner::ComputeTimeUsed(const std::string& workload, const std::string& uuid) const {
+  return launch::WorkloadBudgets::ComputeTimeUsed(budgets_, workload, uuid);
+}
+
 uint64_t JobRunner::MemoryInUse(const std::string& workload, const std::string& uuid) const {
   return launch::WorkloadBudgets::MemoryInUse(budgets_, workload, uuid);
 }

@@ -105,6 +105,8 @@ class JobRunner {
                const std::vector<std::string>& uuids) const;
   // GPU memory `workload` holds on GPU `uuid` now, as its budget counts it (0 when gone).
   uint64_t MemoryInUse(const std::string& workload, const std::string& uuid) const;
+  // GPU time (ns) the workload was charged on GPU `uuid` by its compute arbiter; 0 when none.
+  uint64_t ComputeTimeUsed(const std::string& workload, const std::string& uuid) const;
   const launch::BudgetDir& budget_dir() const { return budgets_; }
 
   // File names inside JOB_DIR.

@@ -8,7 +8,8 @@ constexpr const char* kSnapshotGauges[] = {
     "gpufrac_gpu_memory_bytes",      "gpufrac_gpu_memory_allocated_bytes",
     "gpufrac_gpu_memory_used_bytes", "gpufrac_gpu_share_allocated",
     "gpufrac_gpu_workloads",         "gpufrac_queue_pending_jobs",
-    "gpufrac_queue_running_jobs"};
+    "gpufrac_queue_running_jobs",    "gpufrac_workload_gpu_seconds_total",
+    "gpufrac_gpu_compute_busy_ratio"};
 
 }  // namespace
 
@@ -21,6 +22,11 @@ NodeMetrics::NodeMetrics() {
   metrics_.Declare("gpufrac_gpu_share_allocated", "gauge",
                    "Share of each GPU held by running jobs (1 = the whole GPU)");
   metrics_.Declare("gpufrac_gpu_workloads", "gauge", "Running jobs on each GPU");
+  metrics_.Declare("gpufrac_workload_gpu_seconds_total", "counter",
+                   "GPU time each running job on a shared GPU was charged by its compute arbiter");
+  metrics_.Declare("gpufrac_gpu_compute_busy_ratio", "gauge",
+                   "Share of each shared GPU's time its arbitrated jobs used over the last "
+                   "interval (at least a second)");
   metrics_.Declare("gpufrac_queue_pending_jobs", "gauge", "Jobs waiting in each queue");
   metrics_.Declare("gpufrac_queue_running_jobs", "gauge", "Running jobs of each queue");
   metrics_.Declare("gpufrac_jobs_submitted_total", "counter", "Jobs accepted");
@@ -59,6 +65,13 @@ std::string NodeMetrics::Render(const std::vector<GpuStatus>& gpus,
     metrics_.Set("gpufrac_gpu_memory_used_bytes", labels, static_cast<double>(g.used_memory));
     metrics_.Set("gpufrac_gpu_share_allocated", labels, g.allocated_milli / 1000.0);
     metrics_.Set("gpufrac_gpu_workloads", labels, static_cast<double>(g.workloads.size()));
+    if (g.compute_in_use) metrics_.Set("gpufrac_gpu_compute_busy_ratio", labels, *g.compute_in_use);
+    for (const WorkloadStatus& w : g.workloads) {
+      if (w.compute_limit_milli == 0) continue;
+      metrics_.Set("gpufrac_workload_gpu_seconds_total",
+                   {{"gpu", std::to_string(g.gpu.index)}, {"job", std::to_string(w.job)}},
+                   w.gpu_seconds);
+    }
   }
   for (const QueueScheduler::QueueView& q : queues) {
     metrics_.Set("gpufrac_queue_pending_jobs", {{"queue", q.name}}, static_cast<double>(q.pending));

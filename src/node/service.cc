@@ -400,6 +400,7 @@ std::vector<GpuStatus> Service::Gpus() {
           if (share.index != view.gpu.index) continue;
           w.milli = share.milli;
           w.memory_limit = share.memory_bytes;
+          w.compute_limit_milli = share.compute_limit_milli;
         }
         g.workloads.push_back(w);
       }
@@ -407,12 +408,23 @@ std::vector<GpuStatus> Service::Gpus() {
     }
   }
   // Read outside the lock: the budgets belong to the jobs' users.
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count();
+  std::set<int64_t> live;
   for (GpuStatus& g : out) {
     for (WorkloadStatus& w : g.workloads) {
       w.memory_used = runner_.MemoryInUse(WorkloadName(w.job), g.gpu.uuid);
       g.used_memory += w.memory_used;
+      if (w.compute_limit_milli == 0) continue;
+      const uint64_t ns = runner_.ComputeTimeUsed(WorkloadName(w.job), g.gpu.uuid);
+      w.gpu_seconds = ns / 1e9;
+      w.measured_share = compute_samples_.Share(w.job, g.gpu.index, ns, now_ms);
+      if (w.measured_share) g.compute_in_use = g.compute_in_use.value_or(0) + *w.measured_share;
+      live.insert(w.job);
     }
   }
+  compute_samples_.KeepOnly(live);
   return out;
 }
 std::vector<QueueScheduler::QueueView> Service::Queues() {

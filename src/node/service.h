@@ -22,6 +22,7 @@
 #include "machine/node_gpus.h"
 #include "node/gpu_status.h"
 #include "node/job.h"
+#include "node/compute_samples.h"
 #include "node/job_runner.h"
 #include "node/mig_hardware.h"
 #include "node/mig_scheduler.h"
@@ -161,6 +162,7 @@ class Service {
   std::map<std::string, StoreFailure> store_failures_;  // By message (LogStoreFailure).
   MigHardware mig_hardware_;
   NodeMetrics metrics_;
+  ComputeSamples compute_samples_;  // measured compute shares (status, metrics)
   std::thread loop_;
   int lock_fd_ = -1;  // flock on STATE/gpufracd.lock, held for the service's life.
 };

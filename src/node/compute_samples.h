@@ -1,0 +1,36 @@
+// Each arbitrated workload's share of a GPU's time over the last interval, from the GPU time its
+// compute arbiter has charged it (a running total), sampled whenever status or metrics are read.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <utility>
+
+namespace gpufrac::node {
+
+class ComputeSamples {
+ public:
+  // The shortest interval a share is measured over.
+  static constexpr int64_t kIntervalMs = 1000;
+
+  // Records that `job` has been charged `ns` on GPU `gpu` by `now_ms` (a steady clock). Returns
+  // its share over the interval since the sample at least kIntervalMs older, or the share last
+  // measured when the previous sample is younger; nullopt before there are two samples.
+  std::optional<double> Share(int64_t job, int gpu, uint64_t ns, int64_t now_ms);
+  // Forgets jobs other than `live` (ended jobs).
+  void KeepOnly(const std::set<int64_t>& live);
+
+ private:
+  struct Sample {
+    uint64_t base_ns = 0;
+    int64_t base_ms = 0;
+    std::optional<double> share;
+  };
+  std::mutex mu_;
+  std::map<std::pair<int64_t, int>, Sample> samples_;
+};
+
+}  // namespace gpufrac::node
