@@ -78,6 +78,21 @@ std::string Age(int64_t since_ms) {
 
 std::string Share(double share) { return FormatMilli(static_cast<uint32_t>(share * 1000 + 0.5)); }
 
+// A share of a GPU's time as "request..limit" ("0.3..0.6": guaranteed 0.3 when others compete,
+// at most 0.6); the request alone where the node does not arbitrate it (no limit).
+std::string ComputeText(double share, double limit) {
+  return limit > 0 ? Share(share) + ".." + Share(limit) : Share(share);
+}
+
+// A job's compute on its shared GPUs (alike on each), "-" for whole GPUs, MIG instances and
+// jobs not started.
+std::string JobComputeText(const std::vector<node::JobWire::Gpu>& gpus) {
+  for (const node::JobWire::Gpu& g : gpus) {
+    if (g.share < 1 && g.uuid.rfind("MIG-", 0) != 0) return ComputeText(g.share, g.compute_limit);
+  }
+  return "-";
+}
+
 std::string GpusText(const std::vector<node::JobWire::Gpu>& gpus) {
   std::string out;
   for (const node::JobWire::Gpu& g : gpus) {
@@ -196,34 +211,37 @@ StatusOr<json> Submit(ServiceClient& client, const JobCommandOptions& o) {
 
 Status PrintJobs(const json& jobs) {
   if (!jobs.is_array()) return UnavailableError("gpufracd sent no job list");
-  std::printf("%-6s %-10s %-12s %-10s %-28s %-12s %5s  %-30s %s\n", "ID", "USER", "QUEUE", "STATE",
-              "REQUEST", "GPUS", "AGE", "COMMAND", "NOTE");
+  std::printf("%-6s %-10s %-12s %-10s %-28s %-12s %-10s %5s  %-30s %s\n", "ID", "USER", "QUEUE",
+              "STATE", "REQUEST", "GPUS", "COMPUTE", "AGE", "COMMAND", "NOTE");
   for (const json& item : jobs) {
     GPUFRAC_ASSIGN_OR_RETURN(node::JobWire j, ReadJob(item));
-    std::printf("%-6lld %-10s %-12s %-10s %-28s %-12s %5s  %-30s %s\n",
+    std::printf("%-6lld %-10s %-12s %-10s %-28s %-12s %-10s %5s  %-30s %s\n",
                 static_cast<long long>(j.id), Cell(j.user, 10).c_str(), Cell(j.queue, 12).c_str(),
                 std::string(node::JobStateName(j.state)).c_str(), Cell(j.request, 28).c_str(),
-                GpusText(j.gpus).c_str(), Age(j.submitted_ms).c_str(),
-                Cell(CommandText(j), 30).c_str(), Cell(j.Note()).c_str());
+                GpusText(j.gpus).c_str(), JobComputeText(j.gpus).c_str(),
+                Age(j.submitted_ms).c_str(), Cell(CommandText(j), 30).c_str(),
+                Cell(j.Note()).c_str());
   }
   return OkStatus();
 }
 
 void PrintStatus(const json& status) {
-  std::printf("%-4s %-18s %-40s %10s %10s %10s %6s\n", "GPU", "MODEL", "UUID", "MEMORY",
-              "ALLOCATED", "USED", "FREE");
+  // A GPU's share is of its time: allocated_share is the sum of its jobs' compute requests.
+  std::printf("%-4s %-18s %-40s %10s %10s %10s %13s %12s\n", "GPU", "MODEL", "UUID", "MEMORY",
+              "MEM-ALLOC", "MEM-USED", "COMPUTE-ALLOC", "COMPUTE-FREE");
   for (const json& g : status["gpus"]) {
     std::string model = Str(g, "model").empty() ? "?" : Cell(Str(g, "model"));
     if (Str(g, "mode") == "whole") model += " (whole)";
-    std::printf("%-4lld %-18s %-40s %10s %10s %10s %6s\n", static_cast<long long>(Int(g, "index")),
-                model.c_str(), Cell(Str(g, "uuid"), 40).c_str(),
-                FormatSize(Int(g, "memory_total")).c_str(),
-                FormatSize(Int(g, "allocated_memory")).c_str(),
-                FormatSize(Int(g, "used_memory")).c_str(), Share(Num(g, "free_share")).c_str());
+    std::printf(
+        "%-4lld %-18s %-40s %10s %10s %10s %13s %12s\n", static_cast<long long>(Int(g, "index")),
+        model.c_str(), Cell(Str(g, "uuid"), 40).c_str(), FormatSize(Int(g, "memory_total")).c_str(),
+        FormatSize(Int(g, "allocated_memory")).c_str(), FormatSize(Int(g, "used_memory")).c_str(),
+        Share(Num(g, "allocated_share")).c_str(), Share(Num(g, "free_share")).c_str());
     for (const json& w : g["workloads"]) {
-      std::printf("     job %-6lld %-10s share %-6s limit %-10s used %s\n",
+      std::printf("     job %-6lld %-10s compute %-10s memory %-10s used %s\n",
                   static_cast<long long>(Int(w, "job")), Cell(Str(w, "user"), 10).c_str(),
-                  Share(Num(w, "share")).c_str(), FormatSize(Int(w, "memory_limit")).c_str(),
+                  ComputeText(Num(w, "share"), Num(w, "compute_limit")).c_str(),
+                  FormatSize(Int(w, "memory_limit")).c_str(),
                   FormatSize(Int(w, "memory_used")).c_str());
     }
     if (g.contains("reserved_for") && g["reserved_for"].is_number()) {

@@ -83,6 +83,12 @@ K8sCommand::K8sCommand(CLI::App& app) {
                    "GPU indexes in MIG mode whose existing instances are served as "
                    "nvidia.com/mig-<profile>, outside gpufrac's own scheduling")
       ->delimiter(',');
+  agent_
+      ->add_option("--gpu-compute-policy", compute_policy_,
+                   "How a shared GPU's time is divided, as gpufracd's: fair (a pod may use idle "
+                   "time up to its gpufrac.io/gpu-compute-limit, default 1), strict (the limit "
+                   "defaults to its request) or off (the GPU's own equal time-slicing)")
+      ->capture_default_str();
   agent_->add_option("--sim", sim_, "simulated GPUs instead of this machine's, e.g. 2xH100-80GB");
   agent_->add_option("--resync", resync_seconds_, "seconds between health and inventory checks")
       ->capture_default_str()
@@ -139,6 +145,7 @@ int K8sCommand::RunAgent() {
   options.whole_gpus = whole_gpus_;
   options.nvidia_gpus = nvidia_gpus_;
   options.static_mig_gpus = static_mig_gpus_;
+  options.compute_policy = compute_policy_;
   options.limiter_path = LimiterLibraryPath();
   options.resync = std::chrono::seconds(resync_seconds_);
   auto agent = k8s::AgentService::Create(client->get(), std::move(options));

@@ -33,6 +33,7 @@ class K8sCommand {
   std::vector<int> nvidia_gpus_;
   std::vector<int> static_mig_gpus_;
   std::string sim_;
+  std::string compute_policy_ = "fair";  // --gpu-compute-policy
   int resync_seconds_ = 10;
   // extender
   std::string listen_ = "0.0.0.0:8888";

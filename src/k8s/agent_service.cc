@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -25,6 +26,7 @@
 #include "k8s/inventory.h"
 #include "launch/limit_file.h"
 #include "machine/node_gpus.h"
+#include "node/compute_policy.h"
 
 namespace gpufrac::k8s {
 namespace {
@@ -268,6 +270,12 @@ StatusOr<std::unique_ptr<AgentService>> AgentService::Create(ApiClient* client,
     return InvalidArgumentError("--slots-per-gpu " + std::to_string(options.agent.slots_per_gpu) +
                                 ": give 1 to 64 pods per GPU");
   }
+  std::optional<node::ComputePolicy> policy = node::ParseComputePolicy(options.compute_policy);
+  if (!policy) {
+    return InvalidArgumentError("--gpu-compute-policy " + options.compute_policy +
+                                ": expected fair, strict or off");
+  }
+  options.agent.compute_policy = *policy;
   auto impl = std::make_unique<Impl>();
   impl->client = client;
   impl->nvidia = {.whole = options.nvidia_gpus, .static_mig = options.static_mig_gpus};
@@ -308,9 +316,11 @@ Status AgentService::Start() {
   plugin.preferred_allocation = false;
   s.plugin = std::make_unique<DevicePlugin>(plugin, s.provider.get());
   GPUFRAC_RETURN_IF_ERROR(s.plugin->Start());
-  LogInfo("gpufrac agent on node %s: %zu GPU(s), %d slots each, device plugin at %s",
-          s.options.agent.node.c_str(), inv.gpus.size(), s.options.agent.slots_per_gpu,
-          s.plugin->socket_path().c_str());
+  LogInfo(
+      "gpufrac agent on node %s: %zu GPU(s), %d slots each, compute policy %s, device "
+      "plugin at %s",
+      s.options.agent.node.c_str(), inv.gpus.size(), s.options.agent.slots_per_gpu,
+      node::ComputePolicyName(s.options.agent.compute_policy), s.plugin->socket_path().c_str());
   return s.SyncNvidia(all);
 }
 

@@ -28,6 +28,8 @@ struct AgentServiceOptions {
   // out of the inventory published for the extender, so gpufrac never books them.
   std::vector<int> nvidia_gpus;
   std::vector<int> static_mig_gpus;
+  // --gpu-compute-policy: fair, strict or off (sets agent.compute_policy; see gpu_provider.h).
+  std::string compute_policy = "fair";
   std::string limiter_path;     // libgpufrac.so to install into host_dir/lib.
   std::chrono::milliseconds resync{10000};
 };

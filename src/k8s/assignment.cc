@@ -25,6 +25,7 @@ json AssignmentToJson(const Assignment& a) {
     }
     json entry = {{"name", c.container}, {"gpus", std::move(gpus)}};
     if (!c.device_plugin) entry["device_plugin"] = false;
+    if (c.compute_limit_milli != 0) entry["compute_limit_milli"] = c.compute_limit_milli;
     containers.push_back(std::move(entry));
   }
   return {{"version", 1},
@@ -53,6 +54,14 @@ StatusOr<Assignment> AssignmentFromJson(const json& document) {
     const bool yes = true;
     GPUFRAC_ASSIGN_OR_RETURN(c.device_plugin,
                              JsonField<bool>(containers[i], "device_plugin", at, &yes));
+    const uint32_t none = 0;
+    GPUFRAC_ASSIGN_OR_RETURN(c.compute_limit_milli,
+                             JsonField<uint32_t>(containers[i], "compute_limit_milli", at, &none));
+    if (c.compute_limit_milli > 1000) {
+      return InvalidArgumentError(at + ".compute_limit_milli is " +
+                                  std::to_string(c.compute_limit_milli) +
+                                  "; at most 1000 (all of the GPU's time)");
+    }
     GPUFRAC_ASSIGN_OR_RETURN(json gpus, JsonField<json>(containers[i], "gpus", at));
     if (!gpus.is_array() || gpus.empty()) return InvalidArgumentError(at + ".gpus is empty");
     for (size_t k = 0; k < gpus.size(); ++k) {

@@ -10,6 +10,7 @@
 #include <set>
 #include <tuple>
 
+#include "common/gpu_request.h"
 #include "common/log.h"
 #include "common/units.h"
 #include "gpu/catalogue.h"
@@ -17,6 +18,7 @@
 #include "k8s/container_gpus.h"
 #include "k8s/object_fields.h"
 #include "launch/limit_file.h"
+#include "node/compute_policy.h"
 
 namespace gpufrac::k8s {
 namespace {
@@ -137,10 +139,17 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
     uuids.push_back(g.uuid);
     if (g.milli < kMilliPerGpu) {
       const GpuInfo* info = FindGpu(inventory_, g.index);
+      // The grant's share is its compute request (placement books GPU time); the limit is the
+      // pod's, else the policy's. Kind kFraction only says "a share of a GPU" to the policy.
+      GpuRequest asked = GpuRequest::Fraction(g.milli);
+      asked.compute_limit_milli = ca.compute_limit_milli;
+      const uint32_t limit = node::ComputeLimitMilli(asked, g.milli, options_.compute_policy);
       limited.push_back({.uuid = g.uuid,
                          .limit_bytes = g.memory_bytes,
                          .context_bytes = gpu::ContextChargeBytes(
-                             info != nullptr ? gpu::FindModel(info->model) : nullptr)});
+                             info != nullptr ? gpu::FindModel(info->model) : nullptr),
+                         .compute_milli = limit != 0 ? g.milli : 0,
+                         .compute_limit_milli = limit});
     }
   }
 

@@ -1,7 +1,8 @@
 // The node agent's resource manager behind the device plugin: advertises every GPU as a number
 // of shareable slots, and in Allocate finds the pod the kubelet is starting (from the
 // assignments the extender wrote on the pods bound to this node), creates its MIG instance if it
-// has one, writes its read-only limit file and returns what the container gets: the GPU or MIG
+// has one, writes its read-only limit file (memory, and for a share of a GPU its compute request
+// and limit) and returns what the container gets: the GPU or MIG
 // UUIDs, the limiter library, the limit file, an /etc/ld.so.preload that loads the limiter, and
 // the device nodes.
 //
@@ -22,6 +23,7 @@
 #include "k8s/device_provider.h"
 #include "k8s/inventory.h"
 #include "mig/backend.h"
+#include "node/compute_policy.h"
 
 namespace gpufrac::k8s {
 
@@ -34,6 +36,10 @@ struct AgentOptions {
   // preload file, and pods/<uid>/<container>/limits.
   std::string host_dir = "/var/lib/gpufrac";
   std::string dev_dir = "/dev";  // Device nodes are passed only when they exist here.
+  // How a shared GPU's time is divided, as gpufracd's --gpu-compute-policy: it decides the
+  // compute limit of a container whose pod gives none (fair: 1, strict: its request, off: the
+  // limit file carries no compute pair).
+  node::ComputePolicy compute_policy = node::ComputePolicy::kFair;
 };
 
 // Where things appear inside the container.

@@ -347,7 +347,13 @@ struct Ledger::Impl {
                                     .mig = std::nullopt});
           }
         }
-        if (choose) out.assignment.containers.push_back(std::move(granted));
+        if (choose) {
+          // Only a share has a compute limit (a whole GPU has all of its time).
+          if (best_request.gpu_milli < pl::kMilli) {
+            granted.compute_limit_milli = c.request.compute_limit_milli;
+          }
+          out.assignment.containers.push_back(std::move(granted));
+        }
         continue;
       }
       // 2. Dynamic MIG: a MIG profile, or one GPU's memory or fraction on a MIG GPU.

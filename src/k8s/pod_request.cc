@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <vector>
 
 #include "common/gpu_request.h"
 #include "common/units.h"
@@ -79,7 +80,8 @@ const json* ResourceValue(const json& container, std::string_view key) {
 }
 
 bool AsksForGpufrac(const json& container) {
-  for (std::string_view key : {kResourceGpu, kResourceGpuMemory, kResourceGpuFraction}) {
+  for (std::string_view key :
+       {kResourceGpu, kResourceGpuMemory, kResourceGpuFraction, kResourceGpuCompute}) {
     if (ResourceValue(container, key) != nullptr) return true;
   }
   return false;
@@ -104,7 +106,17 @@ StatusOr<std::optional<ContainerRequest>> FromResources(const json& container,
   const json* count = ResourceValue(container, kResourceGpu);
   const json* memory = ResourceValue(container, kResourceGpuMemory);
   const json* fraction = ResourceValue(container, kResourceGpuFraction);
-  if (count == nullptr && memory == nullptr && fraction == nullptr) return std::nullopt;
+  // No GPU asked for: then a compute share has nothing to qualify.
+  auto none = [&]() -> StatusOr<std::optional<ContainerRequest>> {
+    if (ResourceValue(container, kResourceGpuCompute) != nullptr) {
+      return InvalidArgumentError(
+          where + std::string(kResourceGpuCompute) + " needs " + std::string(kResourceGpu) +
+          ": N and " + std::string(kResourceGpuMemory) + " or " +
+          std::string(kResourceGpuFraction) + ", the GPUs and the share of each it qualifies");
+    }
+    return std::nullopt;
+  };
+  if (count == nullptr && memory == nullptr && fraction == nullptr) return none();
   if (memory != nullptr && fraction != nullptr) {
     return InvalidArgumentError(where + std::string(kResourceGpuMemory) + " and " +
                                 std::string(kResourceGpuFraction) +
@@ -120,7 +132,7 @@ StatusOr<std::optional<ContainerRequest>> FromResources(const json& container,
   if (count != nullptr) {
     GPUFRAC_ASSIGN_OR_RETURN(gpus, WholeQuantity(*count, where + std::string(kResourceGpu)));
   }
-  if (gpus == 0 && memory == nullptr && fraction == nullptr) return std::nullopt;  // "0": none.
+  if (gpus == 0 && memory == nullptr && fraction == nullptr) return none();  // "0": none.
   if (gpus == 0) {
     return InvalidArgumentError(where + (memory != nullptr ? std::string(kResourceGpuMemory)
                                                            : std::string(kResourceGpuFraction)) +
@@ -152,6 +164,84 @@ StatusOr<std::optional<ContainerRequest>> FromResources(const json& container,
     r.request = GpuRequest::Fraction(static_cast<uint32_t>(milli), r.request.gpus);
   }
   return std::optional<ContainerRequest>(std::move(r));
+}
+
+// A share of a GPU's time written as the request grammar writes one ("0.3", "30%"), from the
+// annotation `key`; the request (`limit` false) must be below 1, the limit at most 1.
+StatusOr<uint32_t> ComputeAnnotation(const std::string& text, std::string_view key, bool limit) {
+  StatusOr<double> share = ParseFraction(text, /*allow_one=*/true);
+  if (!share.ok()) return share.status().WithContext("annotation " + std::string(key));
+  const uint32_t milli = FractionToMilli(*share);
+  if (!limit && milli >= kMilliPerGpu) {
+    return InvalidArgumentError("annotation " + std::string(key) + " is \"" + text +
+                                "\": all of the GPU's time is a whole GPU; ask for " +
+                                std::string(kResourceGpu) + " alone");
+  }
+  return milli;
+}
+
+// The pod's compute settings (annotations) and the container's own compute resource, applied to
+// a container's request once its amount is known. Only a share of a GPU (memory or fraction, not
+// on a MIG profile) has a compute setting: whole GPUs and MIG instances have their own.
+struct ComputeAnnotations {
+  uint32_t request_milli = 0;  // 0: not given.
+  uint32_t limit_milli = 0;
+};
+
+StatusOr<ComputeAnnotations> ReadComputeAnnotations(const json& pod) {
+  ComputeAnnotations out;
+  if (std::string text = Annotation(pod, kAnnotationGpuCompute); !text.empty()) {
+    GPUFRAC_ASSIGN_OR_RETURN(out.request_milli,
+                             ComputeAnnotation(text, kAnnotationGpuCompute, /*limit=*/false));
+  }
+  if (std::string text = Annotation(pod, kAnnotationGpuComputeLimit); !text.empty()) {
+    GPUFRAC_ASSIGN_OR_RETURN(out.limit_milli,
+                             ComputeAnnotation(text, kAnnotationGpuComputeLimit, /*limit=*/true));
+  }
+  return out;
+}
+
+Status ApplyCompute(const json& container, const ComputeAnnotations& pod, ContainerRequest& r) {
+  const std::string where = "container " + r.container + ": ";
+  uint32_t request = pod.request_milli;
+  if (const json* value = ResourceValue(container, kResourceGpuCompute)) {
+    const std::string key = where + std::string(kResourceGpuCompute);
+    if (pod.request_milli != 0) {
+      return InvalidArgumentError(key + " and the annotation " +
+                                  std::string(kAnnotationGpuCompute) +
+                                  " are both given; keep one of them");
+    }
+    GPUFRAC_ASSIGN_OR_RETURN(uint64_t milli, WholeQuantity(*value, key));
+    if (milli == 0 || milli >= kMilliPerGpu) {
+      return InvalidArgumentError(key + " is " + std::to_string(milli) +
+                                  "; give thousandths of the GPU's time from 1 to 999 (300 is "
+                                  "30%), or leave it out for the memory's share");
+    }
+    request = static_cast<uint32_t>(milli);
+  }
+  if (request == 0 && pod.limit_milli == 0) return OkStatus();
+  const bool shared =
+      r.request.kind == GpuRequest::Kind::kMemory || r.request.kind == GpuRequest::Kind::kFraction;
+  if (!shared) {
+    const std::string what =
+        request != 0 ? std::string(kResourceGpuCompute) : std::string(kAnnotationGpuComputeLimit);
+    return InvalidArgumentError(where + what + " is for a share of a GPU (" +
+                                std::string(kResourceGpuMemory) + " or " +
+                                std::string(kResourceGpuFraction) + "); " +
+                                (r.request.kind == GpuRequest::Kind::kMigProfile
+                                     ? "a MIG instance has its own compute slices"
+                                     : "whole GPUs have all of their compute"));
+  }
+  if (request != 0 && pod.limit_milli != 0 && pod.limit_milli < request) {
+    return InvalidArgumentError(where + std::string(kAnnotationGpuComputeLimit) + " " +
+                                FormatMilli(pod.limit_milli) + " is below its compute request " +
+                                FormatMilli(request) +
+                                "; the limit is the most it may take, at least what it is "
+                                "guaranteed");
+  }
+  r.request.compute_milli = request;
+  r.request.compute_limit_milli = pod.limit_milli;
+  return OkStatus();
 }
 
 // KAI/Run:ai's pod annotations, for the container they name (default: the first).
@@ -250,16 +340,21 @@ StatusOr<PodRequest> ParsePodRequest(const json& pod) {
 
   GPUFRAC_ASSIGN_OR_RETURN(std::optional<ContainerRequest> kai, FromKaiAnnotations(pod, *containers));
   PodRequest out;
+  std::vector<const json*> sources;  // The container each of out.containers was read from.
   for (size_t i = 0; i < containers->size(); ++i) {
     const json& c = (*containers)[i];
     std::string name = ContainerName(c, i);
     if (kai && kai->container == name) {
       out.containers.push_back(std::move(*kai));
+      sources.push_back(&c);
       kai.reset();
       continue;
     }
     GPUFRAC_ASSIGN_OR_RETURN(std::optional<ContainerRequest> r, FromResources(c, name));
-    if (r) out.containers.push_back(std::move(*r));
+    if (r) {
+      out.containers.push_back(std::move(*r));
+      sources.push_back(&c);
+    }
   }
 
   std::string profile = Annotation(pod, kAnnotationMigProfile);
@@ -291,6 +386,18 @@ StatusOr<PodRequest> ParsePodRequest(const json& pod) {
       r.request = *parsed;
     }
   }
+  GPUFRAC_ASSIGN_OR_RETURN(ComputeAnnotations compute, ReadComputeAnnotations(pod));
+  if (out.containers.empty() && (compute.request_milli != 0 || compute.limit_milli != 0)) {
+    return InvalidArgumentError(
+        "annotation " +
+        std::string(compute.request_milli != 0 ? kAnnotationGpuCompute
+                                               : kAnnotationGpuComputeLimit) +
+        " needs a container with " + std::string(kResourceGpu) + " and " +
+        std::string(kResourceGpuMemory) + " or " + std::string(kResourceGpuFraction));
+  }
+  for (size_t i = 0; i < out.containers.size(); ++i) {
+    GPUFRAC_RETURN_IF_ERROR(ApplyCompute(*sources[i], compute, out.containers[i]));
+  }
   std::string model = Annotation(pod, kAnnotationGpuModel);
   for (ContainerRequest& r : out.containers) r.request.gpu_model = model;
   return out;
@@ -306,6 +413,8 @@ std::string DescribeRequest(const ContainerRequest& c) {
     if (r.kind == GpuRequest::Kind::kMemory) s += " x " + FormatSize(r.memory_bytes);
     if (r.kind == GpuRequest::Kind::kFraction) s += " x " + FormatMilli(r.fraction_milli);
   }
+  if (r.compute_milli != 0) s += ", compute " + FormatMilli(r.compute_milli);
+  if (r.compute_limit_milli != 0) s += ", compute limit " + FormatMilli(r.compute_limit_milli);
   if (!r.gpu_model.empty()) s += " (" + r.gpu_model + ")";
   return s;
 }

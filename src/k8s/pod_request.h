@@ -1,7 +1,8 @@
 // What a pod asks of the GPUs, read from its containers' extended resources (gpufrac.io/gpu,
-// gpufrac.io/gpu-memory, gpufrac.io/gpu-fraction) and its annotations (gpufrac.io/mig-profile,
-// gpufrac.io/gpu-model, and KAI/Run:ai's gpu-fraction and gpu-memory for migration). One parser,
-// used by the scheduler extender and the node agent alike, so both read a pod the same way.
+// gpufrac.io/gpu-memory, gpufrac.io/gpu-fraction, gpufrac.io/gpu-compute) and its annotations
+// (gpufrac.io/mig-profile, gpufrac.io/gpu-model, gpufrac.io/gpu-compute and -compute-limit, and
+// KAI/Run:ai's gpu-fraction and gpu-memory for migration). One parser, used by the scheduler
+// extender and the node agent alike, so both read a pod the same way.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +20,15 @@ namespace gpufrac::k8s {
 inline constexpr std::string_view kResourceGpu = "gpufrac.io/gpu";
 inline constexpr std::string_view kResourceGpuMemory = "gpufrac.io/gpu-memory";      // MiB
 inline constexpr std::string_view kResourceGpuFraction = "gpufrac.io/gpu-fraction";  // 1/1000
+// The share of each GPU's time guaranteed when others compete, 1/1000 (default: the memory's
+// share). Like memory and fraction it is per GPU, so no node advertises it.
+inline constexpr std::string_view kResourceGpuCompute = "gpufrac.io/gpu-compute";
 inline constexpr std::string_view kAnnotationMigProfile = "gpufrac.io/mig-profile";
 inline constexpr std::string_view kAnnotationGpuModel = "gpufrac.io/gpu-model";
+// The compute request and limit for every GPU container of the pod, as the request grammar
+// writes a share: "0.25" or "25%". The limit defaults to the node agent's policy.
+inline constexpr std::string_view kAnnotationGpuCompute = "gpufrac.io/gpu-compute";
+inline constexpr std::string_view kAnnotationGpuComputeLimit = "gpufrac.io/gpu-compute-limit";
 // KAI scheduler / Run:ai annotations, accepted so that their pods move over unchanged.
 inline constexpr std::string_view kKaiGpuFraction = "gpu-fraction";  // "0.5"
 inline constexpr std::string_view kKaiGpuMemory = "gpu-memory";      // MiB, "4096"
@@ -56,11 +64,16 @@ struct PodRequest {
 //  - gpufrac.io/mig-profile with a memory or fraction, with more than one GPU, with no GPU
 //    container, or naming no profile; KAI annotations with gpufrac.io/gpu-memory or
 //    gpu-fraction on one container (with gpufrac.io/gpu they are fine: it gives the count);
-//  - gpufrac.io resources on an init container, or together with nvidia.com/gpu.
+//  - gpufrac.io resources on an init container, or together with nvidia.com/gpu;
+//  - a compute request (gpufrac.io/gpu-compute, resource or annotation) or limit on a container
+//    without a memory or fraction (whole GPUs and MIG instances have all of their compute), a
+//    request outside 1..999 thousandths, a limit above 1 or below the request, or the request
+//    given both as a resource and as the annotation.
 StatusOr<PodRequest> ParsePodRequest(const nlohmann::json& pod);
 
 // The request in words for events and logs: "2 GPUs", "1 GPU x 4 GiB", "1 GPU x 0.25",
-// "MIG 2g.20gb", with " (A100-80GB)" when restricted to a model.
+// "MIG 2g.20gb", then ", compute 0.3" and ", compute limit 0.5" when given, and " (A100-80GB)"
+// when restricted to a model.
 std::string DescribeRequest(const ContainerRequest& request);
 
 }  // namespace gpufrac::k8s

@@ -364,6 +364,7 @@ class Api {
         workloads.push_back({{"job", w.job},
                              {"user", w.user},
                              {"share", w.milli / 1000.0},
+                             {"compute_limit", w.compute_limit_milli / 1000.0},
                              {"memory_limit", w.memory_limit},
                              {"memory_used", w.memory_used},
                              {"compute_limit", w.compute_limit_milli / 1000.0},

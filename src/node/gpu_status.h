@@ -14,7 +14,8 @@ namespace gpufrac::node {
 struct WorkloadStatus {
   int64_t job = 0;
   std::string user;
-  uint32_t milli = 0;
+  uint32_t milli = 0;                // Its share: of the GPU's time, the compute request.
+  uint32_t compute_limit_milli = 0;  // The most of the GPU's time it may take; 0: not arbitrated.
   uint64_t memory_limit = 0;
   uint64_t memory_used = 0;  // As the limiter's budget counts it now.
   uint32_t compute_limit_milli = 0;  // 0: its compute is not arbitrated.

@@ -399,6 +399,7 @@ std::vector<GpuStatus> Service::Gpus() {
         for (const GpuShare& share : it->second.gpus) {
           if (share.index != view.gpu.index) continue;
           w.milli = share.milli;
+          w.compute_limit_milli = share.compute_limit_milli;
           w.memory_limit = share.memory_bytes;
           w.compute_limit_milli = share.compute_limit_milli;
         }

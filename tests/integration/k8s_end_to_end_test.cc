@@ -83,6 +83,7 @@ class K8sEndToEnd : public ::testing::Test {
     options.agent.dev_dir = host_dir_.path() + "/dev";  // No device nodes here.
     options.kubelet_dir = kubelet_dir_.path();
     options.sim = sim;
+    options.compute_policy = compute_policy_;
     options.limiter_path = std::string(GPUFRAC_BUILD_DIR) + "/lib/libgpufrac.so";
     auto agent = AgentService::Create(client_.get(), options);
     ASSERT_TRUE(agent.ok()) << agent.status().ToString();
@@ -178,7 +179,23 @@ class K8sEndToEnd : public ::testing::Test {
     return inv.ok() ? *inv : NodeInventory{};
   }
 
+  // The limit file of the container the kubelet starts on `device` (one GPU): the oldest
+  // scheduled pod's that is waiting. "" (and a failure) when there is none.
+  std::string AllocateLimitFile(const std::string& device) {
+    KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+    v1beta1::AllocateResponse response;
+    grpc::Status s = kubelet.Allocate({{device}}, &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    if (!s.ok()) return "";
+    for (const auto& m : response.container_responses(0).mounts()) {
+      if (m.container_path() == "/etc/gpufrac/limits") return ReadFile(m.host_path());
+    }
+    ADD_FAILURE() << "no limit file mounted";
+    return "";
+  }
+
   bool reservation_pods_ = false;  // Set before StartAll.
+  std::string compute_policy_ = "fair";
   std::chrono::seconds orphan_grace_{60};
   TempDir kubelet_dir_;
   TempDir host_dir_;
@@ -428,6 +445,66 @@ TEST_F(K8sEndToEnd, AnAnnotationOnlyPodIsNeverTakenForAnAllocate) {
             a->containers[0].gpus[0].uuid);
   EXPECT_FALSE(AnnotationOf(*server_->Get("pods", "team-a", "real"), "gpufrac.io/allocated").empty());
   EXPECT_TRUE(AnnotationOf(*server_->Get("pods", "team-a", "kai"), "gpufrac.io/allocated").empty());
+}
+
+// The container's limit file gives the limiter its compute request (the share booked) and limit
+// on each GPU: the pod's own, else the agent's policy (fair: all of the GPU's idle time).
+TEST_F(K8sEndToEnd, TheLimitFileCarriesTheComputeRequestAndLimit) {
+  StartAll("1xH100-80GB");
+  json asked = server_->Put(PodObject("asked",
+                                      {{"gpufrac.io/gpu", "1"},
+                                       {"gpufrac.io/gpu-memory", "4096"},
+                                       {"gpufrac.io/gpu-compute", "300"}},
+                                      {{"gpufrac.io/gpu-compute-limit", "0.6"}}));
+  ASSERT_EQ(Schedule(asked), "");
+  std::string text = AllocateLimitFile("gpu0-slot0");
+  EXPECT_NE(text.find(" limit " + std::to_string(uint64_t{4096} << 20) + " context "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(" compute 300 compute-limit 600\n"), std::string::npos) << text;
+
+  json plain = server_->Put(PodObject("plain", testing::FractionLimits(250)));
+  ASSERT_EQ(Schedule(plain), "");
+  text = AllocateLimitFile("gpu0-slot1");
+  EXPECT_NE(text.find(" compute 250 compute-limit 1000\n"), std::string::npos) << text;
+
+  // 0.55 of the GPU's time is booked: a pod asking for 0.5 waits, though memory is free.
+  json more = server_->Put(PodObject("more", {{"gpufrac.io/gpu", "1"},
+                                              {"gpufrac.io/gpu-memory", "1024"},
+                                              {"gpufrac.io/gpu-compute", "500"}}));
+  EXPECT_NE(Schedule(more).find("filter:"), std::string::npos);
+}
+
+TEST_F(K8sEndToEnd, AStrictAgentLimitsAPodToItsComputeRequestUnlessItGivesALimit) {
+  compute_policy_ = "strict";
+  StartAll("1xH100-80GB");
+  json plain = server_->Put(PodObject("plain", testing::FractionLimits(250)));
+  ASSERT_EQ(Schedule(plain), "");
+  EXPECT_NE(AllocateLimitFile("gpu0-slot0").find(" compute 250 compute-limit 250\n"),
+            std::string::npos);
+  json bursty = server_->Put(
+      PodObject("bursty", testing::FractionLimits(250), {{"gpufrac.io/gpu-compute-limit", "50%"}}));
+  ASSERT_EQ(Schedule(bursty), "");
+  EXPECT_NE(AllocateLimitFile("gpu0-slot1").find(" compute 250 compute-limit 500\n"),
+            std::string::npos);
+}
+
+TEST_F(K8sEndToEnd, AnAgentWithComputeOffWritesNoComputePairAndRefusesAnUnknownPolicy) {
+  compute_policy_ = "off";
+  StartAll("1xH100-80GB");
+  json plain = server_->Put(
+      PodObject("plain", testing::FractionLimits(250), {{"gpufrac.io/gpu-compute-limit", "0.5"}}));
+  ASSERT_EQ(Schedule(plain), "");
+  std::string text = AllocateLimitFile("gpu0-slot0");
+  EXPECT_NE(text.find("gpu "), std::string::npos) << text;
+  EXPECT_EQ(text.find("compute"), std::string::npos) << text;
+
+  AgentServiceOptions options;
+  options.agent.node = kNode;
+  options.compute_policy = "nice";
+  auto agent = AgentService::Create(client_.get(), options);
+  ASSERT_FALSE(agent.ok());
+  EXPECT_EQ(agent.status().message(), "--gpu-compute-policy nice: expected fair, strict or off");
 }
 
 TEST_F(K8sEndToEnd, WholeGpusAreAllocatedWithoutTheLimiter) {

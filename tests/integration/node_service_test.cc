@@ -652,6 +652,43 @@ TEST(NodeService, AJobsLimitFileCarriesItsComputeShare) {
   EXPECT_EQ(limits_of("fair", {{"gpus", 1}}).find(" compute "), std::string::npos);
 }
 
+// What people read: ps gives each shared job's compute as request..limit, status each GPU's
+// booked and free compute and each job's; the JSON carries the same numbers.
+TEST(NodeService, PsAndStatusShowComputeRequestsAndLimits) {
+  Daemon d("1xH100-80GB");
+  const std::vector<std::string> wait = {"sh", "-c", "sleep 30"};
+  int64_t asked =
+      d.Submit(wait, {{"gpu-memory", "8G"}, {"gpu-compute", "0.3"}, {"gpu-compute-limit", "0.6"}})
+          .body["id"];
+  int64_t plain = d.Submit(wait, {{"gpu-fraction", "0.25"}}).body["id"];
+  d.WaitFor(asked, "running");
+  d.WaitFor(plain, "running");
+
+  RunResult ps = d.Cli({"ps"});
+  ASSERT_EQ(ps.status, 0) << ps.err;
+  EXPECT_NE(ps.out.find(" COMPUTE "), std::string::npos) << ps.out;
+  EXPECT_NE(ps.out.find(" 0.3..0.6 "), std::string::npos) << ps.out;
+  EXPECT_NE(ps.out.find(" 0.25..1 "), std::string::npos) << ps.out;
+  json listed = json::parse(d.Cli({"ps", "--json"}).out);
+  for (const json& job : listed["jobs"]) {
+    EXPECT_EQ(job["gpus"][0]["compute_limit"], job["id"] == asked ? 0.6 : 1.0) << job.dump();
+  }
+
+  RunResult table = d.Cli({"status"});
+  ASSERT_EQ(table.status, 0) << table.err;
+  EXPECT_NE(table.out.find("COMPUTE-ALLOC COMPUTE-FREE"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find(" 0.55         0.45\n"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("compute 0.3..0.6   memory 8 GiB"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("compute 0.25..1"), std::string::npos) << table.out;
+  json status = json::parse(d.Cli({"status", "--json"}).out);
+  EXPECT_EQ(status["gpus"][0]["allocated_share"], 0.55) << status.dump();
+  for (const json& w : status["gpus"][0]["workloads"]) {
+    EXPECT_EQ(w["share"], w["job"] == asked ? 0.3 : 0.25) << w.dump();
+    EXPECT_EQ(w["compute_limit"], w["job"] == asked ? 0.6 : 1.0) << w.dump();
+  }
+  d.Cli({"cancel", std::to_string(asked), std::to_string(plain)});
+}
+
 TEST(NodeService, CancelEndsARunningJobAndFreesItsShare) {
   Daemon d("1xH100-80GB");
   int64_t id = d.Submit({"sh", "-c", "trap '' TERM; sleep 30"}, {{"gpu-fraction", 0.5}}).body["id"];

@@ -287,6 +287,40 @@ TEST_F(ExtenderTest, BindRecordsTheAssignmentThenBindsAndBooks) {
   EXPECT_EQ(s.extender->stats().bind_failures, 0u);
 }
 
+// Compute requests are what a shared GPU's share is made of: once they add up to the GPU, a pod
+// asking for a little memory does not fit, however much memory is free.
+TEST_F(ExtenderTest, ComputeRequestsUsedUpRefuseAPodThoughMemoryIsFree) {
+  Scheduler s(api_);
+  json heavy = AddPod("heavy",
+                      {{"gpufrac.io/gpu", "1"},
+                       {"gpufrac.io/gpu-memory", "4096"},
+                       {"gpufrac.io/gpu-compute", "700"}},
+                      {{"gpufrac.io/gpu-compute-limit", "0.9"}});
+  ASSERT_EQ(s.Bind(heavy, "n1"), "");
+  StatusOr<Assignment> a = AssignmentFromJson(json::parse(AssignmentText(Stored("heavy"))));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->containers.size(), 1u);
+  EXPECT_EQ(a->containers[0].gpus.at(0).milli, 700u) << "the booked share is the compute request";
+  EXPECT_EQ(a->containers[0].gpus.at(0).memory_bytes, uint64_t{4096} << 20);
+  EXPECT_EQ(a->containers[0].compute_limit_milli, 900u) << "recorded for the node agent";
+
+  // 4 GiB of 80 are booked, 0.3 of the GPU's time is left.
+  json light = AddPod("light", {{"gpufrac.io/gpu", "1"},
+                                {"gpufrac.io/gpu-memory", "1024"},
+                                {"gpufrac.io/gpu-compute", "400"}});
+  json r = s.Filter(light, {"n1"});
+  EXPECT_EQ(r["NodeNames"], json::array()) << r.dump();
+  EXPECT_THAT(r["FailedNodes"].value("n1", ""), HasSubstr("compute 0.4"));
+  EXPECT_THAT(r["FailedNodes"].value("n1", ""), HasSubstr("not enough free GPU capacity"));
+  // A fraction of the memory takes that share of the GPU's time unless it says otherwise.
+  EXPECT_FALSE(s.Fits(AddPod("half", FractionLimits(500)), "n1"));
+  EXPECT_TRUE(s.Fits(AddPod("third", {{"gpufrac.io/gpu", "1"},
+                                      {"gpufrac.io/gpu-fraction", "500"},
+                                      {"gpufrac.io/gpu-compute", "300"}}),
+                     "n1"));
+  EXPECT_TRUE(s.Fits(AddPod("small", FractionLimits(300)), "n1"));
+}
+
 TEST_F(ExtenderTest, BindOfAPodWithoutGpusBindsWithoutAnAssignment) {
   Scheduler s(api_);
   json pod = AddPod("web", {{"cpu", "1"}});

@@ -275,6 +275,22 @@ TEST(AssignmentTest, RoundTrip) {
   EXPECT_EQ(*text, a);
 }
 
+TEST(AssignmentTest, AComputeLimitIsKeptOnlyWhenGiven) {
+  Assignment a = MixedAssignment();
+  a.containers[0].compute_limit_milli = 700;
+  json doc = AssignmentToJson(a);
+  EXPECT_EQ(doc["containers"][0]["compute_limit_milli"], 700);
+  EXPECT_FALSE(doc["containers"][1].contains("compute_limit_milli"))
+      << "an assignment from before compute shares reads the same";
+  StatusOr<Assignment> back = AssignmentFromJson(json::parse(doc.dump()));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, a);
+  doc["containers"][0]["compute_limit_milli"] = 1001;
+  StatusOr<Assignment> bad = AssignmentFromJson(doc);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("containers[0].compute_limit_milli"));
+}
+
 TEST(AssignmentTest, TimeIsOptional) {
   json doc = AssignmentToJson(MixedAssignment());
   doc.erase("time_ms");
@@ -389,6 +405,52 @@ TEST(LedgerTest, FractionsAndMemoryShareOneGpu) {
   EXPECT_TRUE(Fits(*ledger, Pod({Memory(20 * kGiB)}), "n1"));
   EXPECT_FALSE(Fits(*ledger, Pod({Memory(21 * kGiB)}), "n1"));
   EXPECT_FALSE(Fits(*ledger, Pod({Whole(1)}), "n1"));
+}
+
+ContainerRequest Computing(ContainerRequest c, uint32_t compute, uint32_t limit = 0) {
+  c.request.compute_milli = compute;
+  c.request.compute_limit_milli = limit;
+  return c;
+}
+
+TEST(LedgerTest, ComputeRequestsAreTheSharesOfAGpu) {
+  auto ledger = NewLedger();
+  ledger->SetNode("n1", Inventory("n1", 1, "A100-40GB"));
+  Assignment a = Place(*ledger, "ns/a", Pod({Computing(Memory(2 * kGiB), 600, 800)}), "n1");
+  ASSERT_EQ(a.containers.size(), 1u);
+  EXPECT_EQ(a.containers[0].gpus.at(0).milli, 600u);
+  EXPECT_EQ(a.containers[0].gpus.at(0).memory_bytes, 2 * kGiB);
+  EXPECT_EQ(a.containers[0].compute_limit_milli, 800u);
+  // 38 GiB of memory are free, 0.4 of the GPU's time.
+  EXPECT_TRUE(Fits(*ledger, Pod({Computing(Memory(kGiB), 400)}), "n1"));
+  Ledger::Verdict over = EvaluateOne(*ledger, Pod({Computing(Memory(kGiB), 401)}), "n1");
+  EXPECT_FALSE(over.fits);
+  EXPECT_THAT(over.reason, HasSubstr("compute 0.401"));
+  // Without a compute request the memory's share is its share of the GPU's time.
+  EXPECT_FALSE(Fits(*ledger, Pod({Memory(20 * kGiB)}), "n1"));
+  EXPECT_TRUE(Fits(*ledger, Pod({Memory(16 * kGiB)}), "n1"));
+  // Memory is still a dimension of its own: a small compute share with more memory than is free.
+  EXPECT_FALSE(Fits(*ledger, Pod({Computing(Memory(39 * kGiB), 10)}), "n1"));
+  Place(*ledger, "ns/b", Pod({Computing(Fraction(100), 400)}), "n1");
+  EXPECT_FALSE(Fits(*ledger, Pod({Computing(Memory(kMiB), 1)}), "n1"));
+  EXPECT_THAT(ledger->Overbooked(), IsEmpty());
+  // The books are rebuilt from the assignments as recorded.
+  auto rebuilt = NewLedger();
+  rebuilt->SetNode("n1", Inventory("n1", 1, "A100-40GB"));
+  rebuilt->Book("ns/a", a);
+  EXPECT_TRUE(Fits(*rebuilt, Pod({Computing(Memory(kGiB), 400)}), "n1"));
+  EXPECT_FALSE(Fits(*rebuilt, Pod({Computing(Memory(kGiB), 401)}), "n1"));
+}
+
+TEST(LedgerTest, OnlySharesRecordAComputeLimit) {
+  auto ledger = NewLedger();
+  ledger->SetNode("n1", Inventory("n1", 2, "A100-40GB"));
+  Assignment a = Place(*ledger, "ns/a", Pod({Computing(Fraction(250), 0, 500)}), "n1");
+  ASSERT_EQ(a.containers.size(), 1u);
+  EXPECT_EQ(a.containers[0].gpus.at(0).milli, 250u);
+  EXPECT_EQ(a.containers[0].compute_limit_milli, 500u);
+  Assignment w = Place(*ledger, "ns/w", Pod({Whole(1)}), "n1");
+  EXPECT_EQ(w.containers.at(0).compute_limit_milli, 0u);
 }
 
 // ---- Whole-only, unhealthy, several GPUs, models ----

@@ -236,6 +236,125 @@ TEST(PodRequestTest, PodsWithoutGpusAskForNothing) {
   EXPECT_TRUE(model->empty());
 }
 
+// ---- Compute shares ----
+
+TEST(PodRequestTest, ComputeResourceIsThousandthsOfEachGpusTime) {
+  ContainerRequest r = Only(Simple({{"gpufrac.io/gpu", "1"},
+                                    {"gpufrac.io/gpu-memory", "4096"},
+                                    {"gpufrac.io/gpu-compute", "300"}}));
+  EXPECT_EQ(r.request.memory_bytes, 4 * kGiB);
+  EXPECT_EQ(r.request.compute_milli, 300u);
+  EXPECT_EQ(r.request.compute_limit_milli, 0u) << "the node agent's policy decides";
+  // As the API server sends it, a number; and with a fraction.
+  ContainerRequest f = Only(Simple(json::parse(
+      R"({"gpufrac.io/gpu": 2, "gpufrac.io/gpu-fraction": 100, "gpufrac.io/gpu-compute": 450})")));
+  EXPECT_EQ(f.request.gpus, 2u);
+  EXPECT_EQ(f.request.fraction_milli, 100u);
+  EXPECT_EQ(f.request.compute_milli, 450u);
+}
+
+TEST(PodRequestTest, ComputeAnnotationsAreSharesAsTheGrammarWritesThem) {
+  ContainerRequest r =
+      Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}},
+                  {{"gpufrac.io/gpu-compute", "0.3"}, {"gpufrac.io/gpu-compute-limit", "70%"}}));
+  EXPECT_EQ(r.request.compute_milli, 300u);
+  EXPECT_EQ(r.request.compute_limit_milli, 700u);
+  // A limit alone (the request is then the memory's share), up to all of the GPU's time.
+  ContainerRequest limit = Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "4096"}},
+                                       {{"gpufrac.io/gpu-compute-limit", "1"}}));
+  EXPECT_EQ(limit.request.compute_milli, 0u);
+  EXPECT_EQ(limit.request.compute_limit_milli, 1000u);
+  // The limit annotation qualifies a compute resource too.
+  ContainerRequest both = Only(Simple({{"gpufrac.io/gpu", "1"},
+                                       {"gpufrac.io/gpu-fraction", "250"},
+                                       {"gpufrac.io/gpu-compute", "200"}},
+                                      {{"gpufrac.io/gpu-compute-limit", "0.5"}}));
+  EXPECT_EQ(both.request.compute_milli, 200u);
+  EXPECT_EQ(both.request.compute_limit_milli, 500u);
+}
+
+TEST(PodRequestTest, ComputeAnnotationsApplyToEveryGpuContainerAndKaiOnes) {
+  StatusOr<PodRequest> r = ParsePodRequest(
+      Pod({Container("a", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "1024"}}),
+           Container("b", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "100"}})},
+          {{"gpufrac.io/gpu-compute", "0.2"}}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->containers.size(), 2u);
+  EXPECT_EQ(r->containers[0].request.compute_milli, 200u);
+  EXPECT_EQ(r->containers[1].request.compute_milli, 200u);
+  ContainerRequest kai =
+      Only(Pod({Container("main", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-compute", "400"}})},
+               {{"gpu-fraction", "0.5"}}));
+  EXPECT_TRUE(kai.from_annotations);
+  EXPECT_EQ(kai.request.fraction_milli, 500u);
+  EXPECT_EQ(kai.request.compute_milli, 400u);
+}
+
+TEST(PodRequestTest, ComputeOnWholeGpusOrMigIsRefused) {
+  std::string whole = Error(Simple({{"gpufrac.io/gpu", "2"}, {"gpufrac.io/gpu-compute", "500"}}));
+  EXPECT_THAT(whole, HasSubstr("container main"));
+  EXPECT_THAT(whole, HasSubstr("gpufrac.io/gpu-compute"));
+  EXPECT_THAT(whole, HasSubstr("whole GPUs have all of their compute"));
+  std::string annotated =
+      Error(Simple({{"gpufrac.io/gpu", "1"}}, {{"gpufrac.io/gpu-compute-limit", "0.5"}}));
+  EXPECT_THAT(annotated, HasSubstr("gpufrac.io/gpu-compute-limit"));
+  EXPECT_THAT(annotated, HasSubstr("gpufrac.io/gpu-memory or gpufrac.io/gpu-fraction"));
+  std::string mig = Error(Simple({{"gpufrac.io/gpu", "1"}}, {{"gpufrac.io/mig-profile", "1g.10gb"},
+                                                             {"gpufrac.io/gpu-compute", "0.5"}}));
+  EXPECT_THAT(mig, HasSubstr("MIG instance has its own compute"));
+  // One line each.
+  for (const std::string& m : {whole, annotated, mig}) EXPECT_EQ(m.find('\n'), std::string::npos);
+}
+
+TEST(PodRequestTest, ComputeWithoutAShareToQualify) {
+  std::string alone = Error(Simple({{"gpufrac.io/gpu-compute", "300"}}));
+  EXPECT_THAT(alone, HasSubstr("gpufrac.io/gpu-compute needs gpufrac.io/gpu"));
+  std::string zero = Error(Simple({{"gpufrac.io/gpu", "0"}, {"gpufrac.io/gpu-compute", "300"}}));
+  EXPECT_THAT(zero, HasSubstr("gpufrac.io/gpu-compute needs gpufrac.io/gpu"));
+  std::string pod = Error(Simple({{"cpu", "1"}}, {{"gpufrac.io/gpu-compute", "0.3"}}));
+  EXPECT_THAT(pod, HasSubstr("annotation gpufrac.io/gpu-compute needs a container"));
+}
+
+TEST(PodRequestTest, ComputeValuesOutOfRange) {
+  for (const char* milli : {"0", "1000", "1500", "0.5", "x"}) {
+    std::string m = Error(Simple({{"gpufrac.io/gpu", "1"},
+                                  {"gpufrac.io/gpu-fraction", "250"},
+                                  {"gpufrac.io/gpu-compute", milli}}));
+    EXPECT_THAT(m, HasSubstr("container main: gpufrac.io/gpu-compute")) << milli;
+  }
+  json share = {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}};
+  for (const char* bad : {"1", "100%", "0", "-0.2", "1.5", "half"}) {
+    std::string m = Error(Simple(share, {{"gpufrac.io/gpu-compute", bad}}));
+    EXPECT_THAT(m, HasSubstr("annotation gpufrac.io/gpu-compute")) << bad;
+  }
+  for (const char* bad : {"1.01", "0", "200%", "lots"}) {
+    std::string m = Error(Simple(share, {{"gpufrac.io/gpu-compute-limit", bad}}));
+    EXPECT_THAT(m, HasSubstr("annotation gpufrac.io/gpu-compute-limit")) << bad;
+  }
+}
+
+TEST(PodRequestTest, ComputeLimitBelowItsRequest) {
+  std::string m =
+      Error(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}},
+                   {{"gpufrac.io/gpu-compute", "0.5"}, {"gpufrac.io/gpu-compute-limit", "0.25"}}));
+  EXPECT_THAT(m, HasSubstr("gpufrac.io/gpu-compute-limit 0.25 is below its compute request 0.5"));
+}
+
+TEST(PodRequestTest, ComputeAsResourceAndAnnotation) {
+  std::string m = Error(Simple({{"gpufrac.io/gpu", "1"},
+                                {"gpufrac.io/gpu-fraction", "250"},
+                                {"gpufrac.io/gpu-compute", "300"}},
+                               {{"gpufrac.io/gpu-compute", "0.3"}}));
+  EXPECT_THAT(m, HasSubstr("both given"));
+}
+
+TEST(PodRequestTest, ComputeResourceOnAnInitContainer) {
+  json pod = Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}});
+  pod["spec"]["initContainers"] =
+      json::array({Container("warmup", {{"gpufrac.io/gpu-compute", "100"}})});
+  EXPECT_THAT(Error(pod), HasSubstr("init container warmup"));
+}
+
 // ---- Refused combinations: kInvalidArgument naming the key ----
 
 TEST(PodRequestTest, MemoryAndFractionTogether) {
@@ -416,6 +535,10 @@ TEST(PodRequestTest, DescribeRequest) {
             "1 GPU x 0.25 (A100-80GB)");
   EXPECT_EQ(DescribeRequest(Req(GpuRequest::Mig("1g.10gb").OnModel("H100-80GB"))),
             "MIG 1g.10gb (H100-80GB)");
+  GpuRequest compute = GpuRequest::Memory(4 * kGiB);
+  compute.compute_milli = 300;
+  compute.compute_limit_milli = 500;
+  EXPECT_EQ(DescribeRequest(Req(compute)), "1 GPU x 4 GiB, compute 0.3, compute limit 0.5");
 }
 
 TEST(PodRequestTest, DescribeParsedRequests) {
