@@ -367,7 +367,6 @@ class Api {
                              {"compute_limit", w.compute_limit_milli / 1000.0},
                              {"memory_limit", w.memory_limit},
                              {"memory_used", w.memory_used},
-                             {"compute_limit", w.compute_limit_milli / 1000.0},
                              {"gpu_seconds", w.gpu_seconds},
                              {"measured_share", w.measured_share ? json(*w.measured_share)
                                                                  : json(nullptr)}});

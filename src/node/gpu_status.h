@@ -18,7 +18,6 @@ struct WorkloadStatus {
   uint32_t compute_limit_milli = 0;  // The most of the GPU's time it may take; 0: not arbitrated.
   uint64_t memory_limit = 0;
   uint64_t memory_used = 0;  // As the limiter's budget counts it now.
-  uint32_t compute_limit_milli = 0;  // 0: its compute is not arbitrated.
   double gpu_seconds = 0;            // GPU time its arbiter charged it so far.
   // Its share of the GPU's time over the last interval of at least a second (of the arbiter's
   // charges); nullopt until two samples a second apart exist, or when not arbitrated.

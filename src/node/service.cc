@@ -599,7 +599,10 @@ void Service::Launch(Job& job, const StartDecision& decision) {
   starting.gpus = decision.gpus;
   const ComputePolicy policy = QueueComputePolicy(job.spec.queue);
   for (GpuShare& g : starting.gpus) {
-    g.compute_limit_milli = ComputeLimitMilli(job.spec.request, g.milli, policy);
+    // A share that landed on a MIG instance has the instance's own compute.
+    g.compute_limit_milli = g.uuid.rfind("MIG-", 0) == 0
+                                ? 0
+                                : ComputeLimitMilli(job.spec.request, g.milli, policy);
   }
   if (Status s = store_->Update(starting); !s.ok()) {
     LogStoreFailure(job.id, s);

@@ -906,9 +906,15 @@ TEST(LedgerTest, ThreeHundredRandomPodsOnFourHundredGpusNeverOverbook) {
       const GpuRequest& asked = containers[c].request;
       EXPECT_EQ(a->containers[c].gpus.size(), asked.gpus);
       for (const GpuGrant& g : a->containers[c].gpus) {
-        if (asked.kind == GpuRequest::Kind::kFraction) EXPECT_EQ(g.milli, asked.fraction_milli);
-        if (asked.kind == GpuRequest::Kind::kWholeGpus) EXPECT_EQ(g.milli, 1000u);
-        if (asked.kind == GpuRequest::Kind::kMemory) EXPECT_EQ(g.memory_bytes, asked.memory_bytes);
+        if (asked.kind == GpuRequest::Kind::kFraction) {
+          EXPECT_EQ(g.milli, asked.fraction_milli);
+        }
+        if (asked.kind == GpuRequest::Kind::kWholeGpus) {
+          EXPECT_EQ(g.milli, 1000u);
+        }
+        if (asked.kind == GpuRequest::Kind::kMemory) {
+          EXPECT_EQ(g.memory_bytes, asked.memory_bytes);
+        }
       }
     }
     ledger->Book("ns/pod-" + std::to_string(i), *a);
