@@ -2,7 +2,7 @@
 gpufrac_test(node_service_test integration SOURCES integration/node_service_test.cc
              LIBS gpufrac_test_harness gpufrac_node_service simgpu_core PkgConfig::HTTPLIB
                   nlohmann_json::nlohmann_json)
-add_dependencies(node_service_test gpufracd gpufrac_main gpufrac_shim gpufrac cuda_probe
+add_dependencies(node_service_test gpufracd gpufrac_main gpufrac_shim gpufrac cuda_probe gpu_load
                  simgpu_cuda simgpu_nvml)
 
 gpufrac_test(node_mig_scheduler_test unit SOURCES unit/node_mig_scheduler_test.cc

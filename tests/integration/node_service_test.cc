@@ -628,6 +628,45 @@ TEST(NodeService, ComputeRequestsNeverOverbookAGpusTime) {
   EXPECT_EQ(d.WaitFor(over, "running")["gpus"][0]["share"], 0.3);
 }
 
+// The whole path: two jobs on one GPU, a quarter and three quarters, each keeping the GPU busy.
+// Their limiters take turns through the GPU's arbiter in the service's budget directory, and
+// status shows what each measured (the GPU would split them in halves by itself).
+TEST(NodeService, JobsGetTheirComputeSharesAndStatusShowsThem) {
+  Daemon d("1xH100-80GB");
+  const std::string load = BuildPath("tests/gpu_load");
+  int64_t quarter = d.Submit({load, "kernel", "1", "20"}, {{"gpu-fraction", 0.25}}).body["id"];
+  int64_t rest = d.Submit({load, "kernel", "1", "20"}, {{"gpu-fraction", 0.75}}).body["id"];
+  d.WaitFor(quarter, "running");
+  d.WaitFor(rest, "running");
+  std::this_thread::sleep_for(1500ms);
+  d.Get("/v1/status");  // the first sample
+  std::this_thread::sleep_for(2500ms);
+  json status = d.Get("/v1/status").body;
+  std::map<int64_t, json> by_job;
+  for (const json& w : status["gpus"][0]["workloads"]) by_job[w["job"].get<int64_t>()] = w;
+  ASSERT_TRUE(by_job[quarter]["measured_share"].is_number()) << status.dump();
+  ASSERT_TRUE(by_job[rest]["measured_share"].is_number()) << status.dump();
+  std::printf("measured shares: %.3f / %.3f\n", by_job[quarter]["measured_share"].get<double>(),
+              by_job[rest]["measured_share"].get<double>());
+  EXPECT_NEAR(by_job[quarter]["measured_share"].get<double>(), 0.25, 0.05) << status.dump();
+  EXPECT_NEAR(by_job[rest]["measured_share"].get<double>(), 0.75, 0.05) << status.dump();
+  EXPECT_EQ(by_job[quarter]["compute_limit"], 1.0);
+  EXPECT_GT(by_job[quarter]["gpu_seconds"].get<double>(), 0.5);
+  EXPECT_NEAR(status["gpus"][0]["compute_in_use"].get<double>(), 1.0, 0.05);
+  httplib::Client c(d.socket());
+  c.set_address_family(AF_UNIX);
+  auto res = c.Get("/metrics");
+  ASSERT_TRUE(res);
+  const std::string& metrics = res->body;
+  EXPECT_NE(metrics.find("gpufrac_workload_gpu_seconds_total{gpu=\"0\",job=\"" +
+                         std::to_string(quarter) + "\"}"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("gpufrac_gpu_compute_busy_ratio{"), std::string::npos);
+  d.Cli({"cancel", std::to_string(quarter)});
+  d.Cli({"cancel", std::to_string(rest)});
+}
+
 // What the job's limiter is told: its share of the GPU's time and the most it may take, by the
 // node's policy, its queue's, or its own limit.
 TEST(NodeService, AJobsLimitFileCarriesItsComputeShare) {
