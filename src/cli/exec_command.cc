@@ -175,6 +175,13 @@ int RunExec(const ExecOptions& o) {
                 "exec does not create MIG slices; run a command in an existing "
                 "MIG instance with --gpu MIG-UUID, or use the node service");
   }
+  if (request->compute_milli != 0 || request->compute_limit_milli != 0) {
+    // Turns are taken through an arbiter all workloads on the GPU share; exec's budgets live in a
+    // directory of its own, so there would be nobody to take turns with.
+    return Fail(kExitBadInput,
+                "exec does not divide a GPU's time (--gpu-compute, --gpu-compute-limit): run the "
+                "command through the node service (gpufrac run), which does");
+  }
   if (request->kind == GpuRequest::Kind::kWholeGpus && request->gpus != 1) {
     return Fail(kExitBadInput, "exec runs a command on one GPU; write --gpus 1");
   }
