@@ -208,6 +208,7 @@ bool ComputeArbiter::Attach(const char* dir, const char* name, const char* workl
     return false;
   }
   slot_ = found;
+  weight_ = weight;
   token_ = (static_cast<uint64_t>(slot_) + 1) << 32 | static_cast<uint32_t>(getpid());
   limited_ = seg_->slots[slot_].limit.load(std::memory_order_relaxed) < 1000;
   return true;
@@ -324,7 +325,38 @@ void ComputeArbiter::HandOver(uint64_t now) {
   FutexWakeAll(&seg_->seq);
 }
 
+void ComputeArbiter::Account(uint64_t began, uint64_t now, bool holding) {
+  pthread_mutex_lock(&account_lock_);
+  if (acquired_at_ns_ != 0) {
+    window_held_ns_ += Age(began, acquired_at_ns_);
+    acquired_at_ns_ = 0;
+  }
+  window_waited_ns_ += Age(now, began);
+  if (holding) acquired_at_ns_ = now;
+  if (window_start_ns_ == 0) window_start_ns_ = began;
+  bool starved = false;
+  const uint64_t window = Age(now, window_start_ns_);
+  if (window >= kStarveWindowNs) {
+    starved = window_waited_ns_ > window / 2 &&
+              window_held_ns_ < window / 1000 * weight_ / 2;
+    window_start_ns_ = now;
+    window_waited_ns_ = window_held_ns_ = 0;
+  }
+  pthread_mutex_unlock(&account_lock_);
+  if (starved) Bypass(now, "this process held the GPU far less than its share while waiting");
+}
+
+void ComputeArbiter::Bypass(uint64_t now, const char* why) {
+  if (bypass_until_ns_.exchange(now + kBypassNs, std::memory_order_relaxed) < now) {
+    fprintf(stderr,
+            "gpufrac: %s; this process stops taking turns on the GPU for %d s (its time is the "
+            "GPU's equal split meanwhile)\n",
+            why, static_cast<int>(kBypassNs / 1'000'000'000));
+  }
+}
+
 ComputeArbiter::Gate ComputeArbiter::CheckSlow(uint64_t holder) {
+  if (bypass_until_ns_.load(std::memory_order_relaxed) > Now()) return Gate::kGo;
   if (holder == token_) {
     const uint64_t now = Now();
     if (now < seg_->deadline_ns.load(std::memory_order_relaxed)) return Gate::kGo;
@@ -384,8 +416,18 @@ bool ComputeArbiter::Acquire() {
   seg_->check.store(1, std::memory_order_relaxed);
   bool first = true;
   bool holding = false;
+  const uint64_t began = Now();
   for (;;) {
-    if (!Lock()) break;  // Degraded: go without a turn rather than wait on a stuck process.
+    if (!Lock()) {
+      // Degraded: go without turns rather than wait on a stuck process.
+      Bypass(Now(), "the GPU's compute arbiter stays locked");
+      break;
+    }
+    if (Age(Now(), began) >= kMaxWaitNs) {
+      Unlock();
+      Bypass(Now(), "no turn on the GPU came within 2 s");
+      break;
+    }
     const uint64_t now = Now();
     mine.busy_at_ns.store(now, std::memory_order_relaxed);  // alive and waiting
     uint64_t holder = seg_->holder.load(std::memory_order_relaxed);
@@ -429,11 +471,13 @@ bool ComputeArbiter::Acquire() {
       // Handed to a workload whose waiters did not come for it.
       seg_->slots[SlotOf(holder)].missed_at_ns.store(now, std::memory_order_relaxed);
       HandOver(now);
-    } else if (now >= deadline) {
+    } else if (const bool bogus = Age(deadline, start) > 4 * seg_->turn_ns + kDrainGraceNs;
+               now >= deadline || bogus) {
+      // (bogus: a turn no hand-over gives; the segment was written by someone else.)
       const pid_t pid = PidOf(holder);
       const bool draining = seg_->draining.load(std::memory_order_relaxed) != 0;
       const bool gone = pid != 0 && kill(pid, 0) != 0 && errno == ESRCH;
-      if (!draining || gone || now >= deadline + kDrainGraceNs) {
+      if (bogus || !draining || gone || now >= deadline + kDrainGraceNs) {
         // Its turn is over and it is not finishing it: it stopped queueing work, died or hung.
         Charge(SlotOf(holder), (draining ? now : deadline) - seg_->turn_start_ns.load());
         HandOver(now);
@@ -471,8 +515,10 @@ bool ComputeArbiter::Acquire() {
     Unlock();
     FutexWait(&seg_->seq, seen, sleep);
   }
-  mine.busy_at_ns.store(Now(), std::memory_order_relaxed);
+  const uint64_t end = Now();
+  mine.busy_at_ns.store(end, std::memory_order_relaxed);
   mine.waiting.fetch_sub(1, std::memory_order_relaxed);
+  Account(began, end, holding);
   return holding;
 }
 

@@ -23,7 +23,8 @@
 //    a waiter takes it (at once if the holder is not draining, after `kDrainGraceNs` if it is, at
 //    once if its process is gone), so that no process can stall the others beyond a bounded time.
 //  - Waiting sleeps on a futex in the segment (no spinning); hand-overs happen under a robust
-//    process-shared mutex that is only ever locked with a timeout.
+//    process-shared mutex that is only ever locked with a timeout. A process that waited
+//    kMaxWaitNs for one turn, or could not take the lock, goes without turns for kBypassNs.
 //
 // The fast path of a launch (this process holds the turn, nobody else waits, no limit) is two
 // relaxed loads. Everything here is heap-free; only the slow path makes system calls.
@@ -55,6 +56,13 @@ constexpr uint64_t kIdleNs = 100'000'000;
 // and that workload is passed over for kMissedNs (its waiters may be stopped or dead).
 constexpr uint64_t kClaimNs = 5'000'000;
 constexpr uint64_t kMissedNs = 1'000'000'000;
+// A process that waited this long for one turn, or could not take the arbiter's lock, or over a
+// window of kStarveWindowNs held turns for less than half its request while mostly waiting,
+// stops taking turns for kBypassNs: the arbiter is not working for it (a stuck or hostile member),
+// and the GPU's own equal time-slicing is better than waiting on it.
+constexpr uint64_t kMaxWaitNs = 2'000'000'000;
+constexpr uint64_t kStarveWindowNs = 2'000'000'000;
+constexpr uint64_t kBypassNs = 10'000'000'000;
 
 struct alignas(64) ArbiterSlot {
   std::atomic<uint64_t> key;  // hash of the workload's id, 0 = free
@@ -136,6 +144,8 @@ class ComputeArbiter {
   uint64_t UsedNs() const;
   // In a forked child: the turn is its parent's, not its own.
   void ForkedChild() {
+    pthread_mutex_init(&account_lock_, nullptr);
+    window_start_ns_ = window_waited_ns_ = window_held_ns_ = acquired_at_ns_ = 0;
     if (seg_ != nullptr) {
       token_ = (static_cast<uint64_t>(slot_) + 1) << 32 | static_cast<uint32_t>(getpid());
     }
@@ -143,6 +153,8 @@ class ComputeArbiter {
 
  private:
   Gate CheckSlow(uint64_t holder);
+  // Stops taking turns for kBypassNs (once per period, a line on stderr says why).
+  void Bypass(uint64_t now, const char* why);
   bool Lock();
   void Unlock();
   // Under the lock: gives the turn to the best waiting slot (or nobody) and wakes the waiters.
@@ -157,6 +169,17 @@ class ComputeArbiter {
   int slot_ = -1;
   uint64_t token_ = 0;  // (slot + 1) << 32 | pid
   bool limited_ = false;
+  std::atomic<uint64_t> bypass_until_ns_{0};
+  // This process's own account of its turns (no other process can write it), per window.
+  pthread_mutex_t account_lock_ = PTHREAD_MUTEX_INITIALIZER;
+  uint64_t window_start_ns_ = 0;
+  uint64_t window_waited_ns_ = 0;
+  uint64_t window_held_ns_ = 0;
+  uint64_t acquired_at_ns_ = 0;  // when it last got a turn; 0 while waiting
+  uint32_t weight_ = 1000;
+  // Adds a wait of `waited` ns ending at `now` (and the turn held before it) to the window and
+  // bypasses when the window shows the arbiter failing this process.
+  void Account(uint64_t began, uint64_t now, bool holding);
 };
 
 }  // namespace gpufrac::limiter

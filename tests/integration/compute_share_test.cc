@@ -5,11 +5,15 @@
 // equally (simgpu_engine_test).
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <climits>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -186,6 +190,52 @@ TEST_F(ComputeShareTest, AStoppedOrKilledWorkloadsTimeGoesToTheOthers) {
   std::vector<double> killed = Measure({a}, 1.0);
   std::printf("b killed: %.3f\n", killed[0]);
   EXPECT_GT(killed[0], 0.95);
+}
+
+// A hostile member scribbling on the arbiter (claiming every turn with no end, as if it were
+// finishing its work), then holding its lock: the others' waits are bounded, and once they see
+// the arbiter failing them they go without turns, back to the GPU's own equal split. Nobody is
+// starved.
+TEST_F(ComputeShareTest, AHostileMemberCannotStarveTheOthers) {
+  pid_t a = StartWorkload({250, 1000}, 30);
+  pid_t b = StartWorkload({750, 1000}, 30);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const std::string path = dir_ + "/compute." + uuid_;
+  int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  void* map = mmap(nullptr, sizeof(limiter::ArbiterSegment), PROT_READ | PROT_WRITE, MAP_SHARED,
+                   fd, 0);
+  close(fd);
+  ASSERT_NE(map, MAP_FAILED);
+  auto* seg = static_cast<limiter::ArbiterSegment*>(map);
+  std::atomic<bool> stop{false};
+  std::thread scribbler([&] {
+    while (!stop) {
+      seg->holder.store(uint64_t{limiter::kArbiterSlots} << 32 | static_cast<uint32_t>(getpid()));
+      seg->deadline_ns.store(UINT64_MAX);
+      seg->draining.store(1);
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  std::vector<double> scribbled = Measure({a, b}, 2.0);
+  stop = true;
+  scribbler.join();
+  std::printf("scribbled on: %.3f / %.3f\n", scribbled[0], scribbled[1]);
+  EXPECT_GT(scribbled[0] + scribbled[1], 0.9);
+  EXPECT_GT(scribbled[0], 0.2);
+  EXPECT_GT(scribbled[1], 0.2);
+
+  // Holding the lock for good (as a stopped member inside a hand-over would).
+  ASSERT_EQ(pthread_mutex_lock(&seg->lock), 0);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  std::vector<double> locked = Measure({a, b}, 2.0);
+  std::printf("lock held: %.3f / %.3f\n", locked[0], locked[1]);
+  EXPECT_GT(locked[0] + locked[1], 0.9);
+  EXPECT_GT(locked[0], 0.2);
+  EXPECT_GT(locked[1], 0.2);
+  pthread_mutex_unlock(&seg->lock);
+  munmap(map, sizeof(limiter::ArbiterSegment));
 }
 
 // Strict: a limit of 0.3 is never exceeded in any one-second window, even on an idle GPU.
