@@ -71,5 +71,8 @@ real_gpu_check nvidia-smi bash -c "total=\$('$gpufrac' exec --gpu-memory 4G -- n
 real_gpu_check two-workloads tests/gpu/physical_use.sh fill $((3 << 30)):torch $((5 << 30)):cupy
 # The same through the node service: gpufracd's jobs under `gpufrac run`.
 real_gpu_check service tests/gpu/service_check.sh
+# Compute shares: PyTorch matmul loops as the service's jobs at 0.25/0.75 and strict 0.5/0.5,
+# against the same loops without gpufrac, and a training step's time under the limiter.
+real_gpu_check compute tests/gpu/compute_check.sh
 echo "failures=$fails"
 [ $fails -eq 0 ]
