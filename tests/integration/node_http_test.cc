@@ -22,6 +22,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -272,15 +273,15 @@ TEST_F(HttpServerTest, GroupModeAdmitsTheGroupOnly) {
 }
 
 // As uid `uid` (in a child), sends GET /whoami on a fresh connection and returns the reply.
-std::string RequestAs(const std::string& path, uid_t uid) {
+// What `body` returns, run in a child that became user `uid` (group: the same number).
+std::string AsUser(uid_t uid, const std::function<std::string()>& body) {
   int out[2];
   if (pipe(out) != 0) return "pipe failed";
   pid_t pid = fork();
   if (pid == 0) {
     close(out[0]);
     if (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0) _exit(3);
-    std::string reply =
-        RawExchange(path, "GET /whoami HTTP/1.1\r\nHost: l\r\nConnection: close\r\n\r\n");
+    const std::string reply = body();
     (void)!write(out[1], reply.data(), reply.size());
     _exit(0);
   }
@@ -292,6 +293,12 @@ std::string RequestAs(const std::string& path, uid_t uid) {
   close(out[0]);
   waitpid(pid, nullptr, 0);
   return reply;
+}
+
+std::string RequestAs(const std::string& path, uid_t uid) {
+  return AsUser(uid, [&] {
+    return RawExchange(path, "GET /whoami HTTP/1.1\r\nHost: l\r\nConnection: close\r\n\r\n");
+  });
 }
 
 TEST_F(HttpServerTest, OneUsersConnectionsCannotLockOthersOut) {
@@ -384,12 +391,7 @@ int ConnectTcp(uint16_t port, const char* source) {
 
 // As user `uid`, from `source`: GET /whoami with the token; the raw reply.
 std::string TcpRequestAs(uint16_t port, uid_t uid, const char* source) {
-  int out[2];
-  if (pipe(out) != 0) return "pipe failed";
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(out[0]);
-    if (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0) _exit(3);
+  return AsUser(uid, [&] {
     int fd = ConnectTcp(port, source);
     timeval timeout{5, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
@@ -397,23 +399,14 @@ std::string TcpRequestAs(uint16_t port, uid_t uid, const char* source) {
         "GET /whoami HTTP/1.1\r\nHost: l\r\nAuthorization: Bearer tok\r\nConnection: "
         "close\r\n\r\n";
     std::string reply;
-    if (fd >= 0 && write(fd, request.data(), request.size()) ==
-                       static_cast<ssize_t>(request.size())) {
+    if (fd >= 0 &&
+        write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
       char buffer[4096];
       ssize_t n;
       while ((n = read(fd, buffer, sizeof(buffer))) > 0) reply.append(buffer, n);
     }
-    (void)!write(out[1], reply.data(), reply.size());
-    _exit(0);
-  }
-  close(out[1]);
-  std::string reply;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = read(out[0], buffer, sizeof(buffer))) > 0) reply.append(buffer, n);
-  close(out[0]);
-  waitpid(pid, nullptr, 0);
-  return reply;
+    return reply;
+  });
 }
 
 TEST_F(HttpServerTest, OneLocalUsersTcpConnectionsCannotLockOthersOut) {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "limiter/limit_config.h"
@@ -165,25 +166,14 @@ TEST(LimitConfigTest, LoadRefusesAFileTheWorkloadCouldRewrite) {
   unlink(path);
 }
 
-// Loads `text` from a read-only file owned by the loading user, as an ordinary user (in a child
-// when the test runs as root), with `system_dir` as the system service's directory. Returns ""
-// when it loads, else the error.
-std::string LoadOwnFile(const std::string& text, const char* system_dir) {
-  const std::string file = TempLimitFile(text);
-  const char* path = file.c_str();
-  chmod(path, 0444);
+// What `body` returns, run in a forked child (which may change user or namespace freely).
+std::string InChild(const std::function<std::string()>& body) {
   int pipe_fds[2];
   EXPECT_EQ(pipe(pipe_fds), 0);
   pid_t pid = fork();
   if (pid == 0) {
-    if (geteuid() == 0 &&
-        (chown(path, 65534, 65534) != 0 || setgid(65534) != 0 || setuid(65534) != 0)) {
-      _exit(3);
-    }
-    LimitConfig c;
-    char err[512] = "";
-    if (LoadLimitFile(path, &c, err, sizeof(err), system_dir)) err[0] = '\0';
-    (void)!write(pipe_fds[1], err, std::strlen(err));
+    const std::string out = body();
+    (void)!write(pipe_fds[1], out.data(), out.size());
     _exit(0);
   }
   close(pipe_fds[1]);
@@ -193,6 +183,26 @@ std::string LoadOwnFile(const std::string& text, const char* system_dir) {
   while ((n = read(pipe_fds[0], buf, sizeof(buf))) > 0) out.append(buf, n);
   close(pipe_fds[0]);
   waitpid(pid, nullptr, 0);
+  return out;
+}
+
+// Loads `text` from a read-only file owned by the loading user, as an ordinary user (in a child
+// when the test runs as root), with `system_dir` as the system service's directory. Returns ""
+// when it loads, else the error.
+std::string LoadOwnFile(const std::string& text, const char* system_dir) {
+  const std::string file = TempLimitFile(text);
+  const char* path = file.c_str();
+  chmod(path, 0444);
+  const std::string out = InChild([&] {
+    if (geteuid() == 0 &&
+        (chown(path, 65534, 65534) != 0 || setgid(65534) != 0 || setuid(65534) != 0)) {
+      return std::string("setup");
+    }
+    LimitConfig c;
+    char err[512] = "";
+    if (LoadLimitFile(path, &c, err, sizeof(err), system_dir)) err[0] = '\0';
+    return std::string(err);
+  });
   unlink(path);
   return out;
 }
@@ -254,10 +264,7 @@ TEST(LimitConfigTest, CarriesAComputeShareWithItsLimit) {
 // `unshare -Ur` does). Returns "" when it loads, else the error ("setup" when the namespace
 // cannot be made).
 std::string LoadAsNamespaceRoot(const std::string& path) {
-  int pipe_fds[2];
-  EXPECT_EQ(pipe(pipe_fds), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
+  return InChild([&] {
     char err[512] = "setup";
     // Changing user made the process non-dumpable (its /proc files root's); undo that so it can
     // write its own uid_map, as a process started by that user could.
@@ -269,17 +276,8 @@ std::string LoadAsNamespaceRoot(const std::string& path) {
         if (LoadLimitFile(path.c_str(), &c, err, sizeof(err), "/nonexistent")) err[0] = '\0';
       }
     }
-    (void)!write(pipe_fds[1], err, std::strlen(err));
-    _exit(0);
-  }
-  close(pipe_fds[1]);
-  std::string out;
-  char buf[512];
-  ssize_t n;
-  while ((n = read(pipe_fds[0], buf, sizeof(buf))) > 0) out.append(buf, n);
-  close(pipe_fds[0]);
-  waitpid(pid, nullptr, 0);
-  return out;
+    return std::string(err);
+  });
 }
 
 TEST(LimitConfigTest, RootOfAUserNamespaceIsStillTheUserItWas) {
