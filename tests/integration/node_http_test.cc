@@ -301,53 +301,78 @@ std::string RequestAs(const std::string& path, uid_t uid) {
   });
 }
 
+// A process of user nobody that opens connections with `connect_one` (up to `count`), each
+// trickling a request a byte at a time as a slow client would, and holds them until LetGo. It
+// reports how many it opened and how many the server closed at once (waiting until all but `cap`
+// are closed, or 10 s).
+class Hog {
+ public:
+  Hog(const std::function<int(int)>& connect_one, int count, int cap) {
+    int ready[2], hold[2];
+    if (pipe(ready) != 0 || pipe(hold) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(ready[0]);
+      close(hold[1]);
+      if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0) _exit(3);
+      std::vector<int> fds;
+      for (int i = 0; i < count; ++i) {
+        int fd = connect_one(i);
+        if (fd < 0) continue;
+        fds.push_back(fd);
+        (void)!write(fd, "G", 1);
+      }
+      int opened = static_cast<int>(fds.size());
+      int closed = 0;
+      for (int tries = 0; tries < 200 && closed < opened - cap; ++tries) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        closed = 0;
+        for (int fd : fds) {
+          char c;
+          ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
+          closed += n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+        }
+      }
+      (void)!write(ready[1], &opened, sizeof(opened));
+      (void)!write(ready[1], &closed, sizeof(closed));
+      char c;
+      (void)!read(hold[0], &c, 1);
+      _exit(0);
+    }
+    close(ready[1]);
+    close(hold[0]);
+    hold_ = hold[1];
+    if (read(ready[0], &opened, sizeof(opened)) != static_cast<ssize_t>(sizeof(opened)) ||
+        read(ready[0], &closed, sizeof(closed)) != static_cast<ssize_t>(sizeof(closed))) {
+      opened = closed = -1;
+    }
+    close(ready[0]);
+  }
+  ~Hog() { LetGo(); }
+  // Closes all its connections and ends.
+  void LetGo() {
+    if (pid_ <= 0) return;
+    close(hold_);
+    waitpid(pid_, nullptr, 0);
+    pid_ = 0;
+  }
+  int opened = -1;
+  int closed = -1;
+
+ private:
+  pid_t pid_ = 0;
+  int hold_ = -1;
+};
+
 TEST_F(HttpServerTest, OneUsersConnectionsCannotLockOthersOut) {
   if (geteuid() != 0) GTEST_SKIP() << "becoming another user needs root";
   auto server = StartUnix(At(socket_, 0666), Recorder());
   ASSERT_NE(server, nullptr);
-  // nobody opens 300 idle connections and holds them.
-  int ready[2], hold[2];
-  ASSERT_EQ(pipe(ready), 0);
-  ASSERT_EQ(pipe(hold), 0);
-  pid_t hog = fork();
-  if (hog == 0) {
-    close(ready[0]);
-    close(hold[1]);
-    if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0) _exit(3);
-    // Each trickles a request, a byte at a time, as a slow client would.
-    std::vector<int> fds;
-    for (int i = 0; i < 300; ++i) {
-      int fd = ConnectUnix(socket_);
-      if (fd < 0) continue;
-      fds.push_back(fd);
-      (void)!write(fd, "G", 1);
-    }
-    int opened = static_cast<int>(fds.size());
-    // Those over the cap are closed by the server as soon as it accepts them.
-    int closed = 0;
-    for (int tries = 0; tries < 200 && closed < opened - 32; ++tries) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      closed = 0;
-      for (int fd : fds) {
-        char c;
-        ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
-        closed += n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
-      }
-    }
-    (void)!write(ready[1], &opened, sizeof(opened));
-    (void)!write(ready[1], &closed, sizeof(closed));
-    char c;
-    (void)!read(hold[0], &c, 1);
-    _exit(0);
-  }
-  close(ready[1]);
-  close(hold[0]);
-  int opened = 0;
-  int closed = 0;
-  ASSERT_EQ(read(ready[0], &opened, sizeof(opened)), static_cast<ssize_t>(sizeof(opened)));
-  ASSERT_EQ(read(ready[0], &closed, sizeof(closed)), static_cast<ssize_t>(sizeof(closed)));
-  EXPECT_EQ(opened, 300);
-  EXPECT_EQ(closed, 300 - 32) << "the connections over the cap hold no thread";
+  // nobody opens 300 idle connections and holds them; those over the cap are closed by the
+  // server as soon as it accepts them.
+  Hog hog([&](int) { return ConnectUnix(socket_); }, 300, 32);
+  EXPECT_EQ(hog.opened, 300);
+  EXPECT_EQ(hog.closed, 300 - 32) << "the connections over the cap hold no thread";
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // The server has seen them all.
 
   // Root and another user still get in, at once.
@@ -362,9 +387,7 @@ TEST_F(HttpServerTest, OneUsersConnectionsCannotLockOthersOut) {
             std::string::npos)
       << refused;
 
-  close(hold[1]);  // The hog lets go: nobody gets in again.
-  waitpid(hog, nullptr, 0);
-  close(ready[0]);
+  hog.LetGo();  // nobody gets in again.
   bool admitted = false;
   for (int i = 0; i < 100 && !admitted; ++i) {
     admitted = RequestAs(socket_, kNobody).find("uid=65534") != std::string::npos;
@@ -419,47 +442,10 @@ TEST_F(HttpServerTest, OneLocalUsersTcpConnectionsCannotLockOthersOut) {
   std::unique_ptr<HttpServer> server = std::move(started).value();
   const uint16_t port = server->tcp_port();
   // nobody holds idle connections from three loopback addresses, as if it were three callers.
-  int ready[2], hold[2];
-  ASSERT_EQ(pipe(ready), 0);
-  ASSERT_EQ(pipe(hold), 0);
-  pid_t hog = fork();
-  if (hog == 0) {
-    close(ready[0]);
-    close(hold[1]);
-    if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0) _exit(3);
-    std::vector<int> fds;
-    for (const char* source : {"127.0.0.1", "127.0.0.2", "127.0.0.3"}) {
-      for (int i = 0; i < 4; ++i) {
-        int fd = ConnectTcp(port, source);
-        if (fd < 0) continue;
-        fds.push_back(fd);
-        (void)!write(fd, "G", 1);
-      }
-    }
-    int opened = static_cast<int>(fds.size());
-    int closed = 0;
-    for (int tries = 0; tries < 200 && closed < opened - 4; ++tries) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      closed = 0;
-      for (int fd : fds) {
-        char c;
-        ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
-        closed += n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
-      }
-    }
-    (void)!write(ready[1], &opened, sizeof(opened));
-    (void)!write(ready[1], &closed, sizeof(closed));
-    char c;
-    (void)!read(hold[0], &c, 1);
-    _exit(0);
-  }
-  close(ready[1]);
-  close(hold[0]);
-  int opened = 0, closed = 0;
-  ASSERT_EQ(read(ready[0], &opened, sizeof(opened)), static_cast<ssize_t>(sizeof(opened)));
-  ASSERT_EQ(read(ready[0], &closed, sizeof(closed)), static_cast<ssize_t>(sizeof(closed)));
-  EXPECT_EQ(opened, 12);
-  EXPECT_EQ(closed, 12 - 4) << "one user is one caller, whatever loopback address it uses";
+  const char* sources[] = {"127.0.0.1", "127.0.0.2", "127.0.0.3"};
+  Hog hog([&](int i) { return ConnectTcp(port, sources[i / 4]); }, 12, 4);
+  EXPECT_EQ(hog.opened, 12);
+  EXPECT_EQ(hog.closed, 12 - 4) << "one user is one caller, whatever loopback address it uses";
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
 
   // Another local user, from the same address as the hog, still gets in; nobody is told why not.
@@ -469,9 +455,6 @@ TEST_F(HttpServerTest, OneLocalUsersTcpConnectionsCannotLockOthersOut) {
   EXPECT_NE(refused.find("too many connections from uid 65534 at once (at most 4)"),
             std::string::npos)
       << refused;
-  close(hold[1]);
-  waitpid(hog, nullptr, 0);
-  close(ready[0]);
 }
 
 TEST_F(HttpServerTest, SecondServerOnALiveSocketFails) {
