@@ -477,9 +477,13 @@ bool ComputeArbiter::Acquire() {
       const pid_t pid = PidOf(holder);
       const bool draining = seg_->draining.load(std::memory_order_relaxed) != 0;
       const bool gone = pid != 0 && kill(pid, 0) != 0 && errno == ESRCH;
-      if (bogus || !draining || gone || now >= deadline + kDrainGraceNs) {
+      const uint64_t active = std::max(deadline, seg_->active_ns.load(std::memory_order_relaxed));
+      const bool stopped = !draining && Age(now, active) >= kStealSlackNs;
+      if (bogus || stopped || gone || now >= deadline + kDrainGraceNs) {
         // Its turn is over and it is not finishing it: it stopped queueing work, died or hung.
-        Charge(SlotOf(holder), (draining ? now : deadline) - seg_->turn_start_ns.load());
+        // It is charged for as long as it was using the GPU.
+        const uint64_t used_until = draining || gone ? now : std::min(now, active);
+        Charge(SlotOf(holder), used_until - seg_->turn_start_ns.load());
         HandOver(now);
       }
     }
@@ -501,7 +505,7 @@ bool ComputeArbiter::Acquire() {
         until += kDrainGraceNs;
       }
       if (until > now && until - now < sleep) sleep = until - now;
-      if (until <= now) sleep = 1'000'000;
+      if (until <= now) sleep = kStealSlackNs / 2;
     } else if (limited_) {
       const int64_t missing = static_cast<int64_t>(seg_->turn_ns / 4) -
                               mine.tokens_ns.load(std::memory_order_relaxed);
@@ -521,6 +525,8 @@ bool ComputeArbiter::Acquire() {
   Account(began, end, holding);
   return holding;
 }
+
+void ComputeArbiter::Touch() { seg_->active_ns.store(Now(), std::memory_order_relaxed); }
 
 uint64_t ComputeArbiter::UsedNs() const {
   return seg_ ? seg_->slots[slot_].used_ns.load(std::memory_order_relaxed) : 0;

@@ -52,6 +52,9 @@ constexpr uint64_t kDrainGraceNs = 250'000'000;
 // A workload that neither held nor waited for a turn for this long was idle: it starts again at
 // the others' virtual time, and a holder no longer counts on it coming back.
 constexpr uint64_t kIdleNs = 100'000'000;
+// A holder whose turn is over and that neither launched nor waited for its work for this long
+// has stopped using the GPU: a waiter takes the turn.
+constexpr uint64_t kStealSlackNs = 2'000'000;
 // A turn handed to a workload that none of its processes takes within kClaimNs goes to the next,
 // and that workload is passed over for kMissedNs (its waiters may be stopped or dead).
 constexpr uint64_t kClaimNs = 5'000'000;
@@ -90,6 +93,7 @@ struct ArbiterSegment {
   alignas(64) std::atomic<uint64_t> holder;
   std::atomic<uint32_t> check;  // the holder must look at the clock: someone waits, or a limit
   std::atomic<uint32_t> draining;  // the holder is waiting for its own work to finish
+  std::atomic<uint64_t> active_ns;  // when the holder last launched or stopped waiting
   std::atomic<uint64_t> turn_start_ns;
   std::atomic<uint64_t> deadline_ns;
   alignas(64) std::atomic<uint32_t> seq;  // futex word, bumped at every hand-over
@@ -135,7 +139,11 @@ class ComputeArbiter {
   // The holder is (or is no longer) blocked waiting for its own work.
   void SetDraining(bool draining) {
     seg_->draining.store(draining ? 1 : 0, std::memory_order_relaxed);
+    if (!draining) Touch();
   }
+  // The holder is active (it launches): a turn that is over is taken from it only once it has
+  // been inactive for kStealSlackNs, since it is about to notice the end and finish the turn.
+  void Touch();
 
   uint64_t TurnNs() const { return seg_->turn_ns; }
   // Whether this process holds the turn now.

@@ -149,6 +149,7 @@ CUresult Gated(CUstream stream, bool per_thread, Launch launch) {
     }
     if (!arbiter.Acquire()) break;
   }
+  if (arbiter.Contended()) arbiter.Touch();
   const CUresult result = launch();
   if (result == CUDA_SUCCESS && arbiter.Contended() && !Capturing(stream, per_thread)) {
     Track(arbiter, g_in_flight[gpu], stream, per_thread);
