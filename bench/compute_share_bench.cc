@@ -59,8 +59,9 @@ struct Options {
   int cost_reps = 7;
   double cost_s = 1.0;
   int latency_runs = 3;
+  int length_runs = 2;
   double latency_s = 5.0;
-  std::string parts = "shares,cost,latency";
+  std::string parts = "shares,lengths,cost,latency";
   std::string out = std::string(GPUFRAC_BUILD_DIR) + "/compute-bench";
   std::string hami_step;  // "" (published) or "linear"
 };
@@ -226,6 +227,7 @@ double Max(const std::vector<double>& v) {
 struct Mix {
   const char* name;
   std::vector<int> requests;  // thousandths
+  std::vector<double> kernel_ms = {};  // fixed kernel lengths; empty: drawn by the seed
 };
 const Mix kMixes[] = {{"0.25/0.75", {250, 750}},
                       {"0.1/0.9", {100, 900}},
@@ -247,6 +249,7 @@ ShareRun RunShares(const Mix& mix, int mix_index, Arm arm, int seed, std::ofstre
   const size_t n = mix.requests.size();
   std::vector<double> kernel_ms(n);
   for (double& k : kernel_ms) k = kernel(rng);
+  if (!mix.kernel_ms.empty()) kernel_ms = mix.kernel_ms;
   std::vector<size_t> order(n);
   for (size_t i = 0; i < n; ++i) order[i] = i;
   std::shuffle(order.begin(), order.end(), rng);
@@ -299,6 +302,45 @@ ShareRun RunShares(const Mix& mix, int mix_index, Arm arm, int seed, std::ofstre
   }
   csv.flush();
   return r;
+}
+
+// Whether a workload's kernel length moves its share: two workloads whose kernels differ 4x.
+void LengthsPart(std::FILE* md) {
+  static const Mix kLengthMixes[] = {{"0.5/0.5, 0.5 ms / 2 ms", {500, 500}, {0.5, 2.0}},
+                                     {"0.25/0.75, 2 ms / 0.5 ms", {250, 750}, {2.0, 0.5}},
+                                     {"0.25/0.75, 0.5 ms / 2 ms", {250, 750}, {0.5, 2.0}}};
+  std::ofstream csv(g_opt.out + "/lengths.csv");
+  csv << "mix,arm,seed,workload,request,kernel_ms,got,error_pts,busy,min_1s,max_1s\n";
+  std::fprintf(md, "\n### Kernel length against share (%d runs each, %.1f s warm-up, %.1f s "
+                   "window; shares got, median)\n\n| mix, kernels | none | gpufrac | hami-like "
+                   "|\n|---|---|---|---|\n",
+               g_opt.length_runs, g_opt.warmup_s, g_opt.window_s);
+  for (int m = 0; m < static_cast<int>(std::size(kLengthMixes)); ++m) {
+    std::map<Arm, std::vector<ShareRun>> by_arm;
+    for (int seed = 0; seed < g_opt.length_runs; ++seed) {
+      std::vector<Arm> arms(std::begin(kArms), std::end(kArms));
+      std::mt19937 rng(static_cast<unsigned>(seed * 31 + m + 100));
+      std::shuffle(arms.begin(), arms.end(), rng);
+      for (Arm arm : arms) {
+        by_arm[arm].push_back(RunShares(kLengthMixes[m], m + 100, arm, seed, csv));
+        std::fprintf(stderr, "lengths %s %s run %d: error %.2f pts\n", kLengthMixes[m].name,
+                     ArmName(arm), seed, by_arm[arm].back().error_pts);
+      }
+    }
+    std::fprintf(md, "| %s", kLengthMixes[m].name);
+    for (Arm arm : kArms) {
+      std::string cell;
+      for (size_t i = 0; i < kLengthMixes[m].requests.size(); ++i) {
+        std::vector<double> g;
+        for (const ShareRun& r : by_arm[arm]) g.push_back(r.got[i]);
+        char item[32];
+        std::snprintf(item, sizeof(item), "%s%.3f", i ? " / " : "", Median(g));
+        cell += item;
+      }
+      std::fprintf(md, " | %s", cell.c_str());
+    }
+    std::fprintf(md, " |\n");
+  }
 }
 
 void SharesPart(std::FILE* md) {
@@ -514,8 +556,8 @@ std::string LoadAverage() {
 void Usage() {
   std::fprintf(stderr,
                "usage: compute_share_bench [--seeds N] [--warmup S] [--window S] [--cost-reps N] "
-               "[--cost-seconds S] [--latency-runs N] [--latency-seconds S] [--parts "
-               "shares,cost,latency] [--hami-step linear] [--out DIR]\n");
+               "[--cost-seconds S] [--latency-runs N] [--latency-seconds S] [--length-runs N] "
+               "[--parts shares,lengths,cost,latency] [--hami-step linear] [--out DIR]\n");
   std::exit(2);
 }
 
@@ -532,6 +574,7 @@ int main(int argc, char** argv) {
     else if (a == "--cost-reps") g_opt.cost_reps = std::atoi(v);
     else if (a == "--cost-seconds") g_opt.cost_s = std::atof(v);
     else if (a == "--latency-runs") g_opt.latency_runs = std::atoi(v);
+    else if (a == "--length-runs") g_opt.length_runs = std::atoi(v);
     else if (a == "--latency-seconds") g_opt.latency_s = std::atof(v);
     else if (a == "--parts") g_opt.parts = v;
     else if (a == "--hami-step") g_opt.hami_step = v;
@@ -570,6 +613,7 @@ int main(int argc, char** argv) {
                g_opt.hami_step.empty() ? "published (quadratic)" : g_opt.hami_step.c_str(),
                load_before.c_str());
   if (g_opt.parts.find("shares") != std::string::npos) SharesPart(md);
+  if (g_opt.parts.find("lengths") != std::string::npos) LengthsPart(md);
   if (g_opt.parts.find("cost") != std::string::npos) CostPart(md);
   if (g_opt.parts.find("latency") != std::string::npos) LatencyPart(md);
   std::fprintf(md, "\nTook %.0f s; /proc/loadavg after: %s\n", SecondsSince(start),

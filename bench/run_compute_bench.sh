@@ -2,9 +2,10 @@
 # Compute-share benchmark (issue 17) on the simulated GPU: builds what it needs, then runs
 # bench/compute_share_bench for the three arms (no limiter, gpufrac, the HAMi-core-like peer) and
 # prints the tables of docs/compute-benchmark.md. Raw per-seed numbers go to $OUT (default
-# build/compute-bench): shares.csv, cost.csv, latency.csv, and summary.md (the tables).
-# Defaults are the documented run: 10 seeds, 5 s warm-up, 5 s window (about 26 minutes on 2
-# cores). Extra flags go to the benchmark, e.g. --seeds 3 --window 3 for a quick look.
+# build/compute-bench): shares.csv, lengths.csv, cost.csv, latency.csv, and summary.md (the
+# tables). Defaults are the documented run: 10 seeds, 5 s warm-up, 5 s window, 2 runs of the
+# kernel-length check (about 28 minutes on 2 cores). Extra flags go to the benchmark, e.g.
+# --seeds 3 --window 3 for a quick look, --parts cost for one part.
 # Usage: bench/run_compute_bench.sh [compute_share_bench flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
