@@ -7,12 +7,21 @@
 //   MODE: kernel (cuLaunchKernel) | ptsz (cuLaunchKernel_ptsz) | ex (cuLaunchKernelEx)
 //         | coop (cuLaunchCooperativeKernel) | graph (cuGraphLaunch of a 4-kernel graph)
 //         | sleep (no work: an idle workload)
+//         | latency (one kernel at a time, synchronising after each, like an inference loop; at
+//           the end prints "lat START_S LATENCY_US" per kernel: when it was launched, seconds
+//           after "ready", and how long until its synchronisation returned)
+//         | cost (tiny one-block kernels launched in batches of 1,000 with a synchronisation
+//           between batches; prints the launch calls' wall and thread CPU time per launch,
+//           "wall_ns_per_launch=X cpu_ns_per_launch=Y", synchronisations excluded; KERNEL_MS is
+//           ignored)
 #include <time.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "simgpu/cuda_exports.h"
 
@@ -41,6 +50,52 @@ double Now() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+double ThreadCpuNow() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+// latency mode: per-kernel completion latency of a synchronous loop.
+int RunLatency(CUfunction kernel, unsigned blocks, double seconds) {
+  std::vector<std::pair<double, double>> samples;
+  samples.reserve(1 << 16);
+  const double start = Now();
+  const double end = start + seconds;
+  for (double t = start; t < end; t = Now()) {
+    Check(cuLaunchKernel(kernel, blocks, 1, 1, 1024, 1, 1, 0, nullptr, nullptr, nullptr),
+          "cuLaunchKernel");
+    Check(cuCtxSynchronize(), "cuCtxSynchronize");
+    samples.emplace_back(t - start, (Now() - t) * 1e6);
+  }
+  for (const auto& [at, us] : samples) std::printf("lat %.6f %.1f\n", at, us);
+  std::printf("launches=%zu\n", samples.size());
+  return 0;
+}
+
+// cost mode: what a launch call costs the launching thread, the GPU's work excluded.
+int RunCost(CUfunction kernel, double seconds) {
+  constexpr int kBatch = 1000;
+  double wall = 0, cpu = 0;
+  long launches = 0;
+  const double end = Now() + seconds;
+  while (Now() < end) {
+    const double wall0 = Now(), cpu0 = ThreadCpuNow();
+    for (int i = 0; i < kBatch; ++i) {
+      Check(cuLaunchKernel(kernel, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr),
+            "cuLaunchKernel");
+    }
+    wall += Now() - wall0;
+    cpu += ThreadCpuNow() - cpu0;
+    launches += kBatch;
+    // Keep the queue short (each tiny kernel is 2 us of simulated GPU time).
+    Check(cuCtxSynchronize(), "cuCtxSynchronize");
+  }
+  std::printf("launches=%ld wall_ns_per_launch=%.2f cpu_ns_per_launch=%.2f\n", launches,
+              wall * 1e9 / launches, cpu * 1e9 / launches);
+  return 0;
 }
 
 }  // namespace
@@ -84,6 +139,8 @@ int main(int argc, char** argv) {
   }
   const long sync_every = kernel_ms < 50 ? static_cast<long>(50 / kernel_ms) : 1;
   std::printf("ready\n");
+  if (mode == "latency") return RunLatency(kernel, blocks, seconds);
+  if (mode == "cost") return RunCost(kernel, seconds);
   long launches = 0;
   const double end = Now() + seconds;
   while (Now() < end) {
