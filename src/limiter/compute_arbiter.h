@@ -20,11 +20,14 @@
 //    for its work to finish ("drains") and is charged the time from the start of its turn to then.
 //    With nobody else waiting and no limit, a turn is simply renewed, without draining.
 //  - A holder that stops queueing work, dies or is stopped loses its turn: once its turn is over
-//    a waiter takes it (at once if the holder is not draining, after `kDrainGraceNs` if it is, at
-//    once if its process is gone), so that no process can stall the others beyond a bounded time.
+//    a waiter takes it (after kStealSlackNs without a launch or a wait if the holder is not
+//    draining, after kDrainGraceNs if it is, at once if its process is gone), so that no process
+//    can stall the others beyond a bounded time. A turn handed to a workload none of whose
+//    processes takes it within kClaimNs passes on.
 //  - Waiting sleeps on a futex in the segment (no spinning); hand-overs happen under a robust
 //    process-shared mutex that is only ever locked with a timeout. A process that waited
-//    kMaxWaitNs for one turn, or could not take the lock, goes without turns for kBypassNs.
+//    kMaxWaitNs for one turn, could not take the lock, or was starved over a window goes without
+//    turns for kBypassNs.
 //
 // The fast path of a launch (this process holds the turn, nobody else waits, no limit) is two
 // relaxed loads. Everything here is heap-free; only the slow path makes system calls.
