@@ -72,8 +72,7 @@ bool ComputeArbiter::CreateAt(int dir_fd, const char* name, uint64_t turn_ns, ch
     fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
     bool ours = fd >= 0 && StatFd(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-                st.st_size == static_cast<off_t>(sizeof(ArbiterSegment)) &&
-                st.st_uid == geteuid();
+                st.st_size == static_cast<off_t>(sizeof(ArbiterSegment)) && st.st_uid == geteuid();
     if (fd >= 0) close(fd);
     if (!ours) snprintf(err, err_len, "%s is not a compute arbiter this launcher made", name);
     return ours;
@@ -110,8 +109,7 @@ bool ComputeArbiter::CreateAt(int dir_fd, const char* name, uint64_t turn_ns, ch
   return true;
 }
 
-bool ComputeArbiter::PeekUsedNs(int dir_fd, const char* name, const char* workload,
-                                uint64_t* ns) {
+bool ComputeArbiter::PeekUsedNs(int dir_fd, const char* name, const char* workload, uint64_t* ns) {
   int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return false;
   struct stat st;
@@ -120,7 +118,8 @@ bool ComputeArbiter::PeekUsedNs(int dir_fd, const char* name, const char* worklo
       st.st_size == static_cast<off_t>(sizeof(ArbiterSegment))) {
     const uint64_t key = WorkloadKey(workload);
     for (int s = 0; s < kArbiterSlots && !found; ++s) {
-      const off_t at = static_cast<off_t>(offsetof(ArbiterSegment, slots) + s * sizeof(ArbiterSlot));
+      const off_t at =
+          static_cast<off_t>(offsetof(ArbiterSegment, slots) + s * sizeof(ArbiterSlot));
       uint64_t slot_key = 0;
       uint64_t used = 0;
       if (pread(fd, &slot_key, sizeof(slot_key), at + offsetof(ArbiterSlot, key)) ==
@@ -176,41 +175,56 @@ bool ComputeArbiter::Attach(const char* dir, const char* name, const char* workl
     seg_ = nullptr;
     return false;
   }
-  const uint64_t key = WorkloadKey(workload);
-  int found = -1, free_slot = -1;
-  for (int s = 0; s < kArbiterSlots; ++s) {
-    const uint64_t k = seg_->slots[s].key.load(std::memory_order_relaxed);
-    if (k == key) found = s;
-    if (k == 0 && free_slot < 0) free_slot = s;
-  }
-  if (found < 0 && free_slot >= 0) {
-    ArbiterSlot& slot = seg_->slots[free_slot];
-    slot.weight.store(weight, std::memory_order_relaxed);
-    slot.limit.store(limit, std::memory_order_relaxed);
-    slot.waiting.store(0, std::memory_order_relaxed);
-    slot.attached.store(0, std::memory_order_relaxed);
-    slot.vtime.store(0, std::memory_order_relaxed);
-    slot.tokens_ns.store(static_cast<int64_t>(seg_->turn_ns / 2), std::memory_order_relaxed);
-    slot.tokens_at_ns.store(Now(), std::memory_order_relaxed);
-    slot.used_ns.store(0, std::memory_order_relaxed);
-    slot.busy_at_ns.store(0, std::memory_order_relaxed);
-    slot.missed_at_ns.store(0, std::memory_order_relaxed);
-    slot.key.store(key, std::memory_order_release);
-    found = free_slot;
-  }
-  if (found >= 0) seg_->slots[found].attached.fetch_add(1, std::memory_order_relaxed);
+  key_ = WorkloadKey(workload);
+  weight_ = weight;
+  limit_milli_ = limit;
+  const bool joined = JoinLocked(Now());
   Unlock();
-  if (found < 0) {
-    snprintf(err, err_len, "the compute arbiter %s has no free slot (%d workloads)", path,
+  if (!joined) {
+    snprintf(err, err_len, "the compute arbiter %s has no free slot (%d workloads in use)", path,
              kArbiterSlots);
     munmap(map, sizeof(ArbiterSegment));
     seg_ = nullptr;
     return false;
   }
+  return true;
+}
+
+bool ComputeArbiter::JoinLocked(uint64_t now) {
+  // Its own slot if it has one; else a free one, or one of a workload not heard from for
+  // kStaleNs (ended: a live waiter is heard from every kMaxSleepNs); never the holder's.
+  const int holding = SlotOf(seg_->holder.load(std::memory_order_relaxed));
+  int found = -1, spare = -1;
+  for (int s = 0; s < kArbiterSlots && found < 0; ++s) {
+    const ArbiterSlot& slot = seg_->slots[s];
+    const uint64_t k = slot.key.load(std::memory_order_relaxed);
+    if (k == key_) found = s;
+    const bool stale =
+        k == 0 ||
+        (s != holding && Age(now, slot.busy_at_ns.load(std::memory_order_relaxed)) > kStaleNs);
+    if (stale && spare < 0) spare = s;
+  }
+  if (found < 0 && spare >= 0) {
+    ArbiterSlot& slot = seg_->slots[spare];
+    slot.key.store(0, std::memory_order_relaxed);
+    slot.weight.store(weight_, std::memory_order_relaxed);
+    slot.limit.store(limit_milli_, std::memory_order_relaxed);
+    slot.waiting.store(0, std::memory_order_relaxed);
+    slot.attached.store(0, std::memory_order_relaxed);
+    slot.vtime.store(0, std::memory_order_relaxed);
+    slot.tokens_ns.store(static_cast<int64_t>(seg_->turn_ns / 2), std::memory_order_relaxed);
+    slot.tokens_at_ns.store(now, std::memory_order_relaxed);
+    slot.used_ns.store(0, std::memory_order_relaxed);
+    slot.busy_at_ns.store(now, std::memory_order_relaxed);
+    slot.missed_at_ns.store(0, std::memory_order_relaxed);
+    slot.key.store(key_, std::memory_order_release);
+    found = spare;
+  }
+  if (found < 0) return false;
+  seg_->slots[found].attached.fetch_add(1, std::memory_order_relaxed);
   slot_ = found;
-  weight_ = weight;
   token_ = (static_cast<uint64_t>(slot_) + 1) << 32 | static_cast<uint32_t>(getpid());
-  limited_ = seg_->slots[slot_].limit.load(std::memory_order_relaxed) < 1000;
+  limited_ = limit_milli_ < 1000;
   return true;
 }
 
@@ -248,8 +262,7 @@ bool ComputeArbiter::Eligible(int s, uint64_t now) {
   ArbiterSlot& slot = seg_->slots[s];
   if (slot.limit.load(std::memory_order_relaxed) >= 1000) return true;
   Refill(s, now);
-  return slot.tokens_ns.load(std::memory_order_relaxed) >=
-         static_cast<int64_t>(seg_->turn_ns / 4);
+  return slot.tokens_ns.load(std::memory_order_relaxed) >= static_cast<int64_t>(seg_->turn_ns / 4);
 }
 
 void ComputeArbiter::Charge(int s, uint64_t ns) {
@@ -283,7 +296,8 @@ void ComputeArbiter::HandOver(uint64_t now) {
     ArbiterSlot& slot = seg_->slots[s];
     if (slot.key.load(std::memory_order_relaxed) == 0 ||
         slot.waiting.load(std::memory_order_relaxed) == 0 ||
-        Age(now, slot.missed_at_ns.load(std::memory_order_relaxed)) < kMissedNs || !Eligible(s, now)) {
+        Age(now, slot.missed_at_ns.load(std::memory_order_relaxed)) < kMissedNs ||
+        !Eligible(s, now)) {
       continue;
     }
     uint64_t v = slot.vtime.load(std::memory_order_relaxed);
@@ -337,8 +351,7 @@ void ComputeArbiter::Account(uint64_t began, uint64_t now, bool holding) {
   bool starved = false;
   const uint64_t window = Age(now, window_start_ns_);
   if (window >= kStarveWindowNs) {
-    starved = window_waited_ns_ > window / 2 &&
-              window_held_ns_ < window / 1000 * weight_ / 2;
+    starved = window_waited_ns_ > window / 2 && window_held_ns_ < window / 1000 * weight_ / 2;
     window_start_ns_ = now;
     window_waited_ns_ = window_held_ns_ = 0;
   }
@@ -411,6 +424,19 @@ bool ComputeArbiter::Release() {
 }
 
 bool ComputeArbiter::Acquire() {
+  // Its slot was given to another workload while it was idle for kStaleNs: it joins again.
+  if (seg_->slots[slot_].key.load(std::memory_order_relaxed) != key_) {
+    if (!Lock()) {
+      Bypass(Now(), "the GPU's compute arbiter stays locked");
+      return false;
+    }
+    const bool joined = JoinLocked(Now());
+    Unlock();
+    if (!joined) {
+      Bypass(Now(), "the GPU's compute arbiter has no free slot");
+      return false;
+    }
+  }
   ArbiterSlot& mine = seg_->slots[slot_];
   mine.waiting.fetch_add(1, std::memory_order_relaxed);
   seg_->check.store(1, std::memory_order_relaxed);
@@ -433,7 +459,8 @@ bool ComputeArbiter::Acquire() {
     uint64_t holder = seg_->holder.load(std::memory_order_relaxed);
     const uint64_t start = seg_->turn_start_ns.load(std::memory_order_relaxed);
     const uint64_t deadline = seg_->deadline_ns.load(std::memory_order_relaxed);
-    if (first && Age(now, mine.busy_at_ns.load(std::memory_order_relaxed)) < kIdleNs) {
+    if (first && Age(now, mine.busy_at_ns.load(std::memory_order_relaxed)) < kIdleNs &&
+        mine.used_ns.load(std::memory_order_relaxed) != 0) {
       first = false;  // Busy lately (it just had a turn): it keeps its virtual time.
     }
     if (first) {
@@ -507,8 +534,8 @@ bool ComputeArbiter::Acquire() {
       if (until > now && until - now < sleep) sleep = until - now;
       if (until <= now) sleep = kStealSlackNs / 2;
     } else if (limited_) {
-      const int64_t missing = static_cast<int64_t>(seg_->turn_ns / 4) -
-                              mine.tokens_ns.load(std::memory_order_relaxed);
+      const int64_t missing =
+          static_cast<int64_t>(seg_->turn_ns / 4) - mine.tokens_ns.load(std::memory_order_relaxed);
       const uint32_t limit = mine.limit.load(std::memory_order_relaxed);
       if (missing > 0 && limit > 0) {
         const uint64_t refill = static_cast<uint64_t>(missing) * 1000 / limit + 1;

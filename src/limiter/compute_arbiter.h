@@ -58,6 +58,9 @@ constexpr uint64_t kIdleNs = 100'000'000;
 // A holder whose turn is over and that neither launched nor waited for its work for this long
 // has stopped using the GPU: a waiter takes the turn.
 constexpr uint64_t kStealSlackNs = 2'000'000;
+// A slot whose workload neither held nor waited for a turn for this long is given to a new
+// workload when no slot is free (its workload ended; if it comes back, it joins again).
+constexpr uint64_t kStaleNs = 60'000'000'000;
 // A turn handed to a workload that none of its processes takes within kClaimNs goes to the next,
 // and that workload is passed over for kMissedNs (its waiters may be stopped or dead).
 constexpr uint64_t kClaimNs = 5'000'000;
@@ -71,15 +74,15 @@ constexpr uint64_t kStarveWindowNs = 2'000'000'000;
 constexpr uint64_t kBypassNs = 10'000'000'000;
 
 struct alignas(64) ArbiterSlot {
-  std::atomic<uint64_t> key;  // hash of the workload's id, 0 = free
-  std::atomic<uint32_t> weight;  // compute request, thousandths (1..1000)
-  std::atomic<uint32_t> limit;   // compute limit, thousandths (weight..1000)
-  std::atomic<uint32_t> waiting;  // threads of its processes waiting for a turn
+  std::atomic<uint64_t> key;       // hash of the workload's id, 0 = free
+  std::atomic<uint32_t> weight;    // compute request, thousandths (1..1000)
+  std::atomic<uint32_t> limit;     // compute limit, thousandths (weight..1000)
+  std::atomic<uint32_t> waiting;   // threads of its processes waiting for a turn
   std::atomic<uint32_t> attached;  // processes that joined (not decremented by a crash)
   std::atomic<uint64_t> vtime;     // charged ns * 1000 / weight
   std::atomic<int64_t> tokens_ns;  // limited slots: GPU time it may still take
   std::atomic<uint64_t> tokens_at_ns;
-  std::atomic<uint64_t> used_ns;  // all GPU time charged to it, for status and metrics
+  std::atomic<uint64_t> used_ns;     // all GPU time charged to it, for status and metrics
   std::atomic<uint64_t> busy_at_ns;  // when it last held or waited for a turn
   // When a turn handed to it went untaken (its waiting processes were stopped or killed).
   std::atomic<uint64_t> missed_at_ns;
@@ -94,8 +97,8 @@ struct ArbiterSegment {
   // The turn: (slot + 1) << 32 | pid of the holding process; pid 0: handed to the slot, for any of
   // its processes to take; 0: nobody.
   alignas(64) std::atomic<uint64_t> holder;
-  std::atomic<uint32_t> check;  // the holder must look at the clock: someone waits, or a limit
-  std::atomic<uint32_t> draining;  // the holder is waiting for its own work to finish
+  std::atomic<uint32_t> check;      // the holder must look at the clock: someone waits, or a limit
+  std::atomic<uint32_t> draining;   // the holder is waiting for its own work to finish
   std::atomic<uint64_t> active_ns;  // when the holder last launched or stopped waiting
   std::atomic<uint64_t> turn_start_ns;
   std::atomic<uint64_t> deadline_ns;
@@ -164,6 +167,9 @@ class ComputeArbiter {
 
  private:
   Gate CheckSlow(uint64_t holder);
+  // Under the lock: finds or claims this workload's slot (see kStaleNs). False when all are in
+  // use.
+  bool JoinLocked(uint64_t now);
   // Stops taking turns for kBypassNs (once per period, a line on stderr says why).
   void Bypass(uint64_t now, const char* why);
   bool Lock();
@@ -188,6 +194,8 @@ class ComputeArbiter {
   uint64_t window_held_ns_ = 0;
   uint64_t acquired_at_ns_ = 0;  // when it last got a turn; 0 while waiting
   uint32_t weight_ = 1000;
+  uint32_t limit_milli_ = 1000;
+  uint64_t key_ = 0;
   // Adds a wait of `waited` ns ending at `now` (and the turn held before it) to the window and
   // bypasses when the window shows the arbiter failing this process.
   void Account(uint64_t began, uint64_t now, bool holding);

@@ -6,7 +6,6 @@
 // waits for all its work before handing the turn on, and is charged for that time. Without a
 // compute setting, or alone and unlimited on the GPU, a launch costs a flag test or two loads.
 #include <pthread.h>
-
 #include <time.h>
 
 #include <atomic>
@@ -174,8 +173,7 @@ void AttachComputeArbiters() {
                              static_cast<uint32_t>(limit.compute_limit_milli), err, sizeof(err))) {
       g_any_arbiter.store(true, std::memory_order_relaxed);
     } else if (!g_rt.config.quiet) {
-      PrintError("gpufrac: %s; this process's GPU time on %s is not arbitrated\n", err,
-                 limit.uuid);
+      PrintError("gpufrac: %s; this process's GPU time on %s is not arbitrated\n", err, limit.uuid);
     }
   }
 }
@@ -219,15 +217,15 @@ extern "C" CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f,
   return Gated(config ? config->hStream : nullptr, false,
                [&] { return Real_cuLaunchKernelEx()(config, f, params, extra); });
 }
-extern "C" CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
-                                          void** params, void** extra) {
+extern "C" CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params,
+                                          void** extra) {
   return Gated(config ? config->hStream : nullptr, true,
                [&] { return Real_cuLaunchKernelEx_ptsz()(config, f, params, extra); });
 }
 extern "C" CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy,
                                               unsigned int gz, unsigned int bx, unsigned int by,
-                                              unsigned int bz, unsigned int shared,
-                                              CUstream stream, void** params) {
+                                              unsigned int bz, unsigned int shared, CUstream stream,
+                                              void** params) {
   return Gated(stream, false, [&] {
     return Real_cuLaunchCooperativeKernel()(f, gx, gy, gz, bx, by, bz, shared, stream, params);
   });
@@ -238,8 +236,7 @@ extern "C" CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx
                                                    unsigned int shared, CUstream stream,
                                                    void** params) {
   return Gated(stream, true, [&] {
-    return Real_cuLaunchCooperativeKernel_ptsz()(f, gx, gy, gz, bx, by, bz, shared, stream,
-                                                 params);
+    return Real_cuLaunchCooperativeKernel_ptsz()(f, gx, gy, gz, bx, by, bz, shared, stream, params);
   });
 }
 // A holder waiting for its own work is finishing its turn, not idle: the others let it (up to

@@ -1,0 +1,105 @@
+// The compute arbiter's slots: one per workload on a GPU, at most kArbiterSlots at once, and those
+// of workloads that ended are given to new ones, so that a node running thousands of jobs on a
+// GPU keeps arbitrating all of them.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "limiter/compute_arbiter.h"
+
+namespace gpufrac::limiter {
+namespace {
+
+uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+class ComputeArbiterSlotsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpufrac-arbiter-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    dir_fd_ = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    char err[256];
+    ASSERT_TRUE(ComputeArbiter::CreateAt(dir_fd_, "compute.gpu", kDefaultTurnNs, err, sizeof(err)))
+        << err;
+    // Made again: the launcher's own segment is kept, not replaced.
+    ASSERT_TRUE(ComputeArbiter::CreateAt(dir_fd_, "compute.gpu", kDefaultTurnNs, err, sizeof(err)))
+        << err;
+  }
+  void TearDown() override {
+    close(dir_fd_);
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::unique_ptr<ComputeArbiter> Join(const std::string& workload, std::string* error) {
+    auto arbiter = std::make_unique<ComputeArbiter>();
+    char err[256] = "";
+    if (!arbiter->Attach(dir_.c_str(), "compute.gpu", workload.c_str(), 10, 1000, err,
+                         sizeof(err))) {
+      *error = err;
+      return nullptr;
+    }
+    return arbiter;
+  }
+
+  std::string dir_;
+  int dir_fd_ = -1;
+};
+
+TEST_F(ComputeArbiterSlotsTest, SlotsOfWorkloadsNotHeardFromAreGivenToNewOnes) {
+  std::vector<std::unique_ptr<ComputeArbiter>> members;
+  std::string error;
+  for (int i = 0; i < kArbiterSlots; ++i) {
+    members.push_back(Join("w" + std::to_string(i), &error));
+    ASSERT_NE(members.back(), nullptr) << error;
+  }
+  // A process of a workload already there shares its slot.
+  EXPECT_NE(Join("w7", &error), nullptr) << error;
+  // All slots are in use by workloads heard from just now.
+  EXPECT_EQ(Join("late", &error), nullptr);
+  EXPECT_NE(error.find("has no free slot"), std::string::npos) << error;
+
+  // Workload w3 has not held or waited for a turn for longer than kStaleNs: it ended.
+  int fd = openat(dir_fd_, "compute.gpu", O_RDWR);
+  ASSERT_GE(fd, 0);
+  void* map = mmap(nullptr, sizeof(ArbiterSegment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(map, MAP_FAILED);
+  auto* seg = static_cast<ArbiterSegment*>(map);
+  seg->slots[3].busy_at_ns.store(NowNs() - kStaleNs - 1'000'000'000);
+  auto late = Join("late", &error);
+  ASSERT_NE(late, nullptr) << error;
+  EXPECT_EQ(late->UsedNs(), 0u);
+  uint64_t ns = 1;
+  EXPECT_TRUE(ComputeArbiter::PeekUsedNs(dir_fd_, "compute.gpu", "late", &ns));
+  EXPECT_EQ(ns, 0u);
+  // w3's slot is late's now: w3 is no longer in the segment.
+  EXPECT_FALSE(ComputeArbiter::PeekUsedNs(dir_fd_, "compute.gpu", "w3", &ns));
+  munmap(map, sizeof(ArbiterSegment));
+}
+
+TEST_F(ComputeArbiterSlotsTest, OnlyASegmentOfTheLaunchersOwnIsKept) {
+  // Something else under the name (a directory here) is not adopted.
+  char err[256] = "";
+  ASSERT_EQ(mkdirat(dir_fd_, "compute.other", 0700), 0);
+  EXPECT_FALSE(
+      ComputeArbiter::CreateAt(dir_fd_, "compute.other", kDefaultTurnNs, err, sizeof(err)));
+  EXPECT_NE(std::string(err).find("is not a compute arbiter this launcher made"), std::string::npos)
+      << err;
+  ComputeArbiter arbiter;
+  EXPECT_FALSE(arbiter.Attach(dir_.c_str(), "compute.other", "w", 10, 1000, err, sizeof(err)));
+  EXPECT_NE(std::string(err).find("no compute arbiter at"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace gpufrac::limiter
