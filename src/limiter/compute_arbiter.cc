@@ -438,6 +438,8 @@ bool ComputeArbiter::Acquire() {
     }
   }
   ArbiterSlot& mine = seg_->slots[slot_];
+  // When it was last busy, before waiting refreshes it: whether it comes back from idleness.
+  const uint64_t last_busy = mine.busy_at_ns.load(std::memory_order_relaxed);
   mine.waiting.fetch_add(1, std::memory_order_relaxed);
   seg_->check.store(1, std::memory_order_relaxed);
   bool first = true;
@@ -459,7 +461,7 @@ bool ComputeArbiter::Acquire() {
     uint64_t holder = seg_->holder.load(std::memory_order_relaxed);
     const uint64_t start = seg_->turn_start_ns.load(std::memory_order_relaxed);
     const uint64_t deadline = seg_->deadline_ns.load(std::memory_order_relaxed);
-    if (first && Age(now, mine.busy_at_ns.load(std::memory_order_relaxed)) < kIdleNs &&
+    if (first && Age(now, last_busy) < kIdleNs &&
         mine.used_ns.load(std::memory_order_relaxed) != 0) {
       first = false;  // Busy lately (it just had a turn): it keeps its virtual time.
     }
