@@ -240,6 +240,19 @@ struct ShareRun {
   std::vector<double> got;
 };
 
+// "0.250 / 0.744": each workload's median share over `runs`.
+std::string MedianShares(const std::vector<ShareRun>& runs, size_t workloads) {
+  std::string cell;
+  for (size_t i = 0; i < workloads; ++i) {
+    std::vector<double> g;
+    for (const ShareRun& r : runs) g.push_back(r.got[i]);
+    char item[32];
+    std::snprintf(item, sizeof(item), "%s%.3f", i ? " / " : "", Median(g));
+    cell += item;
+  }
+  return cell;
+}
+
 // One mix under one arm with one seed. The seed draws each workload's kernel length (0.5-2 ms),
 // the order they start in and the gaps between their starts (0-100 ms); every arm sees the same
 // draws for a seed.
@@ -329,15 +342,8 @@ void LengthsPart(std::FILE* md) {
     }
     std::fprintf(md, "| %s", kLengthMixes[m].name);
     for (Arm arm : kArms) {
-      std::string cell;
-      for (size_t i = 0; i < kLengthMixes[m].requests.size(); ++i) {
-        std::vector<double> g;
-        for (const ShareRun& r : by_arm[arm]) g.push_back(r.got[i]);
-        char item[32];
-        std::snprintf(item, sizeof(item), "%s%.3f", i ? " / " : "", Median(g));
-        cell += item;
-      }
-      std::fprintf(md, " | %s", cell.c_str());
+      std::fprintf(md, " | %s",
+                   MedianShares(by_arm[arm], kLengthMixes[m].requests.size()).c_str());
     }
     std::fprintf(md, " |\n");
   }
@@ -382,15 +388,7 @@ void SharesPart(std::FILE* md) {
   for (auto& [m, by_arm] : results) {
     std::fprintf(md, "| %s", kMixes[m].name);
     for (Arm arm : kArms) {
-      std::string cell;
-      for (size_t i = 0; i < kMixes[m].requests.size(); ++i) {
-        std::vector<double> g;
-        for (const ShareRun& r : by_arm[arm]) g.push_back(r.got[i]);
-        char item[32];
-        std::snprintf(item, sizeof(item), "%s%.3f", i ? " / " : "", Median(g));
-        cell += item;
-      }
-      std::fprintf(md, " | %s", cell.c_str());
+      std::fprintf(md, " | %s", MedianShares(by_arm[arm], kMixes[m].requests.size()).c_str());
     }
     std::fprintf(md, " |\n");
   }
