@@ -9,7 +9,6 @@
 #include <time.h>
 
 #include <atomic>
-#include <utility>
 
 #include "limiter/compute_arbiter.h"
 #include "limiter/hooks.h"
@@ -22,15 +21,16 @@ namespace {
 constexpr int kInFlight = 8;
 constexpr unsigned kEventDisableTiming = 0x2;  // CU_EVENT_DISABLE_TIMING
 
-// Per arbitrated GPU, this process's launches in flight.
+// Per arbitrated GPU, this process's launches in flight: the events recorded behind them, oldest
+// first, in a ring.
 struct InFlight {
   pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
   CUcontext context = nullptr;  // the events' context
   CUevent events[kInFlight] = {};
-  bool pending[kInFlight] = {};
-  int next = 0;
+  int oldest = 0;
+  int pending = 0;
   // How many launches may be in flight: fewer when waiting for the oldest takes long (long
-  // kernels), so that what is queued past the end of a turn stays about a turn's worth.
+  // kernels), so that what is queued past the end of a turn stays about half a turn's worth.
   int depth = 2;
 };
 
@@ -56,66 +56,48 @@ void Drain(ComputeArbiter& arbiter, InFlight& flight) {
   Real_cuCtxSynchronize()();
   arbiter.SetDraining(false);
   pthread_mutex_lock(&flight.lock);
-  for (bool& p : flight.pending) p = false;
+  flight.pending = 0;
   pthread_mutex_unlock(&flight.lock);
 }
 
-// Records an event behind the launch just queued on `stream`, first waiting for the one recorded
-// kInFlight launches ago.
+// Records an event behind the launch just queued on `stream`, first waiting (as draining: the
+// holder is busy finishing work, not idle) until fewer than `depth` launches are in flight.
 void Track(ComputeArbiter& arbiter, InFlight& flight, CUstream stream, bool per_thread) {
   CUcontext context = nullptr;
   if (Real_cuCtxGetCurrent()(&context) != CUDA_SUCCESS || context == nullptr) return;
   pthread_mutex_lock(&flight.lock);
   if (flight.context != context) {
     // Events belong to a context: start over in this one (the old one's are left to it).
-    for (int i = 0; i < kInFlight; ++i) {
-      flight.events[i] = nullptr;
-      flight.pending[i] = false;
-    }
+    for (CUevent& event : flight.events) event = nullptr;
+    flight.pending = 0;
     flight.context = context;
   }
-  int i = flight.next;
-  flight.next = (i + 1) % flight.depth;
+  if (flight.pending >= flight.depth) {
+    arbiter.SetDraining(true);
+    while (flight.pending >= flight.depth) {
+      const uint64_t start = NowNs();
+      Real_cuEventSynchronize()(flight.events[flight.oldest]);
+      const uint64_t waited = NowNs() - start;
+      flight.oldest = (flight.oldest + 1) % kInFlight;
+      --flight.pending;
+      // With the ring full, the GPU finishes about one launch per wait: keep half a turn's worth
+      // queued behind the one running.
+      if (waited > 0) {
+        const uint64_t want = 1 + arbiter.TurnNs() / 2 / waited;
+        flight.depth = want >= kInFlight ? kInFlight : static_cast<int>(want);
+      }
+    }
+    arbiter.SetDraining(false);
+  }
+  const int i = (flight.oldest + flight.pending) % kInFlight;
   if (flight.events[i] == nullptr &&
       Real_cuEventCreate()(&flight.events[i], kEventDisableTiming) != CUDA_SUCCESS) {
     flight.events[i] = nullptr;
-    pthread_mutex_unlock(&flight.lock);
-    return;
+  } else {
+    const CUresult recorded = per_thread ? Real_cuEventRecord_ptsz()(flight.events[i], stream)
+                                         : Real_cuEventRecord()(flight.events[i], stream);
+    if (recorded == CUDA_SUCCESS) ++flight.pending;
   }
-  if (flight.pending[i]) {
-    arbiter.SetDraining(true);
-    const uint64_t start = NowNs();
-    Real_cuEventSynchronize()(flight.events[i]);
-    const uint64_t waited = NowNs() - start;
-    arbiter.SetDraining(false);
-    // With the ring full, the GPU finishes about one launch per wait: keep half a turn's worth
-    // queued behind the one running.
-    const uint64_t turn = arbiter.TurnNs();
-    int depth = flight.depth;
-    if (waited > 0) {
-      const uint64_t want = 1 + turn / 2 / waited;
-      depth = want >= kInFlight ? kInFlight : static_cast<int>(want);
-    }
-    if (depth != flight.depth) {
-      // Start the ring over at the new depth, with nothing older than this launch pending.
-      for (int k = 0; k < kInFlight; ++k) {
-        if (k != i && flight.pending[k] && flight.events[k] != nullptr) {
-          Real_cuEventSynchronize()(flight.events[k]);
-        }
-        flight.pending[k] = false;
-      }
-      flight.depth = depth;
-      if (i >= depth) {
-        // Its event slot is outside the new ring: use the first.
-        std::swap(flight.events[0], flight.events[i]);
-        i = 0;
-      }
-      flight.next = (i + 1) % depth;
-    }
-  }
-  const CUresult recorded = per_thread ? Real_cuEventRecord_ptsz()(flight.events[i], stream)
-                                       : Real_cuEventRecord()(flight.events[i], stream);
-  flight.pending[i] = recorded == CUDA_SUCCESS;
   pthread_mutex_unlock(&flight.lock);
 }
 
@@ -183,10 +165,8 @@ void ForkComputeArbiters() {
   for (InFlight& flight : g_in_flight) {
     pthread_mutex_init(&flight.lock, nullptr);
     flight.context = nullptr;
-    for (int i = 0; i < kInFlight; ++i) {
-      flight.events[i] = nullptr;
-      flight.pending[i] = false;
-    }
+    for (CUevent& event : flight.events) event = nullptr;
+    flight.pending = 0;
   }
 }
 
