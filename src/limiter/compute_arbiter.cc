@@ -23,7 +23,7 @@ namespace gpufrac::limiter {
 namespace {
 
 constexpr uint64_t kMagic = 0x6770756672616361ULL;  // "gpufraca"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 // The longest one futex sleep lasts before the waiter looks again.
 constexpr uint64_t kMaxSleepNs = 50'000'000;
 // How long a lock may take before the caller gives up on arbitration for this launch.
@@ -312,6 +312,7 @@ void ComputeArbiter::HandOver(uint64_t now) {
     }
   }
   seg_->draining.store(0, std::memory_order_relaxed);
+  seg_->passed_by.store(0, std::memory_order_relaxed);
   if (best < 0) {
     seg_->holder.store(0, std::memory_order_relaxed);
   } else {
@@ -339,14 +340,17 @@ void ComputeArbiter::HandOver(uint64_t now) {
   FutexWakeAll(&seg_->seq);
 }
 
-void ComputeArbiter::Account(uint64_t began, uint64_t now, bool holding) {
+void ComputeArbiter::Account(uint64_t began, uint64_t now, bool holding, uint32_t sharers) {
   pthread_mutex_lock(&account_lock_);
   if (acquired_at_ns_ != 0) {
-    window_held_ns_ += Age(began, acquired_at_ns_);
+    window_held_ns_ += Age(began, acquired_at_ns_) * acquired_sharers_;
     acquired_at_ns_ = 0;
   }
   window_waited_ns_ += Age(now, began);
-  if (holding) acquired_at_ns_ = now;
+  if (holding) {
+    acquired_at_ns_ = now;
+    acquired_sharers_ = std::clamp<uint32_t>(sharers, 1, kMaxSharers);
+  }
   if (window_start_ns_ == 0) window_start_ns_ = began;
   bool starved = false;
   const uint64_t window = Age(now, window_start_ns_);
@@ -388,11 +392,17 @@ ComputeArbiter::Gate ComputeArbiter::CheckSlow(uint64_t holder) {
     return Gate::kGo;
   }
   // Handed to this workload: any of its processes takes it.
-  if (SlotOf(holder) == slot_ && PidOf(holder) == 0 &&
-      seg_->holder.compare_exchange_strong(holder, token_, std::memory_order_acquire)) {
-    return Gate::kGo;
-  }
+  if (SlotOf(holder) == slot_ && PidOf(holder) == 0 && Claim(holder, Now())) return Gate::kGo;
   return Gate::kAcquire;
+}
+
+bool ComputeArbiter::Claim(uint64_t holder, uint64_t now) {
+  if (SlotOf(holder) != slot_ || PidOf(holder) != 0) return false;
+  if (seg_->passed_by.load(std::memory_order_relaxed) == static_cast<uint32_t>(getpid()) &&
+      Age(now, seg_->turn_start_ns.load(std::memory_order_relaxed)) < kClaimNs / 2) {
+    return false;  // It passed this turn to its workload's other processes.
+  }
+  return seg_->holder.compare_exchange_strong(holder, token_, std::memory_order_acquire);
 }
 
 bool ComputeArbiter::Release() {
@@ -409,14 +419,22 @@ bool ComputeArbiter::Release() {
   if (seg_->holder.load(std::memory_order_relaxed) == token_) {
     const uint64_t now = Now();
     Charge(slot_, now - seg_->turn_start_ns.load(std::memory_order_relaxed));
-    // It wants the GPU again at once, so it competes for the next turn like the waiters: it keeps
-    // the GPU while its virtual time is still the least.
+    // It wants the GPU again at once, so it competes for the next turn like the waiters: its
+    // workload keeps the GPU while its virtual time is still the least. The turn is then this
+    // process's again unless other processes of its workload wait for one (threads of this
+    // process do not wait while it holds the turn): they take it, in turn.
     ArbiterSlot& mine = seg_->slots[slot_];
+    const bool siblings = mine.waiting.load(std::memory_order_relaxed) != 0;
     mine.waiting.fetch_add(1, std::memory_order_relaxed);
     HandOver(now);
     uint64_t holder = seg_->holder.load(std::memory_order_relaxed);
-    kept = SlotOf(holder) == slot_ && PidOf(holder) == 0 &&
-           seg_->holder.compare_exchange_strong(holder, token_, std::memory_order_acquire);
+    if (SlotOf(holder) == slot_ && PidOf(holder) == 0) {
+      if (siblings) {
+        seg_->passed_by.store(static_cast<uint32_t>(getpid()), std::memory_order_relaxed);
+      } else {
+        kept = seg_->holder.compare_exchange_strong(holder, token_, std::memory_order_acquire);
+      }
+    }
     mine.waiting.fetch_sub(1, std::memory_order_relaxed);
   }
   Unlock();
@@ -487,9 +505,7 @@ bool ComputeArbiter::Acquire() {
         mine.vtime.store(least, std::memory_order_relaxed);
       }
     }
-    if (holder == token_ ||
-        (SlotOf(holder) == slot_ && PidOf(holder) == 0 &&
-         seg_->holder.compare_exchange_strong(holder, token_, std::memory_order_acquire))) {
+    if (holder == token_ || Claim(holder, now)) {
       holding = true;
       Unlock();
       break;
@@ -517,8 +533,7 @@ bool ComputeArbiter::Acquire() {
       }
     }
     holder = seg_->holder.load(std::memory_order_relaxed);
-    if (SlotOf(holder) == slot_ && PidOf(holder) == 0 &&
-        seg_->holder.compare_exchange_strong(holder, token_, std::memory_order_acquire)) {
+    if (Claim(holder, now)) {
       holding = true;
       Unlock();
       break;
@@ -529,7 +544,10 @@ bool ComputeArbiter::Acquire() {
     if (holder != 0) {
       uint64_t until = seg_->deadline_ns.load(std::memory_order_relaxed);
       if (PidOf(holder) == 0) {
-        until = seg_->turn_start_ns.load(std::memory_order_relaxed) + kClaimNs;
+        const bool passed =
+            seg_->passed_by.load(std::memory_order_relaxed) == static_cast<uint32_t>(getpid());
+        until = seg_->turn_start_ns.load(std::memory_order_relaxed) +
+                (passed && SlotOf(holder) == slot_ ? kClaimNs / 2 : kClaimNs);
       } else if (seg_->draining.load(std::memory_order_relaxed) != 0) {
         until += kDrainGraceNs;
       }
@@ -550,8 +568,8 @@ bool ComputeArbiter::Acquire() {
   }
   const uint64_t end = Now();
   mine.busy_at_ns.store(end, std::memory_order_relaxed);
-  mine.waiting.fetch_sub(1, std::memory_order_relaxed);
-  Account(began, end, holding);
+  const uint32_t sharers = mine.waiting.fetch_sub(1, std::memory_order_relaxed);
+  Account(began, end, holding, sharers);
   return holding;
 }
 

@@ -19,6 +19,9 @@
 //    launches in flight (the launch hooks bound it with events), and when the turn is over waits
 //    for its work to finish ("drains") and is charged the time from the start of its turn to then.
 //    With nobody else waiting and no limit, a turn is simply renewed, without draining.
+//  - A turn is one process's. A workload's turn is handed to its slot, and whichever of its
+//    processes comes first takes it; a process whose workload keeps the GPU for another turn
+//    passes it to the workload's other waiting processes, if any, so they take turns.
 //  - A holder that stops queueing work, dies or is stopped loses its turn: once its turn is over
 //    a waiter takes it (after kStealSlackNs without a launch or a wait if the holder is not
 //    draining, after kDrainGraceNs if it is, at once if its process is gone), so that no process
@@ -72,6 +75,7 @@ constexpr uint64_t kMissedNs = 1'000'000'000;
 constexpr uint64_t kMaxWaitNs = 2'000'000'000;
 constexpr uint64_t kStarveWindowNs = 2'000'000'000;
 constexpr uint64_t kBypassNs = 10'000'000'000;
+constexpr uint32_t kMaxSharers = 8;
 
 struct alignas(64) ArbiterSlot {
   std::atomic<uint64_t> key;       // hash of the workload's id, 0 = free
@@ -102,6 +106,9 @@ struct ArbiterSegment {
   std::atomic<uint64_t> active_ns;  // when the holder last launched or stopped waiting
   std::atomic<uint64_t> turn_start_ns;
   std::atomic<uint64_t> deadline_ns;
+  // The process that passed a turn handed to its own workload to the workload's other processes:
+  // it takes the turn back only if none of them has within kClaimNs / 2.
+  std::atomic<uint32_t> passed_by;
   alignas(64) std::atomic<uint32_t> seq;  // futex word, bumped at every hand-over
   alignas(64) ArbiterSlot slots[kArbiterSlots];
 };
@@ -167,6 +174,9 @@ class ComputeArbiter {
 
  private:
   Gate CheckSlow(uint64_t holder);
+  // Takes a turn handed to this workload (`holder`: its slot, pid 0), unless this process passed
+  // it on to its workload's other processes less than kClaimNs / 2 ago.
+  bool Claim(uint64_t holder, uint64_t now);
   // Under the lock: finds or claims this workload's slot (see kStaleNs). False when all are in
   // use.
   bool JoinLocked(uint64_t now);
@@ -193,12 +203,16 @@ class ComputeArbiter {
   uint64_t window_waited_ns_ = 0;
   uint64_t window_held_ns_ = 0;
   uint64_t acquired_at_ns_ = 0;  // when it last got a turn; 0 while waiting
+  // How many of its workload's waiters (this one included) the turn it got was to be shared by.
+  uint32_t acquired_sharers_ = 1;
   uint32_t weight_ = 1000;
   uint32_t limit_milli_ = 1000;
   uint64_t key_ = 0;
-  // Adds a wait of `waited` ns ending at `now` (and the turn held before it) to the window and
-  // bypasses when the window shows the arbiter failing this process.
-  void Account(uint64_t began, uint64_t now, bool holding);
+  // Adds a wait from `began` to `now` (and the turn held before it) to the window and bypasses
+  // when the window shows the arbiter failing this process. `sharers`: the workload's waiters
+  // when it got the turn; its processes take turns, so each counts its held time that many times
+  // over (at most kMaxSharers: a member inflating the count weakens the check that much at most).
+  void Account(uint64_t began, uint64_t now, bool holding, uint32_t sharers);
 };
 
 }  // namespace gpufrac::limiter

@@ -39,6 +39,7 @@ struct Share {
   uint32_t limit;
   std::string mode = "kernel";
   double kernel_ms = 1.0;
+  int processes = 1;  // processes of the workload, each running `mode`
 };
 
 class ComputeShareTest : public ::testing::Test {
@@ -62,7 +63,8 @@ class ComputeShareTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  // Starts a workload with `share` running `seconds`; returns its pid once it has a context.
+  // Starts a workload with `share` running `seconds`; returns its (first) process's pid once its
+  // processes have a context.
   pid_t StartWorkload(const Share& share, double seconds) {
     const std::string id = "w" + std::to_string(next_id_++);
     char name[200], err[256];
@@ -78,20 +80,30 @@ class ComputeShareTest : public ::testing::Test {
     chmod(limits.c_str(), 0444);
     auto env = Merge(machine_.Env(), {{"LD_PRELOAD", BuildPath("lib/libgpufrac.so")},
                                       {"GPUFRAC_LIMIT_FILE", limits}});
-    std::string seen;
-    pid_t pid = Start({BuildPath("tests/gpu_load"), share.mode, std::to_string(share.kernel_ms),
-                       std::to_string(seconds)},
-                      env, "ready", &seen);
-    EXPECT_NE(seen.find("ready"), std::string::npos) << seen;
-    pids_.push_back(pid);
-    workloads_[pid] = id;
-    return pid;
+    pid_t first = 0;
+    for (int p = 0; p < share.processes; ++p) {
+      std::string seen;
+      pid_t pid = Start({BuildPath("tests/gpu_load"), share.mode, std::to_string(share.kernel_ms),
+                         std::to_string(seconds)},
+                        env, "ready", &seen);
+      EXPECT_NE(seen.find("ready"), std::string::npos) << seen;
+      pids_.push_back(pid);
+      if (first == 0) first = pid;
+      members_[first].push_back(pid);
+    }
+    workloads_[first] = id;
+    return first;
   }
 
-  static uint64_t EngineNs(pid_t pid) {
-    unsigned long long ns = 0;
-    simgpuGetProcessEngineTime(0, static_cast<unsigned>(pid), &ns);
-    return ns;
+  // The GPU time the engine gave the workload whose first process is `pid`.
+  uint64_t EngineNs(pid_t pid) {
+    uint64_t total = 0;
+    for (pid_t member : members_.count(pid) ? members_[pid] : std::vector<pid_t>{pid}) {
+      unsigned long long ns = 0;
+      simgpuGetProcessEngineTime(0, static_cast<unsigned>(member), &ns);
+      total += ns;
+    }
+    return total;
   }
 
   // The GPU time the arbiter charged to `pid`'s workload.
@@ -102,7 +114,8 @@ class ComputeShareTest : public ::testing::Test {
     return ns;
   }
 
-  // Each workload's share (and in charged_, what the arbiter charged it, as a share) of the GPU's time over `seconds`.
+  // Each workload's share of the GPU's time over `seconds` (and in charged_, what the arbiter
+  // charged it, as a share).
   std::vector<double> Measure(const std::vector<pid_t>& pids, double seconds) {
     std::vector<uint64_t> before, charged_before;
     for (pid_t pid : pids) {
@@ -149,7 +162,8 @@ class ComputeShareTest : public ::testing::Test {
   std::string dir_;
   int dir_fd_ = -1;
   std::vector<pid_t> pids_;
-  std::map<pid_t, std::string> workloads_;
+  std::map<pid_t, std::string> workloads_;     // by first process
+  std::map<pid_t, std::vector<pid_t>> members_;  // a workload's processes, by first process
   std::vector<double> charged_;
   int next_id_ = 0;
 };
@@ -182,6 +196,18 @@ TEST_F(ComputeShareTest, EveryLaunchPathIsHeldToItsShare) {
     }
     pids_.clear();
   }
+}
+
+// A workload is all its processes and streams: two processes of the 0.25 workload together get a
+// quarter, whatever the 0.75 workload's four streams do.
+TEST_F(ComputeShareTest, AWorkloadsProcessesAndStreamsShareItsShare) {
+  ExpectShares({{250, 1000, "kernel", 1.0, 2}, {750, 1000, "streams"}}, {0.25, 0.75}, 4, 0.02);
+  for (pid_t pid : pids_) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  pids_.clear();
+  ExpectShares({{250, 1000, "streams"}, {750, 1000, "kernel", 1.0, 3}}, {0.25, 0.75}, 4, 0.02);
 }
 
 // A kernel longer than a turn cannot be cut short, but is charged: over time the workload still

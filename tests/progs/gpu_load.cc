@@ -137,6 +137,10 @@ int main(int argc, char** argv) {
     Check(cuStreamEndCapture(capture, &graph), "cuStreamEndCapture");
     Check(cuGraphInstantiateWithFlags(&graph_exec, graph, 0), "cuGraphInstantiateWithFlags");
   }
+  CUstream streams[4] = {};
+  if (mode == "streams") {
+    for (CUstream& stream : streams) Check(cuStreamCreate(&stream, 1), "cuStreamCreate");
+  }
   const long sync_every = kernel_ms < 50 ? static_cast<long>(50 / kernel_ms) : 1;
   std::printf("ready\n");
   if (mode == "latency") return RunLatency(kernel, blocks, seconds);
@@ -151,6 +155,10 @@ int main(int argc, char** argv) {
     }
     if (mode == "kernel") {
       Check(cuLaunchKernel(kernel, blocks, 1, 1, 1024, 1, 1, 0, nullptr, nullptr, nullptr),
+            "cuLaunchKernel");
+    } else if (mode == "streams") {
+      Check(cuLaunchKernel(kernel, blocks, 1, 1, 1024, 1, 1, 0, streams[launches % 4], nullptr,
+                           nullptr),
             "cuLaunchKernel");
     } else if (mode == "ptsz") {
       Check(cuLaunchKernel_ptsz(kernel, blocks, 1, 1, 1024, 1, 1, 0, nullptr, nullptr, nullptr),
