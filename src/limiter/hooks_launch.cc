@@ -2,7 +2,7 @@
 // per-thread-stream forms): on a GPU whose compute is arbitrated (the limit file's "compute"
 // pair), a launch first waits for this process's turn (compute_arbiter.h). While others wait, the
 // work a process has in flight is bounded: an event is recorded behind each launch, and a launch
-// waits for the one recorded kInFlight launches earlier; at the end of its turn the process
+// waits until at most about half a turn's worth is in flight; at the end of its turn the process
 // waits for all its work before handing the turn on, and is charged for that time. Without a
 // compute setting, or alone and unlimited on the GPU, a launch costs a flag test or two loads.
 #include <pthread.h>
@@ -29,8 +29,9 @@ struct InFlight {
   CUevent events[kInFlight] = {};
   int oldest = 0;
   int pending = 0;
-  // How many launches may be in flight: fewer when waiting for the oldest takes long (long
-  // kernels), so that what is queued past the end of a turn stays about half a turn's worth.
+  // How many launches may stay in flight (at most kInFlight - 1): fewer when waiting for the
+  // oldest takes long (long kernels), so that what is queued past the end of a turn stays about
+  // half a turn's worth.
   int depth = 2;
 };
 
@@ -60,8 +61,8 @@ void Drain(ComputeArbiter& arbiter, InFlight& flight) {
   pthread_mutex_unlock(&flight.lock);
 }
 
-// Records an event behind the launch just queued on `stream`, first waiting (as draining: the
-// holder is busy finishing work, not idle) until fewer than `depth` launches are in flight.
+// Records an event behind the launch just queued on `stream`, then waits (as draining: the holder
+// is busy finishing work, not idle) until at most `depth` launches are in flight.
 void Track(ComputeArbiter& arbiter, InFlight& flight, CUstream stream, bool per_thread) {
   CUcontext context = nullptr;
   if (Real_cuCtxGetCurrent()(&context) != CUDA_SUCCESS || context == nullptr) return;
@@ -72,31 +73,31 @@ void Track(ComputeArbiter& arbiter, InFlight& flight, CUstream stream, bool per_
     flight.pending = 0;
     flight.context = context;
   }
-  if (flight.pending >= flight.depth) {
+  const int i = (flight.oldest + flight.pending) % kInFlight;
+  if (flight.events[i] == nullptr &&
+      Real_cuEventCreate()(&flight.events[i], kEventDisableTiming) != CUDA_SUCCESS) {
+    flight.events[i] = nullptr;
+  } else if ((per_thread ? Real_cuEventRecord_ptsz()(flight.events[i], stream)
+                         : Real_cuEventRecord()(flight.events[i], stream)) == CUDA_SUCCESS) {
+    ++flight.pending;
+  }
+  if (flight.pending > flight.depth) {
     arbiter.SetDraining(true);
-    while (flight.pending >= flight.depth) {
+    while (flight.pending > flight.depth) {
       const uint64_t start = NowNs();
       Real_cuEventSynchronize()(flight.events[flight.oldest]);
       const uint64_t waited = NowNs() - start;
       flight.oldest = (flight.oldest + 1) % kInFlight;
       --flight.pending;
-      // With the ring full, the GPU finishes about one launch per wait: keep half a turn's worth
-      // queued behind the one running.
+      // With more in flight than the depth, the GPU finishes about one launch per wait: keep
+      // at most half a turn's worth queued (none, for launches that long: the next launch waits
+      // for this one, and a turn ends at most one launch late).
       if (waited > 0) {
-        const uint64_t want = 1 + arbiter.TurnNs() / 2 / waited;
-        flight.depth = want >= kInFlight ? kInFlight : static_cast<int>(want);
+        const uint64_t want = arbiter.TurnNs() / 2 / waited;
+        flight.depth = want >= kInFlight - 1 ? kInFlight - 1 : static_cast<int>(want);
       }
     }
     arbiter.SetDraining(false);
-  }
-  const int i = (flight.oldest + flight.pending) % kInFlight;
-  if (flight.events[i] == nullptr &&
-      Real_cuEventCreate()(&flight.events[i], kEventDisableTiming) != CUDA_SUCCESS) {
-    flight.events[i] = nullptr;
-  } else {
-    const CUresult recorded = per_thread ? Real_cuEventRecord_ptsz()(flight.events[i], stream)
-                                         : Real_cuEventRecord()(flight.events[i], stream);
-    if (recorded == CUDA_SUCCESS) ++flight.pending;
   }
   pthread_mutex_unlock(&flight.lock);
 }
