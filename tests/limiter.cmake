@@ -68,4 +68,4 @@ set_target_properties(gpu_load PROPERTIES SKIP_BUILD_RPATH ON
                       RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 gpufrac_test(compute_share_test integration SERIAL SOURCES integration/compute_share_test.cc
              LIBS gpufrac_test_harness simgpu_nvml)
-add_dependencies(compute_share_test gpu_load gpufrac simgpu_cuda simgpu_nvml)
+add_dependencies(compute_share_test gpu_load gpufrac gpufrac_main simgpu_cuda simgpu_nvml)

@@ -1,20 +1,27 @@
 // `gpufrac exec`: validates the request against the GPU, writes a read-only limit file, creates the
 // workload's shared budget, then runs the command with the limiter preloaded and only that GPU
-// visible, and cleans up after it, passing its exit status through.
+// visible, and cleans up after it, passing its exit status through. On a share of a GPU the
+// command takes turns on the GPU's time with the user's other exec commands there, through
+// compute arbiters in a directory the user's exec commands share.
 #include "cli/exec_command.h"
 
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,6 +34,7 @@
 #include "launch/budgets.h"
 #include "launch/environment.h"
 #include "launch/limit_file.h"
+#include "placement/gpu_share.h"
 
 namespace gpufrac::cli {
 namespace {
@@ -37,6 +45,35 @@ constexpr int kExitFailure = 1;
 int Fail(int code, const std::string& message) {
   std::fprintf(stderr, "gpufrac exec: %s\n", message.c_str());
   return code;
+}
+
+// Where the user's exec commands keep their compute arbiters: one directory under /dev/shm per
+// user (random name, mode 0700), named by a record in the user's state directory
+// ($XDG_STATE_HOME/gpufrac, else ~/.local/state/gpufrac). Commands of the same user on a GPU
+// share its arbiter there; other users cannot open it.
+StatusOr<launch::BudgetDir> UserArbiterDir() {
+  std::string state;
+  if (const char* xdg = getenv("XDG_STATE_HOME"); xdg != nullptr && xdg[0] == '/') {
+    state = std::string(xdg) + "/gpufrac";
+  } else if (const char* home = getenv("HOME"); home != nullptr && home[0] == '/') {
+    state = std::string(home) + "/.local/state/gpufrac";
+  } else {
+    return FailedPreconditionError("neither HOME nor XDG_STATE_HOME is an absolute directory");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(state, ec);
+  if (ec) return UnavailableError("cannot create " + state + ": " + ec.message());
+  // Two commands starting at once must not make two directories.
+  const std::string lock_path = state + "/exec-arbiters.lock";
+  const int lock = open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (lock < 0 || flock(lock, LOCK_EX) != 0) {
+    const std::string why = std::strerror(errno);
+    if (lock >= 0) close(lock);
+    return UnavailableError("cannot lock " + lock_path + ": " + why);
+  }
+  StatusOr<launch::BudgetDir> dir = launch::BudgetDir::ForService(state + "/exec-arbiters", 0700);
+  close(lock);
+  return dir;
 }
 
 std::string RandomSuffix() {
@@ -162,7 +199,10 @@ CLI::App* AddExecCommand(CLI::App& app, ExecOptions& o) {
   cmd->add_option("command", o.command, "The command and its arguments, after --");
   cmd->footer(
       "exec runs the command on one GPU (--gpus 1 is all of it) and refuses to run on another\n"
-      "model than --gpu-model; MIG profiles need the node service.\n"
+      "model than --gpu-model; MIG profiles need the node service. On a share of a GPU, the\n"
+      "command takes turns on the GPU's time with your other exec commands there: it gets its\n"
+      "--gpu-compute (default: its memory's share) when they compete, and up to\n"
+      "--gpu-compute-limit (default 1) when they are idle.\n"
       "Example: gpufrac exec --gpu-memory 4G -- python train.py");
   return cmd;
 }
@@ -174,13 +214,6 @@ int RunExec(const ExecOptions& o) {
     return Fail(kExitBadInput,
                 "exec does not create MIG slices; run a command in an existing "
                 "MIG instance with --gpu MIG-UUID, or use the node service");
-  }
-  if (request->compute_milli != 0 || request->compute_limit_milli != 0) {
-    // Turns are taken through an arbiter all workloads on the GPU share; exec's budgets live in a
-    // directory of its own, so there would be nobody to take turns with.
-    return Fail(kExitBadInput,
-                "exec does not divide a GPU's time (--gpu-compute, --gpu-compute-limit): run the "
-                "command through the node service (gpufrac run), which does");
   }
   if (request->kind == GpuRequest::Kind::kWholeGpus && request->gpus != 1) {
     return Fail(kExitBadInput, "exec runs a command on one GPU; write --gpus 1");
@@ -221,6 +254,40 @@ int RunExec(const ExecOptions& o) {
                                    "); ask for more");
   }
 
+  // On a share of the GPU, its time too: the compute request (by default the memory's share) and
+  // limit (by default all of the GPU's idle time), as the node service's fair policy gives.
+  const bool asked_compute = request->compute_milli != 0 || request->compute_limit_milli != 0;
+  launch::LimitedGpu limited{.uuid = device->uuid, .limit_bytes = limit, .context_bytes = context};
+  std::optional<placement::GpuShareSize> share;
+  if (request->kind == GpuRequest::Kind::kMemory) {
+    share = placement::ShareForMemory(limit, device->memory_total, context);
+  } else if (request->kind == GpuRequest::Kind::kFraction) {
+    share = placement::ShareForFraction(request->fraction_milli, device->memory_total, context);
+  }
+  std::optional<launch::BudgetDir> arbiters;
+  if (share && share->milli < kMilliPerGpu) {
+    limited.compute_limit_milli =
+        request->compute_limit_milli != 0 ? request->compute_limit_milli : kMilliPerGpu;
+    limited.compute_milli = std::min(
+        request->compute_milli != 0 ? request->compute_milli : share->milli,
+        limited.compute_limit_milli);
+    StatusOr<launch::BudgetDir> dir = UserArbiterDir();
+    Status made = dir.ok() ? launch::EnsureComputeArbiter(*dir, device->uuid) : dir.status();
+    if (made.ok()) {
+      arbiters = std::move(*dir);
+    } else if (asked_compute) {
+      return Fail(kExitFailure, "cannot share the GPU's time: " + made.message());
+    } else {
+      // Its memory is still limited; its time is what the GPU gives every process.
+      std::fprintf(stderr, "gpufrac exec: %s; the command's GPU time is not arbitrated\n",
+                   made.message().c_str());
+      limited.compute_milli = limited.compute_limit_milli = 0;
+    }
+  } else if (asked_compute) {
+    return Fail(kExitBadInput, "--gpu-compute and --gpu-compute-limit need a share of the GPU, "
+                               "not all of its memory");
+  }
+
   // An absolute path: the command may change directory before it loads CUDA.
   char resolved[PATH_MAX];
   const std::string wanted = LimiterLibraryPath();
@@ -233,13 +300,13 @@ int RunExec(const ExecOptions& o) {
   char workload[64];
   std::snprintf(workload, sizeof(workload), "exec-%d-%s", static_cast<int>(getpid()),
                 RandomSuffix().c_str());
-  const std::vector<launch::LimitedGpu> gpus = {
-      {.uuid = device->uuid, .limit_bytes = limit, .context_bytes = context}};
-  // The budget goes in a directory of this command's own, not by a guessable name in /dev/shm.
+  // The budget goes in a directory of this command's own, not by a guessable name in /dev/shm;
+  // the arbiter (above) is in the one the user's commands share.
   auto budget_dir = launch::BudgetDir::Make(0700);
   if (!budget_dir.ok()) return Fail(kExitFailure, budget_dir.status().message());
-  auto text = launch::LimitFileText(workload, gpus,
+  auto text = launch::LimitFileText(workload, {limited},
                                     {.budget_dir = budget_dir->path(),
+                                     .arbiter_dir = arbiters ? arbiters->path() : "",
                                      .quiet = o.quiet,
                                      .advisory = geteuid() != 0});
   if (!text.ok()) {
@@ -254,7 +321,10 @@ int RunExec(const ExecOptions& o) {
   }
   int rc;
   {
-    auto budgets = launch::WorkloadBudgets::Create(*budget_dir, workload, gpus, std::nullopt);
+    launch::LimitedGpu memory_only = limited;  // no second arbiter in the private directory
+    memory_only.compute_milli = memory_only.compute_limit_milli = 0;
+    auto budgets =
+        launch::WorkloadBudgets::Create(*budget_dir, workload, {memory_only}, std::nullopt);
     if (!budgets.ok()) {
       rc = Fail(kExitFailure, budgets.status().message());
     } else {

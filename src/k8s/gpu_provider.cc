@@ -17,6 +17,7 @@
 #include "gpu/mig_catalogue.h"
 #include "k8s/container_gpus.h"
 #include "k8s/object_fields.h"
+#include "launch/budgets.h"
 #include "launch/limit_file.h"
 #include "node/compute_policy.h"
 
@@ -153,9 +154,21 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
     }
   }
 
+  launch::LimitFileOptions file_options;
+  for (const launch::LimitedGpu& g : limited) {
+    if (g.compute_milli == 0) continue;
+    // The GPU's compute arbiter, which every pod on it joins: a file of the agent's own,
+    // mounted read-write on its own (the container cannot create or replace names beside it).
+    GPUFRAC_ASSIGN_OR_RETURN(const launch::BudgetDir* arbiters, ArbiterDir());
+    GPUFRAC_RETURN_IF_ERROR(launch::EnsureComputeArbiter(*arbiters, g.uuid));
+    const std::string name = launch::ComputeArbiterName(g.uuid);
+    out.mounts.push_back(
+        {std::string(kContainerArbiterDir) + "/" + name, arbiters->path() + "/" + name, false});
+    file_options.arbiter_dir = kContainerArbiterDir;
+  }
   if (!limited.empty()) {
-    GPUFRAC_ASSIGN_OR_RETURN(std::string text,
-                             launch::LimitFileText(WorkloadId(uid, ca.container), limited));
+    GPUFRAC_ASSIGN_OR_RETURN(std::string text, launch::LimitFileText(WorkloadId(uid, ca.container),
+                                                                     limited, file_options));
     std::string dir = options_.host_dir + "/pods/" + uid + "/" + ca.container;
     std::error_code ec;
     fs::create_directories(dir, ec);
@@ -200,6 +213,20 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
   LogInfo("allocated %s container %s: %s", chosen->key.c_str(), ca.container.c_str(),
           out.envs["CUDA_VISIBLE_DEVICES"].c_str());
   return out;
+}
+
+StatusOr<const launch::BudgetDir*> GpuProvider::ArbiterDir() {
+  if (!arbiters_) {
+    const std::string record = options_.host_dir + "/arbiters";
+    StatusOr<launch::BudgetDir> dir = launch::BudgetDir::ForService(record);
+    if (!dir.ok()) {
+      return UnavailableError(
+          "cannot make the directory of the GPUs' compute arbiters (recorded in " + record +
+          "): " + dir.status().message());
+    }
+    arbiters_ = std::move(*dir);
+  }
+  return &*arbiters_;
 }
 
 StatusOr<std::string> GpuProvider::MigUuid(int gpu, const MigGrant& grant,

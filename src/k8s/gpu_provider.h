@@ -2,9 +2,9 @@
 // of shareable slots, and in Allocate finds the pod the kubelet is starting (from the
 // assignments the extender wrote on the pods bound to this node), creates its MIG instance if it
 // has one, writes its read-only limit file (memory, and for a share of a GPU its compute request
-// and limit) and returns what the container gets: the GPU or MIG
-// UUIDs, the limiter library, the limit file, an /etc/ld.so.preload that loads the limiter, and
-// the device nodes.
+// and limit) and returns what the container gets: the GPU or MIG UUIDs, the limiter library, the
+// limit file, an /etc/ld.so.preload that loads the limiter, the device nodes, and for a share
+// whose compute is arbitrated the GPU's compute arbiter, shared with the other pods on the GPU.
 //
 // The kubelet's Allocate does not say which pod it is for. The agent takes the pod bound to this
 // node longest ago (by its assignment's time, then name) that has a container booked on exactly
@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "k8s/cluster_api.h"
 #include "k8s/device_provider.h"
 #include "k8s/inventory.h"
+#include "launch/budget_dir.h"
 #include "mig/backend.h"
 #include "node/compute_policy.h"
 
@@ -46,6 +48,8 @@ struct AgentOptions {
 inline constexpr std::string_view kContainerLimiter = "/usr/local/gpufrac/libgpufrac.so";
 inline constexpr std::string_view kContainerLimitFile = "/etc/gpufrac/limits";
 inline constexpr std::string_view kContainerPreload = "/etc/ld.so.preload";
+// A shared GPU's compute arbiter appears here as compute.<uuid>.
+inline constexpr std::string_view kContainerArbiterDir = "/etc/gpufrac";
 
 class GpuProvider : public DeviceProvider {
  public:
@@ -68,6 +72,9 @@ class GpuProvider : public DeviceProvider {
   int CleanUp(const std::vector<std::string>& live);
 
  private:
+  // The agent's directory of compute arbiters (one per shared GPU, made on first use and kept
+  // across restarts: its path is recorded in host_dir/arbiters).
+  StatusOr<const launch::BudgetDir*> ArbiterDir();
   StatusOr<std::string> MigUuid(int gpu, const MigGrant& grant,
                                 const std::vector<nlohmann::json>& pods);
 
@@ -76,6 +83,7 @@ class GpuProvider : public DeviceProvider {
   mig::MigBackend* mig_;
   mutable std::mutex mu_;  // Guards inventory_ and serialises Allocate.
   NodeInventory inventory_;
+  std::optional<launch::BudgetDir> arbiters_;  // Guarded by mu_.
 };
 
 }  // namespace gpufrac::k8s

@@ -78,11 +78,11 @@ StatusOr<BudgetDir> BudgetDir::Open(const std::string& path) {
   return BudgetDir(path, fd);
 }
 
-StatusOr<BudgetDir> BudgetDir::ForService(const std::string& record) {
+StatusOr<BudgetDir> BudgetDir::ForService(const std::string& record, mode_t mode) {
   if (std::string path = ReadRecord(record); !path.empty()) {
     if (StatusOr<BudgetDir> dir = Open(path); dir.ok()) return dir;
   }
-  GPUFRAC_ASSIGN_OR_RETURN(BudgetDir dir, Make(0711));
+  GPUFRAC_ASSIGN_OR_RETURN(BudgetDir dir, Make(mode));
   // Replaced whole: a crash leaves the old record or the new one, never half of one.
   std::string next = record + ".new";
   unlink(next.c_str());

@@ -8,6 +8,8 @@
 // there by name could be another user's object (with another limit), a directory, or a FIFO.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 
 #include "common/status.h"
@@ -23,9 +25,9 @@ class BudgetDir {
   // one else can write; kFailedPrecondition saying which check failed otherwise.
   static StatusOr<BudgetDir> Open(const std::string& path);
   // The service's directory, kept across restarts: the one named in `record` (a file in the
-  // service's own state directory) if it still passes Open's checks, else a new one (Make, 0711)
-  // whose path replaces the record's.
-  static StatusOr<BudgetDir> ForService(const std::string& record);
+  // service's own state directory) if it still passes Open's checks, else a new one (Make with
+  // `mode`) whose path replaces the record's.
+  static StatusOr<BudgetDir> ForService(const std::string& record, mode_t mode = 0711);
 
   BudgetDir(BudgetDir&& other) noexcept;
   BudgetDir& operator=(BudgetDir&& other) noexcept;

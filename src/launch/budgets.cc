@@ -21,6 +21,17 @@ std::string BudgetFileOf(const std::string& workload, const std::string& uuid) {
 
 }  // namespace
 
+std::string ComputeArbiterName(const std::string& uuid) { return "compute." + uuid; }
+
+Status EnsureComputeArbiter(const BudgetDir& dir, const std::string& uuid) {
+  char err[400];
+  if (!limiter::ComputeArbiter::CreateAt(dir.fd(), ComputeArbiterName(uuid).c_str(),
+                                         limiter::kDefaultTurnNs, err, sizeof(err))) {
+    return UnavailableError(err);
+  }
+  return OkStatus();
+}
+
 StatusOr<WorkloadBudgets> WorkloadBudgets::Create(const BudgetDir& dir, const std::string& workload,
                                                   const std::vector<LimitedGpu>& gpus,
                                                   std::optional<Owner> owner) {
@@ -39,12 +50,7 @@ StatusOr<WorkloadBudgets> WorkloadBudgets::Create(const BudgetDir& dir, const st
       return UnavailableError(err);
     }
     made.names_.push_back(name);
-    // The GPU's compute arbiter, which every workload on it shares and which outlives them.
-    if (gpu.compute_milli != 0 &&
-        !limiter::ComputeArbiter::CreateAt(dir.fd(), ("compute." + gpu.uuid).c_str(),
-                                           limiter::kDefaultTurnNs, err, sizeof(err))) {
-      return UnavailableError(err);
-    }
+    if (gpu.compute_milli != 0) GPUFRAC_RETURN_IF_ERROR(EnsureComputeArbiter(dir, gpu.uuid));
   }
   return made;
 }
@@ -84,7 +90,7 @@ uint64_t WorkloadBudgets::MemoryInUse(const BudgetDir& dir, const std::string& w
 uint64_t WorkloadBudgets::ComputeTimeUsed(const BudgetDir& dir, const std::string& workload,
                                           const std::string& uuid) {
   uint64_t ns = 0;
-  return limiter::ComputeArbiter::PeekUsedNs(dir.fd(), ("compute." + uuid).c_str(),
+  return limiter::ComputeArbiter::PeekUsedNs(dir.fd(), ComputeArbiterName(uuid).c_str(),
                                              workload.c_str(), &ns)
              ? ns
              : 0;

@@ -16,6 +16,12 @@
 
 namespace gpufrac::launch {
 
+// The file name of GPU `uuid`'s compute arbiter in a budget directory ("compute.<uuid>").
+std::string ComputeArbiterName(const std::string& uuid);
+// Makes GPU `uuid`'s compute arbiter in `dir` unless it exists (limiter/compute_arbiter.h: every
+// workload on the GPU shares it, and it outlives them).
+Status EnsureComputeArbiter(const BudgetDir& dir, const std::string& uuid);
+
 class WorkloadBudgets {
  public:
   // The user the workload runs as, when the launcher (root) is not that user: the budgets are

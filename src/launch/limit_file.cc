@@ -64,6 +64,11 @@ StatusOr<std::string> LimitFileText(const std::string& workload,
     return InvalidArgumentError("budget directory " + options.budget_dir + " is too long");
   }
   std::snprintf(config.budget_dir, sizeof(config.budget_dir), "%s", options.budget_dir.c_str());
+  if (options.arbiter_dir.size() > limiter::kMaxBudgetDirLen) {
+    return InvalidArgumentError("arbiter directory " + options.arbiter_dir + " is too long");
+  }
+  std::snprintf(config.arbiter_dir, sizeof(config.arbiter_dir), "%s",
+                options.arbiter_dir.c_str());
   config.gpu_count = static_cast<int>(gpus.size());
   std::set<std::string> seen;
   for (size_t i = 0; i < gpus.size(); ++i) {

@@ -28,6 +28,9 @@ struct LimitFileOptions {
   // The launcher's budget directory (launch/budget_dir.h), where the limiter attaches to the
   // budgets; "" when the limiter makes them in its own /dev/shm (a container's).
   std::string budget_dir = {};
+  // Where the workload finds the GPUs' compute arbiters, when not in budget_dir (a container's
+  // mounts).
+  std::string arbiter_dir = {};
   bool quiet = false;  // No over-limit message.
   // Written by the workload's own user (a launcher not running as root): the limiter accepts it
   // only where no system service runs the GPUs (limiter/limit_config.h, LoadLimitFile).

@@ -67,15 +67,28 @@ bool ComputeArbiter::CreateAt(int dir_fd, const char* name, uint64_t turn_ns, ch
                               size_t err_len) {
   int fd = openat(dir_fd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0 && errno == EEXIST) {
-    // Made earlier by this launcher: only it creates names in its directory. Still check it is
-    // what it made before trusting it.
+    // Made earlier by this launcher: only it creates names in its directory. Kept if it is what
+    // this version makes (workloads may be using it); else (an older version's) replaced, and
+    // workloads still mapping the old one take turns there until they end.
     fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
-    bool ours = fd >= 0 && StatFd(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-                st.st_size == static_cast<off_t>(sizeof(ArbiterSegment)) && st.st_uid == geteuid();
+    uint64_t magic = 0;
+    uint32_t version = 0;
+    const bool current =
+        fd >= 0 && StatFd(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+        st.st_size == static_cast<off_t>(sizeof(ArbiterSegment)) && st.st_uid == geteuid() &&
+        pread(fd, &magic, sizeof(magic), offsetof(ArbiterSegment, magic)) == sizeof(magic) &&
+        pread(fd, &version, sizeof(version), offsetof(ArbiterSegment, version)) ==
+            sizeof(version) &&
+        magic == kMagic && version == kVersion;
     if (fd >= 0) close(fd);
-    if (!ours) snprintf(err, err_len, "%s is not a compute arbiter this launcher made", name);
-    return ours;
+    if (current) return true;
+    if (unlinkat(dir_fd, name, 0) != 0) {
+      snprintf(err, err_len, "%s is not a compute arbiter and cannot be replaced: %s", name,
+               strerror(errno));
+      return false;
+    }
+    fd = openat(dir_fd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   }
   if (fd < 0) {
     snprintf(err, err_len, "cannot create the compute arbiter %s: %s", name, strerror(errno));

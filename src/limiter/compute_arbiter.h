@@ -116,9 +116,10 @@ struct ArbiterSegment {
 // One process's membership of one GPU's arbiter.
 class ComputeArbiter {
  public:
-  // For launchers: makes the segment `name` in their budget directory `dir_fd` unless it exists
-  // (the directory is theirs: only they create names in it), readable and writable by every
-  // workload (mode 0666). False with a reason otherwise.
+  // For launchers: makes the segment `name` in their budget directory `dir_fd` unless a segment
+  // of this version exists (the directory is theirs: only they create names in it; anything else
+  // there is replaced), readable and writable by every workload (mode 0666). False with a reason
+  // otherwise.
   static bool CreateAt(int dir_fd, const char* name, uint64_t turn_ns, char* err, size_t err_len);
 
   // For launchers: the GPU time charged so far to `workload` in the segment `name` of their

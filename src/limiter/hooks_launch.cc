@@ -144,14 +144,17 @@ CUresult Gated(CUstream stream, bool per_thread, Launch launch) {
 namespace gpufrac::limiter {
 
 void AttachComputeArbiters() {
-  if (g_rt.config.budget_dir[0] == '\0') return;  // a container's own /dev/shm: no neighbours
+  // A container's own /dev/shm has no neighbours: its launcher names where the arbiters are.
+  const char* dir =
+      g_rt.config.arbiter_dir[0] != '\0' ? g_rt.config.arbiter_dir : g_rt.config.budget_dir;
+  if (dir[0] == '\0') return;
   for (int g = 0; g < g_rt.config.gpu_count; ++g) {
     const GpuLimit& limit = g_rt.config.gpus[g];
     if (limit.compute_milli == 0) continue;
     char name[96];
     snprintf(name, sizeof(name), "compute.%s", limit.uuid);
     char err[400];
-    if (g_arbiters[g].Attach(g_rt.config.budget_dir, name, g_rt.config.workload,
+    if (g_arbiters[g].Attach(dir, name, g_rt.config.workload,
                              static_cast<uint32_t>(limit.compute_milli),
                              static_cast<uint32_t>(limit.compute_limit_milli), err, sizeof(err))) {
       g_any_arbiter.store(true, std::memory_order_relaxed);

@@ -22,6 +22,18 @@ bool IsIdChar(char c) {
          c == '_' || c == '.';
 }
 
+// An absolute path of plain components: no "." or "..", nothing a shell or a reader of logs
+// would take for something else.
+bool ValidDir(const char* dir) {
+  bool valid = dir[0] == '/' && strstr(dir, "/./") == nullptr && strstr(dir, "/../") == nullptr &&
+               strstr(dir, "//") == nullptr;
+  const size_t n = strlen(dir);
+  if (n >= 2 && strcmp(dir + n - 2, "/.") == 0) valid = false;
+  if (n >= 3 && strcmp(dir + n - 3, "/..") == 0) valid = false;
+  for (const char* p = dir; *p; ++p) valid = valid && (IsIdChar(*p) || *p == '/');
+  return valid;
+}
+
 int HexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -169,20 +181,14 @@ bool ParseLimitConfig(const char* text, size_t len, LimitConfig* out, char* err,
                  kMaxWorkloadIdLen);
         return false;
       }
-    } else if (strcmp(tok[0], "budgets") == 0 && count == 2) {
-      // An absolute path of plain components: no "." or "..", nothing a shell or a reader of
-      // logs would take for something else.
-      bool valid = tok[1][0] == '/' && strstr(tok[1], "/./") == nullptr &&
-                   strstr(tok[1], "/../") == nullptr && strstr(tok[1], "//") == nullptr;
-      size_t n = strlen(tok[1]);
-      if (n >= 2 && strcmp(tok[1] + n - 2, "/.") == 0) valid = false;
-      if (n >= 3 && strcmp(tok[1] + n - 3, "/..") == 0) valid = false;
-      for (const char* p = tok[1]; *p; ++p) valid = valid && (IsIdChar(*p) || *p == '/');
-      if (!valid || !CopyBounded(tok[1], out->budget_dir, kMaxBudgetDirLen)) {
+    } else if ((strcmp(tok[0], "budgets") == 0 || strcmp(tok[0], "arbiters") == 0) &&
+               count == 2) {
+      char* dir = tok[0][0] == 'b' ? out->budget_dir : out->arbiter_dir;
+      if (!ValidDir(tok[1]) || !CopyBounded(tok[1], dir, kMaxBudgetDirLen)) {
         snprintf(err, err_len,
-                 "line %d: budgets must be an absolute directory of at most %zu letters, digits, "
+                 "line %d: %s must be an absolute directory of at most %zu letters, digits, "
                  "'-', '_', '.' and '/'",
-                 line_no, kMaxBudgetDirLen);
+                 line_no, tok[0], kMaxBudgetDirLen);
         return false;
       }
     } else if (strcmp(tok[0], "advisory") == 0 && count == 2 &&
@@ -362,6 +368,10 @@ size_t FormatLimitConfig(const LimitConfig& config, char* buf, size_t buf_len) {
   if (config.advisory && !append(snprintf(buf + used, buf_len - used, "advisory 1\n"))) return 0;
   if (config.budget_dir[0] != '\0' &&
       !append(snprintf(buf + used, buf_len - used, "budgets %s\n", config.budget_dir))) {
+    return 0;
+  }
+  if (config.arbiter_dir[0] != '\0' &&
+      !append(snprintf(buf + used, buf_len - used, "arbiters %s\n", config.arbiter_dir))) {
     return 0;
   }
   for (int i = 0; i < config.gpu_count; ++i) {

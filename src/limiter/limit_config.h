@@ -8,6 +8,8 @@
 //   advisory 0|1                   1: written by the workload's own user (see LoadLimitFile)
 //   budgets <dir>                  where the launcher made the budgets (absolute); without it,
 //                                  the limiter makes them itself in /dev/shm (containers)
+//   arbiters <dir>                 where the GPUs' compute arbiters are (absolute; default: the
+//                                  budgets directory; without either, compute is not arbitrated)
 //   gpu <uuid> limit <bytes> context <bytes> compute <milli> compute-limit <milli>
 // <uuid> is the device's GPU-... or MIG-... UUID. Every field is required except quiet, context
 // and the compute pair (thousandths of the GPU's time: guaranteed, and at most; both or neither).
@@ -46,6 +48,8 @@ struct LimitConfig {
   // Where the budgets are, made by the launcher in a directory the workload cannot create names
   // in; "" when the limiter makes them in /dev/shm.
   char budget_dir[kMaxBudgetDirLen + 1];
+  // Where the compute arbiters are ("compute.<uuid>", compute_arbiter.h); "": in budget_dir.
+  char arbiter_dir[kMaxBudgetDirLen + 1];
   // Written by the workload's own user (gpufrac exec, a user's own service): it limits by
   // agreement, not by force, since that user could rewrite it.
   bool advisory;

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,6 +48,7 @@ class ComputeShareTest : public ::testing::Test {
   ComputeShareTest() : machine_("1xH100-80GB"), uuid_(machine_.Uuid()) {
     char tmpl[] = "/tmp/gpufrac-compute-XXXXXX";
     dir_ = mkdtemp(tmpl);
+    prefix_ = dir_.substr(dir_.rfind('-') + 1) + "-";
     dir_fd_ = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     char err[256];
     EXPECT_TRUE(limiter::ComputeArbiter::CreateAt(dir_fd_, ("compute." + uuid_).c_str(),
@@ -61,20 +63,29 @@ class ComputeShareTest : public ::testing::Test {
     }
     close(dir_fd_);
     std::filesystem::remove_all(dir_);
+    for (const auto& [pid, id] : workloads_) {
+      char name[200];
+      limiter::BudgetName(id.c_str(), uuid_.c_str(), name, sizeof(name));
+      shm_unlink(name);
+    }
   }
 
   // Starts a workload with `share` running `seconds`; returns its (first) process's pid once its
   // processes have a context.
   pid_t StartWorkload(const Share& share, double seconds) {
-    const std::string id = "w" + std::to_string(next_id_++);
+    const std::string id = prefix_ + "w" + std::to_string(next_id_++);
     char name[200], err[256];
     limiter::BudgetName(id.c_str(), uuid_.c_str(), name, sizeof(name));
     EXPECT_TRUE(limiter::Budget::CreateAt(dir_fd_, name + 1, uint64_t{20} << 30, 0, -1, -1, err,
                                           sizeof(err)))
         << err;
     const std::string limits = dir_ + "/" + id + ".limits";
-    std::ofstream(limits) << "gpufrac-limits 1\nworkload " << id << "\nbudgets " << dir_
-                          << "\ngpu " << uuid_ << " limit " << (uint64_t{20} << 30)
+    // A container's limit file (the Kubernetes agent's) has no budget directory: the limiter
+    // makes the memory budget in its own /dev/shm, and finds the arbiter where it is mounted.
+    const std::string where =
+        as_container_ ? "arbiters " + dir_ + "\n" : "budgets " + dir_ + "\n";
+    std::ofstream(limits) << "gpufrac-limits 1\nworkload " << id << "\n"
+                          << where << "gpu " << uuid_ << " limit " << (uint64_t{20} << 30)
                           << " context 0 compute " << share.request << " compute-limit "
                           << share.limit << "\n";
     chmod(limits.c_str(), 0444);
@@ -166,6 +177,8 @@ class ComputeShareTest : public ::testing::Test {
   std::map<pid_t, std::vector<pid_t>> members_;  // a workload's processes, by first process
   std::vector<double> charged_;
   int next_id_ = 0;
+  std::string prefix_;         // of workload ids: unique to the test (budgets may be in /dev/shm)
+  bool as_container_ = false;  // limit files as the Kubernetes agent writes them
 };
 
 TEST_F(ComputeShareTest, AQuarterAndThreeQuartersGetTheirRequests) {
@@ -208,6 +221,58 @@ TEST_F(ComputeShareTest, AWorkloadsProcessesAndStreamsShareItsShare) {
   }
   pids_.clear();
   ExpectShares({{250, 1000, "streams"}, {750, 1000, "kernel", 1.0, 3}}, {0.25, 0.75}, 4, 0.02);
+}
+
+// Containers (the Kubernetes agent's limit files: memory budgets in their own /dev/shm, the
+// GPU's arbiter mounted) take turns as the node service's jobs do.
+TEST_F(ComputeShareTest, ContainersTakeTurnsThroughTheArbiterTheirAgentMounted) {
+  as_container_ = true;
+  ExpectShares({{250, 1000}, {750, 1000}}, {0.25, 0.75}, 4, 0.02);
+}
+
+// `gpufrac exec` commands of one user on a GPU take turns too: one with 20 GiB of the 80 GiB GPU
+// (its compute request is its memory's share, 0.25) and one asking for 0.75.
+TEST_F(ComputeShareTest, ExecCommandsOfOneUserTakeTurns) {
+  auto env = Merge(machine_.Env(), {{"HOME", dir_}});
+  std::vector<pid_t> loads;
+  for (const std::vector<std::string>& request :
+       {std::vector<std::string>{"--gpu-memory", "20G"},
+        std::vector<std::string>{"--gpu-fraction", "0.5", "--gpu-compute", "0.75"}}) {
+    std::vector<std::string> argv = {BuildPath("bin/gpufrac"), "exec"};
+    argv.insert(argv.end(), request.begin(), request.end());
+    for (const char* arg : {"--", "", "kernel", "1", "8"}) argv.push_back(arg);
+    argv[argv.size() - 4] = BuildPath("tests/gpu_load");
+    std::string seen;
+    const pid_t exec = Start(argv, env, "ready", &seen);
+    ASSERT_NE(seen.find("ready"), std::string::npos) << seen;
+    pids_.push_back(exec);
+    // The command is gpufrac's child: its engine time is the workload's.
+    std::ifstream children("/proc/" + std::to_string(exec) + "/task/" + std::to_string(exec) +
+                           "/children");
+    pid_t load = 0;
+    ASSERT_TRUE(children >> load) << "gpufrac exec has no child";
+    members_[load] = {load};
+    loads.push_back(load);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const std::vector<double> got = Measure(loads, 4);
+  std::printf("exec shares: %.3f / %.3f\n", got[0], got[1]);
+  EXPECT_NEAR(got[0], 0.25, 0.02);
+  EXPECT_NEAR(got[1], 0.75, 0.02);
+  // Their arbiter is in a directory of this user's, recorded in the user's state directory.
+  std::ifstream record(dir_ + "/.local/state/gpufrac/exec-arbiters");
+  std::string arbiters;
+  ASSERT_TRUE(std::getline(record, arbiters));
+  struct stat st;
+  ASSERT_EQ(stat(arbiters.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_EQ(access((arbiters + "/compute." + uuid_).c_str(), R_OK | W_OK), 0);
+  for (pid_t pid : pids_) {
+    kill(pid, SIGTERM);
+    waitpid(pid, nullptr, 0);
+  }
+  pids_.clear();
+  std::filesystem::remove_all(arbiters);
 }
 
 // A kernel longer than a turn cannot be cut short, but is charged: over time the workload still

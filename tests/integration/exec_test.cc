@@ -132,8 +132,9 @@ TEST_F(ExecTest, BadInputIsOneLineAndExitStatusTwo) {
       {{"--gpu-fraction", "1", "--", "true"}, "is a whole GPU; write --gpus 1"},
       {{"--gpus", "2", "--", "true"}, "exec runs a command on one GPU"},
       {{"--mig-profile", "1g.10gb", "--", "true"}, "exec does not create MIG slices"},
-      {{"--gpu-memory", "1G", "--gpu-compute", "0.5", "--", "true"},
-       "exec does not divide a GPU's time"},
+      {{"--gpus", "1", "--gpu-compute", "0.5", "--", "true"}, "whole GPUs have all of their compute"},
+      {{"--gpu-memory", "40G", "--gpu-compute", "0.5", "--", "true"},
+       "need a share of the GPU, not all of its memory"},
       {{"--gpus", "1", "--gpu-model", "A30-24GB", "--", "true"}, ", not A30-24GB"},
   };
   for (const Case& c : cases) {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "k8s/object_fields.h"
 #include "k8s/reservations.h"
 #include "k8s/test_objects.h"
+#include "limiter/compute_arbiter.h"
 #include "simgpu/fault_injection.h"
 #include "simgpu/shared_machine.h"
 
@@ -473,6 +475,55 @@ TEST_F(K8sEndToEnd, TheLimitFileCarriesTheComputeRequestAndLimit) {
                                               {"gpufrac.io/gpu-memory", "1024"},
                                               {"gpufrac.io/gpu-compute", "500"}}));
   EXPECT_NE(Schedule(more).find("filter:"), std::string::npos);
+}
+
+// Pods sharing a GPU take turns through one compute arbiter: each container gets the agent's
+// segment of its GPU, mounted read-write on its own where its limit file says, and the segment
+// stays where it is when the agent restarts.
+TEST_F(K8sEndToEnd, PodsOnAGpuShareItsComputeArbiter) {
+  StartAll("1xH100-80GB");
+  KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+  std::vector<std::string> segments;
+  std::string uuid;
+  for (const auto& [name, milli] : {std::pair{"small", 250}, std::pair{"large", 750}}) {
+    json pod = server_->Put(PodObject(name, testing::FractionLimits(milli)));
+    ASSERT_EQ(Schedule(pod), "");
+    std::optional<Assignment> a = AssignmentOf(*server_->Get("pods", "team-a", name));
+    ASSERT_TRUE(a.has_value());
+    uuid = a->containers[0].gpus[0].uuid;
+    v1beta1::AllocateResponse response;
+    grpc::Status st =
+        kubelet.Allocate({{"gpu0-slot" + std::to_string(segments.size())}}, &response);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    std::string limits, segment;
+    for (const auto& m : response.container_responses(0).mounts()) {
+      if (m.container_path() == "/etc/gpufrac/limits") limits = ReadFile(m.host_path());
+      if (m.container_path() == "/etc/gpufrac/compute." + uuid) {
+        EXPECT_FALSE(m.read_only());
+        segment = m.host_path();
+      }
+    }
+    EXPECT_NE(limits.find("\narbiters /etc/gpufrac\n"), std::string::npos) << limits;
+    EXPECT_NE(limits.find(" compute " + std::to_string(milli) + " "), std::string::npos) << limits;
+    ASSERT_FALSE(segment.empty()) << "no compute arbiter mounted";
+    segments.push_back(segment);
+  }
+  EXPECT_EQ(segments[0], segments[1]);
+  // It is a segment workloads join (from where the container sees it mounted).
+  const std::string dir = segments[0].substr(0, segments[0].rfind('/'));
+  char err[256] = "";
+  limiter::ComputeArbiter member;
+  EXPECT_TRUE(member.Attach(dir.c_str(), ("compute." + uuid).c_str(), "pod-a", 250, 1000, err,
+                            sizeof(err)))
+      << err;
+  // Nobody else can create names beside it.
+  struct stat st;
+  ASSERT_EQ(stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0022, 0u);
+
+  // Its directory is recorded, so that a restarted agent hands new pods the same segment.
+  EXPECT_EQ(ReadFile(host_dir_.path() + "/arbiters"), dir + "\n");
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(K8sEndToEnd, AStrictAgentLimitsAPodToItsComputeRequestUnlessItGivesALimit) {

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -94,11 +95,35 @@ TEST_F(ComputeArbiterSlotsTest, OnlyASegmentOfTheLaunchersOwnIsKept) {
   ASSERT_EQ(mkdirat(dir_fd_, "compute.other", 0700), 0);
   EXPECT_FALSE(
       ComputeArbiter::CreateAt(dir_fd_, "compute.other", kDefaultTurnNs, err, sizeof(err)));
-  EXPECT_NE(std::string(err).find("is not a compute arbiter this launcher made"), std::string::npos)
+  EXPECT_NE(std::string(err).find("is not a compute arbiter and cannot be replaced"),
+            std::string::npos)
       << err;
   ComputeArbiter arbiter;
   EXPECT_FALSE(arbiter.Attach(dir_.c_str(), "compute.other", "w", 10, 1000, err, sizeof(err)));
   EXPECT_NE(std::string(err).find("no compute arbiter at"), std::string::npos) << err;
+}
+
+// A segment an older version made (another layout), or a file cut short, is replaced by one this
+// version's workloads can join.
+TEST_F(ComputeArbiterSlotsTest, AnOlderVersionsSegmentIsReplaced) {
+  for (const off_t size : {static_cast<off_t>(sizeof(ArbiterSegment)), off_t{4096}}) {
+    SCOPED_TRACE(size);
+    int fd = openat(dir_fd_, "compute.old", O_RDWR | O_CREAT | O_TRUNC, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, size), 0);
+    const uint64_t magic = 0x6770756672616361ULL;
+    const uint32_t version = 1;
+    ASSERT_EQ(pwrite(fd, &magic, sizeof(magic), offsetof(ArbiterSegment, magic)), 8);
+    ASSERT_EQ(pwrite(fd, &version, sizeof(version), offsetof(ArbiterSegment, version)), 4);
+    close(fd);
+    char err[256] = "";
+    ComputeArbiter before;
+    EXPECT_FALSE(before.Attach(dir_.c_str(), "compute.old", "w", 10, 1000, err, sizeof(err)));
+    ASSERT_TRUE(ComputeArbiter::CreateAt(dir_fd_, "compute.old", kDefaultTurnNs, err, sizeof(err)))
+        << err;
+    ComputeArbiter after;
+    EXPECT_TRUE(after.Attach(dir_.c_str(), "compute.old", "w", 10, 1000, err, sizeof(err))) << err;
+  }
 }
 
 }  // namespace

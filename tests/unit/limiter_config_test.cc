@@ -61,6 +61,13 @@ TEST(LimitConfigTest, RoundTripsThroughTheFormat) {
   ASSERT_GT(n, 0u);
   ASSERT_TRUE(ParseLimitConfig(buf, n, &back, err, sizeof(err))) << err;
   EXPECT_STREQ(back.budget_dir, "/dev/shm/gpufrac-Xy_9.z");
+  EXPECT_STREQ(back.arbiter_dir, "");  // Not given: the arbiters are in the budget directory.
+
+  std::strcpy(c.arbiter_dir, "/etc/gpufrac");
+  n = FormatLimitConfig(c, buf, sizeof(buf));
+  ASSERT_GT(n, 0u);
+  ASSERT_TRUE(ParseLimitConfig(buf, n, &back, err, sizeof(err))) << err;
+  EXPECT_STREQ(back.arbiter_dir, "/etc/gpufrac");
 }
 
 TEST(LimitConfigTest, ABudgetDirectoryIsAPlainAbsolutePath) {
@@ -68,10 +75,12 @@ TEST(LimitConfigTest, ABudgetDirectoryIsAPlainAbsolutePath) {
       "gpufrac-limits 1\nworkload w\ngpu " + std::string(kUuid) + " limit 10\n";
   for (const char* bad : {"dev/shm/x", "/dev/shm/../etc", "/dev/shm/..", "/a/./b", "/a//b",
                           "/dev/shm/$HOME", "/dev/shm/a\x1b[2J"}) {
-    EXPECT_NE(
-        ParseError(head + "budgets " + bad + "\n").find("line 4: budgets must be an absolute"),
-        std::string::npos)
-        << bad;
+    for (const std::string directive : {"budgets", "arbiters"}) {
+      EXPECT_NE(ParseError(head + directive + " " + bad + "\n")
+                    .find("line 4: " + directive + " must be an absolute"),
+                std::string::npos)
+          << directive << " " << bad;
+    }
   }
   EXPECT_NE(ParseError(head + "budgets /" + std::string(200, 'a') + "\n").find("budgets must"),
             std::string::npos);
