@@ -29,12 +29,6 @@ constexpr uint64_t kMaxSleepNs = 50'000'000;
 // How long a lock may take before the caller gives up on arbitration for this launch.
 constexpr long kLockTimeoutNs = 100'000'000;
 
-uint64_t Now() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 uint64_t WorkloadKey(const char* workload) {
   uint64_t h = 1469598103934665603ULL;  // FNV-1a
   for (const char* p = workload; *p; ++p) {
@@ -62,6 +56,12 @@ int SlotOf(uint64_t holder) { return static_cast<int>(holder >> 32) - 1; }
 pid_t PidOf(uint64_t holder) { return static_cast<pid_t>(holder & 0xffffffffu); }
 
 }  // namespace
+
+uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 bool ComputeArbiter::CreateAt(int dir_fd, const char* name, uint64_t turn_ns, char* err,
                               size_t err_len) {
@@ -191,7 +191,7 @@ bool ComputeArbiter::Attach(const char* dir, const char* name, const char* workl
   key_ = WorkloadKey(workload);
   weight_ = weight;
   limit_milli_ = limit;
-  const bool joined = JoinLocked(Now());
+  const bool joined = JoinLocked(MonotonicNs());
   Unlock();
   if (!joined) {
     snprintf(err, err_len, "the compute arbiter %s has no free slot (%d workloads in use)", path,
@@ -223,7 +223,6 @@ bool ComputeArbiter::JoinLocked(uint64_t now) {
     slot.weight.store(weight_, std::memory_order_relaxed);
     slot.limit.store(limit_milli_, std::memory_order_relaxed);
     slot.waiting.store(0, std::memory_order_relaxed);
-    slot.attached.store(0, std::memory_order_relaxed);
     slot.vtime.store(0, std::memory_order_relaxed);
     slot.tokens_ns.store(static_cast<int64_t>(seg_->turn_ns / 2), std::memory_order_relaxed);
     slot.tokens_at_ns.store(now, std::memory_order_relaxed);
@@ -234,7 +233,6 @@ bool ComputeArbiter::JoinLocked(uint64_t now) {
     found = spare;
   }
   if (found < 0) return false;
-  seg_->slots[found].attached.fetch_add(1, std::memory_order_relaxed);
   slot_ = found;
   token_ = (static_cast<uint64_t>(slot_) + 1) << 32 | static_cast<uint32_t>(getpid());
   limited_ = limit_milli_ < 1000;
@@ -285,7 +283,7 @@ void ComputeArbiter::Charge(int s, uint64_t ns) {
   uint32_t weight = slot.weight.load(std::memory_order_relaxed);
   if (weight == 0) weight = 1;
   slot.used_ns.fetch_add(ns, std::memory_order_relaxed);
-  slot.busy_at_ns.store(Now(), std::memory_order_relaxed);
+  slot.busy_at_ns.store(MonotonicNs(), std::memory_order_relaxed);
   slot.vtime.fetch_add(ns * 1000 / weight, std::memory_order_relaxed);
   if (slot.limit.load(std::memory_order_relaxed) < 1000) {
     slot.tokens_ns.fetch_sub(static_cast<int64_t>(ns), std::memory_order_relaxed);
@@ -386,9 +384,9 @@ void ComputeArbiter::Bypass(uint64_t now, const char* why) {
 }
 
 ComputeArbiter::Gate ComputeArbiter::CheckSlow(uint64_t holder) {
-  if (bypass_until_ns_.load(std::memory_order_relaxed) > Now()) return Gate::kGo;
+  if (bypass_until_ns_.load(std::memory_order_relaxed) > MonotonicNs()) return Gate::kGo;
   if (holder == token_) {
-    const uint64_t now = Now();
+    const uint64_t now = MonotonicNs();
     if (now < seg_->deadline_ns.load(std::memory_order_relaxed)) return Gate::kGo;
     if (limited_ || seg_->check.load(std::memory_order_relaxed) != 0) {
       return Gate::kDrainThenRelease;
@@ -396,7 +394,7 @@ ComputeArbiter::Gate ComputeArbiter::CheckSlow(uint64_t holder) {
     // Alone and unlimited: the turn is renewed without draining.
     if (!Lock()) return Gate::kGo;
     if (seg_->holder.load(std::memory_order_relaxed) == token_) {
-      const uint64_t now = Now();
+      const uint64_t now = MonotonicNs();
       Charge(slot_, now - seg_->turn_start_ns.load(std::memory_order_relaxed));
       seg_->turn_start_ns.store(now, std::memory_order_relaxed);
       seg_->deadline_ns.store(now + seg_->turn_ns, std::memory_order_relaxed);
@@ -405,7 +403,7 @@ ComputeArbiter::Gate ComputeArbiter::CheckSlow(uint64_t holder) {
     return Gate::kGo;
   }
   // Handed to this workload: any of its processes takes it.
-  if (SlotOf(holder) == slot_ && PidOf(holder) == 0 && Claim(holder, Now())) return Gate::kGo;
+  if (SlotOf(holder) == slot_ && PidOf(holder) == 0 && Claim(holder, MonotonicNs())) return Gate::kGo;
   return Gate::kAcquire;
 }
 
@@ -430,7 +428,7 @@ bool ComputeArbiter::Release() {
   // Taken from it while it drained: whoever took it charged it up to then.
   bool kept = false;
   if (seg_->holder.load(std::memory_order_relaxed) == token_) {
-    const uint64_t now = Now();
+    const uint64_t now = MonotonicNs();
     Charge(slot_, now - seg_->turn_start_ns.load(std::memory_order_relaxed));
     // It wants the GPU again at once, so it competes for the next turn like the waiters: its
     // workload keeps the GPU while its virtual time is still the least. The turn is then this
@@ -458,13 +456,13 @@ bool ComputeArbiter::Acquire() {
   // Its slot was given to another workload while it was idle for kStaleNs: it joins again.
   if (seg_->slots[slot_].key.load(std::memory_order_relaxed) != key_) {
     if (!Lock()) {
-      Bypass(Now(), "the GPU's compute arbiter stays locked");
+      Bypass(MonotonicNs(), "the GPU's compute arbiter stays locked");
       return false;
     }
-    const bool joined = JoinLocked(Now());
+    const bool joined = JoinLocked(MonotonicNs());
     Unlock();
     if (!joined) {
-      Bypass(Now(), "the GPU's compute arbiter has no free slot");
+      Bypass(MonotonicNs(), "the GPU's compute arbiter has no free slot");
       return false;
     }
   }
@@ -475,19 +473,19 @@ bool ComputeArbiter::Acquire() {
   seg_->check.store(1, std::memory_order_relaxed);
   bool first = true;
   bool holding = false;
-  const uint64_t began = Now();
+  const uint64_t began = MonotonicNs();
   for (;;) {
     if (!Lock()) {
       // Degraded: go without turns rather than wait on a stuck process.
-      Bypass(Now(), "the GPU's compute arbiter stays locked");
+      Bypass(MonotonicNs(), "the GPU's compute arbiter stays locked");
       break;
     }
-    if (Age(Now(), began) >= kMaxWaitNs) {
+    if (Age(MonotonicNs(), began) >= kMaxWaitNs) {
       Unlock();
-      Bypass(Now(), "no turn on the GPU came within 2 s");
+      Bypass(MonotonicNs(), "no turn on the GPU came within 2 s");
       break;
     }
-    const uint64_t now = Now();
+    const uint64_t now = MonotonicNs();
     mine.busy_at_ns.store(now, std::memory_order_relaxed);  // alive and waiting
     uint64_t holder = seg_->holder.load(std::memory_order_relaxed);
     const uint64_t start = seg_->turn_start_ns.load(std::memory_order_relaxed);
@@ -579,14 +577,16 @@ bool ComputeArbiter::Acquire() {
     Unlock();
     FutexWait(&seg_->seq, seen, sleep);
   }
-  const uint64_t end = Now();
+  const uint64_t end = MonotonicNs();
   mine.busy_at_ns.store(end, std::memory_order_relaxed);
   const uint32_t sharers = mine.waiting.fetch_sub(1, std::memory_order_relaxed);
   Account(began, end, holding, sharers);
   return holding;
 }
 
-void ComputeArbiter::Touch() { seg_->active_ns.store(Now(), std::memory_order_relaxed); }
+void ComputeArbiter::Touch() {
+  if (Holding()) seg_->active_ns.store(MonotonicNs(), std::memory_order_relaxed);
+}
 
 uint64_t ComputeArbiter::UsedNs() const {
   return seg_ ? seg_->slots[slot_].used_ns.load(std::memory_order_relaxed) : 0;

@@ -77,12 +77,14 @@ constexpr uint64_t kStarveWindowNs = 2'000'000'000;
 constexpr uint64_t kBypassNs = 10'000'000'000;
 constexpr uint32_t kMaxSharers = 8;
 
+// The clock turns are timed by (CLOCK_MONOTONIC, ns).
+uint64_t MonotonicNs();
+
 struct alignas(64) ArbiterSlot {
   std::atomic<uint64_t> key;       // hash of the workload's id, 0 = free
   std::atomic<uint32_t> weight;    // compute request, thousandths (1..1000)
   std::atomic<uint32_t> limit;     // compute limit, thousandths (weight..1000)
   std::atomic<uint32_t> waiting;   // threads of its processes waiting for a turn
-  std::atomic<uint32_t> attached;  // processes that joined (not decremented by a crash)
   std::atomic<uint64_t> vtime;     // charged ns * 1000 / weight
   std::atomic<int64_t> tokens_ns;  // limited slots: GPU time it may still take
   std::atomic<uint64_t> tokens_at_ns;
@@ -150,13 +152,16 @@ class ComputeArbiter {
   bool Acquire();
   // Whether to bound and track in-flight work: someone else waits or this workload is limited.
   bool Contended() const { return seg_->check.load(std::memory_order_relaxed) != 0; }
-  // The holder is (or is no longer) blocked waiting for its own work.
+  // The holder is (or is no longer) blocked waiting for its own work; nothing when this process
+  // does not hold the turn (it bypasses the arbiter, or the turn was taken from it).
   void SetDraining(bool draining) {
+    if (!Holding()) return;
     seg_->draining.store(draining ? 1 : 0, std::memory_order_relaxed);
     if (!draining) Touch();
   }
   // The holder is active (it launches): a turn that is over is taken from it only once it has
   // been inactive for kStealSlackNs, since it is about to notice the end and finish the turn.
+  // Nothing when this process does not hold the turn.
   void Touch();
 
   uint64_t TurnNs() const { return seg_->turn_ns; }

@@ -35,12 +35,6 @@ struct InFlight {
   int depth = 2;
 };
 
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 ComputeArbiter g_arbiters[kMaxLimitedGpus];
 InFlight g_in_flight[kMaxLimitedGpus];
 // Whether any GPU is arbitrated, and which when exactly one GPU is limited (no lookup needed).
@@ -84,9 +78,9 @@ void Track(ComputeArbiter& arbiter, InFlight& flight, CUstream stream, bool per_
   if (flight.pending > flight.depth) {
     arbiter.SetDraining(true);
     while (flight.pending > flight.depth) {
-      const uint64_t start = NowNs();
+      const uint64_t start = MonotonicNs();
       Real_cuEventSynchronize()(flight.events[flight.oldest]);
-      const uint64_t waited = NowNs() - start;
+      const uint64_t waited = MonotonicNs() - start;
       flight.oldest = (flight.oldest + 1) % kInFlight;
       --flight.pending;
       // With more in flight than the depth, the GPU finishes about one launch per wait: keep
@@ -117,25 +111,26 @@ CUresult Gated(CUstream stream, bool per_thread, Launch launch) {
   if (!g_any_arbiter.load(std::memory_order_relaxed)) return launch();
   const int gpu = LaunchGpu();
   if (gpu < 0 || !g_arbiters[gpu].attached()) return launch();
-  // Only when it is not holding the turn (the fast path stays two loads).
-  if (g_arbiters[gpu].Check() != ComputeArbiter::Gate::kGo && Capturing(stream, per_thread)) {
-    return launch();
-  }
   ComputeArbiter& arbiter = g_arbiters[gpu];
-  for (;;) {
-    const ComputeArbiter::Gate gate = arbiter.Check();
-    if (gate == ComputeArbiter::Gate::kGo) break;
+  ComputeArbiter::Gate gate = arbiter.Check();
+  // The fast path: it holds the turn, nobody waits, no limit.
+  if (gate == ComputeArbiter::Gate::kGo && !arbiter.Contended()) return launch();
+  if (Capturing(stream, per_thread)) return launch();
+  while (gate != ComputeArbiter::Gate::kGo) {
     if (gate == ComputeArbiter::Gate::kDrainThenRelease) {
       Drain(arbiter, g_in_flight[gpu]);
-      if (arbiter.Release()) continue;
+      if (arbiter.Release()) {
+        gate = arbiter.Check();
+        continue;
+      }
     }
     if (!arbiter.Acquire()) break;
+    gate = arbiter.Check();
   }
-  if (arbiter.Contended()) arbiter.Touch();
+  const bool contended = arbiter.Contended();
+  if (contended) arbiter.Touch();
   const CUresult result = launch();
-  if (result == CUDA_SUCCESS && arbiter.Contended() && !Capturing(stream, per_thread)) {
-    Track(arbiter, g_in_flight[gpu], stream, per_thread);
-  }
+  if (result == CUDA_SUCCESS && contended) Track(arbiter, g_in_flight[gpu], stream, per_thread);
   return result;
 }
 

@@ -182,19 +182,19 @@ class ComputeShareTest : public ::testing::Test {
 };
 
 TEST_F(ComputeShareTest, AQuarterAndThreeQuartersGetTheirRequests) {
-  ExpectShares({{250, 1000}, {750, 1000}}, {0.25, 0.75}, 4, 0.02);
+  ExpectShares({{250, 1000}, {750, 1000}}, {0.25, 0.75}, 10, 0.02);
 }
 
 TEST_F(ComputeShareTest, ATenthAndNineTenthsGetTheirRequests) {
-  ExpectShares({{100, 1000}, {900, 1000}}, {0.1, 0.9}, 4, 0.02);
+  ExpectShares({{100, 1000}, {900, 1000}}, {0.1, 0.9}, 10, 0.02);
 }
 
 TEST_F(ComputeShareTest, ThreeAndSevenTenthsGetTheirRequests) {
-  ExpectShares({{300, 1000}, {700, 1000}}, {0.3, 0.7}, 4, 0.02);
+  ExpectShares({{300, 1000}, {700, 1000}}, {0.3, 0.7}, 10, 0.02);
 }
 
 TEST_F(ComputeShareTest, ThreeWorkloadsGetTheirRequests) {
-  ExpectShares({{200, 1000}, {300, 1000}, {500, 1000}}, {0.2, 0.3, 0.5}, 4, 0.02);
+  ExpectShares({{200, 1000}, {300, 1000}, {500, 1000}}, {0.2, 0.3, 0.5}, 10, 0.02);
 }
 
 // Every way of putting work on the GPU is held to its share: the 0.25 workload uses it, the

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,6 +102,25 @@ TEST_F(ComputeArbiterSlotsTest, OnlyASegmentOfTheLaunchersOwnIsKept) {
   ComputeArbiter arbiter;
   EXPECT_FALSE(arbiter.Attach(dir_.c_str(), "compute.other", "w", 10, 1000, err, sizeof(err)));
   EXPECT_NE(std::string(err).find("no compute arbiter at"), std::string::npos) << err;
+}
+
+// The service reads charges as root from a segment every workload can write: something else at
+// the name (a FIFO that would block a reader, a link to another file) is not read.
+TEST_F(ComputeArbiterSlotsTest, ChargesAreReadOnlyFromASegment) {
+  std::string error;
+  auto member = Join("w", &error);
+  ASSERT_NE(member, nullptr) << error;
+  uint64_t ns = 1;
+  EXPECT_TRUE(ComputeArbiter::PeekUsedNs(dir_fd_, "compute.gpu", "w", &ns));
+  EXPECT_EQ(ns, 0u);
+  ASSERT_EQ(mkfifoat(dir_fd_, "compute.fifo", 0666), 0);
+  ASSERT_EQ(symlinkat((dir_ + "/compute.gpu").c_str(), dir_fd_, "compute.link"), 0);
+  for (const char* name : {"compute.fifo", "compute.link"}) {
+    SCOPED_TRACE(name);
+    const uint64_t start = NowNs();
+    EXPECT_FALSE(ComputeArbiter::PeekUsedNs(dir_fd_, name, "w", &ns));
+    EXPECT_LT(NowNs() - start, 1'000'000'000u);  // it did not wait for a writer
+  }
 }
 
 // A segment an older version made (another layout), or a file cut short, is replaced by one this
