@@ -8,10 +8,11 @@
 #include "cli/job_commands.h"
 #include "cli/k8s_command.h"
 #include "cli/mig_command.h"
+#include "cli/mps_command.h"
 #include "cli/sim_command.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"gpufrac: share NVIDIA GPUs safely (memory limits, placement, MIG)"};
+  CLI::App app{"gpufrac: share NVIDIA GPUs safely (memory limits, placement, MIG, MPS)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("gpufrac ") + GPUFRAC_VERSION);
 
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
   CLI::App* sim_cmd = gpufrac::cli::AddSimCommand(app, sim);
   gpufrac::cli::JobCommands jobs(app);
   gpufrac::cli::MigCommand mig(app);
+  gpufrac::cli::MpsCommand mps(app);
   gpufrac::cli::K8sCommand k8s(app);
   gpufrac::cli::DemoOptions demo;
   CLI::App* demo_cmd = gpufrac::cli::AddDemoCommand(app, demo);
@@ -42,6 +44,7 @@ int main(int argc, char** argv) {
   if (sim_cmd->parsed()) return gpufrac::cli::RunSim(sim);
   if (jobs.parsed()) return jobs.Run();
   if (mig.parsed()) return mig.Run();
+  if (mps.parsed()) return mps.Run();
   if (k8s.parsed()) return k8s.Run();
   if (demo_cmd->parsed()) return gpufrac::cli::RunDemo(demo);
   return 2;

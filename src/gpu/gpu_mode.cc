@@ -11,12 +11,14 @@ std::string_view GpuModeName(GpuMode mode) {
       return "shared";
     case GpuMode::kMig:
       return "mig";
+    case GpuMode::kMps:
+      return "mps";
   }
   return "shared";
 }
 
 std::optional<GpuMode> ParseGpuMode(std::string_view name) {
-  for (GpuMode mode : {GpuMode::kWhole, GpuMode::kShared, GpuMode::kMig}) {
+  for (GpuMode mode : {GpuMode::kWhole, GpuMode::kShared, GpuMode::kMig, GpuMode::kMps}) {
     if (GpuModeName(mode) == name) return mode;
   }
   return std::nullopt;

@@ -135,6 +135,21 @@ StatusOr<std::unique_ptr<NodeGpus>> OpenNodeGpus(const NodeGpusOptions& options,
     }
     gpus->inventory.whole_gpus.insert(index);
   }
+  for (int index : options.mps_gpus) {
+    if (gpus->inventory.whole_gpus.count(index)) {
+      return InvalidArgumentError("GPU " + std::to_string(index) +
+                                  " is in both --whole-gpus and --mps-gpus; choose one");
+    }
+    bool found = false;
+    for (NodeGpu& g : gpus->inventory.gpus) {
+      if (g.index != index) continue;
+      g.mode = gpu::GpuMode::kMps;
+      found = true;
+    }
+    if (!found) {
+      return InvalidArgumentError("--mps-gpus: no GPU " + std::to_string(index) + " on this node");
+    }
+  }
   auto control = gpu::MigControl::Open(gpus->inventory.nvml_library);
   if (!control.ok()) {
     if (warning != nullptr) {

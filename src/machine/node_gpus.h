@@ -61,10 +61,12 @@ struct NodeGpusOptions {
   std::string sim;              // Simulated GPUs ("2xH100-80GB"), or "" for this machine's.
   std::string sim_namespace;    // The simulated machine's name (see SimulatedGpus).
   std::vector<int> whole_gpus;  // GPUs that serve whole-GPU jobs only.
+  std::vector<int> mps_gpus;    // GPUs whose shares run under MPS.
 };
 
 // Discovers the GPUs and sets up MIG control. Errors: those of DiscoverGpus/SimulatedGpus,
-// ReadMigModes, and kInvalidArgument for a --whole-gpus index the node does not have. A driver
+// ReadMigModes, and kInvalidArgument for a --whole-gpus or --mps-gpus index the node does not
+// have, or one in both. A driver
 // without MIG control is not an error (`warning` says so; GPUs in MIG mode are then left alone).
 StatusOr<std::unique_ptr<NodeGpus>> OpenNodeGpus(const NodeGpusOptions& options,
                                                  std::string* warning);

@@ -409,7 +409,8 @@ class Api {
 
   StatusOr<json> AdminBody(const HttpRequest& req) {
     if (!IsAdmin(req.caller)) {
-      return PermissionDeniedError("only root and members of the admin group may change MIG");
+      return PermissionDeniedError(
+          "only root and members of the admin group may change GPU modes and MIG");
     }
     json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded() || !body.is_object()) {
@@ -434,6 +435,24 @@ class Api {
     auto reset = service_->SetMigMode(gpu, enabled);
     if (!reset.ok()) return Error(reset.status());
     return Json(200, {{"gpu", gpu}, {"mig_enabled", enabled}, {"reset_needed", *reset}});
+  }
+
+  // POST /v1/gpus/N/mps {"enabled": bool}
+  HttpResponse MpsMode(const HttpRequest& req, const PathParams& params) {
+    const std::string& index = params.at("gpu");
+    if (index.size() > 3 || !std::all_of(index.begin(), index.end(), ::isdigit)) {
+      return Error(NotFoundError("no such API path: POST " + req.path));
+    }
+    auto body = AdminBody(req);
+    if (!body.ok()) return Error(body.status());
+    if (!body->contains("enabled") || !(*body)["enabled"].is_boolean() || body->size() != 1) {
+      return Error(InvalidArgumentError("the body must be {\"enabled\": true|false}"));
+    }
+    int gpu = std::stoi(index);
+    bool enabled = (*body)["enabled"].get<bool>();
+    auto changed = service_->SetMpsMode(gpu, enabled);
+    if (!changed.ok()) return Error(changed.status());
+    return Json(200, {{"gpu", gpu}, {"mps_enabled", enabled}, {"changed", *changed}});
   }
 
   // POST /v1/mig/apply {"yaml": "...", "config": "name"}
@@ -503,6 +522,7 @@ std::span<const Api::Route> Api::Routes() {
       {"GET", "/v1/jobs/{id}/output", &Api::Output},
       {"GET", "/v1/status", &Api::StatusView},
       {"POST", "/v1/gpus/{gpu}/mig", &Api::MigMode},
+      {"POST", "/v1/gpus/{gpu}/mps", &Api::MpsMode},
       {"POST", "/v1/mig/apply", &Api::MigApply},
       {"GET", "/v1/mig/export", &Api::MigExport},
       {"GET", "/v1/queues", &Api::QueuesView},

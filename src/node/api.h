@@ -26,6 +26,7 @@
 //   GET  /v1/status                     GPUs with their allocations and workloads; "mig": each
 //                                        MIG GPU's instances (profile, start, size, uuid, job)
 //   POST /v1/gpus/{gpu}/mig             {"enabled": bool}: MIG mode on/off (admins; GPU idle)
+//   POST /v1/gpus/{gpu}/mps             {"enabled": bool}: MPS mode on/off (admins; GPU idle)
 //   POST /v1/mig/apply                  {"yaml": mig-parted file, "config": name} (admins)
 //   GET  /v1/mig/export                 ?name=NAME: the current layout as a mig-parted file
 //   GET  /v1/queues                     queues with pending/running jobs and quota use

@@ -59,11 +59,28 @@ struct Flags {
   std::string admin_group;
   std::string policy = std::string(placement::kDefaultPolicy);
   std::vector<int> whole_gpus;
+  std::vector<int> mps_gpus;
+  std::string mps_control;
   double starvation_seconds = 600;
   int kill_grace_seconds = 10;
   std::string compute_policy = "fair";
   bool verbose = false;
 };
+
+// nvidia-cuda-mps-control: `given`, else the simulated driver's, else the first on PATH; "" when
+// there is none.
+std::string MpsControlPath(const std::string& given, bool simulated) {
+  constexpr char kName[] = "nvidia-cuda-mps-control";
+  if (!given.empty()) return std::filesystem::absolute(given).string();
+  if (simulated) return SimgpuDir() + "/bin/" + kName;
+  const char* path = getenv("PATH");
+  std::istringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + kName;
+    if (access(candidate.c_str(), X_OK) == 0) return std::filesystem::absolute(candidate).string();
+  }
+  return "";
+}
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "gpufracd: %s\n", message.c_str());
@@ -251,13 +268,15 @@ int Run(const Flags& f) {
   std::string warning;
   auto gpus = machine::OpenNodeGpus({.sim = f.sim,
                                      .sim_namespace = ServiceInstanceName(config.state_dir),
-                                     .whole_gpus = f.whole_gpus},
+                                     .whole_gpus = f.whole_gpus,
+                                     .mps_gpus = f.mps_gpus},
                                     &warning);
   if (!gpus.ok()) return Fail(gpus.status().message());
   if (!warning.empty()) std::fprintf(stderr, "gpufracd: %s\n", warning.c_str());
   config.inventory = (*gpus)->inventory;
   config.mig_backend = (*gpus)->mig_backend.get();
   config.mig_models = (*gpus)->mig_models;
+  config.mps_control = MpsControlPath(f.mps_control, config.inventory.simulated);
 
   // Signals are taken synchronously by this thread; every other thread inherits the mask.
   sigset_t stop_signals;
@@ -330,6 +349,13 @@ int main(int argc, char** argv) {
   app.add_option("--whole-gpus", f.whole_gpus,
                  "GPUs (indexes, e.g. 2,3) that serve whole-GPU jobs only, never shares")
       ->delimiter(',');
+  app.add_option("--mps-gpus", f.mps_gpus,
+                 "GPUs (indexes) whose shares run side by side under NVIDIA MPS, at the first "
+                 "start; later, gpufrac mps enable|disable decides (kept in the state directory)")
+      ->delimiter(',');
+  app.add_option("--mps-control", f.mps_control,
+                 "NVIDIA's nvidia-cuda-mps-control (default: found on PATH; the simulated one "
+                 "with --sim)");
   app.add_option("--policy", f.policy, "Placement policy for choosing GPUs (default gpufrac)");
   app.add_option("--starvation-seconds", f.starvation_seconds,
                  "A job waiting longer than this goes ahead of every queue (default 600)")

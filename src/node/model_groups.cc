@@ -38,8 +38,11 @@ StatusOr<ModelGroups> ModelGroups::Create(std::vector<machine::NodeGpu> gpus) {
   ModelGroups out;
   std::vector<pl::HostGpu> host;
   for (const machine::NodeGpu& gpu : gpus) {
-    host.push_back(
-        {gpu.model, gpu.memory_bytes, gpu.context_bytes, gpu.mode == gpu::GpuMode::kWhole});
+    host.push_back({.model = gpu.model,
+                    .memory_bytes = gpu.memory_bytes,
+                    .context_bytes = gpu.context_bytes,
+                    .whole_only = gpu.mode == gpu::GpuMode::kWhole,
+                    .mps = gpu.mode == gpu::GpuMode::kMps});
   }
   out.groups_ = pl::GroupHostGpus(host);
   std::stable_sort(

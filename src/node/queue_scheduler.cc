@@ -41,6 +41,7 @@ struct QueueScheduler::Impl {
     int64_t id = 0;
     int queue = 0;
     int64_t submitted_ms = 0;
+    uid_t uid = 0;
     Shape* shape = nullptr;
     std::list<Pending*>::iterator in_queue;
     // Its reservation: GPUs of one group. Kept across passes (sticky) until it starts.
@@ -71,6 +72,7 @@ struct QueueScheduler::Impl {
 
   struct Running {
     int queue = -1;
+    uid_t uid = 0;
     uint64_t milli = 0;
     std::vector<Held> held;
     std::vector<int> gpu_pos;
@@ -88,7 +90,8 @@ struct QueueScheduler::Impl {
         config(std::move(queue_config)),
         options(std::move(scheduler_options)),
         cluster(std::move(cluster_)),
-        gpu_jobs(node.gpus().size()) {
+        gpu_jobs(node.gpus().size()),
+        masked_views(node.groups().size()) {
     for (const QueueSpec& spec : config.queues) {
       queues.push_back({.jobs = {}, .usage = QueueUsage(spec.quota, node.gpus().size())});
     }
@@ -107,11 +110,36 @@ struct QueueScheduler::Impl {
   RequestShapes shapes{&node.groups()};  // Of pending jobs.
   std::unordered_map<int64_t, Running> running;
   std::vector<std::vector<int64_t>> gpu_jobs;  // By position in node.gpus().
+  std::vector<pl::Node> masked_views;          // By group: ViewFor's storage.
   SchedulingPass pass{&node, &cluster};        // The current (or last) pass.
 
   const std::vector<pl::GpuGroup>& groups() const { return node.groups(); }
 
   // ---- Starting and reserving ----
+
+  // Whether GPU `pos` runs a job of another user than `uid`.
+  bool OtherUserOn(int pos, uid_t uid) const {
+    for (int64_t id : gpu_jobs[pos]) {
+      if (running.at(id).uid != uid) return true;
+    }
+    return false;
+  }
+
+  // Group g as a job of user `uid` may start on it in this pass: its GPUs in MPS mode that run
+  // another user's jobs have nothing free for it.
+  const pl::Node& ViewFor(int g, uid_t uid) {
+    const pl::Node& view = pass.view(g);
+    if (!groups()[g].mps) return view;
+    bool masked = false;
+    for (size_t slot = 0; slot < groups()[g].members.size(); ++slot) {
+      if (!OtherUserOn(groups()[g].members[slot], uid)) continue;
+      if (!masked) masked_views[g] = view;
+      masked = true;
+      masked_views[g].gpu_free_milli[slot] = 0;
+      masked_views[g].gpu_free_memory[slot] = 0;
+    }
+    return masked ? masked_views[g] : view;
+  }
 
   // Starts `j` if it fits now on an eligible group (smallest GPUs first, then the policy's
   // score). On success `j` is gone (moved to running) and its decision is in `out`.
@@ -128,7 +156,7 @@ struct QueueScheduler::Impl {
       int g = std::countr_zero(left);
       if (best >= 0 && groups()[g].memory_bytes != groups()[best].memory_bytes) break;
       const pl::Request& r = s.on[g].request;
-      if (!pl::Fits(pass.view(g), r)) {
+      if (!pl::Fits(ViewFor(g, j.uid), r)) {
         s.failed_groups |= uint64_t{1} << g;
         continue;
       }
@@ -138,10 +166,10 @@ struct QueueScheduler::Impl {
       }
       // Two models with GPUs of the same size: the policy decides.
       if (!best_scored) {
-        best_score = policy->policy().Score(pass.view(best), s.on[best].request);
+        best_score = policy->policy().Score(ViewFor(best, j.uid), s.on[best].request);
         best_scored = true;
       }
-      double score = policy->policy().Score(pass.view(g), r);
+      double score = policy->policy().Score(ViewFor(g, j.uid), r);
       if (score > best_score) {
         best = g;
         best_score = score;
@@ -150,13 +178,14 @@ struct QueueScheduler::Impl {
     if (best < 0) return false;
 
     const pl::Request& r = s.on[best].request;
-    const pl::Node& view = pass.view(best);
+    const pl::Node& view = ViewFor(best, j.uid);
     pl::GpuSet chosen = policy->policy().ChooseGpus(view, r);
     if (!pl::PlacementFits(view, r, chosen)) chosen = pl::TightestGpus(view, r);
     cluster.Apply({.node = best, .gpus = chosen}, r);
 
     Running run;
     run.queue = j.queue;
+    run.uid = j.uid;
     run.milli = s.on[best].total_milli;
     run.held.push_back({best, chosen, r});
     run.typical = r;
@@ -352,6 +381,7 @@ void QueueScheduler::Enqueue(const PendingJob& job) {
   p.id = job.id;
   p.queue = job.queue;
   p.submitted_ms = job.submitted_ms;
+  p.uid = job.uid;
   p.shape = s.shapes.Acquire(job.request);
   Impl::Queue& q = s.queues[job.queue];
   p.in_queue = q.jobs.insert(q.jobs.end(), &p);
@@ -369,11 +399,13 @@ bool QueueScheduler::Dequeue(int64_t id) {
   return true;
 }
 
-void QueueScheduler::AddRunning(int64_t id, int queue, const std::vector<GpuShare>& shares) {
+void QueueScheduler::AddRunning(int64_t id, int queue, const std::vector<GpuShare>& shares,
+                                uid_t uid) {
   Impl& s = *impl_;
   Dequeue(id);
   Finish(id);
   Impl::Running run;
+  run.uid = uid;
   run.queue = queue >= 0 && queue < static_cast<int>(s.queues.size()) ? queue : -1;
   // Shares alike on GPUs of one group are one placement, as if the scheduler had made it.
   std::map<std::tuple<int, uint32_t, uint64_t>, pl::GpuSet> alike;

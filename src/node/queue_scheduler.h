@@ -16,11 +16,15 @@
 //    (oldest first), so capacity for it cannot keep going to higher-priority arrivals.
 //  - GPUs are chosen by the placement library's policy (best packing of shares, least
 //    fragmentation); a multi-GPU job gets GPUs of one model.
+//  - A GPU in MPS mode runs one user's jobs at a time (an MPS daemon serves one user's clients
+//    at once): while it runs a user's jobs, other users' jobs do not start there.
 //
 // A request is translated per GPU model: --gpu-memory X is X bytes and ceil(1000·X/T)
 // thousandths of a GPU with T bytes; --gpu-fraction F is F thousandths and floor(F·T/1000)
 // bytes; --gpus N is N whole GPUs (limit: all of each GPU's memory).
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <memory>
@@ -51,6 +55,7 @@ struct PendingJob {
   int queue = 0;  // Index into the queue config.
   GpuRequest request;
   int64_t submitted_ms = 0;
+  uid_t uid = 0;  // Its user: a GPU in MPS mode serves one user's jobs at a time.
 };
 
 struct StartDecision {
@@ -85,8 +90,9 @@ class QueueScheduler {
   void Enqueue(const PendingJob& job);
   // Removes a pending job (cancelled); false if it is not pending here.
   bool Dequeue(int64_t id);
-  // A job that already holds `shares` (re-adopted after a restart): counted as running.
-  void AddRunning(int64_t id, int queue, const std::vector<GpuShare>& shares);
+  // A job of user `uid` that already holds `shares` (re-adopted after a restart): counted as
+  // running.
+  void AddRunning(int64_t id, int queue, const std::vector<GpuShare>& shares, uid_t uid = 0);
   // A running job ended: its shares are free again. False if it was not running here.
   bool Finish(int64_t id);
 

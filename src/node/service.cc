@@ -16,12 +16,16 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <set>
+#include <sstream>
 
 #include "common/log.h"
 #include "common/text.h"
 #include "common/units.h"
 #include "launch/budget_dir.h"
+#include "launch/limit_file.h"
 #include "mig/apply.h"
 #include "mig/mig_parted.h"
 #include "node/device_fence.h"
@@ -130,13 +134,24 @@ Status CheckStoreAgainstJobDirs(Store& store, const std::string& state_dir) {
       "from a backup, or end those jobs and move " + state_dir + "/jobs away to start afresh");
 }
 
+// What an MPS client is held to: its share's compute limit as a percentage of the SMs (all of
+// them when its compute is not arbitrated), and its memory limit in MiB.
+int MpsThreadPercentage(const GpuShare& share) {
+  if (share.compute_limit_milli == 0) return 100;
+  return static_cast<int>(std::clamp<uint32_t>((share.compute_limit_milli + 9) / 10, 1, 100));
+}
+uint64_t MpsPinnedMiB(const GpuShare& share) { return share.memory_bytes >> 20; }
+
 }  // namespace
 
 Service::Service(ServiceConfig config, std::unique_ptr<Store> store, launch::BudgetDir budgets)
     : config_(std::move(config)),
       store_(std::move(store)),
       runner_(config_.shim_path, std::move(budgets)),
-      mig_hardware_(config_.mig_backend, config_.mig_models) {
+      mig_hardware_(config_.mig_backend, config_.mig_models),
+      mps_({.dir = config_.state_dir + "/mps",
+            .control = config_.mps_control,
+            .env = config_.inventory.job_env}) {
   instance_ = ServiceInstanceName(config_.state_dir);
 }
 
@@ -179,8 +194,10 @@ StatusOr<std::unique_ptr<Service>> Service::Start(ServiceConfig config) {
       new Service(std::move(config), std::move(store), std::move(budgets)));
   service->lock_fd_ = lock_fd;
   guard.fd = -1;
+  GPUFRAC_RETURN_IF_ERROR(service->LoadMpsGpus());
   GPUFRAC_RETURN_IF_ERROR(service->BuildLanes());
   GPUFRAC_RETURN_IF_ERROR(service->Recover());
+  service->WatchMpsOfRunningJobs();
   service->loop_ = std::thread([s = service.get()] { s->Loop(); });
   return service;
 }
@@ -456,6 +473,7 @@ void Service::Loop() {
     kicked_ = false;
     if (stopping_) break;
     runner_.ReapChildren();
+    for (const MpsDaemons::Ended& e : mps_.Watch()) NoteMpsDaemonEnded(e.index, e.how);
     CheckRunning();
     ScheduleAndLaunch();
   }
@@ -545,7 +563,8 @@ std::optional<unsigned> Service::MigInstanceId(const GpuShare& share) const {
   return std::nullopt;
 }
 
-LaunchSpec Service::MakeLaunchSpec(const Job& job) const {
+LaunchSpec Service::MakeLaunchSpec(const Job& job,
+                                   const std::map<int, std::string>& mps_pipes) const {
   LaunchSpec spec;
   spec.job_dir = JobDir(job.id);
   spec.workload = WorkloadName(job.id);
@@ -558,6 +577,19 @@ LaunchSpec Service::MakeLaunchSpec(const Job& job) const {
     uint64_t context = 0;
     for (const NodeGpu& g : config_.inventory.gpus) {
       if (g.index == share.index) context = g.context_bytes;
+    }
+    auto pipe = mps_pipes.find(share.index);
+    if (pipe != mps_pipes.end()) {
+      // Under MPS the share of the SMs is the compute limit, and MPS holds it: the limiter keeps
+      // the memory and the view, and no turns are taken.
+      spec.gpus.push_back(
+          {.uuid = share.uuid, .limit_bytes = share.memory_bytes, .context_bytes = context});
+      spec.extra_env.push_back("CUDA_MPS_PIPE_DIRECTORY=" + pipe->second);
+      spec.extra_env.push_back("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=" +
+                               std::to_string(MpsThreadPercentage(share)));
+      spec.extra_env.push_back("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=" +
+                               std::to_string(MpsPinnedMiB(share)) + "M");
+      continue;
     }
     spec.gpus.push_back({.uuid = share.uuid,
                          .limit_bytes = share.memory_bytes,
@@ -611,7 +643,13 @@ void Service::Launch(Job& job, const StartDecision& decision) {
     return;
   }
   job = starting;
-  StatusOr<proc::ProcessId> shim = runner_.Prepare(MakeLaunchSpec(job));
+  StatusOr<std::map<int, std::string>> mps_pipes = PrepareMps(job);
+  if (!mps_pipes.ok()) {
+    (void)Finish(job, JobState::kFailed, "could not start: " + mps_pipes.status().message(), -1,
+                 0);
+    return;
+  }
+  StatusOr<proc::ProcessId> shim = runner_.Prepare(MakeLaunchSpec(job, *mps_pipes));
   if (!shim.ok()) {
     (void)Finish(job, JobState::kFailed, "could not start: " + shim.status().message(), -1, 0);
     return;
@@ -643,7 +681,10 @@ StatusOr<Job> Service::Finish(Job& job, JobState state, const std::string& reaso
   if (held) runner_.Cleanup(JobDir(job.id), WorkloadName(job.id), Uuids(job));
   Job final_job = job;
   final_job.state = state;
-  final_job.reason = reason;
+  // A note made while it ran (its MPS daemon ended) stays with how it ended.
+  final_job.reason = !held || job.reason.empty() ? reason
+                     : reason.empty()            ? job.reason
+                                                 : reason + "; " + job.reason;
   final_job.exit_code = exit_code;
   final_job.signal = signal;
   final_job.ended_ms = NowMs();
@@ -702,7 +743,8 @@ void Service::EnqueueJob(const Job& job, int queue) {
   if (UsesMig(queue, job.spec.request)) {
     mig_->Enqueue(job.id, queue, job.spec.request, job.submitted_ms);
   } else {
-    scheduler_->Enqueue(PendingJob{job.id, queue, job.spec.request, job.submitted_ms});
+    scheduler_->Enqueue(
+        PendingJob{job.id, queue, job.spec.request, job.submitted_ms, job.spec.uid});
   }
 }
 
@@ -710,7 +752,7 @@ void Service::AddRunningToLane(const Job& job, int queue) {
   if (!job.gpus.empty() && job.gpus[0].uuid.rfind("MIG-", 0) == 0) {
     mig_->AddRunning(job.id, job.gpus[0].index, job.gpus[0].uuid);
   } else {
-    scheduler_->AddRunning(job.id, queue, job.gpus);
+    scheduler_->AddRunning(job.id, queue, job.gpus, job.spec.uid);
   }
 }
 
@@ -775,7 +817,14 @@ StatusOr<bool> Service::SetMigMode(int gpu, bool enabled) {
                                                             : gpu::GpuMode::kShared;
   }
   GPUFRAC_RETURN_IF_ERROR(BuildLanes());
-  // Pending jobs that only the GPU's old mode could serve would wait forever: fail them, as a
+  FailStrandedJobs();
+  kicked_ = true;
+  wake_.notify_one();
+  return false;
+}
+
+void Service::FailStrandedJobs() {
+  // Pending jobs that only a GPU's old mode could serve would wait forever: fail them, as a
   // restart would.
   std::vector<int64_t> stranded;
   for (const auto& [id, job] : active_) {
@@ -792,9 +841,163 @@ StatusOr<bool> Service::SetMigMode(int gpu, bool enabled) {
       mig_->Dequeue(id);
     }
   }
+}
+
+Status Service::RecordMpsGpus() const {
+  std::string text;
+  for (const NodeGpu& g : config_.inventory.gpus) {
+    if (g.mode == gpu::GpuMode::kMps) text += std::to_string(g.index) + "\n";
+  }
+  const std::string path = config_.state_dir + "/mps-gpus";
+  const std::string next = path + ".new";
+  unlink(next.c_str());
+  Status written = launch::WriteNewFile(next, text, 0644);
+  if (written.ok() && rename(next.c_str(), path.c_str()) != 0) {
+    written = UnavailableError("cannot write " + path + ": " + std::strerror(errno));
+  }
+  return written;
+}
+
+Status Service::LoadMpsGpus() {
+  std::ifstream in(config_.state_dir + "/mps-gpus");
+  if (!in) return RecordMpsGpus();  // The first start: --mps-gpus decides.
+  std::set<int> recorded;
+  for (int index; in >> index;) recorded.insert(index);
+  for (NodeGpu& g : config_.inventory.gpus) {
+    if (g.mode == gpu::GpuMode::kMig || g.mode == gpu::GpuMode::kWhole) continue;
+    const gpu::GpuMode mode = recorded.count(g.index) ? gpu::GpuMode::kMps : gpu::GpuMode::kShared;
+    if (mode != g.mode) {
+      LogInfo("GPU %d is in %s mode, as %s/mps-gpus records (gpufrac mps enable|disable)", g.index,
+              std::string(gpu::GpuModeName(mode)).c_str(), config_.state_dir.c_str());
+    }
+    g.mode = mode;
+  }
+  return OkStatus();
+}
+
+StatusOr<std::map<int, std::string>> Service::PrepareMps(const Job& job) {
+  std::map<int, std::string> pipes;
+  for (const GpuShare& share : job.gpus) {
+    const NodeGpu* node_gpu = nullptr;
+    for (const NodeGpu& g : config_.inventory.gpus) {
+      if (g.index == share.index) node_gpu = &g;
+    }
+    // A whole GPU in MPS mode runs its job alone, outside MPS.
+    if (node_gpu == nullptr || node_gpu->mode != gpu::GpuMode::kMps ||
+        share.milli >= kMilliPerGpu) {
+      continue;
+    }
+    GPUFRAC_ASSIGN_OR_RETURN(std::string pipe, mps_.Ensure(share.index, share.uuid));
+    // The server's limits are the most any of its clients here may have (all are one user's:
+    // the scheduler keeps other users off), so a client's environment can only lower its own.
+    int percentage = MpsThreadPercentage(share);
+    uint64_t pinned = MpsPinnedMiB(share);
+    for (const auto& [id, other] : active_) {
+      if (other.state != JobState::kRunning) continue;
+      for (const GpuShare& s : other.gpus) {
+        if (s.index != share.index) continue;
+        percentage = std::max(percentage, MpsThreadPercentage(s));
+        pinned = std::max(pinned, MpsPinnedMiB(s));
+      }
+    }
+    std::vector<std::string> commands = {
+        "set_default_active_thread_percentage " + std::to_string(percentage),
+        "set_default_device_pinned_mem_limit 0 " + std::to_string(pinned) + "M"};
+    StatusOr<std::string> servers = mps_.Command(share.index, "get_server_list");
+    if (!servers.ok()) return servers.status();
+    std::istringstream list(*servers);
+    for (std::string pid; list >> pid;) {
+      commands.push_back("set_active_thread_percentage " + pid + " " + std::to_string(percentage));
+      commands.push_back("set_device_pinned_mem_limit " + pid + " 0 " + std::to_string(pinned) +
+                         "M");
+    }
+    for (const std::string& command : commands) {
+      StatusOr<std::string> reply = mps_.Command(share.index, command);
+      if (!reply.ok()) {
+        return Status(reply.status().code(), "the MPS daemon of GPU " +
+                                                 std::to_string(share.index) + " refused '" +
+                                                 command + "': " + reply.status().message());
+      }
+    }
+    pipes[share.index] = pipe;
+  }
+  return pipes;
+}
+
+void Service::WatchMpsOfRunningJobs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, job] : active_) {
+    if (job.state != JobState::kRunning) continue;
+    for (const GpuShare& share : job.gpus) {
+      for (const NodeGpu& g : config_.inventory.gpus) {
+        if (g.index != share.index || g.mode != gpu::GpuMode::kMps) continue;
+        if (StatusOr<std::string> pipe = mps_.Ensure(g.index, g.uuid); !pipe.ok()) {
+          LogWarning("job %lld runs on GPU %d, whose MPS daemon is gone: %s",
+                     static_cast<long long>(id), g.index, pipe.status().message().c_str());
+        }
+      }
+    }
+  }
+}
+
+void Service::NoteMpsDaemonEnded(int index, const std::string& how) {
+  LogWarning("the MPS daemon of GPU %d %s", index, how.c_str());
+  for (auto& [id, job] : active_) {
+    if (job.state != JobState::kRunning) continue;
+    for (const GpuShare& share : job.gpus) {
+      if (share.index != index) continue;
+      // Shown while it runs, and kept in its final reason.
+      Job noted = job;
+      noted.reason = "its MPS daemon (GPU " + std::to_string(index) + ") ended while it ran";
+      if (Status s = store_->Update(noted); s.ok()) {
+        job = noted;
+      } else {
+        LogStoreFailure(id, s);
+      }
+      break;
+    }
+  }
+}
+
+StatusOr<bool> Service::SetMpsMode(int gpu, bool enabled) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NodeGpu* node_gpu = nullptr;
+  for (NodeGpu& g : config_.inventory.gpus) {
+    if (g.index == gpu) node_gpu = &g;
+  }
+  if (!node_gpu) return NotFoundError("no GPU " + std::to_string(gpu) + " on this node");
+  if ((node_gpu->mode == gpu::GpuMode::kMps) == enabled) return false;
+  if (node_gpu->mode == gpu::GpuMode::kMig) {
+    return FailedPreconditionError("GPU " + std::to_string(gpu) +
+                                   " is in MIG mode; turn MIG off first (gpufrac mig disable)");
+  }
+  if (node_gpu->mode == gpu::GpuMode::kWhole) {
+    return FailedPreconditionError("GPU " + std::to_string(gpu) +
+                                   " serves whole-GPU jobs only (gpufracd --whole-gpus)");
+  }
+  if (enabled && config_.mps_control.empty()) {
+    return FailedPreconditionError(
+        "no nvidia-cuda-mps-control here: install the NVIDIA driver's compute utilities, or "
+        "give gpufracd --mps-control PATH");
+  }
+  for (const QueueScheduler::GpuView& view : scheduler_->Gpus()) {
+    if (view.gpu.index == gpu && !view.jobs.empty()) {
+      return FailedPreconditionError("GPU " + std::to_string(gpu) +
+                                     " runs jobs; wait for them to end or cancel them first");
+    }
+  }
+  const gpu::GpuMode previous = node_gpu->mode;
+  node_gpu->mode = enabled ? gpu::GpuMode::kMps : gpu::GpuMode::kShared;
+  if (Status s = RecordMpsGpus(); !s.ok()) {
+    node_gpu->mode = previous;
+    return s;
+  }
+  if (!enabled) mps_.Stop(gpu);
+  GPUFRAC_RETURN_IF_ERROR(BuildLanes());
+  FailStrandedJobs();
   kicked_ = true;
   wake_.notify_one();
-  return false;
+  return true;
 }
 
 StatusOr<std::vector<std::string>> Service::ApplyMigParted(const std::string& yaml,

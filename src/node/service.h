@@ -26,6 +26,7 @@
 #include "node/job_runner.h"
 #include "node/mig_hardware.h"
 #include "node/mig_scheduler.h"
+#include "node/mps_daemons.h"
 #include "node/node_metrics.h"
 #include "node/queue_scheduler.h"
 #include "node/store.h"
@@ -57,6 +58,9 @@ struct ServiceConfig {
   // Per GPU index, the MIG tables its driver reported (must outlive the service); GPUs not
   // listed use the built-in catalogue.
   std::map<int, const gpu::MigModel*> mig_models;
+  // NVIDIA's nvidia-cuda-mps-control, absolute; "" when there is none (GPUs cannot be in MPS
+  // mode then).
+  std::string mps_control;
 };
 
 class Service {
@@ -92,6 +96,12 @@ class Service {
   // Returns true when the change waits for a GPU reset. Pending jobs that only the old mode
   // could serve fail.
   StatusOr<bool> SetMigMode(int gpu, bool enabled);
+  // Puts GPU `gpu` in MPS mode (its shares run side by side under an MPS daemon of the
+  // service's) or back to shared; refused (kFailedPrecondition) while a job runs on it, for a
+  // GPU in MIG mode or serving whole GPUs only, and without nvidia-cuda-mps-control. Kept across
+  // restarts (the state directory's mps-gpus). Pending jobs that only the old mode could serve
+  // fail. Returns false when the GPU was already in that mode.
+  StatusOr<bool> SetMpsMode(int gpu, bool enabled);
   // Applies configuration `config` of a mig-parted file to the matching GPUs in MIG mode
   // (MigHardware::Apply): all is checked first (profiles, layouts, idle GPUs); then each GPU's
   // idle instances are replaced by the layout; a failure destroys what the apply created.
@@ -135,8 +145,23 @@ class Service {
   // (Re)creates both lanes from config_.inventory and the current MIG modes, and puts every
   // active job back in its lane.
   Status BuildLanes();
+  // Fails the pending jobs no GPU in its current mode could ever serve (after a mode change).
+  void FailStrandedJobs();
   std::string WorkloadName(int64_t id) const;
-  LaunchSpec MakeLaunchSpec(const Job& job) const;
+  // `mps_pipes`: the pipe directory of each of the job's GPUs in MPS mode, by index.
+  LaunchSpec MakeLaunchSpec(const Job& job, const std::map<int, std::string>& mps_pipes) const;
+  // The MPS daemons of the job's GPUs in MPS mode, started if needed, with their server-side
+  // limits raised to what the job asks for; the pipe directory of each by GPU index.
+  StatusOr<std::map<int, std::string>> PrepareMps(const Job& job);
+  // After a restart: takes back (or starts again) the MPS daemons that running jobs use, so that
+  // they are watched.
+  void WatchMpsOfRunningJobs();
+  // Notes on the running jobs of GPU `index` that its MPS daemon ended (`how`).
+  void NoteMpsDaemonEnded(int index, const std::string& how);
+  // Writes the GPUs in MPS mode to the state directory (mps-gpus), or reads them back: the
+  // record, once there is one, decides which GPUs are in MPS mode (not --mps-gpus).
+  Status RecordMpsGpus() const;
+  Status LoadMpsGpus();
   // The id of the MIG GPU instance whose UUID `share` holds; nullopt when the driver does not
   // list it.
   std::optional<unsigned> MigInstanceId(const GpuShare& share) const;
@@ -161,6 +186,7 @@ class Service {
   };
   std::map<std::string, StoreFailure> store_failures_;  // By message (LogStoreFailure).
   MigHardware mig_hardware_;
+  MpsDaemons mps_;
   NodeMetrics metrics_;
   ComputeSamples compute_samples_;  // measured compute shares (status, metrics)
   std::thread loop_;

@@ -14,13 +14,15 @@ std::vector<GpuGroup> GroupHostGpus(const std::vector<HostGpu>& gpus) {
     const HostGpu& gpu = gpus[pos];
     auto it = std::find_if(groups.begin(), groups.end(), [&](const GpuGroup& g) {
       return g.model == gpu.model && g.memory_bytes == gpu.memory_bytes &&
-             g.context_bytes == gpu.context_bytes && g.whole_only == gpu.whole_only;
+             g.context_bytes == gpu.context_bytes && g.whole_only == gpu.whole_only &&
+             g.mps == gpu.mps;
     });
     if (it == groups.end()) {
       groups.push_back({.model = gpu.model,
                         .memory_bytes = gpu.memory_bytes,
                         .context_bytes = gpu.context_bytes,
                         .whole_only = gpu.whole_only,
+                        .mps = gpu.mps,
                         .members = {},
                         .model_id = -1});
       it = groups.end() - 1;
@@ -36,6 +38,8 @@ std::optional<Request> RequestOnGroup(const GpuRequest& r, const GpuGroup& g) {
   if (r.gpus == 0 || r.gpus > g.members.size()) return std::nullopt;
   const bool whole = r.kind == GpuRequest::Kind::kWholeGpus;
   if (g.whole_only && !whole) return std::nullopt;
+  // An MPS client reaches one daemon, and a daemon serves one GPU here.
+  if (g.mps && !whole && r.gpus > 1) return std::nullopt;
   Request p;
   if (!r.gpu_model.empty() && g.model_id >= 0) p.models = ModelSet{1} << g.model_id;
   p.gpu_count = r.gpus;

@@ -19,6 +19,8 @@ struct HostGpu {
   uint64_t memory_bytes = 0;
   uint64_t context_bytes = 0;  // What the limiter charges each CUDA context on it.
   bool whole_only = false;     // It takes whole-GPU requests only.
+  // Its shares run under MPS: one user's at a time (the caller keeps to that), one GPU per share.
+  bool mps = false;
 };
 
 // GPUs alike in everything placement looks at: one placement node.
@@ -27,6 +29,7 @@ struct GpuGroup {
   uint64_t memory_bytes = 0;
   uint64_t context_bytes = 0;
   bool whole_only = false;
+  bool mps = false;
   std::vector<int> members;  // Slot (placement GPU) -> position in the list it was grouped from.
   int model_id = -1;  // The cluster's id of `model` (ModelNames), once the caller interns it.
 };
@@ -37,7 +40,8 @@ std::vector<GpuGroup> GroupHostGpus(const std::vector<HostGpu>& gpus);
 // What `request` takes on the GPUs of `group`: its GPU count, the share of each and the memory
 // limit on each, and (when it names a model and the group has an id) the allowed model. Nullopt
 // when it cannot run there at all: another model, a MIG profile, a share on a whole-only group,
-// more GPUs than the group has, or an amount the GPU cannot hold beside a CUDA context.
+// shares of several GPUs on an MPS group, more GPUs than the group has, or an amount the GPU
+// cannot hold beside a CUDA context.
 std::optional<Request> RequestOnGroup(const GpuRequest& request, const GpuGroup& group);
 
 }  // namespace gpufrac::placement

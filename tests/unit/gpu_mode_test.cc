@@ -7,13 +7,14 @@ namespace gpufrac::gpu {
 namespace {
 
 TEST(GpuModeTest, NamesReadBackAndNothingElseParses) {
-  for (GpuMode mode : {GpuMode::kWhole, GpuMode::kShared, GpuMode::kMig}) {
+  for (GpuMode mode : {GpuMode::kWhole, GpuMode::kShared, GpuMode::kMig, GpuMode::kMps}) {
     EXPECT_EQ(ParseGpuMode(GpuModeName(mode)), mode);
   }
   EXPECT_EQ(GpuModeName(GpuMode::kWhole), "whole");
   EXPECT_EQ(GpuModeName(GpuMode::kShared), "shared");
   EXPECT_EQ(GpuModeName(GpuMode::kMig), "mig");
-  for (const char* other : {"", "Whole", "mps", "shared "}) EXPECT_FALSE(ParseGpuMode(other));
+  EXPECT_EQ(GpuModeName(GpuMode::kMps), "mps");
+  for (const char* other : {"", "Whole", "MPS", "shared "}) EXPECT_FALSE(ParseGpuMode(other));
 }
 
 }  // namespace

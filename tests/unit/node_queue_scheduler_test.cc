@@ -466,6 +466,60 @@ TEST(QueueScheduler, StarvingJobGoesAheadOfEveryQueue) {
 
 // ---- Bookkeeping and views ----
 
+// A GPU in MPS mode runs one user's jobs at a time: another user's share waits while it runs one
+// (and goes to a time-sliced GPU when there is one), the same user's shares share it, and it
+// serves whole-GPU jobs; an MPS share is one GPU.
+TEST(QueueScheduler, AnMpsGpuRunsOneUsersJobsAtATime) {
+  NodeGpu mps = H100(0);
+  mps.mode = gpu::GpuMode::kMps;
+  auto s = Make({mps}, Queues({{"q", 1.0}}));
+  for (int64_t id : {1, 2}) {
+    s->Enqueue({.id = id, .queue = 0, .request = GpuRequest::Fraction(250), .submitted_ms = id,
+                .uid = 1000});
+  }
+  s->Enqueue({.id = 3, .queue = 0, .request = GpuRequest::Fraction(250), .submitted_ms = 3,
+              .uid = 1001});
+  s->Enqueue({.id = 4, .queue = 0, .request = GpuRequest::Fraction(250), .submitted_ms = 4,
+              .uid = 1000});
+  // User 1000's first two run side by side; user 1001's waits for the GPU, and (FIFO) so does
+  // the job behind it.
+  EXPECT_EQ(Ids(s->Schedule(10)), (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(s->Finish(1));
+  EXPECT_TRUE(s->Schedule(20).empty());  // job 2 of user 1000 still runs there
+  EXPECT_TRUE(s->Finish(2));
+  EXPECT_EQ(Ids(s->Schedule(30)), (std::vector<int64_t>{3}));
+  EXPECT_TRUE(s->Schedule(40).empty());  // now user 1000's job 4 waits for user 1001's
+  EXPECT_TRUE(s->Finish(3));
+  EXPECT_EQ(Ids(s->Schedule(50)), (std::vector<int64_t>{4}));
+
+  // Re-adopted after a restart, a running job keeps its user.
+  auto again = Make({mps}, Queues({{"q", 1.0}}));
+  again->AddRunning(7, 0, {Share(0, 250, 20 * kGiB)}, 1001);
+  again->Enqueue({.id = 8, .queue = 0, .request = GpuRequest::Fraction(250), .submitted_ms = 0,
+                  .uid = 1000});
+  EXPECT_TRUE(again->Schedule(10).empty());
+
+  // With a time-sliced GPU beside it, the other user's share goes there at once.
+  NodeGpu shared = H100(1);
+  auto two = Make({mps, shared}, Queues({{"q", 1.0}}));
+  two->AddRunning(7, 0, {Share(0, 250, 20 * kGiB)}, 1001);
+  two->Enqueue({.id = 8, .queue = 0, .request = GpuRequest::Fraction(250), .submitted_ms = 0,
+                .uid = 1000});
+  StartDecision d = Find(two->Schedule(10), 8);
+  ASSERT_EQ(d.gpus.size(), 1u);
+  EXPECT_EQ(d.gpus[0].index, 1);
+
+  // Whole GPUs are served; shares of two GPUs are not (a client reaches one daemon).
+  auto whole = Make({mps}, Queues({{"q", 1.0}}));
+  EXPECT_TRUE(whole->CheckFeasible(0, GpuRequest::Whole(1)).ok());
+  NodeGpu mps2 = H100(1);
+  mps2.mode = gpu::GpuMode::kMps;
+  auto pair = Make({mps, mps2}, Queues({{"q", 1.0}}));
+  GpuRequest two_shares = GpuRequest::Fraction(250);
+  two_shares.gpus = 2;
+  EXPECT_FALSE(pair->CheckFeasible(0, two_shares).ok());
+}
+
 TEST(QueueScheduler, RunningJobsQueuesAndGpuViews) {
   auto s = Make({H100(5), H100(3)}, Queues({{"a", 1}, {"b", 0.5}}));
   EXPECT_EQ(s->QueueIndex("b"), 1);

@@ -1,0 +1,303 @@
+// The MPS control daemons (see mps_daemons.h).
+#include "node/mps_daemons.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/log.h"
+
+extern char** environ;
+
+namespace gpufrac::node {
+namespace {
+
+constexpr char kPidFile[] = "nvidia-cuda-mps-control.pid";
+
+using Clock = std::chrono::steady_clock;
+
+// Makes `path` a directory of the service's own with `mode`, or checks the one there is: not a
+// link, owned by the service, writable by nobody else.
+Status OwnDirectory(const std::string& path, mode_t mode) {
+  if (mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
+    return UnavailableError("cannot create " + path + ": " + std::strerror(errno));
+  }
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+      (st.st_mode & 022) != 0) {
+    return FailedPreconditionError(path +
+                                   " is not a directory of the service's own that only it can "
+                                   "write; move it away");
+  }
+  if ((st.st_mode & 07777) != mode) chmod(path.c_str(), mode);
+  return OkStatus();
+}
+
+// The last `bytes` of file `path` ("" when unreadable), on one line.
+std::string Tail(const std::string& path, size_t bytes = 300) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.size() > bytes) text = text.substr(text.size() - bytes);
+  for (char& c : text) {
+    if (c == '\n' || static_cast<unsigned char>(c) < 0x20) c = ' ';
+  }
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
+}
+
+// The path process `pid` runs ("" when unknown).
+std::string ExeOf(pid_t pid) {
+  char buf[PATH_MAX];
+  const std::string link = "/proc/" + std::to_string(pid) + "/exe";
+  ssize_t n = readlink(link.c_str(), buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  buf[n] = '\0';
+  return buf;
+}
+
+}  // namespace
+
+MpsDaemons::~MpsDaemons() { StopIdle(); }
+
+std::string MpsDaemons::PipeDir(int index) const {
+  return options_.dir + "/" + std::to_string(index) + "/pipe";
+}
+
+std::string MpsDaemons::LogDir(int index) const {
+  return options_.dir + "/" + std::to_string(index) + "/log";
+}
+
+Status MpsDaemons::RunControl(int index, const std::string& uuid,
+                              const std::vector<std::string>& args, const std::string& input,
+                              std::string* output) const {
+  // Everything the child needs is made before fork: it only dups, execs and exits.
+  std::vector<std::string> env_text;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "CUDA_", 5) != 0) env_text.push_back(*e);
+  }
+  for (const std::string& e : options_.env) env_text.push_back(e);
+  env_text.push_back("CUDA_VISIBLE_DEVICES=" + uuid);
+  env_text.push_back("CUDA_MPS_PIPE_DIRECTORY=" + PipeDir(index));
+  env_text.push_back("CUDA_MPS_LOG_DIRECTORY=" + LogDir(index));
+  std::vector<char*> envp;
+  for (std::string& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> arg_text = {options_.control};
+  arg_text.insert(arg_text.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : arg_text) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  // With no output wanted (-d, quit), stdout goes to /dev/null: a daemon keeps what it inherits.
+  int in[2], out[2] = {-1, -1};
+  if (pipe2(in, O_CLOEXEC) != 0) return UnavailableError(std::strerror(errno));
+  if (output != nullptr && pipe2(out, O_CLOEXEC) != 0) {
+    close(in[0]);
+    close(in[1]);
+    return UnavailableError(std::strerror(errno));
+  }
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(in[0], STDIN_FILENO);
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(out[1] >= 0 ? out[1] : null, STDOUT_FILENO);
+    dup2(null, STDERR_FILENO);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  close(in[0]);
+  if (out[1] >= 0) close(out[1]);
+  if (pid < 0) {
+    close(in[1]);
+    if (out[0] >= 0) close(out[0]);
+    return UnavailableError(std::string("cannot start ") + options_.control + ": " +
+                            std::strerror(errno));
+  }
+  // The input is a line: it fits in the pipe.
+  if (!input.empty() && write(in[1], input.data(), input.size()) < 0) {
+    LogWarning("cannot send a command to the MPS daemon of GPU %d: %s", index,
+               std::strerror(errno));
+  }
+  close(in[1]);
+  const Clock::time_point deadline = Clock::now() + options_.timeout;
+  auto left_ms = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  };
+  std::string text;
+  while (out[0] >= 0 && left_ms() > 0) {
+    pollfd p{out[0], POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left_ms())) < 0 && errno != EINTR) break;
+    if (p.revents == 0) continue;
+    char buf[4096];
+    ssize_t n = read(out[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (text.size() < (size_t{1} << 20)) text.append(buf, static_cast<size_t>(n));
+  }
+  if (out[0] >= 0) close(out[0]);
+  // Reaped here, or (ECHILD) by the job runner's reaper first: then its status is unknown and it
+  // counts as having succeeded.
+  int status = 0;
+  bool reaped = false, timed_out = false;
+  for (;;) {
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) {
+      reaped = true;
+      break;
+    }
+    if (r < 0 && errno != EINTR) break;
+    if (left_ms() <= 0) {
+      timed_out = true;
+      kill(pid, SIGKILL);
+      while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (timed_out) {
+    return UnavailableError(options_.control + " did not answer within " +
+                            std::to_string(options_.timeout.count()) + " ms");
+  }
+  if (reaped && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+    return UnavailableError(options_.control + " failed (" +
+                            (WIFEXITED(status) ? "exit code " + std::to_string(WEXITSTATUS(status))
+                                               : "signal " + std::to_string(WTERMSIG(status))) +
+                            ")");
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  if (output != nullptr) *output = std::move(text);
+  return OkStatus();
+}
+
+bool MpsDaemons::Adopt(int index, Daemon* out) const {
+  std::ifstream in(PipeDir(index) + "/" + kPidFile);
+  long long pid = 0;
+  proc::ProcessId id;
+  if (!(in >> pid) || pid <= 0 || !proc::ReadProcessId(static_cast<pid_t>(pid), &id)) return false;
+  char real[PATH_MAX];
+  if (realpath(options_.control.c_str(), real) == nullptr || ExeOf(id.pid) != real) return false;
+  out->id = id;
+  return true;
+}
+
+StatusOr<std::string> MpsDaemons::Ensure(int index, const std::string& uuid) {
+  auto it = daemons_.find(index);
+  if (it != daemons_.end() && proc::IsRunning(it->second.id)) return PipeDir(index);
+  daemons_.erase(index);
+  GPUFRAC_RETURN_IF_ERROR(OwnDirectory(options_.dir, 0711));
+  GPUFRAC_RETURN_IF_ERROR(OwnDirectory(options_.dir + "/" + std::to_string(index), 0711));
+  // Clients connect to the daemon's sockets here: they may enter it, not write it.
+  GPUFRAC_RETURN_IF_ERROR(OwnDirectory(PipeDir(index), 0755));
+  GPUFRAC_RETURN_IF_ERROR(OwnDirectory(LogDir(index), 0755));
+  Daemon daemon{.uuid = uuid, .id = {}};
+  if (Adopt(index, &daemon)) {
+    LogInfo("MPS daemon of GPU %d: pid %d, left by the previous service, taken back", index,
+            static_cast<int>(daemon.id.pid));
+    daemons_[index] = daemon;
+    return PipeDir(index);
+  }
+  unlink((PipeDir(index) + "/" + kPidFile).c_str());
+  GPUFRAC_RETURN_IF_ERROR(RunControl(index, uuid, {"-d"}, "", nullptr));
+  // -d returns once the daemon runs in the background; its pid file says which process it is.
+  const Clock::time_point deadline = Clock::now() + options_.timeout;
+  while (!Adopt(index, &daemon)) {
+    if (Clock::now() >= deadline) {
+      std::string log = Tail(LogDir(index) + "/control.log");
+      return UnavailableError("the MPS daemon of GPU " + std::to_string(index) +
+                              " did not start" + (log.empty() ? "" : ": " + log));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  LogInfo("MPS daemon of GPU %d started: pid %d, pipe directory %s", index,
+          static_cast<int>(daemon.id.pid), PipeDir(index).c_str());
+  daemons_[index] = daemon;
+  return PipeDir(index);
+}
+
+StatusOr<std::string> MpsDaemons::Command(int index, const std::string& command) {
+  auto it = daemons_.find(index);
+  if (it == daemons_.end() || !proc::IsRunning(it->second.id)) {
+    return FailedPreconditionError("no MPS daemon runs for GPU " + std::to_string(index));
+  }
+  std::string reply;
+  GPUFRAC_RETURN_IF_ERROR(RunControl(index, it->second.uuid, {}, command + "\n", &reply));
+  return reply;
+}
+
+void MpsDaemons::Stop(int index) {
+  auto it = daemons_.find(index);
+  if (it == daemons_.end()) return;
+  const Daemon daemon = it->second;
+  daemons_.erase(it);
+  if (!proc::IsRunning(daemon.id)) return;
+  Status quit = RunControl(index, daemon.uuid, {}, "quit\n", nullptr);
+  const Clock::time_point deadline = Clock::now() + options_.timeout;
+  while (proc::IsRunning(daemon.id) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (proc::IsRunning(daemon.id)) {
+    LogWarning("the MPS daemon of GPU %d (pid %d) did not quit (%s); killing it", index,
+               static_cast<int>(daemon.id.pid),
+               quit.ok() ? "it was asked to" : quit.message().c_str());
+    kill(daemon.id.pid, SIGKILL);
+  } else {
+    LogInfo("MPS daemon of GPU %d stopped", index);
+  }
+}
+
+bool MpsDaemons::Serving(int index) {
+  StatusOr<std::string> servers = Command(index, "get_server_list");
+  if (!servers.ok()) return true;  // It cannot say: assume it serves someone.
+  std::istringstream list(*servers);
+  for (std::string pid; list >> pid;) {
+    StatusOr<std::string> clients = Command(index, "get_client_list " + pid);
+    if (!clients.ok() || !clients->empty()) return true;
+  }
+  return false;
+}
+
+void MpsDaemons::StopIdle() {
+  std::vector<int> idle;
+  for (const auto& [index, daemon] : daemons_) {
+    if (!Serving(index)) idle.push_back(index);
+  }
+  for (int index : idle) Stop(index);
+}
+
+std::vector<MpsDaemons::Ended> MpsDaemons::Watch() {
+  std::vector<Ended> ended;
+  std::vector<std::pair<int, std::string>> restart;
+  for (const auto& [index, daemon] : daemons_) {
+    if (!proc::IsRunning(daemon.id)) restart.emplace_back(index, daemon.uuid);
+  }
+  for (const auto& [index, uuid] : restart) {
+    daemons_.erase(index);
+    std::string log = Tail(LogDir(index) + "/control.log", 200);
+    StatusOr<std::string> again = Ensure(index, uuid);
+    ended.push_back({index, again.ok() ? "ended" + (log.empty() ? "" : " (its log: " + log + ")")
+                                       : "ended and could not be started again: " +
+                                             again.status().message()});
+  }
+  return ended;
+}
+
+std::map<int, pid_t> MpsDaemons::Running() const {
+  std::map<int, pid_t> out;
+  for (const auto& [index, daemon] : daemons_) out[index] = daemon.id.pid;
+  return out;
+}
+
+}  // namespace gpufrac::node

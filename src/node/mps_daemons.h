@@ -1,0 +1,88 @@
+// The MPS control daemons of the node's GPUs in MPS mode (NVIDIA's Multi-Process Service): one
+// per GPU, serving only that GPU (CUDA_VISIBLE_DEVICES), with a pipe and a log directory of its own
+// under the service's state directory (made by the service, root's, writable by nobody else, so
+// no user can plant a socket or a pid file there). A daemon is started when a job first needs it
+// (`nvidia-cuda-mps-control -d`), watched (one that ended is reported and started again), and
+// stopped when its GPU leaves MPS mode or the service stops with nothing running on it. A daemon
+// still serving jobs when the service stops is kept, and the next service takes it back: it is
+// the process its pid file names, in a pipe directory only the service writes, running the same
+// control binary.
+//
+// Not thread-safe: the service calls it under its lock.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "proc/process_identity.h"
+
+namespace gpufrac::node {
+
+struct MpsDaemonOptions {
+  // Where the daemons' directories go (<dir>/<gpu index>/pipe and .../log); made (0711) if
+  // missing. Its parent must exist and be the service's own.
+  std::string dir;
+  // nvidia-cuda-mps-control, absolute.
+  std::string control;
+  // Added to the daemon's and its control commands' environment (the simulated driver's).
+  std::vector<std::string> env;
+  // How long a daemon may take to start (its pid file to appear), and a command or a quit to be
+  // answered.
+  std::chrono::milliseconds timeout{5000};
+};
+
+class MpsDaemons {
+ public:
+  explicit MpsDaemons(MpsDaemonOptions options) : options_(std::move(options)) {}
+  // Stops the daemons with no client (StopIdle); the others are kept for the next service.
+  ~MpsDaemons();
+  MpsDaemons(const MpsDaemons&) = delete;
+  MpsDaemons& operator=(const MpsDaemons&) = delete;
+
+  // The pipe directory of GPU `index`'s daemon (UUID `uuid`): the running one, one a previous
+  // service left there, or a new one, once its pid file is there. kUnavailable with the reason
+  // (and the end of the daemon's log) when it does not start.
+  StatusOr<std::string> Ensure(int index, const std::string& uuid);
+  // Sends one control command (e.g. "get_server_list") to GPU `index`'s daemon and returns its
+  // reply without the trailing newline. kFailedPrecondition when none runs.
+  StatusOr<std::string> Command(int index, const std::string& command);
+  // Stops GPU `index`'s daemon: "quit", then SIGKILL if it has not ended within the timeout.
+  void Stop(int index);
+  // Whether GPU `index`'s daemon has a client (true when it cannot tell).
+  bool Serving(int index);
+  // Stops every daemon that serves no client.
+  void StopIdle();
+
+  struct Ended {
+    int index = 0;
+    std::string how;  // "ended", "could not be started again: ..."
+  };
+  // The daemons that ended since the last call; each is started again at once.
+  std::vector<Ended> Watch();
+  // GPU index -> its daemon's pid.
+  std::map<int, pid_t> Running() const;
+
+ private:
+  struct Daemon {
+    std::string uuid;
+    proc::ProcessId id;
+  };
+  std::string PipeDir(int index) const;
+  std::string LogDir(int index) const;
+  // The daemon whose pid file is in GPU `index`'s pipe directory, if it runs our control binary.
+  bool Adopt(int index, Daemon* out) const;
+  // Runs the control binary for GPU `index` with `args`, `input` on its stdin; its stdout in
+  // `output`. kUnavailable when it fails or outlives the timeout (it is then killed).
+  Status RunControl(int index, const std::string& uuid, const std::vector<std::string>& args,
+                    const std::string& input, std::string* output) const;
+
+  MpsDaemonOptions options_;
+  std::map<int, Daemon> daemons_;
+};
+
+}  // namespace gpufrac::node
