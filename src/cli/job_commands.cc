@@ -232,16 +232,21 @@ void PrintStatus(const json& status) {
   for (const json& g : status["gpus"]) {
     std::string model = Str(g, "model").empty() ? "?" : Cell(Str(g, "model"));
     if (Str(g, "mode") == "whole") model += " (whole)";
+    if (Str(g, "mode") == "mps") model += " (mps)";
     std::printf(
         "%-4lld %-18s %-40s %10s %10s %10s %13s %12s\n", static_cast<long long>(Int(g, "index")),
         model.c_str(), Cell(Str(g, "uuid"), 40).c_str(), FormatSize(Int(g, "memory_total")).c_str(),
         FormatSize(Int(g, "allocated_memory")).c_str(), FormatSize(Int(g, "used_memory")).c_str(),
         Share(Num(g, "allocated_share")).c_str(), Share(Num(g, "free_share")).c_str());
     for (const json& w : g["workloads"]) {
-      std::printf("     job %-6lld %-10s compute %-10s memory %-10s used %s\n",
+      // Under MPS a job's compute is its share of the SMs.
+      const std::string compute =
+          w.contains("mps_thread_percentage")
+              ? "sm " + std::to_string(Int(w, "mps_thread_percentage")) + "%"
+              : "compute " + ComputeText(Num(w, "share"), Num(w, "compute_limit"));
+      std::printf("     job %-6lld %-10s %-18s memory %-10s used %s\n",
                   static_cast<long long>(Int(w, "job")), Cell(Str(w, "user"), 10).c_str(),
-                  ComputeText(Num(w, "share"), Num(w, "compute_limit")).c_str(),
-                  FormatSize(Int(w, "memory_limit")).c_str(),
+                  compute.c_str(), FormatSize(Int(w, "memory_limit")).c_str(),
                   FormatSize(Int(w, "memory_used")).c_str());
     }
     if (g.contains("reserved_for") && g["reserved_for"].is_number()) {

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/units.h"
+#include "node/compute_policy.h"
 #include "node/job_runner.h"
 #include "node/job_wire.h"
 #include "node/submission.h"
@@ -370,6 +371,11 @@ class Api {
                              {"gpu_seconds", w.gpu_seconds},
                              {"measured_share", w.measured_share ? json(*w.measured_share)
                                                                  : json(nullptr)}});
+        // Under MPS, its share of the SMs (its compute limit) and its pinned-memory limit.
+        if (g.gpu.mode == gpu::GpuMode::kMps && w.milli < kMilliPerGpu) {
+          workloads.back()["mps_thread_percentage"] = MpsThreadPercentage(w.compute_limit_milli);
+          workloads.back()["mps_pinned_memory"] = w.memory_limit;
+        }
       }
       json entry = {
           {"index", g.gpu.index},

@@ -1,5 +1,7 @@
 #include "node/compute_policy.h"
 
+#include <algorithm>
+
 #include "common/units.h"
 
 namespace gpufrac::node {
@@ -31,6 +33,11 @@ uint32_t ComputeLimitMilli(const GpuRequest& request, uint32_t share_milli, Comp
   }
   if (request.compute_limit_milli != 0) return request.compute_limit_milli;
   return policy == ComputePolicy::kStrict ? share_milli : kMilliPerGpu;
+}
+
+int MpsThreadPercentage(uint32_t limit_milli) {
+  if (limit_milli == 0) return 100;
+  return static_cast<int>(std::min<uint32_t>((limit_milli + 9) / 10, 100));
 }
 
 }  // namespace gpufrac::node

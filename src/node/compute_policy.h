@@ -27,4 +27,8 @@ const char* ComputePolicyName(ComputePolicy policy);
 // arbitrated (policy off, a whole GPU, a MIG instance).
 uint32_t ComputeLimitMilli(const GpuRequest& request, uint32_t share_milli, ComputePolicy policy);
 
+// On a GPU in MPS mode, the share of the SMs a job with compute limit `limit_milli` gets, as
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (1 to 100; 100 when its compute is not arbitrated).
+int MpsThreadPercentage(uint32_t limit_milli);
+
 }  // namespace gpufrac::node

@@ -134,11 +134,10 @@ Status CheckStoreAgainstJobDirs(Store& store, const std::string& state_dir) {
       "from a backup, or end those jobs and move " + state_dir + "/jobs away to start afresh");
 }
 
-// What an MPS client is held to: its share's compute limit as a percentage of the SMs (all of
-// them when its compute is not arbitrated), and its memory limit in MiB.
+// What an MPS client is held to: its share's compute limit as a percentage of the SMs, and its
+// memory limit in MiB.
 int MpsThreadPercentage(const GpuShare& share) {
-  if (share.compute_limit_milli == 0) return 100;
-  return static_cast<int>(std::clamp<uint32_t>((share.compute_limit_milli + 9) / 10, 1, 100));
+  return node::MpsThreadPercentage(share.compute_limit_milli);
 }
 uint64_t MpsPinnedMiB(const GpuShare& share) { return share.memory_bytes >> 20; }
 
