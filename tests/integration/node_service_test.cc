@@ -71,8 +71,15 @@ class Daemon {
                  {});
     }
     Stop(SIGTERM);
-    // Jobs of a killed test may still run: end them before removing their files.
+    // Jobs of a killed test may still run: end them before removing their files; and MPS
+    // daemons still serving them.
     RunCommand({"pkill", "-KILL", "-f", dir_}, {});
+    std::error_code mps_ec;
+    for (const auto& gpu : std::filesystem::directory_iterator(dir_ + "/state/mps", mps_ec)) {
+      std::ifstream pid_file(gpu.path() / "pipe" / "nvidia-cuda-mps-control.pid");
+      pid_t pid = 0;
+      if (pid_file >> pid && pid > 0) kill(pid, SIGKILL);
+    }
     // The simulated machine, and the budgets of jobs that ended after the service stopped (its
     // next start, from the state being removed here, would have cleaned those up).
     const std::string instance = node::ServiceInstanceName(dir_ + "/state");
@@ -1473,6 +1480,71 @@ TEST(NodeService, TheFirstCommandStartsAServiceForTheUser) {
     std::filesystem::remove_all(budget_dir, ec);
   }
   std::filesystem::remove_all(home, ec);
+}
+
+// MPS mode: set at the first start, changed only on an idle GPU, kept across restarts (the state
+// directory's record, not the flag, decides then); refused where it cannot be.
+TEST(NodeService, MpsModeIsChangedOnlyOnIdleGpusAndKeptAcrossRestarts) {
+  Daemon d("1xH100-80GB", {"--mps-gpus", "0", "--socket-group", "nogroup"});
+  auto mode = [&] { return d.Get("/v1/status").body["gpus"][0].value("mode", std::string("?")); };
+  EXPECT_EQ(mode(), "mps");
+  RunResult table = d.Cli({"status"});
+  EXPECT_NE(table.out.find("H100-80GB (mps)"), std::string::npos) << table.out;
+
+  int64_t id = d.Submit({"sh", "-c", "sleep 30"}, {{"gpus", 1}}).body["id"];
+  d.WaitFor(id, "running");
+  RunResult busy = d.Cli({"mps", "disable", "--gpu", "0"});
+  EXPECT_EQ(busy.status, 1);
+  EXPECT_NE(busy.err.find("GPU 0 runs jobs; wait for them to end or cancel them first"),
+            std::string::npos)
+      << busy.err;
+  d.Cli({"cancel", std::to_string(id)});
+  d.WaitFor(id, "final");
+  RunResult off = d.Cli({"mps", "disable", "--gpu", "0"});
+  EXPECT_EQ(off.status, 0) << off.err;
+  EXPECT_EQ(off.out, "GPU 0: shared (MPS mode off)\n");
+  EXPECT_EQ(d.Cli({"mps", "disable", "--gpu", "0"}).out, "GPU 0: already shared\n");
+  RunResult missing = d.Cli({"mps", "enable", "--gpu", "7"});
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.err.find("no GPU 7 on this node"), std::string::npos) << missing.err;
+
+  // The record wins over --mps-gpus 0 from now on.
+  d.Stop(SIGTERM);
+  d.Start();
+  EXPECT_EQ(mode(), "shared");
+  RunResult on = d.Cli({"mps", "enable", "--gpu", "0", "--json"});
+  EXPECT_EQ(json::parse(on.out)["changed"], true) << on.out;
+  d.Stop(SIGTERM);
+  d.Start();
+  EXPECT_EQ(mode(), "mps");
+
+  // Only admins may change it.
+  if (getuid() != 0) return;
+  const std::string socket = d.socket();
+  int rc = AsNobody([&] {
+    httplib::Client c(socket);
+    c.set_address_family(AF_UNIX);
+    auto r = c.Post("/v1/gpus/0/mps", R"({"enabled": false})", "application/json");
+    return r && r->status == 403 &&
+                   r->body.find("only root and members of the admin group") != std::string::npos
+               ? 0
+               : 1;
+  });
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(mode(), "mps");
+}
+
+TEST(NodeService, AGpuServingWholeJobsOnlyCannotBeInMpsMode) {
+  Daemon d("2xH100-80GB", {"--whole-gpus", "1"});
+  RunResult r = d.Cli({"mps", "enable", "--gpu", "1"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("serves whole-GPU jobs only"), std::string::npos) << r.err;
+  RunResult both = RunCommand({Bin("gpufracd"), "--sim", "2xH100-80GB", "--state-dir",
+                               d.dir() + "/other", "--whole-gpus", "1", "--mps-gpus", "1"},
+                              {});
+  EXPECT_EQ(both.status, 1);
+  EXPECT_NE(both.err.find("is in both --whole-gpus and --mps-gpus"), std::string::npos)
+      << both.err;
 }
 
 }  // namespace
