@@ -425,40 +425,42 @@ class Api {
     return body;
   }
 
-  // POST /v1/gpus/N/mig {"enabled": bool}
-  HttpResponse MigMode(const HttpRequest& req, const PathParams& params) {
+  // The GPU and the switch of POST /v1/gpus/N/{mig,mps} {"enabled": bool} (admins only).
+  struct ModeChange {
+    int gpu = 0;
+    bool enabled = false;
+  };
+  StatusOr<ModeChange> ReadModeChange(const HttpRequest& req, const PathParams& params) {
     const std::string& index = params.at("gpu");
     if (index.size() > 3 || !std::all_of(index.begin(), index.end(), ::isdigit)) {
-      return Error(NotFoundError("no such API path: POST " + req.path));
+      return NotFoundError("no such API path: POST " + req.path);
     }
-    auto body = AdminBody(req);
-    if (!body.ok()) return Error(body.status());
-    if (!body->contains("enabled") || !(*body)["enabled"].is_boolean() || body->size() != 1) {
-      return Error(InvalidArgumentError("the body must be {\"enabled\": true|false}"));
+    GPUFRAC_ASSIGN_OR_RETURN(json body, AdminBody(req));
+    if (!body.contains("enabled") || !body["enabled"].is_boolean() || body.size() != 1) {
+      return InvalidArgumentError("the body must be {\"enabled\": true|false}");
     }
-    int gpu = std::stoi(index);
-    bool enabled = (*body)["enabled"].get<bool>();
-    auto reset = service_->SetMigMode(gpu, enabled);
+    return ModeChange{std::stoi(index), body["enabled"].get<bool>()};
+  }
+
+  // POST /v1/gpus/N/mig {"enabled": bool}
+  HttpResponse MigMode(const HttpRequest& req, const PathParams& params) {
+    auto change = ReadModeChange(req, params);
+    if (!change.ok()) return Error(change.status());
+    auto reset = service_->SetMigMode(change->gpu, change->enabled);
     if (!reset.ok()) return Error(reset.status());
-    return Json(200, {{"gpu", gpu}, {"mig_enabled", enabled}, {"reset_needed", *reset}});
+    return Json(200, {{"gpu", change->gpu},
+                      {"mig_enabled", change->enabled},
+                      {"reset_needed", *reset}});
   }
 
   // POST /v1/gpus/N/mps {"enabled": bool}
   HttpResponse MpsMode(const HttpRequest& req, const PathParams& params) {
-    const std::string& index = params.at("gpu");
-    if (index.size() > 3 || !std::all_of(index.begin(), index.end(), ::isdigit)) {
-      return Error(NotFoundError("no such API path: POST " + req.path));
-    }
-    auto body = AdminBody(req);
-    if (!body.ok()) return Error(body.status());
-    if (!body->contains("enabled") || !(*body)["enabled"].is_boolean() || body->size() != 1) {
-      return Error(InvalidArgumentError("the body must be {\"enabled\": true|false}"));
-    }
-    int gpu = std::stoi(index);
-    bool enabled = (*body)["enabled"].get<bool>();
-    auto changed = service_->SetMpsMode(gpu, enabled);
+    auto change = ReadModeChange(req, params);
+    if (!change.ok()) return Error(change.status());
+    auto changed = service_->SetMpsMode(change->gpu, change->enabled);
     if (!changed.ok()) return Error(changed.status());
-    return Json(200, {{"gpu", gpu}, {"mps_enabled", enabled}, {"changed", *changed}});
+    return Json(200,
+                {{"gpu", change->gpu}, {"mps_enabled", change->enabled}, {"changed", *changed}});
   }
 
   // POST /v1/mig/apply {"yaml": "...", "config": "name"}
