@@ -301,25 +301,29 @@ void ComputeArbiter::HandOver(uint64_t now) {
       least_recent = std::min(least_recent, slot.vtime.load(std::memory_order_relaxed));
     }
   }
+  // Workloads that missed a turn lately are passed over, unless nobody else waits: better a turn
+  // that may be missed again than an idle GPU.
   int best = -1;
   uint64_t best_vtime = 0;
-  for (int s = 0; s < kArbiterSlots; ++s) {
-    ArbiterSlot& slot = seg_->slots[s];
-    if (slot.key.load(std::memory_order_relaxed) == 0 ||
-        slot.waiting.load(std::memory_order_relaxed) == 0 ||
-        Age(now, slot.missed_at_ns.load(std::memory_order_relaxed)) < kMissedNs ||
-        !Eligible(s, now)) {
-      continue;
-    }
-    uint64_t v = slot.vtime.load(std::memory_order_relaxed);
-    if (least_recent != UINT64_MAX && v < least_recent &&
-        Age(now, slot.busy_at_ns.load(std::memory_order_relaxed)) >= kIdleNs) {
-      v = least_recent;
-      slot.vtime.store(v, std::memory_order_relaxed);
-    }
-    if (best < 0 || v < best_vtime) {
-      best = s;
-      best_vtime = v;
+  for (int pass = 0; pass < 2 && best < 0; ++pass) {
+    for (int s = 0; s < kArbiterSlots; ++s) {
+      ArbiterSlot& slot = seg_->slots[s];
+      if (slot.key.load(std::memory_order_relaxed) == 0 ||
+          slot.waiting.load(std::memory_order_relaxed) == 0 ||
+          (pass == 0 && Age(now, slot.missed_at_ns.load(std::memory_order_relaxed)) < kMissedNs) ||
+          !Eligible(s, now)) {
+        continue;
+      }
+      uint64_t v = slot.vtime.load(std::memory_order_relaxed);
+      if (least_recent != UINT64_MAX && v < least_recent &&
+          Age(now, slot.busy_at_ns.load(std::memory_order_relaxed)) >= kIdleNs) {
+        v = least_recent;
+        slot.vtime.store(v, std::memory_order_relaxed);
+      }
+      if (best < 0 || v < best_vtime) {
+        best = s;
+        best_vtime = v;
+      }
     }
   }
   seg_->draining.store(0, std::memory_order_relaxed);
@@ -328,19 +332,28 @@ void ComputeArbiter::HandOver(uint64_t now) {
     seg_->holder.store(0, std::memory_order_relaxed);
   } else {
     ArbiterSlot& slot = seg_->slots[best];
-    uint64_t turn = seg_->turn_ns;
+    // The holder must watch the clock (and bound its work in flight) while another workload
+    // waits or was busy lately (it is about to ask again), or when it has a limit. Its turn is
+    // shorter than turn_ns in proportion to its request against the heaviest of those others':
+    // every turn then moves virtual time alike, so turns alternate, and a light workload never
+    // waits through several turns of a heavy one.
+    const uint32_t weight = std::max<uint32_t>(slot.weight.load(std::memory_order_relaxed), 1);
+    uint32_t heaviest = weight;
+    bool others = slot.limit.load(std::memory_order_relaxed) < 1000;
+    for (int s = 0; s < kArbiterSlots; ++s) {
+      const ArbiterSlot& other = seg_->slots[s];
+      if (s != best && other.key.load(std::memory_order_relaxed) != 0 &&
+          (other.waiting.load(std::memory_order_relaxed) != 0 ||
+           Age(now, other.busy_at_ns.load(std::memory_order_relaxed)) < kIdleNs)) {
+        others = true;
+        heaviest = std::max(heaviest, other.weight.load(std::memory_order_relaxed));
+      }
+    }
+    uint64_t turn = std::max(seg_->turn_ns / kShortestTurnDivisor,
+                             seg_->turn_ns * weight / std::max(heaviest, weight));
     const int64_t tokens = slot.tokens_ns.load(std::memory_order_relaxed);
     if (slot.limit.load(std::memory_order_relaxed) < 1000 && tokens < static_cast<int64_t>(turn)) {
       turn = static_cast<uint64_t>(tokens);
-    }
-    // The holder must watch the clock (and bound its work in flight) while another workload
-    // waits or was busy lately (it is about to ask again), or when it has a limit.
-    bool others = slot.limit.load(std::memory_order_relaxed) < 1000;
-    for (int s = 0; s < kArbiterSlots && !others; ++s) {
-      const ArbiterSlot& other = seg_->slots[s];
-      others = s != best && other.key.load(std::memory_order_relaxed) != 0 &&
-               (other.waiting.load(std::memory_order_relaxed) != 0 ||
-                Age(now, other.busy_at_ns.load(std::memory_order_relaxed)) < kIdleNs);
     }
     seg_->turn_start_ns.store(now, std::memory_order_relaxed);
     seg_->deadline_ns.store(now + turn, std::memory_order_relaxed);
@@ -403,7 +416,9 @@ ComputeArbiter::Gate ComputeArbiter::CheckSlow(uint64_t holder) {
     return Gate::kGo;
   }
   // Handed to this workload: any of its processes takes it.
-  if (SlotOf(holder) == slot_ && PidOf(holder) == 0 && Claim(holder, MonotonicNs())) return Gate::kGo;
+  if (SlotOf(holder) == slot_ && PidOf(holder) == 0 && Claim(holder, MonotonicNs())) {
+    return Gate::kGo;
+  }
   return Gate::kAcquire;
 }
 
@@ -487,6 +502,9 @@ bool ComputeArbiter::Acquire() {
     }
     const uint64_t now = MonotonicNs();
     mine.busy_at_ns.store(now, std::memory_order_relaxed);  // alive and waiting
+    // A waiter that runs is not stopped or dead: a turn it was too slow to take (a busy CPU)
+    // does not keep its workload passed over.
+    mine.missed_at_ns.store(0, std::memory_order_relaxed);
     uint64_t holder = seg_->holder.load(std::memory_order_relaxed);
     const uint64_t start = seg_->turn_start_ns.load(std::memory_order_relaxed);
     const uint64_t deadline = seg_->deadline_ns.load(std::memory_order_relaxed);

@@ -15,9 +15,11 @@
 //  - A workload whose limit is below 1 may also take at most that share of the GPU's time: it
 //    holds a token bucket of GPU time filled at its limit, at most half a turn deep, and waits
 //    while it holds less than a quarter of a turn, even if the GPU is idle (strict).
-//  - A turn lasts `turn_ns` (20 ms by default). The holder queues work, with at most a few
-//    launches in flight (the launch hooks bound it with events), and when the turn is over waits
-//    for its work to finish ("drains") and is charged the time from the start of its turn to then.
+//  - A turn lasts `turn_ns` (20 ms by default) for the heaviest busy workload, and for a lighter
+//    one in proportion to its request (at least an eighth of that), so turns alternate. The
+//    holder queues work, with at most a few launches in flight (the launch hooks bound it with
+//    events), and when the turn is over waits for its work to finish ("drains") and is charged
+//    the time from the start of its turn to then.
 //    With nobody else waiting and no limit, a turn is simply renewed, without draining.
 //  - A turn is one process's. A workload's turn is handed to its slot, and whichever of its
 //    processes comes first takes it; a process whose workload keeps the GPU for another turn
@@ -51,7 +53,10 @@
 namespace gpufrac::limiter {
 
 constexpr int kArbiterSlots = 64;
+// The heaviest busy workload's turn; a lighter one's is shorter in proportion to its request, but
+// never below turn_ns / kShortestTurnDivisor.
 constexpr uint64_t kDefaultTurnNs = 20'000'000;
+constexpr uint64_t kShortestTurnDivisor = 8;
 // How long a draining holder keeps its turn past its end (a kernel longer than this is shared
 // with the next holder, as the GPU would).
 constexpr uint64_t kDrainGraceNs = 250'000'000;
@@ -164,7 +169,12 @@ class ComputeArbiter {
   // Nothing when this process does not hold the turn.
   void Touch();
 
-  uint64_t TurnNs() const { return seg_->turn_ns; }
+  // How long the current turn is (at most turn_ns).
+  uint64_t TurnNs() const {
+    const uint64_t start = seg_->turn_start_ns.load(std::memory_order_relaxed);
+    const uint64_t deadline = seg_->deadline_ns.load(std::memory_order_relaxed);
+    return deadline > start && deadline - start < seg_->turn_ns ? deadline - start : seg_->turn_ns;
+  }
   // Whether this process holds the turn now.
   bool Holding() const { return seg_->holder.load(std::memory_order_relaxed) == token_; }
   // GPU time charged to this workload so far.
