@@ -104,6 +104,7 @@ std::string ModelGroups::ModelSummary(uint64_t mask) const {
     int g = group_of_[pos];
     if (!(mask >> g & 1)) continue;
     std::string name = groups_[g].model.empty() ? "unknown-model" : groups_[g].model;
+    if (groups_[g].mps) name += " in MPS mode";
     auto it =
         std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == name; });
     if (it == counts.end()) {
@@ -177,8 +178,12 @@ Status ModelGroups::WhyNoGroupHolds(const GpuRequest& request, uint64_t allowed)
         total += groups_[std::countr_zero(left)].members.size();
       }
       if (request.gpus > most) {
+        const bool modes = std::any_of(groups_.begin(), groups_.end(),
+                                       [](const pl::GpuGroup& g) { return g.mps; });
         return InvalidArgumentError(flags + " asks for " + std::to_string(request.gpus) + " GPUs" +
-                                    (request.gpus <= total ? " of one model" : "") +
+                                    (request.gpus > total ? ""
+                                     : modes              ? " of one model and mode"
+                                                          : " of one model") +
                                     "; this node has " +
                                     ModelSummary(request.gpu_model.empty() ? all_groups : allowed));
       }

@@ -518,6 +518,11 @@ TEST(QueueScheduler, AnMpsGpuRunsOneUsersJobsAtATime) {
   GpuRequest two_shares = GpuRequest::Fraction(250);
   two_shares.gpus = 2;
   EXPECT_FALSE(pair->CheckFeasible(0, two_shares).ok());
+  // Whole GPUs of a job are of one mode too, and the refusal says so.
+  auto mixed = Make({mps, H100(1)}, Queues({{"q", 1.0}}));
+  EXPECT_TRUE(Contains(mixed->CheckFeasible(0, GpuRequest::Whole(2)).message(),
+                       "asks for 2 GPUs of one model and mode; this node has 1 H100-80GB in MPS "
+                       "mode and 1 H100-80GB"));
 }
 
 TEST(QueueScheduler, RunningJobsQueuesAndGpuViews) {
