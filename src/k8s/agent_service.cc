@@ -114,6 +114,8 @@ struct AgentService::Impl {
   AgentServiceOptions options;
   std::unique_ptr<machine::NodeGpus> gpus;
   std::unique_ptr<KubeClusterApi> api;
+  // Limit files and arbiters of every limited container, whichever provider allocated it.
+  std::unique_ptr<ContainerLimiter> limiter;
   std::unique_ptr<GpuProvider> provider;
   std::unique_ptr<DevicePlugin> plugin;
   std::string published;  // The inventory document and labels last written to the node.
@@ -307,8 +309,9 @@ Status AgentService::Start() {
   GPUFRAC_RETURN_IF_ERROR(CheckNvidiaGpus(all, s.nvidia));
   GPUFRAC_RETURN_IF_ERROR(s.Publish(all));
   NodeInventory inv = WithoutNvidiaGpus(all, s.nvidia);
+  s.limiter = std::make_unique<ContainerLimiter>(s.options.agent.host_dir);
   s.provider = std::make_unique<GpuProvider>(s.options.agent, inv, s.api.get(),
-                                             s.gpus->mig_backend.get());
+                                             s.gpus->mig_backend.get(), s.limiter.get());
   DevicePluginOptions plugin;
   plugin.resource_name = std::string(kResourceGpu);
   plugin.kubelet_dir = s.options.kubelet_dir;

@@ -8,7 +8,8 @@ target_link_libraries(gpufrac_k8s PUBLIC gpufrac_common gpufrac_placement gpufra
 
 # The node agent's resource managers behind the device plugins: gpufrac.io/gpu (slots, Allocate,
 # MIG, limit files) and NVIDIA's resource names (whole GPUs, static MIG instances).
-add_library(gpufrac_k8s_agent STATIC container_gpus.cc gpu_provider.cc nvidia_provider.cc)
+add_library(gpufrac_k8s_agent STATIC container_gpus.cc container_limiter.cc gpu_provider.cc
+            nvidia_provider.cc)
 # gpufrac_node for the compute policy only (node/compute_policy.h), the one gpufracd uses.
 target_link_libraries(gpufrac_k8s_agent PUBLIC gpufrac_k8s gpufrac_k8s_plugin gpufrac_mig_control
                       gpufrac_launch gpufrac_node)
