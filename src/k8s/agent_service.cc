@@ -321,7 +321,7 @@ Status AgentService::Start() {
   if (!pods.ok()) return pods.status().WithContext("listing the pods on this node");
   NodeInventory all = s.Observe(*pods);
   GPUFRAC_RETURN_IF_ERROR(CheckNvidiaGpus(all, s.nvidia));
-  for (const std::string& line : s.sharing_config.ignored) LogWarning("%s", line.c_str());
+  for (const std::string& line : s.sharing_config.notices) LogWarning("%s", line.c_str());
   GPUFRAC_ASSIGN_OR_RETURN(s.sharing, ResolveNvidiaSharing(s.sharing_config, all, s.nvidia.whole));
   for (const auto& [index, shared] : s.sharing.gpus) {
     LogInfo("GPU %d: %d replicas served as %s (%s), each container limited to its share", index,

@@ -176,7 +176,8 @@ StatusOr<NvidiaReplicatedDevices> Devices(const Reader& r, const YAML::Node& nod
 }
 
 StatusOr<NvidiaReplicatedResource> Resource(const Reader& r, const YAML::Node& node,
-                                            const std::string& field, bool rename_by_default) {
+                                            const std::string& field, bool rename_by_default,
+                                            std::vector<std::string>* notices) {
   if (!node.IsMap()) {
     return r.Error(node, field,
                    "must be a map (write \"- name: nvidia.com/gpu\" and \"replicas: 4\")");
@@ -214,11 +215,24 @@ StatusOr<NvidiaReplicatedResource> Resource(const Reader& r, const YAML::Node& n
   out.replicas = static_cast<int>(*replicas);
   if (Given(node["devices"])) {
     GPUFRAC_ASSIGN_OR_RETURN(out.devices, Devices(r, node["devices"], field + ".devices"));
+    if (!out.devices.all) {
+      notices->push_back(r.At(node["devices"]) + ": " + field +
+                         ".devices: NVIDIA's plugin ignores this and shares every GPU; gpufrac "
+                         "shares only these and serves the others whole");
+    }
   }
-  out.serve_as = rename_by_default ? out.name + std::string(kSharedSuffix) : out.name;
+  // NVIDIA's plugin serves the replicas under this name whatever rename says.
+  const std::string nvidia_serves =
+      rename_by_default ? out.name + std::string(kSharedSuffix) : out.name;
+  out.serve_as = nvidia_serves;
   if (Given(node["rename"])) {
     GPUFRAC_ASSIGN_OR_RETURN(
         out.serve_as, ResourceName(r, node["rename"], field + ".rename", "nvidia.com/gpu.shared"));
+    if (out.serve_as != nvidia_serves) {
+      notices->push_back(r.At(node["rename"]) + ": " + field +
+                         ".rename: NVIDIA's plugin ignores this and serves the replicas as " +
+                         nvidia_serves + "; gpufrac serves them as " + out.serve_as);
+    }
   }
   if (out.serve_as.rfind("nvidia.com/mig-", 0) == 0) {
     return r.Error(node["rename"], field + ".rename",
@@ -263,7 +277,7 @@ StatusOr<NvidiaSharingConfig> ParseNvidiaSharingConfig(std::string_view text,
       {"imex", "the agent passes no IMEX channels"}};
   for (const auto& [key, why] : read_past) {
     if (Given(root[key])) {
-      config.ignored.push_back(r.At(root[key]) + ": " + key + ": not used: " + why);
+      config.notices.push_back(r.At(root[key]) + ": " + key + ": not used: " + why);
     }
   }
   const YAML::Node sharing = root["sharing"];
@@ -308,7 +322,7 @@ StatusOr<NvidiaSharingConfig> ParseNvidiaSharingConfig(std::string_view text,
     GPUFRAC_ASSIGN_OR_RETURN(
         NvidiaReplicatedResource resource,
         Resource(r, resources[i], field + ".resources[" + std::to_string(i) + "]",
-                 config.rename_by_default));
+                 config.rename_by_default, &config.notices));
     config.resources.push_back(std::move(resource));
   }
   return config;

@@ -61,9 +61,11 @@ struct NvidiaSharingConfig {
   // Under mps it defaults to true, as in NVIDIA's plugin.
   bool fail_requests_greater_than_one = false;
   std::vector<NvidiaReplicatedResource> resources;  // Empty: no sharing section, nothing shared.
-  // Sections of NVIDIA's file that the agent reads past (flags, resources, imex: its own flags
-  // decide those), one line each, for the log.
-  std::vector<std::string> ignored;
+  // One line each, for the log: sections of NVIDIA's file that the agent reads past (flags,
+  // resources, imex: its own flags decide those), and the fields it applies that NVIDIA's plugin
+  // ignores (a rename other than renameByDefault's, devices other than all), so that a cluster
+  // moving off that plugin learns where gpufrac serves its file differently.
+  std::vector<std::string> notices;
 };
 
 // Parses the file's text (YAML or JSON); `source` names it in errors. kInvalidArgument with one

@@ -46,8 +46,8 @@ sharing:
   EXPECT_TRUE(r.devices.all);
   EXPECT_EQ(r.at, "cfg.yaml:7");
   EXPECT_EQ(r.field, "sharing.timeSlicing.resources[0]");
-  ASSERT_EQ(c.ignored.size(), 1u);
-  EXPECT_THAT(c.ignored[0], HasSubstr("cfg.yaml:3: flags: not used"));
+  ASSERT_EQ(c.notices.size(), 1u);
+  EXPECT_THAT(c.notices[0], HasSubstr("cfg.yaml:3: flags: not used"));
 }
 
 TEST(NvidiaSharingConfigTest, RenamesAndFlags) {
@@ -74,6 +74,17 @@ sharing:
   EXPECT_EQ(c.resources[1].serve_as, "nvidia.com/gpu.small");
   EXPECT_EQ(c.resources[1].devices.list, (std::vector<std::string>{"2", "3", kUuid1}));
   EXPECT_FALSE(c.resources[1].devices.all);
+  // NVIDIA's plugin serves every GPU as nvidia.com/gpu.shared here, whatever rename and devices
+  // say: the log tells where gpufrac differs.
+  EXPECT_EQ(c.notices,
+            (std::vector<std::string>{
+                "cfg.yaml:9: sharing.timeSlicing.resources[0].devices: NVIDIA's plugin ignores "
+                "this and shares every GPU; gpufrac shares only these and serves the others whole",
+                "cfg.yaml:13: sharing.timeSlicing.resources[1].devices: NVIDIA's plugin ignores "
+                "this and shares every GPU; gpufrac shares only these and serves the others whole",
+                "cfg.yaml:11: sharing.timeSlicing.resources[1].rename: NVIDIA's plugin ignores "
+                "this and serves the replicas as nvidia.com/gpu.shared; gpufrac serves them as "
+                "nvidia.com/gpu.small"}));
 }
 
 TEST(NvidiaSharingConfigTest, DevicesAsACountAndRenameWithoutRenameByDefault) {
@@ -126,7 +137,8 @@ TEST(NvidiaSharingConfigTest, BadFilesSayWhereAndWhatToWrite) {
     std::string says;
   };
   for (const Case& c : std::vector<Case>{
-           {"version: v2\n", "cfg.yaml:1: version: gpufrac reads version v1 of NVIDIA's format only"},
+           {"version: v2\n",
+            "cfg.yaml:1: version: gpufrac reads version v1 of NVIDIA's format only"},
            {"version: v1\nsharng: {}\n", "cfg.yaml:2: the top level: unknown field \"sharng\""},
            {"sharing: [\n", "cfg.yaml:2: not valid YAML or JSON"},
            {"- a\n", "cfg.yaml:1: the top level: must be a map"},
