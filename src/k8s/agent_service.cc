@@ -303,11 +303,15 @@ StatusOr<std::unique_ptr<AgentService>> AgentService::Create(ApiClient* client,
 Status AgentService::Start() {
   Impl& s = *impl_;
   std::string warning;
-  GPUFRAC_ASSIGN_OR_RETURN(s.gpus, machine::OpenNodeGpus({.sim = s.options.sim,
-                                                       // One simulated machine per host directory.
-                                                       .sim_namespace = "k8s-" + StateDirTag(s.options.agent.host_dir),
-                                                       .whole_gpus = s.options.whole_gpus},
-                                                      &warning));
+  GPUFRAC_ASSIGN_OR_RETURN(
+      s.gpus,
+      machine::OpenNodeGpus({.sim = s.options.sim,
+                             // One simulated machine per host directory.
+                             .sim_namespace = "k8s-" + StateDirTag(s.options.agent.host_dir),
+                             .whole_gpus = s.options.whole_gpus,
+                             // The agent runs no MPS daemons (yet: see nvidia_provider.h).
+                             .mps_gpus = {}},
+                            &warning));
   if (!warning.empty()) LogWarning("%s", warning.c_str());
   // After OpenNodeGpus, which names the simulated machine when GPUs are simulated.
   if (auto monitor = gpu::HealthMonitor::Open(s.gpus->inventory.nvml_library); monitor.ok()) {
