@@ -10,10 +10,11 @@ gpufrac_test(k8s_kube_cluster_api_test integration
              SOURCES integration/k8s_kube_cluster_api_test.cc
              LIBS gpufrac_k8s_services k8s_fake_apiserver)
 
-# The agent serving NVIDIA's resource names (nvidia.com/gpu, nvidia.com/mig-<profile>) on
-# simulated GPUs, against the fake API server and kubelet.
+# The agent serving NVIDIA's resource names (nvidia.com/gpu, its replicas,
+# nvidia.com/mig-<profile>) on simulated GPUs, against the fake API server and kubelet.
+# With NVIDIA's sharing configuration, cuda_probe runs under the limit file a replica gets.
 gpufrac_test(k8s_nvidia_resources_test integration
              SOURCES integration/k8s_nvidia_resources_test.cc
              LIBS gpufrac_k8s_services k8s_fake_apiserver gpufrac_fake_kubelet
-                  $<TARGET_NAME_IF_EXISTS:GTest::gmock>)
-add_dependencies(k8s_nvidia_resources_test gpufrac simgpu_nvml simgpu_cuda)
+                  gpufrac_test_harness $<TARGET_NAME_IF_EXISTS:GTest::gmock>)
+add_dependencies(k8s_nvidia_resources_test gpufrac simgpu_nvml simgpu_cuda cuda_probe)

@@ -11,3 +11,6 @@ target_include_directories(k8s_extender_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
 gpufrac_test(k8s_reservations_test unit SOURCES unit/k8s_reservations_test.cc
              LIBS gpufrac_k8s $<TARGET_NAME_IF_EXISTS:GTest::gmock>)
 target_include_directories(k8s_reservations_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+# NVIDIA's device plugin configuration file as the node agent reads it (its sharing section).
+gpufrac_test(k8s_nvidia_sharing_config_test unit SOURCES unit/k8s_nvidia_sharing_config_test.cc
+             LIBS gpufrac_k8s_nvidia_sharing $<TARGET_NAME_IF_EXISTS:GTest::gmock>)

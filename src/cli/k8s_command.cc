@@ -83,6 +83,12 @@ K8sCommand::K8sCommand(CLI::App& app) {
                    "GPU indexes in MIG mode whose existing instances are served as "
                    "nvidia.com/mig-<profile>, outside gpufrac's own scheduling")
       ->delimiter(',');
+  // Read back in RunAgent (no member: the path only passes through to the agent's options).
+  agent_->add_option("--nvidia-sharing-config",
+                     "NVIDIA's device plugin configuration file: its sharing section "
+                     "(timeSlicing or mps) serves --nvidia-gpus GPUs as replicas, each container "
+                     "held to its share of memory (and GPU time) by gpufrac's limiter")
+      ->type_name("FILE");
   agent_
       ->add_option("--gpu-compute-policy", compute_policy_,
                    "How a shared GPU's time is divided, as gpufracd's: fair (a pod may use idle "
@@ -146,6 +152,10 @@ int K8sCommand::RunAgent() {
   options.nvidia_gpus = nvidia_gpus_;
   options.static_mig_gpus = static_mig_gpus_;
   options.compute_policy = compute_policy_;
+  if (const CLI::Option* sharing = agent_->get_option("--nvidia-sharing-config");
+      sharing->count() > 0) {
+    options.nvidia_sharing_config = sharing->as<std::string>();
+  }
   options.limiter_path = LimiterLibraryPath();
   options.resync = std::chrono::seconds(resync_seconds_);
   auto agent = k8s::AgentService::Create(client->get(), std::move(options));

@@ -21,6 +21,7 @@
 #include "k8s/device_plugin.h"
 #include "k8s/kube_cluster_api.h"
 #include "k8s/nvidia_provider.h"
+#include "k8s/nvidia_sharing_config.h"
 #include "k8s/object_fields.h"
 #include "k8s/pod_request.h"
 #include "k8s/inventory.h"
@@ -114,10 +115,14 @@ struct AgentService::Impl {
   AgentServiceOptions options;
   std::unique_ptr<machine::NodeGpus> gpus;
   std::unique_ptr<KubeClusterApi> api;
+  // Limit files and arbiters of every limited container, whichever provider allocated it.
+  std::unique_ptr<ContainerLimiter> limiter;
   std::unique_ptr<GpuProvider> provider;
   std::unique_ptr<DevicePlugin> plugin;
   std::string published;  // The inventory document and labels last written to the node.
   NvidiaGpus nvidia;
+  NvidiaSharingConfig sharing_config;  // As read by Create(); empty without the flag.
+  NvidiaSharing sharing;               // sharing_config matched to this node's GPUs at Start().
   struct NvidiaPlugin {
     std::unique_ptr<NvidiaProvider> provider;
     std::unique_ptr<DevicePlugin> plugin;
@@ -225,7 +230,8 @@ struct AgentService::Impl {
   // Serves NVIDIA's resource names for the devices they have now: a plugin per resource (one
   // for a MIG profile that appears later too), and an empty list for a profile that is gone.
   Status SyncNvidia(const NodeInventory& all) {
-    std::map<std::string, std::vector<NvidiaDevice>> resources = NvidiaResources(all, nvidia);
+    std::map<std::string, std::vector<NvidiaDevice>> resources =
+        NvidiaResources(all, nvidia, &sharing);
     std::lock_guard<std::mutex> lock(plugins_mu);
     for (auto& [resource, entry] : nvidia_plugins) {
       if (resources.count(resource) == 0 && entry.provider->SetDevices({})) {
@@ -241,8 +247,14 @@ struct AgentService::Impl {
       }
       NvidiaPlugin entry;
       const size_t count = devices.size();
-      entry.provider =
-          std::make_unique<NvidiaProvider>(resource, options.agent.dev_dir, std::move(devices));
+      NvidiaReplicaLimits limits{
+          .limiter = limiter.get(),
+          .gpus = all,
+          .kind = sharing.kind,
+          .fail_requests_greater_than_one = sharing.fail_requests_greater_than_one,
+          .compute_policy = options.agent.compute_policy};
+      entry.provider = std::make_unique<NvidiaProvider>(resource, options.agent.dev_dir,
+                                                        std::move(devices), std::move(limits));
       DevicePluginOptions plugin_options;
       plugin_options.resource_name = resource;
       plugin_options.kubelet_dir = options.kubelet_dir;
@@ -277,6 +289,10 @@ StatusOr<std::unique_ptr<AgentService>> AgentService::Create(ApiClient* client,
   }
   options.agent.compute_policy = *policy;
   auto impl = std::make_unique<Impl>();
+  if (!options.nvidia_sharing_config.empty()) {
+    GPUFRAC_ASSIGN_OR_RETURN(impl->sharing_config,
+                             LoadNvidiaSharingConfig(options.nvidia_sharing_config));
+  }
   impl->client = client;
   impl->nvidia = {.whole = options.nvidia_gpus, .static_mig = options.static_mig_gpus};
   impl->options = std::move(options);
@@ -287,11 +303,15 @@ StatusOr<std::unique_ptr<AgentService>> AgentService::Create(ApiClient* client,
 Status AgentService::Start() {
   Impl& s = *impl_;
   std::string warning;
-  GPUFRAC_ASSIGN_OR_RETURN(s.gpus, machine::OpenNodeGpus({.sim = s.options.sim,
-                                                       // One simulated machine per host directory.
-                                                       .sim_namespace = "k8s-" + StateDirTag(s.options.agent.host_dir),
-                                                       .whole_gpus = s.options.whole_gpus},
-                                                      &warning));
+  GPUFRAC_ASSIGN_OR_RETURN(
+      s.gpus,
+      machine::OpenNodeGpus({.sim = s.options.sim,
+                             // One simulated machine per host directory.
+                             .sim_namespace = "k8s-" + StateDirTag(s.options.agent.host_dir),
+                             .whole_gpus = s.options.whole_gpus,
+                             // The agent runs no MPS daemons (yet: see nvidia_provider.h).
+                             .mps_gpus = {}},
+                            &warning));
   if (!warning.empty()) LogWarning("%s", warning.c_str());
   // After OpenNodeGpus, which names the simulated machine when GPUs are simulated.
   if (auto monitor = gpu::HealthMonitor::Open(s.gpus->inventory.nvml_library); monitor.ok()) {
@@ -305,10 +325,17 @@ Status AgentService::Start() {
   if (!pods.ok()) return pods.status().WithContext("listing the pods on this node");
   NodeInventory all = s.Observe(*pods);
   GPUFRAC_RETURN_IF_ERROR(CheckNvidiaGpus(all, s.nvidia));
+  for (const std::string& line : s.sharing_config.notices) LogWarning("%s", line.c_str());
+  GPUFRAC_ASSIGN_OR_RETURN(s.sharing, ResolveNvidiaSharing(s.sharing_config, all, s.nvidia.whole));
+  for (const auto& [index, shared] : s.sharing.gpus) {
+    LogInfo("GPU %d: %d replicas served as %s (%s), each container limited to its share", index,
+            shared.replicas, shared.resource.c_str(), NvidiaSharingKindName(s.sharing.kind));
+  }
   GPUFRAC_RETURN_IF_ERROR(s.Publish(all));
   NodeInventory inv = WithoutNvidiaGpus(all, s.nvidia);
+  s.limiter = std::make_unique<ContainerLimiter>(s.options.agent.host_dir);
   s.provider = std::make_unique<GpuProvider>(s.options.agent, inv, s.api.get(),
-                                             s.gpus->mig_backend.get());
+                                             s.gpus->mig_backend.get(), s.limiter.get());
   DevicePluginOptions plugin;
   plugin.resource_name = std::string(kResourceGpu);
   plugin.kubelet_dir = s.options.kubelet_dir;

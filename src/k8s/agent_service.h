@@ -2,9 +2,10 @@
 // the node's GPUs (or simulated ones), installs the limiter library where containers can mount
 // it, publishes the GPU inventory for the extender (node annotation gpufrac.io/gpus) with GPU
 // feature discovery style labels, serves the kubelet device plugin for gpufrac.io/gpu (and, for
-// GPUs the operator keeps out of gpufrac's scheduling, NVIDIA's nvidia.com/gpu and
-// nvidia.com/mig-<profile>: nvidia_provider.h), and every resync period refreshes MIG instances
-// and GPU health, republishes what changed and removes the limit files of pods that are gone.
+// GPUs the operator keeps out of gpufrac's scheduling, NVIDIA's nvidia.com/gpu, its replicas as
+// NVIDIA's sharing configuration makes them, and nvidia.com/mig-<profile>: nvidia_provider.h),
+// and every resync period refreshes MIG instances and GPU health, republishes what changed and
+// removes the limit files of pods that are gone.
 #pragma once
 
 #include <chrono>
@@ -28,6 +29,10 @@ struct AgentServiceOptions {
   // out of the inventory published for the extender, so gpufrac never books them.
   std::vector<int> nvidia_gpus;
   std::vector<int> static_mig_gpus;
+  // NVIDIA's device plugin configuration file (--nvidia-sharing-config; "" for none): its
+  // sharing section serves GPUs of nvidia_gpus as replicas, each container held to its share
+  // (nvidia_sharing_config.h, nvidia_provider.h).
+  std::string nvidia_sharing_config;
   // --gpu-compute-policy: fair, strict or off (sets agent.compute_policy; see gpu_provider.h).
   std::string compute_policy = "fair";
   std::string limiter_path;     // libgpufrac.so to install into host_dir/lib.
@@ -47,7 +52,8 @@ class AgentService {
 
   // Discovers the GPUs, installs the limiter, publishes the inventory and starts the device
   // plugins. Errors say what to fix (no GPUs, no kubelet directory, node not found, a GPU given
-  // to NVIDIA's resource names that cannot be, ...).
+  // to NVIDIA's resource names that cannot be, a sharing configuration that does not fit the
+  // node, ...).
   Status Start();
   // One resync: MIG instances, health, republish on change, clean-up. Run() calls it
   // periodically; tests call it directly.

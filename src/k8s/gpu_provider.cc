@@ -17,7 +17,6 @@
 #include "gpu/mig_catalogue.h"
 #include "k8s/container_gpus.h"
 #include "k8s/object_fields.h"
-#include "launch/budgets.h"
 #include "launch/limit_file.h"
 #include "node/compute_policy.h"
 
@@ -31,15 +30,9 @@ std::string SlotId(int gpu, int slot) {
   return "gpu" + std::to_string(gpu) + "-slot" + std::to_string(slot);
 }
 
-
-// The limiter's workload id: names its shared budgets, so it must be unique per container and
-// use [A-Za-z0-9_.-] only, 63 characters at most.
+// The limiter's workload id: unique per container (a pod's uid is unique on the node).
 std::string WorkloadId(const std::string& uid, const std::string& container) {
-  std::string id = "k8s-" + uid.substr(0, 18) + "-" + container;
-  for (char& c : id) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
-  }
-  return id.substr(0, 63);
+  return LimiterWorkloadId("k8s-" + uid.substr(0, 18) + "-" + container);
 }
 
 // One container of a pod that a kubelet Allocate may be for.
@@ -64,8 +57,12 @@ bool Overlaps(const gpu::MigPlacement& a, int start, int size) {
 }  // namespace
 
 GpuProvider::GpuProvider(AgentOptions options, NodeInventory inventory, ClusterApi* api,
-                         mig::MigBackend* mig)
-    : options_(std::move(options)), api_(api), mig_(mig), inventory_(std::move(inventory)) {}
+                         mig::MigBackend* mig, ContainerLimiter* limiter)
+    : options_(std::move(options)),
+      api_(api),
+      mig_(mig),
+      limiter_(limiter),
+      inventory_(std::move(inventory)) {}
 
 void GpuProvider::SetInventory(NodeInventory inventory) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -154,33 +151,9 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
     }
   }
 
-  launch::LimitFileOptions file_options;
-  for (const launch::LimitedGpu& g : limited) {
-    if (g.compute_milli == 0) continue;
-    // The GPU's compute arbiter, which every pod on it joins: a file of the agent's own,
-    // mounted read-write on its own (the container cannot create or replace names beside it).
-    GPUFRAC_ASSIGN_OR_RETURN(const launch::BudgetDir* arbiters, ArbiterDir());
-    GPUFRAC_RETURN_IF_ERROR(launch::EnsureComputeArbiter(*arbiters, g.uuid));
-    const std::string name = launch::ComputeArbiterName(g.uuid);
-    out.mounts.push_back(
-        {std::string(kContainerArbiterDir) + "/" + name, arbiters->path() + "/" + name, false});
-    file_options.arbiter_dir = kContainerArbiterDir;
-  }
   if (!limited.empty()) {
-    GPUFRAC_ASSIGN_OR_RETURN(std::string text, launch::LimitFileText(WorkloadId(uid, ca.container),
-                                                                     limited, file_options));
-    std::string dir = options_.host_dir + "/pods/" + uid + "/" + ca.container;
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) return UnavailableError("cannot create " + dir + ": " + ec.message());
-    std::string file = dir + "/limits";
-    fs::remove(file, ec);  // A retried Allocate writes it afresh.
-    GPUFRAC_RETURN_IF_ERROR(launch::WriteNewFile(file, text, 0444));
-    out.mounts.push_back({std::string(kContainerLimitFile), file, true});
-    out.mounts.push_back(
-        {std::string(kContainerLimiter), options_.host_dir + "/lib/libgpufrac.so", true});
-    out.mounts.push_back(
-        {std::string(kContainerPreload), options_.host_dir + "/ld.so.preload", true});
+    GPUFRAC_RETURN_IF_ERROR(limiter_->Limit("pods/" + uid + "/" + ca.container,
+                                            WorkloadId(uid, ca.container), limited, &out));
   }
   std::vector<int> indexes;
   for (const GpuGrant& g : ca.gpus) indexes.push_back(g.index);
@@ -213,20 +186,6 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
   LogInfo("allocated %s container %s: %s", chosen->key.c_str(), ca.container.c_str(),
           out.envs["CUDA_VISIBLE_DEVICES"].c_str());
   return out;
-}
-
-StatusOr<const launch::BudgetDir*> GpuProvider::ArbiterDir() {
-  if (!arbiters_) {
-    const std::string record = options_.host_dir + "/arbiters";
-    StatusOr<launch::BudgetDir> dir = launch::BudgetDir::ForService(record);
-    if (!dir.ok()) {
-      return UnavailableError(
-          "cannot make the directory of the GPUs' compute arbiters (recorded in " + record +
-          "): " + dir.status().message());
-    }
-    arbiters_ = std::move(*dir);
-  }
-  return &*arbiters_;
 }
 
 StatusOr<std::string> GpuProvider::MigUuid(int gpu, const MigGrant& grant,

@@ -13,17 +13,15 @@
 // admits one pod at a time, in the order the scheduler bound them, so the oldest is the one.
 #pragma once
 
-#include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "k8s/assignment.h"
 #include "k8s/cluster_api.h"
+#include "k8s/container_limiter.h"
 #include "k8s/device_provider.h"
 #include "k8s/inventory.h"
-#include "launch/budget_dir.h"
 #include "mig/backend.h"
 #include "node/compute_policy.h"
 
@@ -44,20 +42,12 @@ struct AgentOptions {
   node::ComputePolicy compute_policy = node::ComputePolicy::kFair;
 };
 
-// Where things appear inside the container.
-inline constexpr std::string_view kContainerLimiter = "/usr/local/gpufrac/libgpufrac.so";
-inline constexpr std::string_view kContainerLimitFile = "/etc/gpufrac/limits";
-inline constexpr std::string_view kContainerPreload = "/etc/ld.so.preload";
-// A shared GPU's compute arbiter appears here as compute.<uuid>.
-inline constexpr std::string_view kContainerArbiterDir = "/etc/gpufrac";
-
 class GpuProvider : public DeviceProvider {
  public:
-  // `api` and `mig` (may be null when no GPU is in MIG mode) must outlive the provider. The
-  // agent installs host_dir/lib/libgpufrac.so and host_dir/ld.so.preload, which Allocate
-  // mounts, before it starts serving (agent_service.cc).
-  GpuProvider(AgentOptions options, NodeInventory inventory, ClusterApi* api,
-               mig::MigBackend* mig);
+  // `api`, `mig` (may be null when no GPU is in MIG mode) and `limiter` (writes a shared
+  // container's limit file under options.host_dir/pods) must outlive the provider.
+  GpuProvider(AgentOptions options, NodeInventory inventory, ClusterApi* api, mig::MigBackend* mig,
+              ContainerLimiter* limiter);
 
   // A new view of the GPUs (health, MIG instances); the caller then tells the plugin.
   void SetInventory(NodeInventory inventory);
@@ -72,18 +62,15 @@ class GpuProvider : public DeviceProvider {
   int CleanUp(const std::vector<std::string>& live);
 
  private:
-  // The agent's directory of compute arbiters (one per shared GPU, made on first use and kept
-  // across restarts: its path is recorded in host_dir/arbiters).
-  StatusOr<const launch::BudgetDir*> ArbiterDir();
   StatusOr<std::string> MigUuid(int gpu, const MigGrant& grant,
                                 const std::vector<nlohmann::json>& pods);
 
   AgentOptions options_;
   ClusterApi* api_;
   mig::MigBackend* mig_;
+  ContainerLimiter* limiter_;
   mutable std::mutex mu_;  // Guards inventory_ and serialises Allocate.
   NodeInventory inventory_;
-  std::optional<launch::BudgetDir> arbiters_;  // Guarded by mu_.
 };
 
 }  // namespace gpufrac::k8s

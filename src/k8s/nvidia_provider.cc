@@ -1,13 +1,43 @@
-// NVIDIA's resource names: which GPUs and MIG instances they cover, flag checks, and Allocate.
+// NVIDIA's resource names: which GPUs, replicas and MIG instances they cover, flag checks, and
+// Allocate.
 #include "k8s/nvidia_provider.h"
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 
+#include "common/gpu_request.h"
 #include "common/log.h"
+#include "common/units.h"
+#include "gpu/catalogue.h"
 #include "k8s/container_gpus.h"
 
 namespace gpufrac::k8s {
+namespace {
+
+// How many of the replicas of one GPU a container was given.
+struct GpuCount {
+  int gpu = 0;
+  std::string uuid;  // The GPU's (a MIG instance's for an instance).
+  int given = 0;
+  int replicas = 0;  // 0: the whole GPU (not shared).
+};
+
+// Base 36, for short unique workload ids.
+std::string Base36(uint64_t value) {
+  std::string text;
+  do {
+    text.insert(text.begin(), "0123456789abcdefghijklmnopqrstuvwxyz"[value % 36]);
+    value /= 36;
+  } while (value > 0);
+  return text;
+}
+
+}  // namespace
+
+std::string NvidiaReplicaId(std::string_view uuid, int replica) {
+  return std::string(uuid) + "::" + std::to_string(replica);
+}
 
 std::string NvidiaMigResource(std::string_view profile) {
   std::string name = "nvidia.com/mig-" + std::string(profile);
@@ -69,12 +99,24 @@ NodeInventory WithoutNvidiaGpus(NodeInventory all, const NvidiaGpus& gpus) {
 }
 
 std::map<std::string, std::vector<NvidiaDevice>> NvidiaResources(const NodeInventory& all,
-                                                                 const NvidiaGpus& gpus) {
+                                                                 const NvidiaGpus& gpus,
+                                                                 const NvidiaSharing* sharing) {
   std::map<std::string, std::vector<NvidiaDevice>> resources;
-  if (!gpus.whole.empty()) {
-    std::vector<NvidiaDevice>& devices = resources[std::string(kResourceNvidiaGpu)];
-    for (int index : gpus.whole) {
-      if (const GpuInfo* g = FindGpu(all, index)) devices.push_back({g->uuid, g->index, g->healthy});
+  for (int index : gpus.whole) {
+    const GpuInfo* g = FindGpu(all, index);
+    if (g == nullptr) continue;
+    auto shared = sharing != nullptr ? sharing->gpus.find(index)
+                                     : std::map<int, NvidiaSharedGpu>::const_iterator();
+    if (sharing == nullptr || shared == sharing->gpus.end()) {
+      resources[std::string(kResourceNvidiaGpu)].push_back({g->uuid, g->index, g->healthy});
+      continue;
+    }
+    std::vector<NvidiaDevice>& devices = resources[shared->second.resource];
+    for (int r = 0; r < shared->second.replicas; ++r) {
+      devices.push_back({.id = NvidiaReplicaId(g->uuid, r),
+                         .gpu = g->index,
+                         .healthy = g->healthy,
+                         .replicas = shared->second.replicas});
     }
   }
   for (int index : gpus.static_mig) {
@@ -89,8 +131,11 @@ std::map<std::string, std::vector<NvidiaDevice>> NvidiaResources(const NodeInven
 }
 
 NvidiaProvider::NvidiaProvider(std::string resource, std::string dev_dir,
-                               std::vector<NvidiaDevice> devices)
-    : resource_(std::move(resource)), dev_dir_(std::move(dev_dir)), devices_(std::move(devices)) {}
+                               std::vector<NvidiaDevice> devices, NvidiaReplicaLimits limits)
+    : resource_(std::move(resource)),
+      dev_dir_(std::move(dev_dir)),
+      limits_(std::move(limits)),
+      devices_(std::move(devices)) {}
 
 bool NvidiaProvider::SetDevices(std::vector<NvidiaDevice> devices) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -109,7 +154,7 @@ std::vector<PluginDevice> NvidiaProvider::Devices() {
 }
 
 StatusOr<ContainerAllocation> NvidiaProvider::Allocate(const std::vector<std::string>& device_ids) {
-  std::vector<int> gpus;
+  std::vector<NvidiaDevice> given;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const std::string& id : device_ids) {
@@ -120,11 +165,98 @@ StatusOr<ContainerAllocation> NvidiaProvider::Allocate(const std::vector<std::st
                              " on this node any more (its GPU or MIG instance is gone); delete "
                              "the pod to schedule it again");
       }
-      gpus.push_back(it->gpu);
+      given.push_back(*it);
     }
   }
+  const bool any_replica =
+      std::any_of(given.begin(), given.end(), [](const NvidiaDevice& d) { return d.replicas > 0; });
+  if (any_replica && given.size() > 1 && limits_.fail_requests_greater_than_one) {
+    // The plugin's error names the resource and the devices already.
+    return InvalidArgumentError(
+        "a container may take one replica of a shared GPU at most (the sharing configuration "
+        "sets failRequestsGreaterThanOne), and this one asks for " +
+        std::to_string(given.size()) + "; ask for " + resource_ + ": 1");
+  }
+
+  // Each GPU (or MIG instance) once, in the order given, with how many of its replicas.
+  std::vector<GpuCount> counts;
+  for (const NvidiaDevice& d : given) {
+    const std::string uuid = d.replicas > 0 ? d.id.substr(0, d.id.rfind("::")) : d.id;
+    auto it = std::find_if(counts.begin(), counts.end(),
+                           [&uuid](const GpuCount& c) { return c.uuid == uuid; });
+    if (it == counts.end()) {
+      counts.push_back({.gpu = d.gpu, .uuid = uuid, .given = 0, .replicas = d.replicas});
+      it = counts.end() - 1;
+    }
+    ++it->given;
+  }
+  std::vector<std::string> uuids;
+  std::vector<int> indexes;
+  for (const GpuCount& c : counts) {
+    uuids.push_back(c.uuid);
+    indexes.push_back(c.gpu);
+  }
   ContainerAllocation out;
-  ExposeGpus(device_ids, dev_dir_, gpus, &out);
+  ExposeGpus(uuids, dev_dir_, indexes, &out);
+
+  // Limited when it shares a GPU with others: given fewer than all of some GPU's replicas. Every
+  // GPU it sees is then in its limit file (the limiter hides the others).
+  const bool shares = std::any_of(counts.begin(), counts.end(), [](const GpuCount& c) {
+    return c.replicas > 0 && c.given < c.replicas;
+  });
+  if (shares) {
+    if (limits_.limiter == nullptr) {
+      return InternalError(resource_ + " serves replicas without a limiter");
+    }
+    std::vector<launch::LimitedGpu> limited;
+    int mps_percentage = 100;
+    for (const GpuCount& c : counts) {
+      const GpuInfo* info = FindGpu(limits_.gpus, c.gpu);
+      if (info == nullptr) {
+        return NotFoundError("GPU " + std::to_string(c.gpu) + " of " + resource_ +
+                             " is not on this node any more; delete the pod to schedule it again");
+      }
+      launch::LimitedGpu g{.uuid = c.uuid,
+                           .limit_bytes = info->memory_bytes,
+                           .context_bytes = gpu::ContextChargeBytes(gpu::FindModel(info->model)),
+                           .compute_milli = 0,
+                           .compute_limit_milli = 0};
+      if (c.replicas > 0 && c.given < c.replicas) {
+        g.limit_bytes = static_cast<uint64_t>(static_cast<unsigned __int128>(info->memory_bytes) *
+                                              c.given / c.replicas);
+        // k/N of the GPU's time, in thousandths (1 to 999: N is at most kMaxNvidiaReplicas).
+        const uint32_t milli = static_cast<uint32_t>(kMilliPerGpu * c.given / c.replicas);
+        if (limits_.kind == NvidiaSharingKind::kTimeSlicing) {
+          // As a gpufrac.io/gpu share that gives no compute limit: the policy's.
+          const uint32_t limit =
+              node::ComputeLimitMilli(GpuRequest::Fraction(milli), milli, limits_.compute_policy);
+          g.compute_milli = limit != 0 ? milli : 0;
+          g.compute_limit_milli = limit;
+        } else {
+          mps_percentage = std::min(mps_percentage, node::MpsThreadPercentage(milli));
+        }
+      }
+      limited.push_back(g);
+    }
+    // Its smallest device id names its directory: no other live container holds that device
+    // (the kubelet hands a device on when its container is gone, or from a pod's init container
+    // to a container of the same pod that runs after it), and there are never more directories
+    // than devices. The workload id adds the time, so that a later container on the same
+    // replica is a new workload to the GPU's arbiter.
+    const std::string first = *std::min_element(device_ids.begin(), device_ids.end());
+    const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    GPUFRAC_RETURN_IF_ERROR(limits_.limiter->Limit(
+        "nvidia/" + LimiterWorkloadId(first),
+        LimiterWorkloadId("nv-" + Base36(static_cast<uint64_t>(now_ms)) + "-" + first), limited,
+        &out));
+    if (limits_.kind == NvidiaSharingKind::kMps) {
+      // TODO(mps): and the GPU's MPS pipe directory, mounted (see nvidia_provider.h): without an
+      // MPS server this percentage is not enforced.
+      out.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(mps_percentage);
+    }
+  }
   LogInfo("allocated %s: %s", resource_.c_str(), out.envs["CUDA_VISIBLE_DEVICES"].c_str());
   return out;
 }

@@ -2,7 +2,9 @@
 // gpufrac's own scheduling: whole GPUs as `nvidia.com/gpu` and the existing instances of GPUs in
 // static MIG as `nvidia.com/mig-<profile>`, with the device ids and environment NVIDIA's device
 // plugin uses (GPU or MIG UUIDs; the envvar device-list strategy), so pods written for NVIDIA's
-// plugin run unchanged.
+// plugin run unchanged. With NVIDIA's sharing configuration (nvidia_sharing_config.h) a GPU is
+// served as N replicas, as NVIDIA's plugin serves it, and a container given k of them is held to
+// k/N of the GPU by gpufrac's limiter, which NVIDIA's plugin does not do.
 #pragma once
 
 #include <map>
@@ -12,8 +14,11 @@
 #include <vector>
 
 #include "common/status.h"
+#include "k8s/container_limiter.h"
 #include "k8s/device_provider.h"
 #include "k8s/inventory.h"
+#include "k8s/nvidia_sharing_config.h"
+#include "node/compute_policy.h"
 
 namespace gpufrac::k8s {
 
@@ -40,37 +45,69 @@ Status CheckNvidiaGpus(const NodeInventory& all, const NvidiaGpus& gpus);
 // `all` without the GPUs of `gpus`: what gpufrac schedules and publishes.
 NodeInventory WithoutNvidiaGpus(NodeInventory all, const NvidiaGpus& gpus);
 
+// A replica's device id, as NVIDIA's plugin makes it: "<GPU UUID>::<n>", n from 0 to N-1.
+std::string NvidiaReplicaId(std::string_view uuid, int replica);
+
 // One device of an NVIDIA resource.
 struct NvidiaDevice {
-  std::string id;  // The GPU's UUID ("GPU-...") or the MIG instance's ("MIG-...").
-  int gpu = 0;     // Index of the physical GPU (its device node).
+  // The GPU's UUID ("GPU-...") or the MIG instance's ("MIG-..."); for a replica of a shared GPU,
+  // NvidiaReplicaId.
+  std::string id;
+  int gpu = 0;  // Index of the physical GPU (its device node).
   bool healthy = true;
+  int replicas = 0;  // > 0: one of the `replicas` replicas of GPU `gpu`.
   friend bool operator==(const NvidiaDevice&, const NvidiaDevice&) = default;
 };
 
-// Resource name -> its devices, from the GPUs as observed now: nvidia.com/gpu whenever
-// `gpus.whole` is not empty, and one nvidia.com/mig-<profile> per profile with instances on a
-// static MIG GPU. A device is as healthy as its physical GPU.
-std::map<std::string, std::vector<NvidiaDevice>> NvidiaResources(const NodeInventory& all,
-                                                                 const NvidiaGpus& gpus);
+// Resource name -> its devices, from the GPUs as observed now: nvidia.com/gpu for the GPUs of
+// `gpus.whole` that `sharing` (may be null) does not share, the replicas of each shared GPU under
+// the name its entry serves them as, and one nvidia.com/mig-<profile> per profile with instances
+// on a static MIG GPU. A device is as healthy as its physical GPU. A name appears only with at
+// least one device.
+std::map<std::string, std::vector<NvidiaDevice>> NvidiaResources(
+    const NodeInventory& all, const NvidiaGpus& gpus, const NvidiaSharing* sharing = nullptr);
+
+// What Allocate needs to hold a container given replicas to its share of their GPUs.
+struct NvidiaReplicaLimits {
+  ContainerLimiter* limiter = nullptr;  // Must outlive the provider.
+  NodeInventory gpus;                   // The node's GPUs: UUID, memory and model of each.
+  NvidiaSharingKind kind = NvidiaSharingKind::kTimeSlicing;
+  bool fail_requests_greater_than_one = false;
+  node::ComputePolicy compute_policy = node::ComputePolicy::kFair;  // --gpu-compute-policy
+};
 
 // The resource manager of one NVIDIA resource: lists its devices and answers Allocate with
-// CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES set to the ids given and the device nodes
-// that exist. No limiter: these are whole GPUs and hardware partitions.
+// CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES set to the GPU or MIG UUIDs of the ids given
+// (each once, in the order given) and the device nodes that exist. Whole GPUs and MIG instances
+// get no limiter. A container given k of the N replicas of a GPU (k < N; with all N it has the
+// GPU to itself) is limited (ContainerLimiter; its limit file in
+// host_dir/nvidia/<its smallest device id>) to k/N of the GPU's memory and, under time-slicing, to
+// a compute request of k/N with the limit
+// --gpu-compute-policy gives it (as a gpufrac.io/gpu share without a compute limit); replicas of
+// several GPUs are each limited by their own count, and a whole GPU beside them by nothing but
+// its size. Under MPS it gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 k/N (rounded up; the
+// smallest over its GPUs) instead of a compute pair.
+// TODO(mps): mount the GPU's MPS pipe directory (CUDA_MPS_PIPE_DIRECTORY) once the node runs MPS
+// control daemons for these GPUs; until then no MPS server enforces the percentage.
 class NvidiaProvider : public DeviceProvider {
  public:
-  NvidiaProvider(std::string resource, std::string dev_dir, std::vector<NvidiaDevice> devices);
+  // `limits` is needed only for a resource with replicas.
+  NvidiaProvider(std::string resource, std::string dev_dir, std::vector<NvidiaDevice> devices,
+                 NvidiaReplicaLimits limits = {});
 
   // A new view of the devices; true when it differs (the caller then tells the plugin).
   bool SetDevices(std::vector<NvidiaDevice> devices);
 
   std::vector<PluginDevice> Devices() override;
-  // kNotFound for an id this resource does not have (the kubelet's view is out of date).
+  // kNotFound for an id this resource does not have (the kubelet's view is out of date);
+  // kInvalidArgument for more than one device with a replica among them under
+  // failRequestsGreaterThanOne.
   StatusOr<ContainerAllocation> Allocate(const std::vector<std::string>& device_ids) override;
 
  private:
   const std::string resource_;
   const std::string dev_dir_;
+  const NvidiaReplicaLimits limits_;
   mutable std::mutex mu_;
   std::vector<NvidiaDevice> devices_;
 };

@@ -2,16 +2,19 @@
 // a fake kubelet: nvidia.com/gpu for --nvidia-gpus (GPU UUIDs as device ids) and
 // nvidia.com/mig-<profile> for the existing instances of --static-mig-gpus (MIG UUIDs), Allocate
 // answering with those ids, those GPUs left out of gpufrac's inventory and slots, and the flag
-// combinations the agent refuses.
+// combinations the agent refuses. With NVIDIA's sharing configuration (--nvidia-sharing-config):
+// replicas with NVIDIA's ids and names, and containers held to their share by the limiter.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "common/paths.h"
 #include "gpu/mig_catalogue.h"
+#include "harness.h"
 #include "k8s/agent_service.h"
 #include "k8s/api_client.h"
 #include "k8s/fake_apiserver.h"
@@ -19,6 +22,8 @@
 #include "k8s/inventory.h"
 #include "k8s/nvidia_provider.h"
 #include "k8s/object_fields.h"
+#include "limiter/budget.h"
+#include "limiter/limit_config.h"
 #include "machine/node_gpus.h"
 #include "simgpu/shared_machine.h"
 
@@ -34,6 +39,13 @@ using testing::TempDir;
 constexpr char kNode[] = "gpu-node-1";
 // GPUs 0 and 1: H100s; GPU 2: an A100-40GB in MIG mode.
 constexpr char kSim[] = "2xH100-80GB,1xA100-40GB:mig";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 class NvidiaResourcesTest : public ::testing::Test {
  protected:
@@ -55,10 +67,12 @@ class NvidiaResourcesTest : public ::testing::Test {
 
   void TearDown() override {
     if (agent_) agent_->Stop();
-    simgpu::RemoveSharedMachine("k8s-" + StateDirTag(host_dir_.path()));
+    simgpu::RemoveSharedMachine(SimNamespace());
   }
 
   std::string dev_dir() const { return host_dir_.path() + "/dev"; }
+  // The agent's simulated machine (one per host directory).
+  std::string SimNamespace() const { return "k8s-" + StateDirTag(host_dir_.path()); }
 
   // The simulated machine the agent will open, opened first by the test (to make MIG instances
   // as an operator would with nvidia-smi or mig-parted).
@@ -66,7 +80,7 @@ class NvidiaResourcesTest : public ::testing::Test {
     if (!machine_) {
       std::string warning;
       auto gpus = machine::OpenNodeGpus(
-          {.sim = kSim, .sim_namespace = "k8s-" + StateDirTag(host_dir_.path()), .whole_gpus = {}},
+          {.sim = kSim, .sim_namespace = SimNamespace(), .whole_gpus = {}, .mps_gpus = {}},
           &warning);
       EXPECT_TRUE(gpus.ok()) << gpus.status().ToString();
       machine_ = std::move(*gpus);
@@ -85,8 +99,15 @@ class NvidiaResourcesTest : public ::testing::Test {
     return made.ok() ? made->uuid : "";
   }
 
-  Status StartAgent(std::vector<int> nvidia_gpus, std::vector<int> static_mig_gpus) {
+  // `sharing`: the text of NVIDIA's configuration file for --nvidia-sharing-config ("": none).
+  Status StartAgent(std::vector<int> nvidia_gpus, std::vector<int> static_mig_gpus,
+                    const std::string& sharing = "") {
     AgentServiceOptions options;
+    if (!sharing.empty()) {
+      options.nvidia_sharing_config = host_dir_.path() + "/nvidia-config.yaml";
+      std::ofstream(options.nvidia_sharing_config) << sharing;
+    }
+    options.compute_policy = compute_policy_;
     options.agent.node = kNode;
     options.agent.slots_per_gpu = 4;
     options.agent.host_dir = host_dir_.path();
@@ -131,6 +152,55 @@ class NvidiaResourcesTest : public ::testing::Test {
     return s;
   }
 
+  // The host path of the limit file a container gets ("" without one).
+  static std::string LimitFile(const v1beta1::ContainerAllocateResponse& c) {
+    for (const auto& m : c.mounts()) {
+      if (m.container_path() == "/etc/gpufrac/limits") return m.host_path();
+    }
+    return "";
+  }
+
+  // The container's limit file as the limiter reads it.
+  static limiter::LimitConfig Limits(const v1beta1::ContainerAllocateResponse& c) {
+    limiter::LimitConfig config{};
+    const std::string text = ReadFile(LimitFile(c));
+    char err[256] = "";
+    EXPECT_TRUE(limiter::ParseLimitConfig(text.data(), text.size(), &config, err, sizeof(err)))
+        << err << "\n"
+        << text;
+    return config;
+  }
+
+  // Container paths of its mounts.
+  static std::set<std::string> Mounted(const v1beta1::ContainerAllocateResponse& c) {
+    std::set<std::string> paths;
+    for (const auto& m : c.mounts()) paths.insert(m.container_path());
+    return paths;
+  }
+
+  // cuda_probe run as in the container: the agent's copy of the limiter preloaded, reading the
+  // container's limit file, on the agent's simulated GPUs, seeing the container's devices. The
+  // budget the limiter makes (a container's own /dev/shm holds it) is removed afterwards.
+  gpufrac::testing::RunResult RunInContainer(const v1beta1::ContainerAllocateResponse& c,
+                                             std::vector<std::string> args) {
+    args.insert(args.begin(), gpufrac::testing::ProbePath());
+    gpufrac::testing::RunResult r = gpufrac::testing::RunCommand(
+        args, {{"LD_PRELOAD", host_dir_.path() + "/lib/libgpufrac.so"},
+               {"GPUFRAC_LIMIT_FILE", LimitFile(c)},
+               {"CUDA_VISIBLE_DEVICES", c.envs().at("CUDA_VISIBLE_DEVICES")},
+               {"LD_LIBRARY_PATH", GPUFRAC_SIMGPU_DIR},
+               {"SIMGPU_NAMESPACE", SimNamespace()},
+               {"SIMGPU_CONFIG", kSim}});
+    limiter::LimitConfig config = Limits(c);
+    for (int g = 0; g < config.gpu_count; ++g) {
+      char name[200];
+      if (limiter::BudgetName(config.workload, config.gpus[g].uuid, name, sizeof(name))) {
+        limiter::Budget::Unlink(name);
+      }
+    }
+    return r;
+  }
+
   NodeInventory Published() {
     std::optional<json> node = server_->Get("nodes", "", kNode);
     EXPECT_TRUE(node.has_value());
@@ -139,6 +209,7 @@ class NvidiaResourcesTest : public ::testing::Test {
     return inv.ok() ? *inv : NodeInventory{};
   }
 
+  std::string compute_policy_ = "fair";  // --gpu-compute-policy, set before StartAgent.
   TempDir kubelet_dir_;
   TempDir host_dir_;
   std::unique_ptr<FakeApiServer> server_;
@@ -248,6 +319,246 @@ TEST_F(NvidiaResourcesTest, RefusesGpusThatCannotBeServedSo) {
       << "nothing is published for a configuration that is refused";
 }
 
+// ---- NVIDIA's sharing configuration ----
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+TEST_F(NvidiaResourcesTest, SharedGpusAreServedAsNvidiasReplicasEachHeldToItsShare) {
+  const std::string gpu0 = Machine().inventory.gpus.at(0).uuid;
+  const std::string gpu1 = Machine().inventory.gpus.at(1).uuid;
+  const uint64_t memory = Machine().inventory.gpus.at(1).memory_bytes;
+  // GPU 1 in four, GPU 0 (not listed) whole, as NVIDIA's plugin serves them.
+  Status started = StartAgent({0, 1}, {}, R"(version: v1
+flags:
+  migStrategy: none
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 4
+      devices: [1]
+)");
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  ASSERT_TRUE(kubelet_->WaitForRegistrations(2, std::chrono::seconds(5)));
+  EXPECT_EQ(Registered()["nvidia.com/gpu"], "gpufrac-nvidia-gpu.sock");
+  EXPECT_EQ(DeviceList("nvidia.com/gpu"),
+            (std::map<std::string, std::string>{{gpu0, "Healthy"},
+                                                {gpu1 + "::0", "Healthy"},
+                                                {gpu1 + "::1", "Healthy"},
+                                                {gpu1 + "::2", "Healthy"},
+                                                {gpu1 + "::3", "Healthy"}}));
+
+  // The GPU not listed is allocated whole, as before: no limiter.
+  v1beta1::ContainerAllocateResponse whole;
+  grpc::Status s = Allocate("nvidia.com/gpu", {gpu0}, &whole);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(whole.envs().at("CUDA_VISIBLE_DEVICES"), gpu0);
+  EXPECT_EQ(whole.mounts_size(), 0);
+
+  // One replica: the GPU's UUID (not the replica's id), a quarter of its memory and of its time
+  // (the limit per --gpu-compute-policy fair: 1), the limiter and the GPU's arbiter.
+  v1beta1::ContainerAllocateResponse one;
+  s = Allocate("nvidia.com/gpu", {gpu1 + "::2"}, &one);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(one.envs().at("CUDA_VISIBLE_DEVICES"), gpu1);
+  EXPECT_EQ(one.envs().at("NVIDIA_VISIBLE_DEVICES"), gpu1);
+  EXPECT_EQ(one.envs().count("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), 0u);
+  EXPECT_EQ(Mounted(one),
+            (std::set<std::string>{"/etc/gpufrac/limits", "/usr/local/gpufrac/libgpufrac.so",
+                                   "/etc/ld.so.preload", "/etc/gpufrac/compute." + gpu1}));
+  limiter::LimitConfig limits = Limits(one);
+  ASSERT_EQ(limits.gpu_count, 1);
+  EXPECT_STREQ(limits.gpus[0].uuid, gpu1.c_str());
+  EXPECT_EQ(limits.gpus[0].limit_bytes, memory / 4);
+  EXPECT_EQ(limits.gpus[0].compute_milli, 250u);
+  EXPECT_EQ(limits.gpus[0].compute_limit_milli, 1000u);
+  EXPECT_STREQ(limits.arbiter_dir, "/etc/gpufrac");
+
+  // Two replicas of the same GPU: half of it.
+  v1beta1::ContainerAllocateResponse two;
+  s = Allocate("nvidia.com/gpu", {gpu1 + "::0", gpu1 + "::3"}, &two);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(two.envs().at("CUDA_VISIBLE_DEVICES"), gpu1) << "each GPU once";
+  limits = Limits(two);
+  ASSERT_EQ(limits.gpu_count, 1);
+  EXPECT_EQ(limits.gpus[0].limit_bytes, memory / 2);
+  EXPECT_EQ(limits.gpus[0].compute_milli, 500u);
+  EXPECT_NE(LimitFile(one), LimitFile(two)) << "each container has its own limit file";
+  EXPECT_NE(std::string(Limits(one).workload), std::string(limits.workload));
+
+  // The limit file limits: a CUDA program in the first container sees a GPU of a quarter of
+  // the memory, and cannot allocate past it.
+  gpufrac::testing::RunResult info = RunInContainer(one, {"info"});
+  ASSERT_EQ(info.status, 0) << info.err;
+  EXPECT_EQ(info.GetInt("total"), static_cast<long long>(memory / 4));
+  gpufrac::testing::RunResult over =
+      RunInContainer(one, {"alloc", "mem", std::to_string(memory / 4 + 1)});
+  EXPECT_EQ(over.GetInt("alloc"), 2) << "CUDA_ERROR_OUT_OF_MEMORY expected\n" << over.err;
+  gpufrac::testing::RunResult fits = RunInContainer(one, {"alloc", "mem", std::to_string(kGiB)});
+  EXPECT_EQ(fits.GetInt("alloc"), 0) << fits.err;
+}
+
+TEST_F(NvidiaResourcesTest, RenamedReplicasAreServedAsGpuSharedAndOfSeveralGpus) {
+  const std::string gpu0 = Machine().inventory.gpus.at(0).uuid;
+  const std::string gpu1 = Machine().inventory.gpus.at(1).uuid;
+  const uint64_t memory = Machine().inventory.gpus.at(0).memory_bytes;
+  Status started = StartAgent({0, 1}, {}, R"(version: v1
+sharing:
+  timeSlicing:
+    renameByDefault: true
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 3
+)");
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  ASSERT_TRUE(kubelet_->WaitForRegistrations(2, std::chrono::seconds(5)));
+  std::map<std::string, std::string> registered = Registered();
+  EXPECT_EQ(registered.count("nvidia.com/gpu"), 0u) << "every GPU is shared, under the new name";
+  EXPECT_EQ(registered["nvidia.com/gpu.shared"], "gpufrac-nvidia-gpu.shared.sock");
+  std::map<std::string, std::string> devices = DeviceList("nvidia.com/gpu.shared");
+  EXPECT_EQ(devices.size(), 6u);
+  for (const std::string& uuid : {gpu0, gpu1}) {
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(devices.count(uuid + "::" + std::to_string(r)), 1u);
+  }
+
+  // Replicas of two GPUs, as NVIDIA's plugin allows: each GPU held to its own count.
+  v1beta1::ContainerAllocateResponse c;
+  grpc::Status s =
+      Allocate("nvidia.com/gpu.shared", {gpu1 + "::2", gpu0 + "::1", gpu1 + "::0"}, &c);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(c.envs().at("CUDA_VISIBLE_DEVICES"), gpu1 + "," + gpu0);
+  limiter::LimitConfig limits = Limits(c);
+  ASSERT_EQ(limits.gpu_count, 2);
+  EXPECT_STREQ(limits.gpus[0].uuid, gpu1.c_str());
+  EXPECT_EQ(limits.gpus[0].limit_bytes, memory * 2 / 3);
+  EXPECT_EQ(limits.gpus[0].compute_milli, 666u);
+  EXPECT_STREQ(limits.gpus[1].uuid, gpu0.c_str());
+  EXPECT_EQ(limits.gpus[1].limit_bytes, memory / 3);
+  EXPECT_EQ(limits.gpus[1].compute_milli, 333u);
+  std::set<std::string> mounted = Mounted(c);
+  EXPECT_EQ(mounted.count("/etc/gpufrac/compute." + gpu0), 1u);
+  EXPECT_EQ(mounted.count("/etc/gpufrac/compute." + gpu1), 1u);
+
+  // All of a GPU's replicas are the whole GPU: nobody shares it, no limiter.
+  s = Allocate("nvidia.com/gpu.shared", {gpu0 + "::0", gpu0 + "::2"}, &c);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_FALSE(LimitFile(c).empty());
+  s = Allocate("nvidia.com/gpu.shared", {gpu0 + "::0", gpu0 + "::1", gpu0 + "::2"}, &c);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(c.mounts_size(), 0);
+  EXPECT_EQ(c.envs().at("CUDA_VISIBLE_DEVICES"), gpu0);
+}
+
+TEST_F(NvidiaResourcesTest, FailRequestsGreaterThanOneRefusesTwoReplicas) {
+  const std::string gpu1 = Machine().inventory.gpus.at(1).uuid;
+  Status started = StartAgent({1}, {}, R"(version: v1
+sharing:
+  timeSlicing:
+    failRequestsGreaterThanOne: true
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 4
+)");
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  ASSERT_TRUE(kubelet_->WaitForRegistrations(2, std::chrono::seconds(5)));
+  v1beta1::ContainerAllocateResponse c;
+  grpc::Status s = Allocate("nvidia.com/gpu", {gpu1 + "::0", gpu1 + "::1"}, &c);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("nvidia.com/gpu [" + gpu1 + "::0," + gpu1 +
+                        "::1]: a container may take one replica of a shared GPU at most (the "
+                        "sharing configuration sets failRequestsGreaterThanOne), and this one "
+                        "asks for 2; ask for nvidia.com/gpu: 1"));
+  s = Allocate("nvidia.com/gpu", {gpu1 + "::1"}, &c);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(Limits(c).gpus[0].compute_milli, 250u);
+}
+
+TEST_F(NvidiaResourcesTest, MpsReplicasGetTheirMemoryAndThreadPercentage) {
+  const std::string gpu1 = Machine().inventory.gpus.at(1).uuid;
+  const uint64_t memory = Machine().inventory.gpus.at(1).memory_bytes;
+  Status started = StartAgent({1}, {}, R"(version: v1
+sharing:
+  mps:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 3
+)");
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  ASSERT_TRUE(kubelet_->WaitForRegistrations(2, std::chrono::seconds(5)));
+  EXPECT_EQ(DeviceList("nvidia.com/gpu").size(), 3u);
+  v1beta1::ContainerAllocateResponse c;
+  grpc::Status s = Allocate("nvidia.com/gpu", {gpu1 + "::1"}, &c);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(c.envs().at("CUDA_VISIBLE_DEVICES"), gpu1);
+  EXPECT_EQ(c.envs().at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "34");  // 100/3, rounded up.
+  limiter::LimitConfig limits = Limits(c);
+  ASSERT_EQ(limits.gpu_count, 1);
+  EXPECT_EQ(limits.gpus[0].limit_bytes, memory / 3);
+  // MPS divides the GPU's SMs, not its time: no compute pair, no arbiter.
+  EXPECT_EQ(limits.gpus[0].compute_milli, 0u);
+  EXPECT_EQ(Mounted(c).count("/etc/gpufrac/compute." + gpu1), 0u);
+  // As in NVIDIA's plugin, an MPS container takes one replica unless the file says otherwise.
+  s = Allocate("nvidia.com/gpu", {gpu1 + "::0", gpu1 + "::2"}, &c);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+}
+
+TEST_F(NvidiaResourcesTest, TheComputePolicyGivesAReplicasComputeLimit) {
+  const std::string gpu1 = Machine().inventory.gpus.at(1).uuid;
+  const std::string config =
+      "sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 4}]}}\n";
+  struct Case {
+    std::string policy;
+    uint32_t compute, limit;
+  };
+  size_t registrations = 0;
+  for (const Case& k : std::vector<Case>{{"strict", 250, 250}, {"off", 0, 0}}) {
+    compute_policy_ = k.policy;
+    Status started = StartAgent({1}, {}, config);
+    ASSERT_TRUE(started.ok()) << started.ToString();
+    registrations += 2;
+    ASSERT_TRUE(kubelet_->WaitForRegistrations(registrations, std::chrono::seconds(5)));
+    v1beta1::ContainerAllocateResponse c;
+    grpc::Status s = Allocate("nvidia.com/gpu", {gpu1 + "::3"}, &c);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    limiter::LimitConfig limits = Limits(c);
+    EXPECT_EQ(limits.gpus[0].compute_milli, k.compute) << k.policy;
+    EXPECT_EQ(limits.gpus[0].compute_limit_milli, k.limit) << k.policy;
+    agent_->Stop();
+    agent_.reset();
+  }
+}
+
+TEST_F(NvidiaResourcesTest, RefusesASharingConfigurationThatDoesNotFit) {
+  struct Case {
+    std::vector<int> nvidia;
+    std::string file, says;
+  };
+  const std::string head = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n";
+  for (const Case& c : std::vector<Case>{
+           {{1},
+            head + "    - name: nvidia.com/gpu\n      replicas: 0\n",
+            "nvidia-config.yaml:6: sharing.timeSlicing.resources[0].replicas: must be a whole "
+            "number from 1 to 1000"},
+           {{1},
+            head + "    - name: nvidia.com/gpu\n      replicas: 2\n      devices: [0]\n",
+            "nvidia-config.yaml:5: sharing.timeSlicing.resources[0].devices: GPU 0 is not served "
+            "as nvidia.com/gpu; add 0 to --nvidia-gpus (now 1)"},
+           {{},
+            head + "    - name: nvidia.com/gpu\n      replicas: 2\n",
+            "list the GPUs to share in --nvidia-gpus"},
+       }) {
+    Status s = StartAgent(c.nvidia, {}, c.file);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.says;
+    EXPECT_THAT(s.message(), HasSubstr(c.says));
+    EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+    if (agent_) agent_->Stop();
+  }
+  EXPECT_TRUE(kubelet_->registrations().empty());
+  EXPECT_TRUE(AnnotationOf(*server_->Get("nodes", "", kNode), kAnnotationInventory).empty())
+      << "nothing is published for a configuration that is refused";
+}
+
 // ---- The pieces, without a kubelet ----
 
 TEST(NvidiaNamesTest, ResourceAndSocketNames) {
@@ -282,6 +593,28 @@ TEST(NvidiaNamesTest, DevicesAreAsHealthyAsTheirGpu) {
   EXPECT_EQ(resources["nvidia.com/mig-1g.10gb.me"],
             (std::vector<NvidiaDevice>{{"MIG-b", 1, false}}));
   EXPECT_EQ(resources.size(), 3u);
+}
+
+TEST(NvidiaNamesTest, ReplicasHaveNvidiasIdsAndTheirGpusHealth) {
+  EXPECT_EQ(NvidiaReplicaId("GPU-a", 3), "GPU-a::3");
+  NodeInventory all;
+  for (int i = 0; i < 3; ++i) {
+    GpuInfo g;
+    g.index = i;
+    g.uuid = "GPU-" + std::to_string(i);
+    g.healthy = i != 2;
+    all.gpus.push_back(g);
+  }
+  NvidiaSharing sharing;
+  sharing.gpus[1] = {"nvidia.com/gpu", 2};
+  sharing.gpus[2] = {"nvidia.com/gpu.shared", 2};
+  auto resources = NvidiaResources(all, {.whole = {0, 1, 2}, .static_mig = {}}, &sharing);
+  EXPECT_EQ(resources["nvidia.com/gpu"],
+            (std::vector<NvidiaDevice>{
+                {"GPU-0", 0, true, 0}, {"GPU-1::0", 1, true, 2}, {"GPU-1::1", 1, true, 2}}));
+  EXPECT_EQ(resources["nvidia.com/gpu.shared"],
+            (std::vector<NvidiaDevice>{{"GPU-2::0", 2, false, 2}, {"GPU-2::1", 2, false, 2}}));
+  EXPECT_EQ(resources.size(), 2u);
 }
 
 }  // namespace
