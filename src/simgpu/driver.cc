@@ -53,6 +53,7 @@ CUresult Initialize() {
   auto* driver = new Driver;
   driver->machine = machine;
   driver->slot = slot;
+  driver->own_slot = slot;
   {
     // Under the MIG lock, so the MIG device chosen cannot be destroyed before this process is
     // bound to it (and from then on counts as running in it).

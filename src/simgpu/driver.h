@@ -17,6 +17,7 @@
 #include "simgpu/context.h"
 #include "simgpu/event.h"
 #include "simgpu/graph.h"
+#include "simgpu/kernel_fault.h"
 #include "simgpu/memory_objects.h"
 #include "simgpu/module.h"
 #include "simgpu/shared_machine.h"
@@ -42,6 +43,9 @@ struct Driver {
   // Fixed after cuInit.
   SharedMachine* machine = nullptr;
   std::vector<VisibleDevice> devices;  // by CUDA ordinal (after CUDA_VISIBLE_DEVICES)
+  // The slot claimed at cuInit, kept (unlike `slot`) after exit begins: its sticky errors and
+  // own memory figures are read without the lock.
+  ProcessSlot* own_slot = nullptr;
 
   std::mutex mu;
   // Everything below is guarded by `mu`.
@@ -116,12 +120,22 @@ inline abi::CUresult GetDriver(Driver** driver) {
 // a primary context reset while still retained, which comes back to life on use).
 abi::CUresult ReviveCurrentContext(Driver* driver, Context* context);
 
+// The sticky error (kernel_fault.h) of the context's device, CUDA_SUCCESS if none.
+inline abi::CUresult StickyErrorOf(const Driver* driver, const Context* context) {
+  return StickyError(*driver->own_slot, context->physical);
+}
+
 // The driver and the calling thread's current context, ready for use; the error a context-bound
-// driver call returns otherwise.
+// driver call returns otherwise (a sticky error of the context's device included).
 inline abi::CUresult GetDriverAndContext(Driver** driver, Context** context) {
   if (abi::CUresult result = GetDriver(driver); result != abi::CUDA_SUCCESS) return result;
   *context = CurrentContext();
   if (*context == nullptr) return abi::CUDA_ERROR_INVALID_CONTEXT;
+  if ((*driver)->own_slot->fault_devices.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+    if (abi::CUresult sticky = StickyErrorOf(*driver, *context); sticky != abi::CUDA_SUCCESS) {
+      return sticky;
+    }
+  }
   if ((*context)->active.load(std::memory_order_acquire)) return abi::CUDA_SUCCESS;
   return ReviveCurrentContext(*driver, *context);
 }

@@ -82,6 +82,11 @@ struct ProcessSlot {
   // the share of the SMs they used; see SharedEngineClient::engine_ns); written by whichever
   // process advances the engine, under that device's engine mutex.
   std::atomic<std::uint64_t> engine_ns[kMaxDevices];
+  // A sticky error of the process's contexts (kernel_fault.h): the devices it holds on (bit per
+  // physical device; 0: none) and the CUresult every context-bound call there returns. Set by
+  // whoever injects the fault or loses the process's MPS server; cleared when the slot is freed.
+  std::atomic<std::uint32_t> fault_devices;
+  std::atomic<std::int32_t> fault_error;
 };
 
 // One NVML event (nvmlEventData_t without the process-local device handle).
