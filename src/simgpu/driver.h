@@ -37,6 +37,12 @@ struct VisibleDevice {
   int gpu_instance = -1;  // the MIG device's GPU instance; -1 for a whole GPU
   int compute_instance = -1;
   std::uint64_t mig_generation = 0;  // the GPU instance's generation when the process bound to it
+  // As an MPS client: the server's group on the engine (0 without MPS), the share of the SMs
+  // the process's kernels may use (sm_count is already that share of the device's), and its
+  // pinned device memory limit (0: none).
+  std::uint64_t mps_group = 0;
+  std::uint32_t mps_share_ppm = kWholeEnginePpm;
+  std::uint64_t mps_limit_bytes = 0;
 };
 
 struct Driver {
@@ -46,6 +52,7 @@ struct Driver {
   // The slot claimed at cuInit, kept (unlike `slot`) after exit begins: its sticky errors and
   // own memory figures are read without the lock.
   ProcessSlot* own_slot = nullptr;
+  int mps_server_fd = -1;  // the connection to the MPS server; -1 without MPS
 
   std::mutex mu;
   // Everything below is guarded by `mu`.
@@ -78,8 +85,9 @@ struct Driver {
   }
 
   // Charges `bytes` of device memory to this process (reclaiming dead processes' memory if the
-  // device is full). CUDA_ERROR_OUT_OF_MEMORY if they do not fit, CUDA_ERROR_DEINITIALIZED once
-  // the process is exiting. Caller holds `mu`.
+  // device is full). CUDA_ERROR_OUT_OF_MEMORY if they do not fit, or would take the process past
+  // its MPS pinned memory limit on the device; CUDA_ERROR_DEINITIALIZED once the process is
+  // exiting. Caller holds `mu`.
   abi::CUresult ChargeLocked(int ordinal, std::uint64_t bytes);
   void ReleaseLocked(int ordinal, std::uint64_t bytes);
 
