@@ -159,7 +159,7 @@ CUresult cuCtxSynchronize() {
     return result;
   }
   simgpu::WaitForStreamWork(*driver->machine, context, context->AllDoneNs());
-  return abi::CUDA_SUCCESS;
+  return simgpu::StickyErrorOf(driver, context);  // a fatal error may have ended the wait
 }
 
 CUresult cuDevicePrimaryCtxRetain(abi::CUcontext* handle, abi::CUdevice ordinal) {

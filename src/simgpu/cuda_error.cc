@@ -1,5 +1,6 @@
 // Driver entry points cuGetErrorName and cuGetErrorString, from one table of NVIDIA's names and
-// messages for every code the simulated driver can return.
+// messages for every code the simulated driver can return (the MPS codes' messages are the
+// simulator's own wording).
 #include <string_view>
 
 #include "simgpu/cuda_exports.h"
@@ -42,6 +43,18 @@ constexpr ErrorText kErrors[] = {
      "context is destroyed"},
     {abi::CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
     {abi::CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {abi::CUDA_ERROR_MPS_CONNECTION_FAILED, "CUDA_ERROR_MPS_CONNECTION_FAILED",
+     "MPS: no connection to the control daemon or server"},
+    {abi::CUDA_ERROR_MPS_RPC_FAILURE, "CUDA_ERROR_MPS_RPC_FAILURE",
+     "MPS: the link to the server broke"},
+    {abi::CUDA_ERROR_MPS_SERVER_NOT_READY, "CUDA_ERROR_MPS_SERVER_NOT_READY",
+     "MPS: the server does not take new clients now"},
+    {abi::CUDA_ERROR_MPS_MAX_CLIENTS_REACHED, "CUDA_ERROR_MPS_MAX_CLIENTS_REACHED",
+     "MPS: no room for another client"},
+    {abi::CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED, "CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED",
+     "MPS: no room for another device connection"},
+    {abi::CUDA_ERROR_MPS_CLIENT_TERMINATED, "CUDA_ERROR_MPS_CLIENT_TERMINATED",
+     "MPS: the server terminated this client"},
     {abi::CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 

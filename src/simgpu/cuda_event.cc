@@ -153,7 +153,7 @@ CUresult cuEventSynchronize(abi::CUevent handle) {
   if (!Completed(driver, *event)) {
     simgpu::WaitForService(*driver->machine, event->context->engine, event->target_ns);
   }
-  return abi::CUDA_SUCCESS;
+  return simgpu::StickyErrorOf(driver, event->context);
 }
 
 CUresult cuEventElapsedTime_v2(float* milliseconds, abi::CUevent start, abi::CUevent end) {

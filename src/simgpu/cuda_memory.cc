@@ -67,7 +67,9 @@ CUresult Free(abi::CUdeviceptr base) {
   return driver->FreeLocked(base);
 }
 
-// Free and total memory of the current context's device, as every process sees it.
+// Free and total memory of the current context's device, as every process sees it. An MPS client
+// with a pinned memory limit sees the limit as its total and what it has left under the limit
+// (at most what the device has free) as free: what its allocations can still get.
 CUresult MemoryInfo(std::uint64_t* free, std::uint64_t* total) {
   Driver* driver;
   Context* context;
@@ -82,6 +84,12 @@ CUresult MemoryInfo(std::uint64_t* free, std::uint64_t* total) {
           ? simgpu::UsedBytes(*driver->machine, context->physical)
           : simgpu::MigUsedBytes(*driver->machine, context->physical, device.gpu_instance);
   *free = *total - std::min(used, *total);
+  if (const std::uint64_t limit = device.mps_limit_bytes; limit != 0) {
+    const std::uint64_t held =
+        driver->own_slot->used_bytes[context->physical].load(std::memory_order_relaxed);
+    *total = std::min(limit, *total);
+    *free = std::min(*free, limit - std::min(held, limit));
+  }
   return abi::CUDA_SUCCESS;
 }
 

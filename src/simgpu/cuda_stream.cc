@@ -45,7 +45,7 @@ CUresult Synchronize(abi::CUstream handle, bool per_thread_default) {
   }
   if (queue.capturing) return simgpu::InvalidateCapture(queue);
   simgpu::WaitForStreamWork(*driver->machine, context, queue.done->load(std::memory_order_relaxed));
-  return abi::CUDA_SUCCESS;
+  return simgpu::StickyErrorOf(driver, context);  // a fatal error may have ended the wait
 }
 
 CUresult Query(abi::CUstream handle, bool per_thread_default) {

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -11,9 +12,13 @@
 #include <new>
 
 #include "proc/process_identity.h"
+#include "simgpu/device_names.h"
 #include "simgpu/engine.h"
+#include "simgpu/kernel_fault.h"
 #include "simgpu/memory_ledger.h"
 #include "simgpu/mig_state.h"
+#include "simgpu/mps_client.h"
+#include "simgpu/mps_settings.h"
 #include "simgpu/visible_devices.h"
 
 namespace gpufrac::simgpu {
@@ -37,6 +42,13 @@ CUresult Complain(const std::string& message, CUresult result) {
   return result;
 }
 
+// The physical devices of `devices` as a bit mask.
+std::uint32_t DeviceMask(const std::vector<VisibleDevice>& devices) {
+  std::uint32_t mask = 0;
+  for (const VisibleDevice& device : devices) mask |= 1u << device.physical;
+  return mask;
+}
+
 CUresult Initialize() {
   std::string error;
   SharedMachine* machine = AttachSharedMachineFromEnv(&error);
@@ -49,43 +61,43 @@ CUresult Initialize() {
     return Complain("all " + std::to_string(kMaxProcessSlots) + " process slots are in use",
                     abi::CUDA_ERROR_OUT_OF_MEMORY);
   }
+  // An MPS client if a control daemon listens in the pipe directory (this may wait for another
+  // user's server to end).
+  MpsAttachment mps;
+  if (CUresult result = AttachToMps(&mps); result != abi::CUDA_SUCCESS) {
+    ReleaseSlot(*machine, *slot);
+    return result;
+  }
 
   auto* driver = new Driver;
   driver->machine = machine;
   driver->slot = slot;
+  driver->own_slot = slot;
+  driver->mps_server_fd = mps.server_fd;
   {
     // Under the MIG lock, so the MIG device chosen cannot be destroyed before this process is
     // bound to it (and from then on counts as running in it).
     MigLock lock(*machine);
-    DeviceNames names;
-    std::vector<MigBinding> migs;
-    for (int i = 0; i < machine->device_count; ++i) {
-      const SharedDevice& shared = machine->devices[i];
-      Uuid uuid;
-      std::copy(std::begin(shared.uuid), std::end(shared.uuid), uuid.begin());
-      names.gpu_uuids.push_back(FormatGpuUuid(uuid));
-      const bool mig_on = shared.mig_current == abi::NVML_DEVICE_MIG_ENABLE;
-      names.mig_enabled.push_back(mig_on);
-      for (int g = 0; mig_on && g < kMaxGpuInstances; ++g) {
-        const SharedGpuInstance& instance = shared.gpu_instances[g];
-        for (int c = 0; instance.live != 0 && c < kMaxComputeInstances; ++c) {
-          if (instance.compute[c].live == 0) continue;
-          names.migs.push_back({.physical = i, .uuid = FormatMigUuid(MigDeviceUuid(shared, g, c))});
-          migs.push_back({.device = i,
-                          .gpu_instance = g,
-                          .compute_instance = c,
-                          .generation = static_cast<std::uint32_t>(instance.generation)});
-        }
-      }
+    const MachineDeviceNames known = CollectDeviceNamesLocked(*machine);
+    const DeviceNames& names = known.names;
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    std::vector<VisibleDeviceRef> refs;
+    if (mps.attached) {
+      // The server's devices (full UUIDs), remapped: the process's own list picks among them.
+      std::string served;
+      for (const std::string& uuid : mps.devices) served += (served.empty() ? "" : ",") + uuid;
+      refs = RemapVisibleDevices(visible, ParseVisibleDevices(served.c_str(), names), names);
+    } else {
+      refs = ParseVisibleDevices(visible, names);
     }
-    for (const VisibleDeviceRef& ref :
-         ParseVisibleDevices(std::getenv("CUDA_VISIBLE_DEVICES"), names)) {
+    for (const VisibleDeviceRef& ref : refs) {
       const SharedDevice& shared = machine->devices[ref.physical];
       VisibleDevice device;
       device.physical = ref.physical;
       device.model = DeviceModel(shared);
       if (device.model == nullptr) {
         ReleaseSlot(*machine, *slot);
+        if (mps.server_fd >= 0) ::close(mps.server_fd);
         delete driver;
         return Complain(std::string("unknown GPU model ") + shared.model, abi::CUDA_ERROR_UNKNOWN);
       }
@@ -95,7 +107,7 @@ CUresult Initialize() {
       device.total_bytes = shared.total_bytes;
       device.sm_count = device.model->sm_count;
       if (ref.mig >= 0) {
-        const MigBinding& binding = migs[ref.mig];
+        const MigBinding& binding = known.migs[ref.mig];
         const SharedGpuInstance& instance = shared.gpu_instances[binding.gpu_instance];
         device.uuid = MigDeviceUuid(shared, binding.gpu_instance, binding.compute_instance);
         device.name = MigDeviceName(shared, binding.gpu_instance, binding.compute_instance);
@@ -107,11 +119,30 @@ CUresult Initialize() {
         device.mig_generation = binding.generation;
         slot->mig_binding.store(PackMigBinding(binding), std::memory_order_release);
       }
+      if (mps.attached) {
+        // The SMs the percentage allows are what the device reports and what kernels run on.
+        const int sms = ThreadPercentageSms(device.sm_count, mps.thread_percentage);
+        device.mps_share_ppm = static_cast<std::uint32_t>(static_cast<std::uint64_t>(sms) *
+                                                          kWholeEnginePpm / device.sm_count);
+        device.sm_count = sms;
+        device.mps_group = mps.group;
+        device.mps_limit_bytes = MpsClientMemLimit(mps, static_cast<int>(driver->devices.size()),
+                                                   VisibleDeviceUuid(names, ref));
+      }
       driver->devices.push_back(device);
     }
   }
   driver->primary_contexts.assign(driver->devices.size(), nullptr);
   driver->default_pools.assign(driver->devices.size(), nullptr);
+  if (mps.attached) {
+    // A server that goes away takes the process's contexts with it.
+    const std::uint32_t mask = DeviceMask(driver->devices);
+    WatchMpsServer(mps.server_fd, [driver, mask] {
+      std::lock_guard lock(driver->mu);
+      if (driver->slot == nullptr) return;  // exiting: the slot may already be someone else's
+      FailProcess(*driver->machine, *driver->slot, mask, abi::CUDA_ERROR_MPS_RPC_FAILURE);
+    });
+  }
   g_driver.store(driver, std::memory_order_release);
   // Like the real driver, an empty device list still initialises (cuDeviceGetCount reports 0).
   return driver->devices.empty() ? abi::CUDA_ERROR_NO_DEVICE : abi::CUDA_SUCCESS;
@@ -124,6 +155,8 @@ Driver* g_parent_driver = nullptr;
 void ForgetDriverInChild() {
   if (Driver* parent = g_driver.exchange(nullptr, std::memory_order_relaxed)) {
     g_parent_driver = parent;
+    // The MPS server must see the parent leave when it does, not when this child ends too.
+    if (parent->mps_server_fd >= 0) ::close(parent->mps_server_fd);
   }
   new (&g_init_mu) std::mutex;  // another parent thread may have held it across fork()
   g_init_done = false;
@@ -179,6 +212,14 @@ CUresult ReviveCurrentContext(Driver* driver, Context* context) {
 CUresult Driver::ChargeLocked(int ordinal, std::uint64_t bytes) {
   if (slot == nullptr) return abi::CUDA_ERROR_DEINITIALIZED;
   if (bytes == 0) return abi::CUDA_SUCCESS;
+  if (const std::uint64_t limit = devices[ordinal].mps_limit_bytes; limit != 0) {
+    // All of this process's charges are made under `mu`, so the check cannot go stale. The
+    // limit counts everything the process holds on the device, its contexts included, as
+    // NVIDIA says it accounts for CUDA's internal device allocations.
+    const std::uint64_t held =
+        slot->used_bytes[devices[ordinal].physical].load(std::memory_order_relaxed);
+    if (held > limit || bytes > limit - held) return abi::CUDA_ERROR_OUT_OF_MEMORY;
+  }
   return Charge(*machine, *slot, devices[ordinal].physical, bytes) ? abi::CUDA_SUCCESS
                                                                    : abi::CUDA_ERROR_OUT_OF_MEMORY;
 }
@@ -246,7 +287,9 @@ CUresult Driver::ActivateContextLocked(Context* context) {
   const EngineKey key{.device = device.physical,
                       .gpu_instance = device.gpu_instance,
                       .compute_instance = device.compute_instance,
-                      .generation = device.mig_generation};
+                      .generation = device.mig_generation,
+                      .group = device.mps_group,
+                      .share_ppm = device.mps_share_ppm};
   EngineSeat seat;
   if (!JoinEngine(*machine, key, static_cast<int>(slot - machine->slots), &seat)) {
     ReleaseLocked(context->ordinal, context->model->context_bytes);

@@ -17,6 +17,7 @@
 #include "simgpu/context.h"
 #include "simgpu/event.h"
 #include "simgpu/graph.h"
+#include "simgpu/kernel_fault.h"
 #include "simgpu/memory_objects.h"
 #include "simgpu/module.h"
 #include "simgpu/shared_machine.h"
@@ -36,12 +37,22 @@ struct VisibleDevice {
   int gpu_instance = -1;  // the MIG device's GPU instance; -1 for a whole GPU
   int compute_instance = -1;
   std::uint64_t mig_generation = 0;  // the GPU instance's generation when the process bound to it
+  // As an MPS client: the server's group on the engine (0 without MPS), the share of the SMs
+  // the process's kernels may use (sm_count is already that share of the device's), and its
+  // pinned device memory limit (0: none).
+  std::uint64_t mps_group = 0;
+  std::uint32_t mps_share_ppm = kWholeEnginePpm;
+  std::uint64_t mps_limit_bytes = 0;
 };
 
 struct Driver {
   // Fixed after cuInit.
   SharedMachine* machine = nullptr;
   std::vector<VisibleDevice> devices;  // by CUDA ordinal (after CUDA_VISIBLE_DEVICES)
+  // The slot claimed at cuInit, kept (unlike `slot`) after exit begins: its sticky errors and
+  // own memory figures are read without the lock.
+  ProcessSlot* own_slot = nullptr;
+  int mps_server_fd = -1;  // the connection to the MPS server; -1 without MPS
 
   std::mutex mu;
   // Everything below is guarded by `mu`.
@@ -74,8 +85,9 @@ struct Driver {
   }
 
   // Charges `bytes` of device memory to this process (reclaiming dead processes' memory if the
-  // device is full). CUDA_ERROR_OUT_OF_MEMORY if they do not fit, CUDA_ERROR_DEINITIALIZED once
-  // the process is exiting. Caller holds `mu`.
+  // device is full). CUDA_ERROR_OUT_OF_MEMORY if they do not fit, or would take the process past
+  // its MPS pinned memory limit on the device; CUDA_ERROR_DEINITIALIZED once the process is
+  // exiting. Caller holds `mu`.
   abi::CUresult ChargeLocked(int ordinal, std::uint64_t bytes);
   void ReleaseLocked(int ordinal, std::uint64_t bytes);
 
@@ -116,12 +128,22 @@ inline abi::CUresult GetDriver(Driver** driver) {
 // a primary context reset while still retained, which comes back to life on use).
 abi::CUresult ReviveCurrentContext(Driver* driver, Context* context);
 
+// The sticky error (kernel_fault.h) of the context's device, CUDA_SUCCESS if none.
+inline abi::CUresult StickyErrorOf(const Driver* driver, const Context* context) {
+  return StickyError(*driver->own_slot, context->physical);
+}
+
 // The driver and the calling thread's current context, ready for use; the error a context-bound
-// driver call returns otherwise.
+// driver call returns otherwise (a sticky error of the context's device included).
 inline abi::CUresult GetDriverAndContext(Driver** driver, Context** context) {
   if (abi::CUresult result = GetDriver(driver); result != abi::CUDA_SUCCESS) return result;
   *context = CurrentContext();
   if (*context == nullptr) return abi::CUDA_ERROR_INVALID_CONTEXT;
+  if ((*driver)->own_slot->fault_devices.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+    if (abi::CUresult sticky = StickyErrorOf(*driver, *context); sticky != abi::CUDA_SUCCESS) {
+      return sticky;
+    }
+  }
   if ((*context)->active.load(std::memory_order_acquire)) return abi::CUDA_SUCCESS;
   return ReviveCurrentContext(*driver, *context);
 }

@@ -35,78 +35,146 @@ class TableLock {
   SharedEngineTable& table_;
 };
 
+// a * b / c rounded down (`round_up`: up), without overflow for any clock values.
+std::uint64_t MulDiv(std::uint64_t a, std::uint64_t b, std::uint64_t c, bool round_up = false) {
+  const unsigned __int128 product = static_cast<unsigned __int128>(a) * b;
+  return static_cast<std::uint64_t>((product + (round_up ? c - 1 : 0)) / c);
+}
+
 bool HasWork(const SharedEngineClient& client) {
   return client.engine >= 0 && client.served_ns < client.pending_ns;
 }
 
 // The state the scheduler needs of one engine, copied out of the table so that a projection can
 // run it forward without touching the shared state. Clients are in table order.
+//
+// The scheduler's unit is an entity: a client of its own, or an MPS group (every client with
+// the same nonzero `group`). An entity's round-robin key is its smallest table index, so a group
+// takes its turn at the place of its first member. `holder` is a position of the holding
+// entity's client (any member of a holding group).
 struct EngineRun {
   int count = 0;
   int index[kEngineClientsPerDevice];  // table index of each client of the engine
   std::uint64_t served[kEngineClientsPerDevice];
   std::uint64_t pending[kEngineClientsPerDevice];
+  std::uint64_t group[kEngineClientsPerDevice];
+  std::uint32_t share[kEngineClientsPerDevice];
   int holder = -1;       // position in the arrays, or -1
-  int last_holder = -1;  // table index of the last holder (round-robin position), or -1
+  int last_holder = -1;  // round-robin key of the last holder, or -1
   std::uint64_t slice_start = 0;
   std::uint64_t t = 0;
 
   bool Busy(int position) const { return served[position] < pending[position]; }
+  bool SameEntity(int a, int b) const { return a == b || (group[a] != 0 && group[a] == group[b]); }
 
-  // The first busy client after table index `after` in round-robin order (`after` itself last);
-  // -1 when none is busy.
-  int NextBusy(int after) const {
-    int first = -1;
+  int EntityKey(int position) const {
+    if (group[position] == 0) return index[position];
     for (int p = 0; p < count; ++p) {
-      if (!Busy(p)) continue;
-      if (index[p] > after) return p;
-      if (first < 0) first = p;
+      if (group[p] == group[position]) return index[p];  // table order: the first is the least
     }
-    return first;
+    return index[position];
   }
 
-  bool OtherBusy(int position) const {
+  bool EntityBusy(int position) const {
     for (int p = 0; p < count; ++p) {
-      if (p != position && Busy(p)) return true;
+      if (SameEntity(p, position) && Busy(p)) return true;
     }
     return false;
   }
 
-  // Simulates the engine up to `until`. `serve(position, start, step)` is told of every stretch
-  // during which a client held the engine; returning true stops the run after that stretch.
-  template <typename Serve>
-  void Run(std::uint64_t until, std::uint64_t slice, Serve&& serve) {
+  // A busy client of the first busy entity after key `after` in round-robin order (`after`
+  // itself last); -1 when none is busy.
+  int NextBusy(int after) const {
+    int next = -1, next_key = 0, first = -1, first_key = 0;
+    for (int p = 0; p < count; ++p) {
+      if (!Busy(p)) continue;
+      const int key = EntityKey(p);
+      if (key > after && (next < 0 || key < next_key)) {
+        next = p;
+        next_key = key;
+      }
+      if (first < 0 || key < first_key) {
+        first = p;
+        first_key = key;
+      }
+    }
+    return next >= 0 ? next : first;
+  }
+
+  bool OtherBusy(int position) const {
+    for (int p = 0; p < count; ++p) {
+      if (!SameEntity(p, position) && Busy(p)) return true;
+    }
+    return false;
+  }
+
+  // Simulates the engine up to `until`. `serve(position, start, real, clock, weighted)` is told
+  // of every stretch during which a client ran: from real time `start` for `real` ns, its clock
+  // advancing by `clock` and its engine time by `weighted`; returning true stops the run after
+  // that stretch. `busy(start, real)` is told of each stretch once, whoever ran in it.
+  template <typename OnServe, typename OnBusy>
+  void Run(std::uint64_t until, std::uint64_t slice, OnServe&& serve, OnBusy&& busy) {
     while (t < until) {
-      if (holder < 0 || !Busy(holder)) {
+      if (holder < 0 || !EntityBusy(holder)) {
         holder = NextBusy(last_holder);
         if (holder < 0) {
           t = until;  // idle
           return;
         }
-        last_holder = index[holder];
+        last_holder = EntityKey(holder);
         slice_start = t;
       }
       const int h = holder;
-      std::uint64_t step = std::min(until - t, pending[h] - served[h]);
+      std::uint64_t limit = until - t;
       const bool contended = OtherBusy(h);
       if (contended) {
         const std::uint64_t slice_end = slice_start + slice;
         if (slice_end <= t) {
           // Preempted at the slice's end: the next context with work gets the engine.
-          holder = NextBusy(index[h]);
-          last_holder = index[holder];
+          holder = NextBusy(EntityKey(h));
+          last_holder = EntityKey(holder);
           slice_start = t;
           continue;
         }
-        step = std::min(step, slice_end - t);
+        limit = std::min(limit, slice_end - t);
       }
       const std::uint64_t start = t;
-      served[h] += step;
+      bool stop = false;
+      std::uint64_t step = 0;
+      if (group[h] == 0) {
+        step = std::min(limit, pending[h] - served[h]);
+        served[h] += step;
+        stop = serve(h, start, step, step, step);
+      } else {
+        // The group's clients with work run at once; oversubscribed SMs slow each of them to
+        // kWholeEnginePpm / demand of its speed.
+        std::uint64_t demand = 0;
+        for (int p = 0; p < count; ++p) {
+          if (SameEntity(p, h) && Busy(p)) demand += share[p];
+        }
+        const std::uint64_t scale = std::max<std::uint64_t>(demand, kWholeEnginePpm);
+        step = limit;
+        for (int p = 0; p < count; ++p) {
+          if (!SameEntity(p, h) || !Busy(p)) continue;
+          const std::uint64_t rest = pending[p] - served[p];
+          step = std::min(step, MulDiv(rest, scale, kWholeEnginePpm, /*round_up=*/true));
+        }
+        for (int p = 0; p < count; ++p) {
+          if (!SameEntity(p, h) || !Busy(p)) continue;
+          const std::uint64_t rest = pending[p] - served[p];
+          const bool done = MulDiv(rest, scale, kWholeEnginePpm, /*round_up=*/true) <= step;
+          const std::uint64_t advance =
+              done ? rest : std::min(rest, MulDiv(step, kWholeEnginePpm, scale));
+          served[p] += advance;
+          stop = serve(p, start, step, advance, MulDiv(step, share[p], scale)) || stop;
+        }
+      }
+      busy(start, step);
       t += step;
       // Alone on the engine, the slice timer keeps running: a newcomer waits for the end of the
       // current slice, not for a whole new one.
       if (!contended) slice_start += (t - slice_start) / slice * slice;
-      if (serve(h, start, step)) return;
+      if (stop) return;
     }
   }
 };
@@ -122,6 +190,8 @@ void Load(const SharedEngineTable& table, int engine, EngineRun* run) {
     run->index[p] = i;
     run->served[p] = client.served_ns;
     run->pending[p] = client.pending_ns;
+    run->group[p] = client.group;
+    run->share[p] = client.share_ppm;
     if (i == shared.holder) run->holder = p;
   }
   run->last_holder = shared.last_holder;
@@ -129,9 +199,9 @@ void Load(const SharedEngineTable& table, int engine, EngineRun* run) {
   run->t = shared.advanced_ns;
 }
 
-// Adds busy time [start, start + step) to the engine's NVML sample periods.
-void CountBusy(SharedEngine& engine, std::uint64_t start, std::uint64_t step) {
-  engine.busy_ns += step;
+// Adds the stretch [start, start + step), during which some client ran, to the engine's NVML
+// sample periods.
+void CountSample(SharedEngine& engine, std::uint64_t start, std::uint64_t step) {
   while (step > 0) {
     const std::uint64_t period = start / kUtilizationPeriodNs;
     const std::uint64_t chunk = std::min(step, (period + 1) * kUtilizationPeriodNs - start);
@@ -146,25 +216,28 @@ void CountBusy(SharedEngine& engine, std::uint64_t start, std::uint64_t step) {
   }
 }
 
-// The client held the engine from `start` for `step`, its clock going from `before`.
+// The client ran from real time `start` for `real` ns, its clock going from `before` by `clock`
+// and its engine time growing by `weighted`.
 void Serve(SharedMachine& machine, int device, int index, std::uint64_t before, std::uint64_t start,
-           std::uint64_t step) {
+           std::uint64_t real, std::uint64_t clock, std::uint64_t weighted) {
   SharedEngineTable& table = machine.engines[device];
   SharedEngineClient& client = table.clients[index];
   SharedEngine& engine = table.engines[client.engine];
-  client.served_ns = before + step;
-  CountBusy(engine, start, step);
+  client.served_ns = before + clock;
+  client.engine_ns += weighted;
+  engine.busy_ns += weighted;
   // A dead process's slot may already belong to another process.
   ProcessSlot& slot = machine.slots[client.slot];
   if (slot.owner.load(std::memory_order_relaxed) == client.owner) {
-    slot.engine_ns[device].fetch_add(step, std::memory_order_relaxed);
+    slot.engine_ns[device].fetch_add(weighted, std::memory_order_relaxed);
   }
   if (client.served_ns >= client.pending_ns) --engine.busy_clients;
-  if (client.armed_watches == 0) return;
+  if (client.armed_watches == 0 || clock == 0) return;
   for (SharedEventWatch& watch : table.watches) {
     if (watch.client != index || watch.armed == 0 || watch.target_ns > client.served_ns) continue;
     watch.armed = 0;
-    watch.reached_ns = start + (watch.target_ns > before ? watch.target_ns - before : 0);
+    const std::uint64_t behind = watch.target_ns > before ? watch.target_ns - before : 0;
+    watch.reached_ns = start + MulDiv(behind, real, clock);
     if (--client.armed_watches == 0) return;
   }
 }
@@ -183,11 +256,14 @@ void Advance(SharedMachine& machine, int device, int engine_index, std::uint64_t
     return;
   }
   if (engine.busy_clients == 1 && engine.holder >= 0 && HasWork(table.clients[engine.holder])) {
-    // The one busy context already holds the engine: it runs until its work or `now` ends.
+    // The one busy context already holds the engine: it runs until its work or `now` ends (at
+    // full speed: one MPS client alone cannot oversubscribe the SMs).
     SharedEngineClient& client = table.clients[engine.holder];
     const std::uint64_t start = engine.advanced_ns;
     const std::uint64_t step = std::min(now - start, client.pending_ns - client.served_ns);
-    Serve(machine, device, engine.holder, client.served_ns, start, step);
+    Serve(machine, device, engine.holder, client.served_ns, start, step, step,
+          MulDiv(step, client.share_ppm, kWholeEnginePpm));
+    CountSample(engine, start, step);
     engine.slice_start_ns += (start + step - engine.slice_start_ns) / slice * slice;
     if (!HasWork(client)) engine.holder = -1;
     engine.advanced_ns = now;
@@ -195,11 +271,16 @@ void Advance(SharedMachine& machine, int device, int engine_index, std::uint64_t
   }
   EngineRun run;
   Load(table, engine_index, &run);
-  run.Run(now, slice, [&](int position, std::uint64_t start, std::uint64_t step) {
-    Serve(machine, device, run.index[position], run.served[position] - step, start, step);
-    return false;
-  });
-  engine.holder = run.holder >= 0 && run.Busy(run.holder) ? run.index[run.holder] : -1;
+  run.Run(
+      now, slice,
+      [&](int position, std::uint64_t start, std::uint64_t real, std::uint64_t clock,
+          std::uint64_t weighted) {
+        Serve(machine, device, run.index[position], run.served[position] - clock, start, real,
+              clock, weighted);
+        return false;
+      },
+      [&](std::uint64_t start, std::uint64_t real) { CountSample(engine, start, real); });
+  engine.holder = run.holder >= 0 && run.EntityBusy(run.holder) ? run.index[run.holder] : -1;
   engine.last_holder = run.last_holder;
   engine.slice_start_ns = run.slice_start;
   engine.advanced_ns = now;
@@ -219,12 +300,17 @@ std::uint64_t Project(const SharedMachine& machine, const EngineSeat& seat, std:
   EngineRun run;
   Load(table, table.clients[seat.client].engine, &run);
   std::uint64_t reached = 0;
-  run.Run(horizon, machine.timeslice_ns,
-          [&](int position, std::uint64_t start, std::uint64_t step) {
-            if (run.index[position] != seat.client || run.served[position] < target) return false;
-            reached = start + step - (run.served[position] - target);
-            return true;
-          });
+  run.Run(
+      horizon, machine.timeslice_ns,
+      [&](int position, std::uint64_t start, std::uint64_t real, std::uint64_t clock,
+          std::uint64_t /*weighted*/) {
+        if (run.index[position] != seat.client || run.served[position] < target) return false;
+        const std::uint64_t before = run.served[position] - clock;
+        const std::uint64_t behind = target > before ? target - before : 0;
+        reached = start + (clock == 0 ? 0 : MulDiv(behind, real, clock, /*round_up=*/true));
+        return true;
+      },
+      [](std::uint64_t, std::uint64_t) {});
   return reached;
 }
 
@@ -233,7 +319,17 @@ void RemoveClientLocked(SharedEngineTable& table, int index) {
   if (client.engine < 0) return;
   SharedEngine& engine = table.engines[client.engine];
   if (HasWork(client)) --engine.busy_clients;
-  if (engine.holder == index) engine.holder = -1;
+  if (engine.holder == index) {
+    // A group keeps the engine through another of its clients.
+    engine.holder = -1;
+    for (int i = 0; client.group != 0 && i < kEngineClientsPerDevice; ++i) {
+      const SharedEngineClient& other = table.clients[i];
+      if (i != index && other.engine == client.engine && other.group == client.group) {
+        engine.holder = i;
+        break;
+      }
+    }
+  }
   if (--engine.clients == 0) {
     table.retired_busy_ns += engine.busy_ns;
     engine = SharedEngine{};
@@ -311,6 +407,8 @@ bool JoinEngine(SharedMachine& machine, const EngineKey& key, int slot_index, En
   client.slot = slot_index;
   client.owner = machine.slots[slot_index].owner.load(std::memory_order_acquire);
   client.origin_ns = client.served_ns = client.pending_ns = now;
+  client.group = key.group;
+  client.share_ppm = key.share_ppm;
   *seat = EngineSeat{.device = key.device, .client = client_index};
   return true;
 }
@@ -373,7 +471,7 @@ bool ServiceReached(SharedMachine& machine, const EngineSeat& seat, std::uint64_
   RemoveDeadClients(machine, seat.device, /*force=*/false);
   EngineSession session(machine, seat);
   const SharedEngineClient& client = machine.engines[seat.device].clients[seat.client];
-  return client.engine < 0 || client.served_ns >= target;
+  return client.engine < 0 || client.failed != 0 || client.served_ns >= target;
 }
 
 void WaitForService(SharedMachine& machine, const EngineSeat& seat, std::uint64_t target) {
@@ -387,7 +485,7 @@ void WaitForService(SharedMachine& machine, const EngineSeat& seat, std::uint64_
       const std::uint64_t now = NowNs();
       TableLock lock(table);
       const SharedEngineClient& client = table.clients[seat.client];
-      if (client.engine < 0) return;
+      if (client.engine < 0 || client.failed != 0) return;
       Advance(machine, seat.device, client.engine, now);
       if (client.served_ns >= target) return;
       wake = Project(machine, seat, target, now + kRecheckNs);
@@ -427,7 +525,32 @@ std::uint64_t ClientEngineNs(SharedMachine& machine, const EngineSeat& seat) {
   if (!seat.valid()) return 0;
   EngineSession session(machine, seat);
   const SharedEngineClient& client = machine.engines[seat.device].clients[seat.client];
-  return client.engine < 0 ? 0 : client.served_ns - client.origin_ns;
+  return client.engine < 0 ? 0 : client.engine_ns;
+}
+
+std::vector<EngineClientInfo> ListEngineClients(SharedMachine& machine, int device) {
+  SharedEngineTable& table = machine.engines[device];
+  std::vector<EngineClientInfo> clients;
+  TableLock lock(table);
+  for (int i = 0; i < kEngineClientsPerDevice; ++i) {
+    const SharedEngineClient& client = table.clients[i];
+    if (client.engine < 0) continue;
+    clients.push_back(
+        {.client = i, .slot = client.slot, .owner = client.owner, .group = client.group});
+  }
+  return clients;
+}
+
+void FailEngineClient(SharedMachine& machine, int device, int client_index, std::uint64_t owner) {
+  SharedEngineTable& table = machine.engines[device];
+  const std::uint64_t now = NowNs();
+  TableLock lock(table);
+  SharedEngineClient& client = table.clients[client_index];
+  if (client.engine < 0 || client.owner != owner) return;
+  Advance(machine, device, client.engine, now);
+  if (HasWork(client)) --table.engines[client.engine].busy_clients;
+  client.pending_ns = client.served_ns;
+  client.failed = 1;
 }
 
 std::uint64_t ProcessEngineNs(SharedMachine& machine, const ProcessSlot& slot, int device) {

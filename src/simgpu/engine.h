@@ -10,9 +10,21 @@
 // `served` < `pending`. The engine is advanced lazily to "now" by whichever process touches it,
 // under the device's robust process-shared mutex. With one busy context the clock runs at the
 // speed of real time, so a single process sees exactly the timings of an uncontended GPU.
+//
+// MPS: the clients of one MPS server (contexts with the same `group`) are one context to the
+// time-slice scheduler, as the server's shared context is on a GPU. While their group holds the
+// engine they all run at once, each on its share of the SMs (its kernels' durations already
+// follow from the SMs it may use, sim_time.h). When the shares of the clients with work add up
+// to S > 1 the SMs are oversubscribed and each of them runs at 1/S of its speed: every client
+// gets the fraction share/S of the engine, in proportion to what it asked for.
+//
+// Engine time (ground truth) is weighted by the share of the SMs used: a context of its own
+// receives 1 ns per ns it holds the engine, an MPS client share/max(1, S) per ns its group holds
+// it; an engine's busy time is the sum over its clients, so it never exceeds real time.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "simgpu/shared_machine.h"
 
@@ -35,6 +47,10 @@ struct EngineKey {
   int gpu_instance = -1;
   int compute_instance = -1;
   std::uint64_t generation = 0;
+  // MPS: the server whose group the context joins (0: a context of its own) and the share of
+  // the engine's SMs its kernels may use, in millionths.
+  std::uint64_t group = 0;
+  std::uint32_t share_ppm = kWholeEnginePpm;
 };
 
 // Joins the engine named by `key` as a new client owned by process slot `slot_index`, with no
@@ -72,26 +88,40 @@ class EngineSession {
   std::uint64_t now_;
 };
 
-// Whether the client's clock has reached `target`.
+// Whether the client's clock has reached `target` (or it failed, see FailEngineClient).
 bool ServiceReached(SharedMachine& machine, const EngineSeat& seat, std::uint64_t target);
 
-// Blocks until the client's clock reaches `target` (or the client leaves the engine). Sleeps
-// until the completion projected from the engine's state, at most 10 ms at a time, looking again
-// on waking because other contexts' work changes the projection; contexts of dead processes are
-// removed on the way, so they never stall their engine.
+// Blocks until the client's clock reaches `target` (or the client leaves the engine or fails).
+// Sleeps until the completion projected from the engine's state, at most 10 ms at a time, looking
+// again on waking because other contexts' work changes the projection; contexts of dead processes
+// are removed on the way, so they never stall their engine.
 void WaitForService(SharedMachine& machine, const EngineSeat& seat, std::uint64_t target);
 
 // A watch for a timing event of the seat's client; -1 when all of the device's are taken.
 int AllocateWatch(SharedMachine& machine, const EngineSeat& seat);
 void FreeWatch(SharedMachine& machine, int device, int watch);
 
+// One client of a device's engines as a fault sees it (kernel_fault.h).
+struct EngineClientInfo {
+  int client = -1;          // index in the device's client table
+  int slot = 0;             // the owning process's slot
+  std::uint64_t owner = 0;  // that slot's owner word when the client joined
+  std::uint64_t group = 0;  // its MPS server (0: none)
+};
+// The device's clients now.
+std::vector<EngineClientInfo> ListEngineClients(SharedMachine& machine, int device);
+// A fatal error took the client: its queued work is dropped, and waits on it end at once from
+// now on. Nothing happens if the entry no longer belongs to `owner`.
+void FailEngineClient(SharedMachine& machine, int device, int client, std::uint64_t owner);
+
 // Ground truth, each with the device's engines simulated up to now first.
-// Engine time the client has received since it joined (ns).
+// Engine time the client has received since it joined (ns, weighted by its share of the SMs).
 std::uint64_t ClientEngineNs(SharedMachine& machine, const EngineSeat& seat);
 // Engine time the process in `slot` has received on `device`, over all its contexts (ns).
 std::uint64_t ProcessEngineNs(SharedMachine& machine, const ProcessSlot& slot, int device);
-// Time the device's engines were busy since the machine was created, summed over its engines
-// (ns; in MIG mode this can grow faster than real time, one engine per compute instance).
+// Time the device's engines were busy since the machine was created, each moment weighted by
+// the share of the SMs in use, summed over its engines (ns; in MIG mode this can grow faster
+// than real time, one engine per compute instance).
 std::uint64_t DeviceBusyNs(SharedMachine& machine, int device);
 
 // NVML's sample period for utilisation (nvml.h: between 1/6 s and 1 s depending on the product).

@@ -32,6 +32,15 @@ SIMGPU_EXPORT gpufrac::abi::nvmlReturn_t simgpuInjectEccError(unsigned int index
 // counts the GPU. No XID is raised (a real GPU that falls off the bus also logs XID 79).
 SIMGPU_EXPORT gpufrac::abi::nvmlReturn_t simgpuSetGpuLost(unsigned int index, int lost);
 
+// A kernel of process `pid` on physical GPU `index` hits a fatal fault, as one that accessed an
+// illegal address would (src/simgpu/kernel_fault.h). Without MPS the process's contexts on the
+// GPU fail; under MPS every client of its server on the GPUs the fault is contained in does.
+// Their queued work is dropped and every later context-bound call there returns
+// CUDA_ERROR_ILLEGAL_ADDRESS (sticky). No XID is raised. NVML_ERROR_NOT_FOUND when the process
+// has no context on the GPU.
+SIMGPU_EXPORT gpufrac::abi::nvmlReturn_t simgpuInjectKernelFault(unsigned int index,
+                                                                 unsigned int pid);
+
 }  // extern "C"
 
 namespace gpufrac::simgpu {
@@ -39,9 +48,11 @@ namespace gpufrac::simgpu {
 using simgpuInjectXid_t = abi::nvmlReturn_t (*)(unsigned int index, unsigned long long xid);
 using simgpuInjectEccError_t = abi::nvmlReturn_t (*)(unsigned int index, int double_bit);
 using simgpuSetGpuLost_t = abi::nvmlReturn_t (*)(unsigned int index, int lost);
+using simgpuInjectKernelFault_t = abi::nvmlReturn_t (*)(unsigned int index, unsigned int pid);
 
 inline constexpr const char kSimgpuInjectXidSymbol[] = "simgpuInjectXid";
 inline constexpr const char kSimgpuInjectEccErrorSymbol[] = "simgpuInjectEccError";
 inline constexpr const char kSimgpuSetGpuLostSymbol[] = "simgpuSetGpuLost";
+inline constexpr const char kSimgpuInjectKernelFaultSymbol[] = "simgpuInjectKernelFault";
 
 }  // namespace gpufrac::simgpu

@@ -123,6 +123,8 @@ ProcessSlot* ClaimSlot(SharedMachine& machine, const proc::ProcessId& self) {
     std::uint64_t expected = kFreeOwner;
     if (slot.owner.compare_exchange_strong(expected, packed, std::memory_order_acq_rel)) {
       for (auto& engine_ns : slot.engine_ns) engine_ns.store(0, std::memory_order_relaxed);
+      slot.fault_devices.store(0, std::memory_order_relaxed);
+      slot.fault_error.store(0, std::memory_order_relaxed);
       return &slot;
     }
   }

@@ -9,6 +9,7 @@
 
 #include "simgpu/device_events.h"
 #include "simgpu/fault_injection.h"
+#include "simgpu/kernel_fault.h"
 #include "simgpu/nvml_exports.h"
 #include "simgpu/nvml_state.h"
 
@@ -220,6 +221,17 @@ nvmlReturn_t simgpuSetGpuLost(unsigned int index, int lost) {
   }
   simgpu::SetDeviceLost(*machine, static_cast<int>(index), lost != 0);
   return abi::NVML_SUCCESS;
+}
+
+nvmlReturn_t simgpuInjectKernelFault(unsigned int index, unsigned int pid) {
+  simgpu::SharedMachine* machine = nullptr;
+  if (nvmlReturn_t result = ControlMachine("simgpuInjectKernelFault", index, &machine);
+      result != abi::NVML_SUCCESS) {
+    return result;
+  }
+  return simgpu::InjectKernelFault(*machine, static_cast<int>(index), static_cast<pid_t>(pid))
+             ? abi::NVML_SUCCESS
+             : abi::NVML_ERROR_NOT_FOUND;
 }
 
 }  // extern "C"

@@ -23,7 +23,8 @@ namespace gpufrac::simgpu {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x53494d47;  // "SIMG"
-constexpr std::uint32_t kLayoutVersion = 4;   // 2: MIG state; 3: events, lost GPUs; 4: engines
+// 2: MIG state; 3: events, lost GPUs; 4: engines; 5: MPS groups, weighted engine time, faults.
+constexpr std::uint32_t kLayoutVersion = 5;
 
 std::string ErrnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 

@@ -78,9 +78,15 @@ struct ProcessSlot {
   // PackMigBinding (mig_state.h); 0 for none. Its charges on that device are also charged to
   // the instance. Set at cuInit under mig_mutex, cleared when the slot is released.
   std::atomic<std::uint64_t> mig_binding;
-  // Compute-engine time this process's contexts have received on each device (ns); written by
-  // whichever process advances the engine, under that device's engine mutex.
+  // Compute-engine time this process's contexts have received on each device (ns, weighted by
+  // the share of the SMs they used; see SharedEngineClient::engine_ns); written by whichever
+  // process advances the engine, under that device's engine mutex.
   std::atomic<std::uint64_t> engine_ns[kMaxDevices];
+  // A sticky error of the process's contexts (kernel_fault.h): the devices it holds on (bit per
+  // physical device; 0: none) and the CUresult every context-bound call there returns. Set by
+  // whoever injects the fault or loses the process's MPS server; cleared when the slot is freed.
+  std::atomic<std::uint32_t> fault_devices;
+  std::atomic<std::int32_t> fault_error;
 };
 
 // One NVML event (nvmlEventData_t without the process-local device handle).
@@ -103,8 +109,13 @@ struct SharedEventLog {
   alignas(64) std::atomic<std::uint32_t> signal;
 };
 
+// A whole engine's SMs, in millionths (SharedEngineClient::share_ppm).
+inline constexpr std::uint32_t kWholeEnginePpm = 1000000;
+
 // A CUDA context as a client of a compute engine. Its virtual clock `served_ns` advances only
-// while it holds the engine; its queued work is done when `served_ns` reaches `pending_ns`.
+// while it holds the engine (an MPS client: while its server's group does, at a rate that falls
+// when the group's running clients want more SMs than the engine has; see engine.h); its queued
+// work is done when `served_ns` reaches `pending_ns`.
 struct SharedEngineClient {
   std::int32_t engine = -1;     // index in SharedEngineTable::engines; -1: free entry
   std::int32_t slot = 0;        // the owning process's slot
@@ -113,6 +124,16 @@ struct SharedEngineClient {
   std::uint64_t served_ns = 0;
   std::uint64_t pending_ns = 0;
   std::uint32_t armed_watches = 0;  // its watches still waiting to be reached
+  // MPS: the server whose clients run together as one context of the time-slice scheduler (its
+  // identity word; 0 for a context of its own), and the share of the engine's SMs its kernels
+  // may use (kWholeEnginePpm without MPS).
+  std::uint64_t group = 0;
+  std::uint32_t share_ppm = kWholeEnginePpm;
+  // Nonzero once a fatal error took the context: its work was dropped and waits on it end.
+  std::uint32_t failed = 0;
+  // Engine time received, each moment weighted by the share of the engine's SMs the context's
+  // kernels used (equal to served_ns - origin_ns for a context of its own).
+  std::uint64_t engine_ns = 0;
 };
 
 // One compute engine: a whole GPU, or one MIG compute instance (`gpu_instance` >= 0).
@@ -124,11 +145,15 @@ struct SharedEngine {
   std::int32_t holder = -1;       // client running now; -1 when idle
   std::int32_t last_holder = -1;  // round-robin position
   std::uint64_t slice_start_ns = 0;
-  std::uint64_t advanced_ns = 0;   // the engine is simulated up to here (CLOCK_MONOTONIC)
-  std::uint64_t busy_ns = 0;       // time some client held it, since the machine was created
+  std::uint64_t advanced_ns = 0;  // the engine is simulated up to here (CLOCK_MONOTONIC)
+  // Time some client held it since the machine was created, each moment weighted by the share
+  // of the engine's SMs in use (1 for a context of its own, the running MPS clients' shares
+  // summed and capped at 1 for an MPS group).
+  std::uint64_t busy_ns = 0;
   std::uint32_t busy_clients = 0;  // clients with work (served_ns < pending_ns)
-  // Busy time per NVML sample period (kUtilizationPeriodNs): the current period's index and
-  // its busy time so far, and the busy time of the period before it.
+  // Busy time per NVML sample period (kUtilizationPeriodNs), not weighted (NVML counts time in
+  // which any kernel ran): the current period's index and its busy time so far, and the busy
+  // time of the period before it.
   std::uint64_t sample_period = 0;
   std::uint64_t sample_busy_ns = 0;
   std::uint64_t previous_busy_ns = 0;

@@ -96,4 +96,38 @@ std::vector<VisibleDeviceRef> ParseVisibleDevices(const char* value, const Devic
   return visible;
 }
 
+std::vector<VisibleDeviceRef> RemapVisibleDevices(const char* value,
+                                                  const std::vector<VisibleDeviceRef>& exposed,
+                                                  const DeviceNames& names) {
+  if (value == nullptr) return exposed;
+  std::vector<std::string> uuids;
+  for (const VisibleDeviceRef& ref : exposed) {
+    uuids.push_back(ref.mig >= 0 ? names.migs[ref.mig].uuid : names.gpu_uuids[ref.physical]);
+  }
+  std::vector<VisibleDeviceRef> visible;
+  std::vector<int> taken;
+  std::string_view rest = value;
+  while (true) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view entry = Trim(rest.substr(0, comma));
+    int pick = -1;
+    if (entry.size() > 4 &&
+        (StartsWithIgnoreCase(entry, "GPU-") || StartsWithIgnoreCase(entry, "MIG-"))) {
+      pick = MatchPrefix(entry, uuids, [](const std::string& u) -> std::string_view { return u; });
+    } else {
+      auto [end, ec] = std::from_chars(entry.data(), entry.data() + entry.size(), pick);
+      if (ec != std::errc() || end != entry.data() + entry.size() || pick < 0 ||
+          pick >= static_cast<int>(exposed.size())) {
+        pick = -1;
+      }
+    }
+    if (pick < 0 || std::find(taken.begin(), taken.end(), pick) != taken.end()) break;
+    taken.push_back(pick);
+    visible.push_back(exposed[pick]);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return visible;
+}
+
 }  // namespace gpufrac::simgpu

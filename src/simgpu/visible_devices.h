@@ -34,4 +34,11 @@ struct VisibleDeviceRef {
 //    second MIG device; "" hides everything.
 std::vector<VisibleDeviceRef> ParseVisibleDevices(const char* value, const DeviceNames& names);
 
+// The devices of an MPS client whose server exposes `exposed`: as NVIDIA documents, the server
+// remaps its devices, so the client's own CUDA_VISIBLE_DEVICES (`value`) picks among them by
+// position or by UUID prefix, with the same rules for ending the list; unset keeps them all.
+std::vector<VisibleDeviceRef> RemapVisibleDevices(const char* value,
+                                                  const std::vector<VisibleDeviceRef>& exposed,
+                                                  const DeviceNames& names);
+
 }  // namespace gpufrac::simgpu

@@ -60,6 +60,9 @@ CHECKED_FUNCTIONS(CHECK_SIGNATURE)
 
 #define CHECKED_ENUMERATORS(X)                                                                                  \
   X(CUDA_SUCCESS)                                                                                               \
+  X(CUDA_ERROR_MPS_CONNECTION_FAILED) X(CUDA_ERROR_MPS_RPC_FAILURE) X(CUDA_ERROR_MPS_SERVER_NOT_READY)          \
+  X(CUDA_ERROR_MPS_MAX_CLIENTS_REACHED) X(CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED)                               \
+  X(CUDA_ERROR_MPS_CLIENT_TERMINATED)                                                                           \
   X(CUDA_ERROR_INVALID_VALUE) X(CUDA_ERROR_OUT_OF_MEMORY) X(CUDA_ERROR_NOT_INITIALIZED) X(                      \
       CUDA_ERROR_DEINITIALIZED) X(CUDA_ERROR_STUB_LIBRARY) X(CUDA_ERROR_NO_DEVICE)                              \
       X(CUDA_ERROR_INVALID_DEVICE) X(CUDA_ERROR_INVALID_IMAGE) X(CUDA_ERROR_INVALID_CONTEXT) X(                 \
