@@ -1547,5 +1547,70 @@ TEST(NodeService, AGpuServingWholeJobsOnlyCannotBeInMpsMode) {
       << both.err;
 }
 
+// A job on an MPS GPU runs as a client of the GPU's daemon, which the service started for it: it
+// gets the daemon's pipe directory, its compute limit as its share of the SMs and its memory as
+// its pinned limit, and the driver makes it a client of the daemon's server; the daemon is watched (killed, it is started again and the job says so) and
+// stopped when the GPU leaves MPS mode.
+TEST(NodeService, JobsOnAnMpsGpuAreClientsOfItsDaemon) {
+  Daemon d("1xH100-80GB", {"--mps-gpus", "0", "--gpu-compute-policy", "strict"});
+  const std::string marker = d.dir() + "/may-end";
+  int64_t id = d.Submit({"sh", "-c",
+                         "env | grep ^CUDA_MPS_ | sort; " + BuildPath("bin/mps_probe") +
+                             " info; while [ ! -e " + marker + " ]; do sleep 0.05; done"},
+                        {{"gpu-memory", "20G"}, {"gpu-compute", "0.25"}})
+                   .body["id"];
+  d.WaitFor(id, "running");
+  const std::string pipe = d.dir() + "/state/mps/0/pipe";
+  std::this_thread::sleep_for(300ms);
+  std::ifstream out(d.dir() + "/state/jobs/" + std::to_string(id) + "/stdout.log");
+  std::ifstream err(d.dir() + "/state/jobs/" + std::to_string(id) + "/stderr.log");
+  std::stringstream env;
+  env << out.rdbuf() << err.rdbuf();
+  EXPECT_NE(env.str().find("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25\n"), std::string::npos)
+      << env.str();
+  EXPECT_NE(env.str().find("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M\n"), std::string::npos)
+      << env.str();
+  EXPECT_NE(env.str().find("CUDA_MPS_PIPE_DIRECTORY=" + pipe + "\n"), std::string::npos)
+      << env.str();
+  // It is a client of the daemon's server: its kernels may use a quarter of the 132 SMs.
+  EXPECT_NE(env.str().find("sms=33"), std::string::npos) << env.str();
+  // The daemon runs, in directories of the service's own.
+  auto daemon_pid = [&] {
+    std::ifstream in(pipe + "/nvidia-cuda-mps-control.pid");
+    pid_t pid = 0;
+    in >> pid;
+    return pid;
+  };
+  const pid_t first = daemon_pid();
+  ASSERT_GT(first, 0);
+  EXPECT_EQ(kill(first, 0), 0);
+  struct stat st;
+  ASSERT_EQ(stat(pipe.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 022, 0u);
+  RunResult table = d.Cli({"status"});
+  EXPECT_NE(table.out.find("sm 25%"), std::string::npos) << table.out;
+
+  // Killed, it is started again, and the job says so.
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  pid_t second = 0;
+  for (int i = 0; i < 200 && (second == 0 || second == first); ++i) {
+    std::this_thread::sleep_for(20ms);
+    second = daemon_pid();
+  }
+  EXPECT_NE(second, first);
+  EXPECT_EQ(kill(second, 0), 0);
+  std::ofstream(marker).put('\n');
+  json job = d.WaitFor(id, "final");
+  EXPECT_NE(job.value("reason", "").find("its MPS daemon (GPU 0) ended while it ran"),
+            std::string::npos)
+      << job.dump();
+
+  // Out of MPS mode, the daemon stops.
+  EXPECT_EQ(d.Cli({"mps", "disable", "--gpu", "0"}).status, 0);
+  for (int i = 0; i < 100 && kill(second, 0) == 0; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_NE(kill(second, 0), 0);
+}
+
 }  // namespace
 }  // namespace gpufrac::testing
