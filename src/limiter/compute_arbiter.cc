@@ -379,7 +379,7 @@ void ComputeArbiter::Account(uint64_t began, uint64_t now, bool holding, uint32_
   bool starved = false;
   const uint64_t window = Age(now, window_start_ns_);
   if (window >= kStarveWindowNs) {
-    starved = window_waited_ns_ > window / 2 && window_held_ns_ < window / 1000 * weight_ / 2;
+    starved = window_waited_ns_ > window / 2 && window_held_ns_ < window / 1000 * weight_ / 4;
     window_start_ns_ = now;
     window_waited_ns_ = window_held_ns_ = 0;
   }

@@ -74,9 +74,9 @@ constexpr uint64_t kStaleNs = 60'000'000'000;
 constexpr uint64_t kClaimNs = 5'000'000;
 constexpr uint64_t kMissedNs = 1'000'000'000;
 // A process that waited this long for one turn, or could not take the arbiter's lock, or over a
-// window of kStarveWindowNs held turns for less than half its request while mostly waiting,
-// stops taking turns for kBypassNs: the arbiter is not working for it (a stuck or hostile member),
-// and the GPU's own equal time-slicing is better than waiting on it.
+// window of kStarveWindowNs held turns for less than a quarter of its request while mostly
+// waiting, stops taking turns for kBypassNs: the arbiter is not working for it (a stuck or
+// hostile member), and the GPU's own equal time-slicing is better than waiting on it.
 constexpr uint64_t kMaxWaitNs = 2'000'000'000;
 constexpr uint64_t kStarveWindowNs = 2'000'000'000;
 constexpr uint64_t kBypassNs = 10'000'000'000;
