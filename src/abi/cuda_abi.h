@@ -331,6 +331,7 @@ using cuCtxGetDevice_t = CUresult (*)(CUdevice* device);
 using cuCtxPushCurrent_v2_t = CUresult (*)(CUcontext ctx);
 using cuCtxPopCurrent_v2_t = CUresult (*)(CUcontext* pctx);
 using cuCtxSynchronize_t = CUresult (*)();
+using cuCtxSynchronize_v2_t = CUresult (*)(CUcontext);
 using cuDevicePrimaryCtxRetain_t = CUresult (*)(CUcontext* pctx, CUdevice dev);
 using cuDevicePrimaryCtxRelease_v2_t = CUresult (*)(CUdevice dev);
 using cuDevicePrimaryCtxReset_v2_t = CUresult (*)(CUdevice dev);

@@ -32,6 +32,7 @@
   X(cuCtxPushCurrent, cuCtxPushCurrent_v2, 4000, 0)                         \
   X(cuCtxPopCurrent, cuCtxPopCurrent_v2, 4000, 0)                           \
   X(cuCtxSynchronize, cuCtxSynchronize, 2000, 0)                            \
+  X(cuCtxSynchronize, cuCtxSynchronize_v2, 13000, 0)                        \
   X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, 7000, 0)            \
   X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2, 11000, 0)      \
   X(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset_v2, 11000, 0)          \

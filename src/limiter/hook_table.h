@@ -65,6 +65,7 @@
   X(Cuda, cuGraphLaunch, 1)                    \
   X(Cuda, cuGraphLaunch_ptsz, 1)               \
   X(Cuda, cuCtxSynchronize, 0)                 \
+  X(Cuda, cuCtxSynchronize_v2, 1)              \
   X(Cuda, cuStreamSynchronize, 0)              \
   X(Cuda, cuStreamSynchronize_ptsz, 0)         \
   X(Cuda, cuEventSynchronize, 0)               \

@@ -234,6 +234,12 @@ CUresult Synchronizing(Wait wait) {
 extern "C" CUresult cuCtxSynchronize() {
   return Synchronizing([] { return Real_cuCtxSynchronize()(); });
 }
+// CUDA 13's runtime synchronises a device (cudaDeviceSynchronize, torch.cuda.synchronize) with
+// this form: unseen, a holder waiting for its work would look idle and lose its turn while that
+// work still runs, in the next holder's time.
+extern "C" CUresult cuCtxSynchronize_v2(CUcontext context) {
+  return Synchronizing([&] { return Real_cuCtxSynchronize_v2()(context); });
+}
 extern "C" CUresult cuStreamSynchronize(CUstream stream) {
   return Synchronizing([&] { return Real_cuStreamSynchronize()(stream); });
 }

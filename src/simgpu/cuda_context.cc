@@ -162,6 +162,18 @@ CUresult cuCtxSynchronize() {
   return simgpu::StickyErrorOf(driver, context);  // a fatal error may have ended the wait
 }
 
+// CUDA 13's form (what its runtime's cudaDeviceSynchronize resolves): the context named, or the
+// current one for NULL.
+CUresult cuCtxSynchronize_v2(abi::CUcontext handle) {
+  if (handle == nullptr) return cuCtxSynchronize();
+  Driver* driver;
+  if (CUresult result = simgpu::GetDriver(&driver); result != abi::CUDA_SUCCESS) return result;
+  Context* context = simgpu::ContextFromHandle(handle);
+  if (CUresult result = CheckUsable(driver, context); result != abi::CUDA_SUCCESS) return result;
+  simgpu::WaitForStreamWork(*driver->machine, context, context->AllDoneNs());
+  return simgpu::StickyErrorOf(driver, context);
+}
+
 CUresult cuDevicePrimaryCtxRetain(abi::CUcontext* handle, abi::CUdevice ordinal) {
   Driver* driver;
   if (CUresult result = simgpu::GetDriver(&driver); result != abi::CUDA_SUCCESS) return result;

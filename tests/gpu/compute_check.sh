@@ -15,47 +15,50 @@ gpufrac=${GPUFRAC:-$PWD/build/bin/gpufrac}
 gpufracd=$(dirname "$gpufrac")/gpufracd
 loop=$PWD/tests/gpu/matmul_loop.py
 seconds=${SECONDS_PER_RUN:-15}
+export MATMUL_SIZE=${MATMUL_SIZE:-4096}  # matmul_loop.py's matrices (4096: about 2.7 ms a product on an H100)
 dir=$(mktemp -d)
-"$gpufracd" --state-dir "$dir/state" --socket "$dir/sock" >"$dir/log" 2>&1 &
-pid=$!
+source tests/gpu/checks_lib.sh
 trap '"$gpufrac" cancel --socket "$dir/sock" 1 2 3 4 5 6 7 8 >/dev/null 2>&1
-  kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
-until "$gpufrac" status --socket "$dir/sock" >/dev/null 2>&1; do
-  kill -0 $pid 2>/dev/null || { echo "gpufracd did not start:"; cat "$dir/log"; exit 1; }
-  sleep 0.2
-done
-value() { grep -o "$1=[0-9.]*" "$2" | tail -1 | cut -d= -f2; }
-# run_pair NAME LAUNCH_A LAUNCH_B: two loops started together (a file barrier); prints both rates.
-run_pair() {
-  local name=$1 a=$2 b=$3 go="$dir/go-$1"
-  $a python3 "$loop" "$seconds" --start "$go" >"$dir/$name-a" 2>&1 &
-  local pa=$!
-  $b python3 "$loop" "$seconds" --start "$go" >"$dir/$name-b" 2>&1 &
-  local pb=$!
-  until grep -q ready "$dir/$name-a" && grep -q ready "$dir/$name-b"; do sleep 0.2; done
-  touch "$go"
-  wait $pa $pb
-  echo "$(value iters_per_s "$dir/$name-a") $(value iters_per_s "$dir/$name-b")"
-}
-python3 "$loop" "$seconds" >"$dir/alone" 2>&1 || { cat "$dir/alone"; exit 1; }
-alone=$(value iters_per_s "$dir/alone")
+  kill $gpufracd_pid 2>/dev/null; wait $gpufracd_pid 2>/dev/null; rm -rf "$dir"' EXIT
+start_gpufracd "$gpufracd" "$gpufrac" ${GPUFRACD_ARGS:-} || exit 1
+alone=$(run_one alone "") || exit 1
 echo "alone: $alone iterations/s"
 ok=1
-share() { python3 -c "print(f'{$1 / $alone:.3f}')"; }
-near() { python3 -c "import sys; sys.exit(0 if abs($1 - $2) <= 0.05 else 1)"; }
-report() {  # report NAME RATE_A RATE_B WANT_A WANT_B
-  local sa sb; sa=$(share "$2"); sb=$(share "$3")
-  echo "$1: $2 / $3 iterations/s = $sa / $sb of the GPU (want $4 / $5)"
-  if [ "$4" != "-" ]; then near "$sa" "$4" && near "$sb" "$5" || { echo "  off by more than 0.05"; ok=0; }; fi
+# While the service's jobs run, the GPU time the arbiter charged each (gpu_seconds in the status)
+# over the middle of the measurement, to set beside their rates: a split of charged time that is
+# right while the rates are not means time was charged to a job that did not get it.
+on_go() {
+  "$gpufrac" status --json --socket "$dir/sock" >"$dir/$1-s1.json" 2>/dev/null
+  sleep "$(python3 -c "print(max($seconds - 2, 1))")"
+  "$gpufrac" status --json --socket "$dir/sock" >"$dir/$1-s2.json" 2>/dev/null
+}
+charged() {
+  python3 - "$dir/$1-s1.json" "$dir/$1-s2.json" <<'PY'
+import json, sys
+def used(path):
+    try:
+        gpus = json.load(open(path))["gpus"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return {w["job"]: w["gpu_seconds"] for g in gpus for w in g["workloads"]}
+a, b = used(sys.argv[1]), used(sys.argv[2])
+delta = {j: b[j] - a[j] for j in sorted(b) if j in a}
+total = sum(delta.values())
+if len(delta) == 2 and total > 0:
+    print("  GPU time charged over the middle of the run: " + " / ".join(
+        f"job {j} {d:.2f} s ({d / total:.3f})" for j, d in delta.items()))
+PY
 }
 read -r a b < <(run_pair plain "" "")
-report "without gpufrac" "$a" "$b" - -
+report "without gpufrac" 0.05 "$a" "$b" - -
 run="$gpufrac run --socket $dir/sock"
 read -r a b < <(run_pair fair "$run --gpu-fraction 0.25 --" "$run --gpu-fraction 0.75 --")
-report "fair 0.25/0.75" "$a" "$b" 0.25 0.75
+report "fair 0.25/0.75" 0.05 "$a" "$b" 0.25 0.75
+charged fair
 read -r a b < <(run_pair strict "$run --gpu-fraction 0.5 --gpu-compute-limit 0.5 --" \
   "$run --gpu-fraction 0.5 --gpu-compute-limit 0.5 --")
-report "strict 0.5/0.5" "$a" "$b" 0.5 0.5
+report "strict 0.5/0.5" 0.05 "$a" "$b" 0.5 0.5
+charged strict
 python3 "$loop" "$seconds" --train >"$dir/train-plain" 2>&1
 $run --gpu-fraction 0.5 -- python3 "$loop" "$seconds" --train >"$dir/train-gpufrac" 2>&1
 plain=$(value step_ms "$dir/train-plain"); limited=$(value step_ms "$dir/train-gpufrac")

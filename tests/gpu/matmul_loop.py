@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A GPU workload for the compute-share checks: PyTorch matmuls back to back for SECONDS, then
 prints "iters_per_s=<rate>". With --train, a small MLP's training steps instead, printing
-"step_ms=<median>". It starts measuring after a warm-up and a file barrier (--start FILE: waits
-for the file to exist), so that workloads started one after the other are measured together."""
+"step_ms=<median>". The matrices are --size (default $MATMUL_SIZE, else 4096) square. It starts
+measuring after a warm-up and a file barrier (--start FILE: waits for the file to exist), so that
+workloads started one after the other are measured together."""
 import argparse
 import os
 import statistics
@@ -14,7 +15,7 @@ import torch
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("seconds", type=float)
-    p.add_argument("--size", type=int, default=4096)
+    p.add_argument("--size", type=int, default=int(os.environ.get("MATMUL_SIZE", "4096")))
     p.add_argument("--train", action="store_true")
     p.add_argument("--start", default="")
     a = p.parse_args()

@@ -17,12 +17,16 @@ check_timeout=${CHECK_TIMEOUT:-240}  # seconds: a hung check fails (exit 124), t
 fails=0
 sim=0
 [ "${1:-}" = --sim ] && sim=1
-check() {  # check NAME COMMAND...
+skip=" ${GPU_CHECKS_SKIP:-} "  # names of checks not to run, e.g. "compute mps" (run on their own)
+check() {  # check NAME COMMAND... (a command that exits 77 could not check here: SKIP)
   local name=$1; shift
+  if [[ "$skip" == *" $name "* ]]; then echo "SKIP $name (GPU_CHECKS_SKIP)"; return; fi
   local out
   out=$(timeout -k 5 "$check_timeout" "$@" 2>&1); local rc=$?
   echo "$out" | sed "s/^/  [$name] /"
-  if [ $rc -eq 0 ]; then echo "PASS $name"; else echo "FAIL $name (exit $rc)"; fails=$((fails + 1)); fi
+  if [ $rc -eq 0 ]; then echo "PASS $name"
+  elif [ $rc -eq 77 ]; then echo "SKIP $name (nothing to check it with here)"
+  else echo "FAIL $name (exit $rc)"; fails=$((fails + 1)); fi
 }
 real_gpu_check() {  # like check, for what only a real GPU with its tools can run
   if [ $sim -eq 1 ]; then echo "SKIP $1 (simulated GPU)"; else check "$@"; fi
@@ -35,11 +39,14 @@ if [ $sim -eq 1 ]; then
 else
   nvidia-smi -L || { echo "no NVIDIA GPU"; exit 2; }
 fi
-# The driver's cuGetProcAddress must hand out addresses the limiter recognises, and every access
-# path must see the limit (the simulated driver's tests, on the real one).
+# The driver's cuGetProcAddress must hand out addresses the limiter recognises (on a CUDA 13
+# driver, cuCtxSynchronize's too: CUDA 13's runtime waits through it), and every access path must
+# see the limit (the simulated driver's tests, on the real one).
 check resolve bash -c "out=\$('$gpufrac' exec --gpu-memory 4G -- '$probe' resolve); echo \"\$out\"; \
   echo \"\$out\" | grep -q 'gpa.cuMemAlloc.12000.default=cuMemAlloc_v2@libgpufrac.so' && \
-  echo \"\$out\" | grep -q 'gpa.cuMemAllocAsync.12000.ptsz=cuMemAllocAsync_ptsz@libgpufrac.so'"
+  echo \"\$out\" | grep -q 'gpa.cuMemAllocAsync.12000.ptsz=cuMemAllocAsync_ptsz@libgpufrac.so' && \
+  { ! echo \"\$out\" | grep -q 'gpa.cuCtxSynchronize.13000.default.rc=0' || \
+    echo \"\$out\" | grep -q 'gpa.cuCtxSynchronize.13000.default=cuCtxSynchronize_v2@libgpufrac.so'; }"
 for path in linked dlsym procaddr; do
   check "probe-$path" bash -c "out=\$('$gpufrac' exec --gpu-memory 4G -- '$probe' --path $path info); \
     echo \"\$out\"; echo \"\$out\" | grep -q 'total=$limit device_total=$limit'"
@@ -74,5 +81,8 @@ real_gpu_check service tests/gpu/service_check.sh
 # Compute shares: PyTorch matmul loops as the service's jobs at 0.25/0.75 and strict 0.5/0.5,
 # against the same loops without gpufrac, and a training step's time under the limiter.
 real_gpu_check compute tests/gpu/compute_check.sh
+# MPS: clients at 25%/75% of the SMs and a pinned-memory limit, with a control daemon of its own
+# (an ordinary process: no GPU setting changes), then the same as gpufracd's jobs in MPS mode.
+real_gpu_check mps tests/gpu/mps_check.sh
 echo "failures=$fails"
 [ $fails -eq 0 ]

@@ -91,6 +91,8 @@ class ComputeShareTest : public ::testing::Test {
     chmod(limits.c_str(), 0444);
     auto env = Merge(machine_.Env(), {{"LD_PRELOAD", BuildPath("lib/libgpufrac.so")},
                                       {"GPUFRAC_LIMIT_FILE", limits}});
+    // CUDA 13's entry points are there only when the driver is 13.0 or newer.
+    if (share.mode == "runtime13") env["SIMGPU_DRIVER_VERSION"] = "13000";
     pid_t first = 0;
     for (int p = 0; p < share.processes; ++p) {
       std::string seen;
@@ -289,6 +291,44 @@ TEST_F(ComputeShareTest, ExecCommandsOfOneUserTakeTurns) {
 // gets its share.
 TEST_F(ComputeShareTest, LongKernelsAreHeldToTheirShare) {
   ExpectShares({{250, 1000, "kernel", 50.0}, {750, 1000}}, {0.25, 0.75}, 4, 0.03);
+}
+
+// PyTorch on CUDA 13 waits for its work through cuCtxSynchronize_v2 (torch.cuda.synchronize()).
+// A holder waiting there is finishing its turn, and keeps it until its work is done: were the
+// wait unseen, the holder would look idle, lose its turn 2 ms past its end while its kernels still
+// ran, and they would run in the next holder's time. (On an H100, PyTorch matmul loops at 0.25 and
+// 0.75 got 0.199 and 0.786 of the GPU so; with the wait seen, 0.246 and 0.747.) Here a workload
+// launches 100 ms kernels and waits for each that way, against a busy one: each of its turns must
+// last until its kernel is done, marked as draining, not end 2 ms past its 20 ms.
+TEST_F(ComputeShareTest, AHolderWaitingThroughCuda13sSynchronizeKeepsItsTurnUntilItsWorkIsDone) {
+  const pid_t waiter = StartWorkload({500, 1000, "runtime13", 100.0}, 6);
+  StartWorkload({500, 1000}, 6);
+  limiter::ArbiterSegment* seg = MapSegment();
+  ASSERT_NE(seg, nullptr);
+  // The holder and its draining flag every 0.2 ms for 3 s: the waiter's longest turn, and how
+  // much of its turns it spent marked as draining.
+  double longest_ms = 0, held = 0, draining = 0;
+  Clock::time_point since{};
+  const Clock::time_point end = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < end) {
+    const bool holds = static_cast<pid_t>(seg->holder.load() & 0xffffffffu) == waiter;
+    const Clock::time_point now = Clock::now();
+    if (holds) {
+      if (since == Clock::time_point{}) since = now;
+      longest_ms =
+          std::max(longest_ms, std::chrono::duration<double, std::milli>(now - since).count());
+      ++held;
+      if (seg->draining.load() != 0) ++draining;
+    } else {
+      since = {};
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  munmap(seg, sizeof(limiter::ArbiterSegment));
+  std::printf("longest turn %.1f ms, draining %.0f%% of its turns\n", longest_ms,
+              held > 0 ? 100 * draining / held : 0.0);
+  EXPECT_GT(longest_ms, 80);
+  EXPECT_GT(draining, held / 2);
 }
 
 // Workloads with kernels of different lengths: a share is still the workload's, not its kernels'.

@@ -570,6 +570,7 @@ int Resolve() {
       {"cuGetProcAddress", 12000, CU_GET_PROC_ADDRESS_DEFAULT},
       {"cuGetProcAddress", 11030, CU_GET_PROC_ADDRESS_DEFAULT},
       {"cuDeviceGet", 12000, CU_GET_PROC_ADDRESS_DEFAULT},
+      {"cuCtxSynchronize", 13000, CU_GET_PROC_ADDRESS_DEFAULT},
   };
   for (const Query& q : queries) {
     void* p = nullptr;

@@ -6,6 +6,10 @@
 //   gpu_load MODE KERNEL_MS SECONDS
 //   MODE: kernel (cuLaunchKernel) | ptsz (cuLaunchKernel_ptsz) | ex (cuLaunchKernelEx)
 //         | coop (cuLaunchCooperativeKernel) | graph (cuGraphLaunch of a 4-kernel graph)
+//         | runtime13 (cuLaunchKernel, synchronising every 10 launches (every launch for kernels
+//           of 50 ms or more) as a PyTorch loop calling torch.cuda.synchronize() on CUDA 13
+//           does: through the cuCtxSynchronize that cuGetProcAddress gives for CUDA 13.0,
+//           cuCtxSynchronize_v2)
 //         | sleep (no work: an idle workload)
 //         | latency (one kernel at a time, synchronising after each, like an inference loop; at
 //           the end prints "lat START_S LATENCY_US" per kernel: when it was launched, seconds
@@ -141,7 +145,17 @@ int main(int argc, char** argv) {
   if (mode == "streams") {
     for (CUstream& stream : streams) Check(cuStreamCreate(&stream, 1), "cuStreamCreate");
   }
-  const long sync_every = kernel_ms < 50 ? static_cast<long>(50 / kernel_ms) : 1;
+  long sync_every = kernel_ms < 50 ? static_cast<long>(50 / kernel_ms) : 1;
+  cuCtxSynchronize_v2_t synchronize_v2 = nullptr;
+  if (mode == "runtime13") {
+    void* entry = nullptr;
+    CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    Check(
+        cuGetProcAddress_v2("cuCtxSynchronize", &entry, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &found),
+        "cuGetProcAddress_v2(cuCtxSynchronize, 13000)");
+    synchronize_v2 = reinterpret_cast<cuCtxSynchronize_v2_t>(entry);
+    sync_every = kernel_ms < 50 ? 10 : 1;
+  }
   std::printf("ready\n");
   if (mode == "latency") return RunLatency(kernel, blocks, seconds);
   if (mode == "cost") return RunCost(kernel, seconds);
@@ -153,7 +167,7 @@ int main(int argc, char** argv) {
       nanosleep(&pause, nullptr);
       continue;
     }
-    if (mode == "kernel") {
+    if (mode == "kernel" || mode == "runtime13") {
       Check(cuLaunchKernel(kernel, blocks, 1, 1, 1024, 1, 1, 0, nullptr, nullptr, nullptr),
             "cuLaunchKernel");
     } else if (mode == "streams") {
@@ -183,7 +197,9 @@ int main(int argc, char** argv) {
     }
     ++launches;
     // Keep at most about 50 ms queued, as a training loop's data dependencies would.
-    if (launches % sync_every == 0) Check(cuCtxSynchronize(), "cuCtxSynchronize");
+    if (launches % sync_every == 0) {
+      Check(synchronize_v2 ? synchronize_v2(nullptr) : cuCtxSynchronize(), "cuCtxSynchronize");
+    }
   }
   Check(cuCtxSynchronize(), "cuCtxSynchronize");
   std::printf("launches=%ld\n", launches);

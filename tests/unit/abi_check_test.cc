@@ -52,7 +52,7 @@ using gpufrac::testing::SameSignature;
   X(cuEventRecordWithFlags) X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime_v2)          \
   X(cuLaunchKernelEx) X(cuLaunchCooperativeKernel) X(cuGraphCreate) X(cuGraphAddKernelNode_v2)      \
   X(cuStreamBeginCapture_v2) X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) \
-  X(cuGraphExecDestroy) X(cuGraphDestroy)
+  X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuCtxSynchronize_v2)
 
 #define CHECK_SIGNATURE(fn) \
   static_assert(SameSignature<ours::fn##_t, decltype(&::fn)>::value, #fn " differs from cuda.h");
