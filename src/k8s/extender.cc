@@ -72,6 +72,24 @@ StatusOr<Args> ParseArgs(const std::string& body) {
 
 std::string ErrorBody(const std::string& message) { return json{{"Error", message}}.dump(); }
 
+// The pod as a log line names it, escaped: its name is the user's.
+std::string PodName(const json& pod) {
+  return Printable(MetaOf(pod, "namespace") + "/" + MetaOf(pod, "name"));
+}
+
+// "node: text; node: text ..." for a --verbose line, the first kMaxLoggedNodes of them.
+constexpr size_t kMaxLoggedNodes = 8;
+std::string NodeList(const std::vector<std::pair<std::string, std::string>>& items) {
+  std::string out;
+  for (size_t i = 0; i < items.size() && i < kMaxLoggedNodes; ++i) {
+    out += (i ? "; " : "") + Printable(items[i].first) + ": " + Printable(items[i].second);
+  }
+  if (items.size() > kMaxLoggedNodes) {
+    out += "; and " + std::to_string(items.size() - kMaxLoggedNodes) + " more";
+  }
+  return out;
+}
+
 // The booking a pod holds according to its own record, if it holds one: bound to the node of
 // its assignment and not finished.
 std::optional<Assignment> HeldAssignment(const json& pod) {
@@ -112,6 +130,8 @@ std::string Extender::Filter(const std::string& body) {
       api_->PodEvent(*pod, "GpufracInvalidRequest", request.status().message(), /*warning=*/true);
     }
     for (const std::string& n : candidates->names) unresolvable[n] = request.status().message();
+    LogDebug("filter %s: no node: %s", PodName(*pod).c_str(),
+             Printable(request.status().message()).c_str());
   } else {
     std::vector<Ledger::Verdict> verdicts;
     {
@@ -119,10 +139,17 @@ std::string Extender::Filter(const std::string& body) {
       ++stats_.filters;
       verdicts = ledger_->Evaluate(*request, candidates->names);
     }
+    std::vector<std::pair<std::string, std::string>> refused;
     for (size_t i = 0; i < verdicts.size(); ++i) {
       keep[i] = verdicts[i].fits;
-      if (!keep[i]) failed[candidates->names[i]] = verdicts[i].reason;
+      if (!keep[i]) {
+        failed[candidates->names[i]] = verdicts[i].reason;
+        refused.emplace_back(candidates->names[i], verdicts[i].reason);
+      }
     }
+    LogDebug("filter %s: %zu of %zu nodes fit%s%s", PodName(*pod).c_str(),
+             verdicts.size() - refused.size(), verdicts.size(), refused.empty() ? "" : "; ",
+             NodeList(refused).c_str());
   }
   json result = {{"FailedNodes", failed}, {"FailedAndUnresolvableNodes", unresolvable},
                  {"Error", ""}};
@@ -170,6 +197,7 @@ std::string Extender::Prioritize(const std::string& body) {
   // ordered_json keeps each small object in a vector rather than a tree: at thousands of nodes
   // this answer is a good part of the call's time.
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  std::vector<std::pair<std::string, std::string>> scores;
   for (size_t i = 0; i < verdicts.size(); ++i) {
     int64_t score = 0;
     if (verdicts[i].fits) {
@@ -180,7 +208,9 @@ std::string Extender::Prioritize(const std::string& body) {
     host["Host"] = candidates->names[i];
     host["Score"] = score;
     list.push_back(std::move(host));
+    scores.emplace_back(candidates->names[i], std::to_string(score));
   }
+  LogDebug("prioritize %s: %s", PodName(*pod).c_str(), NodeList(scores).c_str());
   return list.dump();
 }
 
@@ -222,14 +252,18 @@ std::string Extender::Bind(const std::string& body) {
       if (result.ok() && !assigned.empty()) {
         api_->PodEvent(*pod, "GpufracAssigned", "on " + node + ": " + assigned, false);
       }
+      if (result.ok()) {
+        LogDebug("bind %s to %s: %s", PodName(*pod).c_str(), Printable(node).c_str(),
+                 assigned.empty() ? "no GPU asked for" : Printable(assigned).c_str());
+      }
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.binds;
   if (result.ok()) return json{{"Error", ""}}.dump();
   ++stats_.bind_failures;
-  LogWarning("bind %s/%s to %s: %s", ns.c_str(), name.c_str(), node.c_str(),
-             result.message().c_str());
+  LogWarning("bind %s to %s: %s", Printable(ns + "/" + name).c_str(), Printable(node).c_str(),
+             Printable(result.message()).c_str());
   return ErrorBody("gpufrac: " + result.message());
 }
 

@@ -9,10 +9,12 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/log.h"
 #include "k8s/assignment.h"
 #include "k8s/extender.h"
 #include "k8s/fake_cluster_api.h"
@@ -285,6 +287,33 @@ TEST_F(ExtenderTest, BindRecordsTheAssignmentThenBindsAndBooks) {
   EXPECT_TRUE(assigned_event);
   EXPECT_EQ(s.extender->stats().binds, 1u);
   EXPECT_EQ(s.extender->stats().bind_failures, 0u);
+}
+
+// --verbose (debug logs): one line per filter, prioritize and bind outcome, naming the pod, what
+// each node said, and the GPUs a bind gave; the pod's name is escaped (it is the user's).
+TEST_F(ExtenderTest, VerboseLogsEveryDecisionInOneLine) {
+  Scheduler s(api_);
+  json pod = AddPod("p\x1b[2J", FractionLimits(600));
+  SetLogLevel(LogLevel::kDebug);
+  ::testing::internal::CaptureStderr();
+  s.Filter(pod, {"n1", "n2", "cpu"});
+  s.extender->Prioritize(FilterByNames(pod, {"n1"}));
+  ASSERT_EQ(s.Bind(pod, "n1"), "");
+  s.Bind(AddPod("q", FractionLimits(600)), "n1");
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  SetLogLevel(LogLevel::kInfo);
+  std::printf("%s", log.c_str());
+  std::vector<std::string> lines;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 4u) << log;
+  EXPECT_THAT(lines[0], HasSubstr("filter default/p\\x1b[2J: 1 of 3 nodes fit; n2: "));
+  EXPECT_THAT(lines[0], HasSubstr("cpu: "));
+  EXPECT_THAT(lines[1], HasSubstr("prioritize default/p\\x1b[2J: n1: 10"));
+  EXPECT_THAT(lines[2], HasSubstr("bind default/p\\x1b[2J to n1: "));
+  EXPECT_THAT(lines[2], HasSubstr("GPU 0"));
+  EXPECT_THAT(lines[3], HasSubstr("warning: bind default/q to n1: "));
+  EXPECT_EQ(log.find('\x1b'), std::string::npos) << "the pod's name reaches the log escaped";
 }
 
 // Compute requests are what a shared GPU's share is made of: once they add up to the GPU, a pod
