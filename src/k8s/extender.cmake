@@ -1,7 +1,7 @@
 # The pod request grammar, the inventory and assignment documents, the extender's books (Ledger)
 # the kube-scheduler extender protocol and the GPU reservation pods. Pure of I/O: the API server
 # is behind ClusterApi.
-add_library(gpufrac_k8s STATIC pod_request.cc inventory.cc assignment.cc object_fields.cc ledger.cc
+add_library(gpufrac_k8s STATIC pod_request.cc unfit_reasons.cc inventory.cc assignment.cc object_fields.cc ledger.cc
             extender.cc reservations.cc)
 target_link_libraries(gpufrac_k8s PUBLIC gpufrac_common gpufrac_placement gpufrac_mig_planner
                       gpufrac_gpu_catalogue nlohmann_json::nlohmann_json)

@@ -7,14 +7,15 @@
 
 #include <algorithm>
 #include <map>
-#include <unordered_map>
 #include <numeric>
 #include <set>
+#include <unordered_map>
 
 #include "common/text.h"
 #include "common/units.h"
 #include "gpu/catalogue.h"
 #include "gpu/mig_catalogue.h"
+#include "k8s/unfit_reasons.h"
 #include "mig/demand.h"
 #include "mig/planner.h"
 #include "placement/cluster.h"
@@ -380,8 +381,10 @@ struct Ledger::Impl {
             if (choose) out.assignment.containers.push_back(std::move(granted));
             continue;
           }
-          out.reason = "container " + c.container + ": " + plan.status().message();
-          return out;
+          // No room now, unless no MIG GPU here could ever hold it.
+          for (const mig::MigGpu& g : mig_gpus) {
+            if (WhyNeverOnMig(c, *g.model).empty()) could_ever = true;
+          }
         }
       }
       if (could_ever) {
@@ -395,7 +398,7 @@ struct Ledger::Impl {
         out.reason = busy_reason;
       } else {
         out.reason = "container " + c.container + " (" + DescribeRequest(c) +
-                     "): no GPU on this node can hold it (" + Summary(entry) + ")";
+                     "): no GPU on this node can hold it: " + WhyNeverHere(entry, c);
       }
       return out;
     }
@@ -408,25 +411,40 @@ struct Ledger::Impl {
     return g != nullptr ? g->uuid : "";
   }
 
-  // "8 x H100-80GB shared, 2 x A100-80GB mig"
-  static std::string Summary(const NodeEntry& entry) {
-    std::vector<std::pair<std::string, int>> kinds;
+  // Why `c` can run on no GPU of the node, kind by kind: "2 x H100-80GB shared: <why>; 1 x
+  // H100-80GB mig: <why>" (unsafe for a busy node: only when it could never run there).
+  static std::string WhyNeverHere(const NodeEntry& entry, const ContainerRequest& c) {
+    std::vector<std::pair<std::string, std::string>> kinds;  // kind -> why
+    std::vector<int> counts;
     for (const GpuInfo& g : entry.inventory.gpus) {
-      std::string kind = (g.model.empty() ? "unknown GPU" : g.model) + " " +
-                         std::string(GpuModeName(g.mode)) + (g.healthy ? "" : " unhealthy");
+      const std::string kind = (g.model.empty() ? "unknown GPU" : g.model) + " " +
+                               std::string(GpuModeName(g.mode)) + (g.healthy ? "" : " unhealthy");
       auto it = std::find_if(kinds.begin(), kinds.end(), [&](auto& k) { return k.first == kind; });
-      if (it == kinds.end()) {
-        kinds.push_back({kind, 1});
-      } else {
-        ++it->second;
+      if (it != kinds.end()) {
+        ++counts[it - kinds.begin()];
+        continue;
       }
+      std::string why = "unhealthy";
+      if (g.healthy && g.mode == GpuMode::kMig) {
+        const gpu::MigModel* model = gpu::FindMigModel(g.model);
+        why = model ? WhyNeverOnMig(c, *model)
+                    : "in MIG mode, of a model gpufrac has no MIG facts of";
+      } else if (g.healthy) {
+        for (const Group& group : entry.groups) {
+          if (std::find(group.gpus.begin(), group.gpus.end(), g.index) != group.gpus.end()) {
+            why = WhyNeverOnGroup(c, group);
+          }
+        }
+      }
+      kinds.emplace_back(kind, why);
+      counts.push_back(1);
     }
     std::string s;
-    for (const auto& [kind, n] : kinds) {
-      if (!s.empty()) s += ", ";
-      s += std::to_string(n) + " x " + kind;
+    for (size_t i = 0; i < kinds.size(); ++i) {
+      s += (i ? "; " : "") + std::to_string(counts[i]) + " x " + kinds[i].first + ": " +
+           kinds[i].second;
     }
-    return s.empty() ? "no GPUs" : s;
+    return s.empty() ? "it has no GPUs" : s;
   }
 };
 

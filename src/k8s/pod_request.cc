@@ -405,17 +405,33 @@ StatusOr<PodRequest> ParsePodRequest(const json& pod) {
 
 std::string DescribeRequest(const ContainerRequest& c) {
   const GpuRequest& r = c.request;
+  auto key = [](std::string_view k) { return std::string(k) + ": "; };
+  // An amount in MiB as the resource counts it; bytes that are no whole MiB (never from a
+  // resource) as a size.
+  auto mib = [](uint64_t bytes) {
+    return bytes % kMiB == 0 ? std::to_string(bytes / kMiB) + " MiB" : FormatSize(bytes);
+  };
   std::string s;
-  if (r.kind == GpuRequest::Kind::kMigProfile) {
-    s = "MIG " + r.mig_profile;
+  if (c.from_annotations) {
+    // KAI / Run:ai's annotations: a fraction, or MiB, and the count only when more than one.
+    s = r.kind == GpuRequest::Kind::kMemory ? key(kKaiGpuMemory) + mib(r.memory_bytes)
+                                            : key(kKaiGpuFraction) + FormatMilli(r.fraction_milli);
+    if (r.gpus > 1) s += ", " + key(kKaiFractionDevices) + std::to_string(r.gpus);
   } else {
-    s = std::to_string(r.gpus) + (r.gpus == 1 ? " GPU" : " GPUs");
-    if (r.kind == GpuRequest::Kind::kMemory) s += " x " + FormatSize(r.memory_bytes);
-    if (r.kind == GpuRequest::Kind::kFraction) s += " x " + FormatMilli(r.fraction_milli);
+    s = key(kResourceGpu) + std::to_string(r.gpus);
+    if (r.kind == GpuRequest::Kind::kMemory)
+      s += ", " + key(kResourceGpuMemory) + mib(r.memory_bytes);
+    if (r.kind == GpuRequest::Kind::kFraction) {
+      s += ", " + key(kResourceGpuFraction) + std::to_string(r.fraction_milli);
+    }
+    if (r.kind == GpuRequest::Kind::kMigProfile)
+      s += ", " + key(kAnnotationMigProfile) + r.mig_profile;
   }
-  if (r.compute_milli != 0) s += ", compute " + FormatMilli(r.compute_milli);
-  if (r.compute_limit_milli != 0) s += ", compute limit " + FormatMilli(r.compute_limit_milli);
-  if (!r.gpu_model.empty()) s += " (" + r.gpu_model + ")";
+  if (r.compute_milli != 0) s += ", " + key(kAnnotationGpuCompute) + FormatMilli(r.compute_milli);
+  if (r.compute_limit_milli != 0) {
+    s += ", " + key(kAnnotationGpuComputeLimit) + FormatMilli(r.compute_limit_milli);
+  }
+  if (!r.gpu_model.empty()) s += ", " + key(kAnnotationGpuModel) + r.gpu_model;
   return s;
 }
 

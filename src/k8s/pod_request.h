@@ -71,9 +71,11 @@ struct PodRequest {
 //    given both as a resource and as the annotation.
 StatusOr<PodRequest> ParsePodRequest(const nlohmann::json& pod);
 
-// The request in words for events and logs: "2 GPUs", "1 GPU x 4 GiB", "1 GPU x 0.25",
-// "MIG 2g.20gb", then ", compute 0.3" and ", compute limit 0.5" when given, and " (A100-80GB)"
-// when restricted to a model.
+// The request in the pod's own words, for events and logs: "gpufrac.io/gpu: 2",
+// "gpufrac.io/gpu: 1, gpufrac.io/gpu-memory: 4096 MiB", "gpufrac.io/gpu: 1,
+// gpufrac.io/gpu-fraction: 250", "gpufrac.io/gpu: 1, gpufrac.io/mig-profile: 2g.20gb" (or KAI's
+// "gpu-fraction: 0.5", "gpu-memory: 4096 MiB"), then "gpufrac.io/gpu-compute: 0.3",
+// "gpufrac.io/gpu-compute-limit: 0.5" and "gpufrac.io/gpu-model: A100-80GB" when given.
 std::string DescribeRequest(const ContainerRequest& request);
 
 }  // namespace gpufrac::k8s

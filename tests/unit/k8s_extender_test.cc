@@ -339,7 +339,7 @@ TEST_F(ExtenderTest, ComputeRequestsUsedUpRefuseAPodThoughMemoryIsFree) {
                                 {"gpufrac.io/gpu-compute", "400"}});
   json r = s.Filter(light, {"n1"});
   EXPECT_EQ(r["NodeNames"], json::array()) << r.dump();
-  EXPECT_THAT(r["FailedNodes"].value("n1", ""), HasSubstr("compute 0.4"));
+  EXPECT_THAT(r["FailedNodes"].value("n1", ""), HasSubstr("gpufrac.io/gpu-compute: 0.4"));
   EXPECT_THAT(r["FailedNodes"].value("n1", ""), HasSubstr("not enough free GPU capacity"));
   // A fraction of the memory takes that share of the GPU's time unless it says otherwise.
   EXPECT_FALSE(s.Fits(AddPod("half", FractionLimits(500)), "n1"));

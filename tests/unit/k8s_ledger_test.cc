@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/units.h"
 #include "gpu/catalogue.h"
 #include "gpu/mig_catalogue.h"
 #include "k8s/assignment.h"
@@ -377,6 +378,38 @@ TEST(LedgerTest, FractionsFillASharedGpuThenTheNextIsRefusedWithAReason) {
   EXPECT_THAT(ledger->Overbooked(), IsEmpty());
 }
 
+// A request no GPU of a node can ever hold gets, in the pod's words, the reason of every kind
+// of GPU there (the scheduler's FailedScheduling event shows it): here 90000 MiB on two shared
+// H100s and one in MIG mode, where the event used to name only the MIG GPU, with a command-line
+// flag.
+TEST(LedgerTest, ANodeThatCanNeverHoldARequestSaysWhyForEveryKindOfGpu) {
+  auto ledger = NewLedger();
+  NodeInventory inv = Inventory("n1", 2, "H100-80GB");
+  inv.gpus.push_back(Gpu("n1", 2, "H100-80GB", GpuMode::kMig));
+  inv.gpus.push_back(Gpu("n1", 3, "A100-80GB", GpuMode::kWhole));
+  inv.gpus.push_back(Gpu("n1", 4, "A100-80GB", GpuMode::kShared, /*healthy=*/false));
+  ledger->SetNode("n1", inv);
+  Ledger::Verdict v = EvaluateOne(*ledger, Pod({Memory(90000 * kMiB)}), "n1");
+  EXPECT_FALSE(v.fits);
+  EXPECT_EQ(v.reason,
+            "container main (gpufrac.io/gpu: 1, gpufrac.io/gpu-memory: 90000 MiB): no GPU on this "
+            "node can hold it: 2 x H100-80GB shared: 79.65 GiB each, at most " +
+                FormatSize(ModelMemory("H100-80GB") -
+                           gpu::ContextChargeBytes(gpu::FindModel("H100-80GB"))) +
+                " of it for gpufrac.io/gpu-memory beside a CUDA context; 1 x H100-80GB mig: in "
+                "MIG mode: more than its largest MIG profile, 7g.80gb, holds; 1 x A100-80GB "
+                "whole: whole GPUs only (ask gpufrac.io/gpu without gpufrac.io/gpu-memory); 1 x "
+                "A100-80GB shared unhealthy: unhealthy");
+  // Two whole GPUs on a node whose one free kind has one: each kind says what it lacks.
+  Ledger::Verdict two = EvaluateOne(*ledger, Pod({Whole(3)}), "n1");
+  EXPECT_THAT(two.reason, HasSubstr("2 x H100-80GB shared: 2 of them, 3 asked (gpufrac.io/gpu)"));
+  EXPECT_THAT(two.reason, HasSubstr("1 x H100-80GB mig: in MIG mode: its instances are given "
+                                    "out, not whole GPUs"));
+  // A request that only has to wait says so, not why it never fits.
+  Ledger::Verdict later = EvaluateOne(*ledger, Pod({Memory(40 * kGiB)}), "n1");
+  EXPECT_TRUE(later.fits) << later.reason;
+}
+
 TEST(LedgerTest, MemoryRequestsTakeTheirShareOfTheGpu) {
   auto ledger = NewLedger();
   ledger->SetNode("n1", Inventory("n1", 1, "A100-40GB"));  // 40960 MiB.
@@ -425,7 +458,7 @@ TEST(LedgerTest, ComputeRequestsAreTheSharesOfAGpu) {
   EXPECT_TRUE(Fits(*ledger, Pod({Computing(Memory(kGiB), 400)}), "n1"));
   Ledger::Verdict over = EvaluateOne(*ledger, Pod({Computing(Memory(kGiB), 401)}), "n1");
   EXPECT_FALSE(over.fits);
-  EXPECT_THAT(over.reason, HasSubstr("compute 0.401"));
+  EXPECT_THAT(over.reason, HasSubstr("gpufrac.io/gpu-compute: 0.401"));
   // Without a compute request the memory's share is its share of the GPU's time.
   EXPECT_FALSE(Fits(*ledger, Pod({Memory(20 * kGiB)}), "n1"));
   EXPECT_TRUE(Fits(*ledger, Pod({Memory(16 * kGiB)}), "n1"));

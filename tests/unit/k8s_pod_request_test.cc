@@ -525,30 +525,36 @@ TEST(PodRequestTest, NotAnObject) {
 ContainerRequest Req(GpuRequest request) { return {.container = "c", .request = request}; }
 
 TEST(PodRequestTest, DescribeRequest) {
-  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Whole(2))), "2 GPUs");
-  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Whole(1))), "1 GPU");
-  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Memory(4 * kGiB))), "1 GPU x 4 GiB");
-  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Memory(512 * kMiB, 2))), "2 GPUs x 512 MiB");
-  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Fraction(250))), "1 GPU x 0.25");
-  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Mig("2g.20gb"))), "MIG 2g.20gb");
+  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Whole(2))), "gpufrac.io/gpu: 2");
+  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Memory(4 * kGiB))),
+            "gpufrac.io/gpu: 1, gpufrac.io/gpu-memory: 4096 MiB");
+  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Memory(512 * kMiB, 2))),
+            "gpufrac.io/gpu: 2, gpufrac.io/gpu-memory: 512 MiB");
+  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Fraction(250))),
+            "gpufrac.io/gpu: 1, gpufrac.io/gpu-fraction: 250");
+  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Mig("2g.20gb"))),
+            "gpufrac.io/gpu: 1, gpufrac.io/mig-profile: 2g.20gb");
   EXPECT_EQ(DescribeRequest(Req(GpuRequest::Fraction(250).OnModel("A100-80GB"))),
-            "1 GPU x 0.25 (A100-80GB)");
-  EXPECT_EQ(DescribeRequest(Req(GpuRequest::Mig("1g.10gb").OnModel("H100-80GB"))),
-            "MIG 1g.10gb (H100-80GB)");
+            "gpufrac.io/gpu: 1, gpufrac.io/gpu-fraction: 250, gpufrac.io/gpu-model: A100-80GB");
   GpuRequest compute = GpuRequest::Memory(4 * kGiB);
   compute.compute_milli = 300;
   compute.compute_limit_milli = 500;
-  EXPECT_EQ(DescribeRequest(Req(compute)), "1 GPU x 4 GiB, compute 0.3, compute limit 0.5");
+  EXPECT_EQ(DescribeRequest(Req(compute)),
+            "gpufrac.io/gpu: 1, gpufrac.io/gpu-memory: 4096 MiB, gpufrac.io/gpu-compute: 0.3, "
+            "gpufrac.io/gpu-compute-limit: 0.5");
+  ContainerRequest kai = Req(GpuRequest::Fraction(500, 2));
+  kai.from_annotations = true;
+  EXPECT_EQ(DescribeRequest(kai), "gpu-fraction: 0.5, gpu-fraction-num-devices: 2");
 }
 
 TEST(PodRequestTest, DescribeParsedRequests) {
   EXPECT_EQ(
       DescribeRequest(Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "4096"}}))),
-      "1 GPU x 4 GiB");
+      "gpufrac.io/gpu: 1, gpufrac.io/gpu-memory: 4096 MiB");
   EXPECT_EQ(DescribeRequest(
                 Only(Simple({{"gpufrac.io/gpu", "1"}}, {{"gpufrac.io/mig-profile", "3g.40gb"},
                                                         {"gpufrac.io/gpu-model", "H100-80GB"}}))),
-            "MIG 3g.40gb (H100-80GB)");
+            "gpufrac.io/gpu: 1, gpufrac.io/mig-profile: 3g.40gb, gpufrac.io/gpu-model: H100-80GB");
 }
 
 }  // namespace
