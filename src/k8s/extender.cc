@@ -3,14 +3,14 @@
 // "Host", "Score", "PodName", ...); Go reads them back ignoring case, and so do we.
 #include "k8s/extender.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/log.h"
 #include "common/text.h"
+#include "common/units.h"
 #include "k8s/object_fields.h"
 
 namespace gpufrac::k8s {
@@ -276,14 +276,32 @@ int64_t WallClockMs() {
 }
 
 // "main: GPU 1 x 250/1000, sidecar: GPU 2 MIG 1g.10gb at 3".
-std::string AssignmentSummary(const Assignment& assignment) {
+// "main: GPU 0 x 600/1000, side: GPU 2 MIG 2g.20gb at 4 (19.62 GiB ...)". A MIG instance has
+// its profile's memory: for a memory or a fraction the smallest profile that holds it by its
+// name's size or its slices, which can be a little less than asked; the event says how much.
+std::string AssignmentSummary(const Assignment& assignment, const PodRequest& request) {
   std::string summary;
   for (const ContainerAssignment& c : assignment.containers) {
+    const GpuRequest* asked = nullptr;
+    for (const ContainerRequest& r : request.containers) {
+      if (r.container == c.container) asked = &r.request;
+    }
     for (const GpuGrant& g : c.gpus) {
       if (!summary.empty()) summary += ", ";
       summary += c.container + ": GPU " + std::to_string(g.index);
       if (g.mig) {
-        summary += " MIG " + g.mig->profile + " at " + std::to_string(g.mig->start);
+        summary += " MIG " + g.mig->profile + " at " + std::to_string(g.mig->start) + " (" +
+                   FormatSize(g.memory_bytes);
+        if (asked != nullptr && asked->kind == GpuRequest::Kind::kMemory &&
+            g.memory_bytes < asked->memory_bytes) {
+          summary += ", " + FormatSize(asked->memory_bytes - g.memory_bytes) + " less than the " +
+                     FormatSize(asked->memory_bytes) +
+                     " asked: the smallest profile whose name's " + "size holds it";
+        } else if (asked != nullptr && asked->kind == GpuRequest::Kind::kFraction) {
+          summary += " for " + FormatMilli(asked->fraction_milli) +
+                     ": the smallest profile with that share of the memory and compute slices";
+        }
+        summary += ")";
       } else if (g.milli < 1000) {
         summary += " x " + std::to_string(g.milli) + "/1000";
       }
@@ -340,7 +358,7 @@ Status Extender::BindLocked(const json& first_read, const std::string& node,
     std::lock_guard<std::mutex> lock(mu_);
     if (gone_.count(MetaOf(pod, "uid")) == 0) BookLocked(PodKey(pod), assignment);
   }
-  *assigned = AssignmentSummary(assignment);
+  *assigned = AssignmentSummary(assignment, request);
   return OkStatus();
 }
 

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/units.h"
+#include "gpu/mig_catalogue.h"
 #include "k8s/assignment.h"
 #include "k8s/extender.h"
 #include "k8s/fake_cluster_api.h"
@@ -375,6 +377,40 @@ TEST_F(ExtenderTest, BindOfAMigPodRecordsThePlacement) {
   ASSERT_EQ(s.Bind(Stored("m2"), "mig"), "");
   EXPECT_FALSE(s.Fits(
       AddPod("m3", {{"gpufrac.io/gpu", "1"}}, {{"gpufrac.io/mig-profile", "1g.10gb"}}), "mig"));
+}
+
+// A fraction or a memory on a MIG GPU gets the smallest profile that holds it by its slices or its
+// name's size, whose memory can be a little less than asked: the pod's event says what it got,
+// and by how much it is less.
+TEST_F(ExtenderTest, AMigInstanceForAFractionOrAMemorySaysWhatItHolds) {
+  NodeInventory mig = Inventory("mig", 1, "H100-80GB", GpuMode::kMig);
+  api_.PutNode(NodeObject("mig", &mig));
+  Scheduler s(api_);
+  const gpu::MigModel& model = *gpu::FindMigModel("H100-80GB");
+  auto memory_of = [&](const char* profile) {
+    return FormatSize(gpu::FindMigProfile(model, profile)->memory_bytes);
+  };
+  ASSERT_EQ(s.Bind(AddPod("quarter", FractionLimits(250)), "mig"), "");
+  ASSERT_EQ(
+      s.Bind(AddPod("ten", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "10240"}}), "mig"),
+      "");
+  std::map<std::string, std::string> assigned;
+  for (const FakeClusterApi::Event& e : api_.events()) {
+    if (e.reason == "GpufracAssigned") assigned[e.pod] = e.message;
+  }
+  std::printf("%s\n%s\n", assigned["default/quarter"].c_str(), assigned["default/ten"].c_str());
+  EXPECT_THAT(assigned["default/quarter"], HasSubstr("MIG 2g.20gb at "));
+  EXPECT_THAT(assigned["default/quarter"],
+              HasSubstr("(" + memory_of("2g.20gb") +
+                        " for 0.25: the smallest profile with that share of the memory and "
+                        "compute slices)"));
+  EXPECT_THAT(assigned["default/ten"], HasSubstr("MIG 1g.10gb at "));
+  EXPECT_THAT(assigned["default/ten"],
+              HasSubstr("(" + memory_of("1g.10gb") + ", " +
+                        FormatSize((uint64_t{10} << 30) -
+                                   gpu::FindMigProfile(model, "1g.10gb")->memory_bytes) +
+                        " less than the 10 GiB asked: the smallest profile whose name's size "
+                        "holds it)"));
 }
 
 TEST_F(ExtenderTest, BindOfAPodDeletedBeforeItsAssignmentIsWrittenLeavesNoBooking) {
