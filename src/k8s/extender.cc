@@ -99,6 +99,23 @@ std::optional<Assignment> HeldAssignment(const json& pod) {
   return a;
 }
 
+// Whether the node advertises nvidia.com/gpu (NVIDIA's device plugin, or gpufrac's agent serving
+// its names): only there does a pod asking for it take a GPU from the count.
+bool AdvertisesNvidiaGpu(const json& node) {
+  const json* status = FieldOf(node, "status");
+  if (status == nullptr) return false;
+  for (const char* field : {"allocatable", "capacity"}) {
+    const json* list = FieldOf(*status, field);
+    if (list == nullptr || !list->is_object()) continue;
+    auto it = list->find("nvidia.com/gpu");
+    if (it != list->end() && it->is_string() && !it->get<std::string>().empty() &&
+        it->get<std::string>() != "0") {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 Extender::Extender(Ledger* ledger, ClusterApi* api, ExtenderOptions options)
@@ -247,10 +264,18 @@ std::string Extender::Bind(const std::string& body) {
     }
     if (result.ok()) {
       std::string assigned;
-      result = BindLocked(*pod, node, asked, &assigned);
+      bool unreserved = false;
+      result = BindLocked(*pod, node, asked, &assigned, &unreserved);
       api_->UnlockNode(node, holder);
       if (result.ok() && !assigned.empty()) {
         api_->PodEvent(*pod, "GpufracAssigned", "on " + node + ": " + assigned, false);
+        if (unreserved) {
+          api_->PodEvent(*pod, "GpufracNotReserved",
+                         "node " + node +
+                             " advertises no nvidia.com/gpu, so no reservation pod holds this "
+                             "GPU: schedulers counting nvidia.com/gpu do not see its fractions",
+                         false);
+        }
       }
       if (result.ok()) {
         LogDebug("bind %s to %s: %s", PodName(*pod).c_str(), Printable(node).c_str(),
@@ -323,7 +348,8 @@ Status Extender::StillLocked(const std::string& node,
 }
 
 Status Extender::BindLocked(const json& first_read, const std::string& node,
-                            std::chrono::steady_clock::time_point locked, std::string* assigned) {
+                            std::chrono::steady_clock::time_point locked, std::string* assigned,
+                            bool* unreserved) {
   const std::string ns = MetaOf(first_read, "namespace"), name = MetaOf(first_read, "name");
   // Read again under the lock: a bind that kube-scheduler retries may already have happened,
   // and choosing GPUs again would overwrite the record of the ones the pod holds.
@@ -359,6 +385,14 @@ Status Extender::BindLocked(const json& first_read, const std::string& node,
     if (gone_.count(MetaOf(pod, "uid")) == 0) BookLocked(PodKey(pod), assignment);
   }
   *assigned = AssignmentSummary(assignment, request);
+  if (options_.reservations != nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (without_nvidia_gpu_.count(node) > 0) {
+      for (const ContainerAssignment& c : assignment.containers) {
+        for (const GpuGrant& g : c.gpus) *unreserved |= NeedsReservation(g);
+      }
+    }
+  }
   return OkStatus();
 }
 
@@ -482,11 +516,21 @@ void Extender::OnNode(const json& node) {
                  parsed.status().message().c_str());
     }
   }
+  const bool nvidia = AdvertisesNvidiaGpu(node);
   if (options_.reservations != nullptr) {
-    options_.reservations->SetNodeReservable(name,
-                                             LabelOf(node, kLabelServesNvidiaGpu) != "true");
+    options_.reservations->SetNodeReservable(
+        name, nvidia && LabelOf(node, kLabelServesNvidiaGpu) != "true");
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (nvidia) {
+    without_nvidia_gpu_.erase(name);
+  } else if (without_nvidia_gpu_.insert(name).second && options_.reservations != nullptr &&
+             inventory) {
+    LogInfo(
+        "node %s advertises no nvidia.com/gpu: no reservation pods there (one would reserve "
+        "nothing)",
+        Printable(name).c_str());
+  }
   if (inventory) {
     ledger_->SetNode(name, *inventory);
   } else {
@@ -496,6 +540,7 @@ void Extender::OnNode(const json& node) {
 
 void Extender::OnNodeDeleted(const json& node) {
   std::lock_guard<std::mutex> lock(mu_);
+  without_nvidia_gpu_.erase(MetaOf(node, "name"));
   ledger_->RemoveNode(MetaOf(node, "name"));
 }
 

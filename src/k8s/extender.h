@@ -64,12 +64,15 @@ class Extender {
   Stats stats() const;
 
  private:
-  // Binds under the node's lock, asked for at `locked`; `assigned` gets the GPUs in words. Its
+  // Binds under the node's lock, asked for at `locked`; `assigned` gets the GPUs in words, and
+  // `unreserved` whether reservation pods are on but a fraction got no reservation because the
+  // node advertises no nvidia.com/gpu. Its
   // steps: read the pod again, stop if it is bound already (AlreadyBound) or another extender is
   // binding it elsewhere (YieldToAnotherBind), choose GPUs on the node's fresh bookings, record
   // them on the pod (WriteAssignment), bind, and book; a failed bind erases the record.
   Status BindLocked(const nlohmann::json& pod, const std::string& node,
-                    std::chrono::steady_clock::time_point locked, std::string* assigned);
+                    std::chrono::steady_clock::time_point locked, std::string* assigned,
+                    bool* unreserved);
   // The lock expires on its own (so that a crashed extender cannot block a node): every write
   // is made only while it certainly still holds, with a margin for the write itself.
   Status StillLocked(const std::string& node, std::chrono::steady_clock::time_point locked) const;
@@ -99,6 +102,9 @@ class Extender {
   Stats stats_;
   std::set<std::string> warned_;  // UIDs of pods told about an invalid request.
   std::set<std::string> gone_;    // UIDs of deleted pods.
+  // Nodes that advertise no nvidia.com/gpu: a reservation pod there would reserve nothing (the
+  // kubelet drops a resource its node does not have and admits the pod), so none is made.
+  std::set<std::string> without_nvidia_gpu_;
 };
 
 }  // namespace gpufrac::k8s

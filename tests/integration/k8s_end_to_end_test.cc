@@ -71,7 +71,9 @@ class K8sEndToEnd : public ::testing::Test {
     auto server = FakeApiServer::Start();
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(*server);
-    server_->Put(NodeObject());
+    // With reservation pods, NVIDIA's device plugin serves the node's GPUs too: the kubelet
+    // reports nvidia.com/gpu in the node's status (only there are reservations made).
+    server_->Put(reservation_pods_ ? testing::WithNvidiaGpus(NodeObject(), 2) : NodeObject());
     auto client = ApiClient::Create(server_->client_config());
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     client_ = std::move(*client);

@@ -48,6 +48,14 @@ inline nlohmann::json NodeObject(const std::string& name, const NodeInventory& i
   return NodeObject(name, &inventory, labels);
 }
 
+// `node` advertising `count` nvidia.com/gpu (NVIDIA's device plugin serving its GPUs), in its
+// capacity and allocatable as the kubelet reports them.
+inline nlohmann::json WithNvidiaGpus(nlohmann::json node, int count) {
+  node["status"]["capacity"]["nvidia.com/gpu"] = std::to_string(count);
+  node["status"]["allocatable"]["nvidia.com/gpu"] = std::to_string(count);
+  return node;
+}
+
 // A pending pod in "default" with one container "main" with these limits.
 inline nlohmann::json PodObject(const std::string& name, const nlohmann::json& limits,
                                 const nlohmann::json& annotations = nlohmann::json::object(),

@@ -29,10 +29,11 @@ using nlohmann::json;
 using testing::BindBody;
 using testing::FakeClusterApi;
 using testing::FractionLimits;
+using ::testing::HasSubstr;
 using testing::Inventory;
 using testing::NodeObject;
 using testing::PodObject;
-using ::testing::HasSubstr;
+using testing::WithNvidiaGpus;
 
 constexpr char kNs[] = "gpufrac-system";
 
@@ -58,8 +59,10 @@ class ReservationsTest : public ::testing::Test {
  protected:
   // n1: two shared H100s; whole: a whole-only A100; mig: an A100 in MIG mode.
   void SetUp() override {
-    api_.PutNode(NodeObject("n1", Inventory("n1", 2, "H100-80GB")));
-    api_.PutNode(NodeObject("whole", Inventory("whole", 1, "A100-80GB", GpuMode::kWhole)));
+    // NVIDIA's device plugin serves the GPUs too (nvidia.com/gpu), except the MIG one (mixed).
+    api_.PutNode(WithNvidiaGpus(NodeObject("n1", Inventory("n1", 2, "H100-80GB")), 2));
+    api_.PutNode(WithNvidiaGpus(
+        NodeObject("whole", Inventory("whole", 1, "A100-80GB", GpuMode::kWhole)), 1));
     api_.PutNode(NodeObject("mig", Inventory("mig", 1, "A100-80GB", GpuMode::kMig)));
   }
   json AddPod(const std::string& name, json limits, json annotations = json::object()) {
@@ -213,7 +216,7 @@ TEST_F(ReservationsTest, AReplicaThatHasNotSeenABindKeepsItsFreshReservation) {
 }
 
 TEST_F(ReservationsTest, AReplicaThatSawTheLastFractionEndLeavesANewerReservationAlone) {
-  api_.PutNode(NodeObject("solo", Inventory("solo", 1, "H100-80GB")));
+  api_.PutNode(WithNvidiaGpus(NodeObject("solo", Inventory("solo", 1, "H100-80GB")), 1));
   Scheduler a(api_);
   Scheduler b(api_);
   ASSERT_EQ(a.Bind(AddPod("p1", FractionLimits(300)), "solo"), "");
@@ -296,11 +299,38 @@ TEST_F(ReservationsTest, NoReservationsWhereTheAgentServesNvidiaGpuItself) {
   EXPECT_THAT(Reserved().begin()->first, HasSubstr("-n1-"));
 
   // n1's agent starts serving nvidia.com/gpu: its reservation goes.
-  json n1 =
-      NodeObject("n1", Inventory("n1", 2, "H100-80GB"), {{"gpufrac.io/nvidia-gpu-plugin", "true"}});
+  json n1 = WithNvidiaGpus(
+      NodeObject("n1", Inventory("n1", 2, "H100-80GB"), {{"gpufrac.io/nvidia-gpu-plugin", "true"}}),
+      2);
   e.extender->OnNode(n1);
   e.reservations->Sync();
   EXPECT_TRUE(Reserved().empty());
+}
+
+// The kubelet drops a resource its node does not advertise and admits the pod anyway: on a node
+// where nothing serves nvidia.com/gpu a reservation pod would run and reserve nothing. None is
+// made there, the pod's event says so, and one is made once the node advertises nvidia.com/gpu.
+TEST_F(ReservationsTest, NoReservationsOnANodeThatAdvertisesNoNvidiaGpu) {
+  api_.PutNode(NodeObject("bare", Inventory("bare", 1, "H100-80GB")));
+  Scheduler e(api_);
+  ASSERT_EQ(e.Bind(AddPod("a", FractionLimits(300)), "bare"), "");
+  e.reservations->Sync();
+  ASSERT_TRUE(e.reservations->Reconcile().ok());
+  EXPECT_TRUE(Reserved().empty());
+  EXPECT_EQ(api_.create_calls(), 0);
+  bool told = false;
+  for (const FakeClusterApi::Event& e : api_.events()) {
+    if (e.pod == "default/a" && e.reason == "GpufracNotReserved") {
+      told = true;
+      EXPECT_THAT(e.message, HasSubstr("advertises no nvidia.com/gpu"));
+    }
+  }
+  EXPECT_TRUE(told);
+
+  // NVIDIA's device plugin starts on the node: the fraction's GPU is reserved.
+  e.extender->OnNode(WithNvidiaGpus(NodeObject("bare", Inventory("bare", 1, "H100-80GB")), 1));
+  e.reservations->Sync();
+  EXPECT_EQ(Reserved().size(), 1u);
 }
 
 TEST_F(ReservationsTest, TheWorkerCreatesAndDeletesOnItsOwn) {
