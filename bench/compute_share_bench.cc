@@ -648,6 +648,14 @@ struct MpsMix {
 const MpsMix kMpsMixes[] = {{250, 750, 0}, {250, 750, 2}, {250, 750, 20},
                             {500, 500, 0}, {500, 500, 2}, {500, 500, 20}};
 
+// The fraction of `latency_us` above `us`.
+double FractionAbove(const std::vector<double>& latency_us, double us) {
+  if (latency_us.empty()) return NAN;
+  size_t n = 0;
+  for (double x : latency_us) n += x > us;
+  return static_cast<double>(n) / static_cast<double>(latency_us.size());
+}
+
 std::string MpsMixName(const MpsMix& mix) {
   char name[96];
   if (mix.big_kernel_ms == 0) {
@@ -662,7 +670,7 @@ std::string MpsMixName(const MpsMix& mix) {
 void MpsPart(std::FILE* md) {
   std::ofstream csv(g_opt.out + "/mps.csv");
   csv << "client_request,throughput_request,throughput_kernel_ms,arm,run,client_kernels,p50_us,"
-         "p99_us,max_us,client_kernels_per_s,throughput_kernels_per_s,client_sm_s_per_s,"
+         "p99_us,max_us,over_10ms,client_kernels_per_s,throughput_kernels_per_s,client_sm_s_per_s,"
          "throughput_sm_s_per_s,busy\n";
   std::ofstream kernels(g_opt.out + "/mps-latency.csv");
   kernels << "client_request,throughput_kernel_ms,arm,run,at_s,latency_us\n";
@@ -690,11 +698,12 @@ void MpsPart(std::FILE* md) {
         const double big_kps = mix.big_kernel_ms > 0 ? r.big_share * 1e3 / mix.big_kernel_ms : 0;
         char line[400];
         std::snprintf(line, sizeof(line),
-                      "%.2f,%.2f,%g,%s,%d,%zu,%.1f,%.1f,%.1f,%.1f,%.2f,%.4f,%.4f,%.4f\n",
+                      "%.2f,%.2f,%g,%s,%d,%zu,%.1f,%.1f,%.1f,%.5f,%.1f,%.2f,%.4f,%.4f,%.4f\n",
                       mix.client_milli / 1000.0, mix.big_milli / 1000.0, mix.big_kernel_ms,
                       ArmName(arm), run_index, r.latency_us.size(), Quantile(r.latency_us, 0.5),
-                      Quantile(r.latency_us, 0.99), Max(r.latency_us), r.client_kps, big_kps,
-                      r.client_share, r.big_share, r.busy);
+                      Quantile(r.latency_us, 0.99), Max(r.latency_us),
+                      FractionAbove(r.latency_us, 1e4), r.client_kps, big_kps, r.client_share,
+                      r.big_share, r.busy);
         csv << line;
         csv.flush();
         for (const auto& [at, us] : r.samples) {
@@ -709,23 +718,27 @@ void MpsPart(std::FILE* md) {
       }
     }
   }
-  std::fprintf(md,
-               "\n### A latency-sensitive client beside a throughput workload: time-slicing, "
-               "gpufrac's time shares, MPS (%d runs per cell; the throughput workload warmed up "
-               "%.1f s, the client ran %.1f s and its first %.1f s is dropped; p50 and p99: "
-               "median over the runs of each run's value; max: over all runs; rates: median)\n\n"
-               "| requests (client / throughput), throughput kernel | arm | client p50 | client "
-               "p99 | client max | client kernels/s | throughput kernels/s | SM-time/s client / "
-               "throughput | useful SM-time/s |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
-               g_opt.mps_runs, g_opt.warmup_s, g_opt.mps_s, kSettleS);
+  std::fprintf(
+      md,
+      "\n### A latency-sensitive client beside a throughput workload: time-slicing, "
+      "gpufrac's time shares, MPS (%d runs per cell; the throughput workload warmed up "
+      "%.1f s, the client ran %.1f s and its first %.1f s is dropped; p50 and p99: "
+      "median over the runs of each run's value; max: over all runs; rates: median)\n\n"
+      "| requests (client / throughput), throughput kernel | arm | client p50 | client "
+      "p99 | client max | client kernels over 10 ms | client kernels/s | throughput kernels/s | "
+      "SM-time/s client / throughput | useful SM-time/s |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+      g_opt.mps_runs, g_opt.warmup_s, g_opt.mps_s, kSettleS);
   for (int m = 0; m < static_cast<int>(std::size(kMpsMixes)); ++m) {
     const MpsMix& mix = kMpsMixes[m];
     for (Arm arm : kMpsArms) {
-      std::vector<double> p50, p99, maxima, client_kps, big_kps, client_share, big_share, total;
+      std::vector<double> p50, p99, maxima, over_10ms, client_kps, big_kps, client_share, big_share,
+          total;
       for (const PairRun& r : runs[{m, arm}]) {
         p50.push_back(Quantile(r.latency_us, 0.5));
         p99.push_back(Quantile(r.latency_us, 0.99));
         maxima.push_back(Max(r.latency_us));
+        over_10ms.push_back(FractionAbove(r.latency_us, 1e4) * 100);
         client_kps.push_back(r.client_kps);
         big_kps.push_back(mix.big_kernel_ms > 0 ? r.big_share * 1e3 / mix.big_kernel_ms : 0);
         client_share.push_back(r.client_share);
@@ -733,11 +746,11 @@ void MpsPart(std::FILE* md) {
         total.push_back(r.client_share + r.big_share);
       }
       std::fprintf(md,
-                   "| %s | %s | %.3f ms | %.3f ms | %.2f ms | %.0f | %.1f | %.3f / %.3f | %.3f "
-                   "|\n",
+                   "| %s | %s | %.3f ms | %.3f ms | %.2f ms | %.2f%% | %.0f | %.1f | %.3f / %.3f | "
+                   "%.3f |\n",
                    MpsMixName(mix).c_str(), ArmName(arm), Median(p50) / 1e3, Median(p99) / 1e3,
-                   Max(maxima) / 1e3, Median(client_kps), Median(big_kps), Median(client_share),
-                   Median(big_share), Median(total));
+                   Max(maxima) / 1e3, Median(over_10ms), Median(client_kps), Median(big_kps),
+                   Median(client_share), Median(big_share), Median(total));
     }
   }
 }
