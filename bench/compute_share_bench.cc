@@ -3,8 +3,11 @@
 // small workload's short kernels see behind a big one's long kernels — for three arms measured in
 // the same run: no limiter (the GPU's equal time-slicing), gpufrac (libgpufrac.so with compute
 // requests) and a HAMi-core-like launch throttle (libhami_like.so, bench/hami_like_limiter.cc).
+// The part "mps" (issue 18) sets a latency-sensitive and a throughput workload side by side under
+// no sharing policy, gpufrac's time shares and MPS (clients of a control daemon, SM percentages).
 // Ground truth is the simulator's engine time per process (simgpu/engine_truth.h). A benchmark,
-// not a test: it measures and prints, and never fails on a number. Run bench/run_compute_bench.sh.
+// not a test: it measures and prints, and never fails on a number. Run bench/run_compute_bench.sh
+// or bench/run_mps_bench.sh.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -21,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -30,6 +34,7 @@
 #include "limiter/budget.h"
 #include "limiter/compute_arbiter.h"
 #include "limiter/limit_config.h"
+#include "mps_daemon.h"
 #include "simgpu/engine_truth.h"
 
 namespace {
@@ -37,8 +42,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
-enum class Arm { kNone, kGpufrac, kHami };
+enum class Arm { kNone, kGpufrac, kHami, kMps };
 constexpr Arm kArms[] = {Arm::kNone, Arm::kGpufrac, Arm::kHami};
+constexpr Arm kMpsArms[] = {Arm::kNone, Arm::kGpufrac, Arm::kMps};
 
 const char* ArmName(Arm arm) {
   switch (arm) {
@@ -48,6 +54,8 @@ const char* ArmName(Arm arm) {
       return "gpufrac";
     case Arm::kHami:
       return "hami-like";
+    case Arm::kMps:
+      return "mps";
   }
   return "?";
 }
@@ -61,6 +69,8 @@ struct Options {
   int latency_runs = 3;
   int length_runs = 2;
   double latency_s = 5.0;
+  int mps_runs = 3;
+  double mps_s = 6.0;
   std::string parts = "shares,lengths,cost,latency";
   std::string out = std::string(GPUFRAC_BUILD_DIR) + "/compute-bench";
   std::string hami_step;  // "" (published) or "linear"
@@ -99,6 +109,7 @@ class RunDir {
     }
   }
   ~RunDir() {
+    mps_.reset();  // quit before its directories go
     close(fd_);
     std::error_code ec;
     fs::remove_all(dir_, ec);
@@ -119,11 +130,26 @@ class RunDir {
     chmod(path.c_str(), 0444);
     return path;
   }
+  // An MPS control daemon for this run, started on first use; its pipe directory.
+  const std::string& Mps() {
+    if (mps_ == nullptr) {
+      mps_ = std::make_unique<gpufrac::bench::MpsDaemon>(
+          std::string(GPUFRAC_SIMGPU_DIR) + "/bin/nvidia-cuda-mps-control", dir_);
+      std::string error;
+      if (!mps_->Start(&error)) {
+        std::fprintf(stderr, "compute_share_bench: MPS daemon: %s\n", error.c_str());
+        std::exit(1);
+      }
+    }
+    return mps_->pipe_directory();
+  }
+  gpufrac::bench::MpsDaemon* mps() { return mps_.get(); }
   const std::string& path() const { return dir_; }
 
  private:
   std::string dir_;
   int fd_ = -1;
+  std::unique_ptr<gpufrac::bench::MpsDaemon> mps_;
 };
 
 struct Proc {
@@ -132,11 +158,21 @@ struct Proc {
 };
 
 // Starts gpu_load under `arm` as a workload with compute request `request_milli`, and returns
-// once it printed "ready".
+// once it printed "ready". Its kernels are sized for `sized_for_sms` SMs (0: the count its device
+// reports, which under MPS is the client's share). Under MPS the request is the client's active
+// thread percentage; under the other arms no MPS daemon can reach it.
 Proc StartLoad(RunDir& run, Arm arm, int index, int request_milli, const std::string& mode,
-               double kernel_ms, double seconds) {
+               double kernel_ms, double seconds, int sized_for_sms = 0) {
   const std::string id = "w" + std::to_string(index);
   std::vector<std::pair<std::string, std::string>> env;
+  if (arm == Arm::kMps) {
+    char percentage[16];
+    std::snprintf(percentage, sizeof(percentage), "%.1f", request_milli / 10.0);
+    env.push_back({"CUDA_MPS_PIPE_DIRECTORY", run.Mps()});
+    env.push_back({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", percentage});
+  } else {
+    env.push_back({"CUDA_MPS_PIPE_DIRECTORY", run.path() + "/no-mps-daemon"});
+  }
   if (arm == Arm::kGpufrac) {
     env.push_back({"LD_PRELOAD", std::string(GPUFRAC_BUILD_DIR) + "/lib/libgpufrac.so"});
     env.push_back({"GPUFRAC_LIMIT_FILE", run.AddGpufracWorkload(id, request_milli)});
@@ -147,15 +183,19 @@ Proc StartLoad(RunDir& run, Arm arm, int index, int request_milli, const std::st
   }
   Proc p;
   p.out = run.path() + "/" + id + ".out";
-  char kms[32], secs[32];
+  char kms[32], secs[32], sms[16] = "";
   std::snprintf(kms, sizeof(kms), "%.4f", kernel_ms);
   std::snprintf(secs, sizeof(secs), "%.3f", seconds);
+  if (sized_for_sms > 0) std::snprintf(sms, sizeof(sms), "%d", sized_for_sms);
   const std::string load = std::string(GPUFRAC_BUILD_DIR) + "/tests/gpu_load";
   p.pid = fork();
   if (p.pid == 0) {
     const int fd = open(p.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
     for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    if (sized_for_sms > 0) {
+      execl(load.c_str(), load.c_str(), mode.c_str(), kms, secs, sms, static_cast<char*>(nullptr));
+    }
     execl(load.c_str(), load.c_str(), mode.c_str(), kms, secs, static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -472,56 +512,104 @@ void CostPart(std::FILE* md) {
 
 // --- latency -------------------------------------------------------------------------------
 
+// A latency-sensitive client (`gpu_load latency`: one kernel at a time, synchronising after each)
+// beside a throughput workload of saturating kernels, both under one arm.
+struct PairSpec {
+  int client_milli = 250;
+  double client_kernel_ms = 0.2;
+  int big_milli = 750;
+  double big_kernel_ms = 20.0;  // 0: the client runs alone
+  int sized_for_sms = 0;        // StartLoad's
+  double client_s = 5.0;
+};
+
+struct PairRun {
+  std::vector<std::pair<double, double>> samples;  // every kernel: launched at (s), latency (us)
+  std::vector<double> latency_us;  // the kernels launched after the client's first 0.5 s
+  // Engine time per second of each, and the GPU's busy time per second, from 0.5 s after the
+  // client was ready until its last moment seen alive. Under MPS engine time is weighted by the
+  // share of the SMs in use (simgpu.md, "Ground truth under MPS"): these are SM-time per second.
+  double client_share = 0, big_share = 0, busy = 0;
+  double client_kps = 0;   // the client's kernels per second, launched after its first 0.5 s
+  size_t mps_clients = 0;  // under MPS: how many of the two processes the daemon lists as clients
+};
+
+constexpr double kSettleS = 0.5;  // the client's first half second: turns still settling
+
+PairRun RunPair(Arm arm, const PairSpec& spec) {
+  RunDir run;
+  Proc big;
+  if (spec.big_kernel_ms > 0) {
+    big = StartLoad(run, arm, 1, spec.big_milli, "kernel", spec.big_kernel_ms,
+                    g_opt.warmup_s + spec.client_s + 10, spec.sized_for_sms);
+    SleepS(g_opt.warmup_s);
+  }
+  Proc client = StartLoad(run, arm, 0, spec.client_milli, "latency", spec.client_kernel_ms,
+                          spec.client_s, spec.sized_for_sms);
+  const Clock::time_point ready = Clock::now();
+  PairRun r;
+  if (arm == Arm::kMps) {
+    for (pid_t pid : run.mps()->Clients()) r.mps_clients += pid == client.pid || pid == big.pid;
+  }
+  SleepS(kSettleS - SecondsSince(ready));
+  const uint64_t client0 = EngineNs(client.pid), big0 = big.pid > 0 ? EngineNs(big.pid) : 0;
+  const uint64_t busy0 = BusyNs();
+  const Clock::time_point t0 = Clock::now();
+  // The client's engine time is gone with its process: follow it until then.
+  uint64_t client_ns = client0, big_ns = big0, busy_ns = busy0;
+  double seen = 0;
+  for (int status; waitpid(client.pid, &status, WNOHANG) != client.pid;) {
+    unsigned long long ns = 0;
+    if (simgpuGetProcessEngineTime(0, static_cast<unsigned>(client.pid), &ns) == 0 && ns > 0) {
+      client_ns = ns;
+      seen = SecondsSince(t0);
+      big_ns = big.pid > 0 ? EngineNs(big.pid) : 0;
+      busy_ns = BusyNs();
+    }
+    if (SecondsSince(t0) > spec.client_s + 30) {
+      Kill(client);
+      break;
+    }
+    SleepS(0.01);
+  }
+  client.pid = -1;
+  Kill(big);
+  r.client_share = static_cast<double>(client_ns - client0) / 1e9 / seen;
+  r.big_share = static_cast<double>(big_ns - big0) / 1e9 / seen;
+  r.busy = static_cast<double>(busy_ns - busy0) / 1e9 / seen;
+  std::istringstream lines(ReadFile(client.out));
+  double at, us;
+  for (std::string line; std::getline(lines, line);) {
+    if (std::sscanf(line.c_str(), "lat %lf %lf", &at, &us) != 2) continue;
+    r.samples.push_back({at, us});
+    if (at >= kSettleS) r.latency_us.push_back(us);
+  }
+  r.client_kps = static_cast<double>(r.latency_us.size()) / (spec.client_s - kSettleS);
+  return r;
+}
+
 void LatencyPart(std::FILE* md) {
   std::ofstream csv(g_opt.out + "/latency.csv");
   csv << "arm,run,at_s,latency_us\n";
   std::map<Arm, std::vector<double>> lat;
   std::map<Arm, std::vector<double>> big_share, client_share, busy;
   std::mt19937 rng(29);
+  PairSpec spec;
+  spec.client_s = g_opt.latency_s;
   for (int run_index = 0; run_index < g_opt.latency_runs; ++run_index) {
     std::vector<Arm> arms(std::begin(kArms), std::end(kArms));
     std::shuffle(arms.begin(), arms.end(), rng);
     for (Arm arm : arms) {
-      RunDir run;
-      Proc big = StartLoad(run, arm, 1, 750, "kernel", 20.0,
-                           g_opt.warmup_s + g_opt.latency_s + 10);
-      SleepS(g_opt.warmup_s);
-      const uint64_t big0 = EngineNs(big.pid), busy0 = BusyNs();
-      const Clock::time_point t0 = Clock::now();
-      Proc client = StartLoad(run, arm, 0, 250, "latency", 0.2, g_opt.latency_s);
-      // The client's engine time is gone with its process: follow it until then.
-      uint64_t client_ns = 0, big_ns = big0, busy_ns = busy0;
-      double client_at = 0;
-      for (int status; waitpid(client.pid, &status, WNOHANG) != client.pid;) {
-        unsigned long long ns = 0;
-        if (simgpuGetProcessEngineTime(0, static_cast<unsigned>(client.pid), &ns) == 0 &&
-            ns > 0) {
-          client_ns = ns;
-          client_at = SecondsSince(t0);
-          big_ns = EngineNs(big.pid);
-          busy_ns = BusyNs();
-        }
-        if (SecondsSince(t0) > g_opt.latency_s + 30) Kill(client);
-        SleepS(0.01);
-      }
-      client.pid = -1;
-      const std::string out = ReadFile(client.out);
-      big_share[arm].push_back(static_cast<double>(big_ns - big0) / 1e9 / client_at);
-      client_share[arm].push_back(static_cast<double>(client_ns) / 1e9 / client_at);
-      busy[arm].push_back(static_cast<double>(busy_ns - busy0) / 1e9 / client_at);
-      Kill(big);
-      std::istringstream lines(out);
-      double at, us;
-      size_t count = 0;
-      for (std::string line; std::getline(lines, line);) {
-        if (std::sscanf(line.c_str(), "lat %lf %lf", &at, &us) != 2) continue;
+      const PairRun r = RunPair(arm, spec);
+      big_share[arm].push_back(r.big_share);
+      client_share[arm].push_back(r.client_share);
+      busy[arm].push_back(r.busy);
+      for (const auto& [at, us] : r.samples) {
         csv << ArmName(arm) << "," << run_index << "," << at << "," << us << "\n";
-        if (at < 0.5) continue;  // the client's first half second: turns still settling
-        lat[arm].push_back(us);
-        ++count;
       }
-      std::fprintf(stderr, "latency %s run %d: %zu kernels, p50 %.0f us\n", ArmName(arm),
-                   run_index, count, Median(lat[arm]));
+      lat[arm].insert(lat[arm].end(), r.latency_us.begin(), r.latency_us.end());
+      std::fprintf(stderr, "latency %s run %d: %zu kernels, p50 %.0f us\n", ArmName(arm), run_index,
+                   r.latency_us.size(), Median(r.latency_us));
     }
   }
   std::fprintf(md,
@@ -545,6 +633,128 @@ void LatencyPart(std::FILE* md) {
   }
 }
 
+// --- MPS (issue 18) -------------------------------------------------------------------------
+
+// A latency-sensitive client and a throughput workload under no sharing policy, gpufrac's time
+// shares and MPS. Every kernel is sized for the whole GPU (kH100Sms), so a kernel is the same
+// work in every arm: under MPS it takes 1/share as long on the client's SMs (simgpu/sim_time.h).
+constexpr int kH100Sms = 132;  // the SMs of main's simulated 1xH100-80GB
+
+struct MpsMix {
+  int client_milli;
+  int big_milli;
+  double big_kernel_ms;  // 0: the client alone
+};
+const MpsMix kMpsMixes[] = {{250, 750, 0}, {250, 750, 2}, {250, 750, 20},
+                            {500, 500, 0}, {500, 500, 2}, {500, 500, 20}};
+
+// The fraction of `latency_us` above `us`.
+double FractionAbove(const std::vector<double>& latency_us, double us) {
+  if (latency_us.empty()) return NAN;
+  size_t n = 0;
+  for (double x : latency_us) n += x > us;
+  return static_cast<double>(n) / static_cast<double>(latency_us.size());
+}
+
+std::string MpsMixName(const MpsMix& mix) {
+  char name[96];
+  if (mix.big_kernel_ms == 0) {
+    std::snprintf(name, sizeof(name), "%.2f client alone", mix.client_milli / 1000.0);
+  } else {
+    std::snprintf(name, sizeof(name), "%.2f / %.2f, %g ms", mix.client_milli / 1000.0,
+                  mix.big_milli / 1000.0, mix.big_kernel_ms);
+  }
+  return name;
+}
+
+void MpsPart(std::FILE* md) {
+  std::ofstream csv(g_opt.out + "/mps.csv");
+  csv << "client_request,throughput_request,throughput_kernel_ms,arm,run,client_kernels,p50_us,"
+         "p99_us,max_us,over_10ms,client_kernels_per_s,throughput_kernels_per_s,client_sm_s_per_s,"
+         "throughput_sm_s_per_s,busy\n";
+  std::ofstream kernels(g_opt.out + "/mps-latency.csv");
+  kernels << "client_request,throughput_kernel_ms,arm,run,at_s,latency_us\n";
+  std::map<std::pair<int, Arm>, std::vector<PairRun>> runs;
+  std::mt19937 rng(43);
+  for (int run_index = 0; run_index < g_opt.mps_runs; ++run_index) {
+    for (int m = 0; m < static_cast<int>(std::size(kMpsMixes)); ++m) {
+      const MpsMix& mix = kMpsMixes[m];
+      PairSpec spec;
+      spec.client_milli = mix.client_milli;
+      spec.big_milli = mix.big_milli;
+      spec.big_kernel_ms = mix.big_kernel_ms;
+      spec.sized_for_sms = kH100Sms;
+      spec.client_s = g_opt.mps_s;
+      std::vector<Arm> arms(std::begin(kMpsArms), std::end(kMpsArms));
+      std::shuffle(arms.begin(), arms.end(), rng);
+      for (Arm arm : arms) {
+        PairRun r = RunPair(arm, spec);
+        const size_t processes = mix.big_kernel_ms > 0 ? 2 : 1;
+        if (arm == Arm::kMps && r.mps_clients != processes) {
+          std::fprintf(stderr, "compute_share_bench: %zu of %zu processes were MPS clients\n",
+                       r.mps_clients, processes);
+          std::exit(1);
+        }
+        const double big_kps = mix.big_kernel_ms > 0 ? r.big_share * 1e3 / mix.big_kernel_ms : 0;
+        char line[400];
+        std::snprintf(line, sizeof(line),
+                      "%.2f,%.2f,%g,%s,%d,%zu,%.1f,%.1f,%.1f,%.5f,%.1f,%.2f,%.4f,%.4f,%.4f\n",
+                      mix.client_milli / 1000.0, mix.big_milli / 1000.0, mix.big_kernel_ms,
+                      ArmName(arm), run_index, r.latency_us.size(), Quantile(r.latency_us, 0.5),
+                      Quantile(r.latency_us, 0.99), Max(r.latency_us),
+                      FractionAbove(r.latency_us, 1e4), r.client_kps, big_kps, r.client_share,
+                      r.big_share, r.busy);
+        csv << line;
+        csv.flush();
+        for (const auto& [at, us] : r.samples) {
+          kernels << mix.client_milli / 1000.0 << "," << mix.big_kernel_ms << "," << ArmName(arm)
+                  << "," << run_index << "," << at << "," << us << "\n";
+        }
+        std::fprintf(stderr, "mps %s %s run %d: p50 %.0f us p99 %.0f us, SM-time %.3f + %.3f\n",
+                     MpsMixName(mix).c_str(), ArmName(arm), run_index, Quantile(r.latency_us, 0.5),
+                     Quantile(r.latency_us, 0.99), r.client_share, r.big_share);
+        r.samples.clear();
+        runs[{m, arm}].push_back(std::move(r));
+      }
+    }
+  }
+  std::fprintf(
+      md,
+      "\n### A latency-sensitive client beside a throughput workload: time-slicing, "
+      "gpufrac's time shares, MPS (%d runs per cell; the throughput workload warmed up "
+      "%.1f s, the client ran %.1f s and its first %.1f s is dropped; p50 and p99: "
+      "median over the runs of each run's value; max: over all runs; rates: median)\n\n"
+      "| requests (client / throughput), throughput kernel | arm | client p50 | client "
+      "p99 | client max | client kernels over 10 ms | client kernels/s | throughput kernels/s | "
+      "SM-time/s client / throughput | useful SM-time/s |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+      g_opt.mps_runs, g_opt.warmup_s, g_opt.mps_s, kSettleS);
+  for (int m = 0; m < static_cast<int>(std::size(kMpsMixes)); ++m) {
+    const MpsMix& mix = kMpsMixes[m];
+    for (Arm arm : kMpsArms) {
+      std::vector<double> p50, p99, maxima, over_10ms, client_kps, big_kps, client_share, big_share,
+          total;
+      for (const PairRun& r : runs[{m, arm}]) {
+        p50.push_back(Quantile(r.latency_us, 0.5));
+        p99.push_back(Quantile(r.latency_us, 0.99));
+        maxima.push_back(Max(r.latency_us));
+        over_10ms.push_back(FractionAbove(r.latency_us, 1e4) * 100);
+        client_kps.push_back(r.client_kps);
+        big_kps.push_back(mix.big_kernel_ms > 0 ? r.big_share * 1e3 / mix.big_kernel_ms : 0);
+        client_share.push_back(r.client_share);
+        big_share.push_back(r.big_share);
+        total.push_back(r.client_share + r.big_share);
+      }
+      std::fprintf(md,
+                   "| %s | %s | %.3f ms | %.3f ms | %.2f ms | %.2f%% | %.0f | %.1f | %.3f / %.3f | "
+                   "%.3f |\n",
+                   MpsMixName(mix).c_str(), ArmName(arm), Median(p50) / 1e3, Median(p99) / 1e3,
+                   Max(maxima) / 1e3, Median(over_10ms), Median(client_kps), Median(big_kps),
+                   Median(client_share), Median(big_share), Median(total));
+    }
+  }
+}
+
 std::string LoadAverage() {
   std::string s = ReadFile("/proc/loadavg");
   while (!s.empty() && s.back() == '\n') s.pop_back();
@@ -552,10 +762,12 @@ std::string LoadAverage() {
 }
 
 void Usage() {
-  std::fprintf(stderr,
-               "usage: compute_share_bench [--seeds N] [--warmup S] [--window S] [--cost-reps N] "
-               "[--cost-seconds S] [--latency-runs N] [--latency-seconds S] [--length-runs N] "
-               "[--parts shares,lengths,cost,latency] [--hami-step linear] [--out DIR]\n");
+  std::fprintf(
+      stderr,
+      "usage: compute_share_bench [--seeds N] [--warmup S] [--window S] [--cost-reps N] "
+      "[--cost-seconds S] [--latency-runs N] [--latency-seconds S] [--length-runs N] "
+      "[--mps-runs N] [--mps-seconds S] [--parts shares,lengths,cost,latency,mps] "
+      "[--hami-step linear] [--out DIR]\n(--parts defaults to shares,lengths,cost,latency)\n");
   std::exit(2);
 }
 
@@ -574,6 +786,8 @@ int main(int argc, char** argv) {
     else if (a == "--latency-runs") g_opt.latency_runs = std::atoi(v);
     else if (a == "--length-runs") g_opt.length_runs = std::atoi(v);
     else if (a == "--latency-seconds") g_opt.latency_s = std::atof(v);
+    else if (a == "--mps-runs") g_opt.mps_runs = std::atoi(v);
+    else if (a == "--mps-seconds") g_opt.mps_s = std::atof(v);
     else if (a == "--parts") g_opt.parts = v;
     else if (a == "--hami-step") g_opt.hami_step = v;
     else if (a == "--out") g_opt.out = v;
@@ -614,6 +828,7 @@ int main(int argc, char** argv) {
   if (g_opt.parts.find("lengths") != std::string::npos) LengthsPart(md);
   if (g_opt.parts.find("cost") != std::string::npos) CostPart(md);
   if (g_opt.parts.find("latency") != std::string::npos) LatencyPart(md);
+  if (g_opt.parts.find("mps") != std::string::npos) MpsPart(md);
   std::fprintf(md, "\nTook %.0f s; /proc/loadavg after: %s\n", SecondsSince(start),
                LoadAverage().c_str());
   std::fclose(md);

@@ -3,7 +3,7 @@
 // of the ways work reaches a GPU, and prints "ready" once its context exists and "launches=N" at
 // the end. On simgpu a kernel's duration follows from its grid (simgpu/sim_time.h).
 //
-//   gpu_load MODE KERNEL_MS SECONDS
+//   gpu_load MODE KERNEL_MS SECONDS [SMS]
 //   MODE: kernel (cuLaunchKernel) | ptsz (cuLaunchKernel_ptsz) | ex (cuLaunchKernelEx)
 //         | coop (cuLaunchCooperativeKernel) | graph (cuGraphLaunch of a 4-kernel graph)
 //         | runtime13 (cuLaunchKernel, synchronising every 10 launches (every launch for kernels
@@ -18,6 +18,9 @@
 //           between batches; prints the launch calls' wall and thread CPU time per launch,
 //           "wall_ns_per_launch=X cpu_ns_per_launch=Y", synchronisations excluded; KERNEL_MS is
 //           ignored)
+//   SMS: size kernels for a GPU of that many SMs instead of the count the device reports. An MPS
+//   client sees only its share of the SMs; a grid sized for the whole GPU keeps a kernel the same
+//   work with and without MPS.
 #include <time.h>
 
 #include <cstdio>
@@ -106,8 +109,8 @@ int RunCost(CUfunction kernel, double seconds) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: gpu_load MODE KERNEL_MS SECONDS\n");
+  if (argc != 4 && argc != 5) {
+    std::fprintf(stderr, "usage: gpu_load MODE KERNEL_MS SECONDS [SMS]\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -125,8 +128,9 @@ int main(int argc, char** argv) {
   Check(cuModuleGetFunction(&kernel, module, "spin"), "cuModuleGetFunction");
   int sms = 0;
   Check(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device), "attribute");
+  const int sized_for = argc == 5 ? std::atoi(argv[4]) : sms;
   // Threads for kernel_ms on every SM at full occupancy (2048 per SM), less the launch latency.
-  const double threads = (kernel_ms * 1000 - 2) * sms * 2048;
+  const double threads = (kernel_ms * 1000 - 2) * sized_for * 2048;
   const unsigned blocks = threads > 1024 ? static_cast<unsigned>(threads / 1024) : 1;
   CUgraphExec graph_exec = nullptr;
   if (mode == "graph") {
