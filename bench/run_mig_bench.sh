@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The MIG planner benchmark of issue 5 (not a test): builds bench/mig_planner_bench, replays
 # random request streams on a simulated 8 x H100-80GB node for seeds 1-30 at 80/90/100% offered
-# load, times the planner, and writes docs/mig-planner-benchmark.md.
+# load, counts the arrival-only sequences on one H100 each rule serves whole (issue 19), times
+# the planner, and writes docs/mig-planner-benchmark.md.
 # Usage: bench/run_mig_bench.sh [build dir]   (default ./build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,7 @@ cmake --build "$build" -j"$(nproc)" --target mig_planner_bench >/dev/null
 bench="$build/bin/mig_planner_bench"
 tables=$("$bench" --markdown --seeds=1-30 --loads=0.8,0.9,1.0 \
   --benchmark_filter=none 2>/dev/null)
+arrival=$("$bench" --arrival-only=100000 --benchmark_filter=none 2>/dev/null)
 speed=$("$bench" --no-simulation --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
   --benchmark_format=json | python3 -c '
 import json, sys
