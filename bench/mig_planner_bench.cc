@@ -1,7 +1,8 @@
 // The MIG planner benchmark of issue 5 (not a test): random streams of MIG requests arriving at
 // and leaving a simulated 8 x H100-80GB node, served by gpufrac's placement rule (with and
 // without the recent demand), the driver's lowest-start rule, an oracle that repacks idle
-// instances away and a bound that repacks busy ones too; then the planner's speed.
+// instances away and a bound that repacks busy ones too; arrival-only sequences that one GPU can
+// hold whole, and how many of them each rule serves whole (issue 19); then the planner's speed.
 // Run bench/run_mig_bench.sh, which writes docs/mig-planner-benchmark.md.
 #include <benchmark/benchmark.h>
 
@@ -80,25 +81,34 @@ struct Arrival {
 
 double Exponential(Random& rng, double mean) { return -mean * std::log1p(-rng.UniformDouble()); }
 
+// An index into `weights` (which sum to 1) drawn with those probabilities.
+int Draw(Random& rng, std::span<const double> weights) {
+  double u = rng.UniformDouble(), acc = 0;
+  for (size_t k = 0; k < weights.size(); ++k) {
+    acc += weights[k];
+    if (u < acc) return static_cast<int>(k);
+  }
+  return static_cast<int>(weights.size()) - 1;
+}
+
+std::vector<double> MixWeights() {
+  std::vector<double> w;
+  for (const MixEntry& e : kMix) w.push_back(e.weight);
+  return w;
+}
+
 // Poisson arrivals and exponential lifetimes (mean 1) whose offered load is `load` of the node's
 // compute slices: rate x mean slices x mean lifetime = load x 56.
 std::vector<Arrival> Stream(uint64_t seed, double load, int count) {
   Random rng(seed);
   double rate = load * kGpus * H100().compute_slices / MeanComputeSlices();
+  const std::vector<double> weights = MixWeights();
   std::vector<Arrival> stream;
   stream.reserve(count);
   double t = 0;
   for (int i = 0; i < count; ++i) {
     t += Exponential(rng, 1.0 / rate);
-    double u = rng.UniformDouble(), acc = 0;
-    int mix = kMixSize - 1;
-    for (int k = 0; k < kMixSize; ++k) {
-      acc += kMix[k].weight;
-      if (u < acc) {
-        mix = k;
-        break;
-      }
-    }
+    int mix = Draw(rng, weights);
     stream.push_back({t, mix, Exponential(rng, 1.0)});
   }
   return stream;
@@ -122,10 +132,11 @@ class PlannerNode : public Node {
   // planner is told how often each profile was requested recently, as the node service can
   // count it: every arrival so far (served or not, this one included), older ones decayed with
   // a half-life of 1,000 requests (mig::DemandTracker, as the node service and the Kubernetes
-  // extender keep it). It is learnt from the stream, not read from the mix.
-  PlannerNode(PlacementRule rule, bool demand, bool repack_idle = false)
-      : rule_(rule), use_demand_(demand), repack_idle_(repack_idle), gpus_(kGpus), jobs_(kGpus) {
-    for (int g = 0; g < kGpus; ++g) gpus_[g] = MigGpu{.gpu = g, .model = &H100(), .instances = {}};
+  // extender keep it). It is learnt from the stream, not read from the mix. The node has `gpus`
+  // H100s.
+  PlannerNode(PlacementRule rule, bool demand, bool repack_idle = false, int gpus = kGpus)
+      : rule_(rule), use_demand_(demand), repack_idle_(repack_idle), gpus_(gpus), jobs_(gpus) {
+    for (int g = 0; g < gpus; ++g) gpus_[g] = MigGpu{.gpu = g, .model = &H100(), .instances = {}};
   }
 
   bool Arrive(int job, int profile) override {
@@ -165,7 +176,7 @@ class PlannerNode : public Node {
   }
 
   void Depart(int job) override {
-    for (int g = 0; g < kGpus; ++g) {
+    for (size_t g = 0; g < gpus_.size(); ++g) {
       for (size_t i = 0; i < jobs_[g].size(); ++i) {
         if (jobs_[g][i] == job) {
           jobs_[g][i] = -1;
@@ -286,6 +297,17 @@ class RepackBoundNode : public Node {
 
   void Depart(int job) override { --counts_[where_[job].first][where_[job].second]; }
 
+  // Whether one GPU can hold an instance of each of `profiles` (model profile indexes, +me ones
+  // excluded) together, in some legal layout.
+  bool OneGpuHolds(const std::vector<int>& profiles) const {
+    std::vector<int> c(kProfiles, 0);
+    for (int p : profiles) {
+      int k = slot_[p];
+      if (k < 0 || ++c[k] > Max(k)) return false;
+    }
+    return feasible_[Encode(c, 0, 0)];
+  }
+
  private:
   static constexpr int kProfiles = 6;
 
@@ -393,6 +415,7 @@ struct Options {
   int warmup = 2000;
   bool markdown = false;
   bool simulate = true;
+  int sequences = 0;  // Arrival-only sequences per mix; 0: none.
 };
 
 std::vector<std::string> Split(const std::string& s, char sep) {
@@ -432,6 +455,8 @@ Options ParseOptions(int argc, char** argv) {
       o.requests = std::stoi(v);
     } else if (const char* v = value("--warmup=")) {
       o.warmup = std::stoi(v);
+    } else if (const char* v = value("--arrival-only=")) {
+      o.sequences = std::stoi(v);
     } else if (arg == "--markdown") {
       o.markdown = true;
     } else if (arg == "--no-simulation") {
@@ -440,6 +465,7 @@ Options ParseOptions(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: mig_planner_bench [--seeds=A-B|A,B,..] [--loads=0.8,0.9,1.0] "
                    "[--requests=N] [--warmup=N] [--markdown] [--no-simulation] "
+                   "[--arrival-only=SEQUENCES] "
                    "[Google Benchmark flags]\n");
       std::exit(2);
     }
@@ -567,6 +593,100 @@ void Simulate(const Options& o) {
               Median(plan_ns) / 1000);
 }
 
+// Arrival-only sequences on one H100 (issue 19): profiles arrive one after another and never
+// leave. A sequence is drawn from a mix: each drawn profile is kept if one GPU could still hold
+// every kept one in some legal layout (the repack bound's exhaustive search), until 8 draws in a
+// row could not be kept, so the sequence nearly fills the GPU and a legal layout holds it whole.
+// A rule serves it whole when every request in arrival order gets an instance.
+struct SequenceMix {
+  const char* name;
+  std::vector<double> weights;  // Of kMix's profiles.
+};
+
+std::vector<int> FillingSequence(Random& rng, const SequenceMix& mix,
+                                 const RepackBoundNode& bound) {
+  std::vector<int> sequence;
+  for (int misses = 0; misses < 8;) {
+    sequence.push_back(ProfileIndex(kMix[Draw(rng, mix.weights)].profile));
+    if (bound.OneGpuHolds(sequence)) {
+      misses = 0;
+    } else {
+      sequence.pop_back();
+      ++misses;
+    }
+  }
+  return sequence;
+}
+
+std::string SequenceText(const std::vector<int>& sequence) {
+  std::string text;
+  for (int p : sequence) {
+    if (!text.empty()) text += ", ";
+    text += gpu::MigProfileName(H100(), H100().profiles[p]);
+  }
+  return text;
+}
+
+void ArrivalOnly(const Options& o) {
+  const std::vector<SequenceMix> mixes = {
+      {"the mix above", MixWeights()},
+      {"uniform over the six profiles", std::vector<double>(kMixSize, 1.0 / kMixSize)},
+      {"1g.10gb, 1g.20gb, 2g.20gb, 3g.40gb, uniform", {0.25, 0.25, 0.25, 0.25, 0, 0}},
+  };
+  struct Rule {
+    const char* name;
+    PlacementRule rule;
+    bool demand;
+  };
+  const Rule rules[] = {{"(a) gpufrac", PlacementRule::kGpufrac, true},
+                        {"(a0) gpufrac, no demand", PlacementRule::kGpufrac, false},
+                        {"(b) lowest start", PlacementRule::kLowestStart, false}};
+  constexpr int kRules = sizeof(rules) / sizeof(rules[0]);
+  RepackBoundNode bound;
+  // Columns: the mix, then each rule's sequences served whole, then where (a) and (b) differ.
+  std::printf("| sequences drawn from | sequences | requests per sequence (mean) |");
+  for (const Rule& r : rules) std::printf(" %s |", r.name);
+  std::printf(" a whole, b not | b whole, a not |\n|---|---|---|");
+  for (int r = 0; r < kRules + 2; ++r) std::printf("---|");
+  std::printf("\n");
+  std::vector<std::string> examples;
+  for (size_t m = 0; m < mixes.size(); ++m) {
+    Random rng(1 + m);
+    long whole[kRules] = {}, requests = 0, only_a = 0, only_b = 0;
+    for (int i = 0; i < o.sequences; ++i) {
+      std::vector<int> sequence = FillingSequence(rng, mixes[m], bound);
+      requests += static_cast<long>(sequence.size());
+      bool served[kRules];
+      for (int r = 0; r < kRules; ++r) {
+        PlannerNode node(rules[r].rule, rules[r].demand, /*repack_idle=*/false, /*gpus=*/1);
+        served[r] = true;
+        for (size_t j = 0; j < sequence.size() && served[r]; ++j) {
+          served[r] = node.Arrive(static_cast<int>(j), sequence[j]);
+        }
+        whole[r] += served[r];
+      }
+      only_a += served[0] && !served[2];
+      only_b += !served[0] && served[2];
+      if (!served[0] && served[2] && examples.size() < 3) {
+        examples.push_back(SequenceText(sequence));
+      }
+    }
+    std::printf("| %s | %d | %.2f |", mixes[m].name, o.sequences,
+                o.sequences == 0 ? 0.0 : static_cast<double>(requests) / o.sequences);
+    for (int r = 0; r < kRules; ++r) {
+      std::printf(" %ld (%.2f%%) |", whole[r],
+                  o.sequences == 0 ? 0.0 : 100.0 * whole[r] / o.sequences);
+    }
+    std::printf(" %ld | %ld |\n", only_a, only_b);
+  }
+  if (examples.empty()) {
+    std::printf("\nEvery sequence (b) serves whole, (a) serves whole too.\n");
+  } else {
+    std::printf("\nThe first sequences drawn that (b) serves whole and (a) does not:\n\n");
+    for (const std::string& e : examples) std::printf("- %s\n", e.c_str());
+  }
+}
+
 // The GPUs as a gpufrac run leaves them after 3000 requests at load 0.9: busy and idle
 // instances of every size, the state the planner usually sees.
 const std::vector<MigGpu>& MidLoadNode() {
@@ -608,7 +728,11 @@ BENCHMARK(BM_PlanRequest)->Arg(0)->Arg(1)->Arg(2);
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   gpufrac::mig::Options options = gpufrac::mig::ParseOptions(argc, argv);
-  if (options.simulate) gpufrac::mig::Simulate(options);
+  if (options.sequences > 0) {
+    gpufrac::mig::ArrivalOnly(options);
+  } else if (options.simulate) {
+    gpufrac::mig::Simulate(options);
+  }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <string>
@@ -61,11 +62,13 @@ struct Occupancy {
   SliceMask used = 0;
   int count[kMaxMigProfiles] = {};
   int used_slices = 0;
+  int used_compute = 0;
 
   void Add(const MigModel& model, const Instance& instance) {
     used |= MaskOf(instance.placement);
     ++count[instance.profile];
     used_slices += model.profiles[instance.profile].memory_slices;
+    used_compute += model.profiles[instance.profile].compute_slices;
   }
 };
 
@@ -95,22 +98,51 @@ int Creatable(const MigProfile& profile, int profile_index, const Occupancy& o) 
   return n;
 }
 
-// The placement score of kGpufrac. A GPU's capacity vector lists, for each profile from the
-// largest to the smallest (memory slices, then compute slices; +me profiles left out: they are
-// one-off variants of 1g profiles), how many instances of it could still be created there
-// (Creatable). A node's future capacity is the sum of its GPUs' vectors. A placement changes
-// only its own GPU's vector, so among candidate placements gpufrac picks the one whose loss
-// (vector before minus vector after, on its GPU) costs least: with demand, by DemandCost first;
-// then (and without demand, only) lexicographically, so that it never gives up a larger profile
-// to keep smaller ones, and at equal loss of large profiles it keeps the most small ones. That
-// rule alone packs before it spreads: a first small instance on an empty GPU costs that GPU its
-// 7g profile, the same instance on a GPU already in use usually costs nothing that large. The
-// vector is computed on busy instances only: idle ones are destroyed when that saves capacity,
-// so their slices are future capacity. Only then comes the destruction cost (idle slices, then
-// instances, destroyed: at equal loss, keep idle instances for reuse), then the vector computed
-// again with idle instances counted (keep room that needs no destruction); remaining ties go to
-// the fuller GPU (packing), then the lowest GPU index and start. Before all of this, on a node
-// mixing models, comes the chosen profile's memory (the least over-provisioned model first).
+// Free memory slices of a GPU occupied as `o` that no instance could ever use while those there
+// stay: no profile below its maximum count, with no more compute slices than are free, has a
+// legal placement on free slices that covers them (see PlanRequest). None once every compute
+// slice is in use: then the memory left is no placement's fault. On an H100 only slice 7 can be
+// stranded, by a 1g instance at slice 6: every placement that uses slice 7 uses slice 6 too.
+int StrandedSlices(const MigModel& model, const Occupancy& o) {
+  const int free_compute = model.compute_slices - o.used_compute;
+  if (free_compute <= 0) return 0;
+  SliceMask usable = 0;
+  for (int p = 0; p < model.profile_count; ++p) {
+    const MigProfile& profile = model.profiles[p];
+    if (o.count[p] >= profile.max_count || profile.compute_slices > free_compute) continue;
+    for (int s = 0; s < profile.start_count; ++s) {
+      SliceMask m = MaskOf(profile.starts[s]);
+      if ((o.used & m) == 0) usable |= m;
+    }
+  }
+  const SliceMask all = (SliceMask{1} << model.memory_slices) - 1;
+  return std::popcount(all & ~o.used & ~usable);
+}
+
+// The slices stranded on a GPU occupied as `after` that were not before (`stranded_before` of
+// them were). Never negative: a plan that takes the last compute slices unstrands nothing.
+int NewlyStranded(const MigModel& model, int stranded_before, const Occupancy& after) {
+  return std::max(0, StrandedSlices(model, after) - stranded_before);
+}
+
+// The placement score of kGpufrac. A GPU's capacity vector lists, for each profile from the largest
+// to the smallest (memory slices, then compute slices; +me profiles left out: they are one-off
+// variants of 1g profiles), how many instances of it could still be created there (Creatable). A
+// node's future capacity is the sum of its GPUs' vectors. A placement changes only its own GPU's
+// vector, so among candidate placements gpufrac picks the one that strands the fewest slices
+// (NewlyStranded: the vector counts each profile on its own and does not see a slice that none can
+// use any more), then the one whose loss (vector before minus vector after, on its GPU) costs
+// least: with demand, by DemandCost first; then (and without demand, only) lexicographically, so
+// that it never gives up a larger profile to keep smaller ones, and at equal loss of large profiles
+// it keeps the most small ones. That rule alone packs before it spreads: a first small instance on
+// an empty GPU costs that GPU its 7g profile, the same instance on a GPU already in use usually
+// costs nothing that large. The vector is computed on busy instances only: idle ones are destroyed
+// when that saves capacity, so their slices are future capacity. Only then comes the destruction
+// cost (idle slices, then instances, destroyed: at equal loss, keep idle instances for reuse), then
+// the vector computed again with idle instances counted (keep room that needs no destruction);
+// remaining ties go to the fuller GPU (packing), then the lowest GPU index and start. Before all of
+// this, on a node mixing models, comes the chosen profile's memory (the least over-provisioned
+// model first).
 using Capacity = std::array<int, kMaxMigProfiles>;
 
 // Profile indexes of `model` from the largest to the smallest, +me profiles left out.
@@ -183,13 +215,15 @@ Capacity LossOf(const Capacity& before, const Capacity& after) {
 }
 
 // A candidate plan and the key it is ranked by (smaller is better, lexicographically).
-inline constexpr int kKeySize = 2 * kMaxMigProfiles + 9;
+inline constexpr int kKeySize = 2 * kMaxMigProfiles + 10;
 using Key = std::array<int64_t, kKeySize>;
 
 struct Candidate {
   Key key;
   Plan plan;
-  // What the plan rules out on its GPU (busy-only capacity) and its demand cost; kGpufrac only.
+  // The slices the plan strands and what it rules out on its GPU (busy-only occupancy), and the
+  // demand cost of that loss; kGpufrac only.
+  int stranded = 0;
   int64_t cost = 0;
   Capacity loss{};
 };
@@ -211,9 +245,9 @@ class KeyBuilder {
   int n_ = 0;
 };
 
-void Offer(std::optional<Candidate>& best, Key key, Plan plan, int64_t cost = 0,
+void Offer(std::optional<Candidate>& best, Key key, Plan plan, int stranded = 0, int64_t cost = 0,
            const Capacity& loss = {}) {
-  if (!best || key < best->key) best = Candidate{key, std::move(plan), cost, loss};
+  if (!best || key < best->key) best = Candidate{key, std::move(plan), stranded, cost, loss};
 }
 
 // Everything PlanRequest needs about one eligible GPU, computed once.
@@ -226,6 +260,7 @@ struct GpuState {
   Occupancy busy;  // Busy instances only.
   Capacity all_capacity{};
   Capacity busy_capacity{};
+  int busy_stranded = 0;
   DemandWeights weights;
 };
 
@@ -270,6 +305,7 @@ StatusOr<std::vector<GpuState>> EligibleGpus(const std::vector<MigGpu>& gpus,
     if (gpufrac) {
       s.all_capacity = CapacityVector(*g.model, s.order, s.all);
       s.busy_capacity = CapacityVector(*g.model, s.order, s.busy);
+      s.busy_stranded = StrandedSlices(*g.model, s.busy);
       s.weights = WeightsOf(*g.model, s.order, demand);
     }
     states.push_back(s);
@@ -296,14 +332,17 @@ std::optional<Candidate> BestReuse(const std::vector<GpuState>& states, bool gpu
       const Instance& instance = g.instances[i];
       if (instance.busy || instance.profile != s.profile_index) continue;
       KeyBuilder key;
+      int stranded = 0;
       int64_t cost = 0;
       Capacity loss{};
       if (gpufrac) {
         Occupancy after = s.busy;
         after.Add(*g.model, instance);
+        stranded = NewlyStranded(*g.model, s.busy_stranded, after);
         loss = LossOf(s.busy_capacity, CapacityVector(*g.model, s.order, after));
         cost = DemandCost(s.weights, loss);
         key.Add(static_cast<int64_t>(s.profile->memory_bytes))
+            .Add(stranded)
             .Add(cost)
             .AddLoss(loss)
             .Add(-s.busy.used_slices);
@@ -315,7 +354,7 @@ std::optional<Candidate> BestReuse(const std::vector<GpuState>& states, bool gpu
                  .reuse = static_cast<int>(i),
                  .placement = instance.placement,
                  .destroy = {}},
-            cost, loss);
+            stranded, cost, loss);
     }
   }
   return reuse;
@@ -351,6 +390,7 @@ std::optional<Candidate> BestCreate(const std::vector<GpuState>& states, bool gp
       }
       if (count >= profile.max_count) continue;
       KeyBuilder key;
+      int stranded = 0;
       int64_t cost = 0;
       Capacity loss{};
       if (gpufrac) {
@@ -364,9 +404,11 @@ std::optional<Candidate> BestCreate(const std::vector<GpuState>& states, bool gp
           }
         }
         all_after.Add(*g.model, Instance{s.profile_index, placement, true});
+        stranded = NewlyStranded(*g.model, s.busy_stranded, busy_after);
         loss = LossOf(s.busy_capacity, CapacityVector(*g.model, s.order, busy_after));
         cost = DemandCost(s.weights, loss);
         key.Add(static_cast<int64_t>(profile.memory_bytes))
+            .Add(stranded)
             .Add(cost)
             .AddLoss(loss)
             .Add(destroyed_slices)
@@ -384,7 +426,7 @@ std::optional<Candidate> BestCreate(const std::vector<GpuState>& states, bool gp
                  .reuse = std::nullopt,
                  .placement = placement,
                  .destroy = std::move(destroy)},
-            cost, loss);
+            stranded, cost, loss);
     }
   }
   return best;
@@ -466,7 +508,7 @@ StatusOr<Plan> PlanRequest(const std::vector<MigGpu>& gpus, const GpuRequest& re
     }
     if (reuse && best) {
       // Models differ only on a node mixing them; there the least memory comes first, as above.
-      auto rank = [](const Candidate& c) { return std::tie(c.key[0], c.cost, c.loss); };
+      auto rank = [](const Candidate& c) { return std::tie(c.key[0], c.stranded, c.cost, c.loss); };
       return rank(*best) < rank(*reuse) ? best->plan : reuse->plan;
     }
     if (reuse) return reuse->plan;

@@ -75,14 +75,24 @@ struct ProfileDemand {
 // first GPU and lowest legal start on free slices, else the fewest idle slices destroyed.
 //
 // kGpufrac: among reusing an idle instance of the chosen profile, creating on free slices and
-// creating after destroying idle instances, the plan that rules out the least future capacity
-// (creatable instances of each profile, busy instances only: idle ones can be destroyed). With
-// `demand` for the GPU's model, capacity is weighed by it: ruling out one instance of profile k
-// costs weight[k] x k's memory slices (the expected slices a future request could not have;
-// FGD's expected fragmentation), and the lexicographic rule below breaks ties. Without it, the
-// loss of a larger profile always outweighs any loss of smaller ones. At equal loss it reuses
-// rather than creates, and destroys the fewest idle slices. Idle instances are destroyed only
-// by a plan's `destroy`, never on their own.
+// creating after destroying idle instances, the plan that strands the fewest memory slices, then
+// among those the plan that rules out the least future capacity (creatable instances of each
+// profile). Both are judged on busy instances only (idle ones can be destroyed). A free memory
+// slice is stranded when its GPU still has a free compute slice but no instance could be created
+// that uses the slice: no profile below its maximum count and needing no more compute slices
+// than are free has a legal placement that covers the slice and lies on free slices only. Only
+// slices a plan newly strands count. On an H100 that is slice 7 when a 1g.10gb sits at slice 6
+// and 7 is free (1g.20gb, 3g.40gb and 7g.80gb, the only profiles that use slice 7, use slice 6
+// too): such a plan loses to any that strands nothing, even one that rules out larger profiles.
+// Memory left when every compute slice is in use is not stranded: nothing could use it wherever
+// the instances were. (The driver checks placements in memory slices; on the catalogued models
+// every legal layout fits the GPU's compute slices.) With `demand` for the GPU's model,
+// capacity is weighed by it: ruling out one instance of profile k costs weight[k] x k's memory
+// slices (the expected slices a future request could not have; FGD's expected fragmentation),
+// and the lexicographic rule below breaks ties. Without it, the loss of a larger profile always
+// outweighs any loss of smaller ones. At equal loss it reuses rather than creates, and destroys
+// the fewest idle slices. Idle instances are destroyed only by a plan's `destroy`, never on
+// their own.
 //
 // Both: never a busy instance. kResourceExhausted when the request cannot be served now without
 // touching a busy instance (the message says what is in the way). Errors of SmallestProfile

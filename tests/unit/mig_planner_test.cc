@@ -1,6 +1,7 @@
 // The MIG planner's rules on hand-made GPUs: smallest-profile choice, reuse of idle instances,
-// fragmentation-aware placement against the driver's lowest-start rule, demand weighting, lazy
-// destruction, refusal to touch busy instances, and nodes mixing A30 and H100 GPUs.
+// fragmentation-aware placement against the driver's lowest-start rule, no stranded slices,
+// arrival sequences served whole, demand weighting, lazy destruction, refusal to touch busy
+// instances, and nodes mixing A30 and H100 GPUs.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -106,8 +107,9 @@ TEST(SmallestProfileTest, Errors) {
 }
 
 TEST(PlanRequestTest, ReusesAnIdleInstanceBeforeCreating) {
-  // Slice 6 is where a new 1g.10gb would go too: reusing costs nothing more than creating.
-  std::vector<MigGpu> gpus = {Gpu(0, H100(), {Idle(H100(), "1g.10gb", 6)})};
+  // Slice 4 is as good a place for a new 1g.10gb as slice 5: reusing costs nothing more than
+  // creating.
+  std::vector<MigGpu> gpus = {Gpu(0, H100(), {Idle(H100(), "1g.10gb", 4)})};
   Plan plan = PlanRequest(gpus, GpuRequest::Memory(5 * kGiB)).value();
   EXPECT_EQ(plan.gpu, 0);
   ASSERT_TRUE(plan.reuse.has_value());
@@ -122,13 +124,13 @@ TEST(PlanRequestTest, ReusesAnIdleInstanceBeforeCreating) {
 TEST(PlanRequestTest, CreatesRatherThanReuseAnInstanceThatBlocksA4g) {
   const gpu::MigModel& m = H100();
   // A job on the idle 1g.10gb at slice 3 would keep the 4g.40gb (slices 0-3) uncreatable while
-  // it runs; a new 1g.10gb at slice 6 leaves it creatable, and the idle one can still be
+  // it runs; a new 1g.10gb at slice 4 leaves it creatable, and the idle one can still be
   // destroyed when a 4g.40gb comes.
   std::vector<MigGpu> gpus = {Gpu(0, m, {Idle(m, "1g.10gb", 3)})};
   Plan plan = PlanRequest(gpus, GpuRequest::Mig("1g.10gb")).value();
   EXPECT_FALSE(plan.reuse.has_value());
   EXPECT_TRUE(plan.destroy.empty());
-  EXPECT_EQ(plan.placement.start, 6);
+  EXPECT_EQ(plan.placement.start, 4);
   gpus[0].instances.push_back(Busy(m, "1g.10gb", plan.placement.start));
   Plan four = PlanRequest(gpus, GpuRequest::Mig("4g.40gb")).value();
   EXPECT_EQ(four.destroy, std::vector<int>{0});
@@ -200,8 +202,9 @@ TEST(PlanRequestTest, KeepsA4gCreatableWhereLowestStartDoesNot) {
 TEST(PlanRequestTest, SmallInstanceGoesWhereItCostsTheLeast) {
   const gpu::MigModel& m = H100();
   std::vector<MigGpu> gpus = {Gpu(0, m)};
-  // Slice 6 is the only single slice whose use leaves the 4g.40gb and all three 2g.20gb.
-  EXPECT_EQ(PlanRequest(gpus, GpuRequest::Mig("1g.10gb")).value().placement.start, 6);
+  // Slices 4 and 5 are the single slices whose use leaves the 4g.40gb and strands nothing
+  // (slice 6 would also leave all three 2g.20gb, but slice 7 to no profile); the lower is taken.
+  EXPECT_EQ(PlanRequest(gpus, GpuRequest::Mig("1g.10gb")).value().placement.start, 4);
   EXPECT_EQ(PlanRequest(gpus, GpuRequest::Mig("1g.10gb"), PlacementRule::kLowestStart)
                 .value()
                 .placement.start,
@@ -322,6 +325,97 @@ TEST(PlanRequestTest, DemandWeighsWhatAPlacementRulesOut) {
                 .value()
                 .placement.start,
             0);
+}
+
+// Serves `profiles` one after another on one empty GPU of `model` under `rule`, every instance
+// staying busy (arrivals only). Returns the placements as "1g.10gb@6 3g.40gb@0 ...", ending
+// with "!" and the profile that found no room, if one did not.
+std::string ServeInOrder(const gpu::MigModel& model, const std::vector<std::string>& profiles,
+                         PlacementRule rule = PlacementRule::kGpufrac) {
+  std::vector<MigGpu> gpus = {Gpu(0, model)};
+  std::string layout;
+  for (const std::string& name : profiles) {
+    if (!layout.empty()) layout += ' ';
+    StatusOr<Plan> plan = PlanRequest(gpus, GpuRequest::Mig(name), rule);
+    if (!plan.ok()) return layout + "!" + name;
+    EXPECT_FALSE(plan->reuse.has_value());
+    EXPECT_TRUE(plan->destroy.empty());
+    gpus[0].instances.push_back(Busy(model, name, plan->placement.start));
+    layout += name + "@" + std::to_string(plan->placement.start);
+  }
+  return layout;
+}
+
+TEST(PlanRequestTest, DoesNotStrandSliceSeven) {
+  const gpu::MigModel& m = H100();
+  // Issue 19: a first 1g.10gb at slice 6 leaves slice 7 to no profile (1g.20gb, 3g.40gb and
+  // 7g.80gb, the only ones that use it, all use slice 6 too), so the 1g.20gb found slices 5 and
+  // 7 free and no room. The driver's lowest start serves all four.
+  std::vector<std::string> issue = {"1g.10gb", "1g.10gb", "3g.40gb", "1g.20gb"};
+  EXPECT_EQ(ServeInOrder(m, issue), "1g.10gb@4 1g.10gb@5 3g.40gb@0 1g.20gb@6");
+  EXPECT_EQ(ServeInOrder(m, issue, PlacementRule::kLowestStart),
+            "1g.10gb@0 1g.10gb@1 3g.40gb@4 1g.20gb@2");
+  // Slice 6 is still taken when nothing else is free, and once the GPU's compute slices are all
+  // in use a free slice 7 strands nothing: no profile could use it wherever the instances were.
+  std::vector<MigGpu> gpus = {Gpu(0, m, {Busy(m, "4g.40gb", 0), Busy(m, "2g.20gb", 4)})};
+  EXPECT_EQ(PlanRequest(gpus, GpuRequest::Mig("1g.10gb")).value().placement.start, 6);
+  gpus = {Gpu(0, m, {Busy(m, "4g.40gb", 0), Busy(m, "2g.20gb", 4)}), Gpu(1, m)};
+  EXPECT_EQ(PlanRequest(gpus, GpuRequest::Mig("1g.10gb")).value().gpu, 0);
+  // With a compute slice left over, the empty GPU takes it rather than strand slice 7.
+  gpus = {Gpu(0, m, {Busy(m, "3g.40gb", 0), Busy(m, "2g.20gb", 4)}), Gpu(1, m)};
+  EXPECT_EQ(PlanRequest(gpus, GpuRequest::Mig("1g.10gb")).value().gpu, 1);
+}
+
+TEST(PlanRequestTest, NoEightSliceModelStrandsSliceSeven) {
+  // The issue's sequence on every model with H100's slice map (A100, H100, H200, B200, ...).
+  int models = 0;
+  for (const gpu::MigModel& m : gpu::AllMigModels()) {
+    if (m.memory_slices != 8) continue;
+    ++models;
+    // The profile of `compute` and `memory` slices, without media extensions.
+    auto name = [&](int compute, int memory) {
+      for (int p = 0; p < m.profile_count; ++p) {
+        const gpu::MigProfile& profile = m.profiles[p];
+        if (profile.compute_slices == compute && profile.memory_slices == memory &&
+            !profile.media_extensions) {
+          return Name(m, p);
+        }
+      }
+      ADD_FAILURE() << "no " << compute << "g profile of " << memory << " memory slices";
+      return std::string();
+    };
+    std::string layout = ServeInOrder(m, {name(1, 1), name(1, 1), name(3, 4), name(1, 2)});
+    EXPECT_EQ(layout.find('!'), std::string::npos) << m.model->short_name << ": " << layout;
+  }
+  EXPECT_GE(models, 4);
+}
+
+TEST(PlanRequestTest, ServesArrivalSequencesThatALegalLayoutHolds) {
+  // Each sequence fits one GPU in some legal layout; gpufrac serves it whole in arrival order.
+  const std::vector<std::vector<std::string>> h100 = {
+      {"1g.10gb", "4g.40gb", "1g.20gb", "1g.10gb"},
+      {"1g.10gb", "1g.10gb", "4g.40gb", "1g.20gb"},
+      {"1g.10gb", "2g.20gb", "2g.20gb", "1g.20gb", "1g.10gb"},
+      {"1g.10gb", "1g.20gb", "1g.20gb", "1g.20gb", "1g.10gb"},
+      {"1g.10gb", "3g.40gb", "1g.10gb", "1g.20gb"},
+      {"2g.20gb", "2g.20gb", "1g.10gb", "1g.20gb"},
+      {"1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"},
+      {"1g.20gb", "1g.20gb", "1g.20gb", "1g.20gb"},
+      {"3g.40gb", "4g.40gb"},
+  };
+  for (const std::vector<std::string>& sequence : h100) {
+    std::string layout = ServeInOrder(H100(), sequence);
+    EXPECT_EQ(layout.find('!'), std::string::npos) << layout;
+  }
+  const std::vector<std::vector<std::string>> a30 = {
+      {"1g.6gb", "2g.12gb", "1g.6gb"},
+      {"1g.6gb", "1g.6gb", "2g.12gb"},
+      {"1g.6gb+me", "2g.12gb", "1g.6gb"},
+  };
+  for (const std::vector<std::string>& sequence : a30) {
+    std::string layout = ServeInOrder(A30(), sequence);
+    EXPECT_EQ(layout.find('!'), std::string::npos) << layout;
+  }
 }
 
 TEST(PlanRequestTest, NeverDestroysABusyInstance) {
