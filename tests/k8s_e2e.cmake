@@ -19,5 +19,5 @@ gpufrac_test(k8s_nvidia_resources_test integration
              SOURCES integration/k8s_nvidia_resources_test.cc
              LIBS gpufrac_k8s_services k8s_fake_apiserver gpufrac_fake_kubelet
                   gpufrac_test_harness $<TARGET_NAME_IF_EXISTS:GTest::gmock>)
-add_dependencies(k8s_nvidia_resources_test gpufrac simgpu_nvml simgpu_cuda cuda_probe
+add_dependencies(k8s_nvidia_resources_test gpufrac simgpu_nvml simgpu_cuda cuda_probe mps_probe
                  simgpu_mps_control simgpu_mps_server)

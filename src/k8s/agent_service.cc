@@ -271,9 +271,11 @@ struct AgentService::Impl {
     if (access(control.c_str(), X_OK) != 0) {
       return FailedPreconditionError("--mps-control " + control + ": not an executable file");
     }
-    if (!options.mps_shm_dir.empty() && !fs::is_directory(options.mps_shm_dir, ec)) {
+    if (!options.mps_shm_dir.empty() &&
+        (options.mps_shm_dir[0] != '/' || !fs::is_directory(options.mps_shm_dir, ec))) {
+      // The kubelet mounts it by its path on the host.
       return InvalidArgumentError("--mps-shm-dir " + options.mps_shm_dir +
-                                  ": no such directory on this node");
+                                  ": no such directory on this node (give its absolute path)");
     }
     mps = std::make_unique<ContainerMps>(
         ContainerMpsOptions{.daemons = {.dir = options.agent.host_dir + "/mps",
