@@ -3,7 +3,9 @@
 gpufrac_test(k8s_end_to_end_test integration
              SOURCES integration/k8s_end_to_end_test.cc
              LIBS gpufrac_k8s_services k8s_fake_apiserver gpufrac_fake_kubelet PkgConfig::HTTPLIB)
-add_dependencies(k8s_end_to_end_test gpufrac simgpu_nvml simgpu_cuda)
+# The simulated MPS control daemon and server: the agent runs one per GPU in MPS mode.
+add_dependencies(k8s_end_to_end_test gpufrac simgpu_nvml simgpu_cuda simgpu_mps_control
+                 simgpu_mps_server)
 
 # The API calls behind ClusterApi, as the fake HTTPS API server receives them.
 gpufrac_test(k8s_kube_cluster_api_test integration
@@ -17,4 +19,5 @@ gpufrac_test(k8s_nvidia_resources_test integration
              SOURCES integration/k8s_nvidia_resources_test.cc
              LIBS gpufrac_k8s_services k8s_fake_apiserver gpufrac_fake_kubelet
                   gpufrac_test_harness $<TARGET_NAME_IF_EXISTS:GTest::gmock>)
-add_dependencies(k8s_nvidia_resources_test gpufrac simgpu_nvml simgpu_cuda cuda_probe)
+add_dependencies(k8s_nvidia_resources_test gpufrac simgpu_nvml simgpu_cuda cuda_probe mps_probe
+                 simgpu_mps_control simgpu_mps_server)

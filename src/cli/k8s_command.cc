@@ -83,6 +83,17 @@ K8sCommand::K8sCommand(CLI::App& app) {
                    "GPU indexes in MIG mode whose existing instances are served as "
                    "nvidia.com/mig-<profile>, outside gpufrac's own scheduling")
       ->delimiter(',');
+  agent_
+      ->add_option("--mps-gpus", mps_gpus_,
+                   "GPU indexes whose gpufrac.io/gpu shares run side by side under NVIDIA MPS, "
+                   "each a client of the MPS daemon the agent runs for the GPU")
+      ->delimiter(',');
+  agent_->add_option("--mps-control", mps_control_,
+                     "NVIDIA's nvidia-cuda-mps-control (default: found on PATH; the simulated "
+                     "one with --sim)");
+  agent_->add_option("--mps-shm-dir", mps_shm_dir_,
+                     "host directory mounted as /dev/shm in MPS containers: the agent's own "
+                     "/dev/shm, which its MPS daemons use (default: none; see docs/kubernetes.md)");
   // Read back in RunAgent (no member: the path only passes through to the agent's options).
   agent_->add_option("--nvidia-sharing-config",
                      "NVIDIA's device plugin configuration file: its sharing section "
@@ -151,6 +162,9 @@ int K8sCommand::RunAgent() {
   options.whole_gpus = whole_gpus_;
   options.nvidia_gpus = nvidia_gpus_;
   options.static_mig_gpus = static_mig_gpus_;
+  options.mps_gpus = mps_gpus_;
+  options.mps_control = mps_control_;
+  options.mps_shm_dir = mps_shm_dir_;
   options.compute_policy = compute_policy_;
   if (const CLI::Option* sharing = agent_->get_option("--nvidia-sharing-config");
       sharing->count() > 0) {

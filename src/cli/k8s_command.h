@@ -32,6 +32,9 @@ class K8sCommand {
   std::vector<int> whole_gpus_;
   std::vector<int> nvidia_gpus_;
   std::vector<int> static_mig_gpus_;
+  std::vector<int> mps_gpus_;
+  std::string mps_control_;
+  std::string mps_shm_dir_;
   std::string sim_;
   std::string compute_policy_ = "fair";  // --gpu-compute-policy
   int resync_seconds_ = 10;

@@ -9,25 +9,26 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
-#include <optional>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <thread>
 
 #include "common/log.h"
 #include "common/paths.h"
 #include "gpu/health.h"
 #include "gpu/mig_catalogue.h"
 #include "k8s/device_plugin.h"
+#include "k8s/inventory.h"
 #include "k8s/kube_cluster_api.h"
 #include "k8s/nvidia_provider.h"
 #include "k8s/nvidia_sharing_config.h"
 #include "k8s/object_fields.h"
 #include "k8s/pod_request.h"
-#include "k8s/inventory.h"
 #include "launch/limit_file.h"
 #include "machine/node_gpus.h"
 #include "node/compute_policy.h"
+#include "node/mps_daemons.h"
 
 namespace gpufrac::k8s {
 namespace {
@@ -85,6 +86,20 @@ Status InstallLimiter(const std::string& from, const std::string& host_dir) {
   return OkStatus();
 }
 
+// kInvalidArgument (one line) for an --mps-gpus GPU in MIG mode. (OpenNodeGpus refuses an index
+// the node lacks and one also in --whole-gpus; CheckNvidiaGpus one also in --nvidia-gpus or
+// --static-mig-gpus.)
+Status CheckMpsGpus(const NodeInventory& all, const std::vector<int>& mps_gpus) {
+  for (int index : mps_gpus) {
+    const GpuInfo* g = FindGpu(all, index);
+    if (g != nullptr && g->mode == GpuMode::kMig) {
+      return InvalidArgumentError("--mps-gpus: GPU " + std::to_string(index) +
+                                  " is in MIG mode; disable MIG on it, or leave it out");
+    }
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> NodeLabels(const NodeInventory& inventory,
@@ -117,6 +132,9 @@ struct AgentService::Impl {
   std::unique_ptr<KubeClusterApi> api;
   // Limit files and arbiters of every limited container, whichever provider allocated it.
   std::unique_ptr<ContainerLimiter> limiter;
+  // The MPS daemons, for both providers; null when no GPU runs under MPS. Declared before them,
+  // so destroyed after them.
+  std::unique_ptr<ContainerMps> mps;
   std::unique_ptr<GpuProvider> provider;
   std::unique_ptr<DevicePlugin> plugin;
   std::string published;  // The inventory document and labels last written to the node.
@@ -227,6 +245,53 @@ struct AgentService::Impl {
     return OkStatus();
   }
 
+  // Starts the MPS daemons: one for each GPU of `inv` (what gpufrac schedules) in MPS mode, and
+  // one for each GPU NVIDIA's sharing configuration shares under `mps`.
+  Status StartMps(const NodeInventory& inv) {
+    std::map<int, std::string> uuids;
+    for (const GpuInfo& g : inv.gpus) {
+      if (g.mode == GpuMode::kMps) uuids[g.index] = g.uuid;
+    }
+    if (sharing.kind == NvidiaSharingKind::kMps) {
+      for (const auto& [index, shared] : sharing.gpus) {
+        for (const machine::NodeGpu& g : gpus->inventory.gpus) {
+          if (g.index == index) uuids[index] = g.uuid;
+        }
+      }
+    }
+    if (uuids.empty()) return OkStatus();
+    const std::string control =
+        node::FindMpsControl(options.mps_control, gpus->inventory.simulated);
+    if (control.empty()) {
+      return FailedPreconditionError(
+          "GPUs run under MPS here but there is no nvidia-cuda-mps-control on PATH: install the "
+          "NVIDIA driver's compute utilities in the agent's image, or pass --mps-control PATH");
+    }
+    std::error_code ec;
+    if (access(control.c_str(), X_OK) != 0) {
+      return FailedPreconditionError("--mps-control " + control + ": not an executable file");
+    }
+    if (!options.mps_shm_dir.empty() &&
+        (options.mps_shm_dir[0] != '/' || !fs::is_directory(options.mps_shm_dir, ec))) {
+      // The kubelet mounts it by its path on the host.
+      return InvalidArgumentError("--mps-shm-dir " + options.mps_shm_dir +
+                                  ": no such directory on this node (give its absolute path)");
+    }
+    mps = std::make_unique<ContainerMps>(
+        ContainerMpsOptions{.daemons = {.dir = options.agent.host_dir + "/mps",
+                                        .control = control,
+                                        .env = gpus->inventory.job_env},
+                            .shm_dir = options.mps_shm_dir});
+    for (const auto& [index, uuid] : uuids) {
+      if (Status started = mps->Start(index, uuid); !started.ok()) {
+        return started.WithContext("GPU " + std::to_string(index) + " runs under MPS");
+      }
+      LogInfo("GPU %d: shares run under MPS, daemon pipe directory %s/mps/%d/pipe", index,
+              options.agent.host_dir.c_str(), index);
+    }
+    return OkStatus();
+  }
+
   // Serves NVIDIA's resource names for the devices they have now: a plugin per resource (one
   // for a MIG profile that appears later too), and an empty list for a profile that is gone.
   Status SyncNvidia(const NodeInventory& all) {
@@ -252,7 +317,8 @@ struct AgentService::Impl {
           .gpus = all,
           .kind = sharing.kind,
           .fail_requests_greater_than_one = sharing.fail_requests_greater_than_one,
-          .compute_policy = options.agent.compute_policy};
+          .compute_policy = options.agent.compute_policy,
+          .mps = mps.get()};
       entry.provider = std::make_unique<NvidiaProvider>(resource, options.agent.dev_dir,
                                                         std::move(devices), std::move(limits));
       DevicePluginOptions plugin_options;
@@ -309,8 +375,7 @@ Status AgentService::Start() {
                              // One simulated machine per host directory.
                              .sim_namespace = "k8s-" + StateDirTag(s.options.agent.host_dir),
                              .whole_gpus = s.options.whole_gpus,
-                             // The agent runs no MPS daemons (yet: see nvidia_provider.h).
-                             .mps_gpus = {}},
+                             .mps_gpus = s.options.mps_gpus},
                             &warning));
   if (!warning.empty()) LogWarning("%s", warning.c_str());
   // After OpenNodeGpus, which names the simulated machine when GPUs are simulated.
@@ -324,6 +389,7 @@ Status AgentService::Start() {
   StatusOr<std::vector<nlohmann::json>> pods = s.api->ListPodsOnNode(s.options.agent.node);
   if (!pods.ok()) return pods.status().WithContext("listing the pods on this node");
   NodeInventory all = s.Observe(*pods);
+  GPUFRAC_RETURN_IF_ERROR(CheckMpsGpus(all, s.options.mps_gpus));
   GPUFRAC_RETURN_IF_ERROR(CheckNvidiaGpus(all, s.nvidia));
   for (const std::string& line : s.sharing_config.notices) LogWarning("%s", line.c_str());
   GPUFRAC_ASSIGN_OR_RETURN(s.sharing, ResolveNvidiaSharing(s.sharing_config, all, s.nvidia.whole));
@@ -331,11 +397,12 @@ Status AgentService::Start() {
     LogInfo("GPU %d: %d replicas served as %s (%s), each container limited to its share", index,
             shared.replicas, shared.resource.c_str(), NvidiaSharingKindName(s.sharing.kind));
   }
-  GPUFRAC_RETURN_IF_ERROR(s.Publish(all));
   NodeInventory inv = WithoutNvidiaGpus(all, s.nvidia);
+  GPUFRAC_RETURN_IF_ERROR(s.StartMps(inv));
+  GPUFRAC_RETURN_IF_ERROR(s.Publish(all));
   s.limiter = std::make_unique<ContainerLimiter>(s.options.agent.host_dir);
-  s.provider = std::make_unique<GpuProvider>(s.options.agent, inv, s.api.get(),
-                                             s.gpus->mig_backend.get(), s.limiter.get());
+  s.provider = std::make_unique<GpuProvider>(
+      s.options.agent, inv, s.api.get(), s.gpus->mig_backend.get(), s.limiter.get(), s.mps.get());
   DevicePluginOptions plugin;
   plugin.resource_name = std::string(kResourceGpu);
   plugin.kubelet_dir = s.options.kubelet_dir;
@@ -369,6 +436,18 @@ Status AgentService::Resync() {
     if (!PodFinished(pod)) live.push_back(MetaOf(pod, "uid"));
   }
   s.provider->CleanUp(live);
+  if (s.mps) {
+    for (const node::MpsDaemons::Ended& e : s.mps->Watch()) {
+      LogWarning("the MPS daemon of GPU %d %s", e.index, e.how.c_str());
+    }
+    // A pod's client is forgotten with its limit file, which CleanUp keeps for a while after
+    // the pod has gone (a pod allocated after `pods` was listed keeps its own).
+    const std::string host_dir = s.options.agent.host_dir;
+    s.mps->Forget([&host_dir](const std::string& client) {
+      std::error_code ec;
+      return client.rfind("pods/", 0) == 0 && !fs::exists(host_dir + "/" + client, ec) && !ec;
+    });
+  }
   return OkStatus();
 }
 
@@ -420,9 +499,14 @@ void AgentService::Stop() {
   }
   impl_->cv.notify_all();
   if (impl_->plugin) impl_->plugin->Stop();
-  std::lock_guard<std::mutex> lock(impl_->plugins_mu);
-  for (auto& [resource, entry] : impl_->nvidia_plugins) entry.plugin->Stop();
+  {
+    std::lock_guard<std::mutex> lock(impl_->plugins_mu);
+    for (auto& [resource, entry] : impl_->nvidia_plugins) entry.plugin->Stop();
+  }
+  if (impl_->mps) impl_->mps->StopIdle();
 }
+
+ContainerMps* AgentService::mps() const { return impl_->mps.get(); }
 
 NodeInventory AgentService::inventory() const {
   return impl_->provider ? impl_->provider->inventory() : NodeInventory{};

@@ -4,8 +4,9 @@
 // feature discovery style labels, serves the kubelet device plugin for gpufrac.io/gpu (and, for
 // GPUs the operator keeps out of gpufrac's scheduling, NVIDIA's nvidia.com/gpu, its replicas as
 // NVIDIA's sharing configuration makes them, and nvidia.com/mig-<profile>: nvidia_provider.h),
-// and every resync period refreshes MIG instances and GPU health, republishes what changed and
-// removes the limit files of pods that are gone.
+// runs an MPS control daemon for every GPU whose shares or replicas run under MPS, and every
+// resync period refreshes MIG instances and GPU health, restarts an MPS daemon that ended,
+// republishes what changed and removes the limit files of pods that are gone.
 #pragma once
 
 #include <chrono>
@@ -15,6 +16,7 @@
 
 #include "common/status.h"
 #include "k8s/api_client.h"
+#include "k8s/container_mps.h"
 #include "k8s/gpu_provider.h"
 
 namespace gpufrac::k8s {
@@ -24,6 +26,16 @@ struct AgentServiceOptions {
   std::string kubelet_dir = "/var/lib/kubelet/device-plugins";
   std::string sim;              // Simulated GPUs ("2xH100-80GB"); "" for this machine's.
   std::vector<int> whole_gpus;  // GPUs that serve whole-GPU pods only.
+  // GPUs whose gpufrac.io/gpu shares run under MPS (--mps-gpus, as gpufracd's): each a client of
+  // the GPU's MPS control daemon, which the agent runs (container_mps.h), as it does for the GPUs
+  // NVIDIA's sharing configuration shares under `mps`.
+  std::vector<int> mps_gpus;
+  // nvidia-cuda-mps-control (--mps-control); "": found as gpufracd finds it
+  // (node::FindMpsControl: with `sim`, the simulated one; else on PATH).
+  std::string mps_control;
+  // A host directory mounted as /dev/shm in every MPS container (--mps-shm-dir; "" for none): it
+  // must be the agent's own /dev/shm, which its daemons use (see docs/kubernetes.md).
+  std::string mps_shm_dir;
   // GPUs served under NVIDIA's resource names instead of gpufrac.io/gpu: whole as nvidia.com/gpu,
   // and GPUs in MIG mode whose existing instances are served as nvidia.com/mig-<profile>. Left
   // out of the inventory published for the extender, so gpufrac never books them.
@@ -50,20 +62,26 @@ class AgentService {
                                                         AgentServiceOptions options);
   ~AgentService();
 
-  // Discovers the GPUs, installs the limiter, publishes the inventory and starts the device
-  // plugins. Errors say what to fix (no GPUs, no kubelet directory, node not found, a GPU given
-  // to NVIDIA's resource names that cannot be, a sharing configuration that does not fit the
-  // node, ...).
+  // Discovers the GPUs, installs the limiter, starts the MPS daemons, publishes the inventory
+  // and starts the device plugins. Errors say what to fix, on one line (no GPUs, no kubelet
+  // directory, node not found, a GPU given to NVIDIA's resource names that cannot be, an
+  // --mps-gpus GPU the node lacks or that is also whole, MIG or NVIDIA's, a sharing
+  // configuration that does not fit the node, no MPS control binary, a daemon that does not
+  // start, ...).
   Status Start();
   // One resync: MIG instances, health, republish on change, clean-up. Run() calls it
   // periodically; tests call it directly.
   Status Resync();
   // Start, then Resync every period until Stop().
   Status Run();
+  // Stops serving; the MPS daemons that serve no container are stopped, the others left to the
+  // containers using them (and taken back by the next agent).
   void Stop();
 
   // The GPUs gpufrac schedules (the published inventory: without the NVIDIA-named ones).
   NodeInventory inventory() const;
+  // The agent's MPS daemons (null when no GPU runs under MPS), for tests and diagnostics.
+  ContainerMps* mps() const;
 
  private:
   struct Impl;

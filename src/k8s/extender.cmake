@@ -14,11 +14,12 @@ find_package(yaml-cpp REQUIRED)
 add_library(gpufrac_k8s_nvidia_sharing STATIC nvidia_sharing_config.cc)
 target_link_libraries(gpufrac_k8s_nvidia_sharing PUBLIC gpufrac_k8s PRIVATE yaml-cpp)
 
-add_library(gpufrac_k8s_agent STATIC container_gpus.cc container_limiter.cc gpu_provider.cc
-            nvidia_provider.cc)
-# gpufrac_node for the compute policy only (node/compute_policy.h), the one gpufracd uses.
+add_library(gpufrac_k8s_agent STATIC container_gpus.cc container_limiter.cc container_mps.cc
+            gpu_provider.cc nvidia_provider.cc)
+# gpufrac_node for the compute policy (node/compute_policy.h), the one gpufracd uses, and
+# gpufrac_node_mps for gpufracd's MPS daemon manager.
 target_link_libraries(gpufrac_k8s_agent PUBLIC gpufrac_k8s gpufrac_k8s_plugin gpufrac_mig_control
-                      gpufrac_launch gpufrac_node gpufrac_k8s_nvidia_sharing)
+                      gpufrac_launch gpufrac_node gpufrac_node_mps gpufrac_k8s_nvidia_sharing)
 
 # The processes: ClusterApi over the API server, the extender service and the node agent.
 add_library(gpufrac_k8s_services STATIC kube_cluster_api.cc extender_service.cc agent_service.cc)

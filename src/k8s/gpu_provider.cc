@@ -2,11 +2,11 @@
 // limit files and what the container gets.
 #include "k8s/gpu_provider.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -57,11 +57,12 @@ bool Overlaps(const gpu::MigPlacement& a, int start, int size) {
 }  // namespace
 
 GpuProvider::GpuProvider(AgentOptions options, NodeInventory inventory, ClusterApi* api,
-                         mig::MigBackend* mig, ContainerLimiter* limiter)
+                         mig::MigBackend* mig, ContainerLimiter* limiter, ContainerMps* mps)
     : options_(std::move(options)),
       api_(api),
       mig_(mig),
       limiter_(limiter),
+      mps_(mps),
       inventory_(std::move(inventory)) {}
 
 void GpuProvider::SetInventory(NodeInventory inventory) {
@@ -128,6 +129,14 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
   ContainerAllocation out;
   std::vector<std::string> uuids;
   std::vector<launch::LimitedGpu> limited;
+  // Its share of a GPU in MPS mode, if it has one (placement gives such a share alone).
+  struct MpsShare {
+    int index;
+    std::string uuid;
+    int percentage;
+    uint64_t pinned_mib;
+  };
+  std::optional<MpsShare> mps_share;
   for (const GpuGrant& g : ca.gpus) {
     if (g.mig) {
       GPUFRAC_ASSIGN_OR_RETURN(std::string uuid, MigUuid(g.index, *g.mig, pods));
@@ -142,18 +151,46 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
       GpuRequest asked = GpuRequest::Fraction(g.milli);
       asked.compute_limit_milli = ca.compute_limit_milli;
       const uint32_t limit = node::ComputeLimitMilli(asked, g.milli, options_.compute_policy);
+      const uint64_t context =
+          gpu::ContextChargeBytes(info != nullptr ? gpu::FindModel(info->model) : nullptr);
+      if (info != nullptr && info->mode == GpuMode::kMps) {
+        // Under MPS the share of the SMs is the compute limit, and MPS holds it: the limiter
+        // keeps the memory and the view, and no turns are taken (as gpufracd does). A whole GPU
+        // in MPS mode runs alone, outside MPS.
+        if (mps_share) {
+          return FailedPreconditionError(
+              "container " + ca.container + " of pod " + chosen->key +
+              " is booked on shares of two GPUs in MPS mode, which one MPS client cannot use; "
+              "delete the pod to schedule it again");
+        }
+        mps_share = MpsShare{.index = g.index,
+                             .uuid = g.uuid,
+                             .percentage = node::MpsThreadPercentage(limit),
+                             .pinned_mib = g.memory_bytes >> 20};
+        limited.push_back(
+            {.uuid = g.uuid, .limit_bytes = g.memory_bytes, .context_bytes = context});
+        continue;
+      }
       limited.push_back({.uuid = g.uuid,
                          .limit_bytes = g.memory_bytes,
-                         .context_bytes = gpu::ContextChargeBytes(
-                             info != nullptr ? gpu::FindModel(info->model) : nullptr),
+                         .context_bytes = context,
                          .compute_milli = limit != 0 ? g.milli : 0,
                          .compute_limit_milli = limit});
     }
   }
 
+  const std::string subdir = "pods/" + uid + "/" + ca.container;
   if (!limited.empty()) {
-    GPUFRAC_RETURN_IF_ERROR(limiter_->Limit("pods/" + uid + "/" + ca.container,
-                                            WorkloadId(uid, ca.container), limited, &out));
+    GPUFRAC_RETURN_IF_ERROR(limiter_->Limit(subdir, WorkloadId(uid, ca.container), limited, &out));
+  }
+  if (mps_share) {
+    if (mps_ == nullptr) {
+      return FailedPreconditionError("GPU " + std::to_string(mps_share->index) + " of node " +
+                                     options_.node +
+                                     " is in MPS mode but the agent runs no MPS daemons");
+    }
+    GPUFRAC_RETURN_IF_ERROR(mps_->Join(subdir, mps_share->index, mps_share->uuid,
+                                       mps_share->percentage, mps_share->pinned_mib, &out));
   }
   std::vector<int> indexes;
   for (const GpuGrant& g : ca.gpus) indexes.push_back(g.index);

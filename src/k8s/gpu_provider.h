@@ -5,6 +5,10 @@
 // and limit) and returns what the container gets: the GPU or MIG UUIDs, the limiter library, the
 // limit file, an /etc/ld.so.preload that loads the limiter, the device nodes, and for a share
 // whose compute is arbitrated the GPU's compute arbiter, shared with the other pods on the GPU.
+// A share of a GPU in MPS mode is instead a client of the GPU's MPS daemon (container_mps.h):
+// its pipe directory, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE from its compute limit and
+// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT from its memory, with the limiter keeping its memory and view
+// but no compute pair (as gpufracd runs a job on an MPS GPU).
 //
 // The kubelet's Allocate does not say which pod it is for. The agent takes the pod bound to this
 // node longest ago (by its assignment's time, then name) that has a container booked on exactly
@@ -20,6 +24,7 @@
 #include "k8s/assignment.h"
 #include "k8s/cluster_api.h"
 #include "k8s/container_limiter.h"
+#include "k8s/container_mps.h"
 #include "k8s/device_provider.h"
 #include "k8s/inventory.h"
 #include "mig/backend.h"
@@ -44,10 +49,11 @@ struct AgentOptions {
 
 class GpuProvider : public DeviceProvider {
  public:
-  // `api`, `mig` (may be null when no GPU is in MIG mode) and `limiter` (writes a shared
-  // container's limit file under options.host_dir/pods) must outlive the provider.
+  // `api`, `mig` (may be null when no GPU is in MIG mode), `limiter` (writes a shared
+  // container's limit file under options.host_dir/pods) and `mps` (may be null when no GPU is in
+  // MPS mode; its clients are named "pods/<uid>/<container>") must outlive the provider.
   GpuProvider(AgentOptions options, NodeInventory inventory, ClusterApi* api, mig::MigBackend* mig,
-              ContainerLimiter* limiter);
+              ContainerLimiter* limiter, ContainerMps* mps = nullptr);
 
   // A new view of the GPUs (health, MIG instances); the caller then tells the plugin.
   void SetInventory(NodeInventory inventory);
@@ -69,6 +75,7 @@ class GpuProvider : public DeviceProvider {
   ClusterApi* api_;
   mig::MigBackend* mig_;
   ContainerLimiter* limiter_;
+  ContainerMps* mps_;
   mutable std::mutex mu_;  // Guards inventory_ and serialises Allocate.
   NodeInventory inventory_;
 };

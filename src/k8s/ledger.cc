@@ -110,7 +110,9 @@ struct Ledger::Impl {
       usable.push_back({.model = gpu.model,
                         .memory_bytes = gpu.memory_bytes,
                         .context_bytes = gpu::ContextChargeBytes(gpu::FindModel(gpu.model)),
-                        .whole_only = gpu.mode == GpuMode::kWhole});
+                        .whole_only = gpu.mode == GpuMode::kWhole,
+                        // A share there is of one GPU, as gpufracd places it.
+                        .mps = gpu.mode == GpuMode::kMps});
     }
     std::vector<Group> groups;
     for (pl::GpuGroup& alike : pl::GroupHostGpus(usable)) {

@@ -74,6 +74,13 @@ Status CheckNvidiaGpus(const NodeInventory& all, const NvidiaGpus& gpus) {
     if (g->mode == GpuMode::kWhole) {
       return InvalidArgumentError(which + " is also in --whole-gpus; list it in one of the two");
     }
+    if (g->mode == GpuMode::kMps) {
+      // NVIDIA's sharing configuration says whether its replicas run under MPS.
+      return InvalidArgumentError(which +
+                                  " is also in --mps-gpus; list it in one of the two (its "
+                                  "replicas run under MPS with sharing.mps in the sharing "
+                                  "configuration)");
+    }
   }
   std::set<int> mig;
   for (int index : gpus.static_mig) {
@@ -247,14 +254,30 @@ StatusOr<ContainerAllocation> NvidiaProvider::Allocate(const std::vector<std::st
     const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
+    const std::string subdir = "nvidia/" + LimiterWorkloadId(first);
     GPUFRAC_RETURN_IF_ERROR(limits_.limiter->Limit(
-        "nvidia/" + LimiterWorkloadId(first),
-        LimiterWorkloadId("nv-" + Base36(static_cast<uint64_t>(now_ms)) + "-" + first), limited,
-        &out));
+        subdir, LimiterWorkloadId("nv-" + Base36(static_cast<uint64_t>(now_ms)) + "-" + first),
+        limited, &out));
     if (limits_.kind == NvidiaSharingKind::kMps) {
-      // TODO(mps): and the GPU's MPS pipe directory, mounted (see nvidia_provider.h): without an
-      // MPS server this percentage is not enforced.
-      out.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(mps_percentage);
+      // One pipe directory per container: its replicas must all be of one GPU (one daemon).
+      const GpuCount* shared = nullptr;
+      for (const GpuCount& c : counts) {
+        if (c.replicas == 0 || c.given >= c.replicas) continue;
+        if (shared != nullptr) {
+          return InvalidArgumentError(
+              "a container on MPS may take replicas of one GPU, and this one has replicas of " +
+              shared->uuid + " and " + c.uuid + "; ask for replicas of one GPU");
+        }
+        shared = &c;
+      }
+      if (limits_.mps == nullptr) {
+        return InternalError(resource_ + " serves MPS replicas without MPS daemons");
+      }
+      const GpuInfo* info = FindGpu(limits_.gpus, shared->gpu);
+      const uint64_t pinned = static_cast<uint64_t>(
+          static_cast<unsigned __int128>(info->memory_bytes) * shared->given / shared->replicas);
+      GPUFRAC_RETURN_IF_ERROR(
+          limits_.mps->Join(subdir, shared->gpu, shared->uuid, mps_percentage, pinned >> 20, &out));
     }
   }
   LogInfo("allocated %s: %s", resource_.c_str(), out.envs["CUDA_VISIBLE_DEVICES"].c_str());

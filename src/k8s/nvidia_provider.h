@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "k8s/container_limiter.h"
+#include "k8s/container_mps.h"
 #include "k8s/device_provider.h"
 #include "k8s/inventory.h"
 #include "k8s/nvidia_sharing_config.h"
@@ -39,7 +40,7 @@ struct NvidiaGpus {
 };
 
 // kInvalidArgument (one line, naming the flag) for an index the node lacks, a GPU listed twice,
-// a GPU in both lists or also in --whole-gpus, an --nvidia-gpus GPU in MIG mode, or a
+// a GPU in both lists or also in --whole-gpus or --mps-gpus, an --nvidia-gpus GPU in MIG mode, or a
 // --static-mig-gpus GPU not in MIG mode. `all` is every GPU of the node as observed.
 Status CheckNvidiaGpus(const NodeInventory& all, const NvidiaGpus& gpus);
 // `all` without the GPUs of `gpus`: what gpufrac schedules and publishes.
@@ -74,6 +75,9 @@ struct NvidiaReplicaLimits {
   NvidiaSharingKind kind = NvidiaSharingKind::kTimeSlicing;
   bool fail_requests_greater_than_one = false;
   node::ComputePolicy compute_policy = node::ComputePolicy::kFair;  // --gpu-compute-policy
+  // The daemons of the GPUs shared under MPS (kind kMps; must outlive the provider). Its clients
+  // are named "nvidia/<the container's smallest device id>".
+  ContainerMps* mps = nullptr;
 };
 
 // The resource manager of one NVIDIA resource: lists its devices and answers Allocate with
@@ -85,10 +89,10 @@ struct NvidiaReplicaLimits {
 // a compute request of k/N with the limit
 // --gpu-compute-policy gives it (as a gpufrac.io/gpu share without a compute limit); replicas of
 // several GPUs are each limited by their own count, and a whole GPU beside them by nothing but
-// its size. Under MPS it gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 k/N (rounded up; the
-// smallest over its GPUs) instead of a compute pair.
-// TODO(mps): mount the GPU's MPS pipe directory (CUDA_MPS_PIPE_DIRECTORY) once the node runs MPS
-// control daemons for these GPUs; until then no MPS server enforces the percentage.
+// its size. Under MPS it is instead a client of the GPU's MPS daemon, the agent's
+// (container_mps.h): the daemon's pipe directory, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 k/N
+// (rounded up) and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT = k/N of the GPU's memory, and no compute
+// pair; its replicas must then all be of one GPU.
 class NvidiaProvider : public DeviceProvider {
  public:
   // `limits` is needed only for a resource with replicas.
@@ -101,7 +105,8 @@ class NvidiaProvider : public DeviceProvider {
   std::vector<PluginDevice> Devices() override;
   // kNotFound for an id this resource does not have (the kubelet's view is out of date);
   // kInvalidArgument for more than one device with a replica among them under
-  // failRequestsGreaterThanOne.
+  // failRequestsGreaterThanOne, or under MPS for replicas of two GPUs; the MPS daemon's error
+  // when it cannot be started or refuses the limits.
   StatusOr<ContainerAllocation> Allocate(const std::vector<std::string>& device_ids) override;
 
  private:

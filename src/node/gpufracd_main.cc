@@ -12,7 +12,6 @@
 
 #include <cstdio>
 #include <deque>
-#include <tuple>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -20,6 +19,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "CLI/CLI.hpp"
 #include "common/log.h"
@@ -29,6 +29,7 @@
 #include "mig/nvml_backend.h"
 #include "node/api.h"
 #include "node/http_server.h"
+#include "node/mps_daemons.h"
 #include "node/paths.h"
 #include "node/queue_config.h"
 #include "node/service.h"
@@ -66,21 +67,6 @@ struct Flags {
   std::string compute_policy = "fair";
   bool verbose = false;
 };
-
-// nvidia-cuda-mps-control: `given`, else the simulated driver's, else the first on PATH; "" when
-// there is none.
-std::string MpsControlPath(const std::string& given, bool simulated) {
-  constexpr char kName[] = "nvidia-cuda-mps-control";
-  if (!given.empty()) return std::filesystem::absolute(given).string();
-  if (simulated) return SimgpuDir() + "/bin/" + kName;
-  const char* path = getenv("PATH");
-  std::istringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + kName;
-    if (access(candidate.c_str(), X_OK) == 0) return std::filesystem::absolute(candidate).string();
-  }
-  return "";
-}
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "gpufracd: %s\n", message.c_str());
@@ -276,7 +262,7 @@ int Run(const Flags& f) {
   config.inventory = (*gpus)->inventory;
   config.mig_backend = (*gpus)->mig_backend.get();
   config.mig_models = (*gpus)->mig_models;
-  config.mps_control = MpsControlPath(f.mps_control, config.inventory.simulated);
+  config.mps_control = FindMpsControl(f.mps_control, config.inventory.simulated);
 
   // Signals are taken synchronously by this thread; every other thread inherits the mask.
   sigset_t stop_signals;

@@ -13,11 +13,13 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "common/log.h"
+#include "common/paths.h"
 
 extern char** environ;
 
@@ -68,6 +70,19 @@ std::string ExeOf(pid_t pid) {
 }
 
 }  // namespace
+
+std::string FindMpsControl(const std::string& given, bool simulated) {
+  constexpr char kName[] = "nvidia-cuda-mps-control";
+  if (!given.empty()) return std::filesystem::absolute(given).string();
+  if (simulated) return SimgpuDir() + "/bin/" + kName;
+  const char* path = getenv("PATH");
+  std::istringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + kName;
+    if (access(candidate.c_str(), X_OK) == 0) return std::filesystem::absolute(candidate).string();
+  }
+  return "";
+}
 
 MpsDaemons::~MpsDaemons() { StopIdle(); }
 
@@ -256,6 +271,29 @@ void MpsDaemons::Stop(int index) {
   } else {
     LogInfo("MPS daemon of GPU %d stopped", index);
   }
+}
+
+Status MpsDaemons::SetLimits(int index, int percentage, uint64_t pinned_mib) {
+  std::vector<std::string> commands = {
+      "set_default_active_thread_percentage " + std::to_string(percentage),
+      "set_default_device_pinned_mem_limit 0 " + std::to_string(pinned_mib) + "M"};
+  StatusOr<std::string> servers = Command(index, "get_server_list");
+  if (!servers.ok()) return servers.status();
+  std::istringstream list(*servers);
+  for (std::string pid; list >> pid;) {
+    commands.push_back("set_active_thread_percentage " + pid + " " + std::to_string(percentage));
+    commands.push_back("set_device_pinned_mem_limit " + pid + " 0 " + std::to_string(pinned_mib) +
+                       "M");
+  }
+  for (const std::string& command : commands) {
+    StatusOr<std::string> reply = Command(index, command);
+    if (!reply.ok()) {
+      return Status(reply.status().code(), "the MPS daemon of GPU " + std::to_string(index) +
+                                               " refused '" + command +
+                                               "': " + reply.status().message());
+    }
+  }
+  return OkStatus();
 }
 
 bool MpsDaemons::Serving(int index) {

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -22,6 +23,10 @@
 #include "proc/process_identity.h"
 
 namespace gpufrac::node {
+
+// nvidia-cuda-mps-control, absolute: `given` (the --mps-control flag), else with `simulated`
+// GPUs the simulated driver's (simgpu's stand-in), else the first on PATH; "" when there is none.
+std::string FindMpsControl(const std::string& given, bool simulated);
 
 struct MpsDaemonOptions {
   // Where the daemons' directories go (<dir>/<gpu index>/pipe and .../log); made (0711) if
@@ -53,6 +58,13 @@ class MpsDaemons {
   StatusOr<std::string> Command(int index, const std::string& command);
   // Stops GPU `index`'s daemon: "quit", then SIGKILL if it has not ended within the timeout.
   void Stop(int index);
+  // Sets the limits of GPU `index`'s daemon (Ensure it first) for its clients to come and its
+  // servers now: `percentage` of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, 1 to 100)
+  // and `pinned_mib` MiB of pinned device memory (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT) on device 0,
+  // the only one the daemon serves. A client's environment can only lower its own limits, so
+  // callers pass the most any client of theirs on the GPU may have. The daemon's refusal comes
+  // back with the command it refused.
+  Status SetLimits(int index, int percentage, uint64_t pinned_mib);
   // Whether GPU `index`'s daemon has a client (true when it cannot tell).
   bool Serving(int index);
   // Stops every daemon that serves no client.

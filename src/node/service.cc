@@ -899,25 +899,7 @@ StatusOr<std::map<int, std::string>> Service::PrepareMps(const Job& job) {
         pinned = std::max(pinned, MpsPinnedMiB(s));
       }
     }
-    std::vector<std::string> commands = {
-        "set_default_active_thread_percentage " + std::to_string(percentage),
-        "set_default_device_pinned_mem_limit 0 " + std::to_string(pinned) + "M"};
-    StatusOr<std::string> servers = mps_.Command(share.index, "get_server_list");
-    if (!servers.ok()) return servers.status();
-    std::istringstream list(*servers);
-    for (std::string pid; list >> pid;) {
-      commands.push_back("set_active_thread_percentage " + pid + " " + std::to_string(percentage));
-      commands.push_back("set_device_pinned_mem_limit " + pid + " 0 " + std::to_string(pinned) +
-                         "M");
-    }
-    for (const std::string& command : commands) {
-      StatusOr<std::string> reply = mps_.Command(share.index, command);
-      if (!reply.ok()) {
-        return Status(reply.status().code(), "the MPS daemon of GPU " +
-                                                 std::to_string(share.index) + " refused '" +
-                                                 command + "': " + reply.status().message());
-      }
-    }
+    GPUFRAC_RETURN_IF_ERROR(mps_.SetLimits(share.index, percentage, pinned));
     pipes[share.index] = pipe;
   }
   return pipes;

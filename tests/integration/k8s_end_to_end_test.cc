@@ -3,10 +3,11 @@
 // serving kube-scheduler's HTTP calls, and the kubelet's Allocate giving the container exactly
 // what the extender booked.
 #include <dlfcn.h>
-#include <sys/stat.h>
-
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -88,6 +89,7 @@ class K8sEndToEnd : public ::testing::Test {
     options.kubelet_dir = kubelet_dir_.path();
     options.sim = sim;
     options.compute_policy = compute_policy_;
+    options.mps_gpus = mps_gpus_;
     options.limiter_path = std::string(GPUFRAC_BUILD_DIR) + "/lib/libgpufrac.so";
     auto agent = AgentService::Create(client_.get(), options);
     ASSERT_TRUE(agent.ok()) << agent.status().ToString();
@@ -200,6 +202,7 @@ class K8sEndToEnd : public ::testing::Test {
 
   bool reservation_pods_ = false;  // Set before StartAll.
   std::string compute_policy_ = "fair";
+  std::vector<int> mps_gpus_;  // --mps-gpus, set before StartAll.
   std::chrono::seconds orphan_grace_{60};
   TempDir kubelet_dir_;
   TempDir host_dir_;
@@ -626,6 +629,117 @@ TEST_F(K8sEndToEnd, ALostGpuIsReportedUnhealthyAndGetsNoNewPods) {
   json b = server_->Put(PodObject("b", testing::FractionLimits(700)));
   EXPECT_NE(Schedule(b).find("filter:"), std::string::npos);
   dlclose(nvml);
+}
+
+// ---- GPUs in MPS mode (--mps-gpus) ----
+
+// A share of a GPU in MPS mode is a client of the MPS daemon the agent runs for that GPU: the
+// container gets the daemon's pipe directory (read-only), the three MPS variables from its
+// compute limit and memory, the limiter for memory and view only, and the daemon's own limits
+// are raised to the most any of its containers has. The daemon runs from the agent's start and
+// is gone when the agent stops with nobody served.
+TEST_F(K8sEndToEnd, ASharedGpuInMpsModeMakesItsPodsClientsOfTheAgentsMpsDaemon) {
+  mps_gpus_ = {0};
+  StartAll("1xH100-80GB");
+  ContainerMps* mps = agent_->mps();
+  ASSERT_NE(mps, nullptr);
+  const std::string pipe = host_dir_.path() + "/mps/0/pipe";
+  // Started with the agent, before any pod, in a directory of the agent's own.
+  std::map<int, pid_t> running = mps->Running();
+  ASSERT_EQ(running.count(0), 1u);
+  const pid_t daemon = running[0];
+  EXPECT_EQ(ReadFile(pipe + "/nvidia-cuda-mps-control.pid"), std::to_string(daemon) + "\n");
+  for (const std::string& dir :
+       {host_dir_.path() + "/mps", pipe, host_dir_.path() + "/mps/0/log"}) {
+    struct stat st;
+    ASSERT_EQ(lstat(dir.c_str(), &st), 0) << dir;
+    EXPECT_TRUE(S_ISDIR(st.st_mode)) << dir;
+    EXPECT_EQ(st.st_uid, geteuid()) << dir;
+    EXPECT_EQ(st.st_mode & 0022, 0u) << dir << ": writable by others";
+  }
+  EXPECT_EQ(PublishedInventory().gpus.at(0).mode, GpuMode::kMps);
+
+  json pod = server_->Put(PodObject("mps-a",
+                                    {{"gpufrac.io/gpu", "1"},
+                                     {"gpufrac.io/gpu-memory", "4096"},
+                                     {"gpufrac.io/gpu-compute", "250"}},
+                                    {{"gpufrac.io/gpu-compute-limit", "0.3"}}));
+  ASSERT_EQ(Schedule(pod), "");
+  KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+  v1beta1::AllocateResponse response;
+  grpc::Status s = kubelet.Allocate({{"gpu0-slot0"}}, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const auto& c = response.container_responses(0);
+  EXPECT_EQ(c.envs().at("CUDA_MPS_PIPE_DIRECTORY"), "/mps/pipe");
+  EXPECT_EQ(c.envs().at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "30");
+  EXPECT_EQ(c.envs().at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "0=4096M");
+  int pipe_mounts = 0;
+  std::string limits;
+  for (const auto& m : c.mounts()) {
+    if (m.container_path() == "/mps/pipe") {
+      ++pipe_mounts;
+      EXPECT_EQ(m.host_path(), pipe);
+      EXPECT_TRUE(m.read_only());
+    }
+    if (m.container_path() == "/etc/gpufrac/limits") limits = ReadFile(m.host_path());
+    EXPECT_EQ(m.container_path().rfind("/etc/gpufrac/compute.", 0), std::string::npos)
+        << "an MPS share takes no turns: " << m.container_path();
+  }
+  EXPECT_EQ(pipe_mounts, 1);
+  // The limiter keeps its memory and view; MPS, not the limiter, holds its compute.
+  EXPECT_NE(limits.find(" limit " + std::to_string(uint64_t{4096} << 20) + " context "),
+            std::string::npos)
+      << limits;
+  EXPECT_EQ(limits.find(" compute "), std::string::npos) << limits;
+  // The daemon's limits are this client's: a client's environment can only lower its own.
+  auto percentage = mps->Command(0, "get_default_active_thread_percentage");
+  ASSERT_TRUE(percentage.ok()) << percentage.status().ToString();
+  EXPECT_EQ(*percentage, "30.0");
+  auto pinned = mps->Command(0, "get_default_device_pinned_mem_limit 0");
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  EXPECT_EQ(*pinned, "4G");
+
+  // A second pod with more of the GPU raises them to its own.
+  json more = server_->Put(PodObject("mps-b",
+                                     {{"gpufrac.io/gpu", "1"},
+                                      {"gpufrac.io/gpu-memory", "8192"},
+                                      {"gpufrac.io/gpu-compute", "250"}},
+                                     {{"gpufrac.io/gpu-compute-limit", "0.6"}}));
+  ASSERT_EQ(Schedule(more), "");
+  s = kubelet.Allocate({{"gpu0-slot1"}}, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.container_responses(0).envs().at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "60");
+  EXPECT_EQ(*mps->Command(0, "get_default_active_thread_percentage"), "60.0");
+  EXPECT_EQ(*mps->Command(0, "get_default_device_pinned_mem_limit 0"), "8G");
+
+  // A daemon that ends is started again at the next resync.
+  ASSERT_EQ(kill(daemon, SIGKILL), 0);
+  ASSERT_TRUE(Eventually([&] { return kill(daemon, 0) != 0; }));
+  ASSERT_TRUE(agent_->Resync().ok());
+  running = mps->Running();
+  ASSERT_EQ(running.count(0), 1u);
+  EXPECT_NE(running[0], daemon);
+  EXPECT_EQ(*mps->Command(0, "get_default_active_thread_percentage"), "60.0")
+      << "the new daemon has its clients' limits";
+
+  // Stopping the agent stops the daemon, which serves no process.
+  const pid_t second = running[0];
+  agent_->Stop();
+  EXPECT_TRUE(Eventually([&] { return kill(second, 0) != 0; })) << "the daemon still runs";
+  EXPECT_FALSE(std::filesystem::exists(pipe + "/nvidia-cuda-mps-control.pid"));
+}
+
+// Placement treats an MPS GPU as gpufracd does: a share there is of one GPU.
+TEST_F(K8sEndToEnd, SharesOfSeveralGpusAreNotPlacedOnGpusInMpsMode) {
+  mps_gpus_ = {0, 1};
+  StartAll("2xH100-80GB");
+  json two = server_->Put(
+      PodObject("two-halves", {{"gpufrac.io/gpu", "2"}, {"gpufrac.io/gpu-fraction", "500"}}));
+  EXPECT_NE(Schedule(two).find("filter:"), std::string::npos);
+  json one = server_->Put(PodObject("one-half", testing::FractionLimits(500)));
+  EXPECT_EQ(Schedule(one), "");
+  json whole = server_->Put(PodObject("whole", {{"gpufrac.io/gpu", "1"}}));
+  EXPECT_EQ(Schedule(whole), "") << "a whole GPU in MPS mode runs outside MPS";
 }
 
 }  // namespace

@@ -6,11 +6,14 @@
 // replicas with NVIDIA's ids and names, and containers held to their share by the limiter.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "common/paths.h"
 #include "gpu/mig_catalogue.h"
@@ -117,6 +120,9 @@ class NvidiaResourcesTest : public ::testing::Test {
     options.limiter_path = std::string(GPUFRAC_BUILD_DIR) + "/lib/libgpufrac.so";
     options.nvidia_gpus = std::move(nvidia_gpus);
     options.static_mig_gpus = std::move(static_mig_gpus);
+    options.whole_gpus = whole_gpus_;
+    options.mps_gpus = mps_gpus_;
+    options.mps_shm_dir = mps_shm_dir_;
     auto agent = AgentService::Create(client_.get(), options);
     if (!agent.ok()) return agent.status();
     agent_ = std::move(*agent);
@@ -210,6 +216,9 @@ class NvidiaResourcesTest : public ::testing::Test {
   }
 
   std::string compute_policy_ = "fair";  // --gpu-compute-policy, set before StartAgent.
+  std::vector<int> whole_gpus_;          // --whole-gpus, set before StartAgent.
+  std::vector<int> mps_gpus_;            // --mps-gpus, set before StartAgent.
+  std::string mps_shm_dir_;              // --mps-shm-dir, set before StartAgent.
   TempDir kubelet_dir_;
   TempDir host_dir_;
   std::unique_ptr<FakeApiServer> server_;
@@ -477,6 +486,8 @@ sharing:
 TEST_F(NvidiaResourcesTest, MpsReplicasGetTheirMemoryAndThreadPercentage) {
   const std::string gpu1 = Machine().inventory.gpus.at(1).uuid;
   const uint64_t memory = Machine().inventory.gpus.at(1).memory_bytes;
+  mps_shm_dir_ = host_dir_.path() + "/mps-shm";
+  std::filesystem::create_directories(mps_shm_dir_);
   Status started = StartAgent({1}, {}, R"(version: v1
 sharing:
   mps:
@@ -492,6 +503,44 @@ sharing:
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(c.envs().at("CUDA_VISIBLE_DEVICES"), gpu1);
   EXPECT_EQ(c.envs().at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "34");  // 100/3, rounded up.
+  // A client of the MPS daemon the agent runs for GPU 1: its pipe directory, read-only.
+  EXPECT_EQ(c.envs().at("CUDA_MPS_PIPE_DIRECTORY"), "/mps/pipe");
+  EXPECT_EQ(c.envs().at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"),
+            "0=" + std::to_string((memory / 3) >> 20) + "M");
+  bool pipe_mounted = false, shm_mounted = false;
+  for (const auto& m : c.mounts()) {
+    if (m.container_path() == "/dev/shm") {
+      // --mps-shm-dir: the daemons' /dev/shm, shared with their clients as NVIDIA's plugin does.
+      shm_mounted = true;
+      EXPECT_EQ(m.host_path(), mps_shm_dir_);
+      EXPECT_FALSE(m.read_only());
+    }
+    if (m.container_path() != "/mps/pipe") continue;
+    pipe_mounted = true;
+    EXPECT_EQ(m.host_path(), host_dir_.path() + "/mps/1/pipe");
+    EXPECT_TRUE(m.read_only());
+  }
+  EXPECT_TRUE(pipe_mounted);
+  EXPECT_TRUE(shm_mounted);
+  ASSERT_NE(agent_->mps(), nullptr);
+  std::map<int, pid_t> running = agent_->mps()->Running();
+  ASSERT_EQ(running.size(), 1u) << "one daemon, GPU 1's";
+  ASSERT_EQ(running.count(1), 1u);
+  auto percentage = agent_->mps()->Command(1, "get_default_active_thread_percentage");
+  ASSERT_TRUE(percentage.ok()) << percentage.status().ToString();
+  EXPECT_EQ(*percentage, "34.0");
+  // A CUDA process with the container's environment (the pipe directory where the runtime
+  // mounts it from) is a client of that daemon, on 34% of the H100's 132 SMs, rounded down.
+  std::map<std::string, std::string> env;
+  for (const auto& [name, value] : c.envs()) env[name] = value;
+  env["CUDA_MPS_PIPE_DIRECTORY"] = host_dir_.path() + "/mps/1/pipe";
+  env["LD_LIBRARY_PATH"] = GPUFRAC_SIMGPU_DIR;
+  env["SIMGPU_NAMESPACE"] = SimNamespace();
+  env["SIMGPU_CONFIG"] = kSim;
+  gpufrac::testing::RunResult probe =
+      gpufrac::testing::RunCommand({gpufrac::testing::BuildPath("bin/mps_probe"), "info"}, env);
+  EXPECT_EQ(probe.status, 0) << probe.out << probe.err;
+  EXPECT_EQ(probe.Get("sms"), "44") << "not an MPS client at 34%: " << probe.out << probe.err;
   limiter::LimitConfig limits = Limits(c);
   ASSERT_EQ(limits.gpu_count, 1);
   EXPECT_EQ(limits.gpus[0].limit_bytes, memory / 3);
@@ -501,6 +550,39 @@ sharing:
   // As in NVIDIA's plugin, an MPS container takes one replica unless the file says otherwise.
   s = Allocate("nvidia.com/gpu", {gpu1 + "::0", gpu1 + "::2"}, &c);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  // Gone when the agent stops, serving nobody.
+  agent_->Stop();
+  EXPECT_TRUE(agent_->mps()->Running().empty());
+  const pid_t daemon = running[1];
+  for (int i = 0; i < 250 && kill(daemon, 0) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_NE(kill(daemon, 0), 0) << "the MPS daemon still runs";
+}
+
+TEST_F(NvidiaResourcesTest, RefusesMpsGpusThatCannotBeSo) {
+  struct Case {
+    std::vector<int> mps, whole, nvidia;
+    std::string shm_dir, says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{7}, {}, {}, "", "--mps-gpus: no GPU 7 on this node"},
+           {{0}, {0}, {}, "", "GPU 0 is in both --whole-gpus and --mps-gpus"},
+           {{2}, {}, {}, "", "--mps-gpus: GPU 2 is in MIG mode"},
+           {{1}, {}, {1}, "", "--nvidia-gpus: GPU 1 is also in --mps-gpus"},
+           {{1}, {}, {}, "/nonexistent", "--mps-shm-dir /nonexistent: no such directory"},
+       }) {
+    mps_gpus_ = c.mps;
+    whole_gpus_ = c.whole;
+    mps_shm_dir_ = c.shm_dir;
+    Status s = StartAgent(c.nvidia, {});
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.says << ": " << s.ToString();
+    EXPECT_THAT(s.message(), HasSubstr(c.says));
+    EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+    EXPECT_EQ(agent_->mps(), nullptr) << c.says << ": no daemon for a refused configuration";
+    agent_->Stop();
+  }
+  EXPECT_TRUE(kubelet_->registrations().empty());
 }
 
 TEST_F(NvidiaResourcesTest, TheComputePolicyGivesAReplicasComputeLimit) {
