@@ -447,6 +447,9 @@ void FakeApiServer::State::Handle(const httplib::Request& req, httplib::Response
   rec.content_type = req.get_header_value("Content-Type");
   rec.authorization = req.get_header_value("Authorization");
   rec.body = req.body;
+  if (rec.method != "GET" && options.write_latency.count() > 0) {
+    std::this_thread::sleep_for(options.write_latency);
+  }
 
   std::unique_lock<std::mutex> lock(mu);
   requests.push_back(rec);
