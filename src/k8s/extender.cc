@@ -246,41 +246,22 @@ std::string Extender::Bind(const std::string& body) {
     result = NotFoundError("pod " + ns + "/" + name + " was deleted and created again");
   }
   if (result.ok()) {
-    const std::string holder = options_.holder + "/" + uid;
-    auto deadline = std::chrono::steady_clock::now() + options_.lock_wait;
-    // The lock's time to live may start as early as the request: count from there.
-    std::chrono::steady_clock::time_point asked;
-    for (;;) {
-      asked = std::chrono::steady_clock::now();
-      result = api_->LockNode(node, holder, options_.lock_ttl);
-      if (result.code() != StatusCode::kAborted || std::chrono::steady_clock::now() >= deadline) {
-        break;
+    std::string assigned;
+    bool unreserved = false;
+    result = BindOnNode(*pod, node, &assigned, &unreserved);
+    if (result.ok() && !assigned.empty()) {
+      api_->PodEvent(*pod, "GpufracAssigned", "on " + node + ": " + assigned, false);
+      if (unreserved) {
+        api_->PodEvent(*pod, "GpufracNotReserved",
+                       "node " + node +
+                           " advertises no nvidia.com/gpu, so no reservation pod holds this "
+                           "GPU: schedulers counting nvidia.com/gpu do not see its fractions",
+                       false);
       }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        ++stats_.lock_conflicts;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (result.ok()) {
-      std::string assigned;
-      bool unreserved = false;
-      result = BindLocked(*pod, node, asked, &assigned, &unreserved);
-      api_->UnlockNode(node, holder);
-      if (result.ok() && !assigned.empty()) {
-        api_->PodEvent(*pod, "GpufracAssigned", "on " + node + ": " + assigned, false);
-        if (unreserved) {
-          api_->PodEvent(*pod, "GpufracNotReserved",
-                         "node " + node +
-                             " advertises no nvidia.com/gpu, so no reservation pod holds this "
-                             "GPU: schedulers counting nvidia.com/gpu do not see its fractions",
-                         false);
-        }
-      }
-      if (result.ok()) {
-        LogDebug("bind %s to %s: %s", PodName(*pod).c_str(), Printable(node).c_str(),
-                 assigned.empty() ? "no GPU asked for" : Printable(assigned).c_str());
-      }
+      LogDebug("bind %s to %s: %s", PodName(*pod).c_str(), Printable(node).c_str(),
+               assigned.empty() ? "no GPU asked for" : Printable(assigned).c_str());
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -337,63 +318,149 @@ std::string AssignmentSummary(const Assignment& assignment, const PodRequest& re
 
 }  // namespace
 
-Status Extender::StillLocked(const std::string& node,
-                             std::chrono::steady_clock::time_point locked) const {
-  if (std::chrono::steady_clock::now() - locked + options_.lock_margin < options_.lock_ttl) {
+Status Extender::StillPending(const std::string& node,
+                              std::chrono::steady_clock::time_point written) const {
+  if (std::chrono::steady_clock::now() - written + options_.pending_margin < options_.pending_ttl) {
     return OkStatus();
   }
-  return AbortedError("the lock on node " + node +
+  return AbortedError("the pending booking on node " + node +
                       " ran out before the bind was done (the API server is slow); "
                       "kube-scheduler will try again");
 }
 
-Status Extender::BindLocked(const json& first_read, const std::string& node,
-                            std::chrono::steady_clock::time_point locked, std::string* assigned,
+Status Extender::BindOnNode(const json& pod, const std::string& node, std::string* assigned,
                             bool* unreserved) {
-  const std::string ns = MetaOf(first_read, "namespace"), name = MetaOf(first_read, "name");
-  // Read again under the lock: a bind that kube-scheduler retries may already have happened,
-  // and choosing GPUs again would overwrite the record of the ones the pod holds.
-  GPUFRAC_ASSIGN_OR_RETURN(json pod, api_->GetPod(ns, name));
-  if (MetaOf(pod, "uid") != MetaOf(first_read, "uid")) {
-    return NotFoundError("pod " + ns + "/" + name + " was deleted and created again");
-  }
+  const std::string ns = MetaOf(pod, "namespace"), name = MetaOf(pod, "name");
+  // A bind that kube-scheduler retries may already have happened, and choosing GPUs again would
+  // overwrite the record of the ones the pod holds.
   GPUFRAC_ASSIGN_OR_RETURN(bool done, AlreadyBound(pod, node));
   if (done) return OkStatus();
   GPUFRAC_RETURN_IF_ERROR(YieldToAnotherBind(pod, node));
-  const std::string before = AnnotationOf(pod, kAnnotationAssignment);
-
   GPUFRAC_ASSIGN_OR_RETURN(PodRequest request, ParsePodRequest(pod));
-  GPUFRAC_RETURN_IF_ERROR(RefreshNode(node));
-  Assignment assignment;
-  if (!request.empty()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    GPUFRAC_ASSIGN_OR_RETURN(assignment, ledger_->Choose(request, node));
-  }
-  assignment.time_ms = WallClockMs();
-  if (!request.empty()) {
-    GPUFRAC_RETURN_IF_ERROR(WriteAssignment(pod, assignment, before, node, locked));
-  }
+  if (request.empty()) return api_->BindPod(ns, name, MetaOf(pod, "uid"), node);
 
-  GPUFRAC_RETURN_IF_ERROR(StillLocked(node, locked));
-  Status bound = api_->BindPod(ns, name, MetaOf(pod, "uid"), node);
-  if (!bound.ok()) {
-    if (!request.empty()) EraseAssignment(ns, name);
-    return bound;
+  std::chrono::steady_clock::time_point written;
+  GPUFRAC_ASSIGN_OR_RETURN(PendingBooking pending, BookPending(pod, request, node, &written));
+  Status result = WriteAssignment(pod, pending.assignment, AnnotationOf(pod, kAnnotationAssignment),
+                                  node, written);
+  if (result.ok()) result = StillPending(node, written);
+  if (result.ok()) result = api_->BindPod(ns, name, MetaOf(pod, "uid"), node);
+  if (!result.ok()) {
+    EraseAssignment(ns, name);
+    DropPending(node, pending.id);
+    return result;
   }
-  if (!request.empty()) {
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    if (gone_.count(MetaOf(pod, "uid")) == 0) BookLocked(PodKey(pod), assignment);
+    if (gone_.count(MetaOf(pod, "uid")) == 0) BookLocked(PodKey(pod), pending.assignment);
   }
-  *assigned = AssignmentSummary(assignment, request);
+  *assigned = AssignmentSummary(pending.assignment, request);
   if (options_.reservations != nullptr) {
     std::lock_guard<std::mutex> lock(mu_);
     if (without_nvidia_gpu_.count(node) > 0) {
-      for (const ContainerAssignment& c : assignment.containers) {
+      for (const ContainerAssignment& c : pending.assignment.containers) {
         for (const GpuGrant& g : c.gpus) *unreserved |= NeedsReservation(g);
       }
     }
   }
   return OkStatus();
+}
+
+std::timed_mutex* Extender::NodeWriter(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<std::timed_mutex>& writer = node_writers_[node];
+  if (!writer) writer = std::make_unique<std::timed_mutex>();
+  return writer.get();
+}
+
+StatusOr<PendingBooking> Extender::BookPending(const json& pod, const PodRequest& request,
+                                               const std::string& node,
+                                               std::chrono::steady_clock::time_point* written) {
+  const auto deadline = std::chrono::steady_clock::now() + options_.node_wait;
+  const std::string wait = std::to_string(options_.node_wait.count()) + " ms";
+  std::unique_lock<std::timed_mutex> one_writer(*NodeWriter(node), deadline);
+  if (!one_writer.owns_lock()) {
+    return AbortedError("other binds to node " + node + " took the " + wait +
+                        " this one may wait; kube-scheduler will try again");
+  }
+  PendingBooking mine;
+  mine.pod = PodKey(pod);
+  mine.uid = MetaOf(pod, "uid");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    mine.id = options_.holder + "/" + mine.uid + "/" + std::to_string(WallClockMs()) + "-" +
+              std::to_string(++attempts_);
+  }
+  for (;;) {
+    GPUFRAC_ASSIGN_OR_RETURN(json current, api_->GetNode(node));
+    const int64_t now_ms = WallClockMs();
+    if (std::optional<std::string> holder = LiveLegacyLock(current, now_ms / 1000)) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return AbortedError("node " + node + " is locked by " + *holder +
+                            " (an extender of an earlier version; annotation " +
+                            std::string(kAnnotationLegacyLock) + ")");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    // Listed after the node was read: a pending booking left out below because its pod is
+    // bound counts through the pod.
+    GPUFRAC_ASSIGN_OR_RETURN(std::vector<json> pods, api_->ListPodsOnNode(node));
+    std::set<std::string> bound;
+    for (const json& p : pods) bound.insert(MetaOf(p, "uid"));
+    std::vector<PendingBooking> kept;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      RefreshNodeLocked(node, pods);
+      for (PendingBooking& b : PendingBookingsOf(current)) {
+        if (b.expires_ms > now_ms && bound.count(b.uid) == 0 && gone_.count(b.uid) == 0) {
+          kept.push_back(std::move(b));
+        }
+      }
+      // The pending bookings count as bookings for this choice only.
+      for (const PendingBooking& b : kept) ledger_->Book("pending " + b.id, b.assignment);
+      StatusOr<Assignment> chosen = ledger_->Choose(request, node);
+      for (const PendingBooking& b : kept) ledger_->Unbook("pending " + b.id);
+      GPUFRAC_RETURN_IF_ERROR(chosen.status());
+      mine.assignment = std::move(*chosen);
+    }
+    mine.assignment.time_ms = WallClockMs();
+    mine.expires_ms =
+        mine.assignment.time_ms +
+        std::chrono::duration_cast<std::chrono::milliseconds>(options_.pending_ttl).count();
+    kept.push_back(mine);
+    std::vector<std::pair<std::string, std::string>> set = {
+        {std::string(kAnnotationPending), PendingBookingsValue(kept)}};
+    if (!AnnotationOf(current, kAnnotationLegacyLock).empty()) {
+      set.emplace_back(std::string(kAnnotationLegacyLock), "");  // It has expired.
+    }
+    *written = std::chrono::steady_clock::now();
+    Status s = api_->AnnotateNode(node, MetaOf(current, "resourceVersion"), set);
+    if (s.ok()) return mine;
+    if (s.code() != StatusCode::kAborted) return s;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.pending_conflicts;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return AbortedError("node " + node +
+                          " changed under every write of its pending bookings for " + wait +
+                          "; kube-scheduler will try again");
+    }
+  }
+}
+
+void Extender::DropPending(const std::string& node, const std::string& id) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    StatusOr<json> current = api_->GetNode(node);
+    if (!current.ok()) return;
+    std::vector<PendingBooking> bookings = PendingBookingsOf(*current);
+    if (std::erase_if(bookings, [&id](const PendingBooking& b) { return b.id == id; }) == 0) return;
+    Status s =
+        api_->AnnotateNode(node, MetaOf(*current, "resourceVersion"),
+                           {{std::string(kAnnotationPending), PendingBookingsValue(bookings)}});
+    if (s.code() != StatusCode::kAborted) return;
+  }
 }
 
 StatusOr<bool> Extender::AlreadyBound(const json& pod, const std::string& node) {
@@ -414,7 +481,8 @@ StatusOr<bool> Extender::AlreadyBound(const json& pod, const std::string& node) 
 Status Extender::YieldToAnotherBind(const json& pod, const std::string& node) const {
   std::optional<Assignment> other = AssignmentOf(pod);
   if (!other || other->node == node) return OkStatus();
-  int64_t ttl_ms = std::chrono::duration_cast<std::chrono::milliseconds>(options_.lock_ttl).count();
+  int64_t ttl_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(options_.pending_ttl).count();
   if (WallClockMs() - other->time_ms >= ttl_ms) return OkStatus();
   return AbortedError("pod " + MetaOf(pod, "namespace") + "/" + MetaOf(pod, "name") +
                       " is being bound to node " + other->node + " by another extender");
@@ -422,15 +490,16 @@ Status Extender::YieldToAnotherBind(const json& pod, const std::string& node) co
 
 Status Extender::WriteAssignment(const json& pod, const Assignment& assignment,
                                  const std::string& before, const std::string& node,
-                                 std::chrono::steady_clock::time_point locked) {
+                                 std::chrono::steady_clock::time_point written) {
   const std::string ns = MetaOf(pod, "namespace"), name = MetaOf(pod, "name");
   const std::string record = AssignmentToJson(assignment).dump();
   std::string version = MetaOf(pod, "resourceVersion");
-  Status written;
+  Status annotated;
   for (int attempt = 0; attempt < 5; ++attempt) {
-    GPUFRAC_RETURN_IF_ERROR(StillLocked(node, locked));
-    written = api_->AnnotatePod(ns, name, version, {{std::string(kAnnotationAssignment), record}});
-    if (written.code() != StatusCode::kAborted) break;
+    GPUFRAC_RETURN_IF_ERROR(StillPending(node, written));
+    annotated =
+        api_->AnnotatePod(ns, name, version, {{std::string(kAnnotationAssignment), record}});
+    if (annotated.code() != StatusCode::kAborted) break;
     GPUFRAC_ASSIGN_OR_RETURN(json now, api_->GetPod(ns, name));
     // Only an unrelated change is written over: not another pod, a bound pod, or another
     // extender's record.
@@ -440,7 +509,7 @@ Status Extender::WriteAssignment(const json& pod, const Assignment& assignment,
     }
     version = MetaOf(now, "resourceVersion");
   }
-  return written;
+  return annotated;
 }
 
 void Extender::EraseAssignment(const std::string& ns, const std::string& name) {
@@ -451,11 +520,7 @@ void Extender::EraseAssignment(const std::string& ns, const std::string& name) {
   }
 }
 
-// Re-reads the node's bookings from the pods bound to it, so that a decision under the node's
-// lock sees every booking another extender made, whatever this one's watch has delivered.
-Status Extender::RefreshNode(const std::string& node) {
-  GPUFRAC_ASSIGN_OR_RETURN(std::vector<json> pods, api_->ListPodsOnNode(node));
-  std::lock_guard<std::mutex> lock(mu_);
+void Extender::RefreshNodeLocked(const std::string& node, const std::vector<json>& pods) {
   std::vector<std::string> stale = ledger_->PodsOn(node);
   for (const json& pod : pods) {
     std::string key = PodKey(pod);
@@ -467,7 +532,6 @@ Status Extender::RefreshNode(const std::string& node) {
     }
   }
   for (const std::string& key : stale) UnbookLocked(key);
-  return OkStatus();
 }
 
 void Extender::BookLocked(const std::string& pod, const Assignment& assignment) {
