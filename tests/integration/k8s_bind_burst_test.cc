@@ -77,16 +77,15 @@ TEST(ExtenderBindBurst, FiftySixPodsOnOneNodeThroughTwoExtendersAllBindWithinTen
   for (std::thread& t : threads) t.join();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf(
-      "bind burst: %d pods on one node through 2 extenders, 20 ms a write: %.2f s, "
-      "%.1f binds/s\n",
-      kPods, seconds, kPods / seconds);
-
   int failed = 0;
   for (int i = 0; i < kPods; ++i) {
     EXPECT_EQ(json::parse(answers[i])["Error"], "") << "p" << i;
     failed += json::parse(answers[i])["Error"] != "";
   }
+  std::printf(
+      "bind burst: %d of %d pods bound to one node through 2 extenders, 20 ms a write: %.2f s, "
+      "%.1f binds/s\n",
+      kPods - failed, kPods, seconds, (kPods - failed) / seconds);
   EXPECT_EQ(failed, 0);
   EXPECT_LT(seconds, 10.0);
 
