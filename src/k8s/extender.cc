@@ -366,87 +366,137 @@ Status Extender::BindOnNode(const json& pod, const std::string& node, std::strin
   return OkStatus();
 }
 
-std::timed_mutex* Extender::NodeWriter(const std::string& node) {
+Extender::NodeWrites* Extender::WritesOf(const std::string& node) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::unique_ptr<std::timed_mutex>& writer = node_writers_[node];
-  if (!writer) writer = std::make_unique<std::timed_mutex>();
-  return writer.get();
+  std::unique_ptr<NodeWrites>& writes = node_writes_[node];
+  if (!writes) writes = std::make_unique<NodeWrites>();
+  return writes.get();
 }
 
 StatusOr<PendingBooking> Extender::BookPending(const json& pod, const PodRequest& request,
                                                const std::string& node,
                                                std::chrono::steady_clock::time_point* written) {
   const auto deadline = std::chrono::steady_clock::now() + options_.node_wait;
-  const std::string wait = std::to_string(options_.node_wait.count()) + " ms";
-  std::unique_lock<std::timed_mutex> one_writer(*NodeWriter(node), deadline);
-  if (!one_writer.owns_lock()) {
-    return AbortedError("other binds to node " + node + " took the " + wait +
-                        " this one may wait; kube-scheduler will try again");
-  }
-  PendingBooking mine;
-  mine.pod = PodKey(pod);
-  mine.uid = MetaOf(pod, "uid");
+  PendingWrite mine;
+  mine.request = &request;
+  mine.booking.pod = PodKey(pod);
+  mine.booking.uid = MetaOf(pod, "uid");
   {
     std::lock_guard<std::mutex> lock(mu_);
-    mine.id = options_.holder + "/" + mine.uid + "/" + std::to_string(WallClockMs()) + "-" +
-              std::to_string(++attempts_);
+    mine.booking.id = options_.holder + "/" + mine.booking.uid + "/" +
+                      std::to_string(WallClockMs()) + "-" + std::to_string(++attempts_);
   }
+  // The binds that wait while another writes the node are written together by the first of
+  // them to get its turn: one write for the lot.
+  NodeWrites* writes = WritesOf(node);
+  std::unique_lock<std::mutex> queue(writes->mu);
+  writes->waiting.push_back(&mine);
   for (;;) {
-    GPUFRAC_ASSIGN_OR_RETURN(json current, api_->GetNode(node));
+    if (mine.done || (!writes->busy && !mine.taken)) break;  // Written, or this one's turn.
+    if (mine.taken) {
+      writes->changed.wait(queue);  // Another bind is writing this one's booking.
+    } else if (writes->changed.wait_until(queue, deadline) == std::cv_status::timeout &&
+               !mine.taken && writes->busy) {
+      std::erase(writes->waiting, &mine);
+      return AbortedError("other binds to node " + node + " took the " +
+                          std::to_string(options_.node_wait.count()) +
+                          " ms this one may wait; kube-scheduler will try again");
+    }
+  }
+  if (!mine.done) {
+    std::vector<PendingWrite*> batch = std::move(writes->waiting);
+    writes->waiting.clear();
+    for (PendingWrite* w : batch) w->taken = true;
+    writes->busy = true;
+    queue.unlock();
+    WriteBatch(node, batch, deadline);
+    queue.lock();
+    for (PendingWrite* w : batch) w->done = true;
+    writes->busy = false;
+    writes->changed.notify_all();
+  }
+  if (!mine.result.ok()) return mine.result;
+  *written = mine.written;
+  return mine.booking;
+}
+
+void Extender::WriteBatch(const std::string& node, const std::vector<PendingWrite*>& batch,
+                          std::chrono::steady_clock::time_point deadline) {
+  auto fail_all = [&batch](const Status& s) {
+    for (PendingWrite* w : batch) {
+      if (w->result.ok()) w->result = s;
+    }
+  };
+  for (;;) {
+    StatusOr<json> current = api_->GetNode(node);
+    if (!current.ok()) return fail_all(current.status());
     const int64_t now_ms = WallClockMs();
-    if (std::optional<std::string> holder = LiveLegacyLock(current, now_ms / 1000)) {
+    if (std::optional<std::string> holder = LiveLegacyLock(*current, now_ms / 1000)) {
       if (std::chrono::steady_clock::now() >= deadline) {
-        return AbortedError("node " + node + " is locked by " + *holder +
-                            " (an extender of an earlier version; annotation " +
-                            std::string(kAnnotationLegacyLock) + ")");
+        return fail_all(AbortedError("node " + node + " is locked by " + *holder +
+                                     " (an extender of an earlier version; annotation " +
+                                     std::string(kAnnotationLegacyLock) + ")"));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }
     // Listed after the node was read: a pending booking left out below because its pod is
     // bound counts through the pod.
-    GPUFRAC_ASSIGN_OR_RETURN(std::vector<json> pods, api_->ListPodsOnNode(node));
+    StatusOr<std::vector<json>> pods = api_->ListPodsOnNode(node);
+    if (!pods.ok()) return fail_all(pods.status());
     std::set<std::string> bound;
-    for (const json& p : pods) bound.insert(MetaOf(p, "uid"));
+    for (const json& p : *pods) bound.insert(MetaOf(p, "uid"));
     std::vector<PendingBooking> kept;
+    bool any = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      RefreshNodeLocked(node, pods);
-      for (PendingBooking& b : PendingBookingsOf(current)) {
+      RefreshNodeLocked(node, *pods);
+      for (PendingBooking& b : PendingBookingsOf(*current)) {
         if (b.expires_ms > now_ms && bound.count(b.uid) == 0 && gone_.count(b.uid) == 0) {
           kept.push_back(std::move(b));
         }
       }
-      // The pending bookings count as bookings for this choice only.
+      // The pending bookings, and those chosen for the batch so far, count as bookings for
+      // these choices only.
       for (const PendingBooking& b : kept) ledger_->Book("pending " + b.id, b.assignment);
-      StatusOr<Assignment> chosen = ledger_->Choose(request, node);
+      for (PendingWrite* w : batch) {
+        StatusOr<Assignment> chosen = ledger_->Choose(*w->request, node);
+        w->result = chosen.status();
+        if (!chosen.ok()) continue;
+        w->booking.assignment = std::move(*chosen);
+        w->booking.assignment.time_ms = WallClockMs();
+        w->booking.expires_ms =
+            w->booking.assignment.time_ms +
+            std::chrono::duration_cast<std::chrono::milliseconds>(options_.pending_ttl).count();
+        ledger_->Book("pending " + w->booking.id, w->booking.assignment);
+        kept.push_back(w->booking);
+        any = true;
+      }
       for (const PendingBooking& b : kept) ledger_->Unbook("pending " + b.id);
-      GPUFRAC_RETURN_IF_ERROR(chosen.status());
-      mine.assignment = std::move(*chosen);
     }
-    mine.assignment.time_ms = WallClockMs();
-    mine.expires_ms =
-        mine.assignment.time_ms +
-        std::chrono::duration_cast<std::chrono::milliseconds>(options_.pending_ttl).count();
-    kept.push_back(mine);
+    if (!any) return;  // Nothing fits: each bind has its reason.
     std::vector<std::pair<std::string, std::string>> set = {
         {std::string(kAnnotationPending), PendingBookingsValue(kept)}};
-    if (!AnnotationOf(current, kAnnotationLegacyLock).empty()) {
+    if (!AnnotationOf(*current, kAnnotationLegacyLock).empty()) {
       set.emplace_back(std::string(kAnnotationLegacyLock), "");  // It has expired.
     }
-    *written = std::chrono::steady_clock::now();
-    Status s = api_->AnnotateNode(node, MetaOf(current, "resourceVersion"), set);
-    if (s.ok()) return mine;
-    if (s.code() != StatusCode::kAborted) return s;
+    const auto asked = std::chrono::steady_clock::now();
+    Status s = api_->AnnotateNode(node, MetaOf(*current, "resourceVersion"), set);
+    if (s.ok()) {
+      for (PendingWrite* w : batch) w->written = asked;
+      return;
+    }
+    if (s.code() != StatusCode::kAborted) return fail_all(s);
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.pending_conflicts;
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      return AbortedError("node " + node +
-                          " changed under every write of its pending bookings for " + wait +
-                          "; kube-scheduler will try again");
+      return fail_all(AbortedError(
+          "node " + node + " changed under every write of its pending bookings for " +
+          std::to_string(options_.node_wait.count()) + " ms; kube-scheduler will try again"));
     }
+    for (PendingWrite* w : batch) w->result = OkStatus();
   }
 }
 

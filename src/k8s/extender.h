@@ -10,7 +10,8 @@
 // node's resourceVersion as precondition; on a conflict (another bind wrote first) they are
 // chosen again. Then the assignment is written on the pod (conditional on its resourceVersion)
 // and the pod is bound, in parallel with other binds to the node. Binds to one node from one
-// extender write the node one at a time (others' writes would only conflict). The books are
+// extender write the node one at a time (others' writes would only conflict), and those that
+// wait meanwhile are chosen in turn and written together in the next write. The books are
 // otherwise kept from the pod and node watches (OnPod, OnNode, ...), and rebuilt from the pods
 // on start.
 //
@@ -20,6 +21,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -87,10 +89,32 @@ class Extender {
   // Chooses the GPUs for `request` on the node's bound pods and pending bookings, read afresh,
   // and adds them to the pending bookings with the node's resourceVersion as precondition,
   // again after each conflict until options_.node_wait has passed. `written` gets when the
-  // successful write was asked for: the booking's lifetime counts from there.
+  // successful write was asked for: the booking's lifetime counts from there. Binds to one node
+  // that wait while this extender writes it are written together, in one write (WriteBatch).
   StatusOr<PendingBooking> BookPending(const nlohmann::json& pod, const PodRequest& request,
                                        const std::string& node,
                                        std::chrono::steady_clock::time_point* written);
+  // One bind's part in a write of the node's pending bookings.
+  struct PendingWrite {
+    const PodRequest* request = nullptr;
+    PendingBooking booking;  // Its id, pod and uid set before; the rest by WriteBatch.
+    Status result;           // Why it got no booking.
+    std::chrono::steady_clock::time_point written;
+    bool taken = false;  // In a batch being written (NodeWrites::mu held).
+    bool done = false;   // That batch was written or failed (NodeWrites::mu held).
+  };
+  // The binds of this extender waiting to write a node's pending bookings.
+  struct NodeWrites {
+    std::mutex mu;
+    std::condition_variable changed;
+    bool busy = false;  // A batch is being written.
+    std::vector<PendingWrite*> waiting;
+  };
+  // Chooses GPUs for every bind of `batch` in turn (each counting those before it) and writes
+  // those that fit in one write of the node's pending bookings, again after each conflict until
+  // `deadline`; sets each one's result.
+  void WriteBatch(const std::string& node, const std::vector<PendingWrite*>& batch,
+                  std::chrono::steady_clock::time_point deadline);
   // Removes the pending booking `id` from the node (best effort: it expires anyway).
   void DropPending(const std::string& node, const std::string& id);
   // Every write after BookPending is made only while its booking certainly still counts, with a
@@ -112,8 +136,7 @@ class Extender {
   void EraseAssignment(const std::string& ns, const std::string& name);
   // Makes the books of `node` those of its bound pods `pods` (mu_ held).
   void RefreshNodeLocked(const std::string& node, const std::vector<nlohmann::json>& pods);
-  // The mutex that makes this extender's writes of the node's pending bookings one at a time.
-  std::timed_mutex* NodeWriter(const std::string& node);
+  NodeWrites* WritesOf(const std::string& node);
   // The books change only through these two (mu_ held), so Reservations sees every change.
   void BookLocked(const std::string& pod, const Assignment& assignment);
   void UnbookLocked(const std::string& pod);
@@ -126,7 +149,7 @@ class Extender {
   std::set<std::string> warned_;  // UIDs of pods told about an invalid request.
   std::set<std::string> gone_;    // UIDs of deleted pods.
   uint64_t attempts_ = 0;         // Numbers this extender's pending bookings.
-  std::map<std::string, std::unique_ptr<std::timed_mutex>> node_writers_;
+  std::map<std::string, std::unique_ptr<NodeWrites>> node_writes_;
   // Nodes that advertise no nvidia.com/gpu: a reservation pod there would reserve nothing (the
   // kubelet drops a resource its node does not have and admits the pod), so none is made.
   std::set<std::string> without_nvidia_gpu_;

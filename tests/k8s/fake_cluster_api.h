@@ -100,6 +100,10 @@ class FakeClusterApi : public ClusterApi {
     std::lock_guard<std::mutex> lock(mu_);
     return annotate_calls_;
   }
+  int annotate_node_calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return annotate_node_calls_;
+  }
   int create_calls() const {
     std::lock_guard<std::mutex> lock(mu_);
     return create_calls_;
@@ -267,6 +271,7 @@ class FakeClusterApi : public ClusterApi {
     }
     if (hook) hook();
     std::lock_guard<std::mutex> lock(mu_);
+    ++annotate_node_calls_;
     auto it = nodes_.find(node);
     if (it == nodes_.end()) return NotFoundError("nodes \"" + node + "\" not found");
     if (it->second["metadata"]["resourceVersion"] != resource_version) {
@@ -376,6 +381,7 @@ class FakeClusterApi : public ClusterApi {
   uint64_t next_uid_ = 0;
   int bind_calls_ = 0;
   int annotate_calls_ = 0;
+  int annotate_node_calls_ = 0;
   int create_calls_ = 0;
   int delete_calls_ = 0;
   std::string delete_before_annotate_;

@@ -590,6 +590,32 @@ TEST_F(ExtenderTest, AConflictingWriteIsChosenAgainOnTheOthersBooking) {
   EXPECT_THAT(a.Bind(AddPod("r", FractionLimits(1)), "n1"), HasSubstr("n1")) << "400 + 600 is full";
 }
 
+// Binds to one node that arrive while the extender writes it wait, and are then chosen in turn
+// and written together: one write of the node for all of them, and never more than fits.
+TEST_F(ExtenderTest, BindsThatWaitForTheNodeAreWrittenTogether) {
+  Scheduler s(api_);
+  std::vector<json> pods;
+  for (int i = 0; i < 5; ++i) pods.push_back(AddPod("p" + std::to_string(i), FractionLimits(300)));
+  std::vector<std::string> errors(5, "<not run>");
+  std::vector<std::thread> waiting;
+  api_.BeforeNextAnnotateNode([&] {
+    for (int i = 1; i < 5; ++i) {
+      waiting.emplace_back([&, i] { errors[i] = s.Bind(pods[i], "n1"); });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // They queue up.
+  });
+  errors[0] = s.Bind(pods[0], "n1");
+  for (std::thread& t : waiting) t.join();
+  EXPECT_EQ(api_.annotate_node_calls(), 2) << "p0's write, then one for p1 to p4";
+  int bound = 0;
+  for (int i = 0; i < 5; ++i) {
+    bound += errors[i].empty();
+    EXPECT_EQ(errors[i].empty(), NodeNameOf(Stored("p" + std::to_string(i))) == "n1") << i;
+  }
+  EXPECT_EQ(bound, 3) << "3 x 300 of the GPU fit, a fourth does not";
+  EXPECT_THAT(s.ledger->Overbooked(), IsEmpty());
+}
+
 // A pending booking stops counting once its pod is bound (its own record counts), its pod is
 // deleted, or it expires; the next write leaves it out. A live one of a pod not bound counts.
 TEST_F(ExtenderTest, PendingBookingsCountUntilTheirPodIsBoundDeletedOrTheyExpire) {
