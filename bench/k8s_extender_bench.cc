@@ -37,10 +37,11 @@ class NoApi : public ClusterApi {
                  const std::string&) override {
     return Nope();
   }
-  Status LockNode(const std::string&, const std::string&, std::chrono::seconds) override {
+  StatusOr<json> GetNode(const std::string&) override { return Nope(); }
+  Status AnnotateNode(const std::string&, const std::string&,
+                      const std::vector<std::pair<std::string, std::string>>&) override {
     return Nope();
   }
-  void UnlockNode(const std::string&, const std::string&) override {}
   void PodEvent(const json&, const std::string&, const std::string&, bool) override {}
   StatusOr<json> CreatePod(const std::string&, const json&) override { return Nope(); }
   Status DeletePod(const std::string&, const std::string&, const std::string&) override {

@@ -21,3 +21,9 @@ gpufrac_test(k8s_nvidia_resources_test integration
                   gpufrac_test_harness $<TARGET_NAME_IF_EXISTS:GTest::gmock>)
 add_dependencies(k8s_nvidia_resources_test gpufrac simgpu_nvml simgpu_cuda cuda_probe mps_probe
                  simgpu_mps_control simgpu_mps_server)
+
+# A burst of binds to one node through two extender replicas, against the fake API server with
+# a write latency.
+gpufrac_test(k8s_bind_burst_test integration
+             SOURCES integration/k8s_bind_burst_test.cc
+             LIBS gpufrac_k8s_services k8s_fake_apiserver)

@@ -1,15 +1,14 @@
 // What the scheduler extender needs from the Kubernetes API server, as one small interface: read
-// a pod, list the pods on a node, record an assignment, bind, lock a node for the length of one
-// bind, post an event, and create, list and delete the GPU reservation pods. The real
-// implementation talks HTTPS to the API server (kube_cluster_api.h); tests use an in-memory one.
+// a pod, list the pods on a node, record an assignment, bind, read a node and annotate it
+// conditionally (the node's pending bookings), post an event, and create, list and delete the GPU
+// reservation pods. The real implementation talks HTTPS to the API server (kube_cluster_api.h);
+// tests use an in-memory one.
 // Keeping this narrow is what makes the bind protocol testable.
 #pragma once
 
-#include <chrono>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
@@ -32,14 +31,13 @@ class ClusterApi {
   // already bound (or its UID changed).
   virtual Status BindPod(const std::string& ns, const std::string& name, const std::string& uid,
                          const std::string& node) = 0;
-  // Takes the node's booking lock for `holder` for at most `ttl` (a node annotation written
-  // with the node's resourceVersion as precondition, so two extenders cannot both take it; an
-  // expired lock is taken over). kAborted when someone else holds it; kNotFound when the node
-  // is gone.
-  virtual Status LockNode(const std::string& node, const std::string& holder,
-                          std::chrono::seconds ttl) = 0;
-  // Gives the lock back if `holder` still has it (best effort: it expires anyway).
-  virtual void UnlockNode(const std::string& node, const std::string& holder) = 0;
+  // The node as the API server has it now; kNotFound when it is gone.
+  virtual StatusOr<nlohmann::json> GetNode(const std::string& node) = 0;
+  // Sets (or with an empty value removes) annotations on the node, only if its resourceVersion
+  // is still `resource_version` (kAborted otherwise; kNotFound when the node is gone). The
+  // extender's pending bookings (pending_bookings.h) are written so.
+  virtual Status AnnotateNode(const std::string& node, const std::string& resource_version,
+                              const std::vector<std::pair<std::string, std::string>>& set) = 0;
   // An event on the pod, for `kubectl describe pod` (best effort).
   virtual void PodEvent(const nlohmann::json& pod, const std::string& reason,
                         const std::string& message, bool warning) = 0;

@@ -246,41 +246,22 @@ std::string Extender::Bind(const std::string& body) {
     result = NotFoundError("pod " + ns + "/" + name + " was deleted and created again");
   }
   if (result.ok()) {
-    const std::string holder = options_.holder + "/" + uid;
-    auto deadline = std::chrono::steady_clock::now() + options_.lock_wait;
-    // The lock's time to live may start as early as the request: count from there.
-    std::chrono::steady_clock::time_point asked;
-    for (;;) {
-      asked = std::chrono::steady_clock::now();
-      result = api_->LockNode(node, holder, options_.lock_ttl);
-      if (result.code() != StatusCode::kAborted || std::chrono::steady_clock::now() >= deadline) {
-        break;
+    std::string assigned;
+    bool unreserved = false;
+    result = BindOnNode(*pod, node, &assigned, &unreserved);
+    if (result.ok() && !assigned.empty()) {
+      api_->PodEvent(*pod, "GpufracAssigned", "on " + node + ": " + assigned, false);
+      if (unreserved) {
+        api_->PodEvent(*pod, "GpufracNotReserved",
+                       "node " + node +
+                           " advertises no nvidia.com/gpu, so no reservation pod holds this "
+                           "GPU: schedulers counting nvidia.com/gpu do not see its fractions",
+                       false);
       }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        ++stats_.lock_conflicts;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (result.ok()) {
-      std::string assigned;
-      bool unreserved = false;
-      result = BindLocked(*pod, node, asked, &assigned, &unreserved);
-      api_->UnlockNode(node, holder);
-      if (result.ok() && !assigned.empty()) {
-        api_->PodEvent(*pod, "GpufracAssigned", "on " + node + ": " + assigned, false);
-        if (unreserved) {
-          api_->PodEvent(*pod, "GpufracNotReserved",
-                         "node " + node +
-                             " advertises no nvidia.com/gpu, so no reservation pod holds this "
-                             "GPU: schedulers counting nvidia.com/gpu do not see its fractions",
-                         false);
-        }
-      }
-      if (result.ok()) {
-        LogDebug("bind %s to %s: %s", PodName(*pod).c_str(), Printable(node).c_str(),
-                 assigned.empty() ? "no GPU asked for" : Printable(assigned).c_str());
-      }
+      LogDebug("bind %s to %s: %s", PodName(*pod).c_str(), Printable(node).c_str(),
+               assigned.empty() ? "no GPU asked for" : Printable(assigned).c_str());
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -337,63 +318,199 @@ std::string AssignmentSummary(const Assignment& assignment, const PodRequest& re
 
 }  // namespace
 
-Status Extender::StillLocked(const std::string& node,
-                             std::chrono::steady_clock::time_point locked) const {
-  if (std::chrono::steady_clock::now() - locked + options_.lock_margin < options_.lock_ttl) {
+Status Extender::StillPending(const std::string& node,
+                              std::chrono::steady_clock::time_point written) const {
+  if (std::chrono::steady_clock::now() - written + options_.pending_margin < options_.pending_ttl) {
     return OkStatus();
   }
-  return AbortedError("the lock on node " + node +
+  return AbortedError("the pending booking on node " + node +
                       " ran out before the bind was done (the API server is slow); "
                       "kube-scheduler will try again");
 }
 
-Status Extender::BindLocked(const json& first_read, const std::string& node,
-                            std::chrono::steady_clock::time_point locked, std::string* assigned,
+Status Extender::BindOnNode(const json& pod, const std::string& node, std::string* assigned,
                             bool* unreserved) {
-  const std::string ns = MetaOf(first_read, "namespace"), name = MetaOf(first_read, "name");
-  // Read again under the lock: a bind that kube-scheduler retries may already have happened,
-  // and choosing GPUs again would overwrite the record of the ones the pod holds.
-  GPUFRAC_ASSIGN_OR_RETURN(json pod, api_->GetPod(ns, name));
-  if (MetaOf(pod, "uid") != MetaOf(first_read, "uid")) {
-    return NotFoundError("pod " + ns + "/" + name + " was deleted and created again");
-  }
+  const std::string ns = MetaOf(pod, "namespace"), name = MetaOf(pod, "name");
+  // A bind that kube-scheduler retries may already have happened, and choosing GPUs again would
+  // overwrite the record of the ones the pod holds.
   GPUFRAC_ASSIGN_OR_RETURN(bool done, AlreadyBound(pod, node));
   if (done) return OkStatus();
   GPUFRAC_RETURN_IF_ERROR(YieldToAnotherBind(pod, node));
-  const std::string before = AnnotationOf(pod, kAnnotationAssignment);
-
   GPUFRAC_ASSIGN_OR_RETURN(PodRequest request, ParsePodRequest(pod));
-  GPUFRAC_RETURN_IF_ERROR(RefreshNode(node));
-  Assignment assignment;
-  if (!request.empty()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    GPUFRAC_ASSIGN_OR_RETURN(assignment, ledger_->Choose(request, node));
-  }
-  assignment.time_ms = WallClockMs();
-  if (!request.empty()) {
-    GPUFRAC_RETURN_IF_ERROR(WriteAssignment(pod, assignment, before, node, locked));
-  }
+  if (request.empty()) return api_->BindPod(ns, name, MetaOf(pod, "uid"), node);
 
-  GPUFRAC_RETURN_IF_ERROR(StillLocked(node, locked));
-  Status bound = api_->BindPod(ns, name, MetaOf(pod, "uid"), node);
-  if (!bound.ok()) {
-    if (!request.empty()) EraseAssignment(ns, name);
-    return bound;
+  std::chrono::steady_clock::time_point written;
+  GPUFRAC_ASSIGN_OR_RETURN(PendingBooking pending, BookPending(pod, request, node, &written));
+  Status result = WriteAssignment(pod, pending.assignment, AnnotationOf(pod, kAnnotationAssignment),
+                                  node, written);
+  if (result.ok()) result = StillPending(node, written);
+  if (result.ok()) result = api_->BindPod(ns, name, MetaOf(pod, "uid"), node);
+  if (!result.ok()) {
+    EraseAssignment(ns, name);
+    DropPending(node, pending.id);
+    return result;
   }
-  if (!request.empty()) {
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    if (gone_.count(MetaOf(pod, "uid")) == 0) BookLocked(PodKey(pod), assignment);
+    if (gone_.count(MetaOf(pod, "uid")) == 0) BookLocked(PodKey(pod), pending.assignment);
   }
-  *assigned = AssignmentSummary(assignment, request);
+  *assigned = AssignmentSummary(pending.assignment, request);
   if (options_.reservations != nullptr) {
     std::lock_guard<std::mutex> lock(mu_);
     if (without_nvidia_gpu_.count(node) > 0) {
-      for (const ContainerAssignment& c : assignment.containers) {
+      for (const ContainerAssignment& c : pending.assignment.containers) {
         for (const GpuGrant& g : c.gpus) *unreserved |= NeedsReservation(g);
       }
     }
   }
   return OkStatus();
+}
+
+Extender::NodeWrites* Extender::WritesOf(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<NodeWrites>& writes = node_writes_[node];
+  if (!writes) writes = std::make_unique<NodeWrites>();
+  return writes.get();
+}
+
+StatusOr<PendingBooking> Extender::BookPending(const json& pod, const PodRequest& request,
+                                               const std::string& node,
+                                               std::chrono::steady_clock::time_point* written) {
+  const auto deadline = std::chrono::steady_clock::now() + options_.node_wait;
+  PendingWrite mine;
+  mine.request = &request;
+  mine.booking.pod = PodKey(pod);
+  mine.booking.uid = MetaOf(pod, "uid");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    mine.booking.id = options_.holder + "/" + mine.booking.uid + "/" +
+                      std::to_string(WallClockMs()) + "-" + std::to_string(++attempts_);
+  }
+  // The binds that wait while another writes the node are written together by the first of
+  // them to get its turn: one write for the lot.
+  NodeWrites* writes = WritesOf(node);
+  std::unique_lock<std::mutex> queue(writes->mu);
+  writes->waiting.push_back(&mine);
+  for (;;) {
+    if (mine.done || (!writes->busy && !mine.taken)) break;  // Written, or this one's turn.
+    if (mine.taken) {
+      writes->changed.wait(queue);  // Another bind is writing this one's booking.
+    } else if (writes->changed.wait_until(queue, deadline) == std::cv_status::timeout &&
+               !mine.taken && writes->busy) {
+      std::erase(writes->waiting, &mine);
+      return AbortedError("other binds to node " + node + " took the " +
+                          std::to_string(options_.node_wait.count()) +
+                          " ms this one may wait; kube-scheduler will try again");
+    }
+  }
+  if (!mine.done) {
+    std::vector<PendingWrite*> batch = std::move(writes->waiting);
+    writes->waiting.clear();
+    for (PendingWrite* w : batch) w->taken = true;
+    writes->busy = true;
+    queue.unlock();
+    WriteBatch(node, batch, deadline);
+    queue.lock();
+    for (PendingWrite* w : batch) w->done = true;
+    writes->busy = false;
+    writes->changed.notify_all();
+  }
+  if (!mine.result.ok()) return mine.result;
+  *written = mine.written;
+  return mine.booking;
+}
+
+void Extender::WriteBatch(const std::string& node, const std::vector<PendingWrite*>& batch,
+                          std::chrono::steady_clock::time_point deadline) {
+  auto fail_all = [&batch](const Status& s) {
+    for (PendingWrite* w : batch) {
+      if (w->result.ok()) w->result = s;
+    }
+  };
+  for (;;) {
+    StatusOr<json> current = api_->GetNode(node);
+    if (!current.ok()) return fail_all(current.status());
+    const int64_t now_ms = WallClockMs();
+    if (std::optional<std::string> holder = LiveLegacyLock(*current, now_ms / 1000)) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return fail_all(AbortedError("node " + node + " is locked by " + *holder +
+                                     " (an extender of an earlier version; annotation " +
+                                     std::string(kAnnotationLegacyLock) + ")"));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    // Listed after the node was read: a pending booking left out below because its pod is
+    // bound counts through the pod.
+    StatusOr<std::vector<json>> pods = api_->ListPodsOnNode(node);
+    if (!pods.ok()) return fail_all(pods.status());
+    std::set<std::string> bound;
+    for (const json& p : *pods) bound.insert(MetaOf(p, "uid"));
+    std::vector<PendingBooking> kept;
+    bool any = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      RefreshNodeLocked(node, *pods);
+      for (PendingBooking& b : PendingBookingsOf(*current)) {
+        if (b.expires_ms > now_ms && bound.count(b.uid) == 0 && gone_.count(b.uid) == 0) {
+          kept.push_back(std::move(b));
+        }
+      }
+      // The pending bookings, and those chosen for the batch so far, count as bookings for
+      // these choices only.
+      for (const PendingBooking& b : kept) ledger_->Book("pending " + b.id, b.assignment);
+      for (PendingWrite* w : batch) {
+        StatusOr<Assignment> chosen = ledger_->Choose(*w->request, node);
+        w->result = chosen.status();
+        if (!chosen.ok()) continue;
+        w->booking.assignment = std::move(*chosen);
+        w->booking.assignment.time_ms = WallClockMs();
+        w->booking.expires_ms =
+            w->booking.assignment.time_ms +
+            std::chrono::duration_cast<std::chrono::milliseconds>(options_.pending_ttl).count();
+        ledger_->Book("pending " + w->booking.id, w->booking.assignment);
+        kept.push_back(w->booking);
+        any = true;
+      }
+      for (const PendingBooking& b : kept) ledger_->Unbook("pending " + b.id);
+    }
+    if (!any) return;  // Nothing fits: each bind has its reason.
+    std::vector<std::pair<std::string, std::string>> set = {
+        {std::string(kAnnotationPending), PendingBookingsValue(kept)}};
+    if (!AnnotationOf(*current, kAnnotationLegacyLock).empty()) {
+      set.emplace_back(std::string(kAnnotationLegacyLock), "");  // It has expired.
+    }
+    const auto asked = std::chrono::steady_clock::now();
+    Status s = api_->AnnotateNode(node, MetaOf(*current, "resourceVersion"), set);
+    if (s.ok()) {
+      for (PendingWrite* w : batch) w->written = asked;
+      return;
+    }
+    if (s.code() != StatusCode::kAborted) return fail_all(s);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.pending_conflicts;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return fail_all(AbortedError(
+          "node " + node + " changed under every write of its pending bookings for " +
+          std::to_string(options_.node_wait.count()) + " ms; kube-scheduler will try again"));
+    }
+    for (PendingWrite* w : batch) w->result = OkStatus();
+  }
+}
+
+void Extender::DropPending(const std::string& node, const std::string& id) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    StatusOr<json> current = api_->GetNode(node);
+    if (!current.ok()) return;
+    std::vector<PendingBooking> bookings = PendingBookingsOf(*current);
+    if (std::erase_if(bookings, [&id](const PendingBooking& b) { return b.id == id; }) == 0) return;
+    Status s =
+        api_->AnnotateNode(node, MetaOf(*current, "resourceVersion"),
+                           {{std::string(kAnnotationPending), PendingBookingsValue(bookings)}});
+    if (s.code() != StatusCode::kAborted) return;
+  }
 }
 
 StatusOr<bool> Extender::AlreadyBound(const json& pod, const std::string& node) {
@@ -414,7 +531,8 @@ StatusOr<bool> Extender::AlreadyBound(const json& pod, const std::string& node) 
 Status Extender::YieldToAnotherBind(const json& pod, const std::string& node) const {
   std::optional<Assignment> other = AssignmentOf(pod);
   if (!other || other->node == node) return OkStatus();
-  int64_t ttl_ms = std::chrono::duration_cast<std::chrono::milliseconds>(options_.lock_ttl).count();
+  int64_t ttl_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(options_.pending_ttl).count();
   if (WallClockMs() - other->time_ms >= ttl_ms) return OkStatus();
   return AbortedError("pod " + MetaOf(pod, "namespace") + "/" + MetaOf(pod, "name") +
                       " is being bound to node " + other->node + " by another extender");
@@ -422,15 +540,16 @@ Status Extender::YieldToAnotherBind(const json& pod, const std::string& node) co
 
 Status Extender::WriteAssignment(const json& pod, const Assignment& assignment,
                                  const std::string& before, const std::string& node,
-                                 std::chrono::steady_clock::time_point locked) {
+                                 std::chrono::steady_clock::time_point written) {
   const std::string ns = MetaOf(pod, "namespace"), name = MetaOf(pod, "name");
   const std::string record = AssignmentToJson(assignment).dump();
   std::string version = MetaOf(pod, "resourceVersion");
-  Status written;
+  Status annotated;
   for (int attempt = 0; attempt < 5; ++attempt) {
-    GPUFRAC_RETURN_IF_ERROR(StillLocked(node, locked));
-    written = api_->AnnotatePod(ns, name, version, {{std::string(kAnnotationAssignment), record}});
-    if (written.code() != StatusCode::kAborted) break;
+    GPUFRAC_RETURN_IF_ERROR(StillPending(node, written));
+    annotated =
+        api_->AnnotatePod(ns, name, version, {{std::string(kAnnotationAssignment), record}});
+    if (annotated.code() != StatusCode::kAborted) break;
     GPUFRAC_ASSIGN_OR_RETURN(json now, api_->GetPod(ns, name));
     // Only an unrelated change is written over: not another pod, a bound pod, or another
     // extender's record.
@@ -440,7 +559,7 @@ Status Extender::WriteAssignment(const json& pod, const Assignment& assignment,
     }
     version = MetaOf(now, "resourceVersion");
   }
-  return written;
+  return annotated;
 }
 
 void Extender::EraseAssignment(const std::string& ns, const std::string& name) {
@@ -451,11 +570,7 @@ void Extender::EraseAssignment(const std::string& ns, const std::string& name) {
   }
 }
 
-// Re-reads the node's bookings from the pods bound to it, so that a decision under the node's
-// lock sees every booking another extender made, whatever this one's watch has delivered.
-Status Extender::RefreshNode(const std::string& node) {
-  GPUFRAC_ASSIGN_OR_RETURN(std::vector<json> pods, api_->ListPodsOnNode(node));
-  std::lock_guard<std::mutex> lock(mu_);
+void Extender::RefreshNodeLocked(const std::string& node, const std::vector<json>& pods) {
   std::vector<std::string> stale = ledger_->PodsOn(node);
   for (const json& pod : pods) {
     std::string key = PodKey(pod);
@@ -467,7 +582,6 @@ Status Extender::RefreshNode(const std::string& node) {
     }
   }
   for (const std::string& key : stale) UnbookLocked(key);
-  return OkStatus();
 }
 
 void Extender::BookLocked(const std::string& pod, const Assignment& assignment) {

@@ -2,7 +2,7 @@
 # the kube-scheduler extender protocol and the GPU reservation pods. Pure of I/O: the API server
 # is behind ClusterApi.
 add_library(gpufrac_k8s STATIC pod_request.cc unfit_reasons.cc inventory.cc assignment.cc object_fields.cc ledger.cc
-            extender.cc reservations.cc)
+            pending_bookings.cc extender.cc reservations.cc)
 target_link_libraries(gpufrac_k8s PUBLIC gpufrac_common gpufrac_placement gpufrac_mig_planner
                       gpufrac_gpu_catalogue nlohmann_json::nlohmann_json)
 

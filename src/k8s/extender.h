@@ -4,11 +4,16 @@
 // k8s.io/kube-scheduler/extender/v1; nodeCacheCapable: node names only, or full node lists).
 //
 // Binding never double-books a GPU share, also with two extenders racing, a pod deleted
-// mid-bind, a node that disappears or an extender that restarted: under the node's lock
-// (ClusterApi::LockNode) the node's bookings are re-read from the pods bound to it, the GPUs are
-// chosen, the assignment is written on the pod (conditional on its resourceVersion) and the pod
-// is bound, before the lock is given back. The books are otherwise kept from the pod and node
-// watches (OnPod, OnNode, ...), and rebuilt from the pods on start.
+// mid-bind, a node that disappears or an extender that restarted, and takes no lock: the GPUs are
+// chosen on the node's bookings as the API server has them (its bound pods, re-read, and its
+// pending bookings, pending_bookings.h), and added to the node's pending bookings with the
+// node's resourceVersion as precondition; on a conflict (another bind wrote first) they are
+// chosen again. Then the assignment is written on the pod (conditional on its resourceVersion)
+// and the pod is bound, in parallel with other binds to the node. Binds to one node from one
+// extender write the node one at a time (others' writes would only conflict), and those that
+// wait meanwhile are chosen in turn and written together in the next write. The books are
+// otherwise kept from the pod and node watches (OnPod, OnNode, ...), and rebuilt from the pods
+// on start.
 //
 // With reservations (ExtenderOptions::reservations), every change of a pod's booking is also
 // told to Reservations, which keeps one reservation pod per GPU with fractional bookings; it acts
@@ -16,27 +21,34 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <set>
 #include <string>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "k8s/cluster_api.h"
 #include "k8s/ledger.h"
 #include "k8s/object_fields.h"
+#include "k8s/pending_bookings.h"
 #include "k8s/reservations.h"
 
 namespace gpufrac::k8s {
 
 struct ExtenderOptions {
-  std::string holder = "gpufrac-extender";  // Names this extender in node locks (unique each).
-  // A node lock lapses after lock_ttl, so that a crashed extender cannot block a node; a bind
-  // writes nothing once less than lock_margin of it is left.
-  std::chrono::seconds lock_ttl{60};
-  std::chrono::seconds lock_margin{10};
-  std::chrono::milliseconds lock_wait{5000};  // How long bind waits for another's lock.
-  Reservations* reservations = nullptr;       // Told of every booking when set; must outlive.
+  // Names this extender in its pending bookings (unique each).
+  std::string holder = "gpufrac-extender";
+  // A pending booking lapses pending_ttl after it was written, so that a crashed extender's
+  // choice does not hold GPUs for ever; a bind writes nothing once less than pending_margin of
+  // it is left (which also covers clocks that differ between extenders by less).
+  std::chrono::seconds pending_ttl{60};
+  std::chrono::seconds pending_margin{10};
+  // How long a bind keeps writing the node's pending bookings against other writers (and waits
+  // for a live lock of an earlier version) before it fails.
+  std::chrono::milliseconds node_wait{10000};
+  Reservations* reservations = nullptr;  // Told of every booking when set; must outlive.
 };
 
 class Extender {
@@ -59,27 +71,59 @@ class Extender {
 
   // Counters for metrics and tests.
   struct Stats {
-    uint64_t filters = 0, prioritizes = 0, binds = 0, bind_failures = 0, lock_conflicts = 0;
+    uint64_t filters = 0, prioritizes = 0, binds = 0, bind_failures = 0;
+    uint64_t pending_conflicts = 0;  // Writes of a node's pending bookings that lost a race.
   };
   Stats stats() const;
 
  private:
-  // Binds under the node's lock, asked for at `locked`; `assigned` gets the GPUs in words, and
+  // Binds `pod` (as read just now) to `node`; `assigned` gets the GPUs in words, and
   // `unreserved` whether reservation pods are on but a fraction got no reservation because the
-  // node advertises no nvidia.com/gpu. Its
-  // steps: read the pod again, stop if it is bound already (AlreadyBound) or another extender is
-  // binding it elsewhere (YieldToAnotherBind), choose GPUs on the node's fresh bookings, record
-  // them on the pod (WriteAssignment), bind, and book; a failed bind erases the record.
-  Status BindLocked(const nlohmann::json& pod, const std::string& node,
-                    std::chrono::steady_clock::time_point locked, std::string* assigned,
+  // node advertises no nvidia.com/gpu. Its steps: stop if the pod is bound already
+  // (AlreadyBound) or another extender is binding it elsewhere (YieldToAnotherBind), choose GPUs
+  // and add them to the node's pending bookings (BookPending), record them on the pod
+  // (WriteAssignment), bind, and book; a failure leaves neither the record nor the pending
+  // booking behind.
+  Status BindOnNode(const nlohmann::json& pod, const std::string& node, std::string* assigned,
                     bool* unreserved);
-  // The lock expires on its own (so that a crashed extender cannot block a node): every write
-  // is made only while it certainly still holds, with a margin for the write itself.
-  Status StillLocked(const std::string& node, std::chrono::steady_clock::time_point locked) const;
+  // Chooses the GPUs for `request` on the node's bound pods and pending bookings, read afresh,
+  // and adds them to the pending bookings with the node's resourceVersion as precondition,
+  // again after each conflict until options_.node_wait has passed. `written` gets when the
+  // successful write was asked for: the booking's lifetime counts from there. Binds to one node
+  // that wait while this extender writes it are written together, in one write (WriteBatch).
+  StatusOr<PendingBooking> BookPending(const nlohmann::json& pod, const PodRequest& request,
+                                       const std::string& node,
+                                       std::chrono::steady_clock::time_point* written);
+  // One bind's part in a write of the node's pending bookings.
+  struct PendingWrite {
+    const PodRequest* request = nullptr;
+    PendingBooking booking;  // Its id, pod and uid set before; the rest by WriteBatch.
+    Status result;           // Why it got no booking.
+    std::chrono::steady_clock::time_point written;
+    bool taken = false;  // In a batch being written (NodeWrites::mu held).
+    bool done = false;   // That batch was written or failed (NodeWrites::mu held).
+  };
+  // The binds of this extender waiting to write a node's pending bookings.
+  struct NodeWrites {
+    std::mutex mu;
+    std::condition_variable changed;
+    bool busy = false;  // A batch is being written.
+    std::vector<PendingWrite*> waiting;
+  };
+  // Chooses GPUs for every bind of `batch` in turn (each counting those before it) and writes
+  // those that fit in one write of the node's pending bookings, again after each conflict until
+  // `deadline`; sets each one's result.
+  void WriteBatch(const std::string& node, const std::vector<PendingWrite*>& batch,
+                  std::chrono::steady_clock::time_point deadline);
+  // Removes the pending booking `id` from the node (best effort: it expires anyway).
+  void DropPending(const std::string& node, const std::string& id);
+  // Every write after BookPending is made only while its booking certainly still counts, with a
+  // margin for the write itself.
+  Status StillPending(const std::string& node, std::chrono::steady_clock::time_point written) const;
   // True when `pod` is bound to `node` already with its GPUs (a retried bind: booked again, not
   // chosen again, which would overwrite the record); kFailedPrecondition when bound elsewhere.
   StatusOr<bool> AlreadyBound(const nlohmann::json& pod, const std::string& node);
-  // kAborted while `pod` carries another node's assignment younger than the lock's TTL: another
+  // kAborted while `pod` carries another node's assignment younger than pending_ttl: another
   // extender is binding it there now, and two binds must not both write the record.
   Status YieldToAnotherBind(const nlohmann::json& pod, const std::string& node) const;
   // Writes `assignment` on the pod, conditional on its resourceVersion; an unrelated change
@@ -87,10 +131,12 @@ class Extender {
   // unbound, and its record still `before`.
   Status WriteAssignment(const nlohmann::json& pod, const Assignment& assignment,
                          const std::string& before, const std::string& node,
-                         std::chrono::steady_clock::time_point locked);
+                         std::chrono::steady_clock::time_point written);
   // Leaves no record of a booking that did not happen (the pod may be gone already).
   void EraseAssignment(const std::string& ns, const std::string& name);
-  Status RefreshNode(const std::string& node);
+  // Makes the books of `node` those of its bound pods `pods` (mu_ held).
+  void RefreshNodeLocked(const std::string& node, const std::vector<nlohmann::json>& pods);
+  NodeWrites* WritesOf(const std::string& node);
   // The books change only through these two (mu_ held), so Reservations sees every change.
   void BookLocked(const std::string& pod, const Assignment& assignment);
   void UnbookLocked(const std::string& pod);
@@ -98,10 +144,12 @@ class Extender {
   Ledger* ledger_;
   ClusterApi* api_;
   ExtenderOptions options_;
-  mutable std::mutex mu_;  // Guards ledger_ and stats_.
+  mutable std::mutex mu_;  // Guards everything below.
   Stats stats_;
   std::set<std::string> warned_;  // UIDs of pods told about an invalid request.
   std::set<std::string> gone_;    // UIDs of deleted pods.
+  uint64_t attempts_ = 0;         // Numbers this extender's pending bookings.
+  std::map<std::string, std::unique_ptr<NodeWrites>> node_writes_;
   // Nodes that advertise no nvidia.com/gpu: a reservation pod there would reserve nothing (the
   // kubelet drops a resource its node does not have and admits the pod), so none is made.
   std::set<std::string> without_nvidia_gpu_;

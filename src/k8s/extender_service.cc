@@ -113,8 +113,9 @@ Status ExtenderService::Run() {
     counter("gpufrac_extender_prioritizes_total", "Prioritize calls.", st.prioritizes);
     counter("gpufrac_extender_binds_total", "Bind calls.", st.binds);
     counter("gpufrac_extender_bind_failures_total", "Bind calls that failed.", st.bind_failures);
-    counter("gpufrac_extender_lock_conflicts_total", "Waits for another extender's node lock.",
-            st.lock_conflicts);
+    counter("gpufrac_extender_pending_conflicts_total",
+            "Writes of a node's pending bookings that another bind's write beat.",
+            st.pending_conflicts);
     if (s.reservations) {
       Reservations::Stats r = s.reservations->stats();
       counter("gpufrac_extender_reservations_created_total", "Reservation pods created.",

@@ -19,7 +19,7 @@ namespace gpufrac::k8s {
 struct ExtenderServiceOptions {
   std::string listen = "0.0.0.0:8888";  // HOST:PORT; port 0 picks a free one.
   std::string policy = std::string(placement::kDefaultPolicy);  // placement/policies.h
-  std::string holder;                // Names this replica in node locks; "" = hostname/pid.
+  std::string holder;                // Names this replica in pending bookings; "" = hostname/pid.
   bool reservation_pods = false;     // Reserve GPUs with fractional bookings (Run:ai style).
   ReservationOptions reservation{};  // Namespace, image, ... of the reservation pods.
 };

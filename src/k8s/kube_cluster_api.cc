@@ -2,7 +2,6 @@
 #include "k8s/kube_cluster_api.h"
 
 #include <chrono>
-#include <ctime>
 
 #include "common/log.h"
 #include "common/text.h"
@@ -15,6 +14,20 @@ std::string PodPath(const std::string& ns, const std::string& name) {
   return "/api/v1/namespaces/" + ns + "/pods/" + name;
 }
 
+std::string NodePath(const std::string& node) { return "/api/v1/nodes/" + node; }
+
+// A merge patch setting (null: removing) annotations, conditional on `resource_version` if given.
+json AnnotationPatch(const std::string& resource_version,
+                     const std::vector<std::pair<std::string, std::string>>& set) {
+  json annotations = json::object();
+  for (const auto& [key, value] : set) {
+    annotations[key] = value.empty() ? json(nullptr) : json(value);
+  }
+  json patch = {{"metadata", {{"annotations", annotations}}}};
+  if (!resource_version.empty()) patch["metadata"]["resourceVersion"] = resource_version;
+  return patch;
+}
+
 // The objects of a list answer.
 std::vector<json> ItemsOf(json list) {
   std::vector<json> items;
@@ -22,19 +35,6 @@ std::vector<json> ItemsOf(json list) {
     for (json& item : list["items"]) items.push_back(std::move(item));
   }
   return items;
-}
-
-int64_t NowSeconds() { return static_cast<int64_t>(std::time(nullptr)); }
-
-// The lock annotation's holder and expiry; empty holder when unset or unreadable.
-std::pair<std::string, int64_t> ParseLock(const std::string& value) {
-  size_t space = value.rfind(' ');
-  if (space == std::string::npos) return {"", 0};
-  try {
-    return {value.substr(0, space), std::stoll(value.substr(space + 1))};
-  } catch (...) {
-    return {"", 0};
-  }
 }
 
 }  // namespace
@@ -72,13 +72,7 @@ StatusOr<std::vector<json>> KubeClusterApi::ListPods(const std::string& ns,
 Status KubeClusterApi::AnnotatePod(const std::string& ns, const std::string& name,
                                    const std::string& resource_version,
                                    const std::vector<std::pair<std::string, std::string>>& set) {
-  json annotations = json::object();
-  for (const auto& [key, value] : set) {
-    annotations[key] = value.empty() ? json(nullptr) : json(value);
-  }
-  json patch = {{"metadata", {{"annotations", annotations}}}};
-  if (!resource_version.empty()) patch["metadata"]["resourceVersion"] = resource_version;
-  return client_->Patch(PodPath(ns, name), patch).status();
+  return client_->Patch(PodPath(ns, name), AnnotationPatch(resource_version, set)).status();
 }
 
 Status KubeClusterApi::BindPod(const std::string& ns, const std::string& name,
@@ -91,31 +85,13 @@ Status KubeClusterApi::BindPod(const std::string& ns, const std::string& name,
   return client_->Create(PodPath(ns, name) + "/binding", binding).status();
 }
 
-Status KubeClusterApi::LockNode(const std::string& node, const std::string& holder,
-                                std::chrono::seconds ttl) {
-  const std::string path = "/api/v1/nodes/" + node;
-  GPUFRAC_ASSIGN_OR_RETURN(json current, client_->Get(path));
-  auto [owner, expiry] = ParseLock(AnnotationOf(current, kAnnotationLock));
-  if (!owner.empty() && owner != holder && expiry > NowSeconds()) {
-    return AbortedError("node " + node + " is locked by " + owner);
-  }
-  json patch = {{"metadata",
-                 {{"resourceVersion", MetaOf(current, "resourceVersion")},
-                  {"annotations",
-                   {{std::string(kAnnotationLock),
-                     holder + " " + std::to_string(NowSeconds() + ttl.count())}}}}}};
-  return client_->Patch(path, patch).status();
+StatusOr<json> KubeClusterApi::GetNode(const std::string& node) {
+  return client_->Get(NodePath(node));
 }
 
-void KubeClusterApi::UnlockNode(const std::string& node, const std::string& holder) {
-  const std::string path = "/api/v1/nodes/" + node;
-  StatusOr<json> current = client_->Get(path);
-  if (!current.ok() || ParseLock(AnnotationOf(*current, kAnnotationLock)).first != holder) return;
-  json patch = {{"metadata",
-                 {{"resourceVersion", MetaOf(*current, "resourceVersion")},
-                  {"annotations", {{std::string(kAnnotationLock), nullptr}}}}}};
-  Status s = client_->Patch(path, patch).status();
-  if (!s.ok()) LogDebug("unlock %s: %s (it expires anyway)", node.c_str(), s.message().c_str());
+Status KubeClusterApi::AnnotateNode(const std::string& node, const std::string& resource_version,
+                                    const std::vector<std::pair<std::string, std::string>>& set) {
+  return client_->Patch(NodePath(node), AnnotationPatch(resource_version, set)).status();
 }
 
 void KubeClusterApi::PodEvent(const json& pod, const std::string& reason,

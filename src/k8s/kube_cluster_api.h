@@ -1,16 +1,12 @@
-// ClusterApi over the API server (ApiClient): pods, bindings, events, reservation pods, and the
-// node booking lock kept as the node annotation gpufrac.io/lock ("<holder> <expiry, Unix
-// seconds>"), taken and given back with the node's resourceVersion as precondition.
+// ClusterApi over the API server (ApiClient): pods, bindings, events, reservation pods, and node
+// annotations written with the node's resourceVersion as precondition (a JSON merge patch that
+// carries metadata.resourceVersion: 409 Conflict when the node changed meanwhile).
 #pragma once
-
-#include <string_view>
 
 #include "k8s/api_client.h"
 #include "k8s/cluster_api.h"
 
 namespace gpufrac::k8s {
-
-inline constexpr std::string_view kAnnotationLock = "gpufrac.io/lock";
 
 class KubeClusterApi : public ClusterApi {
  public:
@@ -24,14 +20,13 @@ class KubeClusterApi : public ClusterApi {
                      const std::vector<std::pair<std::string, std::string>>& set) override;
   Status BindPod(const std::string& ns, const std::string& name, const std::string& uid,
                  const std::string& node) override;
-  Status LockNode(const std::string& node, const std::string& holder,
-                  std::chrono::seconds ttl) override;
-  void UnlockNode(const std::string& node, const std::string& holder) override;
+  StatusOr<nlohmann::json> GetNode(const std::string& node) override;
+  Status AnnotateNode(const std::string& node, const std::string& resource_version,
+                      const std::vector<std::pair<std::string, std::string>>& set) override;
   void PodEvent(const nlohmann::json& pod, const std::string& reason, const std::string& message,
                 bool warning) override;
   StatusOr<nlohmann::json> CreatePod(const std::string& ns, const nlohmann::json& pod) override;
-  Status DeletePod(const std::string& ns, const std::string& name,
-                   const std::string& uid) override;
+  Status DeletePod(const std::string& ns, const std::string& name, const std::string& uid) override;
   StatusOr<std::vector<nlohmann::json>> ListPods(const std::string& ns,
                                                  const std::string& label_selector) override;
 

@@ -83,37 +83,36 @@ TEST_F(KubeClusterApiTest, BindPostsABindingWithThePodUid) {
   EXPECT_EQ(api_->BindPod("ns", "p", MetaOf(pod_, "uid"), "n1").code(), StatusCode::kAborted);
 }
 
-TEST_F(KubeClusterApiTest, NodeLockIsExclusiveConditionalAndExpires) {
-  ASSERT_TRUE(api_->LockNode("n1", "a", std::chrono::seconds(30)).ok());
+// The extender's pending bookings are written so: a merge patch carrying the node's
+// resourceVersion, which the API server refuses with 409 Conflict once the node has changed.
+TEST_F(KubeClusterApiTest, AnnotateNodeIsConditionalOnTheNodesResourceVersion) {
+  StatusOr<json> node = api_->GetNode("n1");
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  const std::string version = MetaOf(*node, "resourceVersion");
+  ASSERT_TRUE(api_->AnnotateNode("n1", version, {{"gpufrac.io/pending", "[]"}}).ok());
   auto patches = server_->requests("PATCH", "/api/v1/nodes/n1");
   ASSERT_EQ(patches.size(), 1u);
+  EXPECT_EQ(patches[0].content_type, "application/merge-patch+json");
   json body = json::parse(patches[0].body);
-  EXPECT_FALSE(body["metadata"]["resourceVersion"].get<std::string>().empty());
-  std::string lock = body["metadata"]["annotations"]["gpufrac.io/lock"];
-  EXPECT_EQ(lock.rfind("a ", 0), 0u) << lock;
+  EXPECT_EQ(body["metadata"]["resourceVersion"], version);
+  EXPECT_EQ(body["metadata"]["annotations"]["gpufrac.io/pending"], "[]");
+  EXPECT_EQ(AnnotationOf(*server_->Get("nodes", "", "n1"), "gpufrac.io/pending"), "[]");
 
-  // Someone else is refused while it holds; the holder may take it again.
-  EXPECT_EQ(api_->LockNode("n1", "b", std::chrono::seconds(30)).code(), StatusCode::kAborted);
-  EXPECT_TRUE(api_->LockNode("n1", "a", std::chrono::seconds(30)).ok());
-  // Only the holder gives it back.
-  api_->UnlockNode("n1", "b");
-  EXPECT_FALSE(AnnotationOf(*server_->Get("nodes", "", "n1"), "gpufrac.io/lock").empty());
-  api_->UnlockNode("n1", "a");
-  EXPECT_TRUE(AnnotationOf(*server_->Get("nodes", "", "n1"), "gpufrac.io/lock").empty());
+  // A second writer that read the same version: 409 Conflict, refused as kAborted.
+  Status stale = api_->AnnotateNode("n1", version, {{"gpufrac.io/pending", "[1]"}});
+  EXPECT_EQ(stale.code(), StatusCode::kAborted) << stale.ToString();
+  EXPECT_EQ(AnnotationOf(*server_->Get("nodes", "", "n1"), "gpufrac.io/pending"), "[]");
 
-  // Two takers that read the same node: the second write conflicts (409) and is refused.
-  server_->FailNext("PATCH", "/api/v1/nodes/n1", 409, 1, false, "Conflict");
-  EXPECT_EQ(api_->LockNode("n1", "b", std::chrono::seconds(30)).code(), StatusCode::kAborted);
+  // An empty value removes the annotation.
+  node = api_->GetNode("n1");
+  ASSERT_TRUE(
+      api_->AnnotateNode("n1", MetaOf(*node, "resourceVersion"), {{"gpufrac.io/pending", ""}})
+          .ok());
+  EXPECT_EQ(AnnotationOf(*server_->Get("nodes", "", "n1"), "gpufrac.io/pending"), "");
 
-  // An expired lock is taken over.
-  json node = *server_->Get("nodes", "", "n1");
-  node["metadata"]["annotations"]["gpufrac.io/lock"] = "crashed-extender 1000";
-  server_->Put(node);
-  EXPECT_TRUE(api_->LockNode("n1", "b", std::chrono::seconds(30)).ok());
-
-  // A node that is gone cannot be locked.
-  EXPECT_EQ(api_->LockNode("missing", "a", std::chrono::seconds(30)).code(),
-            StatusCode::kNotFound);
+  // A node that is gone.
+  EXPECT_EQ(api_->GetNode("missing").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(api_->AnnotateNode("missing", "1", {{"a", "b"}}).code(), StatusCode::kNotFound);
 }
 
 TEST_F(KubeClusterApiTest, ListsThePodsOfOneNodeAndPostsEvents) {

@@ -10,6 +10,7 @@
 #include <openssl/x509v3.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
@@ -447,6 +448,9 @@ void FakeApiServer::State::Handle(const httplib::Request& req, httplib::Response
   rec.content_type = req.get_header_value("Content-Type");
   rec.authorization = req.get_header_value("Authorization");
   rec.body = req.body;
+  if (rec.method != "GET" && options.write_latency.count() > 0) {
+    std::this_thread::sleep_for(options.write_latency);
+  }
 
   std::unique_lock<std::mutex> lock(mu);
   requests.push_back(rec);
@@ -980,8 +984,18 @@ StatusOr<std::unique_ptr<FakeApiServer>> FakeApiServer::Start(Options options) {
   state->server->Patch(".*", handler);
   state->server->Delete(".*", handler);
   state->server->Put(".*", handler);
+  // cpp-httplib listens with a backlog of 5: a burst of clients connecting at once (as binds do)
+  // would wait for SYN retransmissions, seconds that the real API server does not cost. The
+  // listening socket is remembered here and given a longer backlog once bound.
+  int listening = -1;
+  state->server->set_socket_options([&listening](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listening = sock;
+  });
   state->port = state->server->bind_to_any_port("127.0.0.1");
   if (state->port <= 0) return UnavailableError("cannot bind 127.0.0.1");
+  if (listening >= 0) ::listen(listening, SOMAXCONN);
   state->thread = std::thread([raw] { raw->server->listen_after_bind(); });
   for (int i = 0; i < 2000 && !state->server->is_running(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

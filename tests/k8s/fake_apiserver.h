@@ -43,6 +43,10 @@ class FakeApiServer {
     // 410 on a watch as an HTTP status instead of the API server's usual 200 with an ERROR
     // event whose object is a Status with code 410.
     bool gone_as_http_status = false;
+    // Every write (POST, PUT, PATCH, DELETE) is answered this much later, as by an API server
+    // whose etcd sits on a slow disk; it is applied at the end of the wait, so a write's
+    // preconditions are checked against the objects as they are then. Reads are not delayed.
+    std::chrono::milliseconds write_latency{0};
   };
 
   // Generates the CA and certificates, writes the CA to a temporary file and starts serving.

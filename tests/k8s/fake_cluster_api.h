@@ -1,7 +1,7 @@
-// An in-memory API server for the scheduler extender's tests: pods and nodes with resourceVersions,
-// the binding subresource, the node lock with holder and expiry, recorded events, pod creation,
-// deletion and listing by label (reservation pods), a clock the test moves, and switches that
-// inject the failures the bind protocol and the reservations must survive.
+// An in-memory API server for the scheduler extender's tests: pods and nodes with resourceVersions
+// (annotations written with one as precondition), the binding subresource, recorded events, pod
+// creation, deletion and listing by label (reservation pods), and switches that inject the
+// failures the bind protocol and the reservations must survive.
 #pragma once
 
 #include <chrono>
@@ -17,6 +17,7 @@
 #include "common/text.h"
 #include "k8s/cluster_api.h"
 #include "k8s/object_fields.h"
+#include "k8s/pending_bookings.h"
 
 namespace gpufrac::k8s::testing {
 
@@ -30,7 +31,6 @@ class FakeClusterApi : public ClusterApi {
   };
 
   // ---- The objects ----
-
 
   // Adds or replaces a pod; gives it a uid (when it has none) and a new resourceVersion.
   // Returns the stored object.
@@ -74,7 +74,6 @@ class FakeClusterApi : public ClusterApi {
   void DeleteNode(const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
     nodes_.erase(name);
-    locks_.erase(name);
   }
   std::vector<nlohmann::json> AllNodes() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -87,11 +86,11 @@ class FakeClusterApi : public ClusterApi {
     std::lock_guard<std::mutex> lock(mu_);
     return events_;
   }
-  // Who holds the node's lock now ("" when nobody does or it has expired).
-  std::string LockHolder(const std::string& node) const {
+  // The node's pending bookings as stored now.
+  std::vector<PendingBooking> PendingOn(const std::string& node) const {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = locks_.find(node);
-    return it != locks_.end() && it->second.expires > NowLocked() ? it->second.holder : "";
+    auto it = nodes_.find(node);
+    return it == nodes_.end() ? std::vector<PendingBooking>{} : PendingBookingsOf(it->second);
   }
   int bind_calls() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -100,6 +99,10 @@ class FakeClusterApi : public ClusterApi {
   int annotate_calls() const {
     std::lock_guard<std::mutex> lock(mu_);
     return annotate_calls_;
+  }
+  int annotate_node_calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return annotate_node_calls_;
   }
   int create_calls() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -119,12 +122,6 @@ class FakeClusterApi : public ClusterApi {
     return out;
   }
 
-  // The clock the locks expire by: real time plus what the test has advanced.
-  void Advance(std::chrono::seconds by) {
-    std::lock_guard<std::mutex> lock(mu_);
-    offset_ += by;
-  }
-
   // ---- Injected failures (each applies once, to the next matching call) ----
 
   // The pod is deleted just before the next AnnotatePod / BindPod of it reaches the "server".
@@ -140,6 +137,12 @@ class FakeClusterApi : public ClusterApi {
   void ConflictOnNextAnnotate() {
     std::lock_guard<std::mutex> lock(mu_);
     conflict_on_annotate_ = true;
+  }
+  // Runs once, just before the next AnnotateNode reaches the "server", outside the fake's lock
+  // (so it may call the fake, e.g. to run another extender's bind first).
+  void BeforeNextAnnotateNode(std::function<void()> hook) {
+    std::lock_guard<std::mutex> lock(mu_);
+    before_annotate_node_ = std::move(hook);
   }
   // The next BindPod fails with `status` (the pod stays unbound).
   void FailNextBind(Status status) {
@@ -160,7 +163,7 @@ class FakeClusterApi : public ClusterApi {
     fail_list_ = std::move(status);
   }
   // Runs once, at the start of the next BindPod, outside the fake's lock (so it may call the
-  // fake, e.g. to run another extender's bind while this one holds the node's lock).
+  // fake, e.g. to run another extender's bind while this one is between choosing and binding).
   void BeforeNextBind(std::function<void()> hook) {
     std::lock_guard<std::mutex> lock(mu_);
     before_bind_ = std::move(hook);
@@ -252,24 +255,41 @@ class FakeClusterApi : public ClusterApi {
     return OkStatus();
   }
 
-  Status LockNode(const std::string& node, const std::string& holder,
-                  std::chrono::seconds ttl) override {
+  StatusOr<nlohmann::json> GetNode(const std::string& node) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (nodes_.count(node) == 0) return NotFoundError("nodes \"" + node + "\" not found");
-    auto it = locks_.find(node);
-    const auto now = NowLocked();
-    if (it != locks_.end() && it->second.holder != holder && it->second.expires > now) {
-      return AbortedError("node " + node + " is locked by " + it->second.holder);
-    }
-    locks_[node] = {holder, now + ttl};
-    nodes_[node]["metadata"]["resourceVersion"] = NextVersion();
-    return OkStatus();
+    auto it = nodes_.find(node);
+    if (it == nodes_.end()) return NotFoundError("nodes \"" + node + "\" not found");
+    return it->second;
   }
 
-  void UnlockNode(const std::string& node, const std::string& holder) override {
+  Status AnnotateNode(const std::string& node, const std::string& resource_version,
+                      const std::vector<std::pair<std::string, std::string>>& set) override {
+    std::function<void()> hook;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hook = std::exchange(before_annotate_node_, nullptr);
+    }
+    if (hook) hook();
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = locks_.find(node);
-    if (it != locks_.end() && it->second.holder == holder) locks_.erase(it);
+    ++annotate_node_calls_;
+    auto it = nodes_.find(node);
+    if (it == nodes_.end()) return NotFoundError("nodes \"" + node + "\" not found");
+    if (it->second["metadata"]["resourceVersion"] != resource_version) {
+      return AbortedError("Operation cannot be fulfilled on nodes \"" + node +
+                          "\": the object has been modified; please apply your changes to the "
+                          "latest version and try again");
+    }
+    nlohmann::json& annotations = it->second["metadata"]["annotations"];
+    if (!annotations.is_object()) annotations = nlohmann::json::object();
+    for (const auto& [k, v] : set) {
+      if (v.empty()) {
+        annotations.erase(k);
+      } else {
+        annotations[k] = v;
+      }
+    }
+    it->second["metadata"]["resourceVersion"] = NextVersion();
+    return OkStatus();
   }
 
   StatusOr<nlohmann::json> CreatePod(const std::string& ns, const nlohmann::json& pod) override {
@@ -350,29 +370,20 @@ class FakeClusterApi : public ClusterApi {
   }
 
  private:
-  struct NodeLock {
-    std::string holder;
-    std::chrono::steady_clock::time_point expires;
-  };
-
   static std::string Key(const std::string& ns, const std::string& name) { return ns + "/" + name; }
   std::string NextVersion() { return std::to_string(++version_); }
-  std::chrono::steady_clock::time_point NowLocked() const {
-    return std::chrono::steady_clock::now() + offset_;
-  }
 
   mutable std::mutex mu_;
   std::map<std::string, nlohmann::json> pods_;
   std::map<std::string, nlohmann::json> nodes_;
-  std::map<std::string, NodeLock> locks_;
   std::vector<Event> events_;
   uint64_t version_ = 0;
   uint64_t next_uid_ = 0;
   int bind_calls_ = 0;
   int annotate_calls_ = 0;
+  int annotate_node_calls_ = 0;
   int create_calls_ = 0;
   int delete_calls_ = 0;
-  std::chrono::seconds offset_{0};
   std::string delete_before_annotate_;
   std::string delete_before_bind_;
   bool conflict_on_annotate_ = false;
@@ -381,6 +392,7 @@ class FakeClusterApi : public ClusterApi {
   std::optional<Status> fail_delete_;
   std::optional<Status> fail_list_;
   std::function<void()> before_bind_;
+  std::function<void()> before_annotate_node_;
 };
 
 }  // namespace gpufrac::k8s::testing

@@ -1,7 +1,8 @@
 // The kube-scheduler extender protocol against an in-memory API server: the exact bodies
 // kube-scheduler sends and reads (Go field names), bind's record-then-bind order and its
 // failures (pod deleted mid-bind, conflicts, node gone), two extenders racing for one GPU, a
-// restarted extender rebuilding its books from the watches, lock expiry and finished pods.
+// restarted extender rebuilding its books from the watches, the node's pending bookings (conflicts,
+// what they count and when they go, an earlier version's lock) and finished pods.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -22,21 +23,23 @@
 #include "k8s/fake_cluster_api.h"
 #include "k8s/inventory.h"
 #include "k8s/ledger.h"
+#include "k8s/object_fields.h"
+#include "k8s/pending_bookings.h"
 #include "k8s/test_objects.h"
 
 namespace gpufrac::k8s {
 namespace {
 
 using nlohmann::json;
-using ::testing::ElementsAre;
 using testing::BindBody;
+using ::testing::ElementsAre;
 using testing::FakeClusterApi;
 using testing::FractionLimits;
+using ::testing::HasSubstr;
 using testing::Inventory;
+using ::testing::IsEmpty;
 using testing::NodeObject;
 using testing::PodObject;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
 
 // ---- Objects as the API server holds them ----
@@ -274,7 +277,11 @@ TEST_F(ExtenderTest, BindRecordsTheAssignmentThenBindsAndBooks) {
 
   ASSERT_TRUE(s.ledger->BookingOf("default/p").has_value());
   EXPECT_EQ(*s.ledger->BookingOf("default/p"), *a);
-  EXPECT_EQ(api_.LockHolder("n1"), "") << "the node's lock is given back";
+  std::vector<PendingBooking> pending = api_.PendingOn("n1");
+  ASSERT_EQ(pending.size(), 1u) << "the booking stays pending until a later bind sees p bound";
+  EXPECT_EQ(pending[0].pod, "default/p");
+  EXPECT_EQ(pending[0].uid, pod["metadata"]["uid"]);
+  EXPECT_EQ(pending[0].assignment, *a);
 
   // The next pod sees what is left.
   EXPECT_FALSE(s.Fits(AddPod("q", FractionLimits(600)), "n1"));
@@ -421,7 +428,7 @@ TEST_F(ExtenderTest, BindOfAPodDeletedBeforeItsAssignmentIsWrittenLeavesNoBookin
   EXPECT_FALSE(s.ledger->BookingOf("default/p").has_value());
   EXPECT_EQ(s.ledger->booking_count(), 0u);
   EXPECT_EQ(api_.bind_calls(), 0);
-  EXPECT_EQ(api_.LockHolder("n1"), "");
+  EXPECT_THAT(api_.PendingOn("n1"), IsEmpty()) << "no pending booking is left behind";
   EXPECT_TRUE(s.Fits(AddPod("q", FractionLimits(1000 - 1)), "n1"));
   EXPECT_EQ(s.extender->stats().bind_failures, 1u);
 }
@@ -433,7 +440,7 @@ TEST_F(ExtenderTest, BindOfAPodDeletedBeforeTheBindingLeavesNoBooking) {
   EXPECT_NE(s.Bind(pod, "n1"), "");
   EXPECT_FALSE(s.ledger->BookingOf("default/p").has_value());
   EXPECT_FALSE(api_.Pod("default", "p").has_value());
-  EXPECT_EQ(api_.LockHolder("n1"), "");
+  EXPECT_THAT(api_.PendingOn("n1"), IsEmpty()) << "no pending booking is left behind";
   EXPECT_TRUE(s.Fits(AddPod("q", FractionLimits(999)), "n1"));
 }
 
@@ -462,7 +469,7 @@ TEST_F(ExtenderTest, BindFailureRemovesTheAssignment) {
   EXPECT_EQ(NodeNameOf(stored), "");
   EXPECT_EQ(AssignmentText(stored), "") << "no record of a booking that did not happen";
   EXPECT_EQ(s.ledger->booking_count(), 0u);
-  EXPECT_EQ(api_.LockHolder("n1"), "");
+  EXPECT_THAT(api_.PendingOn("n1"), IsEmpty()) << "no pending booking is left behind";
   // The scheduler retries; this time it works.
   ASSERT_EQ(s.Bind(Stored("p"), "n1"), "");
   EXPECT_EQ(NodeNameOf(Stored("p")), "n1");
@@ -533,9 +540,8 @@ TEST_F(ExtenderTest, ARetriedBindKeepsTheAssignmentOfTheBoundPod) {
 
 // ---- Two extenders, one API server ----
 
-// B has not seen A's binding through its watch; under the node's lock it re-reads the node's
-// pods and refuses.
-TEST_F(ExtenderTest, SecondExtenderSeesTheFirstsBindingUnderTheLock) {
+// B has not seen A's binding through its watch; it re-reads the node's pods and refuses.
+TEST_F(ExtenderTest, SecondExtenderSeesTheFirstsBindingOnTheNode) {
   Scheduler a(api_, {.holder = "extender-a"});
   Scheduler b(api_, {.holder = "extender-b"});
   json p = AddPod("p", FractionLimits(600));
@@ -550,23 +556,116 @@ TEST_F(ExtenderTest, SecondExtenderSeesTheFirstsBindingUnderTheLock) {
   EXPECT_THAT(b.ledger->Overbooked(), IsEmpty());
 }
 
-// B tries to bind while A holds the node's lock (between A's assignment and its binding).
-TEST_F(ExtenderTest, SecondExtenderWaitsForTheLockAndThenRefuses) {
+// B binds while A is between its pending booking and its binding: A's pod is not bound yet, but
+// its pending booking counts, and B refuses at once.
+TEST_F(ExtenderTest, SecondExtenderCountsTheFirstsPendingBooking) {
   Scheduler a(api_, {.holder = "extender-a"});
-  Scheduler b(api_, {.holder = "extender-b",
-                     .lock_ttl = std::chrono::seconds(15),
-                     .lock_wait = std::chrono::milliseconds(100)});
+  Scheduler b(api_, {.holder = "extender-b"});
   json p = AddPod("p", FractionLimits(600));
   json q = AddPod("q", FractionLimits(600));
   std::string b_error = "<not run>";
   api_.BeforeNextBind([&] { b_error = b.Bind(q, "n1"); });
   ASSERT_EQ(a.Bind(p, "n1"), "");
-  EXPECT_NE(b_error, "");
-  EXPECT_NE(b_error, "<not run>");
-  EXPECT_GT(b.extender->stats().lock_conflicts, 0u);
+  EXPECT_THAT(b_error, HasSubstr("n1"));
   EXPECT_EQ(NodeNameOf(Stored("p")), "n1");
   EXPECT_EQ(NodeNameOf(Stored("q")), "");
   EXPECT_EQ(AssignmentText(Stored("q")), "");
+}
+
+// B's whole bind happens between A's read of the node and A's write of its pending bookings: A's
+// write fails on the node's resourceVersion, and A chooses again on what B booked.
+TEST_F(ExtenderTest, AConflictingWriteIsChosenAgainOnTheOthersBooking) {
+  Scheduler a(api_, {.holder = "extender-a"});
+  Scheduler b(api_, {.holder = "extender-b"});
+  json p = AddPod("p", FractionLimits(400));
+  json q = AddPod("q", FractionLimits(600));
+  std::string b_error = "<not run>";
+  api_.BeforeNextAnnotateNode([&] { b_error = b.Bind(q, "n1"); });
+  ASSERT_EQ(a.Bind(p, "n1"), "");
+  EXPECT_EQ(b_error, "");
+  EXPECT_EQ(a.extender->stats().pending_conflicts, 1u);
+  EXPECT_EQ(NodeNameOf(Stored("p")), "n1");
+  EXPECT_EQ(NodeNameOf(Stored("q")), "n1");
+  EXPECT_THAT(a.ledger->Overbooked(), IsEmpty());
+  EXPECT_THAT(a.Bind(AddPod("r", FractionLimits(1)), "n1"), HasSubstr("n1")) << "400 + 600 is full";
+}
+
+// Binds to one node that arrive while the extender writes it wait, and are then chosen in turn
+// and written together: one write of the node for all of them, and never more than fits.
+TEST_F(ExtenderTest, BindsThatWaitForTheNodeAreWrittenTogether) {
+  Scheduler s(api_);
+  std::vector<json> pods;
+  for (int i = 0; i < 5; ++i) pods.push_back(AddPod("p" + std::to_string(i), FractionLimits(300)));
+  std::vector<std::string> errors(5, "<not run>");
+  std::vector<std::thread> waiting;
+  api_.BeforeNextAnnotateNode([&] {
+    for (int i = 1; i < 5; ++i) {
+      waiting.emplace_back([&, i] { errors[i] = s.Bind(pods[i], "n1"); });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // They queue up.
+  });
+  errors[0] = s.Bind(pods[0], "n1");
+  for (std::thread& t : waiting) t.join();
+  EXPECT_EQ(api_.annotate_node_calls(), 2) << "p0's write, then one for p1 to p4";
+  int bound = 0;
+  for (int i = 0; i < 5; ++i) {
+    bound += errors[i].empty();
+    EXPECT_EQ(errors[i].empty(), NodeNameOf(Stored("p" + std::to_string(i))) == "n1") << i;
+  }
+  EXPECT_EQ(bound, 3) << "3 x 300 of the GPU fit, a fourth does not";
+  EXPECT_THAT(s.ledger->Overbooked(), IsEmpty());
+}
+
+// A pending booking stops counting once its pod is bound (its own record counts), its pod is
+// deleted, or it expires; the next write leaves it out. A live one of a pod not bound counts.
+TEST_F(ExtenderTest, PendingBookingsCountUntilTheirPodIsBoundDeletedOrTheyExpire) {
+  Scheduler s(api_);
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  auto booking = [&](const std::string& pod, const std::string& uid, int64_t expires_ms) {
+    Assignment a;
+    a.node = "n1";
+    a.time_ms = now_ms;
+    a.containers.push_back({.container = "main",
+                            .gpus = {{.index = 0,
+                                      .uuid = "GPU-n1-0",
+                                      .milli = 900,
+                                      .memory_bytes = 1,
+                                      .mig = std::nullopt}}});
+    return PendingBooking{
+        .id = "other/" + uid, .pod = pod, .uid = uid, .expires_ms = expires_ms, .assignment = a};
+  };
+  auto set_pending = [&](const std::vector<PendingBooking>& bookings) {
+    json node = api_.GetNode("n1").value();
+    ASSERT_TRUE(
+        api_.AnnotateNode("n1", MetaOf(node, "resourceVersion"),
+                          {{std::string(kAnnotationPending), PendingBookingsValue(bookings)}})
+            .ok());
+  };
+
+  // Live, for a pod not bound: 900 of the GPU are taken.
+  set_pending({booking("default/x", "uid-x", now_ms + 60000)});
+  EXPECT_THAT(s.Bind(AddPod("p", FractionLimits(200)), "n1"), HasSubstr("n1"));
+  // Expired: it counts no more, and the write leaves it out.
+  set_pending({booking("default/x", "uid-x", now_ms - 1)});
+  ASSERT_EQ(s.Bind(Stored("p"), "n1"), "");
+  std::vector<PendingBooking> pending = api_.PendingOn("n1");
+  ASSERT_EQ(pending.size(), 1u);
+  EXPECT_EQ(pending[0].pod, "default/p");
+  // p is bound: the next write leaves its pending booking out, and p counts through its record.
+  ASSERT_EQ(s.Bind(AddPod("q", FractionLimits(100)), "n1"), "");
+  pending = api_.PendingOn("n1");
+  ASSERT_EQ(pending.size(), 1u);
+  EXPECT_EQ(pending[0].pod, "default/q");
+  EXPECT_THAT(s.Bind(AddPod("r", FractionLimits(800)), "n1"), HasSubstr("n1"));
+  // A deleted pod's pending booking (the watch told of the deletion) counts no more.
+  json y = AddPod("y", FractionLimits(900));
+  set_pending({booking("default/y", MetaOf(y, "uid"), now_ms + 60000)});
+  EXPECT_THAT(s.Bind(AddPod("t", FractionLimits(10)), "n1"), HasSubstr("n1"));
+  s.extender->OnPodDeleted(y);
+  ASSERT_EQ(s.Bind(Stored("t"), "n1"), "");
+  EXPECT_THAT(s.ledger->Overbooked(), IsEmpty());
 }
 
 TEST(ExtenderRaceTest, TwoExtendersRacingForOneGpuNeverBothWin) {
@@ -603,7 +702,7 @@ TEST(ExtenderRaceTest, TwoExtendersRacingForOneGpuNeverBothWin) {
   }
 }
 
-// ---- Restart, locks, finished pods ----
+// ---- Restart, an earlier version's lock, finished pods ----
 
 TEST_F(ExtenderTest, ARestartedExtenderRebuildsTheSameBooksFromTheWatches) {
   NodeInventory n3 = Inventory("n3", 4, "H100-80GB");
@@ -645,21 +744,28 @@ TEST_F(ExtenderTest, ARestartedExtenderRebuildsTheSameBooksFromTheWatches) {
             json::array());
 }
 
-TEST_F(ExtenderTest, AnExpiredLockOfAnotherHolderIsTakenOver) {
-  Scheduler s(api_, {.holder = "extender-a",
-                     .lock_ttl = std::chrono::seconds(15),
-                     .lock_wait = std::chrono::milliseconds(60)});
-  ASSERT_TRUE(api_.LockNode("n1", "crashed-extender", std::chrono::seconds(10)).ok());
+// Earlier versions took a node lock (annotation gpufrac.io/lock) for each bind: a live one is
+// waited for, and an expired one is removed with the first write of the pending bookings.
+TEST_F(ExtenderTest, ALockOfAnEarlierVersionIsWaitedForAndRemovedOnceExpired) {
+  Scheduler s(api_, {.holder = "extender-a", .node_wait = std::chrono::milliseconds(60)});
+  const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  json locked = NodeObject("n1", &n1_);
+  locked["metadata"]["annotations"][std::string(kAnnotationLegacyLock)] =
+      "old-extender/uid-1 " + std::to_string(now_s + 30);
+  api_.PutNode(locked);
   json pod = AddPod("p", FractionLimits(500));
-  EXPECT_NE(s.Bind(pod, "n1"), "") << "a live lock of another holder is respected";
-  EXPECT_EQ(api_.LockHolder("n1"), "crashed-extender");
-  EXPECT_GT(s.extender->stats().lock_conflicts, 0u);
+  EXPECT_THAT(s.Bind(pod, "n1"), HasSubstr("locked by old-extender/uid-1"));
   EXPECT_EQ(NodeNameOf(Stored("p")), "");
+  EXPECT_EQ(AssignmentText(Stored("p")), "");
 
-  api_.Advance(std::chrono::seconds(11));
+  locked["metadata"]["annotations"][std::string(kAnnotationLegacyLock)] =
+      "old-extender/uid-1 " + std::to_string(now_s - 1);
+  api_.PutNode(locked);
   ASSERT_EQ(s.Bind(Stored("p"), "n1"), "");
   EXPECT_EQ(NodeNameOf(Stored("p")), "n1");
-  EXPECT_EQ(api_.LockHolder("n1"), "");
+  EXPECT_EQ(AnnotationOf(api_.GetNode("n1").value(), kAnnotationLegacyLock), "");
 }
 
 TEST_F(ExtenderTest, AFinishedPodFreesItsBooking) {
@@ -727,10 +833,11 @@ TEST_F(ExtenderTest, YieldsToAnotherExtenderBindingThePodElsewhere) {
   elsewhere.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
-  elsewhere.containers.push_back({.container = "main",
-                                  .gpus = {{.index = 0, .uuid = "GPU-x", .milli = 600,
-                                            .memory_bytes = 1, .mig = std::nullopt}},
-                                  .device_plugin = true});
+  elsewhere.containers.push_back(
+      {.container = "main",
+       .gpus =
+           {{.index = 0, .uuid = "GPU-x", .milli = 600, .memory_bytes = 1, .mig = std::nullopt}},
+       .device_plugin = true});
   json pod = AddPod("p", FractionLimits(600),
                     {{std::string(kAnnotationAssignment), AssignmentToJson(elsewhere).dump()}});
   std::string error = s.Bind(pod, "n1");
