@@ -208,15 +208,7 @@ class FakeClusterApi : public ClusterApi {
           "the object has been modified; please apply your changes to the "
           "latest version and try again");
     }
-    nlohmann::json& annotations = pod["metadata"]["annotations"];
-    if (!annotations.is_object()) annotations = nlohmann::json::object();
-    for (const auto& [k, v] : set) {
-      if (v.empty()) {
-        annotations.erase(k);
-      } else {
-        annotations[k] = v;
-      }
-    }
+    SetAnnotations(pod, set);
     pod["metadata"]["resourceVersion"] = NextVersion();
     ++annotate_calls_;
     return OkStatus();
@@ -279,15 +271,7 @@ class FakeClusterApi : public ClusterApi {
                           "\": the object has been modified; please apply your changes to the "
                           "latest version and try again");
     }
-    nlohmann::json& annotations = it->second["metadata"]["annotations"];
-    if (!annotations.is_object()) annotations = nlohmann::json::object();
-    for (const auto& [k, v] : set) {
-      if (v.empty()) {
-        annotations.erase(k);
-      } else {
-        annotations[k] = v;
-      }
-    }
+    SetAnnotations(it->second, set);
     it->second["metadata"]["resourceVersion"] = NextVersion();
     return OkStatus();
   }
@@ -370,6 +354,19 @@ class FakeClusterApi : public ClusterApi {
   }
 
  private:
+  // Sets each annotation of `set` on `object`, and removes those set to "" (as a merge patch does).
+  static void SetAnnotations(nlohmann::json& object,
+                             const std::vector<std::pair<std::string, std::string>>& set) {
+    nlohmann::json& annotations = object["metadata"]["annotations"];
+    if (!annotations.is_object()) annotations = nlohmann::json::object();
+    for (const auto& [k, v] : set) {
+      if (v.empty()) {
+        annotations.erase(k);
+      } else {
+        annotations[k] = v;
+      }
+    }
+  }
   static std::string Key(const std::string& ns, const std::string& name) { return ns + "/" + name; }
   std::string NextVersion() { return std::to_string(++version_); }
 
