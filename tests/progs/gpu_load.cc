@@ -31,20 +31,11 @@
 #include <vector>
 
 #include "simgpu/cuda_exports.h"
+#include "spin_kernel.h"
 
 using namespace gpufrac::abi;
 
 namespace {
-
-constexpr char kPtx[] = R"(
-.version 8.0
-.target sm_90
-.address_size 64
-.visible .entry spin()
-{
-  ret;
-}
-)";
 
 void Check(CUresult r, const char* what) {
   if (r != CUDA_SUCCESS) {
@@ -123,7 +114,7 @@ int main(int argc, char** argv) {
   Check(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
   Check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
   CUmodule module = nullptr;
-  Check(cuModuleLoadData(&module, kPtx), "cuModuleLoadData");
+  Check(cuModuleLoadData(&module, kSpinPtx), "cuModuleLoadData");
   CUfunction kernel = nullptr;
   Check(cuModuleGetFunction(&kernel, module, "spin"), "cuModuleGetFunction");
   int sms = 0;

@@ -29,20 +29,11 @@
 #include "simgpu/cuda_exports.h"
 #include "simgpu/engine_truth.h"
 #include "simgpu/fault_injection.h"
+#include "spin_kernel.h"
 
 using namespace gpufrac::abi;
 
 namespace {
-
-constexpr char kPtx[] = R"(
-.version 8.0
-.target sm_90
-.address_size 64
-.visible .entry spin()
-{
-  ret;
-}
-)";
 
 std::uint64_t NowNs() {
   timespec now;
@@ -89,7 +80,7 @@ bool Start(CUcontext* context) {
 CUfunction Kernel() {
   CUmodule module = nullptr;
   CUfunction function = nullptr;
-  cuModuleLoadData(&module, kPtx);
+  cuModuleLoadData(&module, kSpinPtx);
   cuModuleGetFunction(&function, module, "spin");
   return function;
 }
