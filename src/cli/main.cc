@@ -1,6 +1,7 @@
 // The gpufrac command line: parses the subcommand and hands over to its implementation.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "cli/demo_command.h"
@@ -10,6 +11,7 @@
 #include "cli/mig_command.h"
 #include "cli/mps_command.h"
 #include "cli/sim_command.h"
+#include "cli/usage_errors.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"gpufrac: share NVIDIA GPUs safely (memory limits, placement, MIG, MPS)"};
@@ -37,7 +39,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line saying what to fix; usage errors exit with 2.
-    std::fprintf(stderr, "gpufrac: %s (see gpufrac --help)\n", e.what());
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    std::fprintf(stderr, "%s\n", gpufrac::cli::ExplainParseError(app, e, args).c_str());
     return 2;
   }
   if (exec_cmd->parsed()) return gpufrac::cli::RunExec(exec);

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/text.h"
 #include "nlohmann/json.hpp"
 #include "placement/policies.h"
 #include "sim/openb_protocol.h"
@@ -46,11 +47,15 @@ StatusOr<std::vector<uint64_t>> ParseSeeds(const SimOptions& o) {
     auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
     return !t.empty() && ec == std::errc() && end == t.data() + t.size();
   };
-  if (dash == std::string_view::npos || !parse(s.substr(0, dash), a) ||
-      !parse(s.substr(dash + 1), b) || b < a || b - a >= 100000) {
-    return InvalidArgumentError(
-        "--seeds is \"" + o.seeds +
-        "\"; expected a range A-B of whole numbers with A <= B, e.g. 42-51");
+  // One number is one seed; A-B is every seed from A to B.
+  bool ok =
+      dash == std::string_view::npos
+          ? parse(s, a) && (b = a, true)
+          : parse(s.substr(0, dash), a) && parse(s.substr(dash + 1), b) && a <= b && b - a < 100000;
+  if (!ok) {
+    return InvalidArgumentError("--seeds is \"" + Printable(o.seeds) +
+                                "\"; give one seed (42) or a range A-B of whole numbers with "
+                                "A <= B and at most 100000 seeds (42-51)");
   }
   std::vector<uint64_t> seeds;
   for (uint64_t i = 0; i <= b - a; ++i) seeds.push_back(a + i);
@@ -326,7 +331,7 @@ CLI::App* AddSimCommand(CLI::App& app, SimOptions& o) {
                     "Policy, or several separated by commas (" + placement::PolicyNameList() +
                         "; default gpufrac)");
   openb->add_option("--seed", o.seed, "Random seed of the run (default 42)");
-  openb->add_option("--seeds", o.seeds, "A range of seeds, e.g. 42-51: one run per seed");
+  openb->add_option("--seeds", o.seeds, "A seed or a range of seeds, e.g. 42-51: one run per seed");
   openb
       ->add_option("--load", o.load,
                    "Resample the trace up to this multiple of GPU capacity (default 1.3)")

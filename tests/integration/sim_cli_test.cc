@@ -109,6 +109,16 @@ TEST_F(SimCli, LoadZeroKeepsThePodsAndALastSeedAtTheTopOfTheRangeEnds) {
   EXPECT_EQ(nlohmann::json::parse(r.out.substr(0, r.out.find('\n')))["pods_total"], 40);
 }
 
+TEST_F(SimCli, OneNumberGivenToSeedsIsOneRunWithThatSeed) {
+  RunResult r = Sim({"--nodes", nodes_, "--pods", pods_, "--seeds", "1000", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  ASSERT_TRUE(std::getline(lines, line)) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(line)["seed"], 1000);
+  EXPECT_FALSE(std::getline(lines, line)) << "one run only: " << r.out;
+}
+
 TEST_F(SimCli, BadInputIsOneLineAndExitStatusTwo) {
   std::string bad = Write("bad.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1,2000\n");
   std::string multi =
@@ -130,6 +140,7 @@ TEST_F(SimCli, BadInputIsOneLineAndExitStatusTwo) {
        "cannot write /nonexistent-dir/c.csv"},
       {{"--nodes", nodes_, "--pods", pods_, "--load", "nan"}, "must be numbers"},
       {{"--nodes", nodes_, "--pods", pods_, "--seeds", "18446744073709551615-2"}, "--seeds"},
+      {{"--nodes", nodes_, "--pods", pods_, "--seeds", "ten"}, "give one seed (42) or a range"},
   };
   for (const auto& [args, expected] : cases) {
     RunResult r = Sim(args);

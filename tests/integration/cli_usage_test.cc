@@ -1,0 +1,66 @@
+// `gpufrac` given a command line it cannot use: one line on stderr that names the command, the
+// word it does not know and the commands it does, and exit status 2; nothing on stdout.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace gpufrac::testing {
+namespace {
+
+RunResult Gpufrac(std::vector<std::string> args) {
+  args.insert(args.begin(), std::string(GPUFRAC_BUILD_DIR) + "/bin/gpufrac");
+  return RunCommand(args, {});
+}
+
+void ExpectUsageError(const std::vector<std::string>& args, const std::string& expected) {
+  RunResult r = Gpufrac(args);
+  EXPECT_EQ(r.status, 2) << expected;
+  EXPECT_EQ(r.err, expected + "\n");
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+TEST(CliUsage, AnUnknownCommandIsNamedWithTheCommandsThatExist) {
+  ExpectUsageError({"bogus"},
+                   "gpufrac: 'bogus' is not a gpufrac command; commands: exec, sim, submit, run, "
+                   "ps, logs, cancel, status, queues, mig, mps, k8s, demo (see gpufrac --help)");
+  ExpectUsageError({"mig", "mode"},
+                   "gpufrac mig: 'mode' is not a gpufrac mig command; commands: enable, disable, "
+                   "apply, export (see gpufrac mig --help)");
+  // Options before the word, and their values, are not taken for commands.
+  ExpectUsageError({"k8s", "agnet", "--node", "n1"},
+                   "gpufrac k8s: 'agnet' is not a gpufrac k8s command; commands: agent, extender "
+                   "(see gpufrac k8s --help)");
+}
+
+TEST(CliUsage, AMissingCommandListsTheChoices) {
+  ExpectUsageError({},
+                   "gpufrac: a command is needed: exec, sim, submit, run, ps, logs, cancel, "
+                   "status, queues, mig, mps, k8s, demo (see gpufrac --help)");
+  ExpectUsageError({"mps"},
+                   "gpufrac mps: a command is needed: enable, disable (see gpufrac mps "
+                   "--help)");
+}
+
+TEST(CliUsage, AnErrorInsideACommandPointsAtThatCommandsHelp) {
+  ExpectUsageError({"logs"}, "gpufrac logs: id is required (see gpufrac logs --help)");
+  ExpectUsageError({"status", "--socket"},
+                   "gpufrac status: --socket: 1 required TEXT missing (see gpufrac status --help)");
+  ExpectUsageError({"demo", "--bogus"},
+                   "gpufrac demo: The following argument was not expected: "
+                   "--bogus (see gpufrac demo --help)");
+}
+
+TEST(CliUsage, AWordWithControlCharactersIsShownEscaped) {
+  RunResult r = Gpufrac({"\x1b[2Jx"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("'\\x1b[2Jx' is not a gpufrac command"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+}  // namespace
+}  // namespace gpufrac::testing
