@@ -14,6 +14,7 @@
 
 #include "cli/request_flags.h"
 #include "cli/service_client.h"
+#include "cli/watch.h"
 #include "common/text.h"
 #include "common/units.h"
 #include "mig/backend.h"
@@ -159,6 +160,7 @@ JobCommands::JobCommands(CLI::App& app) {
       ->check(CLI::Range(1, 10000));
   json_flag(ps_);
   socket(ps_);
+  watch_flags_.push_back(AddWatchFlag(ps_, &o_.watch));
 
   logs_ = app.add_subcommand("logs", "Print a job's output (stdout and stderr)");
   logs_->add_option("id", o_.ids, "Job id")->required()->expected(1);
@@ -173,9 +175,12 @@ JobCommands::JobCommands(CLI::App& app) {
   status_ = app.add_subcommand("status", "The node's GPUs: allocations, use, free share");
   json_flag(status_);
   socket(status_);
+  watch_flags_.push_back(AddWatchFlag(status_, &o_.watch));
+  status_->footer("Example: gpufrac status --watch 5");
   queues_ = app.add_subcommand("queues", "The queues: priority, default request, quota, jobs");
   json_flag(queues_);
   socket(queues_);
+  watch_flags_.push_back(AddWatchFlag(queues_, &o_.watch));
 }
 
 bool JobCommands::parsed() const {
@@ -209,49 +214,50 @@ StatusOr<json> Submit(ServiceClient& client, const JobCommandOptions& o) {
   return client.Post("/v1/jobs", body);
 }
 
-Status PrintJobs(const json& jobs) {
+Status PrintJobs(FILE* out, const json& jobs) {
   if (!jobs.is_array()) return UnavailableError("gpufracd sent no job list");
-  std::printf("%-6s %-10s %-12s %-10s %-28s %-12s %-10s %5s  %-30s %s\n", "ID", "USER", "QUEUE",
-              "STATE", "REQUEST", "GPUS", "COMPUTE", "AGE", "COMMAND", "NOTE");
+  std::fprintf(out, "%-6s %-10s %-12s %-10s %-28s %-12s %-10s %5s  %-30s %s\n", "ID", "USER",
+               "QUEUE", "STATE", "REQUEST", "GPUS", "COMPUTE", "AGE", "COMMAND", "NOTE");
   for (const json& item : jobs) {
     GPUFRAC_ASSIGN_OR_RETURN(node::JobWire j, ReadJob(item));
-    std::printf("%-6lld %-10s %-12s %-10s %-28s %-12s %-10s %5s  %-30s %s\n",
-                static_cast<long long>(j.id), Cell(j.user, 10).c_str(), Cell(j.queue, 12).c_str(),
-                std::string(node::JobStateName(j.state)).c_str(), Cell(j.request, 28).c_str(),
-                GpusText(j.gpus).c_str(), JobComputeText(j.gpus).c_str(),
-                Age(j.submitted_ms).c_str(), Cell(CommandText(j), 30).c_str(),
-                Cell(j.Note()).c_str());
+    std::fprintf(out, "%-6lld %-10s %-12s %-10s %-28s %-12s %-10s %5s  %-30s %s\n",
+                 static_cast<long long>(j.id), Cell(j.user, 10).c_str(), Cell(j.queue, 12).c_str(),
+                 std::string(node::JobStateName(j.state)).c_str(), Cell(j.request, 28).c_str(),
+                 GpusText(j.gpus).c_str(), JobComputeText(j.gpus).c_str(),
+                 Age(j.submitted_ms).c_str(), Cell(CommandText(j), 30).c_str(),
+                 Cell(j.Note()).c_str());
   }
   return OkStatus();
 }
 
-void PrintStatus(const json& status) {
+void PrintStatus(FILE* out, const json& status) {
   // A GPU's share is of its time: allocated_share is the sum of its jobs' compute requests.
-  std::printf("%-4s %-18s %-40s %10s %10s %10s %13s %12s\n", "GPU", "MODEL", "UUID", "MEMORY",
-              "MEM-ALLOC", "MEM-USED", "COMPUTE-ALLOC", "COMPUTE-FREE");
+  std::fprintf(out, "%-4s %-18s %-40s %10s %10s %10s %13s %12s\n", "GPU", "MODEL", "UUID", "MEMORY",
+               "MEM-ALLOC", "MEM-USED", "COMPUTE-ALLOC", "COMPUTE-FREE");
   for (const json& g : status["gpus"]) {
     std::string model = Str(g, "model").empty() ? "?" : Cell(Str(g, "model"));
     if (Str(g, "mode") == "whole") model += " (whole)";
     if (Str(g, "mode") == "mps") model += " (mps)";
-    std::printf(
-        "%-4lld %-18s %-40s %10s %10s %10s %13s %12s\n", static_cast<long long>(Int(g, "index")),
-        model.c_str(), Cell(Str(g, "uuid"), 40).c_str(), FormatSize(Int(g, "memory_total")).c_str(),
-        FormatSize(Int(g, "allocated_memory")).c_str(), FormatSize(Int(g, "used_memory")).c_str(),
-        Share(Num(g, "allocated_share")).c_str(), Share(Num(g, "free_share")).c_str());
+    std::fprintf(out, "%-4lld %-18s %-40s %10s %10s %10s %13s %12s\n",
+                 static_cast<long long>(Int(g, "index")), model.c_str(),
+                 Cell(Str(g, "uuid"), 40).c_str(), FormatSize(Int(g, "memory_total")).c_str(),
+                 FormatSize(Int(g, "allocated_memory")).c_str(),
+                 FormatSize(Int(g, "used_memory")).c_str(),
+                 Share(Num(g, "allocated_share")).c_str(), Share(Num(g, "free_share")).c_str());
     for (const json& w : g["workloads"]) {
       // Under MPS a job's compute is its share of the SMs.
       const std::string compute =
           w.contains("mps_thread_percentage")
               ? "sm " + std::to_string(Int(w, "mps_thread_percentage")) + "%"
               : "compute " + ComputeText(Num(w, "share"), Num(w, "compute_limit"));
-      std::printf("     job %-6lld %-10s %-18s memory %-10s used %s\n",
-                  static_cast<long long>(Int(w, "job")), Cell(Str(w, "user"), 10).c_str(),
-                  compute.c_str(), FormatSize(Int(w, "memory_limit")).c_str(),
-                  FormatSize(Int(w, "memory_used")).c_str());
+      std::fprintf(out, "     job %-6lld %-10s %-18s memory %-10s used %s\n",
+                   static_cast<long long>(Int(w, "job")), Cell(Str(w, "user"), 10).c_str(),
+                   compute.c_str(), FormatSize(Int(w, "memory_limit")).c_str(),
+                   FormatSize(Int(w, "memory_used")).c_str());
     }
     if (g.contains("reserved_for") && g["reserved_for"].is_number()) {
-      std::printf("     reserved for pending job %lld\n",
-                  static_cast<long long>(g["reserved_for"].get<int64_t>()));
+      std::fprintf(out, "     reserved for pending job %lld\n",
+                   static_cast<long long>(g["reserved_for"].get<int64_t>()));
     }
   }
   if (status.contains("mig") && status["mig"].is_array()) {
@@ -287,22 +293,22 @@ void PrintStatus(const json& status) {
         lines += line;
         letter = letter == 'z' ? 'a' : static_cast<char>(letter + 1);
       }
-      std::printf("%-4lld %-12s MIG [%s]\n%s", static_cast<long long>(Int(g, "gpu")),
-                  Cell(Str(g, "model")).c_str(), map.c_str(), lines.c_str());
+      std::fprintf(out, "%-4lld %-12s MIG [%s]\n%s", static_cast<long long>(Int(g, "gpu")),
+                   Cell(Str(g, "model")).c_str(), map.c_str(), lines.c_str());
     }
   }
-  if (status.value("simulated", false)) std::printf("(simulated GPUs)\n");
+  if (status.value("simulated", false)) std::fprintf(out, "(simulated GPUs)\n");
 }
 
-void PrintQueues(const json& queues) {
-  std::printf("%-16s %8s %-28s %6s %8s %8s %8s\n", "QUEUE", "PRIORITY", "DEFAULT", "QUOTA",
-              "IN-USE", "PENDING", "RUNNING");
+void PrintQueues(FILE* out, const json& queues) {
+  std::fprintf(out, "%-16s %8s %-28s %6s %8s %8s %8s\n", "QUEUE", "PRIORITY", "DEFAULT", "QUOTA",
+               "IN-USE", "PENDING", "RUNNING");
   for (const json& q : queues["queues"]) {
-    std::printf("%-16s %8lld %-28s %6s %8s %8lld %8lld\n", Cell(Str(q, "name"), 16).c_str(),
-                static_cast<long long>(Int(q, "priority")), Cell(Str(q, "default"), 28).c_str(),
-                Share(Num(q, "quota")).c_str(), Share(Num(q, "share_in_use")).c_str(),
-                static_cast<long long>(Int(q, "pending")),
-                static_cast<long long>(Int(q, "running")));
+    std::fprintf(out, "%-16s %8lld %-28s %6s %8s %8lld %8lld\n", Cell(Str(q, "name"), 16).c_str(),
+                 static_cast<long long>(Int(q, "priority")), Cell(Str(q, "default"), 28).c_str(),
+                 Share(Num(q, "quota")).c_str(), Share(Num(q, "share_in_use")).c_str(),
+                 static_cast<long long>(Int(q, "pending")),
+                 static_cast<long long>(Int(q, "running")));
   }
 }
 
@@ -346,6 +352,40 @@ StatusOr<node::JobWire> Stream(ServiceClient& client, int64_t id, bool follow,
   return ReadJob(client.Get("/v1/jobs/" + std::to_string(id)));
 }
 
+// What ps, status or queues (`what`) shows now: the table, or with --json the API's JSON (on
+// one line when `one_line_json`, as a watch prints one document per round).
+StatusOr<std::string> Listing(ServiceClient& client, const JobCommandOptions& o,
+                              std::string_view what, bool one_line_json) {
+  std::string path = what == "status" ? "/v1/status" : what == "queues" ? "/v1/queues" : "";
+  if (what == "ps") {
+    path = "/v1/jobs?limit=" + std::to_string(o.limit);
+    if (o.all) path += "&all=1";
+    if (o.active) path += "&active=1";
+  }
+  StatusOr<json> view = client.Get(path);
+  if (!view.ok()) return view.status();
+  if (o.json) {
+    return view->dump(one_line_json ? -1 : 2, ' ', false, json::error_handler_t::replace) + "\n";
+  }
+  char* buffer = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&buffer, &size);
+  if (out == nullptr) return UnavailableError("out of memory");
+  Status printed = OkStatus();
+  if (what == "ps") {
+    printed = PrintJobs(out, (*view)["jobs"]);
+  } else if (what == "status") {
+    PrintStatus(out, *view);
+  } else {
+    PrintQueues(out, *view);
+  }
+  std::fclose(out);
+  std::string text(buffer, size);
+  std::free(buffer);
+  if (!printed.ok()) return printed;
+  return text;
+}
+
 }  // namespace
 
 int JobCommands::Run() {
@@ -361,6 +401,10 @@ int JobCommands::Run() {
     StatusOr<GpuRequest> check = ParseGpuRequest(o_.request);
     if (!o_.request.empty() && !check.ok()) return Fail(what, check.status());
   }
+  const bool watching = std::any_of(watch_flags_.begin(), watch_flags_.end(),
+                                    [](const CLI::Option* flag) { return flag->count() > 0; });
+  StatusOr<double> interval = WatchInterval(o_.watch);
+  if (watching && !interval.ok()) return Fail(what, interval.status());
   // A service that hangs up mid-request is an error to report, not a reason to die.
   signal(SIGPIPE, SIG_IGN);
   auto client = ServiceClient::Connect(o_.socket);
@@ -406,18 +450,19 @@ int JobCommands::Run() {
     if (state == node::JobState::kCancelled && g_interrupts > 0) return 130;
     return final_job->ExitStatus();
   }
-  if (ps_->parsed()) {
-    std::string path = "/v1/jobs?limit=" + std::to_string(o_.limit);
-    if (o_.all) path += "&all=1";
-    if (o_.active) path += "&active=1";
-    auto jobs = c.Get(path);
-    if (!jobs.ok()) return Fail(what, jobs.status());
-    if (o_.json) {
-      PrintJson(*jobs);
-    } else {
-      Status printed = PrintJobs((*jobs)["jobs"]);
-      if (!printed.ok()) return Fail(what, printed);
+  if (ps_->parsed() || status_->parsed() || queues_->parsed()) {
+    if (watching) {
+      return Watch(*interval, std::string("gpufrac ") + what, o_.json, [&] {
+        // A failed round is shown and the watch goes on (the service may be restarting).
+        StatusOr<std::string> text = Listing(c, o_, what, /*one_line_json=*/true);
+        return text.ok() ? *text
+                         : "gpufrac " + std::string(what) + ": " +
+                               Printable(text.status().message()) + "\n";
+      });
     }
+    StatusOr<std::string> text = Listing(c, o_, what, /*one_line_json=*/false);
+    if (!text.ok()) return Fail(what, text.status());
+    WriteAll(stdout, *text);
     return 0;
   }
   if (logs_->parsed()) {
@@ -444,15 +489,6 @@ int JobCommands::Run() {
     }
     if (o_.json) PrintJson(json{{"jobs", results}});
     return rc;
-  }
-  auto view = c.Get(status_->parsed() ? "/v1/status" : "/v1/queues");
-  if (!view.ok()) return Fail(what, view.status());
-  if (o_.json) {
-    PrintJson(*view);
-  } else if (status_->parsed()) {
-    PrintStatus(*view);
-  } else {
-    PrintQueues(*view);
   }
   return 0;
 }

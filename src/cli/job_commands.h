@@ -1,5 +1,6 @@
 // The commands that talk to the node service: submit, run, ps, logs, cancel, status, queues.
-// Every listing prints a table for people and, with --json, the API's JSON for machines.
+// Every listing prints a table for people and, with --json, the API's JSON for machines; with
+// --watch it is redrawn until Ctrl-C.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,8 @@ struct JobCommandOptions {
   // logs / cancel
   std::vector<int64_t> ids;
   bool follow = false;
+  // ps / status / queues: --watch [SECONDS] (see watch.h)
+  std::string watch;
 };
 
 class JobCommands {
@@ -46,6 +49,7 @@ class JobCommands {
   CLI::App* cancel_;
   CLI::App* status_;
   CLI::App* queues_;
+  std::vector<CLI::Option*> watch_flags_;  // --watch of ps, status and queues
 };
 
 }  // namespace gpufrac::cli

@@ -1391,6 +1391,126 @@ TEST(NodeService, ListingsHaveTablesAndJson) {
   d.Cli({"cancel", std::to_string(id)});
 }
 
+// `gpufrac ARGS` against `d` in the background, its output (stdout and stderr) going to `out`
+// (a file, or a terminal's side); returns its pid.
+pid_t StartCli(Daemon& d, const std::vector<std::string>& args, int out) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out, STDOUT_FILENO);
+    dup2(out, STDERR_FILENO);
+    setenv("GPUFRAC_SOCKET", d.socket().c_str(), 1);
+    std::vector<std::string> argv = {Bin("gpufrac")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> ptrs;
+    for (std::string& a : argv) ptrs.push_back(a.data());
+    ptrs.push_back(nullptr);
+    execv(ptrs[0], ptrs.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Waits until `path` holds `text` `count` times (or 10 s pass); returns the content.
+std::string WaitForText(const std::string& path, const std::string& text, int count = 1) {
+  std::string content;
+  for (int i = 0; i < 500; ++i) {
+    content = ReadFile(path);
+    int found = 0;
+    for (size_t at = content.find(text); at != std::string::npos; at = content.find(text, at + 1)) {
+      ++found;
+    }
+    if (found >= count) return content;
+    std::this_thread::sleep_for(20ms);
+  }
+  ADD_FAILURE() << "never saw \"" << text << "\" " << count << " times in:\n" << content;
+  return content;
+}
+
+int StopWith(pid_t pid, int sig) {
+  kill(pid, sig);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST(NodeService, StatusWatchShowsEachRoundUntilInterruptedAndOutlivesAServiceRestart) {
+  Daemon d("1xH100-80GB");
+  const std::string out_path = d.dir() + "/watch.out";
+  int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(out, 0);
+  pid_t watch = StartCli(d, {"status", "--watch", "0.2"}, out);
+  close(out);
+  // Not a terminal: rounds follow each other, each under its time line, no screen control.
+  std::string first = WaitForText(out_path, "Every 0.2s: gpufrac status", 2);
+  EXPECT_EQ(first.find('\033'), std::string::npos) << first;
+  EXPECT_EQ(first.find("job "), std::string::npos) << first;
+  int64_t id = d.Submit({"sleep", "30"}, {{"gpu-memory", "4G"}}).body["id"];
+  d.WaitFor(id, "running");
+  WaitForText(out_path, "job " + std::to_string(id));
+  // The service goes away and comes back: the watch says so and goes on.
+  d.Stop(SIGTERM);
+  WaitForText(out_path, "gpufrac status: ");
+  d.Start();
+  std::string before = ReadFile(out_path);
+  size_t rounds = 0;
+  for (size_t at = before.find("Every"); at != std::string::npos;
+       at = before.find("Every", at + 1)) {
+    ++rounds;
+  }
+  WaitForText(out_path, "Every 0.2s", static_cast<int>(rounds) + 2);
+  std::string after = ReadFile(out_path).substr(before.size());
+  EXPECT_NE(after.find("H100-80GB"), std::string::npos) << after;
+  EXPECT_EQ(StopWith(watch, SIGINT), 0) << "Ctrl-C ends a watch normally";
+  d.Cli({"cancel", std::to_string(id)});
+}
+
+TEST(NodeService, PsWatchRedrawsInPlaceOnATerminal) {
+  Daemon d("1xH100-80GB");
+  int terminal = posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(terminal, 0);
+  ASSERT_EQ(grantpt(terminal), 0);
+  ASSERT_EQ(unlockpt(terminal), 0);
+  int side = open(ptsname(terminal), O_RDWR | O_NOCTTY);
+  ASSERT_GE(side, 0);
+  pid_t watch = StartCli(d, {"ps", "--watch", "0.2"}, side);
+  close(side);
+  std::string screen;
+  char buffer[4096];
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    ssize_t n = read(terminal, buffer, sizeof(buffer));
+    if (n <= 0) break;
+    screen.append(buffer, static_cast<size_t>(n));
+    size_t clears = 0;
+    for (size_t at = screen.find("\033[H\033[2J"); at != std::string::npos;
+         at = screen.find("\033[H\033[2J", at + 1)) {
+      ++clears;
+    }
+    if (clears >= 2) break;
+  }
+  EXPECT_EQ(screen.rfind("\033[H\033[2JEvery 0.2s: gpufrac ps", 0), 0u) << screen;
+  EXPECT_NE(screen.find("\033[H\033[2J", 1), std::string::npos) << "a second round: " << screen;
+  EXPECT_NE(screen.find("STATE"), std::string::npos) << screen;
+  EXPECT_EQ(StopWith(watch, SIGINT), 0);
+  close(terminal);
+}
+
+TEST(NodeService, AWatchIntervalThatIsNotSecondsIsRefused) {
+  Daemon d("1xH100-80GB");
+  RunResult r = d.Cli({"status", "--watch", "soon"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err,
+            "gpufrac status: --watch is \"soon\"; give the seconds between redraws, from 0.1 to "
+            "86400 (e.g. --watch 5)\n");
+}
+
 TEST(NodeService, TheCommandNeverStartsASecondServiceBesideAnInstalledOne) {
   if (getuid() != 0) GTEST_SKIP() << "needs root to act as an ordinary user";
   Daemon d("1xL4");  // The "system" service: its socket is root's, mode 0600.
