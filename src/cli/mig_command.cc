@@ -9,14 +9,17 @@
 #include <sstream>
 
 #include "cli/service_client.h"
+#include "common/text.h"
+#include "mig/apply.h"
+#include "mig/mig_parted.h"
 
 namespace gpufrac::cli {
 namespace {
 
 using nlohmann::json;
 
-int Fail(const std::string& message, int code) {
-  std::fprintf(stderr, "gpufrac mig: %s\n", message.c_str());
+int Fail(const char* command, const std::string& message, int code) {
+  std::fprintf(stderr, "gpufrac mig %s: %s\n", command, Printable(message).c_str());
   return code;
 }
 
@@ -47,14 +50,32 @@ MigCommand::MigCommand(CLI::App& app) {
 bool MigCommand::parsed() const { return mig_->parsed(); }
 
 int MigCommand::Run() {
+  const char* what = enable_->parsed()    ? "enable"
+                     : disable_->parsed() ? "disable"
+                     : apply_->parsed()   ? "apply"
+                                          : "export";
+  std::string yaml;
+  if (apply_->parsed()) {
+    // The file is read and checked here first: a typo is reported before a service is looked
+    // for (or started). The service checks it again against its GPUs.
+    std::ifstream in(file_);
+    if (!in) return Fail(what, file_ + ": cannot read the file; check the path", 2);
+    std::stringstream text;
+    text << in.rdbuf();
+    yaml = text.str();
+    StatusOr<mig::MigPartedFile> parsed = mig::ParseMigParted(yaml, file_);
+    if (!parsed.ok()) return Fail(what, parsed.status().message(), 2);
+    StatusOr<const mig::MigPartedConfig*> chosen = mig::ChooseConfig(*parsed, config_);
+    if (!chosen.ok()) return Fail(what, file_ + ": " + chosen.status().message(), 2);
+  }
   signal(SIGPIPE, SIG_IGN);
   auto client = ServiceClient::Connect(socket_);
-  if (!client.ok()) return Fail(client.status().message(), ExitCodeFor(client.status()));
+  if (!client.ok()) return Fail(what, client.status().message(), ExitCodeFor(client.status()));
   ServiceClient& c = **client;
   if (enable_->parsed() || disable_->parsed()) {
     bool on = enable_->parsed();
     auto r = c.Post("/v1/gpus/" + std::to_string(gpu_) + "/mig", json{{"enabled", on}});
-    if (!r.ok()) return Fail(r.status().message(), ExitCodeFor(r.status()));
+    if (!r.ok()) return Fail(what, r.status().message(), ExitCodeFor(r.status()));
     if (json_) {
       std::printf("%s\n", r->dump(2).c_str());
     } else if (r->value("reset_needed", false)) {
@@ -66,12 +87,8 @@ int MigCommand::Run() {
     return 0;
   }
   if (apply_->parsed()) {
-    std::ifstream in(file_);
-    if (!in) return Fail("cannot read " + file_, 2);
-    std::stringstream text;
-    text << in.rdbuf();
-    auto r = c.Post("/v1/mig/apply", json{{"yaml", text.str()}, {"config", config_}});
-    if (!r.ok()) return Fail(file_ + ": " + r.status().message(), ExitCodeFor(r.status()));
+    auto r = c.Post("/v1/mig/apply", json{{"yaml", yaml}, {"config", config_}});
+    if (!r.ok()) return Fail(what, file_ + ": " + r.status().message(), ExitCodeFor(r.status()));
     if (json_) {
       std::printf("%s\n", r->dump(2).c_str());
     } else {
@@ -81,7 +98,7 @@ int MigCommand::Run() {
   }
   std::string name = config_.empty() ? "current" : config_;
   auto text = c.GetText("/v1/mig/export?name=" + name);
-  if (!text.ok()) return Fail(text.status().message(), ExitCodeFor(text.status()));
+  if (!text.ok()) return Fail(what, text.status().message(), ExitCodeFor(text.status()));
   std::printf("%s", text->c_str());
   return 0;
 }

@@ -79,7 +79,16 @@ std::string ExplainParseError(const CLI::App& root, const CLI::ParseError& error
   const CLI::App* at = &root;
   while (!at->get_subcommands().empty()) at = at->get_subcommands().back();
   const std::string path = PathOf(at);
-  return path + ": " + Printable(what) + " (see " + path + " --help)";
+  std::string message = what;
+  // CLI11's "Could not convert: id = abc" for a word given where a number belongs.
+  constexpr std::string_view kConvert = "Could not convert: ";
+  if (dynamic_cast<const CLI::ConversionError*>(&error) != nullptr &&
+      message.rfind(kConvert, 0) == 0 && message.find(" = ") != std::string::npos) {
+    const size_t eq = message.find(" = ");
+    const std::string name = message.substr(kConvert.size(), eq - kConvert.size());
+    message = name + " is \"" + message.substr(eq + 3) + "\"; expected a whole number";
+  }
+  return path + ": " + Printable(message) + " (see " + path + " --help)";
 }
 
 }  // namespace gpufrac::cli

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -49,9 +50,32 @@ TEST(CliUsage, AnErrorInsideACommandPointsAtThatCommandsHelp) {
   ExpectUsageError({"logs"}, "gpufrac logs: id is required (see gpufrac logs --help)");
   ExpectUsageError({"status", "--socket"},
                    "gpufrac status: --socket: 1 required TEXT missing (see gpufrac status --help)");
+  ExpectUsageError({"logs", "twelve"},
+                   "gpufrac logs: id is \"twelve\"; expected a whole number "
+                   "(see gpufrac logs --help)");
   ExpectUsageError({"demo", "--bogus"},
                    "gpufrac demo: The following argument was not expected: "
                    "--bogus (see gpufrac demo --help)");
+}
+
+TEST(CliUsage, AMigFileIsCheckedBeforeAnyServiceIsLookedFor) {
+  // No service runs and none may be started: the file's own errors come first.
+  RunResult missing = Gpufrac(
+      {"mig", "apply", "-f", "/nonexistent/mig.yaml", "--socket", "/nonexistent/gpufracd.sock"});
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_EQ(missing.err,
+            "gpufrac mig apply: /nonexistent/mig.yaml: cannot read the file; check the path\n");
+  const std::string path = ::testing::TempDir() + "cli_usage_mig.yaml";
+  std::ofstream(path) << "version: v1\nmig-configs:\n  a:\n    - devices: all\n"
+                         "      mig-enabled: true\n      mig-devices: {\"1g.10gb\": 7}\n";
+  RunResult unknown =
+      Gpufrac({"mig", "apply", "-f", path, "-c", "b", "--socket", "/nonexistent/gpufracd.sock"});
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_NE(unknown.err.find("gpufrac mig apply: " + path + ": "), std::string::npos)
+      << unknown.err;
+  EXPECT_NE(unknown.err.find("no configuration b in the file (it has: a)"), std::string::npos)
+      << unknown.err;
+  EXPECT_EQ(unknown.err.find("gpufracd"), std::string::npos) << unknown.err;
 }
 
 TEST(CliUsage, AWordWithControlCharactersIsShownEscaped) {
