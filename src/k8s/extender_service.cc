@@ -1,19 +1,20 @@
 // The extender process: reflectors feeding the Extender, and cpp-httplib serving it.
 #include "k8s/extender_service.h"
 
+#include <httplib.h>
 #include <unistd.h>
 
-#include <httplib.h>
-
+#include <chrono>
 #include <mutex>
+#include <vector>
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/text.h"
 #include "k8s/extender.h"
 #include "k8s/kube_cluster_api.h"
 #include "k8s/ledger.h"
 #include "k8s/reflector.h"
-#include "common/metrics.h"
 
 namespace gpufrac::k8s {
 
@@ -28,6 +29,8 @@ struct ExtenderService::Impl {
   std::unique_ptr<Extender> extender;
   std::unique_ptr<Reflector> nodes;
   std::unique_ptr<Reflector> pods;
+  // How long each filter, prioritize and bind call took (histograms; thread-safe).
+  Metrics latency;
   httplib::Server server;
   std::atomic<int> port{0};
   std::atomic<bool> stopping{false};
@@ -52,6 +55,11 @@ StatusOr<std::unique_ptr<ExtenderService>> ExtenderService::Create(
   GPUFRAC_ASSIGN_OR_RETURN(impl->ledger, Ledger::Create({.policy = options.policy}));
   impl->client = client;
   impl->options = std::move(options);
+  const std::vector<double> bounds = {1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3};
+  for (const char* verb : {"filter", "prioritize", "bind"}) {
+    impl->latency.DeclareHistogram(std::string("gpufrac_extender_") + verb + "_seconds",
+                                   std::string("Time to answer one ") + verb + " call", bounds);
+  }
   impl->api = std::make_unique<KubeClusterApi>(client);
   if (impl->options.reservation_pods) {
     if (impl->options.reservation.ns.empty() || impl->options.reservation.image.empty()) {
@@ -85,17 +93,23 @@ Status ExtenderService::Run() {
   if (s.reservations) s.reservations->Start([this] { return ready(); });
 
   // Until the books are built, answers would be guesses: say so, and kube-scheduler retries.
-  auto body_route = [this, &s](std::string (Extender::*verb)(const std::string&)) {
-    return [this, &s, verb](const httplib::Request& req, httplib::Response& res) {
+  auto body_route = [this, &s](std::string (Extender::*verb)(const std::string&),
+                               std::string histogram) {
+    return [this, &s, verb, histogram](const httplib::Request& req, httplib::Response& res) {
+      const auto start = std::chrono::steady_clock::now();
       std::string body = ready() ? (s.extender.get()->*verb)(req.body)
                                  : json{{"Error", "gpufrac extender: still reading the cluster's "
                                                   "nodes and pods"}}.dump();
+      s.latency.Observe(
+          histogram,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       res.set_content(body, "application/json");
     };
   };
-  s.server.Post("/filter", body_route(&Extender::Filter));
-  s.server.Post("/prioritize", body_route(&Extender::Prioritize));
-  s.server.Post("/bind", body_route(&Extender::Bind));
+  s.server.Post("/filter", body_route(&Extender::Filter, "gpufrac_extender_filter_seconds"));
+  s.server.Post("/prioritize",
+                body_route(&Extender::Prioritize, "gpufrac_extender_prioritize_seconds"));
+  s.server.Post("/bind", body_route(&Extender::Bind, "gpufrac_extender_bind_seconds"));
   s.server.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
     bool ok = ready();
     res.status = ok ? 200 : 503;
@@ -129,7 +143,7 @@ Status ExtenderService::Run() {
       m.Set("gpufrac_extender_reserved_gpus", {},
             static_cast<double>(s.reservations->wanted()));
     }
-    res.set_content(m.Render(), "text/plain; version=0.0.4");
+    res.set_content(m.Render() + s.latency.Render(), "text/plain; version=0.0.4");
   });
 
   int port = s.requested_port == 0 ? s.server.bind_to_any_port(s.host)

@@ -4,12 +4,20 @@ namespace gpufrac::node {
 namespace {
 
 // The gauges set from a snapshot at each render.
-constexpr const char* kSnapshotGauges[] = {
-    "gpufrac_gpu_memory_bytes",      "gpufrac_gpu_memory_allocated_bytes",
-    "gpufrac_gpu_memory_used_bytes", "gpufrac_gpu_share_allocated",
-    "gpufrac_gpu_workloads",         "gpufrac_queue_pending_jobs",
-    "gpufrac_queue_running_jobs",    "gpufrac_workload_gpu_seconds_total",
-    "gpufrac_gpu_compute_busy_ratio"};
+constexpr const char* kSnapshotGauges[] = {"gpufrac_gpu_memory_bytes",
+                                           "gpufrac_gpu_memory_allocated_bytes",
+                                           "gpufrac_gpu_memory_used_bytes",
+                                           "gpufrac_gpu_share_allocated",
+                                           "gpufrac_gpu_workloads",
+                                           "gpufrac_queue_pending_jobs",
+                                           "gpufrac_queue_running_jobs",
+                                           "gpufrac_workload_gpu_seconds_total",
+                                           "gpufrac_gpu_compute_busy_ratio",
+                                           "gpufrac_workload_memory_limit_bytes",
+                                           "gpufrac_workload_memory_used_bytes",
+                                           "gpufrac_workload_compute_share",
+                                           "gpufrac_workload_compute_limit",
+                                           "gpufrac_workload_compute_used_share"};
 
 }  // namespace
 
@@ -26,6 +34,17 @@ NodeMetrics::NodeMetrics() {
                    "GPU time each running job on a shared GPU was charged by its compute arbiter");
   metrics_.Declare("gpufrac_gpu_compute_busy_ratio", "gauge",
                    "Share of each shared GPU's time its arbitrated jobs used over the last "
+                   "interval (at least a second)");
+  metrics_.Declare("gpufrac_workload_memory_limit_bytes", "gauge",
+                   "GPU memory each running job may hold on each of its GPUs (its limit)");
+  metrics_.Declare("gpufrac_workload_memory_used_bytes", "gauge",
+                   "GPU memory each running job holds now on each of its GPUs");
+  metrics_.Declare("gpufrac_workload_compute_share", "gauge",
+                   "Share of each GPU's time each running job booked (its compute request)");
+  metrics_.Declare("gpufrac_workload_compute_limit", "gauge",
+                   "Most of each shared GPU's time each arbitrated job may take");
+  metrics_.Declare("gpufrac_workload_compute_used_share", "gauge",
+                   "Share of each shared GPU's time each arbitrated job used over the last "
                    "interval (at least a second)");
   metrics_.Declare("gpufrac_queue_pending_jobs", "gauge", "Jobs waiting in each queue");
   metrics_.Declare("gpufrac_queue_running_jobs", "gauge", "Running jobs of each queue");
@@ -67,7 +86,15 @@ std::string NodeMetrics::Render(const std::vector<GpuStatus>& gpus,
     metrics_.Set("gpufrac_gpu_workloads", labels, static_cast<double>(g.workloads.size()));
     if (g.compute_in_use) metrics_.Set("gpufrac_gpu_compute_busy_ratio", labels, *g.compute_in_use);
     for (const WorkloadStatus& w : g.workloads) {
+      const Labels job = {
+          {"gpu", std::to_string(g.gpu.index)}, {"job", std::to_string(w.job)}, {"user", w.user}};
+      metrics_.Set("gpufrac_workload_memory_limit_bytes", job, static_cast<double>(w.memory_limit));
+      metrics_.Set("gpufrac_workload_memory_used_bytes", job, static_cast<double>(w.memory_used));
+      metrics_.Set("gpufrac_workload_compute_share", job, w.milli / 1000.0);
       if (w.compute_limit_milli == 0) continue;
+      metrics_.Set("gpufrac_workload_compute_limit", job, w.compute_limit_milli / 1000.0);
+      if (w.measured_share)
+        metrics_.Set("gpufrac_workload_compute_used_share", job, *w.measured_share);
       metrics_.Set("gpufrac_workload_gpu_seconds_total",
                    {{"gpu", std::to_string(g.gpu.index)}, {"job", std::to_string(w.job)}},
                    w.gpu_seconds);

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/paths.h"
+#include "dashboard_metrics.h"
 #include "k8s/agent_service.h"
 #include "k8s/api_client.h"
 #include "k8s/extender_service.h"
@@ -406,6 +407,25 @@ TEST_F(K8sEndToEnd, FractionalGpuIsReservedWithAPodWhileItHasFractions) {
   server_->Put(done);
   EXPECT_TRUE(
       Eventually([&] { return !server_->Get("pods", "gpufrac-system", name).has_value(); }));
+}
+
+TEST_F(K8sEndToEnd, TheGrafanaDashboardDrawsOnlyMetricsTheExtenderExports) {
+  reservation_pods_ = true;  // Its reservation panel draws those metrics.
+  StartAll("2xH100-80GB");
+  json pod = server_->Put(PodObject("train", testing::FractionLimits(250)));
+  ASSERT_EQ(Schedule(pod), "");
+  auto metrics = http_->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  const std::set<std::string> exported = gpufrac::testing::ExportedMetrics(metrics->body);
+  const std::set<std::string> drawn = gpufrac::testing::DashboardMetrics("gpufrac_extender_");
+  EXPECT_GE(drawn.size(), 10u) << "the dashboard's extender calls, latency and reservations";
+  for (const std::string& metric : drawn) {
+    EXPECT_TRUE(exported.count(metric))
+        << metric << " is drawn but the extender does not export it";
+  }
+  // The filter and bind of that pod were timed.
+  EXPECT_NE(metrics->body.find("\ngpufrac_extender_bind_seconds_count 1\n"), std::string::npos)
+      << metrics->body;
 }
 
 TEST_F(K8sEndToEnd, ARestartedExtenderDeletesOrphanReservationsAndMakesMissingOnes) {

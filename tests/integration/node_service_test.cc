@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "dashboard_metrics.h"
 #include "harness.h"
 #include "node/paths.h"
 #include "simgpu/shared_machine.h"
@@ -1337,6 +1338,38 @@ TEST(NodeService, MetricsDescribeGpusQueuesAndSchedulingLatency) {
   EXPECT_NE(m.find("gpufrac_queue_running_jobs{queue=\"default\"} 1"), std::string::npos) << m;
   EXPECT_NE(m.find("gpufrac_scheduling_decision_seconds_bucket{le=\"+Inf\"}"), std::string::npos)
       << m;
+  d.Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+  d.WaitFor(id, "final");
+}
+
+TEST(NodeService, TheGrafanaDashboardDrawsOnlyMetricsTheServiceExports) {
+  Daemon d("1xH100-80GB");
+  int64_t id = d.Submit({"sleep", "30"}, {{"gpu-fraction", 0.5}}).body["id"];
+  d.WaitFor(id, "running");
+  httplib::Client c(d.socket());
+  c.set_address_family(AF_UNIX);
+  auto res = c.Get("/metrics");
+  ASSERT_TRUE(res);
+  const std::set<std::string> exported = ExportedMetrics(res->body);
+  // The extender's panels are checked against the extender (k8s_end_to_end_test).
+  std::set<std::string> drawn = DashboardMetrics();
+  std::erase_if(drawn, [](const std::string& m) { return m.rfind("gpufrac_extender_", 0) == 0; });
+  EXPECT_GE(drawn.size(), 15u) << "the dashboard's GPU, queue, job and latency panels";
+  for (const std::string& metric : drawn) {
+    EXPECT_TRUE(exported.count(metric)) << metric << " is drawn but gpufracd does not export it";
+  }
+  // The per-job panels have the running job to show.
+  const std::string job = "job=\"" + std::to_string(id) + "\"";
+  for (const char* metric :
+       {"gpufrac_workload_memory_limit_bytes{", "gpufrac_workload_compute_share{",
+        "gpufrac_workload_compute_limit{"}) {
+    size_t at = res->body.find(std::string("\n") + metric);
+    ASSERT_NE(at, std::string::npos) << metric << res->body;
+    EXPECT_NE(res->body.substr(at, res->body.find('\n', at + 1) - at).find(job), std::string::npos)
+        << metric;
+  }
+  EXPECT_NE(res->body.find("gpufrac_workload_compute_share{gpu=\"0\"," + job), std::string::npos)
+      << res->body;
   d.Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
   d.WaitFor(id, "final");
 }
