@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/service_client.h"
+#include "common/text.h"
 
 namespace gpufrac::cli {
 
@@ -28,17 +29,18 @@ MpsCommand::MpsCommand(CLI::App& app) {
 bool MpsCommand::parsed() const { return mps_->parsed(); }
 
 int MpsCommand::Run() {
+  const char* prefix = enable_->parsed() ? "gpufrac mps enable" : "gpufrac mps disable";
   signal(SIGPIPE, SIG_IGN);
   auto client = ServiceClient::Connect(socket_);
   if (!client.ok()) {
-    std::fprintf(stderr, "gpufrac mps: %s\n", client.status().message().c_str());
+    std::fprintf(stderr, "%s: %s\n", prefix, Printable(client.status().message()).c_str());
     return ExitCodeFor(client.status());
   }
   const bool on = enable_->parsed();
   auto r = (*client)->Post("/v1/gpus/" + std::to_string(gpu_) + "/mps",
                            nlohmann::json{{"enabled", on}});
   if (!r.ok()) {
-    std::fprintf(stderr, "gpufrac mps: %s\n", r.status().message().c_str());
+    std::fprintf(stderr, "%s: %s\n", prefix, Printable(r.status().message()).c_str());
     return ExitCodeFor(r.status());
   }
   if (json_) {
