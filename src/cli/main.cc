@@ -14,7 +14,8 @@
 #include "cli/usage_errors.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"gpufrac: share NVIDIA GPUs safely (memory limits, placement, MIG, MPS)"};
+  // Named, so that help says "Usage: gpufrac ..." however the program was called.
+  CLI::App app{"gpufrac: share NVIDIA GPUs safely (memory limits, placement, MIG, MPS)", "gpufrac"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("gpufrac ") + GPUFRAC_VERSION);
 

@@ -78,6 +78,13 @@ TEST(CliUsage, AMigFileIsCheckedBeforeAnyServiceIsLookedFor) {
   EXPECT_EQ(unknown.err.find("gpufracd"), std::string::npos) << unknown.err;
 }
 
+TEST(CliUsage, HelpNamesTheProgramAsUsersTypeIt) {
+  RunResult help = Gpufrac({"exec", "--help"});
+  EXPECT_EQ(help.status, 0);
+  EXPECT_EQ(help.out.find("Usage: gpufrac exec [OPTIONS]"), help.out.find("Usage:")) << help.out;
+  EXPECT_NE(help.out.find("Usage: gpufrac exec"), std::string::npos) << help.out;
+}
+
 TEST(CliUsage, AWordWithControlCharactersIsShownEscaped) {
   RunResult r = Gpufrac({"\x1b[2Jx"});
   EXPECT_EQ(r.status, 2);
