@@ -24,6 +24,7 @@
 #include "k8s/gpu_provider.h"
 #include "k8s/inventory.h"
 #include "k8s/object_fields.h"
+#include "k8s/pod_resources.h"
 #include "k8s/reservations.h"
 #include "k8s/test_objects.h"
 #include "limiter/compute_arbiter.h"
@@ -818,6 +819,51 @@ TEST_F(K8sEndToEnd, SharesOfSeveralGpusAreNotPlacedOnGpusInMpsMode) {
 }
 
 // ---- Slots named after their GPU, preferred slots, and the kubelet's PodResources API ----
+
+// The client reads what the kubelet lists, pod by pod and container by container, and gives up
+// at its deadline when the kubelet does not answer, or at once when there is no socket.
+TEST(K8sPodResources, TheClientListsWhatTheKubeletHoldsAndGivesUpAtItsDeadline) {
+  TempDir dir;
+  PodResourcesClient client(dir.path() + "/kubelet.sock", std::chrono::milliseconds(300));
+  StatusOr<std::vector<PodResources>> listed = client.List();
+  ASSERT_FALSE(listed.ok());
+  EXPECT_EQ(listed.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(listed.status().message().find(dir.path() + "/kubelet.sock"), std::string::npos)
+      << listed.status().message();
+
+  FakePodResources kubelet(dir.path() + "/kubelet.sock");
+  ASSERT_TRUE(kubelet.Start().ok());
+  kubelet.Admit("team-a", "train", {"init", "main"});
+  kubelet.Record("team-a", "train", "main", "gpufrac.io/gpu", {"GPU-a::1", "GPU-b::0"});
+  kubelet.Record("team-a", "train", "main", "example.com/nic", {"nic0"});
+  kubelet.Admit("team-b", "starting", {"main"});
+  listed = client.List();
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 2u);
+  const PodResources& train = (*listed)[0];
+  EXPECT_EQ(train.ns, "team-a");
+  EXPECT_EQ(train.name, "train");
+  ASSERT_NE(train.Container("main"), nullptr);
+  EXPECT_EQ(train.Container("main")->DevicesOf("gpufrac.io/gpu"),
+            (std::vector<std::string>{"GPU-a::1", "GPU-b::0"}));
+  EXPECT_EQ(train.Container("main")->DevicesOf("example.com/nic"),
+            std::vector<std::string>{"nic0"});
+  ASSERT_NE(train.Container("init"), nullptr);
+  EXPECT_TRUE(train.Container("init")->DevicesOf("gpufrac.io/gpu").empty());
+  EXPECT_EQ(train.Container("sidecar"), nullptr);
+  EXPECT_EQ((*listed)[1].name, "starting");
+
+  kubelet.Delay(std::chrono::seconds(5));
+  const auto start = std::chrono::steady_clock::now();
+  listed = client.List();
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(listed.ok());
+  EXPECT_NE(listed.status().message().find("no answer within 300 ms"), std::string::npos)
+      << listed.status().message();
+  EXPECT_LT(took, std::chrono::seconds(2));
+  kubelet.Delay(std::chrono::milliseconds(0));
+  EXPECT_TRUE(client.List().ok()) << "a client whose call failed connects again";
+}
 
 // A slot id names its GPU as NVIDIA's replicas do ("<GPU UUID>::<n>"), so that what the kubelet
 // records, and PodResources readers such as DCGM exporter map by the part before "::", is the

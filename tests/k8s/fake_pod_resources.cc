@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include "k8s/proto/podresources_v1.grpc.pb.h"
@@ -14,9 +15,17 @@ class FakePodResources::Service final : public v1::PodResourcesLister::Service {
  public:
   explicit Service(FakePodResources* owner) : owner_(owner) {}
 
-  grpc::Status List(grpc::ServerContext*, const v1::ListPodResourcesRequest*,
+  grpc::Status List(grpc::ServerContext* context, const v1::ListPodResourcesRequest*,
                     v1::ListPodResourcesResponse* response) override {
-    std::lock_guard<std::mutex> lock(owner_->mu_);
+    std::unique_lock<std::mutex> lock(owner_->mu_);
+    if (owner_->delay_.count() > 0) {
+      const auto until = std::chrono::steady_clock::now() + owner_->delay_;
+      lock.unlock();
+      while (std::chrono::steady_clock::now() < until && !context->IsCancelled()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      lock.lock();
+    }
     ++owner_->calls_;
     if (owner_->failure_) return grpc::Status(*owner_->failure_, "the fake kubelet fails");
     for (const Pod& pod : owner_->pods_) {
@@ -99,6 +108,11 @@ void FakePodResources::Remove(const std::string& ns, const std::string& name) {
 void FakePodResources::FailWith(std::optional<grpc::StatusCode> code) {
   std::lock_guard<std::mutex> lock(mu_);
   failure_ = code;
+}
+
+void FakePodResources::Delay(std::chrono::milliseconds delay) {
+  std::lock_guard<std::mutex> lock(mu_);
+  delay_ = delay;
 }
 
 int FakePodResources::calls() const {

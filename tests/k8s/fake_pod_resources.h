@@ -6,6 +6,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,6 +40,8 @@ class FakePodResources {
   void Remove(const std::string& ns, const std::string& name);
   // While set, List fails with this gRPC code (a kubelet in trouble).
   void FailWith(std::optional<grpc::StatusCode> code);
+  // List answers only after `delay` (a kubelet that hangs).
+  void Delay(std::chrono::milliseconds delay);
 
   // How many List calls were answered or refused.
   int calls() const;
@@ -61,6 +64,7 @@ class FakePodResources {
   mutable std::mutex mu_;
   std::vector<Pod> pods_;  // In the order admitted.
   std::optional<grpc::StatusCode> failure_;
+  std::chrono::milliseconds delay_{0};
   int calls_ = 0;
 };
 
