@@ -373,10 +373,11 @@ std::optional<std::vector<PodResources>> GpuProvider::KubeletPods() {
 }
 
 int GpuProvider::CheckKubeletSlots(const std::vector<json>& pods) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   std::optional<std::vector<PodResources>> listed = KubeletPods();
   if (!listed) return 0;
-  int reported = 0;
+  // Posted once the lock is released, so that an Allocate does not wait on the API server.
+  std::vector<std::pair<const json*, std::string>> events;
   std::set<std::string> live;
   for (const json& pod : pods) {
     std::optional<Assignment> a = LiveAssignmentOn(pod, options_.node);
@@ -409,15 +410,18 @@ int GpuProvider::CheckKubeletSlots(const std::vector<json>& pods) {
         "DCGM exporter's pod metrics) name the wrong GPU for this pod; the pod itself is not "
         "affected";
     LogWarning("pod %s: %s", Printable(PodKey(pod)).c_str(), message.c_str());
-    api_->PodEvent(pod, std::string(kEventSlotMismatch), message, /*warning=*/true);
+    events.emplace_back(&pod, message);
     reported_.insert(uid);
-    ++reported;
   }
   // Forget the pods that are gone.
   for (auto it = reported_.begin(); it != reported_.end();) {
     it = live.count(*it) > 0 ? std::next(it) : reported_.erase(it);
   }
-  return reported;
+  lock.unlock();
+  for (const auto& [pod, message] : events) {
+    api_->PodEvent(*pod, std::string(kEventSlotMismatch), message, /*warning=*/true);
+  }
+  return static_cast<int>(events.size());
 }
 
 StatusOr<std::string> GpuProvider::MigUuid(int gpu, const MigGrant& grant,
