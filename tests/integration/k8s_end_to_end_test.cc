@@ -1002,6 +1002,7 @@ TEST_F(K8sEndToEnd, SlotsOfAnotherGpuGetAWarningEventOnce) {
   const int gpu_a = BookedGpu("a");
   v1beta1::AllocateResponse response;
   std::vector<std::string> slots;
+  // b is admitted first: the slots preferred are of b's GPU, though a was bound first.
   ASSERT_TRUE(KubeletStarts("b", 1, &response, &slots).ok());
   ASSERT_EQ(GpuOfSlot(PublishedInventory(), slots.at(0)), BookedGpu("b"));
 
