@@ -65,6 +65,14 @@ K8sCommand::K8sCommand(CLI::App& app) {
   agent_->add_option("--node", node_, "this node's name (default: $NODE_NAME)");
   agent_->add_option("--kubelet-dir", kubelet_dir_, "the kubelet's device-plugin directory")
       ->capture_default_str();
+  // Read back in RunAgent, as --nvidia-sharing-config.
+  agent_
+      ->add_option("--pod-resources-socket",
+                   "the kubelet's PodResources socket: which pod an Allocate is for, and a check "
+                   "of the slots the kubelet recorded (\"\" for none: pods are then matched by "
+                   "their slots' GPUs and the order they were bound)")
+      ->type_name("PATH")
+      ->default_str(std::string(k8s::kDefaultPodResourcesSocket));
   agent_->add_option("--host-dir", host_dir_,
                      "host directory for the limiter library and limit files")
       ->capture_default_str();
@@ -169,6 +177,10 @@ int K8sCommand::RunAgent() {
   if (const CLI::Option* sharing = agent_->get_option("--nvidia-sharing-config");
       sharing->count() > 0) {
     options.nvidia_sharing_config = sharing->as<std::string>();
+  }
+  if (const CLI::Option* socket = agent_->get_option("--pod-resources-socket");
+      socket->count() > 0) {
+    options.pod_resources_socket = socket->as<std::string>();
   }
   options.limiter_path = LimiterLibraryPath();
   options.resync = std::chrono::seconds(resync_seconds_);

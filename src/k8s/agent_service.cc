@@ -135,6 +135,7 @@ struct AgentService::Impl {
   // The MPS daemons, for both providers; null when no GPU runs under MPS. Declared before them,
   // so destroyed after them.
   std::unique_ptr<ContainerMps> mps;
+  std::unique_ptr<PodResourcesClient> pod_resources;  // Null without --pod-resources-socket.
   std::unique_ptr<GpuProvider> provider;
   std::unique_ptr<DevicePlugin> plugin;
   std::string published;  // The inventory document and labels last written to the node.
@@ -401,13 +402,18 @@ Status AgentService::Start() {
   GPUFRAC_RETURN_IF_ERROR(s.StartMps(inv));
   GPUFRAC_RETURN_IF_ERROR(s.Publish(all));
   s.limiter = std::make_unique<ContainerLimiter>(s.options.agent.host_dir);
-  s.provider = std::make_unique<GpuProvider>(
-      s.options.agent, inv, s.api.get(), s.gpus->mig_backend.get(), s.limiter.get(), s.mps.get());
+  if (!s.options.pod_resources_socket.empty()) {
+    s.pod_resources = std::make_unique<PodResourcesClient>(s.options.pod_resources_socket);
+  }
+  s.provider =
+      std::make_unique<GpuProvider>(s.options.agent, inv, s.api.get(), s.gpus->mig_backend.get(),
+                                    s.limiter.get(), s.mps.get(), s.pod_resources.get());
   DevicePluginOptions plugin;
   plugin.resource_name = std::string(kResourceGpu);
   plugin.kubelet_dir = s.options.kubelet_dir;
   plugin.socket_name = "gpufrac-gpu.sock";
-  plugin.preferred_allocation = false;
+  // Steers the kubelet to slots of the GPUs a container is booked on.
+  plugin.preferred_allocation = true;
   s.plugin = std::make_unique<DevicePlugin>(plugin, s.provider.get());
   GPUFRAC_RETURN_IF_ERROR(s.plugin->Start());
   LogInfo(
@@ -436,6 +442,7 @@ Status AgentService::Resync() {
     if (!PodFinished(pod)) live.push_back(MetaOf(pod, "uid"));
   }
   s.provider->CleanUp(live);
+  s.provider->CheckKubeletSlots(pods);
   if (s.mps) {
     for (const node::MpsDaemons::Ended& e : s.mps->Watch()) {
       LogWarning("the MPS daemon of GPU %d %s", e.index, e.how.c_str());

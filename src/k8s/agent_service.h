@@ -18,6 +18,7 @@
 #include "k8s/api_client.h"
 #include "k8s/container_mps.h"
 #include "k8s/gpu_provider.h"
+#include "k8s/pod_resources.h"
 
 namespace gpufrac::k8s {
 
@@ -48,6 +49,9 @@ struct AgentServiceOptions {
   // --gpu-compute-policy: fair, strict or off (sets agent.compute_policy; see gpu_provider.h).
   std::string compute_policy = "fair";
   std::string limiter_path;     // libgpufrac.so to install into host_dir/lib.
+  // The kubelet's PodResources socket (--pod-resources-socket; "" for none): which pod an
+  // Allocate is for, and the check of the slots the kubelet recorded (gpu_provider.h).
+  std::string pod_resources_socket = std::string(kDefaultPodResourcesSocket);
   std::chrono::milliseconds resync{10000};
 };
 
@@ -69,7 +73,8 @@ class AgentService {
   // configuration that does not fit the node, no MPS control binary, a daemon that does not
   // start, ...).
   Status Start();
-  // One resync: MIG instances, health, republish on change, clean-up. Run() calls it
+  // One resync: MIG instances, health, republish on change, clean-up, the kubelet's record of
+  // the slots (GpuProvider::CheckKubeletSlots). Run() calls it
   // periodically; tests call it directly.
   Status Resync();
   // Start, then Resync every period until Stop().

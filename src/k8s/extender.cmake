@@ -7,7 +7,7 @@ target_link_libraries(gpufrac_k8s PUBLIC gpufrac_common gpufrac_placement gpufra
                       gpufrac_gpu_catalogue nlohmann_json::nlohmann_json)
 
 # The node agent's resource managers behind the device plugins: gpufrac.io/gpu (slots, Allocate,
-# MIG, limit files) and NVIDIA's resource names (whole GPUs, static MIG instances).
+# the pod it is for from the kubelet's PodResources, MIG, limit files) and NVIDIA's resource names (whole GPUs, static MIG instances).
 # NVIDIA's device plugin configuration file (its sharing section), parsed with yaml-cpp and
 # matched to the node's GPUs; a library of its own so that its tests need no gRPC.
 find_package(yaml-cpp REQUIRED)
@@ -18,8 +18,9 @@ add_library(gpufrac_k8s_agent STATIC container_gpus.cc container_limiter.cc cont
             gpu_provider.cc nvidia_provider.cc)
 # gpufrac_node for the compute policy (node/compute_policy.h), the one gpufracd uses, and
 # gpufrac_node_mps for gpufracd's MPS daemon manager.
-target_link_libraries(gpufrac_k8s_agent PUBLIC gpufrac_k8s gpufrac_k8s_plugin gpufrac_mig_control
-                      gpufrac_launch gpufrac_node gpufrac_node_mps gpufrac_k8s_nvidia_sharing)
+target_link_libraries(gpufrac_k8s_agent PUBLIC gpufrac_k8s gpufrac_k8s_plugin gpufrac_k8s_pod_resources
+                      gpufrac_mig_control gpufrac_launch gpufrac_node gpufrac_node_mps
+                      gpufrac_k8s_nvidia_sharing)
 
 # The processes: ClusterApi over the API server, the extender service and the node agent.
 add_library(gpufrac_k8s_services STATIC kube_cluster_api.cc extender_service.cc agent_service.cc)

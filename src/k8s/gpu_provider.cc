@@ -1,5 +1,6 @@
-// The node agent's resource manager: slots, the pod an Allocate is for, MIG instances on demand,
-// limit files and what the container gets.
+// The node agent's resource manager: slots named after their GPU, the slots to prefer, the pod an
+// Allocate is for, MIG instances on demand, limit files and what the container gets, and the check
+// of the slots the kubelet recorded.
 #include "k8s/gpu_provider.h"
 
 #include <algorithm>
@@ -12,11 +13,14 @@
 
 #include "common/gpu_request.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "common/units.h"
 #include "gpu/catalogue.h"
 #include "gpu/mig_catalogue.h"
 #include "k8s/container_gpus.h"
+#include "k8s/nvidia_provider.h"
 #include "k8s/object_fields.h"
+#include "k8s/pod_request.h"
 #include "launch/limit_file.h"
 #include "node/compute_policy.h"
 
@@ -26,23 +30,10 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-std::string SlotId(int gpu, int slot) {
-  return "gpu" + std::to_string(gpu) + "-slot" + std::to_string(slot);
-}
-
 // The limiter's workload id: unique per container (a pod's uid is unique on the node).
 std::string WorkloadId(const std::string& uid, const std::string& container) {
   return LimiterWorkloadId("k8s-" + uid.substr(0, 18) + "-" + container);
 }
-
-// One container of a pod that a kubelet Allocate may be for.
-struct Candidate {
-  int64_t time_ms;
-  std::string key;
-  size_t pod;        // Index into the listed pods.
-  size_t container;  // Index into the pod's assignment.
-  Assignment assignment;
-};
 
 json AllocatedOf(const json& pod) {
   std::string text = AnnotationOf(pod, kAnnotationAllocated);
@@ -54,15 +45,129 @@ bool Overlaps(const gpu::MigPlacement& a, int start, int size) {
   return a.start < start + size && start < a.start + a.size;
 }
 
+// The GPU indexes of `grants`, sorted: what the slots of a container booked on them name.
+std::vector<int> GpuIndexes(const std::vector<GpuGrant>& grants) {
+  std::vector<int> out;
+  for (const GpuGrant& g : grants) out.push_back(g.index);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The GPUs the slot ids name, sorted; nullopt when one of them names no GPU of `inventory`.
+std::optional<std::vector<int>> SlotGpus(const NodeInventory& inventory,
+                                         const std::vector<std::string>& ids) {
+  std::vector<int> out;
+  for (const std::string& id : ids) {
+    std::optional<int> gpu = GpuOfSlot(inventory, id);
+    if (!gpu) return std::nullopt;
+    out.push_back(*gpu);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The pod `pod` as the kubelet lists it, or nullptr.
+const PodResources* Listed(const std::vector<PodResources>& kubelet_pods, const json& pod) {
+  const std::string ns = MetaOf(pod, "namespace"), name = MetaOf(pod, "name");
+  for (const PodResources& p : kubelet_pods) {
+    if (p.ns == ns && p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+// Why a container was taken for an Allocate, for the log.
+enum class FoundBy { kPodResources, kSlots, kOrder };
+
+const char* FoundByText(FoundBy by) {
+  switch (by) {
+    case FoundBy::kPodResources:
+      return "the kubelet is admitting it";
+    case FoundBy::kSlots:
+      return "its GPUs' slots";
+    case FoundBy::kOrder:
+      break;
+  }
+  return "bound first";
+}
+
+// One container of a pod that a kubelet Allocate may be for.
+struct Candidate {
+  bool admitting;  // The kubelet lists its pod without its devices: it is starting it.
+  bool on_slots;   // Booked on the GPUs the kubelet's slots name.
+  int64_t time_ms;
+  std::string key;
+  size_t pod;        // Index into the listed pods.
+  size_t container;  // Index into the pod's assignment.
+  Assignment assignment;
+
+  FoundBy found_by() const {
+    return admitting ? FoundBy::kPodResources : on_slots ? FoundBy::kSlots : FoundBy::kOrder;
+  }
+  // The order of the rules in gpu_provider.h.
+  bool Better(const Candidate& o) const {
+    return std::tie(o.admitting, o.on_slots, time_ms, key, container) <
+           std::tie(admitting, on_slots, o.time_ms, o.key, o.container);
+  }
+};
+
+// The container of `pods` a kubelet Allocate of `count` devices is for: of the containers booked
+// on `node` on `count` GPUs that ask for gpufrac.io/gpu and are not allocated yet, the best by
+// Candidate's order. `slot_gpus`: the GPUs of the devices given (nullopt: unknown);
+// `kubelet_pods`: what the kubelet lists (nullopt: unknown).
+std::optional<Candidate> ChooseContainer(const std::vector<json>& pods, const std::string& node,
+                                         size_t count,
+                                         const std::optional<std::vector<int>>& slot_gpus,
+                                         const std::optional<std::vector<PodResources>>& listed) {
+  std::optional<Candidate> chosen;
+  for (size_t p = 0; p < pods.size(); ++p) {
+    std::optional<Assignment> a = LiveAssignmentOn(pods[p], node);
+    if (!a) continue;
+    json allocated = AllocatedOf(pods[p]);
+    const PodResources* kubelet_pod = listed ? Listed(*listed, pods[p]) : nullptr;
+    for (size_t c = 0; c < a->containers.size(); ++c) {
+      const ContainerAssignment& ca = a->containers[c];
+      if (!ca.device_plugin || ca.gpus.size() != count || allocated.contains(ca.container)) {
+        continue;
+      }
+      // A container the kubelet lists with devices of ours already is not the one starting.
+      const ContainerResources* kc =
+          kubelet_pod != nullptr ? kubelet_pod->Container(ca.container) : nullptr;
+      const bool admitting =
+          kubelet_pod != nullptr && (kc == nullptr || kc->DevicesOf(kResourceGpu).empty());
+      const bool on_slots = slot_gpus && *slot_gpus == GpuIndexes(ca.gpus);
+      Candidate cand{admitting, on_slots, a->time_ms, PodKey(pods[p]), p, c, *a};
+      if (!chosen || cand.Better(*chosen)) chosen = std::move(cand);
+    }
+  }
+  return chosen;
+}
+
 }  // namespace
 
+std::string GpuSlotId(std::string_view uuid, int slot) { return NvidiaReplicaId(uuid, slot); }
+
+std::optional<int> GpuOfSlot(const NodeInventory& inventory, std::string_view id) {
+  const size_t sep = id.rfind("::");
+  if (sep == std::string_view::npos || sep + 2 == id.size()) return std::nullopt;
+  for (char c : id.substr(sep + 2)) {
+    if (c < '0' || c > '9') return std::nullopt;
+  }
+  const std::string_view uuid = id.substr(0, sep);
+  for (const GpuInfo& g : inventory.gpus) {
+    if (!g.uuid.empty() && g.uuid == uuid) return g.index;
+  }
+  return std::nullopt;
+}
+
 GpuProvider::GpuProvider(AgentOptions options, NodeInventory inventory, ClusterApi* api,
-                         mig::MigBackend* mig, ContainerLimiter* limiter, ContainerMps* mps)
+                         mig::MigBackend* mig, ContainerLimiter* limiter, ContainerMps* mps,
+                         PodResourcesClient* pod_resources)
     : options_(std::move(options)),
       api_(api),
       mig_(mig),
       limiter_(limiter),
       mps_(mps),
+      pod_resources_(pod_resources),
       inventory_(std::move(inventory)) {}
 
 void GpuProvider::SetInventory(NodeInventory inventory) {
@@ -80,7 +185,7 @@ std::vector<PluginDevice> GpuProvider::Devices() {
   std::vector<PluginDevice> devices;
   for (const GpuInfo& g : inventory_.gpus) {
     for (int s = 0; s < options_.slots_per_gpu; ++s) {
-      devices.push_back({.id = SlotId(g.index, s), .healthy = g.healthy, .numa_node = {}});
+      devices.push_back({.id = GpuSlotId(g.uuid, s), .healthy = g.healthy, .numa_node = {}});
     }
   }
   return devices;
@@ -95,26 +200,8 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
   }
   const std::vector<json>& pods = *listed;
 
-  // The oldest booked container that the kubelet has not started yet, with as many GPUs as it
-  // was given devices.
-  std::optional<Candidate> chosen;
-  for (size_t p = 0; p < pods.size(); ++p) {
-    std::optional<Assignment> a = LiveAssignmentOn(pods[p], options_.node);
-    if (!a) continue;
-    json allocated = AllocatedOf(pods[p]);
-    for (size_t c = 0; c < a->containers.size(); ++c) {
-      const ContainerAssignment& ca = a->containers[c];
-      if (!ca.device_plugin || ca.gpus.size() != device_ids.size() ||
-          allocated.contains(ca.container)) {
-        continue;
-      }
-      Candidate cand{a->time_ms, PodKey(pods[p]), p, c, *a};
-      if (!chosen || std::tie(cand.time_ms, cand.key, cand.container) <
-                         std::tie(chosen->time_ms, chosen->key, chosen->container)) {
-        chosen = std::move(cand);
-      }
-    }
-  }
+  std::optional<Candidate> chosen = ChooseContainer(
+      pods, options_.node, device_ids.size(), SlotGpus(inventory_, device_ids), KubeletPods());
   if (!chosen) {
     return FailedPreconditionError(
         "no pod bound to node " + options_.node + " has a container booked on " +
@@ -220,9 +307,121 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
     return UnavailableError("cannot record the allocation on pod " + chosen->key + ": " +
                             noted.message());
   }
-  LogInfo("allocated %s container %s: %s", chosen->key.c_str(), ca.container.c_str(),
+  LogInfo("allocated %s container %s (%s): %s", Printable(chosen->key).c_str(),
+          Printable(ca.container).c_str(), FoundByText(chosen->found_by()),
           out.envs["CUDA_VISIBLE_DEVICES"].c_str());
   return out;
+}
+
+StatusOr<std::vector<std::string>> GpuProvider::PreferredAllocation(
+    const std::vector<std::string>& available, const std::vector<std::string>& must_include,
+    int size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (size <= 0) return DeviceProvider::PreferredAllocation(available, must_include, size);
+  StatusOr<std::vector<json>> listed = api_->ListPodsOnNode(options_.node);
+  if (!listed.ok()) {
+    LogWarning("cannot list the pods on node %s to prefer slots: %s", options_.node.c_str(),
+               listed.status().message().c_str());
+    return DeviceProvider::PreferredAllocation(available, must_include, size);
+  }
+  std::optional<Candidate> chosen = ChooseContainer(
+      *listed, options_.node, static_cast<size_t>(size), std::nullopt, KubeletPods());
+  if (!chosen) return DeviceProvider::PreferredAllocation(available, must_include, size);
+
+  // One slot of each GPU it is booked on, those of must_include counted.
+  std::vector<int> wanted = GpuIndexes(chosen->assignment.containers[chosen->container].gpus);
+  std::vector<std::string> picked = must_include;
+  std::set<std::string> taken(must_include.begin(), must_include.end());
+  for (const std::string& id : must_include) {
+    std::optional<int> gpu = GpuOfSlot(inventory_, id);
+    auto it = gpu ? std::find(wanted.begin(), wanted.end(), *gpu) : wanted.end();
+    if (it != wanted.end()) wanted.erase(it);
+  }
+  for (int gpu : wanted) {
+    for (const std::string& id : available) {
+      if (taken.count(id) == 0 && GpuOfSlot(inventory_, id) == gpu) {
+        taken.insert(id);
+        picked.push_back(id);
+        break;
+      }
+    }
+  }
+  // A GPU without a free slot (the kubelet offers only healthy, unallocated ones): the rest in
+  // order, as the default would; Allocate still gives the booked GPU.
+  return DeviceProvider::PreferredAllocation(available, picked, size);
+}
+
+std::optional<std::vector<PodResources>> GpuProvider::KubeletPods() {
+  if (pod_resources_ == nullptr) return std::nullopt;
+  StatusOr<std::vector<PodResources>> pods = pod_resources_->List();
+  if (!pods.ok()) {
+    if (!pod_resources_failing_) {
+      LogWarning(
+          "%s; until it answers, the pod an Allocate is for is found by its slots' GPUs and "
+          "by the order pods were bound",
+          pods.status().message().c_str());
+    }
+    pod_resources_failing_ = true;
+    return std::nullopt;
+  }
+  if (pod_resources_failing_) {
+    LogInfo("the kubelet's PodResources socket %s answers again",
+            pod_resources_->socket_path().c_str());
+  }
+  pod_resources_failing_ = false;
+  return std::move(*pods);
+}
+
+int GpuProvider::CheckKubeletSlots(const std::vector<json>& pods) {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::optional<std::vector<PodResources>> listed = KubeletPods();
+  if (!listed) return 0;
+  // Posted once the lock is released, so that an Allocate does not wait on the API server.
+  std::vector<std::pair<const json*, std::string>> events;
+  std::set<std::string> live;
+  for (const json& pod : pods) {
+    std::optional<Assignment> a = LiveAssignmentOn(pod, options_.node);
+    if (!a) continue;
+    const std::string uid = MetaOf(pod, "uid");
+    live.insert(uid);
+    const PodResources* kubelet_pod = Listed(*listed, pod);
+    if (kubelet_pod == nullptr || reported_.count(uid) > 0) continue;
+    std::string mismatch;
+    for (const ContainerAssignment& ca : a->containers) {
+      const ContainerResources* kc = kubelet_pod->Container(ca.container);
+      if (!ca.device_plugin || kc == nullptr) continue;
+      const std::vector<std::string> ids = kc->DevicesOf(kResourceGpu);
+      // Not recorded yet, or ids this agent does not make (an older agent's): nothing to compare.
+      std::optional<std::vector<int>> recorded = SlotGpus(inventory_, ids);
+      if (ids.empty() || !recorded || *recorded == GpuIndexes(ca.gpus)) continue;
+      auto list = [](const std::vector<int>& gpus) {
+        std::string text;
+        for (int g : gpus) text += (text.empty() ? "" : ",") + std::to_string(g);
+        return text;
+      };
+      mismatch += std::string(mismatch.empty() ? "" : "; ") + "container " +
+                  Printable(ca.container) + " runs on GPU " + list(GpuIndexes(ca.gpus)) +
+                  " but the kubelet gave it slots of GPU " + list(*recorded);
+    }
+    if (mismatch.empty()) continue;
+    const std::string message =
+        mismatch +
+        ": the kubelet did not take the slots the agent preferred, so its PodResources API (and "
+        "DCGM exporter's pod metrics) name the wrong GPU for this pod; the pod itself is not "
+        "affected";
+    LogWarning("pod %s: %s", Printable(PodKey(pod)).c_str(), message.c_str());
+    events.emplace_back(&pod, message);
+    reported_.insert(uid);
+  }
+  // Forget the pods that are gone.
+  for (auto it = reported_.begin(); it != reported_.end();) {
+    it = live.count(*it) > 0 ? std::next(it) : reported_.erase(it);
+  }
+  lock.unlock();
+  for (const auto& [pod, message] : events) {
+    api_->PodEvent(*pod, std::string(kEventSlotMismatch), message, /*warning=*/true);
+  }
+  return static_cast<int>(events.size());
 }
 
 StatusOr<std::string> GpuProvider::MigUuid(int gpu, const MigGrant& grant,

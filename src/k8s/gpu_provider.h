@@ -10,15 +10,27 @@
 // CUDA_MPS_PINNED_DEVICE_MEM_LIMIT from its memory, with the limiter keeping its memory and view
 // but no compute pair (as gpufracd runs a job on an MPS GPU).
 //
-// The kubelet's Allocate does not say which pod it is for. The agent takes the pod bound to this
-// node longest ago (by its assignment's time, then name) that has a container booked on exactly
-// as many GPUs as the kubelet gives devices and not yet allocated, and records the allocation on
-// the pod (annotation gpufrac.io/allocated) so that the next Allocate skips it. The kubelet
-// admits one pod at a time, in the order the scheduler bound them, so the oldest is the one.
+// A slot is named after its GPU ("<GPU UUID>::<slot>", GpuSlotId), and GetPreferredAllocation
+// steers the kubelet to slots of the GPUs the container is booked on, so that what the kubelet
+// records (and its PodResources API reports to tools such as DCGM exporter) names the GPU the
+// container runs on.
+//
+// The kubelet's Allocate does not say which pod it is for. The agent takes, among the containers
+// bound to this node that are booked on exactly as many GPUs as the kubelet gives devices and not
+// yet allocated: first one of a pod that the kubelet's PodResources API lists with no
+// gpufrac.io/gpu device recorded for that container (the kubelet lists the pod it is admitting,
+// and records a container's devices only once its Allocate has returned); then one booked on the
+// GPUs the given slots name; then the pod bound longest ago (by its assignment's time, then
+// name). Without the PodResources API (no socket, an error: logged once) the last two rules
+// decide. It records the allocation on the pod (annotation gpufrac.io/allocated) so that the next
+// Allocate skips it.
 #pragma once
 
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "k8s/assignment.h"
@@ -27,12 +39,23 @@
 #include "k8s/container_mps.h"
 #include "k8s/device_provider.h"
 #include "k8s/inventory.h"
+#include "k8s/pod_resources.h"
 #include "mig/backend.h"
 #include "node/compute_policy.h"
 
 namespace gpufrac::k8s {
 
 inline constexpr std::string_view kAnnotationAllocated = "gpufrac.io/allocated";
+// The reason of the warning event on a pod whose slots the kubelet took from another GPU.
+inline constexpr std::string_view kEventSlotMismatch = "GpufracSlotsOnOtherGpu";
+
+// Slot `slot` of the GPU with UUID `uuid`: "<uuid>::<slot>", the id NVIDIA's plugin gives a
+// shared GPU's replicas (NvidiaReplicaId), which PodResources readers map to the GPU by the part
+// before "::". 44 characters at most for NVML's UUIDs, within the kubelet's 63.
+std::string GpuSlotId(std::string_view uuid, int slot);
+// The index of the GPU of `inventory` that slot id `id` names; nullopt for an id that names none
+// of them.
+std::optional<int> GpuOfSlot(const NodeInventory& inventory, std::string_view id);
 
 struct AgentOptions {
   std::string node;        // This node's name.
@@ -50,10 +73,12 @@ struct AgentOptions {
 class GpuProvider : public DeviceProvider {
  public:
   // `api`, `mig` (may be null when no GPU is in MIG mode), `limiter` (writes a shared
-  // container's limit file under options.host_dir/pods) and `mps` (may be null when no GPU is in
-  // MPS mode; its clients are named "pods/<uid>/<container>") must outlive the provider.
+  // container's limit file under options.host_dir/pods), `mps` (may be null when no GPU is in
+  // MPS mode; its clients are named "pods/<uid>/<container>") and `pod_resources` (the kubelet's
+  // PodResources API; may be null) must outlive the provider.
   GpuProvider(AgentOptions options, NodeInventory inventory, ClusterApi* api, mig::MigBackend* mig,
-              ContainerLimiter* limiter, ContainerMps* mps = nullptr);
+              ContainerLimiter* limiter, ContainerMps* mps = nullptr,
+              PodResourcesClient* pod_resources = nullptr);
 
   // A new view of the GPUs (health, MIG instances); the caller then tells the plugin.
   void SetInventory(NodeInventory inventory);
@@ -61,6 +86,18 @@ class GpuProvider : public DeviceProvider {
 
   std::vector<PluginDevice> Devices() override;
   StatusOr<ContainerAllocation> Allocate(const std::vector<std::string>& device_ids) override;
+  // For the container the next Allocate would be for (found as above, without the devices), one
+  // available slot of each GPU it is booked on (must_include kept, topped up in order); for no
+  // such container, or when the pods cannot be listed, the default.
+  StatusOr<std::vector<std::string>> PreferredAllocation(
+      const std::vector<std::string>& available, const std::vector<std::string>& must_include,
+      int size) override;
+
+  // Compares the slots the kubelet recorded for each live pod of `pods` (its PodResources API)
+  // with the GPUs the pod is booked on. A pod with a container given slots of other GPUs (the
+  // kubelet ignored the preference) gets a warning log line and a warning event
+  // (kEventSlotMismatch) once. Returns how many pods were reported now; 0 without the API.
+  int CheckKubeletSlots(const std::vector<nlohmann::json>& pods);
 
   // Removes the limit files of pods that are no longer on this node (`live` holds the UIDs of
   // those that are), once they are five minutes old (a pod allocated after `live` was listed
@@ -70,14 +107,20 @@ class GpuProvider : public DeviceProvider {
  private:
   StatusOr<std::string> MigUuid(int gpu, const MigGrant& grant,
                                 const std::vector<nlohmann::json>& pods);
+  // What the kubelet lists now; nullopt without the API or when it fails (logged once until it
+  // answers again).
+  std::optional<std::vector<PodResources>> KubeletPods();
 
   AgentOptions options_;
   ClusterApi* api_;
   mig::MigBackend* mig_;
   ContainerLimiter* limiter_;
   ContainerMps* mps_;
-  mutable std::mutex mu_;  // Guards inventory_ and serialises Allocate.
+  PodResourcesClient* pod_resources_;
+  mutable std::mutex mu_;  // Guards what follows and serialises Allocate.
   NodeInventory inventory_;
+  bool pod_resources_failing_ = false;
+  std::set<std::string> reported_;  // UIDs of the pods with a slot mismatch already reported.
 };
 
 }  // namespace gpufrac::k8s

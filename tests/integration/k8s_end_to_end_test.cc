@@ -21,8 +21,11 @@
 #include "k8s/extender_service.h"
 #include "k8s/fake_apiserver.h"
 #include "k8s/fake_kubelet.h"
+#include "k8s/fake_pod_resources.h"
+#include "k8s/gpu_provider.h"
 #include "k8s/inventory.h"
 #include "k8s/object_fields.h"
+#include "k8s/pod_resources.h"
 #include "k8s/reservations.h"
 #include "k8s/test_objects.h"
 #include "limiter/compute_arbiter.h"
@@ -34,6 +37,7 @@ namespace {
 
 using testing::FakeApiServer;
 using testing::FakeKubelet;
+using testing::FakePodResources;
 using testing::KubeletClient;
 using testing::TempDir;
 
@@ -82,12 +86,19 @@ class K8sEndToEnd : public ::testing::Test {
 
     kubelet_ = std::make_unique<FakeKubelet>(kubelet_dir_.path());
     ASSERT_TRUE(kubelet_->Start().ok());
+    // The agent always has a PodResources socket to ask; only some tests serve it.
+    pod_resources_ =
+        std::make_unique<FakePodResources>(kubelet_dir_.path() + "/pod-resources.sock");
+    if (serve_pod_resources_) {
+      ASSERT_TRUE(pod_resources_->Start().ok());
+    }
     AgentServiceOptions options;
     options.agent.node = kNode;
     options.agent.slots_per_gpu = 4;
     options.agent.host_dir = host_dir_.path();
     options.agent.dev_dir = host_dir_.path() + "/dev";  // No device nodes here.
     options.kubelet_dir = kubelet_dir_.path();
+    options.pod_resources_socket = pod_resources_->socket_path();
     options.sim = sim;
     options.compute_policy = compute_policy_;
     options.mps_gpus = mps_gpus_;
@@ -201,7 +212,71 @@ class K8sEndToEnd : public ::testing::Test {
     return "";
   }
 
+  // Slot `slot` of GPU `gpu`, as the agent names it.
+  std::string Slot(int gpu, size_t slot) {
+    return GpuSlotId(PublishedInventory().gpus.at(gpu).uuid, static_cast<int>(slot));
+  }
+
+  // Every slot of the node, GPU 0's first: what the kubelet offers when none is taken.
+  std::vector<std::string> AllSlots() {
+    std::vector<std::string> ids;
+    for (const GpuInfo& g : PublishedInventory().gpus) {
+      for (int s = 0; s < 4; ++s) ids.push_back(GpuSlotId(g.uuid, s));
+    }
+    return ids;
+  }
+
+  // The slots the plugin prefers for a container asking for `size` of them.
+  std::vector<std::string> Preferred(const std::vector<std::string>& available,
+                                     const std::vector<std::string>& must_include, int size) {
+    KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+    v1beta1::PreferredAllocationResponse response;
+    grpc::Status s = kubelet.GetPreferredAllocation(available, must_include, size, &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    if (!s.ok() || response.container_responses_size() != 1) return {};
+    const auto& ids = response.container_responses(0).deviceids();
+    return std::vector<std::string>(ids.begin(), ids.end());
+  }
+
+  // What the kubelet does to start pod `name` (container main, `size` slots): admits it (its
+  // PodResources API lists it from then on), asks the plugin which slots it prefers, takes them,
+  // calls Allocate and, once that has returned, records them. Returns the Allocate's status;
+  // `slots` gets the slots taken.
+  grpc::Status KubeletStarts(const std::string& name, int size, v1beta1::AllocateResponse* response,
+                             std::vector<std::string>* slots = nullptr) {
+    pod_resources_->Admit("team-a", name, {"main"});
+    std::vector<std::string> taken = Preferred(AllSlots(), {}, size);
+    KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+    grpc::Status s = kubelet.Allocate({taken}, response);
+    if (s.ok()) pod_resources_->Record("team-a", name, "main", "gpufrac.io/gpu", taken);
+    if (slots != nullptr) *slots = taken;
+    return s;
+  }
+
+  // The GPU the pod's container main is booked on (its first).
+  int BookedGpu(const std::string& name) {
+    std::optional<json> pod = server_->Get("pods", "team-a", name);
+    std::optional<Assignment> a = pod ? AssignmentOf(*pod) : std::nullopt;
+    EXPECT_TRUE(a.has_value()) << name;
+    return a ? a->containers.at(0).gpus.at(0).index : -1;
+  }
+
+  bool Allocated(const std::string& name) {
+    return !AnnotationOf(*server_->Get("pods", "team-a", name), "gpufrac.io/allocated").empty();
+  }
+
+  // The events with `reason` posted on pods of team-a.
+  std::vector<json> Events(const std::string& reason) {
+    std::vector<json> out;
+    for (const auto& r : server_->requests("POST", "/api/v1/namespaces/team-a/events")) {
+      json event = json::parse(r.body);
+      if (event["reason"] == reason) out.push_back(event);
+    }
+    return out;
+  }
+
   bool reservation_pods_ = false;  // Set before StartAll.
+  bool serve_pod_resources_ = false;  // Set before StartAll: the kubelet's PodResources API.
   std::string compute_policy_ = "fair";
   std::vector<int> mps_gpus_;  // --mps-gpus, set before StartAll.
   std::chrono::seconds orphan_grace_{60};
@@ -210,6 +285,7 @@ class K8sEndToEnd : public ::testing::Test {
   std::unique_ptr<FakeApiServer> server_;
   std::unique_ptr<ApiClient> client_;
   std::unique_ptr<FakeKubelet> kubelet_;
+  std::unique_ptr<FakePodResources> pod_resources_;
   std::unique_ptr<AgentService> agent_;
   std::unique_ptr<ExtenderService> extender_;
   std::thread extender_thread_;
@@ -277,7 +353,7 @@ TEST_F(K8sEndToEnd, FractionIsBookedBoundAndAllocatedWithItsLimit) {
   server_->FailNext("PATCH", "/api/v1/namespaces/team-a/pods/train", 409, 1, false, "Conflict");
   KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
   v1beta1::AllocateResponse response;
-  grpc::Status s = kubelet.Allocate({{"gpu1-slot3"}}, &response);
+  grpc::Status s = kubelet.Allocate({{Slot(grant.index, 3)}}, &response);
   ASSERT_TRUE(s.ok()) << s.error_message();
   const auto& c = response.container_responses(0);
   EXPECT_EQ(c.envs().at("CUDA_VISIBLE_DEVICES"), grant.uuid);
@@ -299,7 +375,7 @@ TEST_F(K8sEndToEnd, FractionIsBookedBoundAndAllocatedWithItsLimit) {
   // The pod records it, so the next Allocate does not pick the same container again.
   json after = *server_->Get("pods", "team-a", "train");
   EXPECT_FALSE(AnnotationOf(after, "gpufrac.io/allocated").empty());
-  s = kubelet.Allocate({{"gpu0-slot0"}}, &response);
+  s = kubelet.Allocate({{Slot(0, 0)}}, &response);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.error_message().find("waiting to start"), std::string::npos) << s.error_message();
 }
@@ -353,7 +429,7 @@ TEST_F(K8sEndToEnd, MigProfileGetsAnInstanceCreatedAtAllocate) {
 
   KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
   v1beta1::AllocateResponse response;
-  grpc::Status s = kubelet.Allocate({{"gpu0-slot0"}}, &response);
+  grpc::Status s = kubelet.Allocate({{Slot(0, 0)}}, &response);
   ASSERT_TRUE(s.ok()) << s.error_message();
   std::string visible = response.container_responses(0).envs().at("CUDA_VISIBLE_DEVICES");
   EXPECT_EQ(visible.rfind("MIG-", 0), 0u) << visible;
@@ -466,7 +542,7 @@ TEST_F(K8sEndToEnd, AnAnnotationOnlyPodIsNeverTakenForAnAllocate) {
   ASSERT_TRUE(a.has_value());
   KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
   v1beta1::AllocateResponse response;
-  grpc::Status st = kubelet.Allocate({{"gpu0-slot0"}}, &response);
+  grpc::Status st = kubelet.Allocate({{Slot(0, 0)}}, &response);
   ASSERT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(response.container_responses(0).envs().at("CUDA_VISIBLE_DEVICES"),
             a->containers[0].gpus[0].uuid);
@@ -484,7 +560,7 @@ TEST_F(K8sEndToEnd, TheLimitFileCarriesTheComputeRequestAndLimit) {
                                        {"gpufrac.io/gpu-compute", "300"}},
                                       {{"gpufrac.io/gpu-compute-limit", "0.6"}}));
   ASSERT_EQ(Schedule(asked), "");
-  std::string text = AllocateLimitFile("gpu0-slot0");
+  std::string text = AllocateLimitFile(Slot(0, 0));
   EXPECT_NE(text.find(" limit " + std::to_string(uint64_t{4096} << 20) + " context "),
             std::string::npos)
       << text;
@@ -492,7 +568,7 @@ TEST_F(K8sEndToEnd, TheLimitFileCarriesTheComputeRequestAndLimit) {
 
   json plain = server_->Put(PodObject("plain", testing::FractionLimits(250)));
   ASSERT_EQ(Schedule(plain), "");
-  text = AllocateLimitFile("gpu0-slot1");
+  text = AllocateLimitFile(Slot(0, 1));
   EXPECT_NE(text.find(" compute 250 compute-limit 1000\n"), std::string::npos) << text;
 
   // 0.55 of the GPU's time is booked: a pod asking for 0.5 waits, though memory is free.
@@ -517,8 +593,7 @@ TEST_F(K8sEndToEnd, PodsOnAGpuShareItsComputeArbiter) {
     ASSERT_TRUE(a.has_value());
     uuid = a->containers[0].gpus[0].uuid;
     v1beta1::AllocateResponse response;
-    grpc::Status st =
-        kubelet.Allocate({{"gpu0-slot" + std::to_string(segments.size())}}, &response);
+    grpc::Status st = kubelet.Allocate({{Slot(0, segments.size())}}, &response);
     ASSERT_TRUE(st.ok()) << st.error_message();
     std::string limits, segment;
     for (const auto& m : response.container_responses(0).mounts()) {
@@ -556,12 +631,12 @@ TEST_F(K8sEndToEnd, AStrictAgentLimitsAPodToItsComputeRequestUnlessItGivesALimit
   StartAll("1xH100-80GB");
   json plain = server_->Put(PodObject("plain", testing::FractionLimits(250)));
   ASSERT_EQ(Schedule(plain), "");
-  EXPECT_NE(AllocateLimitFile("gpu0-slot0").find(" compute 250 compute-limit 250\n"),
+  EXPECT_NE(AllocateLimitFile(Slot(0, 0)).find(" compute 250 compute-limit 250\n"),
             std::string::npos);
   json bursty = server_->Put(
       PodObject("bursty", testing::FractionLimits(250), {{"gpufrac.io/gpu-compute-limit", "50%"}}));
   ASSERT_EQ(Schedule(bursty), "");
-  EXPECT_NE(AllocateLimitFile("gpu0-slot1").find(" compute 250 compute-limit 500\n"),
+  EXPECT_NE(AllocateLimitFile(Slot(0, 1)).find(" compute 250 compute-limit 500\n"),
             std::string::npos);
 }
 
@@ -571,7 +646,7 @@ TEST_F(K8sEndToEnd, AnAgentWithComputeOffWritesNoComputePairAndRefusesAnUnknownP
   json plain = server_->Put(
       PodObject("plain", testing::FractionLimits(250), {{"gpufrac.io/gpu-compute-limit", "0.5"}}));
   ASSERT_EQ(Schedule(plain), "");
-  std::string text = AllocateLimitFile("gpu0-slot0");
+  std::string text = AllocateLimitFile(Slot(0, 0));
   EXPECT_NE(text.find("gpu "), std::string::npos) << text;
   EXPECT_EQ(text.find("compute"), std::string::npos) << text;
 
@@ -593,7 +668,7 @@ TEST_F(K8sEndToEnd, WholeGpusAreAllocatedWithoutTheLimiter) {
   NodeInventory inv = PublishedInventory();
   KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
   v1beta1::AllocateResponse response;
-  grpc::Status s = kubelet.Allocate({{"gpu0-slot1", "gpu1-slot2"}}, &response);
+  grpc::Status s = kubelet.Allocate({{Slot(0, 1), Slot(1, 2)}}, &response);
   ASSERT_TRUE(s.ok()) << s.error_message();
   const auto& c = response.container_responses(0);
   EXPECT_EQ(c.envs().at("CUDA_VISIBLE_DEVICES"), inv.gpus[0].uuid + "," + inv.gpus[1].uuid);
@@ -629,8 +704,9 @@ TEST_F(K8sEndToEnd, ALostGpuIsReportedUnhealthyAndGetsNoNewPods) {
     update = kubelet.NextDeviceList(std::chrono::milliseconds(200));
     return update.has_value();
   }));
+  const std::string gpu1_slots = PublishedInventory().gpus.at(1).uuid + "::";
   for (const auto& d : update->devices()) {
-    bool on_gpu1 = d.id().rfind("gpu1-", 0) == 0;
+    bool on_gpu1 = d.id().rfind(gpu1_slots, 0) == 0;
     EXPECT_EQ(d.health(), on_gpu1 ? "Unhealthy" : "Healthy") << d.id();
   }
   // The extender hears it through the published inventory: new pods go to GPU 0 only, and once
@@ -687,7 +763,7 @@ TEST_F(K8sEndToEnd, ASharedGpuInMpsModeMakesItsPodsClientsOfTheAgentsMpsDaemon) 
   ASSERT_EQ(Schedule(pod), "");
   KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
   v1beta1::AllocateResponse response;
-  grpc::Status s = kubelet.Allocate({{"gpu0-slot0"}}, &response);
+  grpc::Status s = kubelet.Allocate({{Slot(0, 0)}}, &response);
   ASSERT_TRUE(s.ok()) << s.error_message();
   const auto& c = response.container_responses(0);
   EXPECT_EQ(c.envs().at("CUDA_MPS_PIPE_DIRECTORY"), "/mps/pipe");
@@ -726,7 +802,7 @@ TEST_F(K8sEndToEnd, ASharedGpuInMpsModeMakesItsPodsClientsOfTheAgentsMpsDaemon) 
                                       {"gpufrac.io/gpu-compute", "250"}},
                                      {{"gpufrac.io/gpu-compute-limit", "0.6"}}));
   ASSERT_EQ(Schedule(more), "");
-  s = kubelet.Allocate({{"gpu0-slot1"}}, &response);
+  s = kubelet.Allocate({{Slot(0, 1)}}, &response);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(response.container_responses(0).envs().at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "60");
   EXPECT_EQ(*mps->Command(0, "get_default_active_thread_percentage"), "60.0");
@@ -760,6 +836,219 @@ TEST_F(K8sEndToEnd, SharesOfSeveralGpusAreNotPlacedOnGpusInMpsMode) {
   EXPECT_EQ(Schedule(one), "");
   json whole = server_->Put(PodObject("whole", {{"gpufrac.io/gpu", "1"}}));
   EXPECT_EQ(Schedule(whole), "") << "a whole GPU in MPS mode runs outside MPS";
+}
+
+// ---- Slots named after their GPU, preferred slots, and the kubelet's PodResources API ----
+
+// The client reads what the kubelet lists, pod by pod and container by container, and gives up
+// at its deadline when the kubelet does not answer, or at once when there is no socket.
+TEST(K8sPodResources, TheClientListsWhatTheKubeletHoldsAndGivesUpAtItsDeadline) {
+  TempDir dir;
+  PodResourcesClient client(dir.path() + "/kubelet.sock", std::chrono::milliseconds(300));
+  StatusOr<std::vector<PodResources>> listed = client.List();
+  ASSERT_FALSE(listed.ok());
+  EXPECT_EQ(listed.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(listed.status().message().find(dir.path() + "/kubelet.sock"), std::string::npos)
+      << listed.status().message();
+
+  FakePodResources kubelet(dir.path() + "/kubelet.sock");
+  ASSERT_TRUE(kubelet.Start().ok());
+  kubelet.Admit("team-a", "train", {"init", "main"});
+  kubelet.Record("team-a", "train", "main", "gpufrac.io/gpu", {"GPU-a::1", "GPU-b::0"});
+  kubelet.Record("team-a", "train", "main", "example.com/nic", {"nic0"});
+  kubelet.Admit("team-b", "starting", {"main"});
+  listed = client.List();
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 2u);
+  const PodResources& train = (*listed)[0];
+  EXPECT_EQ(train.ns, "team-a");
+  EXPECT_EQ(train.name, "train");
+  ASSERT_NE(train.Container("main"), nullptr);
+  EXPECT_EQ(train.Container("main")->DevicesOf("gpufrac.io/gpu"),
+            (std::vector<std::string>{"GPU-a::1", "GPU-b::0"}));
+  EXPECT_EQ(train.Container("main")->DevicesOf("example.com/nic"),
+            std::vector<std::string>{"nic0"});
+  ASSERT_NE(train.Container("init"), nullptr);
+  EXPECT_TRUE(train.Container("init")->DevicesOf("gpufrac.io/gpu").empty());
+  EXPECT_EQ(train.Container("sidecar"), nullptr);
+  EXPECT_EQ((*listed)[1].name, "starting");
+
+  kubelet.Delay(std::chrono::seconds(5));
+  const auto start = std::chrono::steady_clock::now();
+  listed = client.List();
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(listed.ok());
+  EXPECT_NE(listed.status().message().find("no answer within 300 ms"), std::string::npos)
+      << listed.status().message();
+  EXPECT_LT(took, std::chrono::seconds(2));
+  kubelet.Delay(std::chrono::milliseconds(0));
+  EXPECT_TRUE(client.List().ok()) << "a client whose call failed connects again";
+}
+
+// A slot id names its GPU as NVIDIA's replicas do ("<GPU UUID>::<n>"), so that what the kubelet
+// records, and PodResources readers such as DCGM exporter map by the part before "::", is the
+// GPU; and the plugin tells the kubelet it has preferences.
+TEST_F(K8sEndToEnd, SlotsAreNamedAfterTheirGpu) {
+  StartAll("2xH100-80GB");
+  NodeInventory inv = PublishedInventory();
+  KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+  kubelet.StartListAndWatch();
+  auto list = kubelet.NextDeviceList(std::chrono::seconds(5));
+  ASSERT_TRUE(list.has_value());
+  std::vector<std::string> ids;
+  for (const auto& d : list->devices()) ids.push_back(d.id());
+  std::vector<std::string> expected;
+  for (const GpuInfo& g : inv.gpus) {
+    ASSERT_EQ(g.uuid.rfind("GPU-", 0), 0u) << g.uuid;
+    for (int s = 0; s < 4; ++s) expected.push_back(g.uuid + "::" + std::to_string(s));
+  }
+  std::sort(ids.begin(), ids.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(ids, expected);
+  for (const std::string& id : ids) EXPECT_LE(id.size(), 63u) << id;
+
+  v1beta1::DevicePluginOptions options;
+  ASSERT_TRUE(kubelet.GetDevicePluginOptions(&options).ok());
+  EXPECT_TRUE(options.get_preferred_allocation_available());
+}
+
+// GetPreferredAllocation answers with slots of the GPU the waiting pod is booked on, wherever
+// they are in the list the kubelet offers (GPU 0's first).
+TEST_F(K8sEndToEnd, PreferredAllocationSteersTheKubeletToTheBookedGpu) {
+  StartAll("2xH100-80GB");
+  for (const char* name : {"a", "b"}) {
+    ASSERT_EQ(Schedule(server_->Put(PodObject(name, testing::FractionLimits(700)))), "");
+  }
+  ASSERT_NE(BookedGpu("a"), BookedGpu("b"));  // 0.7 + 0.7 > 1: one pod on each GPU.
+  KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+  for (const char* name : {"a", "b"}) {
+    std::vector<std::string> preferred = Preferred(AllSlots(), {}, 1);
+    ASSERT_EQ(preferred.size(), 1u);
+    EXPECT_EQ(GpuOfSlot(PublishedInventory(), preferred[0]), BookedGpu(name)) << name;
+    v1beta1::AllocateResponse response;
+    ASSERT_TRUE(kubelet.Allocate({preferred}, &response).ok());
+    EXPECT_TRUE(Allocated(name));
+  }
+  // No pod waits: the default, the first slots offered.
+  EXPECT_EQ(Preferred(AllSlots(), {}, 1), std::vector<std::string>{Slot(0, 0)});
+}
+
+// A container booked on two GPUs is preferred one slot of each; slots the kubelet must include
+// are kept and count for their GPU.
+TEST_F(K8sEndToEnd, PreferredAllocationGivesAMultiGpuContainerASlotOfEachGpu) {
+  StartAll("2xH100-80GB");
+  ASSERT_EQ(Schedule(server_->Put(PodObject("whole", {{"gpufrac.io/gpu", "2"}}))), "");
+  std::vector<std::string> preferred = Preferred(AllSlots(), {}, 2);
+  EXPECT_EQ(preferred, (std::vector<std::string>{Slot(0, 0), Slot(1, 0)}));
+  preferred = Preferred(AllSlots(), {Slot(0, 3)}, 2);
+  EXPECT_EQ(preferred, (std::vector<std::string>{Slot(0, 3), Slot(1, 0)}));
+  preferred = Preferred(AllSlots(), {Slot(1, 2)}, 2);
+  EXPECT_EQ(preferred, (std::vector<std::string>{Slot(1, 2), Slot(0, 0)}));
+}
+
+// Two pods on one GPU, bound a then b, admitted by the kubelet b first: each Allocate goes to
+// the pod the kubelet's PodResources API lists as being admitted, not to the one bound first.
+TEST_F(K8sEndToEnd, AllocateTakesThePodTheKubeletIsAdmitting) {
+  serve_pod_resources_ = true;
+  StartAll("1xH100-80GB");
+  ASSERT_EQ(Schedule(server_->Put(PodObject("a", testing::FractionLimits(250)))), "");
+  ASSERT_EQ(Schedule(server_->Put(PodObject("b", testing::FractionLimits(400)))), "");
+  auto memory_of = [&](const std::string& name) {
+    return std::to_string(AssignmentOf(*server_->Get("pods", "team-a", name))
+                              ->containers.at(0)
+                              .gpus.at(0)
+                              .memory_bytes);
+  };
+  ASSERT_NE(memory_of("a"), memory_of("b"));
+  auto limit_of = [&](const v1beta1::AllocateResponse& response) {
+    for (const auto& m : response.container_responses(0).mounts()) {
+      if (m.container_path() == "/etc/gpufrac/limits") return ReadFile(m.host_path());
+    }
+    return std::string();
+  };
+
+  v1beta1::AllocateResponse response;
+  grpc::Status s = KubeletStarts("b", 1, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_NE(limit_of(response).find(" limit " + memory_of("b") + " "), std::string::npos)
+      << limit_of(response);
+  EXPECT_TRUE(Allocated("b"));
+  EXPECT_FALSE(Allocated("a"));
+
+  s = KubeletStarts("a", 1, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_NE(limit_of(response).find(" limit " + memory_of("a") + " "), std::string::npos)
+      << limit_of(response);
+  EXPECT_TRUE(Allocated("a"));
+  EXPECT_GE(pod_resources_->calls(), 4);  // Asked at each preference and each Allocate.
+}
+
+// Without the PodResources API (no socket, or a kubelet answering errors) the slots' GPU picks
+// between pods on different GPUs, and the order they were bound between pods on the same one.
+TEST_F(K8sEndToEnd, WithoutPodResourcesTheSlotsGpuThenTheBindOrderDecide) {
+  StartAll("2xH100-80GB");
+  ASSERT_EQ(Schedule(server_->Put(PodObject("a", testing::FractionLimits(700)))), "");
+  ASSERT_EQ(Schedule(server_->Put(PodObject("b", testing::FractionLimits(700)))), "");
+  ASSERT_EQ(Schedule(server_->Put(PodObject("c", testing::FractionLimits(200)))), "");
+  const int gpu_b = BookedGpu("b");
+  ASSERT_NE(BookedGpu("a"), gpu_b);
+  KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+  v1beta1::AllocateResponse response;
+  // The kubelet gives a slot of b's GPU: b, though a was bound first (no socket).
+  ASSERT_TRUE(kubelet.Allocate({{Slot(gpu_b, 1)}}, &response).ok());
+  EXPECT_TRUE(Allocated("b"));
+  EXPECT_FALSE(Allocated("a"));
+
+  // A kubelet whose PodResources API fails: the same rules. c shares a GPU with a or b; a slot
+  // of that GPU goes to the first bound of the pods waiting there.
+  pod_resources_->FailWith(grpc::StatusCode::UNAVAILABLE);
+  ASSERT_TRUE(pod_resources_->Start().ok());
+  pod_resources_->Admit("team-a", "c", {"main"});
+  const int gpu_c = BookedGpu("c");
+  ASSERT_TRUE(kubelet.Allocate({{Slot(gpu_c, 2)}}, &response).ok());
+  EXPECT_EQ(Allocated("a"), gpu_c == BookedGpu("a"));
+  EXPECT_EQ(Allocated("c"), gpu_c == gpu_b);
+  EXPECT_GE(pod_resources_->calls(), 1);
+}
+
+// A kubelet that gave a container slots of another GPU than its booking (it may ignore the
+// preference): the next resync warns with an event on the pod, once; a pod whose slots are
+// right gets none.
+TEST_F(K8sEndToEnd, SlotsOfAnotherGpuGetAWarningEventOnce) {
+  serve_pod_resources_ = true;
+  StartAll("2xH100-80GB");
+  ASSERT_EQ(Schedule(server_->Put(PodObject("a", testing::FractionLimits(700)))), "");
+  ASSERT_EQ(Schedule(server_->Put(PodObject("b", testing::FractionLimits(700)))), "");
+  const int gpu_a = BookedGpu("a");
+  v1beta1::AllocateResponse response;
+  std::vector<std::string> slots;
+  // b is admitted first: the slots preferred are of b's GPU, though a was bound first.
+  ASSERT_TRUE(KubeletStarts("b", 1, &response, &slots).ok());
+  ASSERT_EQ(GpuOfSlot(PublishedInventory(), slots.at(0)), BookedGpu("b"));
+
+  // The kubelet starts a on a slot of the other GPU.
+  const std::string wrong = Slot(1 - gpu_a, 3);
+  pod_resources_->Admit("team-a", "a", {"main"});
+  KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+  ASSERT_TRUE(kubelet.Allocate({{wrong}}, &response).ok());
+  EXPECT_TRUE(Allocated("a"));
+  EXPECT_EQ(response.container_responses(0).envs().at("CUDA_VISIBLE_DEVICES"),
+            PublishedInventory().gpus[gpu_a].uuid)
+      << "the container runs where it is booked";
+  pod_resources_->Record("team-a", "a", "main", "gpufrac.io/gpu", {wrong});
+
+  ASSERT_TRUE(agent_->Resync().ok());
+  std::vector<json> events = Events(std::string(kEventSlotMismatch));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["type"], "Warning");
+  EXPECT_EQ(events[0]["involvedObject"]["name"], "a");
+  const std::string message = events[0]["message"];
+  EXPECT_NE(message.find("container main runs on GPU " + std::to_string(gpu_a) +
+                         " but the kubelet gave it slots of GPU " + std::to_string(1 - gpu_a)),
+            std::string::npos)
+      << message;
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_EQ(Events(std::string(kEventSlotMismatch)).size(), 1u) << "reported once";
 }
 
 }  // namespace

@@ -256,7 +256,8 @@ TEST_F(NvidiaResourcesTest, WholeGpusAndStaticMigInstancesAreServedUnderNvidiasN
   // gpufrac's own resource and inventory keep GPU 0 only.
   std::map<std::string, std::string> slots = DeviceList("gpufrac.io/gpu");
   EXPECT_EQ(slots.size(), 4u);
-  for (const auto& [id, health] : slots) EXPECT_EQ(id.rfind("gpu0-", 0), 0u) << id;
+  const std::string gpu0 = Machine().inventory.gpus.at(0).uuid;
+  for (const auto& [id, health] : slots) EXPECT_EQ(id.rfind(gpu0 + "::", 0), 0u) << id;
   NodeInventory inv = Published();
   ASSERT_EQ(inv.gpus.size(), 1u);
   EXPECT_EQ(inv.gpus[0].index, 0);
