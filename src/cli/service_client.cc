@@ -69,12 +69,21 @@ std::string SystemSocket() {
   return env && *env ? env : node::kSystemSocket;
 }
 
+// The system service's state directory: GPUFRAC_SYSTEM_STATE_DIR (for tests), else
+// /var/lib/gpufrac.
+std::string SystemStateDir() {
+  const char* env = getenv("GPUFRAC_SYSTEM_STATE_DIR");
+  return env && *env ? env : "/var/lib/gpufrac";
+}
+
 // A system service is installed here: its socket's directory exists (it outlives the service's
-// stops and restarts), or, for the standard socket, its state directory does.
+// stops and restarts), or its state directory holds a service's database (a service ran there).
+// A state directory with only a log is what root's failed first start leaves (no driver, say):
+// that is no service, and must not stop every other user from starting their own.
 bool SystemServiceInstalled(const std::string& socket) {
   std::error_code ec;
   if (std::filesystem::exists(std::filesystem::path(socket).parent_path(), ec)) return true;
-  return socket == node::kSystemSocket && std::filesystem::exists("/var/lib/gpufrac", ec);
+  return std::filesystem::exists(SystemStateDir() + "/gpufracd.db", ec);
 }
 
 StatusCode CodeFromName(const std::string& name, int http_status) {

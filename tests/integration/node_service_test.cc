@@ -1551,11 +1551,15 @@ TEST(NodeService, TheCommandNeverStartsASecondServiceBesideAnInstalledOne) {
   std::string home = mkdtemp(tmpl);
   chown(home.c_str(), kNobody, kNobody);
   std::string gpufrac = Bin("gpufrac");
+  const std::string state = d.dir() + "/system-state";  // The system service's state directory.
+  std::filesystem::create_directories(state);
   auto ps_as_nobody = [&](const std::string& system_socket, const char* file) {
     int rc = AsNobody([&] {
-      std::string cmd = "HOME=" + home + " XDG_RUNTIME_DIR= GPUFRAC_SOCKET= GPUFRAC_SIM=1xL4 " +
-                        "GPUFRAC_SYSTEM_SOCKET=" + system_socket + " " + gpufrac + " ps > " +
-                        home + "/" + file + " 2>&1";
+      std::string cmd =
+          "HOME=" + home +
+          " XDG_RUNTIME_DIR= GPUFRAC_SOCKET= GPUFRAC_SIM= " + "GPUFRAC_SYSTEM_STATE_DIR=" + state +
+          " GPUFRAC_SYSTEM_SOCKET=" + system_socket + " " + gpufrac + " ps > " + home + "/" + file +
+          " 2>&1";
       return WEXITSTATUS(system(cmd.c_str()));
     });
     std::ifstream in(home + "/" + file);
@@ -1577,7 +1581,21 @@ TEST(NodeService, TheCommandNeverStartsASecondServiceBesideAnInstalledOne) {
   EXPECT_NE(down.find("the system service is not running (nothing answers on " + stopped + ")"),
             std::string::npos)
       << down;
+  // No socket directory, but a state directory a service ran in (its database): installed too.
+  const std::string gone = d.dir() + "/gone/gpufracd.sock";
+  std::ofstream(state + "/gpufracd.db") << "";
+  auto [ran_rc, ran] = ps_as_nobody(gone, "ran");
+  EXPECT_EQ(ran_rc, 1);
+  EXPECT_NE(ran.find("the system service is not running"), std::string::npos) << ran;
   EXPECT_FALSE(std::filesystem::exists(home + "/.local/state/gpufrac")) << "a service was started";
+  // What root's failed first start leaves (a log, no database) is no service: the user's own is
+  // tried (and fails here for want of GPUs: GPUFRAC_SIM is empty).
+  std::filesystem::remove(state + "/gpufracd.db");
+  std::ofstream(state + "/gpufracd.log") << "gpufracd: no NVIDIA driver found\n";
+  auto [left_rc, left] = ps_as_nobody(gone, "left");
+  EXPECT_EQ(left_rc, 1);
+  EXPECT_EQ(left.find("the system service is not running"), std::string::npos) << left;
+  EXPECT_NE(left.find("could not start gpufracd"), std::string::npos) << left;
   std::error_code ec;
   std::filesystem::remove_all(home, ec);
 }
