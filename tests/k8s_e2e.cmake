@@ -33,5 +33,6 @@ gpufrac_test(k8s_bind_burst_test integration
 gpufrac_test(k8s_mig_config_label_test integration
              SOURCES integration/k8s_mig_config_label_test.cc
              LIBS gpufrac_k8s_services k8s_fake_apiserver gpufrac_fake_kubelet
-                  $<TARGET_NAME_IF_EXISTS:GTest::gmock>)
-add_dependencies(k8s_mig_config_label_test gpufrac simgpu_nvml simgpu_cuda)
+                  gpufrac_test_harness $<TARGET_NAME_IF_EXISTS:GTest::gmock>)
+# cuda_probe holds a context in an instance, as a workload the agent must not disturb.
+add_dependencies(k8s_mig_config_label_test gpufrac simgpu_nvml simgpu_cuda cuda_probe)

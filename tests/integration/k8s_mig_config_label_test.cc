@@ -6,6 +6,8 @@
 // they were.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #include <filesystem>
 #include <fstream>
@@ -13,6 +15,7 @@
 #include <set>
 
 #include "common/paths.h"
+#include "harness.h"
 #include "k8s/agent_service.h"
 #include "k8s/api_client.h"
 #include "k8s/fake_apiserver.h"
@@ -317,6 +320,41 @@ TEST_F(MigConfigLabelTest, WaitsWhilePodsHoldInstancesSaysSoOnceThenApplies) {
   EXPECT_EQ(labels["nvidia.com/mig-3g.40gb.memory"], "40448");
   EXPECT_EQ(Devices(kSlice).size(), 16u);
   EXPECT_EQ(Devices("nvidia.com/mig-3g.40gb").size(), 8u);
+}
+
+TEST_F(MigConfigLabelTest, WaitsWhileAProcessHasAContextInAnInstance) {
+  ASSERT_TRUE(StartAgent().ok());
+  Label("nvidia.com/mig.config", "all-3g.40gb");
+  ASSERT_TRUE(agent_->Resync().ok());
+  const std::vector<std::string> before = Instances();
+  ASSERT_EQ(before.size(), 16u);
+  // A CUDA program outside Kubernetes (no pod asks for the resource) in GPU 0's first instance.
+  const std::string instance = before[0].substr(before[0].find(' ') + 1);
+  std::string seen;
+  pid_t holder =
+      gpufrac::testing::Start({gpufrac::testing::ProbePath(), "hold", "1048576"},
+                              {{"LD_LIBRARY_PATH", GPUFRAC_SIMGPU_DIR},
+                               {"SIMGPU_NAMESPACE", "k8s-" + StateDirTag(host_dir_.path())},
+                               {"SIMGPU_CONFIG", kSim},
+                               {"CUDA_VISIBLE_DEVICES", instance}},
+                              "hold=", &seen);
+  ASSERT_GT(holder, 0);
+  ASSERT_NE(seen.find("hold=0"), std::string::npos) << seen;
+
+  Label("nvidia.com/mig.config", "all-1g.10gb");
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_EQ(State(), "pending");
+  std::vector<std::string> waiting = Events(kReasonMigConfigWaiting);
+  ASSERT_EQ(waiting.size(), 1u);
+  EXPECT_THAT(waiting[0],
+              HasSubstr("GPU 0 has an instance in use by pid " + std::to_string(holder)));
+  EXPECT_EQ(Instances(), before);
+
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_EQ(State(), "success");
+  EXPECT_EQ(Devices(kSlice).size(), 56u);
 }
 
 TEST_F(MigConfigLabelTest, SingleStrategyServesEveryInstanceAsNvidiaGpuAndNeedsOneProfile) {
