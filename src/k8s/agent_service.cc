@@ -380,7 +380,7 @@ Status AgentService::Start() {
   if (!s.nvidia.static_mig.empty()) {
     if (s.nvidia.mig_strategy == MigStrategy::kSingle) {
       if (auto uniform = UniformMigProfile(all, s.nvidia.static_mig); !uniform.ok()) {
-        LogWarning("%s: nothing is served as nvidia.com/gpu until it is",
+        LogWarning("%s (until then no instance is served as nvidia.com/gpu)",
                    uniform.status().message().c_str());
       }
     }

@@ -193,9 +193,9 @@ bool MigConfigLabel::SetState(const std::string& state) {
 void MigConfigLabel::Finish(const std::string& name, const Status& result,
                             const std::string& detail) {
   handled_ = name;
+  handled_state_ = result.ok() ? "success" : "failed";
   pending_.clear();
-  const std::string state = result.ok() ? "success" : "failed";
-  if (!SetState(state)) owed_state_ = state;
+  if (!SetState(handled_state_)) owed_state_ = handled_state_;
   std::string message = "MIG configuration " + name +
                         (result.ok() ? " applied" + detail : " failed: " + result.message());
   if (result.ok()) {
@@ -219,7 +219,17 @@ bool MigConfigLabel::Sync(const std::vector<nlohmann::json>& pods) {
     return false;
   }
   const std::string name = LabelOf(*node, kLabelMigConfig);
-  if (name.empty() || name == handled_) return false;
+  if (name.empty()) return false;
+  if (name == handled_) {
+    // Back to the configuration handled last, from one that was waiting: its state again.
+    if (!pending_.empty()) {
+      if (LabelOf(*node, kLabelMigConfigState) != handled_state_ && !SetState(handled_state_)) {
+        return false;  // Tried again at the next Sync.
+      }
+      pending_.clear();
+    }
+    return false;
+  }
   if (name != pending_) {
     pending_ = name;
     wait_noted_ = false;

@@ -51,7 +51,8 @@ class MigConfigLabel {
   //   log and a node event; a later Sync applies once they are free;
   // - else mig::ApplyConfig to the static MIG GPUs it matches (never any other GPU), state
   //   success and an event.
-  // A label that is removed, or names what was handled last, changes nothing; a failed
+  // A label that is removed, or names what was handled last, changes nothing (a label set back
+  // to it while another configuration waited gets that one's state back); a failed
   // configuration is tried again only when the label changes (or the agent restarts). Returns
   // true when the GPUs' instances changed (the caller re-reads them). API errors are logged and
   // retried at the next Sync.
@@ -76,7 +77,8 @@ class MigConfigLabel {
   ApiClient* client_;
   machine::NodeGpus* gpus_;
   MigConfigLabelOptions options_;
-  std::string handled_;      // The configuration last applied or failed.
+  std::string handled_;        // The configuration last applied or failed,
+  std::string handled_state_;  // and which of the two.
   std::string pending_;      // The configuration waiting for its GPUs.
   bool wait_noted_ = false;  // The wait for `pending_` has been reported.
   std::string owed_state_;   // A final state the API server has not taken yet.

@@ -307,6 +307,17 @@ TEST_F(MigConfigLabelTest, WaitsWhilePodsHoldInstancesSaysSoOnceThenApplies) {
   EXPECT_EQ(Events(kReasonMigConfigWaiting).size(), 1u) << "said once per change";
   EXPECT_EQ(Instances(), before);
 
+  // The operator changes their mind: back to the layout in place, which stays.
+  Label("nvidia.com/mig.config", "all-1g.10gb");
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_EQ(State(), "success");
+  EXPECT_EQ(Instances(), before);
+  // And forth: a new change, said again.
+  Label("nvidia.com/mig.config", "all-balanced");
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_EQ(State(), "pending");
+  EXPECT_EQ(Events(kReasonMigConfigWaiting).size(), 2u);
+
   // The pod ends: the next resync applies.
   json pod = *server_->Get("pods", "default", "trainer");
   pod["status"]["phase"] = "Succeeded";
