@@ -33,6 +33,9 @@ TEST(MigDefaultConfigs, HaveNvidiasNamesWithTheLayoutsTheyMeanPerModel) {
   ASSERT_NE(e, nullptr);
   EXPECT_TRUE(e->mig_enabled);
   EXPECT_EQ(e->mig_devices, (Layout{{"1g.10gb", 7}}));
+  // The id nvidia-smi --query-gpu=pci.device_id prints on an H100 80GB HBM3, as mig-parted's
+  // device-filter takes it.
+  EXPECT_EQ(e->device_filter, (std::vector<std::string>{"0x233010DE"}));
   e = EntryOn(file, "all-1g.10gb.me", "H100-80GB");
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->mig_devices, (Layout{{"1g.10gb+me", 1}}));
