@@ -79,9 +79,9 @@ class MigConfigLabel {
   MigConfigLabelOptions options_;
   std::string handled_;        // The configuration last applied or failed,
   std::string handled_state_;  // and which of the two.
-  std::string pending_;      // The configuration waiting for its GPUs.
-  bool wait_noted_ = false;  // The wait for `pending_` has been reported.
-  std::string owed_state_;   // A final state the API server has not taken yet.
+  std::string pending_;        // The configuration waiting for its GPUs.
+  bool wait_noted_ = false;    // The wait for `pending_` has been reported.
+  std::string owed_state_;     // A final state the API server has not taken yet.
 };
 
 }  // namespace gpufrac::k8s
