@@ -27,3 +27,12 @@ add_dependencies(k8s_nvidia_resources_test gpufrac simgpu_nvml simgpu_cuda cuda_
 gpufrac_test(k8s_bind_burst_test integration
              SOURCES integration/k8s_bind_burst_test.cc
              LIBS gpufrac_k8s_services k8s_fake_apiserver)
+
+# The node's nvidia.com/mig.config label applied to static MIG GPUs, as NVIDIA's MIG manager
+# applies it: label, state, events, advertised resources and pods placed.
+gpufrac_test(k8s_mig_config_label_test integration
+             SOURCES integration/k8s_mig_config_label_test.cc
+             LIBS gpufrac_k8s_services k8s_fake_apiserver gpufrac_fake_kubelet
+                  gpufrac_test_harness $<TARGET_NAME_IF_EXISTS:GTest::gmock>)
+# cuda_probe holds a context in an instance, as a workload the agent must not disturb.
+add_dependencies(k8s_mig_config_label_test gpufrac simgpu_nvml simgpu_cuda cuda_probe)

@@ -89,8 +89,22 @@ K8sCommand::K8sCommand(CLI::App& app) {
   agent_
       ->add_option("--static-mig-gpus", static_mig_gpus_,
                    "GPU indexes in MIG mode whose existing instances are served as "
-                   "nvidia.com/mig-<profile>, outside gpufrac's own scheduling")
+                   "nvidia.com/mig-<profile>, outside gpufrac's own scheduling; the node's "
+                   "nvidia.com/mig.config label sets their layout")
       ->delimiter(',');
+  agent_
+      ->add_option("--mig-strategy", mig_strategy_,
+                   "how --static-mig-gpus instances are served, as by NVIDIA's device plugin: "
+                   "mixed (nvidia.com/mig-<profile>) or single (nvidia.com/gpu, one profile "
+                   "throughout)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"mixed", "single"}));
+  agent_
+      ->add_option("--mig-parted-config", mig_parted_config_,
+                   "a mig-parted file (NVIDIA's MIG manager ConfigMap, mounted): configurations "
+                   "the nvidia.com/mig.config label may name besides the defaults (all-1g.10gb, "
+                   "all-balanced, ...); the file's win on a clash")
+      ->type_name("FILE");
   agent_
       ->add_option("--mps-gpus", mps_gpus_,
                    "GPU indexes whose gpufrac.io/gpu shares run side by side under NVIDIA MPS, "
@@ -170,6 +184,8 @@ int K8sCommand::RunAgent() {
   options.whole_gpus = whole_gpus_;
   options.nvidia_gpus = nvidia_gpus_;
   options.static_mig_gpus = static_mig_gpus_;
+  options.mig_strategy = mig_strategy_;
+  options.mig_parted_config = mig_parted_config_;
   options.mps_gpus = mps_gpus_;
   options.mps_control = mps_control_;
   options.mps_shm_dir = mps_shm_dir_;

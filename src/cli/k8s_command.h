@@ -32,6 +32,8 @@ class K8sCommand {
   std::vector<int> whole_gpus_;
   std::vector<int> nvidia_gpus_;
   std::vector<int> static_mig_gpus_;
+  std::string mig_strategy_ = "mixed";
+  std::string mig_parted_config_;
   std::vector<int> mps_gpus_;
   std::string mps_control_;
   std::string mps_shm_dir_;

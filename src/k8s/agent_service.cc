@@ -21,12 +21,14 @@
 #include "k8s/device_plugin.h"
 #include "k8s/inventory.h"
 #include "k8s/kube_cluster_api.h"
+#include "k8s/mig_config_label.h"
 #include "k8s/nvidia_provider.h"
 #include "k8s/nvidia_sharing_config.h"
 #include "k8s/object_fields.h"
 #include "k8s/pod_request.h"
 #include "launch/limit_file.h"
 #include "machine/node_gpus.h"
+#include "mig/default_configs.h"
 #include "node/compute_policy.h"
 #include "node/mps_daemons.h"
 
@@ -34,17 +36,6 @@ namespace gpufrac::k8s {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Label values: at most 63 characters of [A-Za-z0-9._-], starting and ending alphanumeric.
-std::string LabelValue(std::string text) {
-  for (char& c : text) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
-  }
-  if (text.size() > 63) text.resize(63);
-  while (!text.empty() && !std::isalnum(static_cast<unsigned char>(text.back()))) text.pop_back();
-  while (!text.empty() && !std::isalnum(static_cast<unsigned char>(text.front()))) text.erase(0, 1);
-  return text;
-}
 
 // Copies the limiter where the kubelet can mount it from, replacing an older copy atomically
 // (a container starting meanwhile sees the old or the new file, never half of one), and writes
@@ -102,29 +93,6 @@ Status CheckMpsGpus(const NodeInventory& all, const std::vector<int>& mps_gpus) 
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> NodeLabels(const NodeInventory& inventory,
-                                                            const std::string& product_name) {
-  std::vector<std::pair<std::string, std::string>> labels;
-  uint64_t memory_mib = 0;
-  bool mig_capable = false;
-  int mig = 0;
-  for (const GpuInfo& g : inventory.gpus) {
-    memory_mib = std::max(memory_mib, g.memory_bytes >> 20);
-    mig_capable |= gpu::FindMigModel(g.model) != nullptr;
-    mig += g.mode == GpuMode::kMig;
-  }
-  labels.push_back({"nvidia.com/gpu.present", "true"});
-  labels.push_back({"nvidia.com/gpu.count", std::to_string(inventory.gpus.size())});
-  labels.push_back({"nvidia.com/gpu.product", LabelValue(product_name)});
-  labels.push_back({"nvidia.com/gpu.memory", std::to_string(memory_mib)});
-  labels.push_back({"nvidia.com/mig.capable", mig_capable ? "true" : "false"});
-  labels.push_back({"gpufrac.io/agent", "true"});
-  labels.push_back({"gpufrac.io/gpu-model",
-                    LabelValue(inventory.gpus.empty() ? "" : inventory.gpus.front().model)});
-  labels.push_back({"gpufrac.io/mig-gpus", std::to_string(mig)});
-  return labels;
-}
-
 struct AgentService::Impl {
   ApiClient* client = nullptr;
   AgentServiceOptions options;
@@ -142,6 +110,8 @@ struct AgentService::Impl {
   NvidiaGpus nvidia;
   NvidiaSharingConfig sharing_config;  // As read by Create(); empty without the flag.
   NvidiaSharing sharing;               // sharing_config matched to this node's GPUs at Start().
+  mig::MigPartedFile mig_configs;      // What the mig.config label may name (Create()).
+  std::unique_ptr<MigConfigLabel> mig_config;  // Null without static MIG GPUs.
   struct NvidiaPlugin {
     std::unique_ptr<NvidiaProvider> provider;
     std::unique_ptr<DevicePlugin> plugin;
@@ -226,6 +196,9 @@ struct AgentService::Impl {
     std::string doc = InventoryToJson(WithoutNvidiaGpus(all, nvidia)).dump();
     nlohmann::json labels = nlohmann::json::object();
     for (const auto& [k, v] : NodeLabels(all, gpus->inventory.product_name)) labels[k] = v;
+    for (const auto& [k, v] : NvidiaMigLabels(all, nvidia, gpus->inventory.product_name)) {
+      labels[k] = v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+    }
     // The extender makes no reservation pods where this agent serves nvidia.com/gpu itself.
     labels[std::string(kLabelServesNvidiaGpu)] =
         nvidia.whole.empty() ? nlohmann::json(nullptr) : nlohmann::json("true");
@@ -360,8 +333,21 @@ StatusOr<std::unique_ptr<AgentService>> AgentService::Create(ApiClient* client,
     GPUFRAC_ASSIGN_OR_RETURN(impl->sharing_config,
                              LoadNvidiaSharingConfig(options.nvidia_sharing_config));
   }
+  std::optional<MigStrategy> strategy = ParseMigStrategy(options.mig_strategy);
+  if (!strategy) {
+    return InvalidArgumentError("--mig-strategy " + options.mig_strategy +
+                                ": expected mixed or single");
+  }
+  impl->mig_configs = mig::DefaultMigConfigs();
+  if (!options.mig_parted_config.empty()) {
+    GPUFRAC_ASSIGN_OR_RETURN(mig::MigPartedFile file,
+                             mig::LoadMigParted(options.mig_parted_config));
+    impl->mig_configs = mig::MergeMigConfigs(std::move(impl->mig_configs), file);
+  }
   impl->client = client;
-  impl->nvidia = {.whole = options.nvidia_gpus, .static_mig = options.static_mig_gpus};
+  impl->nvidia = {.whole = options.nvidia_gpus,
+                  .static_mig = options.static_mig_gpus,
+                  .mig_strategy = *strategy};
   impl->options = std::move(options);
   impl->api = std::make_unique<KubeClusterApi>(client);
   return std::unique_ptr<AgentService>(new AgentService(std::move(impl)));
@@ -392,6 +378,18 @@ Status AgentService::Start() {
   NodeInventory all = s.Observe(*pods);
   GPUFRAC_RETURN_IF_ERROR(CheckMpsGpus(all, s.options.mps_gpus));
   GPUFRAC_RETURN_IF_ERROR(CheckNvidiaGpus(all, s.nvidia));
+  if (!s.nvidia.static_mig.empty()) {
+    if (s.nvidia.mig_strategy == MigStrategy::kSingle) {
+      if (auto uniform = UniformMigProfile(all, s.nvidia.static_mig); !uniform.ok()) {
+        LogWarning("%s (until then no instance is served as nvidia.com/gpu)",
+                   uniform.status().message().c_str());
+      }
+    }
+    s.mig_config = std::make_unique<MigConfigLabel>(
+        s.client, s.gpus.get(),
+        MigConfigLabelOptions{
+            .node = s.options.agent.node, .configs = s.mig_configs, .gpus = s.nvidia});
+  }
   for (const std::string& line : s.sharing_config.notices) LogWarning("%s", line.c_str());
   GPUFRAC_ASSIGN_OR_RETURN(s.sharing, ResolveNvidiaSharing(s.sharing_config, all, s.nvidia.whole));
   for (const auto& [index, shared] : s.sharing.gpus) {
@@ -429,6 +427,7 @@ Status AgentService::Resync() {
   if (!s.provider) return FailedPreconditionError("the agent has not started");
   GPUFRAC_ASSIGN_OR_RETURN(std::vector<nlohmann::json> pods,
                            s.api->ListPodsOnNode(s.options.agent.node));
+  if (s.mig_config) s.mig_config->Sync(pods);  // Observe reads the instances it leaves.
   NodeInventory all = s.Observe(pods);
   NodeInventory inv = WithoutNvidiaGpus(all, s.nvidia);
   if (!(inv == s.provider->inventory())) {

@@ -5,8 +5,9 @@
 // GPUs the operator keeps out of gpufrac's scheduling, NVIDIA's nvidia.com/gpu, its replicas as
 // NVIDIA's sharing configuration makes them, and nvidia.com/mig-<profile>: nvidia_provider.h),
 // runs an MPS control daemon for every GPU whose shares or replicas run under MPS, and every
-// resync period refreshes MIG instances and GPU health, restarts an MPS daemon that ended,
-// republishes what changed and removes the limit files of pods that are gone.
+// resync period applies the node's nvidia.com/mig.config label to the static MIG GPUs
+// (mig_config_label.h), refreshes MIG instances and GPU health, restarts an MPS daemon that
+// ended, republishes what changed and removes the limit files of pods that are gone.
 #pragma once
 
 #include <chrono>
@@ -18,6 +19,7 @@
 #include "k8s/api_client.h"
 #include "k8s/container_mps.h"
 #include "k8s/gpu_provider.h"
+#include "k8s/node_labels.h"
 #include "k8s/pod_resources.h"
 
 namespace gpufrac::k8s {
@@ -42,6 +44,14 @@ struct AgentServiceOptions {
   // out of the inventory published for the extender, so gpufrac never books them.
   std::vector<int> nvidia_gpus;
   std::vector<int> static_mig_gpus;
+  // --mig-strategy: how their instances are named, "mixed" (nvidia.com/mig-<profile>) or
+  // "single" (nvidia.com/gpu; needs one profile throughout), as NVIDIA's device plugin does.
+  std::string mig_strategy = "mixed";
+  // An operator's mig-parted file (--mig-parted-config; "" for none; NVIDIA's MIG manager's
+  // ConfigMap mounted as a file): its configurations join the defaults (mig/default_configs.h),
+  // replacing those of the same name, as what the node's nvidia.com/mig.config label may name
+  // for the static MIG GPUs (mig_config_label.h). Read once, at Create.
+  std::string mig_parted_config;
   // NVIDIA's device plugin configuration file (--nvidia-sharing-config; "" for none): its
   // sharing section serves GPUs of nvidia_gpus as replicas, each container held to its share
   // (nvidia_sharing_config.h, nvidia_provider.h).
@@ -55,10 +65,6 @@ struct AgentServiceOptions {
   std::chrono::milliseconds resync{10000};
 };
 
-// The labels the agent puts on its node (GPU feature discovery's names, plus gpufrac's own).
-std::vector<std::pair<std::string, std::string>> NodeLabels(const NodeInventory& inventory,
-                                                            const std::string& product_name);
-
 class AgentService {
  public:
   // `client` must outlive the service.
@@ -68,14 +74,15 @@ class AgentService {
 
   // Discovers the GPUs, installs the limiter, starts the MPS daemons, publishes the inventory
   // and starts the device plugins. Errors say what to fix, on one line (no GPUs, no kubelet
-  // directory, node not found, a GPU given to NVIDIA's resource names that cannot be, an
+  // directory, node not found, a GPU given to NVIDIA's resource names that cannot be (or
+  // --mig-strategy single beside --nvidia-gpus), an
   // --mps-gpus GPU the node lacks or that is also whole, MIG or NVIDIA's, a sharing
   // configuration that does not fit the node, no MPS control binary, a daemon that does not
   // start, ...).
   Status Start();
-  // One resync: MIG instances, health, republish on change, clean-up, the kubelet's record of
-  // the slots (GpuProvider::CheckKubeletSlots). Run() calls it
-  // periodically; tests call it directly.
+  // One resync: the mig.config label, MIG instances, health, republish on change, clean-up, the
+  // kubelet's record of the slots (GpuProvider::CheckKubeletSlots). Run() calls it periodically;
+  // tests call it directly.
   Status Resync();
   // Start, then Resync every period until Stop().
   Status Run();

@@ -26,3 +26,8 @@ target_link_libraries(gpufrac_k8s_agent PUBLIC gpufrac_k8s gpufrac_k8s_plugin gp
 add_library(gpufrac_k8s_services STATIC kube_cluster_api.cc extender_service.cc agent_service.cc)
 target_link_libraries(gpufrac_k8s_services PUBLIC gpufrac_k8s gpufrac_k8s_agent gpufrac_k8s_client
                       gpufrac_machine PRIVATE PkgConfig::HTTPLIB)
+
+# The node's labels (GPU feature discovery's names, MIG's included), and the node's
+# nvidia.com/mig.config label applied to the static MIG GPUs as NVIDIA's MIG manager does.
+target_sources(gpufrac_k8s_agent PRIVATE node_labels.cc)
+target_sources(gpufrac_k8s_services PRIVATE mig_config_label.cc)

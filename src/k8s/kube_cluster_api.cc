@@ -97,16 +97,30 @@ Status KubeClusterApi::AnnotateNode(const std::string& node, const std::string& 
 void KubeClusterApi::PodEvent(const json& pod, const std::string& reason,
                               const std::string& message, bool warning) {
   const std::string ns = MetaOf(pod, "namespace"), name = MetaOf(pod, "name");
+  PostEvent(ns,
+            {{"apiVersion", "v1"},
+             {"kind", "Pod"},
+             {"namespace", ns},
+             {"name", name},
+             {"uid", MetaOf(pod, "uid")}},
+            reason, message, warning);
+}
+
+void KubeClusterApi::NodeEvent(const std::string& node, const std::string& reason,
+                               const std::string& message, bool warning) {
+  PostEvent("default", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}, {"uid", node}},
+            reason, message, warning);
+}
+
+void KubeClusterApi::PostEvent(const std::string& ns, const json& involved,
+                               const std::string& reason, const std::string& message,
+                               bool warning) {
+  const std::string name = StringOf(involved, "name");
   const std::string now = Rfc3339(std::chrono::system_clock::now());
   json event = {{"apiVersion", "v1"},
                 {"kind", "Event"},
                 {"metadata", {{"generateName", name + "."}, {"namespace", ns}}},
-                {"involvedObject",
-                 {{"apiVersion", "v1"},
-                  {"kind", "Pod"},
-                  {"namespace", ns},
-                  {"name", name},
-                  {"uid", MetaOf(pod, "uid")}}},
+                {"involvedObject", involved},
                 {"reason", reason},
                 {"message", message},
                 {"type", warning ? "Warning" : "Normal"},

@@ -25,12 +25,18 @@ class KubeClusterApi : public ClusterApi {
                       const std::vector<std::pair<std::string, std::string>>& set) override;
   void PodEvent(const nlohmann::json& pod, const std::string& reason, const std::string& message,
                 bool warning) override;
+  // An event on the node, for `kubectl describe node` (best effort): in namespace default,
+  // involvedObject the Node with the node's name as uid, as the kubelet writes them.
+  void NodeEvent(const std::string& node, const std::string& reason, const std::string& message,
+                 bool warning);
   StatusOr<nlohmann::json> CreatePod(const std::string& ns, const nlohmann::json& pod) override;
   Status DeletePod(const std::string& ns, const std::string& name, const std::string& uid) override;
   StatusOr<std::vector<nlohmann::json>> ListPods(const std::string& ns,
                                                  const std::string& label_selector) override;
 
  private:
+  void PostEvent(const std::string& ns, const nlohmann::json& involved, const std::string& reason,
+                 const std::string& message, bool warning);
   ApiClient* client_;
 };
 

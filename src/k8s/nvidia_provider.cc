@@ -54,6 +54,35 @@ std::string NvidiaSocketName(std::string_view resource) {
   return "gpufrac-nvidia-" + name + ".sock";
 }
 
+std::optional<MigStrategy> ParseMigStrategy(std::string_view text) {
+  if (text == "mixed") return MigStrategy::kMixed;
+  if (text == "single") return MigStrategy::kSingle;
+  return std::nullopt;
+}
+
+const char* MigStrategyName(MigStrategy strategy) {
+  return strategy == MigStrategy::kSingle ? "single" : "mixed";
+}
+
+StatusOr<std::string> UniformMigProfile(const NodeInventory& all,
+                                        const std::vector<int>& static_mig) {
+  std::string profile;
+  for (int index : static_mig) {
+    const GpuInfo* g = FindGpu(all, index);
+    if (g == nullptr) continue;
+    for (const MigInstanceInfo& m : g->mig) {
+      if (profile.empty()) profile = m.profile;
+      if (m.profile != profile) {
+        return FailedPreconditionError(
+            "the single MIG strategy needs every instance of the static MIG GPUs to be of one "
+            "profile, and they have " +
+            profile + " and " + m.profile + "; use a uniform layout or --mig-strategy mixed");
+      }
+    }
+  }
+  return profile;
+}
+
 bool NvidiaGpus::Contains(int index) const {
   return std::count(whole.begin(), whole.end(), index) > 0 ||
          std::count(static_mig.begin(), static_mig.end(), index) > 0;
@@ -97,6 +126,11 @@ Status CheckNvidiaGpus(const NodeInventory& all, const NvidiaGpus& gpus) {
                                   "control); enable MIG and create its instances first");
     }
   }
+  if (gpus.mig_strategy == MigStrategy::kSingle && !whole.empty()) {
+    return InvalidArgumentError(
+        "--mig-strategy single serves the --static-mig-gpus instances as nvidia.com/gpu, which "
+        "--nvidia-gpus serves too; use --mig-strategy mixed, or leave out --nvidia-gpus");
+  }
   return OkStatus();
 }
 
@@ -126,12 +160,17 @@ std::map<std::string, std::vector<NvidiaDevice>> NvidiaResources(const NodeInven
                          .replicas = shared->second.replicas});
     }
   }
+  const bool single = gpus.mig_strategy == MigStrategy::kSingle;
+  // NVIDIA's single strategy serves nothing of a layout that is not uniform.
+  if (single && !UniformMigProfile(all, gpus.static_mig).ok()) return resources;
   for (int index : gpus.static_mig) {
     const GpuInfo* g = FindGpu(all, index);
     if (g == nullptr) continue;
     for (const MigInstanceInfo& m : g->mig) {
       if (m.uuid.empty()) continue;
-      resources[NvidiaMigResource(m.profile)].push_back({m.uuid, g->index, g->healthy});
+      const std::string resource =
+          single ? std::string(kResourceNvidiaGpu) : NvidiaMigResource(m.profile);
+      resources[resource].push_back({m.uuid, g->index, g->healthy});
     }
   }
   return resources;

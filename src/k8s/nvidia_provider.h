@@ -9,6 +9,7 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,16 +33,31 @@ std::string NvidiaMigResource(std::string_view profile);
 // "gpufrac-nvidia-mig-1g.10gb.sock".
 std::string NvidiaSocketName(std::string_view resource);
 
+// How the instances of static MIG GPUs are named (--mig-strategy), as in NVIDIA's device plugin:
+// mixed, one nvidia.com/mig-<profile> per profile; single, every instance as nvidia.com/gpu,
+// which needs every instance of those GPUs to be of one profile.
+enum class MigStrategy { kMixed, kSingle };
+// "mixed" or "single"; nullopt for anything else.
+std::optional<MigStrategy> ParseMigStrategy(std::string_view text);
+const char* MigStrategyName(MigStrategy strategy);
+
 // The GPUs the operator gave to NVIDIA's resource names (--nvidia-gpus, --static-mig-gpus).
 struct NvidiaGpus {
   std::vector<int> whole;       // Served as nvidia.com/gpu.
-  std::vector<int> static_mig;  // Their MIG instances served as nvidia.com/mig-<profile>.
+  std::vector<int> static_mig;  // Their MIG instances served per `mig_strategy`.
+  MigStrategy mig_strategy = MigStrategy::kMixed;
   bool Contains(int index) const;
 };
 
+// The one profile of every instance of the static MIG GPUs ("" when they have none), as the
+// single strategy needs; kFailedPrecondition naming two profiles when they differ.
+StatusOr<std::string> UniformMigProfile(const NodeInventory& all,
+                                        const std::vector<int>& static_mig);
+
 // kInvalidArgument (one line, naming the flag) for an index the node lacks, a GPU listed twice,
-// a GPU in both lists or also in --whole-gpus or --mps-gpus, an --nvidia-gpus GPU in MIG mode, or a
-// --static-mig-gpus GPU not in MIG mode. `all` is every GPU of the node as observed.
+// a GPU in both lists or also in --whole-gpus or --mps-gpus, an --nvidia-gpus GPU in MIG mode, a
+// --static-mig-gpus GPU not in MIG mode, or --mig-strategy single with --nvidia-gpus (both would
+// serve nvidia.com/gpu). `all` is every GPU of the node as observed.
 Status CheckNvidiaGpus(const NodeInventory& all, const NvidiaGpus& gpus);
 // `all` without the GPUs of `gpus`: what gpufrac schedules and publishes.
 NodeInventory WithoutNvidiaGpus(NodeInventory all, const NvidiaGpus& gpus);
@@ -63,8 +79,9 @@ struct NvidiaDevice {
 // Resource name -> its devices, from the GPUs as observed now: nvidia.com/gpu for the GPUs of
 // `gpus.whole` that `sharing` (may be null) does not share, the replicas of each shared GPU under
 // the name its entry serves them as, and one nvidia.com/mig-<profile> per profile with instances
-// on a static MIG GPU. A device is as healthy as its physical GPU. A name appears only with at
-// least one device.
+// on a static MIG GPU (under the single strategy, those instances as nvidia.com/gpu instead, and
+// none of them while they are not all of one profile: UniformMigProfile). A device is as healthy
+// as its physical GPU. A name appears only with at least one device.
 std::map<std::string, std::vector<NvidiaDevice>> NvidiaResources(
     const NodeInventory& all, const NvidiaGpus& gpus, const NvidiaSharing* sharing = nullptr);
 

@@ -65,6 +65,10 @@ StatusOr<const MigPartedConfig*> ChooseConfig(const MigPartedFile& file, const s
   return config;
 }
 
+Status CheckConfig(const MigPartedConfig& config, const std::vector<ApplyTarget>& gpus) {
+  return Plan(config, gpus).status();
+}
+
 StatusOr<std::vector<std::string>> ApplyConfig(const MigPartedConfig& config,
                                                const std::vector<ApplyTarget>& gpus,
                                                MigBackend& backend) {

@@ -27,6 +27,10 @@ struct ApplyTarget {
 // the configurations the file has.
 StatusOr<const MigPartedConfig*> ChooseConfig(const MigPartedFile& file, const std::string& name);
 
+// What ApplyConfig checks before it changes anything, without changing anything: OK when
+// `config` would apply to `gpus` as they are (busy ones refused as ApplyConfig refuses them).
+Status CheckConfig(const MigPartedConfig& config, const std::vector<ApplyTarget>& gpus);
+
 // Replaces the instances of every GPU in MIG mode that `config` matches by its layout. Refused
 // (nothing changed) when a matched GPU's MIG mode differs from the configuration's, a matched GPU
 // is busy, a layout does not fit, or nothing matches. Returns a line per GPU changed ("GPU 0:

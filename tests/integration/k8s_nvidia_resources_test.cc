@@ -123,6 +123,7 @@ class NvidiaResourcesTest : public ::testing::Test {
     options.whole_gpus = whole_gpus_;
     options.mps_gpus = mps_gpus_;
     options.mps_shm_dir = mps_shm_dir_;
+    options.mig_strategy = mig_strategy_;
     auto agent = AgentService::Create(client_.get(), options);
     if (!agent.ok()) return agent.status();
     agent_ = std::move(*agent);
@@ -219,6 +220,7 @@ class NvidiaResourcesTest : public ::testing::Test {
   std::vector<int> whole_gpus_;          // --whole-gpus, set before StartAgent.
   std::vector<int> mps_gpus_;            // --mps-gpus, set before StartAgent.
   std::string mps_shm_dir_;              // --mps-shm-dir, set before StartAgent.
+  std::string mig_strategy_ = "mixed";   // --mig-strategy, set before StartAgent.
   TempDir kubelet_dir_;
   TempDir host_dir_;
   std::unique_ptr<FakeApiServer> server_;
@@ -327,6 +329,36 @@ TEST_F(NvidiaResourcesTest, RefusesGpusThatCannotBeServedSo) {
   EXPECT_TRUE(kubelet_->registrations().empty());
   EXPECT_TRUE(AnnotationOf(*server_->Get("nodes", "", kNode), kAnnotationInventory).empty())
       << "nothing is published for a configuration that is refused";
+}
+
+TEST_F(NvidiaResourcesTest, SingleMigStrategyServesInstancesAsNvidiaGpuAndNeverBesideIt) {
+  const std::string a = MakeInstance("2g.10gb", 0);
+  const std::string b = MakeInstance("2g.10gb", 1);
+  mig_strategy_ = "single";
+  Status s = StartAgent({1}, {2});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr("--mig-strategy single"));
+  EXPECT_THAT(s.message(), HasSubstr("--nvidia-gpus"));
+  agent_->Stop();
+  mig_strategy_ = "uniform";
+  s = StartAgent({}, {2});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr("--mig-strategy uniform: expected mixed or single"));
+  EXPECT_TRUE(kubelet_->registrations().empty());
+
+  mig_strategy_ = "single";
+  ASSERT_TRUE(StartAgent({}, {2}).ok());
+  ASSERT_TRUE(kubelet_->WaitForRegistrations(2, std::chrono::seconds(5)));
+  EXPECT_EQ(DeviceList("nvidia.com/gpu"),
+            (std::map<std::string, std::string>{{a, "Healthy"}, {b, "Healthy"}}));
+  EXPECT_EQ(Registered().count("nvidia.com/mig-2g.10gb"), 0u);
+  // A second profile: the layout is no longer uniform, and single serves none of it.
+  MakeInstance("1g.5gb", 6);
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_TRUE(DeviceList("nvidia.com/gpu").empty());
+  json labels = (*server_->Get("nodes", "", kNode))["metadata"]["labels"];
+  EXPECT_EQ(labels["nvidia.com/mig.strategy"], "single");
+  EXPECT_EQ(labels["nvidia.com/gpu.count"], "3") << "GPUs, not instances, while not uniform";
 }
 
 // ---- NVIDIA's sharing configuration ----

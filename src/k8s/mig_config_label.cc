@@ -1,0 +1,287 @@
+// Applies the node's nvidia.com/mig.config label to its static MIG GPUs (see mig_config_label.h).
+#include "k8s/mig_config_label.h"
+
+#include <algorithm>
+#include <map>
+
+#include "common/log.h"
+#include "gpu/catalogue.h"
+#include "k8s/kube_cluster_api.h"
+#include "k8s/object_fields.h"
+#include "mig/apply.h"
+
+namespace gpufrac::k8s {
+namespace {
+
+// At most this many pods are named in a wait message.
+constexpr size_t kPodsNamed = 3;
+// Events carry at most this much of a message (events.k8s.io/v1 allows 1 kB).
+constexpr size_t kEventMessageBytes = 1000;
+
+// A pod's name as a message may carry it: printable ASCII, bounded (names come from users).
+std::string Printable(std::string text) {
+  if (text.size() > 120) text = text.substr(0, 120) + "...";
+  for (char& c : text) {
+    if (c < 0x21 || c > 0x7e) c = '?';
+  }
+  return text;
+}
+
+// Whether a container's requests or limits name a resource of the static MIG GPUs.
+bool AsksForStaticMig(const nlohmann::json& container, MigStrategy strategy) {
+  const nlohmann::json* resources = FieldOf(container, "resources");
+  if (resources == nullptr) return false;
+  for (const char* kind : {"requests", "limits"}) {
+    const nlohmann::json* amounts = FieldOf(*resources, kind);
+    if (amounts == nullptr || !amounts->is_object()) continue;
+    for (const auto& [name, amount] : amounts->items()) {
+      if (name.rfind("nvidia.com/mig-", 0) == 0) return true;
+      if (strategy == MigStrategy::kSingle && name == "nvidia.com/gpu") return true;
+    }
+  }
+  return false;
+}
+
+bool PodAsksForStaticMig(const nlohmann::json& pod, MigStrategy strategy) {
+  const nlohmann::json* spec = FieldOf(pod, "spec");
+  if (spec == nullptr) return false;
+  for (const char* list : {"containers", "initContainers"}) {
+    const nlohmann::json* containers = FieldOf(*spec, list);
+    if (containers == nullptr || !containers->is_array()) continue;
+    for (const nlohmann::json& c : *containers) {
+      if (c.is_object() && AsksForStaticMig(c, strategy)) return true;
+    }
+  }
+  return false;
+}
+
+// The first entry of `config` that applies to `target`, as mig::ApplyConfig chooses it.
+const mig::MigPartedEntry* EntryFor(const mig::MigPartedConfig& config,
+                                    const mig::ApplyTarget& target) {
+  if (target.model == nullptr) return nullptr;
+  for (const mig::MigPartedEntry& e : config.entries) {
+    if (mig::EntryMatches(e, target.index, *target.model)) return &e;
+  }
+  return nullptr;
+}
+
+// Profile name -> instances asked for (counts of 0 left out).
+std::map<std::string, int> Wanted(const mig::MigPartedEntry& entry) {
+  std::map<std::string, int> out;
+  for (const auto& [name, count] : entry.mig_devices) {
+    if (count > 0) out[name] += count;
+  }
+  return out;
+}
+
+}  // namespace
+
+MigConfigLabel::MigConfigLabel(ApiClient* client, machine::NodeGpus* gpus,
+                               MigConfigLabelOptions options)
+    : client_(client), gpus_(gpus), options_(std::move(options)) {}
+
+std::vector<mig::ApplyTarget> MigConfigLabel::Targets() const {
+  std::vector<mig::ApplyTarget> targets;
+  for (const machine::NodeGpu& g : gpus_->inventory.gpus) {
+    const std::vector<int>& mine = options_.gpus.static_mig;
+    if (std::find(mine.begin(), mine.end(), g.index) == mine.end()) continue;
+    auto driver = gpus_->mig_models.find(g.index);
+    targets.push_back({.index = g.index,
+                       .model = g.model.empty() ? nullptr : gpu::FindModel(g.model),
+                       .mig_enabled = g.mode == gpu::GpuMode::kMig,
+                       .mig_model = driver != gpus_->mig_models.end() ? driver->second
+                                                                      : gpu::FindMigModel(g.model),
+                       .busy = false});
+  }
+  return targets;
+}
+
+std::string MigConfigLabel::BusyReason(const mig::MigPartedConfig& config,
+                                       const std::vector<mig::ApplyTarget>& targets,
+                                       const std::vector<nlohmann::json>& pods) const {
+  for (const mig::ApplyTarget& t : targets) {
+    if (!EntryFor(config, t) || !t.mig_enabled) continue;
+    auto instances = gpus_->mig_backend->List(t.index);
+    if (!instances.ok()) {
+      return "GPU " + std::to_string(t.index) +
+             "'s instances cannot be listed: " + instances.status().message();
+    }
+    for (const mig::MigBackend::InstanceInfo& i : *instances) {
+      if (i.in_use) {
+        return "GPU " + std::to_string(t.index) + " has an instance " + mig::ForeignUseText(i.pids);
+      }
+    }
+  }
+  std::vector<std::string> holders;
+  for (const nlohmann::json& pod : pods) {
+    if (PodNodeName(pod) != options_.node || PodFinished(pod)) continue;
+    if (PodAsksForStaticMig(pod, options_.gpus.mig_strategy)) holders.push_back(PodKey(pod));
+  }
+  if (holders.empty()) return "";
+  std::string text;
+  for (size_t i = 0; i < holders.size() && i < kPodsNamed; ++i) {
+    text += (i ? ", " : "") + Printable(holders[i]);
+  }
+  if (holders.size() > kPodsNamed) {
+    text += " and " + std::to_string(holders.size() - kPodsNamed) + " more";
+  }
+  return "pods on this node still use the static MIG GPUs' instances (" + text + ")";
+}
+
+bool MigConfigLabel::InPlace(const mig::MigPartedConfig& config,
+                             const std::vector<mig::ApplyTarget>& targets) const {
+  bool matched = false;
+  for (const mig::ApplyTarget& t : targets) {
+    const mig::MigPartedEntry* entry = EntryFor(config, t);
+    if (entry == nullptr) continue;
+    matched = true;
+    if (entry->mig_enabled != t.mig_enabled) return false;
+    if (!t.mig_enabled) continue;
+    if (t.mig_model == nullptr) return false;
+    auto instances = gpus_->mig_backend->List(t.index);
+    if (!instances.ok()) return false;
+    std::map<std::string, int> have;
+    for (const mig::MigBackend::InstanceInfo& i : *instances) {
+      ++have[gpu::MigProfileName(*t.mig_model, t.mig_model->profiles[i.profile])];
+    }
+    if (have != Wanted(*entry)) return false;
+  }
+  return matched;
+}
+
+Status MigConfigLabel::CheckSingle(const mig::MigPartedConfig& config,
+                                   const std::vector<mig::ApplyTarget>& targets) const {
+  if (options_.gpus.mig_strategy != MigStrategy::kSingle) return OkStatus();
+  std::string profile;
+  auto add = [&profile](const std::string& name) {
+    if (profile.empty()) profile = name;
+    if (name == profile) return OkStatus();
+    return FailedPreconditionError(
+        "the single MIG strategy serves one profile as nvidia.com/gpu, "
+        "and this layout has " +
+        profile + " and " + name +
+        "; name a uniform configuration or run with --mig-strategy "
+        "mixed");
+  };
+  for (const mig::ApplyTarget& t : targets) {
+    if (const mig::MigPartedEntry* entry = EntryFor(config, t)) {
+      for (const auto& [name, count] : Wanted(*entry)) GPUFRAC_RETURN_IF_ERROR(add(name));
+      continue;
+    }
+    if (!t.mig_enabled || t.mig_model == nullptr) continue;
+    // A GPU the configuration leaves alone keeps its instances.
+    auto instances = gpus_->mig_backend->List(t.index);
+    if (!instances.ok()) return instances.status();
+    for (const mig::MigBackend::InstanceInfo& i : *instances) {
+      GPUFRAC_RETURN_IF_ERROR(
+          add(gpu::MigProfileName(*t.mig_model, t.mig_model->profiles[i.profile])));
+    }
+  }
+  return OkStatus();
+}
+
+bool MigConfigLabel::SetState(const std::string& state) {
+  nlohmann::json patch = {{"metadata", {{"labels", {{std::string(kLabelMigConfigState), state}}}}}};
+  StatusOr<nlohmann::json> done = client_->Patch("/api/v1/nodes/" + options_.node, patch);
+  if (!done.ok()) {
+    LogWarning("cannot set %s=%s on node %s: %s", std::string(kLabelMigConfigState).c_str(),
+               state.c_str(), options_.node.c_str(), done.status().message().c_str());
+  }
+  return done.ok();
+}
+
+void MigConfigLabel::Finish(const std::string& name, const Status& result,
+                            const std::string& detail) {
+  handled_ = name;
+  handled_state_ = result.ok() ? "success" : "failed";
+  pending_.clear();
+  if (!SetState(handled_state_)) owed_state_ = handled_state_;
+  std::string message = "MIG configuration " + name +
+                        (result.ok() ? " applied" + detail : " failed: " + result.message());
+  if (result.ok()) {
+    LogInfo("%s", message.c_str());
+  } else {
+    LogWarning("%s", message.c_str());
+  }
+  // The log has every instance; an event stays short.
+  if (message.size() > kEventMessageBytes) message = message.substr(0, kEventMessageBytes) + "...";
+  KubeClusterApi(client_).NodeEvent(
+      options_.node, std::string(result.ok() ? kReasonMigConfigApplied : kReasonMigConfigFailed),
+      message, !result.ok());
+}
+
+bool MigConfigLabel::Sync(const std::vector<nlohmann::json>& pods) {
+  if (!owed_state_.empty() && SetState(owed_state_)) owed_state_.clear();
+  StatusOr<nlohmann::json> node = KubeClusterApi(client_).GetNode(options_.node);
+  if (!node.ok()) {
+    LogWarning("reading node %s for its %s label: %s", options_.node.c_str(),
+               std::string(kLabelMigConfig).c_str(), node.status().message().c_str());
+    return false;
+  }
+  const std::string name = LabelOf(*node, kLabelMigConfig);
+  if (name.empty()) return false;
+  if (name == handled_) {
+    // Back to the configuration handled last, from one that was waiting: its state again.
+    if (!pending_.empty()) {
+      if (LabelOf(*node, kLabelMigConfigState) != handled_state_ && !SetState(handled_state_)) {
+        return false;  // Tried again at the next Sync.
+      }
+      pending_.clear();
+    }
+    return false;
+  }
+  if (name != pending_) {
+    pending_ = name;
+    wait_noted_ = false;
+  }
+  const mig::MigPartedConfig* config = options_.configs.Find(name);
+  std::vector<mig::ApplyTarget> targets = Targets();
+  if (config != nullptr && gpus_->mig_backend && InPlace(*config, targets)) {
+    Finish(name, OkStatus(), " (already in place)");
+    return false;
+  }
+  if (LabelOf(*node, kLabelMigConfigState) != "pending" && !SetState("pending")) return false;
+  if (config == nullptr) {
+    std::string names;
+    for (const mig::MigPartedConfig& c : options_.configs.configs) {
+      names += (names.empty() ? "" : ", ") + c.name;
+    }
+    Finish(name,
+           NotFoundError("no configuration " + name +
+                         " in the defaults or --mig-parted-config (known: " + names + ")"),
+           "");
+    return false;
+  }
+  if (!gpus_->mig_backend) {
+    Finish(name, UnavailableError("MIG control is not available on this node"), "");
+    return false;
+  }
+  Status check = mig::CheckConfig(*config, targets);
+  if (check.ok()) check = CheckSingle(*config, targets);
+  if (!check.ok()) {
+    Finish(name, check, "");
+    return false;
+  }
+  if (std::string busy = BusyReason(*config, targets, pods); !busy.empty()) {
+    if (!wait_noted_) {
+      wait_noted_ = true;
+      std::string message = "MIG configuration " + name + " waits: " + busy;
+      LogInfo("%s", message.c_str());
+      KubeClusterApi(client_).NodeEvent(options_.node, std::string(kReasonMigConfigWaiting),
+                                        message, false);
+    }
+    return false;
+  }
+  StatusOr<std::vector<std::string>> applied =
+      mig::ApplyConfig(*config, targets, *gpus_->mig_backend);
+  if (!applied.ok()) {
+    Finish(name, applied.status(), "");
+    return false;
+  }
+  std::string detail;
+  for (const std::string& line : *applied) detail += (detail.empty() ? ": " : "; ") + line;
+  Finish(name, OkStatus(), detail);
+  return true;
+}
+
+}  // namespace gpufrac::k8s
