@@ -14,6 +14,7 @@ extern "C" {
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <optional>
@@ -65,6 +66,9 @@ std::optional<gpufrac::GpuRequest> g_request;
 std::string g_limit_file;               // Set when this step's tasks run under the limiter.
 std::vector<std::string> g_step_uuids;  // The step's GPUs, in Slurm's order.
 bool g_step_recorded = false;
+// Why this step cannot run under the limiter. Reported by each task, which then fails: failing
+// slurmstepd's own callbacks would make Slurm drain the node for a user's mistake.
+std::string g_step_error;
 uint32_t g_job = 0, g_step = 0;
 
 // SPANK keeps pointers to the option table: it must be static and writable.
@@ -265,13 +269,27 @@ __attribute__((visibility("default"))) int slurm_spank_init(spank_t sp, int argc
 __attribute__((visibility("default"))) int slurm_spank_init_post_opt(spank_t sp, int, char**) {
   return Guarded("options", [&]() -> Status {
     if (g_options.empty()) return gpufrac::OkStatus();  // Not a gpufrac job: leave it alone.
-    GPUFRAC_ASSIGN_OR_RETURN(g_request, slurm::ParseStepOptions(g_options));
-    if (spank_remote(sp) == 1) return BeginStep(sp);
+    StatusOr<gpufrac::GpuRequest> request = slurm::ParseStepOptions(g_options);
+    if (spank_remote(sp) != 1) return request.status();  // srun, sbatch, salloc: refuse now.
+    Status begun = request.status();
+    if (begun.ok()) {
+      g_request = *request;
+      begun = BeginStep(sp);
+    }
+    if (!begun.ok()) {
+      g_step_error = begun.message();
+      slurm_error("gpufrac: %s", g_step_error.c_str());
+    }
     return gpufrac::OkStatus();
   });
 }
 
 __attribute__((visibility("default"))) int slurm_spank_task_init(spank_t sp, int, char**) {
+  if (!g_step_error.empty()) {
+    // The task's stderr is the user's: one line saying why, and the task does not run.
+    std::fprintf(stderr, "gpufrac: %s\n", g_step_error.c_str());
+    return -1;
+  }
   if (g_limit_file.empty()) return 0;
   return Guarded("task", [&] { return SetTaskEnvironment(sp); });
 }
