@@ -160,6 +160,13 @@ StatusOr<std::vector<gpufrac::gpu::DeviceInfo>> StepGpus(spank_t sp) {
         "(--gres=gpu:1) with --gpu-memory/--gpu-fraction");
   }
   GPUFRAC_ASSIGN_OR_RETURN(std::vector<unsigned> indices, slurm::ParseGpuIndices(*listed));
+  // Shards say how much of one GPU the scheduler booked, not how it split them between GPUs:
+  // a limit per GPU would be a guess.
+  if (indices.size() > 1 && GetEnv(sp, "SLURM_SHARDS_ON_NODE")) {
+    return gpufrac::FailedPreconditionError("the step's shards are on " +
+                                            std::to_string(indices.size()) + " GPUs (" + *listed +
+                                            "); gpufrac limits shards of one GPU");
+  }
   GPUFRAC_ASSIGN_OR_RETURN(std::vector<gpufrac::gpu::DeviceInfo> devices,
                            g_config.nvml.empty() ? gpufrac::gpu::ListDevices()
                                                  : gpufrac::gpu::ListDevices(g_config.nvml));
