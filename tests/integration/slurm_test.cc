@@ -3,6 +3,7 @@
 // shards each, gpufrac's SPANK plugin in plugstack.conf and its job-submit rule as job_submit.lua.
 // Jobs run as `nobody` and their CUDA programs (cuda_probe) on the simulated GPUs.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -19,8 +20,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace {
 
@@ -81,10 +80,10 @@ class SlurmTest : public ::testing::Test {
     fs::copy(GPUFRAC_SIMGPU_DIR, dir_ + "/simgpu", fs::copy_options::recursive);
     fs::create_directories(dir_ + "/out");
     chmod((dir_ + "/out").c_str(), 01777);
-    Result started = Shell(std::string(GPUFRAC_SOURCE_DIR) + "/tests/slurm/cluster.sh start " +
-                           dir_ + " 2 8 " + build + "/lib/libgpufrac_spank.so " + dir_ +
-                           "/bin/libgpufrac.so " + dir_ + "/simgpu " + GPUFRAC_SOURCE_DIR +
-                           "/src/slurm/job_submit.lua");
+    Result started =
+        Shell(std::string(GPUFRAC_SOURCE_DIR) + "/tests/slurm/cluster.sh start " + dir_ + " 2 8 " +
+              build + "/lib/libgpufrac_spank.so " + dir_ + "/bin/libgpufrac.so " + dir_ +
+              "/simgpu " + GPUFRAC_SOURCE_DIR + "/src/slurm/job_submit.lua");
     ASSERT_EQ(started.code, 0) << started.out << Logs();
     started_ = true;
   }
@@ -135,7 +134,8 @@ class SlurmTest : public ::testing::Test {
       std::ofstream out(path);
       out << "#!/bin/bash\n. " << dir_ << "/env\ncd " << dir_ << "/out\nP=" << dir_
           << "/bin/cuda_probe\n"
-          << "export P\n" << script << "\n";
+          << "export P\n"
+          << script << "\n";
     }
     chmod(path.c_str(), 0755);
     return Shell("timeout 60 runuser -u nobody -- " + path);
@@ -174,8 +174,9 @@ class SlurmTest : public ::testing::Test {
     return n;
   }
 
-  // Whether shards are in use on the node: Slurm 22.05 shows "GresUsed=gpu:0,shard:(null):0(IDX:N/A)"
-  // when none is (the number is not the count of shards in use, but 0 only when none is).
+  // Whether shards are in use on the node: Slurm 22.05 shows
+  // "GresUsed=gpu:0,shard:(null):0(IDX:N/A)" when none is (the number is not the count of shards in
+  // use, but 0 only when none is).
   static int ShardsInUse() {
     std::string out = AsRoot("scontrol show node -d gf1").out;
     std::smatch m;
@@ -198,8 +199,7 @@ class SlurmTest : public ::testing::Test {
 
   // Starts `script` as nobody in the background; waits until its step's limit file exists and
   // returns the job id ("" if it never appeared).
-  static std::string StartHeldStep(const std::string& script, std::thread* runner,
-                                   Result* result) {
+  static std::string StartHeldStep(const std::string& script, std::thread* runner, Result* result) {
     *runner = std::thread([script, result] { *result = AsUser(script); });
     std::string job;
     WaitFor(
@@ -295,10 +295,15 @@ TEST_F(SlurmTest, TheTasksOfAStepShareOneBudget) {
 TEST_F(SlurmTest, TheStepsOfAJobShareOneBudget) {
   const std::string work = "$P work " + std::to_string(6 * kGiB) + " 3";
   // Two steps at once, each with one of the job's two shards (10 GiB of an A100-40GB).
-  Result r = AsUser("cat > steps.sh <<EOS\n#!/bin/bash\n"
-                    "srun -n1 --exact --gres=shard:1 " + work + " &\n"
-                    "srun -n1 --exact --gres=shard:1 " + work + " &\nwait\nEOS\n"
-                    "sbatch -n2 --gpu-memory 10G --wait -o steps.out steps.sh; cat steps.out");
+  Result r = AsUser(
+      "cat > steps.sh <<EOS\n#!/bin/bash\n"
+      "srun -n1 --exact --gres=shard:1 " +
+      work +
+      " &\n"
+      "srun -n1 --exact --gres=shard:1 " +
+      work +
+      " &\nwait\nEOS\n"
+      "sbatch -n2 --gpu-memory 10G --wait -o steps.out steps.sh; cat steps.out");
   EXPECT_EQ(Count(r.out, "work=0 "), 1) << r.out;
   EXPECT_EQ(Count(r.out, "work=" + std::to_string(kCudaErrorOutOfMemory) + " "), 1) << r.out;
 }
@@ -356,12 +361,33 @@ TEST_F(SlurmTest, SigkilledTaskLeavesNothing) {
 
 TEST_F(SlurmTest, AJobWithoutGpufracOptionsIsUnaffected) {
   Result r = AsUser(
-      "srun --gres=shard:1 bash -c 'echo preload=$LD_PRELOAD limitfile=$GPUFRAC_LIMIT_FILE; $P info'");
+      "srun --gres=shard:1 bash -c 'echo preload=$LD_PRELOAD limitfile=$GPUFRAC_LIMIT_FILE; $P "
+      "info'");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(Value(r.out, "preload"), "") << r.out;
   EXPECT_EQ(Value(r.out, "limitfile"), "") << r.out;
   EXPECT_EQ(Value(r.out, "total"), std::to_string(40 * kGiB)) << r.out;
   EXPECT_TRUE(JobsWithState().empty());
+}
+
+// The comparison docs/slurm.md makes: the same 10 GiB job with Slurm's own shards only. Slurm
+// books 2 of the GPU's 8 shards, but fences nothing: the program sees the whole GPU and takes
+// more than its shards' worth.
+TEST_F(SlurmTest, SlurmsOwnShardsAloneFenceNothing) {
+  Result r = AsUser("srun --gres=shard:2 bash -c '$P info; $P alloc mem " +
+                    std::to_string(11 * kGiB) + "'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(Value(r.out, "total"), std::to_string(40 * kGiB)) << r.out;
+  EXPECT_EQ(Value(r.out, "alloc"), "0") << r.out;
+}
+
+// A whole-GPU job is left as it asked: the job-submit rule adds no shards, and without
+// gpufrac's options the plugin does nothing.
+TEST_F(SlurmTest, AWholeGpuJobKeepsItsGpu) {
+  Result r = AsUser("srun --gres=gpu:1 bash -c 'echo gpus=$SLURM_STEP_GPUS; $P info'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(Value(r.out, "gpus"), "") << r.out;
+  EXPECT_EQ(Value(r.out, "total"), std::to_string(40 * kGiB)) << r.out;
 }
 
 }  // namespace
