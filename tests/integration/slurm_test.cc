@@ -390,4 +390,28 @@ TEST_F(SlurmTest, AWholeGpuJobKeepsItsGpu) {
   EXPECT_EQ(Value(r.out, "total"), std::to_string(40 * kGiB)) << r.out;
 }
 
+// With ConstrainDevices=yes, a step opens only its own GPU's device node: the other GPU's is
+// refused by the kernel (EPERM), its own gets as far as the (absent) driver (ENXIO on the
+// test's device nodes); and its limit file names only its GPU.
+TEST_F(SlurmTest, AStepReachesOnlyItsGpu) {
+  if (!fs::exists(dir_ + "/cgroup.conf")) {
+    GTEST_SKIP() << "no cgroup v1 devices controller on this host: ConstrainDevices is off";
+  }
+  Result r = AsUser(
+      "srun --gpu-memory 10G bash -c 'echo gpus=$SLURM_STEP_GPUS; "
+      "grep -c \"^gpu \" $GPUFRAC_LIMIT_FILE | sed s/^/limited=/; "
+      "for i in 0 1; do (exec 3<" +
+      dir_ + "/dev/nvidia$i) 2>&1 | sed \"s/^/dev$i: /\"; done'");
+  const std::string mine = Value(r.out, "gpus");
+  ASSERT_TRUE(mine == "0" || mine == "1") << r.out;
+  const std::string other = mine == "0" ? "1" : "0";
+  EXPECT_EQ(Value(r.out, "limited"), "1") << r.out;
+  EXPECT_NE(r.out.find("dev" + mine + ": "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("No such device or address"), std::string::npos) << r.out;
+  EXPECT_EQ(Count(r.out, "Operation not permitted"), 1) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("dev" + other + ": [^\\n]*"))) << r.out;
+  EXPECT_NE(m.str().find("Operation not permitted"), std::string::npos) << r.out;
+}
+
 }  // namespace

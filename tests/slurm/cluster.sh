@@ -20,6 +20,10 @@ stop() {
     kill -9 "$pid" 2>/dev/null || true
     rm -f "$pidfile"
   done
+  # Slurm's cgroup v1 root for the node, empty once its daemons are gone.
+  [ -d /sys/fs/cgroup/devices/slurm_gf1 ] &&
+    find /sys/fs/cgroup/devices/slurm_gf1 -depth -type d -exec rmdir {} + 2>/dev/null
+  return 0
 }
 
 start() {
@@ -47,6 +51,18 @@ PY
   read -r ctld_port slurmd_port <<<"$ports"
   local host
   host=$(hostname -s)
+  # Where the host mounts cgroup v1's devices controller (GPUFRAC_SLURM_CGROUP=0 turns it off),
+  # steps run in Slurm's cgroups with ConstrainDevices=yes: a step opens only its GPUs' nodes.
+  local task_plugin=task/none
+  local cgroup=${GPUFRAC_SLURM_CGROUP:-auto}
+  if [ "$cgroup" = auto ]; then
+    cgroup=0
+    [ -e /sys/fs/cgroup/devices/devices.allow ] && cgroup=1
+  fi
+  if [ "$cgroup" = 1 ]; then
+    task_plugin=task/cgroup
+    printf 'CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nConstrainDevices=yes\n' >"$dir/cgroup.conf"
+  fi
   local last=$((gpus - 1))
   # The simulated machine's GPUs: every process of a job finds them through this environment.
   local sim_config="${gpus}xA100-40GB"
@@ -70,7 +86,7 @@ SlurmdLogFile=$dir/log/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=debug
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=$task_plugin
 MpiDefault=none
 SwitchType=switch/none
 JobAcctGatherType=jobacct_gather/none
