@@ -137,8 +137,16 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   return slurm.SUCCESS
 end
 
+-- A gpufrac job's shards follow its request: its user may not change them afterwards (with
+-- `scontrol update ... TresPerNode=`, while it is pending). Root and SlurmUser may.
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
-  return slurm.SUCCESS
+  if modify_uid == 0 or job_desc.tres_per_node == nil then return slurm.SUCCESS end
+  if next(gpufrac_options(job_rec)) == nil then return slurm.SUCCESS end
+  local reason = "job " .. tostring(job_rec.job_id) .. "'s shards follow its --gpu-memory or " ..
+    "--gpu-fraction; submit it again to change them"
+  slurm.log_user("gpufrac: %s", reason)
+  slurm.log_info("gpufrac: refused an update by uid %u: %s", modify_uid, reason)
+  return slurm.ERROR
 end
 
 return slurm.SUCCESS

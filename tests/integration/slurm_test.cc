@@ -414,4 +414,19 @@ TEST_F(SlurmTest, AStepReachesOnlyItsGpu) {
   EXPECT_NE(m.str().find("Operation not permitted"), std::string::npos) << r.out;
 }
 
+// The shards the job-submit rule set are the scheduler's guarantee: the job's user cannot
+// shrink them while the job waits; a job without gpufrac's options can be changed as before.
+TEST_F(SlurmTest, AUserCannotChangeAGpufracJobsShards) {
+  Result r = AsUser(
+      "j=$(sbatch --parsable --hold -o /dev/null --gpu-memory 10G --wrap true)\n"
+      "scontrol update jobid=$j TresPerNode=gres:shard:1; echo gpufrac_update=$?\n"
+      "scontrol show job $j | grep -o \"TresPerNode=[^ ]*\"\n"
+      "k=$(sbatch --parsable --hold -o /dev/null --wrap true)\n"
+      "scontrol update jobid=$k TresPerNode=gres:shard:1; echo plain_update=$?\n"
+      "scancel $j $k");
+  EXPECT_NE(Value(r.out, "gpufrac_update"), "0") << r.out;
+  EXPECT_EQ(Value(r.out, "TresPerNode"), "gres:shard:2") << r.out;
+  EXPECT_EQ(Value(r.out, "plain_update"), "0") << r.out;
+}
+
 }  // namespace
