@@ -153,12 +153,26 @@ StatusOr<NodeState> NodeState::Open(const std::string& state_dir) {
     return FailedPreconditionError("the state directory must be an absolute path, not \"" +
                                    state_dir + "\"");
   }
+  // Its parent too (/run/gpufrac after a reboot), root's and not writable by others.
+  const std::string parent = state_dir.substr(0, state_dir.find_last_of('/'));
+  if (!parent.empty()) {
+    if (mkdir(parent.c_str(), 0755) == 0) {
+      chmod(parent.c_str(), 0755);  // Whatever slurmstepd's umask: the jobs' users pass through.
+    } else if (errno != EEXIST) {
+      return FailedPreconditionError(Errno("cannot create " + parent, errno));
+    }
+  }
   if (mkdir(state_dir.c_str(), 0711) != 0 && errno != EEXIST) {
     return FailedPreconditionError(Errno("cannot create " + state_dir, errno));
   }
   Fd fd(open(state_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (fd.get() < 0) return FailedPreconditionError(Errno("cannot open " + state_dir, errno));
   GPUFRAC_RETURN_IF_ERROR(CheckOwnDir(fd.get(), state_dir));
+  // The jobs' users must pass through it to their limit files, whatever the umask made.
+  struct stat st {};
+  if (fstat(fd.get(), &st) == 0 && (st.st_mode & 0111) != 0111) {
+    fchmod(fd.get(), (st.st_mode & 0777) | 0111);
+  }
   // The budget directory is made once per node (and again after a reboot empties /dev/shm);
   // concurrent first steps must not make two.
   StatusOr<launch::BudgetDir> budgets = [&] {

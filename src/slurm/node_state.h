@@ -32,9 +32,9 @@ namespace gpufrac::slurm {
 
 class NodeState {
  public:
-  // Opens STATE_DIR (making its last component, mode 0711, if missing) and the budget directory
-  // it records. kFailedPrecondition when STATE_DIR is not a directory of the caller's (root) that
-  // only it can write, or is a link.
+  // Opens STATE_DIR (making it, mode 0711, and its parent, 0755, if missing) and the budget
+  // directory it records. kFailedPrecondition when STATE_DIR is not a directory of the caller's
+  // (root) that only it can write, or is a link.
   static StatusOr<NodeState> Open(const std::string& state_dir);
 
   NodeState(NodeState&&) noexcept;

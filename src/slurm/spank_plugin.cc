@@ -89,7 +89,7 @@ int OnOption(int index, const char* value, int /*remote*/) {
     g_options.*spec.text = std::move(text);
     return 0;
   } catch (const std::exception& e) {
-    slurm_error("gpufrac: --%s: %s", "option", e.what());
+    slurm_error("gpufrac: option %d: %s", index, e.what());
     return -1;
   }
 }

@@ -26,6 +26,17 @@ stop() {
   return 0
 }
 
+# A port in 20000..39999 that no socket of this machine is bound to (from /proc/net/tcp*).
+free_port() {
+  local port used
+  used=$(awk 'NR > 1 { split($2, a, ":"); print a[2] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+  while :; do
+    port=$((20000 + RANDOM % 20000))
+    grep -qx "$(printf '%04X' "$port")" <<<"$used" || break
+  done
+  echo "$port"
+}
+
 start() {
   local dir=$1 gpus=$2 shards=$3 plugin=$4 limiter=$5 simgpu=$6 lua=$7
   mkdir -p "$dir"/{dev,state,spool,log,gpufrac}
@@ -39,16 +50,11 @@ start() {
   chmod 0400 "$dir/munge.key"
   munged --force --key-file="$dir/munge.key" --socket="$dir/munge.sock" \
     --pid-file="$dir/munged.pid" --log-file="$dir/log/munged.log" --seed-file="$dir/munge.seed"
-  # Two free ports on loopback, one for each daemon.
-  local ports
-  ports=$(python3 - <<'PY'
-import socket
-s = [socket.socket() for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(" ".join(str(x.getsockname()[1]) for x in s))
-PY
-)
-  read -r ctld_port slurmd_port <<<"$ports"
+  # Two ports on loopback that nothing listens on, one for each daemon.
+  local ctld_port slurmd_port
+  ctld_port=$(free_port)
+  slurmd_port=$(free_port)
+  while [ "$slurmd_port" = "$ctld_port" ]; do slurmd_port=$(free_port); done
   local host
   host=$(hostname -s)
   # Where the host mounts cgroup v1's devices controller (GPUFRAC_SLURM_CGROUP=0 turns it off),

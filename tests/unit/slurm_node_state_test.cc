@@ -134,5 +134,14 @@ TEST_F(NodeStateTest, RefusesAStateDirOthersCanWrite) {
   EXPECT_FALSE(NodeState::Open("relative/dir").ok());
 }
 
+TEST_F(NodeStateTest, MakesTheStateDirAndItsParent) {
+  dir_ = root_ + "/gpufrac/slurm";
+  Open();
+  struct stat st {};
+  ASSERT_EQ(stat(dir_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0711u);
+  EXPECT_EQ(st.st_uid, geteuid());
+}
+
 }  // namespace
 }  // namespace gpufrac::slurm
