@@ -1,0 +1,325 @@
+// libgpufrac_spank.so: gpufrac's SPANK plugin. It adds --gpu-memory, --gpu-fraction,
+// --gpu-compute and --gpu-compute-limit to srun, sbatch and salloc, and in each job step on a
+// node (slurmstepd, as root) gives the step's tasks the limiter: the job's read-only limit file
+// and budgets (node_state.h) on the GPUs Slurm gave the step, LD_PRELOAD and GPUFRAC_LIMIT_FILE.
+// Its state is removed when the job's last step on the node ends, at the job's epilog, and by
+// the next step after a slurmstepd that could not clean up (killed, or the node rebooted).
+//
+// plugstack.conf: required /path/libgpufrac_spank.so [state_dir=DIR] [limiter=PATH] [nvml=PATH]
+// Nothing here may throw into Slurm or crash slurmstepd: every callback catches and reports.
+extern "C" {
+#include <slurm/spank.h>
+}
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "gpu/devices.h"
+#include "launch/environment.h"
+#include "launch/limit_file.h"
+#include "proc/process_identity.h"
+#include "slurm/node_state.h"
+#include "slurm/step_request.h"
+
+extern "C" {
+// What SPANK_PLUGIN declares, with C linkage and visible (C++ would give the constants internal
+// linkage).
+__attribute__((visibility("default"))) extern const char plugin_name[] = "gpufrac";
+__attribute__((visibility("default"))) extern const char plugin_type[] = "spank";
+__attribute__((visibility("default"))) extern const unsigned int plugin_version =
+    SLURM_VERSION_NUMBER;
+__attribute__((visibility("default"))) extern const unsigned int spank_plugin_version = 1;
+}
+
+namespace {
+
+using gpufrac::Status;
+using gpufrac::StatusOr;
+namespace slurm = gpufrac::slurm;
+
+constexpr char kDefaultStateDir[] = "/run/gpufrac/slurm";
+constexpr char kDefaultLimiter[] = "/usr/lib/gpufrac/libgpufrac.so";
+// Slurm's step ids that are not steps a user runs programs in: the extern step (adopted ssh
+// sessions) and the pending step.
+constexpr uint32_t kExternStep = 0xfffffffc;
+constexpr uint32_t kPendingStep = 0xfffffffd;
+
+struct Config {
+  std::string state_dir = kDefaultStateDir;
+  std::string limiter = kDefaultLimiter;
+  std::string nvml;  // "" : libnvidia-ml.so.1 from the library path.
+};
+
+// One process holds one step (slurmstepd) or one client (srun, sbatch, salloc): these live for
+// the process, filled in the order Slurm calls the callbacks.
+Config g_config;
+slurm::StepOptions g_options;
+std::optional<gpufrac::GpuRequest> g_request;
+std::string g_limit_file;               // Set when this step's tasks run under the limiter.
+std::vector<std::string> g_step_uuids;  // The step's GPUs, in Slurm's order.
+bool g_step_recorded = false;
+// Why this step cannot run under the limiter. Reported by each task, which then fails: failing
+// slurmstepd's own callbacks would make Slurm drain the node for a user's mistake.
+std::string g_step_error;
+uint32_t g_job = 0, g_step = 0;
+
+// SPANK keeps pointers to the option table: it must be static and writable.
+std::vector<std::string> g_option_names, g_option_placeholders, g_option_help;
+std::vector<spank_option> g_option_table;
+
+int OnOption(int index, const char* value, int /*remote*/) {
+  try {
+    const auto& specs = slurm::StepOptionSpecs();
+    if (index < 0 || static_cast<size_t>(index) >= specs.size()) return -1;
+    const slurm::StepOptionSpec& spec = specs[static_cast<size_t>(index)];
+    std::string text = value != nullptr ? value : "";
+    Status checked = slurm::CheckStepOption(spec.name, text);
+    if (!checked.ok()) {
+      slurm_error("gpufrac: %s", checked.message().c_str());
+      return -1;
+    }
+    g_options.*spec.text = std::move(text);
+    return 0;
+  } catch (const std::exception& e) {
+    slurm_error("gpufrac: option %d: %s", index, e.what());
+    return -1;
+  }
+}
+
+Status ParseArguments(int argc, char** argv) {
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = argv[i];
+    size_t eq = arg.find('=');
+    std::string key = arg.substr(0, eq), value = eq == std::string::npos ? "" : arg.substr(eq + 1);
+    if (eq == std::string::npos || value.empty() || value[0] != '/') {
+      return gpufrac::InvalidArgumentError("plugstack.conf argument \"" + arg +
+                                           "\" is not NAME=/absolute/path");
+    }
+    if (key == "state_dir") {
+      g_config.state_dir = value;
+    } else if (key == "limiter") {
+      g_config.limiter = value;
+    } else if (key == "nvml") {
+      g_config.nvml = value;
+    } else {
+      return gpufrac::InvalidArgumentError("unknown plugstack.conf argument \"" + key +
+                                           "\" (known: state_dir, limiter, nvml)");
+    }
+  }
+  return gpufrac::OkStatus();
+}
+
+Status RegisterOptions(spank_t sp) {
+  const auto& specs = slurm::StepOptionSpecs();
+  g_option_names.clear();
+  g_option_placeholders.clear();
+  g_option_help.clear();
+  g_option_table.clear();
+  for (const slurm::StepOptionSpec& spec : specs) {
+    g_option_names.emplace_back(spec.name);
+    g_option_placeholders.emplace_back(spec.placeholder);
+    g_option_help.emplace_back(std::string(spec.help) + " (gpufrac)");
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    g_option_table.push_back({g_option_names[i].data(), g_option_placeholders[i].data(),
+                              g_option_help[i].data(), 1, static_cast<int>(i), OnOption});
+  }
+  for (spank_option& option : g_option_table) {
+    spank_err_t err = spank_option_register(sp, &option);
+    if (err != ESPANK_SUCCESS) {
+      return gpufrac::InternalError(std::string("cannot register --") + option.name + ": " +
+                                    spank_strerror(err));
+    }
+  }
+  return gpufrac::OkStatus();
+}
+
+std::optional<std::string> GetEnv(spank_t sp, const char* name) {
+  char buf[4096];
+  if (spank_getenv(sp, name, buf, sizeof(buf)) != ESPANK_SUCCESS) return std::nullopt;
+  return std::string(buf);
+}
+
+// The GPUs Slurm gave this step, as NVML knows them (global indices: SLURM_STEP_GPUS, which
+// Slurm sets for gpu and shard GRES alike, whatever ConstrainDevices does to
+// CUDA_VISIBLE_DEVICES).
+StatusOr<std::vector<gpufrac::gpu::DeviceInfo>> StepGpus(spank_t sp) {
+  std::optional<std::string> listed = GetEnv(sp, "SLURM_STEP_GPUS");
+  if (!listed || listed->empty()) listed = GetEnv(sp, "SLURM_JOB_GPUS");
+  if (!listed || listed->empty()) {
+    return gpufrac::FailedPreconditionError(
+        "the step has no GPU from Slurm: ask for shards (--gres=shard:N) or a GPU "
+        "(--gres=gpu:1) with --gpu-memory/--gpu-fraction");
+  }
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<unsigned> indices, slurm::ParseGpuIndices(*listed));
+  // Shards say how much of one GPU the scheduler booked, not how it split them between GPUs:
+  // a limit per GPU would be a guess.
+  if (indices.size() > 1 && GetEnv(sp, "SLURM_SHARDS_ON_NODE")) {
+    return gpufrac::FailedPreconditionError("the step's shards are on " +
+                                            std::to_string(indices.size()) + " GPUs (" + *listed +
+                                            "); gpufrac limits shards of one GPU");
+  }
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<gpufrac::gpu::DeviceInfo> devices,
+                           g_config.nvml.empty() ? gpufrac::gpu::ListDevices()
+                                                 : gpufrac::gpu::ListDevices(g_config.nvml));
+  std::vector<gpufrac::gpu::DeviceInfo> out;
+  for (unsigned index : indices) {
+    bool found = false;
+    for (const gpufrac::gpu::DeviceInfo& device : devices) {
+      if (device.index == index) {
+        out.push_back(device);
+        found = true;
+      }
+    }
+    if (!found) {
+      return gpufrac::FailedPreconditionError("Slurm gave the step GPU " + std::to_string(index) +
+                                              ", which NVML does not list on this node");
+    }
+  }
+  return out;
+}
+
+// In slurmstepd, as root, before the tasks start: the job's limit file and budgets.
+Status BeginStep(spank_t sp) {
+  uint32_t job = 0, step = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS) {
+    return gpufrac::InternalError("cannot read the step's job, step and user from Slurm");
+  }
+  if (step == kExternStep || step == kPendingStep) return gpufrac::OkStatus();
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<gpufrac::gpu::DeviceInfo> gpus, StepGpus(sp));
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<gpufrac::launch::LimitedGpu> limits,
+                           slurm::StepLimits(*g_request, gpus));
+  GPUFRAC_ASSIGN_OR_RETURN(slurm::NodeState state, slurm::NodeState::Open(g_config.state_dir));
+  GPUFRAC_ASSIGN_OR_RETURN(
+      std::string text, gpufrac::launch::LimitFileText(slurm::NodeState::WorkloadName(job), limits,
+                                                       {.budget_dir = state.budgets().path()}));
+  std::optional<gpufrac::launch::WorkloadBudgets::Owner> owner;
+  if (uid != geteuid()) owner = gpufrac::launch::WorkloadBudgets::Owner{uid, gid};
+  GPUFRAC_ASSIGN_OR_RETURN(g_limit_file, state.BeginStep(job, step, gpufrac::proc::CurrentProcess(),
+                                                         text, limits, owner));
+  g_step_recorded = true;
+  g_job = job;
+  g_step = step;
+  for (const gpufrac::gpu::DeviceInfo& gpu : gpus) g_step_uuids.push_back(gpu.uuid);
+  slurm_info("gpufrac: job %u step %u: limits in %s", job, step, g_limit_file.c_str());
+  return gpufrac::OkStatus();
+}
+
+// In each task, as its user, just before exec: the limiter and its limit file.
+Status SetTaskEnvironment(spank_t sp) {
+  std::vector<std::string> base;
+  if (std::optional<std::string> preload = GetEnv(sp, "LD_PRELOAD")) {
+    base.push_back("LD_PRELOAD=" + *preload);
+  }
+  for (const std::string& entry :
+       gpufrac::launch::WithWorkloadEnvironment(base, {.limiter_path = g_config.limiter,
+                                                      .limit_file = g_limit_file,
+                                                      .visible_uuids = g_step_uuids,
+                                                      .extra = {}})) {
+    size_t eq = entry.find('=');
+    std::string name = entry.substr(0, eq), value = entry.substr(eq + 1);
+    if (spank_setenv(sp, name.c_str(), value.c_str(), 1) != ESPANK_SUCCESS) {
+      return gpufrac::InternalError("cannot set " + name + " for the task");
+    }
+  }
+  // Under Slurm's mps GRES, MPS caps the step's SMs: at its compute share.
+  if (GetEnv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
+    if (std::optional<unsigned> percent = slurm::MpsThreadPercentage(*g_request)) {
+      spank_setenv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(*percent).c_str(), 1);
+    }
+  }
+  return gpufrac::OkStatus();
+}
+
+template <typename F>
+int Guarded(const char* where, F&& body) {
+  try {
+    Status status = body();
+    if (status.ok()) return 0;
+    slurm_error("gpufrac: %s", status.message().c_str());
+  } catch (const std::exception& e) {
+    slurm_error("gpufrac: %s: %s", where, e.what());
+  } catch (...) {
+    slurm_error("gpufrac: %s failed", where);
+  }
+  return -1;
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) int slurm_spank_init(spank_t sp, int argc, char** argv) {
+  return Guarded("init", [&]() -> Status {
+    GPUFRAC_RETURN_IF_ERROR(ParseArguments(argc, argv));
+    spank_context_t context = spank_context();
+    if (context == S_CTX_LOCAL || context == S_CTX_ALLOCATOR || context == S_CTX_REMOTE) {
+      return RegisterOptions(sp);
+    }
+    return gpufrac::OkStatus();
+  });
+}
+
+__attribute__((visibility("default"))) int slurm_spank_init_post_opt(spank_t sp, int, char**) {
+  return Guarded("options", [&]() -> Status {
+    if (g_options.empty()) return gpufrac::OkStatus();  // Not a gpufrac job: leave it alone.
+    StatusOr<gpufrac::GpuRequest> request = slurm::ParseStepOptions(g_options);
+    if (spank_remote(sp) != 1) return request.status();  // srun, sbatch, salloc: refuse now.
+    Status begun = request.status();
+    if (begun.ok()) {
+      g_request = *request;
+      begun = BeginStep(sp);
+    }
+    if (!begun.ok()) {
+      g_step_error = begun.message();
+      slurm_error("gpufrac: %s", g_step_error.c_str());
+    }
+    return gpufrac::OkStatus();
+  });
+}
+
+__attribute__((visibility("default"))) int slurm_spank_task_init(spank_t sp, int, char**) {
+  if (!g_step_error.empty()) {
+    // The task's stderr is the user's: one line saying why, and the task does not run.
+    std::fprintf(stderr, "gpufrac: %s\n", g_step_error.c_str());
+    return -1;
+  }
+  if (g_limit_file.empty()) return 0;
+  return Guarded("task", [&] { return SetTaskEnvironment(sp); });
+}
+
+__attribute__((visibility("default"))) int slurm_spank_exit(spank_t, int, char**) {
+  if (!g_step_recorded || spank_context() != S_CTX_REMOTE) return 0;
+  return Guarded("exit", [&]() -> Status {
+    GPUFRAC_ASSIGN_OR_RETURN(slurm::NodeState state, slurm::NodeState::Open(g_config.state_dir));
+    state.EndStep(g_job, g_step);
+    g_step_recorded = false;
+    return gpufrac::OkStatus();
+  });
+}
+
+__attribute__((visibility("default"))) int slurm_spank_job_epilog(spank_t sp, int, char**) {
+  return Guarded("epilog", [&]() -> Status {
+    uint32_t job = 0;
+    if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS) return gpufrac::OkStatus();
+    if (access(g_config.state_dir.c_str(), F_OK) != 0) return gpufrac::OkStatus();
+    GPUFRAC_ASSIGN_OR_RETURN(slurm::NodeState state, slurm::NodeState::Open(g_config.state_dir));
+    state.EndJob(job);
+    return gpufrac::OkStatus();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,154 @@
+// The step's options into a request and per-GPU limits (step_request.h).
+#include "slurm/step_request.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "common/units.h"
+#include "gpu/catalogue.h"
+#include "placement/gpu_share.h"
+
+namespace gpufrac::slurm {
+namespace {
+
+// The grammar's fields the plugin offers: the two shares of a GPU and the compute pair. Whole
+// GPUs and MIG are Slurm's own (--gpus, its MIG GRES).
+struct Offered {
+  std::string_view name;
+  std::string StepOptions::*text;
+};
+constexpr Offered kOffered[] = {
+    {"gpu-memory", &StepOptions::gpu_memory},
+    {"gpu-fraction", &StepOptions::gpu_fraction},
+    {"gpu-compute", &StepOptions::gpu_compute},
+    {"gpu-compute-limit", &StepOptions::gpu_compute_limit},
+};
+
+// A user's value is echoed in errors, which must stay one line (and not spoof log lines).
+Status CheckPrintable(std::string_view name, const std::string& value) {
+  for (unsigned char c : value) {
+    if (c < 0x20 || c == 0x7f) {
+      return InvalidArgumentError("--" + std::string(name) +
+                                  ": the value holds a control character");
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+bool StepOptions::empty() const {
+  return gpu_memory.empty() && gpu_fraction.empty() && gpu_compute.empty() &&
+         gpu_compute_limit.empty();
+}
+
+const std::vector<StepOptionSpec>& StepOptionSpecs() {
+  static const std::vector<StepOptionSpec> specs = [] {
+    std::vector<StepOptionSpec> out;
+    for (const Offered& offered : kOffered) {
+      const GpuRequestField* field = FindGpuRequestField(offered.name);
+      if (field == nullptr) continue;  // The grammar lost a field: nothing to offer.
+      out.push_back({field->name, field->placeholder, field->help, offered.text});
+    }
+    return out;
+  }();
+  return specs;
+}
+
+Status CheckStepOption(std::string_view name, const std::string& value) {
+  const GpuRequestField* field = FindGpuRequestField(name);
+  if (field == nullptr) return InvalidArgumentError("gpufrac has no option --" + std::string(name));
+  GPUFRAC_RETURN_IF_ERROR(CheckPrintable(name, value));
+  GpuRequest scratch;
+  return field->parse(value, &scratch);
+}
+
+StatusOr<GpuRequest> ParseStepOptions(const StepOptions& options) {
+  for (const Offered& offered : kOffered) {
+    GPUFRAC_RETURN_IF_ERROR(CheckPrintable(offered.name, options.*offered.text));
+  }
+  GpuRequestText text;
+  text.gpu_memory = options.gpu_memory;
+  text.gpu_fraction = options.gpu_fraction;
+  text.gpu_compute = options.gpu_compute;
+  text.gpu_compute_limit = options.gpu_compute_limit;
+  if (text.gpu_memory.empty() && text.gpu_fraction.empty()) {
+    return InvalidArgumentError(
+        "--gpu-compute needs the step's share of GPU memory too: add --gpu-memory SIZE or "
+        "--gpu-fraction F");
+  }
+  return ParseGpuRequest(text);
+}
+
+StatusOr<std::vector<unsigned>> ParseGpuIndices(std::string_view text) {
+  std::vector<unsigned> out;
+  const std::string_view whole = text;
+  while (!text.empty()) {
+    size_t comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    unsigned value = 0;
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || value > 1023) {
+      return InvalidArgumentError("not a list of GPU indices: \"" + std::string(whole) + "\"");
+    }
+    if (std::find(out.begin(), out.end(), value) == out.end()) out.push_back(value);
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+    if (text.empty()) {
+      return InvalidArgumentError("not a list of GPU indices: \"" + std::string(whole) + "\"");
+    }
+  }
+  if (out.empty()) return InvalidArgumentError("no GPU indices");
+  return out;
+}
+
+StatusOr<std::vector<launch::LimitedGpu>> StepLimits(const GpuRequest& request,
+                                                     const std::vector<gpu::DeviceInfo>& gpus) {
+  if (request.kind != GpuRequest::Kind::kMemory && request.kind != GpuRequest::Kind::kFraction) {
+    return InvalidArgumentError("gpufrac's Slurm options share a GPU by memory or fraction only");
+  }
+  std::vector<launch::LimitedGpu> out;
+  for (const gpu::DeviceInfo& device : gpus) {
+    const std::string which = "GPU " + std::to_string(device.index) + " (" + device.name + ")";
+    const uint64_t context = gpu::ContextChargeBytes(device.model);
+    std::optional<placement::GpuShareSize> share;
+    uint64_t limit = 0;
+    if (request.kind == GpuRequest::Kind::kMemory) {
+      limit = request.memory_bytes;
+      if (limit > device.memory_total) {
+        return InvalidArgumentError("--gpu-memory " + FormatSize(limit) + " is more than " + which +
+                                    " has: " + FormatSize(device.memory_total));
+      }
+      share = placement::ShareForMemory(limit, device.memory_total, context);
+    } else {
+      limit = BytesOfShare(device.memory_total, request.fraction_milli);
+      share = placement::ShareForFraction(request.fraction_milli, device.memory_total, context);
+    }
+    if (!share || limit <= context) {
+      return InvalidArgumentError(FormatSize(limit) + " cannot hold even the CUDA context on " +
+                                  which + " (about " + FormatSize(context) + "); ask for more");
+    }
+    launch::LimitedGpu limited{.uuid = device.uuid, .limit_bytes = limit, .context_bytes = context};
+    if (share->milli < kMilliPerGpu) {
+      limited.compute_limit_milli =
+          request.compute_limit_milli != 0 ? request.compute_limit_milli : kMilliPerGpu;
+      limited.compute_milli =
+          std::min(request.compute_milli != 0 ? request.compute_milli : share->milli,
+                   limited.compute_limit_milli);
+    } else if (request.compute_milli != 0 || request.compute_limit_milli != 0) {
+      return InvalidArgumentError(
+          "--gpu-compute and --gpu-compute-limit need a share of the GPU, not all of " + which);
+    }
+    out.push_back(limited);
+  }
+  return out;
+}
+
+std::optional<unsigned> MpsThreadPercentage(const GpuRequest& request) {
+  uint32_t milli =
+      request.compute_limit_milli != 0 ? request.compute_limit_milli : request.compute_milli;
+  if (milli == 0) return std::nullopt;
+  return std::clamp<unsigned>((milli + 9) / 10, 1, 100);
+}
+
+}  // namespace gpufrac::slurm

@@ -1,0 +1,432 @@
+// gpufrac on a real Slurm: Debian's munged, slurmctld and slurmd on loopback in a temporary
+// directory (tests/slurm/cluster.sh), two simulated A100-40GB GPUs declared in gres.conf with 8
+// shards each, gpufrac's SPANK plugin in plugstack.conf and its job-submit rule as job_submit.lua.
+// Jobs run as `nobody` and their CUDA programs (cuda_probe) on the simulated GPUs.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+constexpr int kCudaErrorOutOfMemory = 2;
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout and stderr together.
+};
+
+Result Shell(const std::string& command) {
+  Result r;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.out.append(buf, n);
+  int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return done();
+}
+
+class SlurmTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (geteuid() != 0) {
+      skip_reason_ = "needs root: slurmd runs jobs as their users";
+      return;
+    }
+    char tmpl[] = "/tmp/gpufrac-slurm-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    chmod(dir_.c_str(), 0755);
+    // Copies of what the jobs run, where `nobody` can read them whatever the checkout's modes.
+    const std::string build = GPUFRAC_BUILD_DIR;
+    fs::create_directories(dir_ + "/bin");
+    fs::copy(build + "/bin/cuda_probe", dir_ + "/bin/cuda_probe");
+    fs::copy(build + "/lib/libgpufrac.so", dir_ + "/bin/libgpufrac.so");
+    fs::copy(GPUFRAC_SIMGPU_DIR, dir_ + "/simgpu", fs::copy_options::recursive);
+    fs::create_directories(dir_ + "/out");
+    chmod((dir_ + "/out").c_str(), 01777);
+    Result started =
+        Shell(std::string(GPUFRAC_SOURCE_DIR) + "/tests/slurm/cluster.sh start " + dir_ + " 2 8 " +
+              build + "/lib/libgpufrac_spank.so " + dir_ + "/bin/libgpufrac.so " + dir_ +
+              "/simgpu " + GPUFRAC_SOURCE_DIR + "/src/slurm/job_submit.lua");
+    ASSERT_EQ(started.code, 0) << started.out << Logs();
+    started_ = true;
+  }
+
+  static void TearDownTestSuite() {
+    if (dir_.empty()) return;
+    Shell(std::string(GPUFRAC_SOURCE_DIR) + "/tests/slurm/cluster.sh stop " + dir_);
+    std::error_code ec;
+    std::ifstream record(dir_ + "/gpufrac/budget-dir");
+    std::string budgets;
+    if (std::getline(record, budgets) && budgets.rfind("/dev/shm/gpufrac-", 0) == 0) {
+      fs::remove_all(budgets, ec);
+    }
+    // The simulated machine's shared memory, one per user that ran it.
+    std::ifstream env(dir_ + "/env");
+    std::string line;
+    while (std::getline(env, line)) {
+      const std::string key = "export SIMGPU_NAMESPACE=";
+      if (line.rfind(key, 0) != 0) continue;
+      const std::string ns = line.substr(key.size());
+      for (const auto& entry : fs::directory_iterator("/dev/shm", ec)) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("simgpu.", 0) == 0 && name.size() > ns.size() &&
+            name.compare(name.size() - ns.size(), ns.size(), ns) == 0) {
+          fs::remove(entry.path(), ec);
+        }
+      }
+    }
+    fs::remove_all(dir_, ec);
+  }
+
+  void SetUp() override {
+    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
+    ASSERT_TRUE(started_) << "the cluster did not start";
+  }
+
+  static std::string Logs() {
+    return "\n--- slurmctld.log (tail) ---\n" +
+           Shell("tail -n 30 " + dir_ + "/log/slurmctld.log").out +
+           "\n--- slurmd.log (tail) ---\n" + Shell("tail -n 40 " + dir_ + "/log/slurmd.log").out;
+  }
+
+  // Runs `script` (bash) as `nobody` with the cluster's client environment; $P is cuda_probe.
+  static Result AsUser(const std::string& script) {
+    static int counter = 0;
+    const std::string path = dir_ + "/out/script-" + std::to_string(++counter) + ".sh";
+    {
+      std::ofstream out(path);
+      out << "#!/bin/bash\n. " << dir_ << "/env\ncd " << dir_ << "/out\nP=" << dir_
+          << "/bin/cuda_probe\n"
+          << "export P\n"
+          << script << "\n";
+    }
+    chmod(path.c_str(), 0755);
+    return Shell("timeout 60 runuser -u nobody -- " + path);
+  }
+
+  static Result AsRoot(const std::string& command) {
+    return Shell(". " + dir_ + "/env; " + command);
+  }
+
+  // The job ids whose gpufrac state is on the node now (state_dir/job-<id>).
+  static std::vector<std::string> JobsWithState() {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir_ + "/gpufrac", ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("job-", 0) == 0) out.push_back(name.substr(4));
+    }
+    return out;
+  }
+
+  static std::string BudgetDir() {
+    std::ifstream record(dir_ + "/gpufrac/budget-dir");
+    std::string path;
+    std::getline(record, path);
+    return path;
+  }
+
+  // Budgets of job `job` in the plugin's budget directory; of any job when `job` is "".
+  static int BudgetsOf(const std::string& job) {
+    const std::string prefix = job.empty() ? "gpufrac.slurm-" : "gpufrac.slurm-" + job + ".";
+    int n = 0;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(BudgetDir(), ec)) {
+      if (entry.path().filename().string().rfind(prefix, 0) == 0) ++n;
+    }
+    return n;
+  }
+
+  // Whether shards are in use on the node: Slurm 22.05 shows
+  // "GresUsed=gpu:0,shard:(null):0(IDX:N/A)" when none is (the number is not the count of shards in
+  // use, but 0 only when none is).
+  static int ShardsInUse() {
+    std::string out = AsRoot("scontrol show node -d gf1").out;
+    std::smatch m;
+    if (!std::regex_search(out, m, std::regex(R"(GresUsed=\S*shard:(?:[^:,]*:)?(\d+))"))) {
+      return -1;
+    }
+    return std::stoi(m[1]);
+  }
+
+  static bool NoJobsLeft() { return AsRoot("squeue -h").out.empty(); }
+
+  // After a step ended however it ended: nothing of gpufrac's is left and the shards are free.
+  static void ExpectAllReleased(const std::string& job) {
+    EXPECT_TRUE(WaitFor([&] { return JobsWithState().empty() && BudgetsOf(job) == 0; }, 15s))
+        << "state of jobs left: " << JobsWithState().size() << ", budgets of job " << job << ": "
+        << BudgetsOf(job) << Logs();
+    EXPECT_TRUE(WaitFor([] { return NoJobsLeft() && ShardsInUse() == 0; }, 20s))
+        << "squeue: " << AsRoot("squeue").out << " shards in use: " << ShardsInUse();
+  }
+
+  // Starts `script` as nobody in the background; waits until its step's limit file exists and
+  // returns the job id ("" if it never appeared).
+  static std::string StartHeldStep(const std::string& script, std::thread* runner, Result* result) {
+    *runner = std::thread([script, result] { *result = AsUser(script); });
+    std::string job;
+    WaitFor(
+        [&] {
+          auto jobs = JobsWithState();
+          if (jobs.size() != 1) return false;
+          job = jobs[0];
+          return fs::exists(dir_ + "/gpufrac/job-" + job + "/limits");
+        },
+        30s);
+    return job;
+  }
+
+  static std::string dir_;
+  static std::string skip_reason_;
+  static bool started_;
+};
+
+std::string SlurmTest::dir_;
+std::string SlurmTest::skip_reason_;
+bool SlurmTest::started_ = false;
+
+std::string Value(const std::string& text, const std::string& key, size_t nth = 0) {
+  std::regex re("(?:^|\\s)" + key + "=(\\S*)");
+  auto it = std::sregex_iterator(text.begin(), text.end(), re);
+  for (size_t i = 0; it != std::sregex_iterator(); ++it, ++i) {
+    if (i == nth) return (*it)[1];
+  }
+  return "";
+}
+
+TEST_F(SlurmTest, TwoMemoryJobsShareOneGpuAndEachSeesItsLimit) {
+  // Each job: the GPU it got, the memory its CUDA program sees, an allocation past its limit,
+  // and then 9 GiB held for a while, so that both hold their memory on the GPU at once.
+  const std::string step = "$P uuid; $P info; $P alloc mem " + std::to_string(11 * kGiB) +
+                           "; $P work " + std::to_string(9 * kGiB) + " 4";
+  std::thread watcher;
+  int most_running = 0;
+  std::atomic<bool> done{false};
+  watcher = std::thread([&] {
+    while (!done) {
+      std::string out = AsRoot("squeue -h -t R -o %i").out;
+      most_running = std::max(most_running, Count(out, "\n"));
+      std::this_thread::sleep_for(200ms);
+    }
+  });
+  Result r = AsUser("srun --gpu-memory 10G bash -c '" + step + "' > a.out 2>&1 &\n" +
+                    "srun --gpu-memory 10G bash -c '" + step + "' > b.out 2>&1 &\nwait");
+  done = true;
+  watcher.join();
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::string a, b;
+  std::getline(std::ifstream(dir_ + "/out/a.out"), a, '\0');
+  std::getline(std::ifstream(dir_ + "/out/b.out"), b, '\0');
+  for (const std::string& out : {a, b}) {
+    EXPECT_EQ(Value(out, "total"), std::to_string(10 * kGiB)) << out;
+    EXPECT_EQ(Value(out, "alloc"), std::to_string(kCudaErrorOutOfMemory)) << out;
+    EXPECT_EQ(Value(out, "work"), "0") << out;
+    EXPECT_NE(Value(out, "uuid"), "") << out;
+  }
+  EXPECT_EQ(Value(a, "uuid"), Value(b, "uuid")) << "the jobs were placed on different GPUs";
+  EXPECT_EQ(most_running, 2) << "the two jobs never ran at the same time";
+  ExpectAllReleased("");
+}
+
+TEST_F(SlurmTest, ARequestNoGpuHoldsIsRefusedAtSubmitWithTheReason) {
+  Result r = AsUser("srun --gpu-memory 50G true");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("gpufrac: --gpu-memory 50G is more than any GPU here has"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("queued"), std::string::npos) << "it was queued: " << r.out;
+}
+
+TEST_F(SlurmTest, ABadOptionGetsOneLineAndNoJob) {
+  Result r = AsUser("srun --gpu-memory lots true");
+  EXPECT_NE(r.code, 0);
+  // One line of gpufrac's, saying what is wrong (srun adds its own "Invalid ... argument").
+  EXPECT_EQ(Count(r.out, "gpufrac: --gpu-memory: size \"lots\" is not a number"), 1) << r.out;
+  EXPECT_EQ(Count(r.out, "gpufrac:"), 1) << r.out;
+  EXPECT_EQ(r.out.find("queued"), std::string::npos) << r.out;
+}
+
+TEST_F(SlurmTest, TheTasksOfAStepShareOneBudget) {
+  // Two tasks each holding 6 GiB for a while: together past the step's 10 GiB, so exactly one
+  // of them is refused.
+  Result r = AsUser("srun -n2 --gpu-memory 10G $P work " + std::to_string(6 * kGiB) + " 3");
+  EXPECT_EQ(Count(r.out, "work=0 "), 1) << r.out;
+  EXPECT_EQ(Count(r.out, "work=" + std::to_string(kCudaErrorOutOfMemory) + " "), 1) << r.out;
+  EXPECT_NE(r.out.find("workload slurm-"), std::string::npos) << r.out;
+}
+
+TEST_F(SlurmTest, TheStepsOfAJobShareOneBudget) {
+  const std::string work = "$P work " + std::to_string(6 * kGiB) + " 3";
+  // Two steps at once, each with one of the job's two shards (10 GiB of an A100-40GB).
+  Result r = AsUser(
+      "cat > steps.sh <<EOS\n#!/bin/bash\n"
+      "srun -n1 --exact --gres=shard:1 " +
+      work +
+      " &\n"
+      "srun -n1 --exact --gres=shard:1 " +
+      work +
+      " &\nwait\nEOS\n"
+      "sbatch -n2 --gpu-memory 10G --wait -o steps.out steps.sh; cat steps.out");
+  EXPECT_EQ(Count(r.out, "work=0 "), 1) << r.out;
+  EXPECT_EQ(Count(r.out, "work=" + std::to_string(kCudaErrorOutOfMemory) + " "), 1) << r.out;
+}
+
+TEST_F(SlurmTest, ScancelledStepLeavesNothing) {
+  std::thread runner;
+  Result result;
+  const std::string job =
+      StartHeldStep("srun --gpu-memory 10G $P hold " + std::to_string(5 * kGiB), &runner, &result);
+  ASSERT_FALSE(job.empty()) << Logs();
+  // While it runs: a limit file only root can change, and one budget on its GPU.
+  struct stat st {};
+  ASSERT_EQ(stat((dir_ + "/gpufrac/job-" + job + "/limits").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 0777, 0444u);
+  EXPECT_TRUE(WaitFor([&] { return BudgetsOf(job) == 1; }, 5s));
+  // The job-submit rule booked 10 GiB of an A100-40GB with 8 shards: 2 shards of one GPU.
+  EXPECT_NE(AsRoot("scontrol show job -d " + job).out.find("GRES=shard:2(IDX:"), std::string::npos)
+      << AsRoot("scontrol show job -d " + job).out;
+  EXPECT_GT(ShardsInUse(), 0);
+  EXPECT_EQ(AsRoot("scancel " + job).code, 0);
+  runner.join();
+  EXPECT_NE(result.code, 0) << result.out;
+  ExpectAllReleased(job);
+}
+
+TEST_F(SlurmTest, SigkilledTaskLeavesNothing) {
+  std::thread runner;
+  Result result;
+  const std::string job =
+      StartHeldStep("srun --gpu-memory 10G $P hold " + std::to_string(5 * kGiB), &runner, &result);
+  ASSERT_FALSE(job.empty()) << Logs();
+  // The step's task, as Slurm lists the job's processes (only this job's: other tests on the
+  // machine may run cuda_probe too).
+  pid_t task = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::istringstream lines(AsRoot("scontrol listpids " + job).out);
+        for (std::string line; std::getline(lines, line);) {
+          pid_t pid = 0;
+          if (std::sscanf(line.c_str(), "%d", &pid) != 1 || pid <= 0) continue;
+          std::string comm;
+          std::getline(std::ifstream("/proc/" + std::to_string(pid) + "/comm"), comm);
+          if (comm == "cuda_probe") task = pid;
+        }
+        return task > 0;
+      },
+      10s))
+      << AsRoot("scontrol listpids " + job).out;
+  ASSERT_EQ(kill(task, SIGKILL), 0);
+  runner.join();
+  EXPECT_NE(result.code, 0) << result.out;
+  ExpectAllReleased(job);
+}
+
+TEST_F(SlurmTest, AJobWithoutGpufracOptionsIsUnaffected) {
+  Result r = AsUser(
+      "srun --gres=shard:1 bash -c 'echo preload=$LD_PRELOAD limitfile=$GPUFRAC_LIMIT_FILE; $P "
+      "info'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(Value(r.out, "preload"), "") << r.out;
+  EXPECT_EQ(Value(r.out, "limitfile"), "") << r.out;
+  EXPECT_EQ(Value(r.out, "total"), std::to_string(40 * kGiB)) << r.out;
+  EXPECT_TRUE(JobsWithState().empty());
+}
+
+// The comparison docs/slurm.md makes: the same 10 GiB job with Slurm's own shards only. Slurm
+// books 2 of the GPU's 8 shards, but fences nothing: the program sees the whole GPU and takes
+// more than its shards' worth.
+TEST_F(SlurmTest, SlurmsOwnShardsAloneFenceNothing) {
+  Result r = AsUser("srun --gres=shard:2 bash -c '$P info; $P alloc mem " +
+                    std::to_string(11 * kGiB) + "'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(Value(r.out, "total"), std::to_string(40 * kGiB)) << r.out;
+  EXPECT_EQ(Value(r.out, "alloc"), "0") << r.out;
+}
+
+// A whole-GPU job is left as it asked: the job-submit rule adds no shards, and without
+// gpufrac's options the plugin does nothing.
+TEST_F(SlurmTest, AWholeGpuJobKeepsItsGpu) {
+  Result r = AsUser("srun --gres=gpu:1 bash -c 'echo gpus=$SLURM_STEP_GPUS; $P info'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(Value(r.out, "gpus"), "") << r.out;
+  EXPECT_EQ(Value(r.out, "total"), std::to_string(40 * kGiB)) << r.out;
+}
+
+// With ConstrainDevices=yes, a step opens only its own GPU's device node: the other GPU's is
+// refused by the kernel (EPERM), its own gets as far as the (absent) driver (ENXIO on the
+// test's device nodes); and its limit file names only its GPU.
+TEST_F(SlurmTest, AStepReachesOnlyItsGpu) {
+  if (!fs::exists(dir_ + "/cgroup.conf")) {
+    GTEST_SKIP() << "no cgroup v1 devices controller on this host: ConstrainDevices is off";
+  }
+  Result r = AsUser(
+      "srun --gpu-memory 10G bash -c 'echo gpus=$SLURM_STEP_GPUS; "
+      "grep -c \"^gpu \" $GPUFRAC_LIMIT_FILE | sed s/^/limited=/; "
+      "for i in 0 1; do (exec 3<" +
+      dir_ + "/dev/nvidia$i) 2>&1 | sed \"s/^/dev$i: /\"; done'");
+  const std::string mine = Value(r.out, "gpus");
+  ASSERT_TRUE(mine == "0" || mine == "1") << r.out;
+  const std::string other = mine == "0" ? "1" : "0";
+  EXPECT_EQ(Value(r.out, "limited"), "1") << r.out;
+  EXPECT_NE(r.out.find("dev" + mine + ": "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("No such device or address"), std::string::npos) << r.out;
+  EXPECT_EQ(Count(r.out, "Operation not permitted"), 1) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("dev" + other + ": [^\\n]*"))) << r.out;
+  EXPECT_NE(m.str().find("Operation not permitted"), std::string::npos) << r.out;
+}
+
+// The shards the job-submit rule set are the scheduler's guarantee: the job's user cannot
+// shrink them while the job waits; a job without gpufrac's options can be changed as before.
+TEST_F(SlurmTest, AUserCannotChangeAGpufracJobsShards) {
+  Result r = AsUser(
+      "j=$(sbatch --parsable --hold -o /dev/null --gpu-memory 10G --wrap true)\n"
+      "scontrol update jobid=$j TresPerNode=gres:shard:1; echo gpufrac_update=$?\n"
+      "scontrol show job $j | grep -o \"TresPerNode=[^ ]*\"\n"
+      "k=$(sbatch --parsable --hold -o /dev/null --wrap true)\n"
+      "scontrol update jobid=$k TresPerNode=gres:shard:1; echo plain_update=$?\n"
+      "scancel $j $k");
+  EXPECT_NE(Value(r.out, "gpufrac_update"), "0") << r.out;
+  EXPECT_EQ(Value(r.out, "TresPerNode"), "gres:shard:2") << r.out;
+  EXPECT_EQ(Value(r.out, "plain_update"), "0") << r.out;
+}
+
+}  // namespace
