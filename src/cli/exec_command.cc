@@ -237,40 +237,21 @@ int RunExec(const ExecOptions& o) {
     return Fail(kExitBadInput, "GPU " + std::to_string(device->index) + " is " + device->name +
                                    ", not " + request->gpu_model);
   }
-  uint64_t limit = device->memory_total;  // --gpus 1
-  if (request->kind == GpuRequest::Kind::kMemory) limit = request->memory_bytes;
-  if (request->kind == GpuRequest::Kind::kFraction) {
-    limit = BytesOfShare(device->memory_total, request->fraction_milli);
-  }
-  if (limit > device->memory_total) {
-    return Fail(kExitBadInput, FormatSize(limit) + " is more than GPU " +
-                                   std::to_string(device->index) + " (" + device->name +
-                                   ") has: " + FormatSize(device->memory_total));
-  }
-  uint64_t context = gpu::ContextChargeBytes(device->model);
-  if (limit <= context) {
-    return Fail(kExitBadInput, FormatSize(limit) + " cannot hold even the CUDA context on " +
-                                   device->name + " (about " + FormatSize(context) +
-                                   "); ask for more");
-  }
-
-  // On a share of the GPU, its time too: the compute request (by default the memory's share) and
-  // limit (by default all of the GPU's idle time), as the node service's fair policy gives.
+  const uint64_t context = gpu::ContextChargeBytes(device->model);
+  StatusOr<placement::OneGpuLimits> limits =
+      placement::LimitsOnOneGpu(*request, device->memory_total, context,
+                                "GPU " + std::to_string(device->index) + " (" + device->name + ")");
+  if (!limits.ok()) return Fail(kExitBadInput, limits.status().message());
+  // On a share of the GPU, its time too (see LimitsOnOneGpu), arbitrated with the user's other
+  // exec commands there.
   const bool asked_compute = request->compute_milli != 0 || request->compute_limit_milli != 0;
-  launch::LimitedGpu limited{.uuid = device->uuid, .limit_bytes = limit, .context_bytes = context};
-  std::optional<placement::GpuShareSize> share;
-  if (request->kind == GpuRequest::Kind::kMemory) {
-    share = placement::ShareForMemory(limit, device->memory_total, context);
-  } else if (request->kind == GpuRequest::Kind::kFraction) {
-    share = placement::ShareForFraction(request->fraction_milli, device->memory_total, context);
-  }
+  launch::LimitedGpu limited{.uuid = device->uuid,
+                             .limit_bytes = limits->memory_bytes,
+                             .context_bytes = context,
+                             .compute_milli = limits->compute_milli,
+                             .compute_limit_milli = limits->compute_limit_milli};
   std::optional<launch::BudgetDir> arbiters;
-  if (share && share->milli < kMilliPerGpu) {
-    limited.compute_limit_milli =
-        request->compute_limit_milli != 0 ? request->compute_limit_milli : kMilliPerGpu;
-    limited.compute_milli = std::min(
-        request->compute_milli != 0 ? request->compute_milli : share->milli,
-        limited.compute_limit_milli);
+  if (limited.compute_limit_milli != 0) {
     StatusOr<launch::BudgetDir> dir = UserArbiterDir();
     Status made = dir.ok() ? launch::EnsureComputeArbiter(*dir, device->uuid) : dir.status();
     if (made.ok()) {
@@ -283,9 +264,6 @@ int RunExec(const ExecOptions& o) {
                    made.message().c_str());
       limited.compute_milli = limited.compute_limit_milli = 0;
     }
-  } else if (asked_compute) {
-    return Fail(kExitBadInput, "--gpu-compute and --gpu-compute-limit need a share of the GPU, "
-                               "not all of its memory");
   }
 
   // An absolute path: the command may change directory before it loads CUDA.

@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "common/paths.h"
+#include "common/text.h"
 #include "k8s/agent_service.h"
 #include "k8s/extender_service.h"
 #include "k8s/kube_config.h"
@@ -19,8 +20,8 @@
 namespace gpufrac::cli {
 namespace {
 
-int Fail(const std::string& message) {
-  std::fprintf(stderr, "gpufrac k8s: %s\n", message.c_str());
+int Fail(const char* command, const std::string& message) {
+  std::fprintf(stderr, "gpufrac k8s %s: %s\n", command, Printable(message).c_str());
   return 1;
 }
 
@@ -174,7 +175,7 @@ int K8sCommand::RunAgent() {
     node_ = env != nullptr ? env : "";
   }
   auto client = MakeClient(kubeconfig_, context_);
-  if (!client.ok()) return Fail(client.status().message());
+  if (!client.ok()) return Fail("agent", client.status().message());
   k8s::AgentServiceOptions options;
   options.agent.node = node_;
   options.agent.slots_per_gpu = slots_per_gpu_;
@@ -201,26 +202,26 @@ int K8sCommand::RunAgent() {
   options.limiter_path = LimiterLibraryPath();
   options.resync = std::chrono::seconds(resync_seconds_);
   auto agent = k8s::AgentService::Create(client->get(), std::move(options));
-  if (!agent.ok()) return Fail(agent.status().message());
+  if (!agent.ok()) return Fail("agent", agent.status().message());
   std::thread signals = StopOnSignal([&agent] { (*agent)->Stop(); });
   Status s = (*agent)->Run();
   JoinSignalThread(signals);
-  if (!s.ok()) return Fail(s.message());
+  if (!s.ok()) return Fail("agent", s.message());
   return 0;
 }
 
 int K8sCommand::RunExtender() {
   auto client = MakeClient(kubeconfig_, context_);
-  if (!client.ok()) return Fail(client.status().message());
+  if (!client.ok()) return Fail("extender", client.status().message());
   k8s::ExtenderServiceOptions options{.listen = listen_, .policy = policy_, .holder = ""};
   options.reservation_pods = reservation_pods_;
   options.reservation = reservation_;
   auto service = k8s::ExtenderService::Create(client->get(), std::move(options));
-  if (!service.ok()) return Fail(service.status().message());
+  if (!service.ok()) return Fail("extender", service.status().message());
   std::thread signals = StopOnSignal([&service] { (*service)->Stop(); });
   Status s = (*service)->Run();
   JoinSignalThread(signals);
-  if (!s.ok()) return Fail(s.message());
+  if (!s.ok()) return Fail("extender", s.message());
   return 0;
 }
 

@@ -21,4 +21,38 @@ std::optional<GpuShareSize> ShareForFraction(uint32_t milli, uint64_t total, uin
   return GpuShareSize{milli, limit};
 }
 
+StatusOr<OneGpuLimits> LimitsOnOneGpu(const GpuRequest& request, uint64_t total, uint64_t context,
+                                      const std::string& gpu) {
+  OneGpuLimits out{.memory_bytes = total};
+  std::optional<GpuShareSize> share;
+  if (request.kind == GpuRequest::Kind::kMemory) {
+    out.memory_bytes = request.memory_bytes;
+    share = ShareForMemory(request.memory_bytes, total, context);
+  } else if (request.kind == GpuRequest::Kind::kFraction) {
+    out.memory_bytes = BytesOfShare(total, request.fraction_milli);
+    share = ShareForFraction(request.fraction_milli, total, context);
+  }
+  if (out.memory_bytes > total) {
+    return InvalidArgumentError(FormatSize(out.memory_bytes) + " is more than " + gpu +
+                                " has: " + FormatSize(total));
+  }
+  if (out.memory_bytes <= context) {
+    return InvalidArgumentError(FormatSize(out.memory_bytes) +
+                                " cannot hold even the CUDA context on " + gpu + " (about " +
+                                FormatSize(context) + "); ask for more");
+  }
+  const bool asked_compute = request.compute_milli != 0 || request.compute_limit_milli != 0;
+  if (share && share->milli < kMilliPerGpu) {
+    out.compute_limit_milli =
+        request.compute_limit_milli != 0 ? request.compute_limit_milli : kMilliPerGpu;
+    out.compute_milli = std::min(request.compute_milli != 0 ? request.compute_milli : share->milli,
+                                 out.compute_limit_milli);
+  } else if (asked_compute) {
+    return InvalidArgumentError(
+        "--gpu-compute and --gpu-compute-limit need a share of the GPU, not all of its memory (" +
+        gpu + ")");
+  }
+  return out;
+}
+
 }  // namespace gpufrac::placement

@@ -5,6 +5,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+
+#include "common/gpu_request.h"
+#include "common/status.h"
 
 namespace gpufrac::placement {
 
@@ -21,5 +25,20 @@ std::optional<GpuShareSize> ShareForMemory(uint64_t memory, uint64_t total, uint
 // `milli` thousandths (1..999) of such a GPU: those thousandths and floor(total x milli / 1000)
 // bytes. Nullopt when that leaves no room beyond the context.
 std::optional<GpuShareSize> ShareForFraction(uint32_t milli, uint64_t total, uint64_t context);
+
+// What a workload started on one GPU without a scheduler (`gpufrac exec`, a Slurm step) gets
+// there for `request` (memory, a fraction, or whole GPUs): its memory limit, and on a share of
+// the GPU its compute request (by default the memory's share) and limit (by default all of the
+// GPU's idle time), as the node service's fair policy gives; no compute pair for all of the GPU.
+struct OneGpuLimits {
+  uint64_t memory_bytes = 0;
+  uint32_t compute_milli = 0;        // 0 for all of the GPU.
+  uint32_t compute_limit_milli = 0;  // 0 for all of the GPU.
+};
+// The GPU has `total` bytes, a CUDA context takes `context` there, and `gpu` names it in errors
+// ("GPU 0 (NVIDIA A100-SXM4-40GB)"). kInvalidArgument, one line: more memory than the GPU has,
+// no more than the context, or a compute request or limit on all of the GPU.
+StatusOr<OneGpuLimits> LimitsOnOneGpu(const GpuRequest& request, uint64_t total, uint64_t context,
+                                      const std::string& gpu);
 
 }  // namespace gpufrac::placement

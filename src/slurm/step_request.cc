@@ -109,37 +109,16 @@ StatusOr<std::vector<launch::LimitedGpu>> StepLimits(const GpuRequest& request,
   }
   std::vector<launch::LimitedGpu> out;
   for (const gpu::DeviceInfo& device : gpus) {
-    const std::string which = "GPU " + std::to_string(device.index) + " (" + device.name + ")";
     const uint64_t context = gpu::ContextChargeBytes(device.model);
-    std::optional<placement::GpuShareSize> share;
-    uint64_t limit = 0;
-    if (request.kind == GpuRequest::Kind::kMemory) {
-      limit = request.memory_bytes;
-      if (limit > device.memory_total) {
-        return InvalidArgumentError("--gpu-memory " + FormatSize(limit) + " is more than " + which +
-                                    " has: " + FormatSize(device.memory_total));
-      }
-      share = placement::ShareForMemory(limit, device.memory_total, context);
-    } else {
-      limit = BytesOfShare(device.memory_total, request.fraction_milli);
-      share = placement::ShareForFraction(request.fraction_milli, device.memory_total, context);
-    }
-    if (!share || limit <= context) {
-      return InvalidArgumentError(FormatSize(limit) + " cannot hold even the CUDA context on " +
-                                  which + " (about " + FormatSize(context) + "); ask for more");
-    }
-    launch::LimitedGpu limited{.uuid = device.uuid, .limit_bytes = limit, .context_bytes = context};
-    if (share->milli < kMilliPerGpu) {
-      limited.compute_limit_milli =
-          request.compute_limit_milli != 0 ? request.compute_limit_milli : kMilliPerGpu;
-      limited.compute_milli =
-          std::min(request.compute_milli != 0 ? request.compute_milli : share->milli,
-                   limited.compute_limit_milli);
-    } else if (request.compute_milli != 0 || request.compute_limit_milli != 0) {
-      return InvalidArgumentError(
-          "--gpu-compute and --gpu-compute-limit need a share of the GPU, not all of " + which);
-    }
-    out.push_back(limited);
+    GPUFRAC_ASSIGN_OR_RETURN(placement::OneGpuLimits limits,
+                             placement::LimitsOnOneGpu(
+                                 request, device.memory_total, context,
+                                 "GPU " + std::to_string(device.index) + " (" + device.name + ")"));
+    out.push_back({.uuid = device.uuid,
+                   .limit_bytes = limits.memory_bytes,
+                   .context_bytes = context,
+                   .compute_milli = limits.compute_milli,
+                   .compute_limit_milli = limits.compute_limit_milli});
   }
   return out;
 }

@@ -122,7 +122,8 @@ TEST_F(ExecTest, BadInputIsOneLineAndExitStatusTwo) {
       {{"--gpu-memory", "100M", "--", "true"}, "cannot hold even the CUDA context"},
       // More than the A100's bare context (400 MiB), less than its charge with the 256 MiB for
       // the kernels frameworks load into it.
-      {{"--gpu-memory", "600M", "--", "true"}, "context on NVIDIA A100-SXM4-40GB (about 656 MiB)"},
+      {{"--gpu-memory", "600M", "--", "true"},
+       "context on GPU 0 (NVIDIA A100-SXM4-40GB) (about 656 MiB)"},
       {{"--gpu-fraction", "1.5", "--", "true"}, "--gpu-fraction"},
       {{"--gpu-fraction", "0", "--", "true"}, "--gpu-fraction"},
       {{"--gpu-memory", "1G", "--gpu", "7", "--", "true"}, "--gpu"},
@@ -132,7 +133,8 @@ TEST_F(ExecTest, BadInputIsOneLineAndExitStatusTwo) {
       {{"--gpu-fraction", "1", "--", "true"}, "is a whole GPU; write --gpus 1"},
       {{"--gpus", "2", "--", "true"}, "exec runs a command on one GPU"},
       {{"--mig-profile", "1g.10gb", "--", "true"}, "exec does not create MIG slices"},
-      {{"--gpus", "1", "--gpu-compute", "0.5", "--", "true"}, "whole GPUs have all of their compute"},
+      {{"--gpus", "1", "--gpu-compute", "0.5", "--", "true"},
+       "whole GPUs have all of their compute"},
       {{"--gpu-memory", "40G", "--gpu-compute", "0.5", "--", "true"},
        "need a share of the GPU, not all of its memory"},
       {{"--gpus", "1", "--gpu-model", "A30-24GB", "--", "true"}, ", not A30-24GB"},

@@ -1,8 +1,10 @@
 // The one adapter from a host's GPUs to the placement library (grouping, a request on a group),
+// the limits a workload gets on one GPU alone,
 // the mix a policy is rebuilt from, and the policy registry.
 #include <gtest/gtest.h>
 
 #include "placement/cluster.h"
+#include "placement/gpu_share.h"
 #include "placement/host_gpus.h"
 #include "placement/policies.h"
 #include "placement/workload_mix.h"
@@ -15,6 +17,44 @@ constexpr uint64_t kContext = 783 * (uint64_t{1} << 20);
 
 HostGpu H100(bool whole_only = false) { return {"H100-80GB", 80 * kGiB, kContext, whole_only}; }
 HostGpu A30() { return {"A30-24GB", 24 * kGiB, 656 * (uint64_t{1} << 20), false}; }
+
+// gpufrac exec and a Slurm step get their limits on one GPU from the same rule.
+TEST(OneGpuLimitsTest, AShareGetsItsMemoryAndTheTimeOfItsShareAndAWholeGpuNoComputePair) {
+  GpuRequest memory = GpuRequest::Memory(20 * kGiB);
+  StatusOr<OneGpuLimits> quarter = LimitsOnOneGpu(memory, 80 * kGiB, kContext, "GPU 0");
+  ASSERT_TRUE(quarter.ok()) << quarter.status().ToString();
+  EXPECT_EQ(quarter->memory_bytes, 20 * kGiB);
+  EXPECT_EQ(quarter->compute_milli, 250u);
+  EXPECT_EQ(quarter->compute_limit_milli, 1000u);
+  GpuRequest asked = memory;
+  asked.compute_milli = 600;
+  asked.compute_limit_milli = 500;  // A request above the limit is held to it.
+  StatusOr<OneGpuLimits> held = LimitsOnOneGpu(asked, 80 * kGiB, kContext, "GPU 0");
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->compute_milli, 500u);
+  EXPECT_EQ(held->compute_limit_milli, 500u);
+  GpuRequest fraction = GpuRequest::Fraction(500);
+  EXPECT_EQ(LimitsOnOneGpu(fraction, 80 * kGiB, kContext, "GPU 0")->memory_bytes, 40 * kGiB);
+  GpuRequest whole = GpuRequest::Whole(1);
+  StatusOr<OneGpuLimits> all = LimitsOnOneGpu(whole, 80 * kGiB, kContext, "GPU 0");
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->memory_bytes, 80 * kGiB);
+  EXPECT_EQ(all->compute_limit_milli, 0u);
+}
+
+TEST(OneGpuLimitsTest, WhatOneGpuCannotGiveIsOneLineNamingIt) {
+  GpuRequest big = GpuRequest::Memory(81 * kGiB);
+  EXPECT_EQ(LimitsOnOneGpu(big, 80 * kGiB, kContext, "GPU 3 (H100)").status().message(),
+            "81 GiB is more than GPU 3 (H100) has: 80 GiB");
+  GpuRequest tiny = GpuRequest::Memory(512 << 20);
+  EXPECT_EQ(LimitsOnOneGpu(tiny, 80 * kGiB, kContext, "GPU 3 (H100)").status().message(),
+            "512 MiB cannot hold even the CUDA context on GPU 3 (H100) (about 783 MiB); "
+            "ask for more");
+  GpuRequest whole = GpuRequest::Whole(1);
+  whole.compute_milli = 500;
+  EXPECT_EQ(LimitsOnOneGpu(whole, 80 * kGiB, kContext, "GPU 3 (H100)").status().code(),
+            StatusCode::kInvalidArgument);
+}
 
 TEST(HostGpusTest, AlikeGpusFormOneGroupInTheOrderTheyFirstAppear) {
   std::vector<GpuGroup> groups = GroupHostGpus({H100(), A30(), H100(), H100(true), A30()});
