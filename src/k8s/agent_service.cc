@@ -268,9 +268,15 @@ struct AgentService::Impl {
 
   // Serves NVIDIA's resource names for the devices they have now: a plugin per resource (one
   // for a MIG profile that appears later too), and an empty list for a profile that is gone.
+  // The devices of GPUs the mig.config label is about to change are listed unhealthy.
   Status SyncNvidia(const NodeInventory& all) {
     std::map<std::string, std::vector<NvidiaDevice>> resources =
         NvidiaResources(all, nvidia, &sharing);
+    for (auto& [resource, devices] : resources) {
+      for (NvidiaDevice& d : devices) {
+        if (mig_config && mig_config->Withdrawn(d.gpu)) d.healthy = false;
+      }
+    }
     std::lock_guard<std::mutex> lock(plugins_mu);
     for (auto& [resource, entry] : nvidia_plugins) {
       if (resources.count(resource) == 0 && entry.provider->SetDevices({})) {

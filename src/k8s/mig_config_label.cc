@@ -180,8 +180,22 @@ Status MigConfigLabel::CheckSingle(const mig::MigPartedConfig& config,
   return OkStatus();
 }
 
+bool MigConfigLabel::Withdrawn(int gpu) const {
+  return std::binary_search(withdrawn_.begin(), withdrawn_.end(), gpu);
+}
+
+void MigConfigLabel::Abandon() {
+  if (!withdrawn_.empty()) {
+    LogInfo("MIG configuration %s given up: the devices of its GPUs are healthy again",
+            pending_.c_str());
+  }
+  pending_.clear();
+  withdrawn_.clear();
+}
+
 bool MigConfigLabel::SetState(const std::string& state) {
-  nlohmann::json patch = {{"metadata", {{"labels", {{std::string(kLabelMigConfigState), state}}}}}};
+  nlohmann::json value = state.empty() ? nlohmann::json(nullptr) : nlohmann::json(state);
+  nlohmann::json patch = {{"metadata", {{"labels", {{std::string(kLabelMigConfigState), value}}}}}};
   StatusOr<nlohmann::json> done = client_->Patch("/api/v1/nodes/" + options_.node, patch);
   if (!done.ok()) {
     LogWarning("cannot set %s=%s on node %s: %s", std::string(kLabelMigConfigState).c_str(),
@@ -195,6 +209,7 @@ void MigConfigLabel::Finish(const std::string& name, const Status& result,
   handled_ = name;
   handled_state_ = result.ok() ? "success" : "failed";
   pending_.clear();
+  withdrawn_.clear();  // After success the new instances' devices are served healthy.
   if (!SetState(handled_state_)) owed_state_ = handled_state_;
   std::string message = "MIG configuration " + name +
                         (result.ok() ? " applied" + detail : " failed: " + result.message());
@@ -219,14 +234,15 @@ bool MigConfigLabel::Sync(const std::vector<nlohmann::json>& pods) {
     return false;
   }
   const std::string name = LabelOf(*node, kLabelMigConfig);
-  if (name.empty()) return false;
-  if (name == handled_) {
-    // Back to the configuration handled last, from one that was waiting: its state again.
+  if (name.empty() || name == handled_) {
+    // Removed, or back to the configuration handled last: one that was waiting is given up,
+    // and the state it replaced comes back.
     if (!pending_.empty()) {
-      if (LabelOf(*node, kLabelMigConfigState) != handled_state_ && !SetState(handled_state_)) {
-        return false;  // Tried again at the next Sync.
+      Abandon();
+      if (LabelOf(*node, kLabelMigConfigState) != handled_state_ && !SetState(handled_state_) &&
+          !handled_state_.empty()) {
+        owed_state_ = handled_state_;
       }
-      pending_.clear();
     }
     return false;
   }
@@ -262,6 +278,26 @@ bool MigConfigLabel::Sync(const std::vector<nlohmann::json>& pods) {
     Finish(name, check, "");
     return false;
   }
+  // The GPUs it would change are withdrawn from the kubelet first, and changed only at a later
+  // Sync: by then the kubelet has taken the unhealthy devices and admits no new pod to them, so
+  // every pod that may hold an instance is in `pods`. GPUs withdrawn for a configuration the
+  // label named before count, as they have been withdrawn as long.
+  std::vector<int> matched;
+  for (const mig::ApplyTarget& t : targets) {
+    if (EntryFor(*config, t) != nullptr) matched.push_back(t.index);
+  }
+  std::sort(matched.begin(), matched.end());
+  const bool settled =
+      std::includes(withdrawn_.begin(), withdrawn_.end(), matched.begin(), matched.end());
+  if (matched != withdrawn_) {
+    std::string list;
+    for (int index : matched) list += (list.empty() ? "" : ", ") + std::to_string(index);
+    LogInfo(
+        "MIG configuration %s: the devices of GPU(s) %s are withdrawn from the kubelet until "
+        "it is applied",
+        name.c_str(), list.c_str());
+    withdrawn_ = std::move(matched);
+  }
   if (std::string busy = BusyReason(*config, targets, pods); !busy.empty()) {
     if (!wait_noted_) {
       wait_noted_ = true;
@@ -272,6 +308,7 @@ bool MigConfigLabel::Sync(const std::vector<nlohmann::json>& pods) {
     }
     return false;
   }
+  if (!settled) return false;  // Applied at the next Sync, if nothing holds the GPUs then.
   StatusOr<std::vector<std::string>> applied =
       mig::ApplyConfig(*config, targets, *gpus_->mig_backend);
   if (!applied.ok()) {

@@ -39,11 +39,15 @@ class MigConfigLabel {
 
   // One look at the node's label; `pods` are the pods bound to the node now. When the label
   // names a configuration other than the last one handled:
-  // - already in place on the GPUs it matches: state success, nothing changed;
+  // - already in place on the GPUs it matches: state success, nothing changed, nothing withdrawn;
   // - else state pending, then failed with a warning event carrying the one-line reason (no
   //   such configuration, a layout that does not fit, a GPU whose MIG mode differs from the
   //   configuration's, which the agent does not change, a layout the single strategy cannot
   //   serve, an error of the driver, after which the GPUs are rolled back);
+  // - once those checks pass, the GPUs it matches are withdrawn (Withdrawn) until it is applied,
+  //   fails or is given up, so that the kubelet admits no new pod to their instances; it is
+  //   applied at a later Sync than the one that withdrew them (the kubelet has then had a resync
+  //   period to take the change), never at that one;
   // - while a GPU it matches has an instance in use, or any pod on the node that has not
   //   finished asks for a static MIG resource (nvidia.com/mig-*, or under the single strategy
   //   nvidia.com/gpu; the agent cannot tell which instance a pod holds, so any such pod holds
@@ -51,12 +55,17 @@ class MigConfigLabel {
   //   log and a node event; a later Sync applies once they are free;
   // - else mig::ApplyConfig to the static MIG GPUs it matches (never any other GPU), state
   //   success and an event.
-  // A label that is removed, or names what was handled last, changes nothing (a label set back
-  // to it while another configuration waited gets that one's state back); a failed
-  // configuration is tried again only when the label changes (or the agent restarts). Returns
-  // true when the GPUs' instances changed (the caller re-reads them). API errors are logged and
-  // retried at the next Sync.
+  // A label that names what was handled last changes nothing (a label set back to it while
+  // another configuration waited gets that one's state back); a label that is removed changes
+  // no instance (a configuration that waited is given up: the state it replaced comes back, or
+  // the state label goes when there was none). A failed configuration is tried again only when
+  // the label changes (or the agent restarts). Returns true when the GPUs' instances changed
+  // (the caller re-reads them). API errors are logged and retried at the next Sync.
   bool Sync(const std::vector<nlohmann::json>& pods);
+
+  // Whether the devices of static MIG GPU `gpu` are withdrawn now: the agent lists them to the
+  // kubelet as unhealthy (still listed, so pods running on them keep them).
+  bool Withdrawn(int gpu) const;
 
  private:
   std::vector<mig::ApplyTarget> Targets() const;
@@ -70,7 +79,10 @@ class MigConfigLabel {
   // The layout the single strategy would serve after `config`: an error if not uniform.
   Status CheckSingle(const mig::MigPartedConfig& config,
                      const std::vector<mig::ApplyTarget>& targets) const;
+  // Sets the state label; "" removes it.
   bool SetState(const std::string& state);
+  // Gives up the waiting configuration: its withdrawal ends.
+  void Abandon();
   // Ends the handling of `name`: the state, an event and the log.
   void Finish(const std::string& name, const Status& result, const std::string& detail);
 
@@ -81,6 +93,7 @@ class MigConfigLabel {
   std::string handled_state_;  // and which of the two.
   std::string pending_;        // The configuration waiting for its GPUs.
   bool wait_noted_ = false;    // The wait for `pending_` has been reported.
+  std::vector<int> withdrawn_;  // The GPUs withdrawn for `pending_`, sorted.
   std::string owed_state_;     // A final state the API server has not taken yet.
 };
 

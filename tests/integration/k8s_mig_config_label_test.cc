@@ -1,9 +1,10 @@
 // The node's nvidia.com/mig.config label, from label to advertised resources to pods placed, on
 // simulated GPUs against the fake API server and kubelet: NVIDIA's MIG manager walkthrough (label
 // an 8 x H100 node all-1g.10gb, see nvidia.com/mig-1g.10gb: 56, scale a deployment of one-slice
-// pods to 100, 56 run), the state label and events, waiting for pods that hold instances, the
-// single strategy, an operator's ConfigMap, and configurations that fail leaving the GPUs as
-// they were.
+// pods to 100, 56 run), the state label and events, the devices withdrawn from the kubelet a
+// resync before the change (no pod can be admitted to an instance about to be replaced), waiting
+// for pods that hold instances, the single strategy, an operator's ConfigMap, and configurations
+// that fail leaving the GPUs as they were.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -80,11 +81,19 @@ class MigConfigLabelTest : public ::testing::Test {
     return agent_->Start();
   }
 
-  // kubectl label node --overwrite.
-  void Label(const std::string& key, const std::string& value) {
+  // kubectl label node --overwrite; a null `value` removes the label.
+  void Label(const std::string& key, const json& value) {
     auto done = client_->Patch(std::string("/api/v1/nodes/") + kNode,
                                {{"metadata", {{"labels", {{key, value}}}}}});
     ASSERT_TRUE(done.ok()) << done.status().ToString();
+  }
+
+  // Labels the node with configuration `name` and resyncs twice: the first resync withdraws the
+  // devices of the GPUs it changes, the second applies it.
+  void Configure(const std::string& name) {
+    Label("nvidia.com/mig.config", name);
+    ASSERT_TRUE(agent_->Resync().ok());
+    ASSERT_TRUE(agent_->Resync().ok());
   }
 
   json Labels() { return (*server_->Get("nodes", "", kNode))["metadata"]["labels"]; }
@@ -122,19 +131,34 @@ class MigConfigLabelTest : public ::testing::Test {
     return out;
   }
 
-  // The devices of `resource` as the kubelet's ListAndWatch now lists them (its latest list).
-  std::vector<std::string> Devices(const std::string& resource) {
+  // The devices of `resource` as the kubelet's ListAndWatch now lists them (its latest list):
+  // id -> health ("Healthy" or "Unhealthy").
+  std::map<std::string, std::string> Health(const std::string& resource) {
     auto registered = Registered();
     if (registered.count(resource) == 0) return {};
     KubeletClient kubelet(kubelet_dir_.path(), registered.at(resource));
     kubelet.StartListAndWatch();
-    std::vector<std::string> out;
+    std::map<std::string, std::string> out;
     auto list = kubelet.NextDeviceList(std::chrono::seconds(5));
     EXPECT_TRUE(list.has_value()) << resource;
     if (list) {
-      for (const auto& d : list->devices()) out.push_back(d.id());
+      for (const auto& d : list->devices()) out[d.id()] = d.health();
     }
     return out;
+  }
+
+  // Their ids.
+  std::vector<std::string> Devices(const std::string& resource) {
+    std::vector<std::string> out;
+    for (const auto& [id, health] : Health(resource)) out.push_back(id);
+    return out;
+  }
+
+  // How many devices of `resource` the kubelet's list has with `health`.
+  size_t Count(const std::string& resource, const std::string& health) {
+    size_t n = 0;
+    for (const auto& [id, h] : Health(resource)) n += h == health;
+    return n;
   }
 
   // A pod of a deployment asking for one `resource`, unbound; or bound to the node and running.
@@ -195,8 +219,12 @@ TEST_F(MigConfigLabelTest, LabelToResourcesToPodsPlacedAsInNvidiasWalkthrough) {
   ASSERT_TRUE(started.ok()) << started.ToString();
   EXPECT_EQ(Registered().count(kSlice), 0u) << "no instances yet";
 
-  // kubectl label node h100-node nvidia.com/mig.config=all-1g.10gb
+  // kubectl label node h100-node nvidia.com/mig.config=all-1g.10gb: the first resync checks it
+  // and withdraws the GPUs' devices (they have none yet), the next applies it.
   Label("nvidia.com/mig.config", "all-1g.10gb");
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_EQ(States(), (std::vector<std::string>{"pending"}));
+  EXPECT_TRUE(Instances().empty());
   ASSERT_TRUE(agent_->Resync().ok());
   EXPECT_EQ(States(), (std::vector<std::string>{"pending", "success"}));
   ASSERT_EQ(Events(kReasonMigConfigApplied).size(), 1u);
@@ -209,6 +237,7 @@ TEST_F(MigConfigLabelTest, LabelToResourcesToPodsPlacedAsInNvidiasWalkthrough) {
   EXPECT_EQ(devices.size(), 56u);
   EXPECT_EQ(distinct.size(), 56u);
   for (const std::string& id : devices) EXPECT_EQ(id.rfind("MIG-", 0), 0u) << id;
+  EXPECT_EQ(Count(kSlice, "Healthy"), 56u);
 
   // GPU feature discovery's labels.
   json labels = Labels();
@@ -264,8 +293,7 @@ TEST_F(MigConfigLabelTest, LabelToResourcesToPodsPlacedAsInNvidiasWalkthrough) {
 
 TEST_F(MigConfigLabelTest, AnUnknownNameFailsWithAnEventAndChangesNothing) {
   ASSERT_TRUE(StartAgent().ok());
-  Label("nvidia.com/mig.config", "all-1g.10gb");
-  ASSERT_TRUE(agent_->Resync().ok());
+  Configure("all-1g.10gb");
   const std::vector<std::string> before = Instances();
   ASSERT_EQ(before.size(), 56u);
 
@@ -279,7 +307,8 @@ TEST_F(MigConfigLabelTest, AnUnknownNameFailsWithAnEventAndChangesNothing) {
   EXPECT_THAT(failed[0], HasSubstr("all-balanced")) << "it lists the names it knows";
   EXPECT_EQ(failed[0].find('\n'), std::string::npos);
   EXPECT_EQ(Instances(), before);
-  EXPECT_EQ(Devices(kSlice).size(), 56u);
+  EXPECT_EQ(Count(kSlice, "Healthy"), 56u) << "a configuration that fails its checks withdraws "
+                                              "nothing";
 
   // A failure is not retried at every resync; only a new label is looked at.
   ASSERT_TRUE(agent_->Resync().ok());
@@ -289,8 +318,7 @@ TEST_F(MigConfigLabelTest, AnUnknownNameFailsWithAnEventAndChangesNothing) {
 
 TEST_F(MigConfigLabelTest, WaitsWhilePodsHoldInstancesSaysSoOnceThenApplies) {
   ASSERT_TRUE(StartAgent().ok());
-  Label("nvidia.com/mig.config", "all-1g.10gb");
-  ASSERT_TRUE(agent_->Resync().ok());
+  Configure("all-1g.10gb");
   const std::vector<std::string> before = Instances();
   Pod("trainer", kSlice, /*running=*/true);
 
@@ -302,16 +330,20 @@ TEST_F(MigConfigLabelTest, WaitsWhilePodsHoldInstancesSaysSoOnceThenApplies) {
   EXPECT_THAT(waiting[0], HasSubstr("all-balanced waits"));
   EXPECT_THAT(waiting[0], HasSubstr("default/trainer"));
   EXPECT_EQ(Instances(), before) << "never touched while a pod holds an instance";
+  // Withdrawn while it waits: the trainer keeps its instance, no new pod gets one.
+  EXPECT_EQ(Count(kSlice, "Unhealthy"), 56u);
   ASSERT_TRUE(agent_->Resync().ok());
   EXPECT_EQ(State(), "pending");
   EXPECT_EQ(Events(kReasonMigConfigWaiting).size(), 1u) << "said once per change";
   EXPECT_EQ(Instances(), before);
 
-  // The operator changes their mind: back to the layout in place, which stays.
+  // The operator changes their mind: back to the layout in place, which stays, its devices
+  // healthy again.
   Label("nvidia.com/mig.config", "all-1g.10gb");
   ASSERT_TRUE(agent_->Resync().ok());
   EXPECT_EQ(State(), "success");
   EXPECT_EQ(Instances(), before);
+  EXPECT_EQ(Count(kSlice, "Healthy"), 56u);
   // And forth: a new change, said again.
   Label("nvidia.com/mig.config", "all-balanced");
   ASSERT_TRUE(agent_->Resync().ok());
@@ -329,14 +361,116 @@ TEST_F(MigConfigLabelTest, WaitsWhilePodsHoldInstancesSaysSoOnceThenApplies) {
   EXPECT_EQ(labels["nvidia.com/mig-2g.20gb.count"], "8");
   EXPECT_EQ(labels["nvidia.com/mig-3g.40gb.count"], "8");
   EXPECT_EQ(labels["nvidia.com/mig-3g.40gb.memory"], "40448");
+  EXPECT_EQ(Count(kSlice, "Healthy"), 16u) << "the new instances' devices, healthy";
+  EXPECT_EQ(Count("nvidia.com/mig-3g.40gb", "Healthy"), 8u);
   EXPECT_EQ(Devices(kSlice).size(), 16u);
-  EXPECT_EQ(Devices("nvidia.com/mig-3g.40gb").size(), 8u);
+}
+
+TEST_F(MigConfigLabelTest, WithdrawsTheDevicesAResyncBeforeTheChangeSoNoPodIsAdmittedToThem) {
+  ASSERT_TRUE(StartAgent().ok());
+  Configure("all-1g.10gb");
+  ASSERT_EQ(State(), "success");
+  const std::vector<std::string> before = Instances();
+  ASSERT_EQ(before.size(), 56u);
+  ASSERT_EQ(Count(kSlice, "Healthy"), 56u);
+
+  // Nothing holds the GPUs, yet the first resync only withdraws their devices: still listed (the
+  // kubelet must see them go unhealthy, not vanish), but unhealthy, so it admits no new pod.
+  Label("nvidia.com/mig.config", "all-balanced");
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_EQ(State(), "pending");
+  EXPECT_EQ(Instances(), before) << "not changed at the resync that withdrew the devices";
+  EXPECT_EQ(Count(kSlice, "Unhealthy"), 56u);
+  EXPECT_EQ(Count(kSlice, "Healthy"), 0u);
+  EXPECT_TRUE(Events(kReasonMigConfigWaiting).empty()) << "nothing to wait for";
+
+  // The race: a pod the kubelet admitted just before it took the withdrawal, bound to the node
+  // and holding an instance. The next resync sees it in its fresh list of pods and waits.
+  Pod("late", kSlice, /*running=*/true);
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_EQ(State(), "pending");
+  EXPECT_EQ(Instances(), before) << "never touched while a pod holds an instance";
+  std::vector<std::string> waiting = Events(kReasonMigConfigWaiting);
+  ASSERT_EQ(waiting.size(), 1u);
+  EXPECT_THAT(waiting[0], HasSubstr("default/late"));
+  EXPECT_EQ(Count(kSlice, "Unhealthy"), 56u) << "still withdrawn while it waits";
+
+  // The pod ends: the next resync applies, and the new instances' devices are healthy.
+  json pod = *server_->Get("pods", "default", "late");
+  pod["status"]["phase"] = "Succeeded";
+  server_->Put(pod);
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_EQ(State(), "success");
+  EXPECT_NE(Instances(), before);
+  EXPECT_EQ(Instances().size(), 32u);
+  EXPECT_EQ(Count(kSlice, "Healthy"), 16u);
+  EXPECT_EQ(Count(kSlice, "Unhealthy"), 0u);
+  EXPECT_EQ(Count("nvidia.com/mig-2g.20gb", "Healthy"), 8u);
+  EXPECT_EQ(Count("nvidia.com/mig-3g.40gb", "Healthy"), 8u);
+  EXPECT_EQ(States(), (std::vector<std::string>{"pending", "success", "pending", "success"}));
+}
+
+TEST_F(MigConfigLabelTest, AConfigurationInPlaceWithdrawsNothing) {
+  ASSERT_TRUE(StartAgent().ok());
+  Configure("all-1g.10gb");
+  ASSERT_EQ(State(), "success");
+  const std::vector<std::string> before = Instances();
+  ASSERT_EQ(before.size(), 56u);
+  Pod("trainer", kSlice, /*running=*/true);
+
+  // A restarted agent finds the label's layout in place: success at its first resync, and the
+  // devices never leave the kubelet, not even for a resync, though a pod holds one of them.
+  agent_->Stop();
+  agent_.reset();
+  ASSERT_TRUE(StartAgent().ok());
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_EQ(State(), "success");
+  EXPECT_EQ(States(), (std::vector<std::string>{"pending", "success", "success"}));
+  EXPECT_EQ(Count(kSlice, "Healthy"), 56u);
+  EXPECT_EQ(Count(kSlice, "Unhealthy"), 0u);
+  EXPECT_TRUE(Events(kReasonMigConfigWaiting).empty());
+  EXPECT_EQ(Instances(), before);
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_EQ(Count(kSlice, "Healthy"), 56u);
+  EXPECT_EQ(Instances(), before);
+}
+
+TEST_F(MigConfigLabelTest, AConfigurationGivenUpGivesItsDevicesBack) {
+  ASSERT_TRUE(StartAgent().ok());
+  Configure("all-1g.10gb");
+  const std::vector<std::string> before = Instances();
+  ASSERT_EQ(before.size(), 56u);
+
+  // Label removed while a configuration waits: given up, devices and state as they were.
+  Label("nvidia.com/mig.config", "all-balanced");
+  ASSERT_TRUE(agent_->Resync().ok());
+  ASSERT_EQ(Count(kSlice, "Unhealthy"), 56u);
+  Label("nvidia.com/mig.config", nullptr);
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_EQ(State(), "success");
+  EXPECT_EQ(Count(kSlice, "Healthy"), 56u);
+  EXPECT_EQ(Instances(), before);
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_EQ(Instances(), before);
+
+  // Relabelled: withdrawn again from the start (a resync), not applied at once.
+  Label("nvidia.com/mig.config", "all-balanced");
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_EQ(State(), "pending");
+  EXPECT_EQ(Count(kSlice, "Unhealthy"), 56u);
+  EXPECT_EQ(Instances(), before);
+
+  // A name that fails its checks ends the withdrawal.
+  Label("nvidia.com/mig.config", "all-9g.1tb");
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_EQ(State(), "failed");
+  EXPECT_EQ(Count(kSlice, "Healthy"), 56u);
+  EXPECT_EQ(Instances(), before);
 }
 
 TEST_F(MigConfigLabelTest, WaitsWhileAProcessHasAContextInAnInstance) {
   ASSERT_TRUE(StartAgent().ok());
-  Label("nvidia.com/mig.config", "all-3g.40gb");
-  ASSERT_TRUE(agent_->Resync().ok());
+  Configure("all-3g.40gb");
   const std::vector<std::string> before = Instances();
   ASSERT_EQ(before.size(), 16u);
   // A CUDA program outside Kubernetes (no pod asks for the resource) in GPU 0's first instance.
@@ -370,8 +504,7 @@ TEST_F(MigConfigLabelTest, WaitsWhileAProcessHasAContextInAnInstance) {
 
 TEST_F(MigConfigLabelTest, SingleStrategyServesEveryInstanceAsNvidiaGpuAndNeedsOneProfile) {
   ASSERT_TRUE(StartAgent("single").ok());
-  Label("nvidia.com/mig.config", "all-1g.10gb");
-  ASSERT_TRUE(agent_->Resync().ok());
+  Configure("all-1g.10gb");
   EXPECT_EQ(State(), "success");
   ASSERT_TRUE(kubelet_->WaitForRegistrations(2, std::chrono::seconds(5)));
   std::vector<std::string> gpus = Devices("nvidia.com/gpu");
@@ -395,7 +528,16 @@ TEST_F(MigConfigLabelTest, SingleStrategyServesEveryInstanceAsNvidiaGpuAndNeedsO
   ASSERT_EQ(Events(kReasonMigConfigFailed).size(), 1u);
   EXPECT_THAT(Events(kReasonMigConfigFailed)[0], HasSubstr("single MIG strategy"));
   EXPECT_EQ(Instances(), before);
-  EXPECT_EQ(Devices("nvidia.com/gpu").size(), 56u);
+  EXPECT_EQ(Count("nvidia.com/gpu", "Healthy"), 56u);
+
+  // A uniform one is served so: withdrawn (every instance is nvidia.com/gpu), then applied.
+  Label("nvidia.com/mig.config", "all-2g.20gb");
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_EQ(State(), "pending");
+  EXPECT_EQ(Count("nvidia.com/gpu", "Unhealthy"), 56u);
+  ASSERT_TRUE(agent_->Resync().ok());
+  EXPECT_EQ(State(), "success");
+  EXPECT_EQ(Count("nvidia.com/gpu", "Healthy"), 24u);
 }
 
 TEST_F(MigConfigLabelTest, AnOperatorsConfigMapOverridesAndExtendsTheDefaults) {
@@ -424,13 +566,11 @@ mig-configs:
         "1g.10gb": 1
 )")
                   .ok());
-  Label("nvidia.com/mig.config", "all-1g.10gb");
-  ASSERT_TRUE(agent_->Resync().ok());
+  Configure("all-1g.10gb");
   EXPECT_EQ(State(), "success");
   EXPECT_EQ(Devices(kSlice).size(), 16u) << "the operator's all-1g.10gb, not the default";
 
-  Label("nvidia.com/mig.config", "two-3g");
-  ASSERT_TRUE(agent_->Resync().ok());
+  Configure("two-3g");
   EXPECT_EQ(State(), "success");
   json labels = Labels();
   EXPECT_EQ(labels["nvidia.com/mig-3g.40gb.count"], "16");
@@ -457,8 +597,7 @@ mig-configs:
   }
 
   // A default the file does not name is still there.
-  Label("nvidia.com/mig.config", "all-7g.80gb");
-  ASSERT_TRUE(agent_->Resync().ok());
+  Configure("all-7g.80gb");
   EXPECT_EQ(State(), "success");
   EXPECT_EQ(Labels()["nvidia.com/mig-7g.80gb.count"], "8");
 }
