@@ -21,6 +21,7 @@
 #include "k8s/api_client.h"
 #include "k8s/fake_apiserver.h"
 #include "k8s/fake_kubelet.h"
+#include "k8s/fake_node.h"
 #include "k8s/mig_config_label.h"
 #include "k8s/object_fields.h"
 #include "machine/node_gpus.h"
@@ -43,15 +44,12 @@ class MigConfigLabelTest : public ::testing::Test {
  protected:
   void SetUp() override {
     setenv("GPUFRAC_SIMGPU_DIR", GPUFRAC_SIMGPU_DIR, 1);
-    auto server = FakeApiServer::Start();
-    ASSERT_TRUE(server.ok()) << server.status().ToString();
-    server_ = std::move(*server);
-    server_->Put({{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", kNode}}}});
-    auto client = ApiClient::Create(server_->client_config());
-    ASSERT_TRUE(client.ok()) << client.status().ToString();
-    client_ = std::move(*client);
-    kubelet_ = std::make_unique<FakeKubelet>(kubelet_dir_.path());
-    ASSERT_TRUE(kubelet_->Start().ok());
+    StatusOr<testing::FakeNode> node =
+        testing::StartFakeNode(testing::BareNode(kNode), kubelet_dir_.path());
+    ASSERT_TRUE(node.ok()) << node.status().ToString();
+    server_ = std::move(node->server);
+    client_ = std::move(node->client);
+    kubelet_ = std::move(node->kubelet);
     std::filesystem::create_directories(host_dir_.path() + "/dev");
   }
 
