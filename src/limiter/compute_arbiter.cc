@@ -17,13 +17,12 @@
 #include <cstdio>
 #include <cstring>
 
+#include "limiter/arbiter_guard.h"
 #include "limiter/file_stat.h"
 
 namespace gpufrac::limiter {
 namespace {
 
-constexpr uint64_t kMagic = 0x6770756672616361ULL;  // "gpufraca"
-constexpr uint32_t kVersion = 2;
 // The longest one futex sleep lasts before the waiter looks again.
 constexpr uint64_t kMaxSleepNs = 50'000'000;
 // How long a lock may take before the caller gives up on arbitration for this launch.
@@ -80,7 +79,7 @@ bool ComputeArbiter::CreateAt(int dir_fd, const char* name, uint64_t turn_ns, ch
         pread(fd, &magic, sizeof(magic), offsetof(ArbiterSegment, magic)) == sizeof(magic) &&
         pread(fd, &version, sizeof(version), offsetof(ArbiterSegment, version)) ==
             sizeof(version) &&
-        magic == kMagic && version == kVersion;
+        magic == kArbiterMagic && version == kArbiterVersion;
     if (fd >= 0) close(fd);
     if (current) return true;
     if (unlinkat(dir_fd, name, 0) != 0) {
@@ -105,8 +104,8 @@ bool ComputeArbiter::CreateAt(int dir_fd, const char* name, uint64_t turn_ns, ch
     return false;
   }
   auto* seg = static_cast<ArbiterSegment*>(map);
-  seg->magic = kMagic;
-  seg->version = kVersion;
+  seg->magic = kArbiterMagic;
+  seg->version = kArbiterVersion;
   seg->turn_ns = turn_ns;
   pthread_mutexattr_t attr;
   pthread_mutexattr_init(&attr);
@@ -172,7 +171,7 @@ bool ComputeArbiter::Attach(const char* dir, const char* name, const char* workl
     return false;
   }
   auto* seg = static_cast<ArbiterSegment*>(map);
-  if (seg->magic != kMagic || seg->version != kVersion ||
+  if (seg->magic != kArbiterMagic || seg->version != kArbiterVersion ||
       seg->ready.load(std::memory_order_acquire) != 1 || seg->turn_ns == 0) {
     snprintf(err, err_len, "%s is not a compute arbiter of this version", path);
     munmap(map, sizeof(ArbiterSegment));
@@ -200,6 +199,8 @@ bool ComputeArbiter::Attach(const char* dir, const char* name, const char* workl
     seg_ = nullptr;
     return false;
   }
+  // Another workload truncating the file must not kill this process (arbiter_guard.h).
+  GuardArbiter(seg_, slot_);
   return true;
 }
 

@@ -39,7 +39,8 @@
 //
 // Trust: every workload on the GPU can write the segment (it is how they take turns), so a hostile
 // one can disturb the turns. Waits are bounded, so the worst it can do to the others is what the
-// GPU does without gpufrac: an equal share of time.
+// GPU does without gpufrac: an equal share of time. One that truncates the file would make the
+// others' mappings fault: arbiter_guard.h keeps them running, without turns.
 #pragma once
 
 #include <pthread.h>
@@ -53,6 +54,9 @@
 namespace gpufrac::limiter {
 
 constexpr int kArbiterSlots = 64;
+// A segment's first fields: what makes it an arbiter of this layout.
+constexpr uint64_t kArbiterMagic = 0x6770756672616361ULL;  // "gpufraca"
+constexpr uint32_t kArbiterVersion = 2;
 // The heaviest busy workload's turn; a lighter one's is shorter in proportion to its request, but
 // never below turn_ns / kShortestTurnDivisor.
 constexpr uint64_t kDefaultTurnNs = 20'000'000;

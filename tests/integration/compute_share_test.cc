@@ -287,6 +287,24 @@ TEST_F(ComputeShareTest, ExecCommandsOfOneUserTakeTurns) {
   std::filesystem::remove_all(arbiters);
 }
 
+// Every workload can write the arbiter; one that truncates it must not kill the others (their
+// mappings fault): they finish their work, without turns.
+TEST_F(ComputeShareTest, AWorkloadThatTruncatesTheArbiterCannotKillTheOthers) {
+  const pid_t a = StartWorkload({250, 1000}, 2);
+  const pid_t b = StartWorkload({750, 1000}, 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(truncate((dir_ + "/compute." + uuid_).c_str(), 0), 0);
+  for (pid_t pid : {a, b}) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "workload " << pid << " ended with "
+        << (WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
+                                : "status " + std::to_string(WEXITSTATUS(status)));
+  }
+  pids_.clear();
+}
+
 // A kernel longer than a turn cannot be cut short, but is charged: over time the workload still
 // gets its share.
 TEST_F(ComputeShareTest, LongKernelsAreHeldToTheirShare) {
