@@ -7,11 +7,18 @@ that Slurm's scheduler never places more memory on a GPU than it has. A request 
 hold is refused at submission with the reason. Jobs without gpufrac's options, and jobs that ask
 for whole GPUs (--gres=gpu:N, --gpus...), are left as they are.
 
+On a cluster that shares GPUs through Slurm's `mps` GRES instead, set GPUFRAC_GRES to "mps" and
+give each model its MPS count per GPU (100 as Slurm's documentation has it) as `shards`: the rule
+then books the request's share of those units, or the user's own --gres=mps:N where that is more
+(N is also the share of the GPU's SMs Slurm gives the job, which the user may want larger).
+
 Edit GPUFRAC_GPUS to describe the cluster: one entry per GPU model, with its memory and the
 shard count per GPU that gres.conf declares for it (docs/slurm.md). Shards are a count, the same
 unit on every node, so give every model the same memory per shard where you can (e.g. 1 GiB: an
 80 GB GPU has 80 shards, a 40 GB one 40); where models differ, a job gets the largest count any
 model that can hold it needs, which is safe on every model and wastes some on the larger ones. --]]
+
+GPUFRAC_GRES = "shard"
 
 GPUFRAC_GPUS = {
   { name = "A100-40GB", memory = "40G", shards = 8 },
@@ -111,15 +118,21 @@ function gpufrac_shards_needed(memory_text, fraction_text)
   return needed
 end
 
--- tres_per_node without any shard request, and with `count` shards added.
-local function with_shards(tres_per_node, count)
+-- tres_per_node with `count` of GPUFRAC_GRES in place of the user's own request of it; for mps,
+-- the user's count where it is larger.
+local function with_units(tres_per_node, count)
   local kept = {}
   if tres_per_node ~= nil then
     for item in string.gmatch(tres_per_node, "[^,]+") do
-      if string.match(item, "^gres[:/]shard") == nil then table.insert(kept, item) end
+      if string.match(item, "^gres[:/]([^:]+)") ~= GPUFRAC_GRES then
+        table.insert(kept, item)
+      elseif GPUFRAC_GRES == "mps" then
+        local asked = tonumber(string.match(item, ":(%d+)$"))
+        if asked ~= nil and asked > count then count = asked end
+      end
     end
   end
-  table.insert(kept, "gres:shard:" .. count)
+  table.insert(kept, "gres:" .. GPUFRAC_GRES .. ":" .. count)
   return table.concat(kept, ",")
 end
 
@@ -133,7 +146,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     slurm.log_info("gpufrac: refused a job of uid %u: %s", submit_uid, reason)
     return slurm.ERROR
   end
-  job_desc.tres_per_node = with_shards(job_desc.tres_per_node, count)
+  job_desc.tres_per_node = with_units(job_desc.tres_per_node, count)
   return slurm.SUCCESS
 end
 

@@ -1,7 +1,8 @@
 // gpufrac on a real Slurm: Debian's munged, slurmctld and slurmd on loopback in a temporary
 // directory (tests/slurm/cluster.sh), two simulated A100-40GB GPUs declared in gres.conf with 8
 // shards each, gpufrac's SPANK plugin in plugstack.conf and its job-submit rule as job_submit.lua.
-// Jobs run as `nobody` and their CUDA programs (cuda_probe) on the simulated GPUs.
+// Jobs run as `nobody` and their CUDA programs (cuda_probe) on the simulated GPUs. SlurmMpsTest
+// runs a second such cluster whose GPUs declare Slurm's `mps` GRES (100 each) instead of shards.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pwd.h>
@@ -63,7 +64,10 @@ bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit)
 
 class SlurmTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  static void SetUpTestSuite() { StartCluster("shard", 8); }
+
+  // A cluster whose two GPUs are shared through Slurm's `sharing` GRES, `units` of it each.
+  static void StartCluster(const std::string& sharing, int units) {
     if (geteuid() != 0) {
       skip_reason_ = "needs root: slurmd runs jobs as their users";
       return;
@@ -81,7 +85,8 @@ class SlurmTest : public ::testing::Test {
     fs::create_directories(dir_ + "/out");
     chmod((dir_ + "/out").c_str(), 01777);
     Result started =
-        Shell(std::string(GPUFRAC_SOURCE_DIR) + "/tests/slurm/cluster.sh start " + dir_ + " 2 8 " +
+        Shell("GPUFRAC_SLURM_SHARING=" + sharing + " " + std::string(GPUFRAC_SOURCE_DIR) +
+              "/tests/slurm/cluster.sh start " + dir_ + " 2 " + std::to_string(units) + " " +
               build + "/lib/libgpufrac_spank.so " + dir_ + "/bin/libgpufrac.so " + dir_ +
               "/simgpu " + GPUFRAC_SOURCE_DIR + "/src/slurm/job_submit.lua");
     ASSERT_EQ(started.code, 0) << started.out << Logs();
@@ -113,6 +118,8 @@ class SlurmTest : public ::testing::Test {
       }
     }
     fs::remove_all(dir_, ec);
+    dir_.clear();
+    started_ = false;
   }
 
   void SetUp() override {
@@ -174,13 +181,13 @@ class SlurmTest : public ::testing::Test {
     return n;
   }
 
-  // Whether shards are in use on the node: Slurm 22.05 shows
-  // "GresUsed=gpu:0,shard:(null):0(IDX:N/A)" when none is (the number is not the count of shards in
-  // use, but 0 only when none is).
+  // Whether shards (or MPS units, on SlurmMpsTest's cluster) are in use on the node: Slurm 22.05
+  // shows "GresUsed=gpu:0,shard:(null):0(IDX:N/A)" when none is (the number is not the count of
+  // shards in use, but 0 only when none is).
   static int ShardsInUse() {
     std::string out = AsRoot("scontrol show node -d gf1").out;
     std::smatch m;
-    if (!std::regex_search(out, m, std::regex(R"(GresUsed=\S*shard:(?:[^:,]*:)?(\d+))"))) {
+    if (!std::regex_search(out, m, std::regex(R"(GresUsed=\S*(?:shard|mps):(?:[^:,]*:)?(\d+))"))) {
       return -1;
     }
     return std::stoi(m[1]);
@@ -427,6 +434,98 @@ TEST_F(SlurmTest, AUserCannotChangeAGpufracJobsShards) {
   EXPECT_NE(Value(r.out, "gpufrac_update"), "0") << r.out;
   EXPECT_EQ(Value(r.out, "TresPerNode"), "gres:shard:2") << r.out;
   EXPECT_EQ(Value(r.out, "plain_update"), "0") << r.out;
+}
+
+// The same cluster with its GPUs shared through Slurm's `mps` GRES (100 units each, as Slurm's
+// documentation has it) instead of shards, and the job-submit rule booking MPS units
+// (GPUFRAC_GRES = "mps"). No MPS control daemon runs: starting one is the site's part, not
+// Slurm's. These check what a step's tasks are given and the memory their CUDA programs see.
+class SlurmMpsTest : public SlurmTest {
+ protected:
+  static void SetUpTestSuite() { StartCluster("mps", 100); }
+};
+
+// The limits of the step's GPU in its limit file (printed in `text`), as "LIMIT COMPUTE
+// COMPUTE-LIMIT": bytes, and thousandths of the GPU's time.
+std::string LimitLine(const std::string& text) {
+  std::smatch m;
+  if (!std::regex_search(
+          text, m,
+          std::regex(R"(gpu GPU-\S+ limit (\d+) context \d+ compute (\d+) compute-limit (\d+))"))) {
+    return "";
+  }
+  return m.str(1) + " " + m.str(2) + " " + m.str(3);
+}
+
+// With --gpu-compute, the step's thread percentage is its compute share: 25 where that is also
+// what the 25 MPS units Slurm booked give, 30 where it is not (Slurm's own would be 25). The
+// limit file has the same share, and the memory limit holds as on shards.
+TEST_F(SlurmMpsTest, GpuComputeSetsTheThreadPercentage) {
+  const std::string show =
+      "echo pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; cat $GPUFRAC_LIMIT_FILE; "
+      "$P info; $P alloc mem " +
+      std::to_string(11 * kGiB);
+  Result r = AsUser("srun --gres=mps:25 --gpu-memory 10G --gpu-compute 0.25 bash -c '" + show +
+                    "' > c25.out 2>&1; srun --gres=mps:25 --gpu-memory 10G --gpu-compute 0.3 "
+                    "bash -c '" +
+                    show + "' > c30.out 2>&1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::string c25, c30;
+  std::getline(std::ifstream(dir_ + "/out/c25.out"), c25, '\0');
+  std::getline(std::ifstream(dir_ + "/out/c30.out"), c30, '\0');
+  EXPECT_EQ(Value(c25, "pct"), "25") << c25;
+  EXPECT_EQ(Value(c30, "pct"), "30") << c30;
+  EXPECT_EQ(LimitLine(c25), std::to_string(10 * kGiB) + " 250 1000") << c25;
+  EXPECT_EQ(LimitLine(c30), std::to_string(10 * kGiB) + " 300 1000") << c30;
+  for (const std::string& out : {c25, c30}) {
+    EXPECT_EQ(Value(out, "total"), std::to_string(10 * kGiB)) << out;
+    EXPECT_EQ(Value(out, "alloc"), std::to_string(kCudaErrorOutOfMemory)) << out;
+  }
+  ExpectAllReleased("");
+}
+
+// Without --gpu-compute, the percentage stays what Slurm set from the job's MPS units (50 of the
+// GPU's 100), while the limiter keeps its default compute share (the memory's: 10 of 40 GiB) and
+// the memory limit. The job-submit rule kept the user's 50 units: more than the 25 its memory
+// needs.
+TEST_F(SlurmMpsTest, WithoutGpuComputeSlurmsPercentageStays) {
+  Result r = AsUser(
+      "srun --gres=mps:50 --gpu-memory 10G bash -c 'echo pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE "
+      "preload=$LD_PRELOAD; cat $GPUFRAC_LIMIT_FILE; scontrol show job $SLURM_JOB_ID | grep -o "
+      "\"TresPerNode=[^ ]*\"; $P info'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(Value(r.out, "pct"), "50") << r.out;
+  EXPECT_EQ(Value(r.out, "preload"), dir_ + "/bin/libgpufrac.so") << r.out;
+  EXPECT_EQ(Value(r.out, "TresPerNode"), "gres:mps:50") << r.out;
+  EXPECT_EQ(LimitLine(r.out), std::to_string(10 * kGiB) + " 250 1000") << r.out;
+  EXPECT_EQ(Value(r.out, "total"), std::to_string(10 * kGiB)) << r.out;
+}
+
+// The job-submit rule books a request's share of the GPU's MPS units: 25 for 10 GiB of 40, with or
+// without the user's own smaller --gres=mps.
+TEST_F(SlurmMpsTest, TheRuleBooksTheMemorysShareOfMpsUnits) {
+  Result r = AsUser(
+      "for gres in \"\" --gres=mps:10; do\n"
+      "  j=$(sbatch --parsable --hold -o /dev/null $gres --gpu-memory 10G --wrap true)\n"
+      "  scontrol show job $j | grep -o \"TresPerNode=[^ ]*\"; scancel $j\n"
+      "done");
+  EXPECT_EQ(Value(r.out, "TresPerNode", 0), "gres:mps:25") << r.out;
+  EXPECT_EQ(Value(r.out, "TresPerNode", 1), "gres:mps:25") << r.out;
+}
+
+// The comparison docs/slurm.md makes, MPS column: the same job with Slurm's own mps GRES only.
+// Slurm books 25 of the GPU's 100 units and sets the thread percentage to 25, but fences no
+// memory: the program sees the whole GPU and takes more than a quarter of it.
+TEST_F(SlurmMpsTest, SlurmsOwnMpsAloneFencesNoMemory) {
+  Result r = AsUser(
+      "srun --gres=mps:25 bash -c 'echo pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE "
+      "preload=$LD_PRELOAD; $P info; $P alloc mem " +
+      std::to_string(11 * kGiB) + "'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(Value(r.out, "pct"), "25") << r.out;
+  EXPECT_EQ(Value(r.out, "preload"), "") << r.out;
+  EXPECT_EQ(Value(r.out, "total"), std::to_string(40 * kGiB)) << r.out;
+  EXPECT_EQ(Value(r.out, "alloc"), "0") << r.out;
 }
 
 }  // namespace

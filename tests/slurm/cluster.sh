@@ -2,8 +2,12 @@
 # A real single-node Slurm (Debian's munged, slurmctld and slurmd) in one directory, on loopback,
 # with simulated GPUs declared in gres.conf against device nodes made here. Used by
 # tests/integration/slurm_test.cc and by hand:
-#   cluster.sh start DIR GPUS SHARDS_PER_GPU PLUGIN LIBGPUFRAC SIMGPU_DIR JOB_SUBMIT_LUA
+#   cluster.sh start DIR GPUS UNITS_PER_GPU PLUGIN LIBGPUFRAC SIMGPU_DIR JOB_SUBMIT_LUA
 #   cluster.sh stop DIR
+# The GPUs are shared through Slurm's `shard` GRES (UNITS_PER_GPU shards each), or with
+# GPUFRAC_SLURM_SHARING=mps through its `mps` GRES instead (UNITS_PER_GPU MPS units each, 100 as
+# Slurm's documentation has it). Not both: Slurm 22.05 accepts both on one node, but then sets
+# CUDA_MPS_ACTIVE_THREAD_PERCENTAGE from the node's shard count (312 for mps:25 with 8 shards).
 # `start` writes DIR/env (SLURM_CONF and the simulated machine's variables) for clients, and
 # waits until the node is idle. Needs root (slurmd runs jobs as their users).
 set -euo pipefail
@@ -38,7 +42,12 @@ free_port() {
 }
 
 start() {
-  local dir=$1 gpus=$2 shards=$3 plugin=$4 limiter=$5 simgpu=$6 lua=$7
+  local dir=$1 gpus=$2 units=$3 plugin=$4 limiter=$5 simgpu=$6 lua=$7
+  local sharing=${GPUFRAC_SLURM_SHARING:-shard}
+  case "$sharing" in
+    shard | mps) ;;
+    *) echo "cluster.sh: GPUFRAC_SLURM_SHARING is shard or mps, not \"$sharing\"" >&2; return 2 ;;
+  esac
   mkdir -p "$dir"/{dev,state,spool,log,gpufrac}
   chmod 0755 "$dir"
   # The GPUs' device nodes: NVIDIA's character major 195, minor = index.
@@ -108,18 +117,25 @@ InactiveLimit=0
 SchedulerType=sched/builtin
 PlugStackConfig=$dir/plugstack.conf
 JobSubmitPlugins=lua
-GresTypes=gpu,shard
-NodeName=gf1 NodeHostname=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=4000 Gres=gpu:$gpus,shard:$((gpus * shards)) State=UNKNOWN
+GresTypes=gpu,$sharing
+NodeName=gf1 NodeHostname=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=4000 Gres=gpu:$gpus,$sharing:$((gpus * units)) State=UNKNOWN
 PartitionName=main Nodes=gf1 Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
   {
     echo "NodeName=gf1 Name=gpu File=$dir/dev/nvidia[0-$last]"
     for ((i = 0; i < gpus; i++)); do
-      echo "NodeName=gf1 Name=shard Count=$shards File=$dir/dev/nvidia$i"
+      echo "NodeName=gf1 Name=$sharing Count=$units File=$dir/dev/nvidia$i"
     done
   } >"$dir/gres.conf"
   [ "$plugin" = none ] && : >"$dir/plugstack.conf" || echo "required $plugin state_dir=$dir/gpufrac limiter=$limiter" >"$dir/plugstack.conf"
-  cp "$lua" "$dir/job_submit.lua"
+  # The rule books what the GPUs declare: its GRES and its count per GPU (UNITS_PER_GPU).
+  sed -e "s/^GPUFRAC_GRES = \"shard\"\$/GPUFRAC_GRES = \"$sharing\"/" \
+    -e "s/\(memory = \"40G\", shards = \)[0-9]*/\1$units/" "$lua" >"$dir/job_submit.lua"
+  if ! grep -qx "GPUFRAC_GRES = \"$sharing\"" "$dir/job_submit.lua" ||
+    ! grep -q "shards = $units }" "$dir/job_submit.lua"; then
+    echo "cluster.sh: $lua does not have the GPUFRAC_GRES and A100-40GB lines this edits" >&2
+    return 1
+  fi
   cat >"$dir/env" <<ENV
 export SLURM_CONF=$dir/slurm.conf
 export LD_LIBRARY_PATH=$simgpu
@@ -146,5 +162,5 @@ ENV
 case "${1:-}" in
   start) shift; start "$@" ;;
   stop) shift; stop "$@" ;;
-  *) echo "usage: cluster.sh start DIR GPUS SHARDS PLUGIN LIBGPUFRAC SIMGPU_DIR LUA | stop DIR" >&2; exit 2 ;;
+  *) echo "usage: [GPUFRAC_SLURM_SHARING=shard|mps] cluster.sh start DIR GPUS UNITS PLUGIN LIBGPUFRAC SIMGPU_DIR LUA | stop DIR" >&2; exit 2 ;;
 esac
