@@ -28,6 +28,12 @@ local GiB = 1024 * 1024 * 1024
 local OPTION_PREFIX = "_SLURM_SPANK_OPTION_gpufrac_"
 
 -- Sizes as gpufrac writes them: binary units, "10G", "10GiB", "1536Mi", "512M", "1.5T".
+-- `text` for a log line: anything but printable ASCII (a user's option text may hold newlines
+-- or terminal escapes) as "?".
+local function printable(text)
+  return (string.gsub(text, "[^\32-\126]", "?"))
+end
+
 local function parse_size(text)
   if text == nil then return nil end
   local number, unit = string.match(text, "^%s*([%d%.]+)%s*(%a*)%s*$")
@@ -142,6 +148,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   if asks_whole_gpus(job_desc) then return slurm.SUCCESS end
   local count, reason = gpufrac_shards_needed(options["gpu_memory"], options["gpu_fraction"])
   if count == nil then
+    reason = printable(reason)
     slurm.log_user("gpufrac: %s", reason)
     slurm.log_info("gpufrac: refused a job of uid %u: %s", submit_uid, reason)
     return slurm.ERROR

@@ -13,6 +13,7 @@ extern "C" {
 
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -48,9 +49,12 @@ namespace slurm = gpufrac::slurm;
 constexpr char kDefaultStateDir[] = "/run/gpufrac/slurm";
 constexpr char kDefaultLimiter[] = "/usr/lib/gpufrac/libgpufrac.so";
 // Slurm's step ids that are not steps a user runs programs in: the extern step (adopted ssh
-// sessions) and the pending step.
+// sessions) and the pending step; and those of the job's own steps (the batch script's, salloc's
+// interactive one), which get the job's GPUs.
 constexpr uint32_t kExternStep = 0xfffffffc;
 constexpr uint32_t kPendingStep = 0xfffffffd;
+constexpr uint32_t kBatchStep = 0xfffffffb;
+constexpr uint32_t kInteractiveStep = 0xfffffffa;
 
 struct Config {
   std::string state_dir = kDefaultStateDir;
@@ -75,7 +79,7 @@ uint32_t g_job = 0, g_step = 0;
 std::vector<std::string> g_option_names, g_option_placeholders, g_option_help;
 std::vector<spank_option> g_option_table;
 
-int OnOption(int index, const char* value, int /*remote*/) {
+int OnOption(int index, const char* value, int remote) {
   try {
     const auto& specs = slurm::StepOptionSpecs();
     if (index < 0 || static_cast<size_t>(index) >= specs.size()) return -1;
@@ -84,6 +88,9 @@ int OnOption(int index, const char* value, int /*remote*/) {
     Status checked = slurm::CheckStepOption(spec.name, text);
     if (!checked.ok()) {
       slurm_error("gpufrac: %s", checked.message().c_str());
+      // In slurmstepd, Slurm only logs a refused option and runs the step without it: the step
+      // must not then run unlimited. Its tasks fail with the reason (as for any step error).
+      if (remote != 0 && g_step_error.empty()) g_step_error = checked.message();
       return -1;
     }
     g_options.*spec.text = std::move(text);
@@ -151,9 +158,11 @@ std::optional<std::string> GetEnv(spank_t sp, const char* name) {
 // The GPUs Slurm gave this step, as NVML knows them (global indices: SLURM_STEP_GPUS, which
 // Slurm sets for gpu and shard GRES alike, whatever ConstrainDevices does to
 // CUDA_VISIBLE_DEVICES).
-StatusOr<std::vector<gpufrac::gpu::DeviceInfo>> StepGpus(spank_t sp) {
-  std::optional<std::string> listed = GetEnv(sp, "SLURM_STEP_GPUS");
-  if (!listed || listed->empty()) listed = GetEnv(sp, "SLURM_JOB_GPUS");
+StatusOr<std::vector<gpufrac::gpu::DeviceInfo>> StepGpus(spank_t sp, uint32_t step) {
+  // Slurm writes the job's GPUs for its batch and interactive steps and the step's for the
+  // others; the other variable is whatever the user's environment held, so it is never read.
+  const bool job_step = step == kBatchStep || step == kInteractiveStep;
+  std::optional<std::string> listed = GetEnv(sp, job_step ? "SLURM_JOB_GPUS" : "SLURM_STEP_GPUS");
   if (!listed || listed->empty()) {
     return gpufrac::FailedPreconditionError(
         "the step has no GPU from Slurm: ask for shards (--gres=shard:N) or a GPU "
@@ -199,7 +208,7 @@ Status BeginStep(spank_t sp) {
     return gpufrac::InternalError("cannot read the step's job, step and user from Slurm");
   }
   if (step == kExternStep || step == kPendingStep) return gpufrac::OkStatus();
-  GPUFRAC_ASSIGN_OR_RETURN(std::vector<gpufrac::gpu::DeviceInfo> gpus, StepGpus(sp));
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<gpufrac::gpu::DeviceInfo> gpus, StepGpus(sp, step));
   GPUFRAC_ASSIGN_OR_RETURN(std::vector<gpufrac::launch::LimitedGpu> limits,
                            slurm::StepLimits(*g_request, gpus));
   GPUFRAC_ASSIGN_OR_RETURN(slurm::NodeState state, slurm::NodeState::Open(g_config.state_dir));
@@ -235,9 +244,14 @@ Status SetTaskEnvironment(spank_t sp) {
       return gpufrac::InternalError("cannot set " + name + " for the task");
     }
   }
-  // Under Slurm's mps GRES, MPS caps the step's SMs: at its compute share.
-  if (GetEnv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
-    if (std::optional<unsigned> percent = slurm::MpsThreadPercentage(*g_request)) {
+  // Under Slurm's mps GRES, MPS caps the step's SMs: at its compute share, never above the
+  // percentage Slurm set from the units the job booked (the request may lower it, not raise it).
+  if (std::optional<std::string> booked = GetEnv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
+    std::optional<unsigned> percent = slurm::MpsThreadPercentage(*g_request);
+    unsigned slurms = 0;
+    auto [end, ec] = std::from_chars(booked->data(), booked->data() + booked->size(), slurms);
+    const bool parsed = ec == std::errc() && end == booked->data() + booked->size();
+    if (percent && parsed && *percent < slurms) {
       spank_setenv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(*percent).c_str(), 1);
     }
   }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "common/text.h"
 #include "common/units.h"
 #include "gpu/catalogue.h"
 #include "placement/gpu_share.h"
@@ -27,9 +28,11 @@ constexpr Offered kOffered[] = {
 // A user's value is echoed in errors, which must stay one line (and not spoof log lines).
 Status CheckPrintable(std::string_view name, const std::string& value) {
   for (unsigned char c : value) {
-    if (c < 0x20 || c == 0x7f) {
+    // Sizes and fractions are ASCII: anything else (control characters, C1 bytes a terminal
+    // takes for escapes) is refused rather than echoed.
+    if (c < 0x20 || c >= 0x7f) {
       return InvalidArgumentError("--" + std::string(name) +
-                                  ": the value holds a control character");
+                                  ": the value holds a character that is not printable ASCII");
     }
   }
   return OkStatus();
@@ -89,13 +92,13 @@ StatusOr<std::vector<unsigned>> ParseGpuIndices(std::string_view text) {
     unsigned value = 0;
     auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
     if (item.empty() || ec != std::errc() || end != item.data() + item.size() || value > 1023) {
-      return InvalidArgumentError("not a list of GPU indices: \"" + std::string(whole) + "\"");
+      return InvalidArgumentError("not a list of GPU indices: \"" + Printable(whole) + "\"");
     }
     if (std::find(out.begin(), out.end(), value) == out.end()) out.push_back(value);
     if (comma == std::string_view::npos) break;
     text.remove_prefix(comma + 1);
     if (text.empty()) {
-      return InvalidArgumentError("not a list of GPU indices: \"" + std::string(whole) + "\"");
+      return InvalidArgumentError("not a list of GPU indices: \"" + Printable(whole) + "\"");
     }
   }
   if (out.empty()) return InvalidArgumentError("no GPU indices");

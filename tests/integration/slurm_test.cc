@@ -315,6 +315,16 @@ TEST_F(SlurmTest, TheStepsOfAJobShareOneBudget) {
   EXPECT_EQ(Count(r.out, "work=" + std::to_string(kCudaErrorOutOfMemory) + " "), 1) << r.out;
 }
 
+// The batch step's GPUs are the job's, as Slurm sets them, whatever the user's environment says:
+// a SLURM_STEP_GPUS exported before sbatch (here naming a GPU the node lacks) is not read.
+TEST_F(SlurmTest, TheBatchStepsGpusAreSlurmsNotTheUsersEnvironments) {
+  Result r = AsUser(
+      "SLURM_STEP_GPUS=7 sbatch --gpu-memory 10G --wait -o batch.out --wrap '$P info'; "
+      "cat batch.out");
+  EXPECT_EQ(Value(r.out, "total"), std::to_string(10 * kGiB)) << r.out;
+  EXPECT_EQ(r.out.find("GPU 7"), std::string::npos) << r.out;
+}
+
 TEST_F(SlurmTest, ScancelledStepLeavesNothing) {
   std::thread runner;
   Result result;
@@ -457,15 +467,16 @@ std::string LimitLine(const std::string& text) {
   return m.str(1) + " " + m.str(2) + " " + m.str(3);
 }
 
-// With --gpu-compute, the step's thread percentage is its compute share: 25 where that is also
-// what the 25 MPS units Slurm booked give, 30 where it is not (Slurm's own would be 25). The
-// limit file has the same share, and the memory limit holds as on shards.
+// With --gpu-compute, the step's thread percentage is its compute share where that is below what
+// the MPS units Slurm booked give (0.25 of a job booked 50 units: 25), and never above it (0.3 of
+// a job booked 25 units stays at Slurm's 25: a request cannot raise what was booked). The limit
+// file has the request's share, and the memory limit holds as on shards.
 TEST_F(SlurmMpsTest, GpuComputeSetsTheThreadPercentage) {
   const std::string show =
       "echo pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; cat $GPUFRAC_LIMIT_FILE; "
       "$P info; $P alloc mem " +
       std::to_string(11 * kGiB);
-  Result r = AsUser("srun --gres=mps:25 --gpu-memory 10G --gpu-compute 0.25 bash -c '" + show +
+  Result r = AsUser("srun --gres=mps:50 --gpu-memory 10G --gpu-compute 0.25 bash -c '" + show +
                     "' > c25.out 2>&1; srun --gres=mps:25 --gpu-memory 10G --gpu-compute 0.3 "
                     "bash -c '" +
                     show + "' > c30.out 2>&1");
@@ -474,7 +485,7 @@ TEST_F(SlurmMpsTest, GpuComputeSetsTheThreadPercentage) {
   std::getline(std::ifstream(dir_ + "/out/c25.out"), c25, '\0');
   std::getline(std::ifstream(dir_ + "/out/c30.out"), c30, '\0');
   EXPECT_EQ(Value(c25, "pct"), "25") << c25;
-  EXPECT_EQ(Value(c30, "pct"), "30") << c30;
+  EXPECT_EQ(Value(c30, "pct"), "25") << "not above the 25 units booked: " << c30;
   EXPECT_EQ(LimitLine(c25), std::to_string(10 * kGiB) + " 250 1000") << c25;
   EXPECT_EQ(LimitLine(c30), std::to_string(10 * kGiB) + " 300 1000") << c30;
   for (const std::string& out : {c25, c30}) {
