@@ -23,7 +23,7 @@ std::optional<GpuShareSize> ShareForFraction(uint32_t milli, uint64_t total, uin
 
 StatusOr<OneGpuLimits> LimitsOnOneGpu(const GpuRequest& request, uint64_t total, uint64_t context,
                                       const std::string& gpu) {
-  OneGpuLimits out{.memory_bytes = total};
+  OneGpuLimits out{.memory_bytes = total, .share_milli = kMilliPerGpu};
   std::optional<GpuShareSize> share;
   if (request.kind == GpuRequest::Kind::kMemory) {
     out.memory_bytes = request.memory_bytes;
@@ -42,6 +42,7 @@ StatusOr<OneGpuLimits> LimitsOnOneGpu(const GpuRequest& request, uint64_t total,
                                 FormatSize(context) + "); ask for more");
   }
   const bool asked_compute = request.compute_milli != 0 || request.compute_limit_milli != 0;
+  if (share) out.share_milli = share->milli;
   if (share && share->milli < kMilliPerGpu) {
     out.compute_limit_milli =
         request.compute_limit_milli != 0 ? request.compute_limit_milli : kMilliPerGpu;

@@ -32,6 +32,7 @@ std::optional<GpuShareSize> ShareForFraction(uint32_t milli, uint64_t total, uin
 // GPU's idle time), as the node service's fair policy gives; no compute pair for all of the GPU.
 struct OneGpuLimits {
   uint64_t memory_bytes = 0;
+  uint32_t share_milli = 0;          // What the memory is of the GPU (1000: all of it).
   uint32_t compute_milli = 0;        // 0 for all of the GPU.
   uint32_t compute_limit_milli = 0;  // 0 for all of the GPU.
 };

@@ -117,10 +117,13 @@ StatusOr<std::vector<launch::LimitedGpu>> StepLimits(const GpuRequest& request,
                              placement::LimitsOnOneGpu(
                                  request, device.memory_total, context,
                                  "GPU " + std::to_string(device.index) + " (" + device.name + ")"));
+    // Slurm booked the memory's share of the GPU (its shards or MPS units), and nothing books
+    // time: a step's compute request may be less than that share, never more (more would take
+    // its neighbours' time). Its limit, the idle time it may use, stays as asked.
     out.push_back({.uuid = device.uuid,
                    .limit_bytes = limits.memory_bytes,
                    .context_bytes = context,
-                   .compute_milli = limits.compute_milli,
+                   .compute_milli = std::min(limits.compute_milli, limits.share_milli),
                    .compute_limit_milli = limits.compute_limit_milli});
   }
   return out;

@@ -470,7 +470,8 @@ std::string LimitLine(const std::string& text) {
 // With --gpu-compute, the step's thread percentage is its compute share where that is below what
 // the MPS units Slurm booked give (0.25 of a job booked 50 units: 25), and never above it (0.3 of
 // a job booked 25 units stays at Slurm's 25: a request cannot raise what was booked). The limit
-// file has the request's share, and the memory limit holds as on shards.
+// file has the request's share, at most the memory's (0.25 of the GPU), and the memory limit
+// holds as on shards.
 TEST_F(SlurmMpsTest, GpuComputeSetsTheThreadPercentage) {
   const std::string show =
       "echo pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; cat $GPUFRAC_LIMIT_FILE; "
@@ -487,7 +488,8 @@ TEST_F(SlurmMpsTest, GpuComputeSetsTheThreadPercentage) {
   EXPECT_EQ(Value(c25, "pct"), "25") << c25;
   EXPECT_EQ(Value(c30, "pct"), "25") << "not above the 25 units booked: " << c30;
   EXPECT_EQ(LimitLine(c25), std::to_string(10 * kGiB) + " 250 1000") << c25;
-  EXPECT_EQ(LimitLine(c30), std::to_string(10 * kGiB) + " 300 1000") << c30;
+  // The request above the memory's share of the GPU (0.25) is held to it.
+  EXPECT_EQ(LimitLine(c30), std::to_string(10 * kGiB) + " 250 1000") << c30;
   for (const std::string& out : {c25, c30}) {
     EXPECT_EQ(Value(out, "total"), std::to_string(10 * kGiB)) << out;
     EXPECT_EQ(Value(out, "alloc"), std::to_string(kCudaErrorOutOfMemory)) << out;

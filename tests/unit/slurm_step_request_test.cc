@@ -80,6 +80,20 @@ TEST(SlurmStepRequest, LimitsOnEachGpu) {
   EXPECT_LE((*half)[0].compute_milli, 400u);
 }
 
+// Slurm booked the memory's share of the GPU; nothing books time: a compute request above that
+// share is held to it (it would take the neighbours' time), one below it is kept.
+TEST(SlurmStepRequest, AComputeRequestIsHeldToTheMemorysShare) {
+  auto more = StepLimits(*ParseStepOptions({.gpu_memory = "10G", .gpu_compute = "0.9"}),
+                         {Gpu(0, 40 * kGiB)});
+  ASSERT_TRUE(more.ok()) << more.status().message();
+  EXPECT_EQ((*more)[0].compute_milli, 250u);
+  EXPECT_EQ((*more)[0].compute_limit_milli, kMilliPerGpu);
+  auto less = StepLimits(*ParseStepOptions({.gpu_memory = "10G", .gpu_compute = "0.1"}),
+                         {Gpu(0, 40 * kGiB)});
+  ASSERT_TRUE(less.ok());
+  EXPECT_EQ((*less)[0].compute_milli, 100u);
+}
+
 TEST(SlurmStepRequest, RefusesWhatNoGivenGpuHolds) {
   auto big = StepLimits(*ParseStepOptions({.gpu_memory = "50G"}), {Gpu(2, 40 * kGiB)});
   ASSERT_FALSE(big.ok());
