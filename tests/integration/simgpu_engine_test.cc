@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "../progs/spin_kernel.h"
 #include "gpu/catalogue.h"
 #include "simgpu/engine_truth.h"
 #include "simgpu/sim_time.h"
@@ -25,16 +26,6 @@ using Clock = std::chrono::steady_clock;
 #define ASSERT_NVML(expr) ASSERT_EQ(::gpufrac::abi::NVML_SUCCESS, (expr))
 #define EXPECT_NVML(expr) EXPECT_EQ(::gpufrac::abi::NVML_SUCCESS, (expr))
 
-constexpr char kPtx[] = R"(
-.version 8.0
-.target sm_90
-.address_size 64
-.visible .entry spin()
-{
-  ret;
-}
-)";
-
 double MillisecondsSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
@@ -43,7 +34,7 @@ void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)
 
 abi::CUfunction LoadKernel() {
   abi::CUmodule module = nullptr;
-  EXPECT_CU(cuModuleLoadData(&module, kPtx));
+  EXPECT_CU(cuModuleLoadData(&module, kSpinPtx));
   abi::CUfunction function = nullptr;
   EXPECT_CU(cuModuleGetFunction(&function, module, "spin"));
   return function;
