@@ -26,6 +26,7 @@ json AssignmentToJson(const Assignment& a) {
     json entry = {{"name", c.container}, {"gpus", std::move(gpus)}};
     if (!c.device_plugin) entry["device_plugin"] = false;
     if (c.compute_limit_milli != 0) entry["compute_limit_milli"] = c.compute_limit_milli;
+    if (!c.mps_user.empty()) entry["mps_user"] = c.mps_user;
     containers.push_back(std::move(entry));
   }
   return {{"version", 1},
@@ -62,6 +63,9 @@ StatusOr<Assignment> AssignmentFromJson(const json& document) {
                                   std::to_string(c.compute_limit_milli) +
                                   "; at most 1000 (all of the GPU's time)");
     }
+    const std::string nobody;
+    GPUFRAC_ASSIGN_OR_RETURN(c.mps_user,
+                             JsonField<std::string>(containers[i], "mps_user", at, &nobody));
     GPUFRAC_ASSIGN_OR_RETURN(json gpus, JsonField<json>(containers[i], "gpus", at));
     if (!gpus.is_array() || gpus.empty()) return InvalidArgumentError(at + ".gpus is empty");
     for (size_t k = 0; k < gpus.size(); ++k) {

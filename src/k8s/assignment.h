@@ -45,6 +45,9 @@ struct ContainerAssignment {
   // The kubelet calls the device plugin for this container (it asks for gpufrac.io/gpu). An
   // annotation-only container is booked but never allocated, so Allocate must not match it.
   bool device_plugin = true;
+  // Who the container runs as (ContainerRequest::run_as) when its GPU is in MPS mode: no other
+  // user's container is booked on that GPU while this one holds it. "" otherwise.
+  std::string mps_user{};
   friend bool operator==(const ContainerAssignment&, const ContainerAssignment&) = default;
 };
 

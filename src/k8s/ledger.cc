@@ -42,7 +42,11 @@ struct NodeEntry {
   NodeInventory inventory;
   std::vector<Group> groups;
   bool has_mig = false;  // Some healthy GPU in MIG mode.
+  bool has_mps = false;  // Some healthy GPU in MPS mode.
 };
+
+// Who the bookings on a node's MPS GPUs run as, by GPU index.
+using MpsUsers = std::map<int, std::set<std::string>>;
 
 // What a booking took from the cluster, so that it is given back exactly.
 struct Taken {
@@ -64,6 +68,16 @@ void TakeOnCopy(pl::Node& n, pl::GpuSet gpus, const pl::Request& p) {
     n.gpu_free_milli[s] -= p.gpu_milli;
     if (n.spec.gpu_memory_bytes > 0) n.gpu_free_memory[s] -= p.gpu_memory_bytes;
   }
+}
+
+// A copy of a placement node in which `gpus` have nothing free.
+pl::Node WithoutGpus(pl::Node n, pl::GpuSet gpus) {
+  for (int s = 0; s < n.spec.gpu_count; ++s) {
+    if (!(gpus >> s & 1)) continue;
+    n.gpu_free_milli[s] = 0;
+    n.gpu_free_memory[s] = 0;
+  }
+  return n;
 }
 
 }  // namespace
@@ -282,6 +296,37 @@ struct Ledger::Impl {
     }
   }
 
+  // ---- MPS GPUs: one user at a time ----
+
+  MpsUsers MpsUsersOf(const std::string& name) const {
+    MpsUsers users;
+    auto pods = pods_on_node.find(name);
+    if (pods == pods_on_node.end()) return users;
+    for (const std::string& pod : pods->second) {
+      for (const ContainerAssignment& c : bookings.at(pod).assignment.containers) {
+        if (c.mps_user.empty()) continue;
+        for (const GpuGrant& g : c.gpus) {
+          if (!g.mig) users[g.index].insert(c.mps_user);
+        }
+      }
+    }
+    return users;
+  }
+
+  // The slots of MPS group `g` held by a user other than `user`.
+  static pl::GpuSet HeldByOthers(const Group& g, const MpsUsers& users, const std::string& user) {
+    pl::GpuSet held = 0;
+    if (!g.mps) return held;
+    for (size_t s = 0; s < g.gpus.size(); ++s) {
+      auto it = users.find(g.gpus[s]);
+      if (it == users.end()) continue;
+      for (const std::string& other : it->second) {
+        if (other != user) held |= pl::GpuSet{1} << s;
+      }
+    }
+    return held;
+  }
+
   // ---- Decisions ----
 
   struct Outcome {
@@ -305,6 +350,8 @@ struct Ledger::Impl {
         views.push_back(g.cluster_node >= 0 ? cluster->node(g.cluster_node) : pl::Node{});
       }
     }
+    MpsUsers mps_users;
+    if (entry.has_mps) mps_users = MpsUsersOf(name);
     for (const ContainerRequest& c : request.containers) {
       ContainerAssignment granted;
       if (choose) {
@@ -315,23 +362,35 @@ struct Ledger::Impl {
       std::optional<double> best_score;
       int best_group = -1;
       pl::Request best_request;
+      pl::GpuSet best_held = 0;
       bool could_ever = false;
+      bool held_by_others = false;  // It would fit on MPS GPUs that other users hold.
       for (size_t gi = 0; gi < entry.groups.size(); ++gi) {
         const Group& g = entry.groups[gi];
         if (g.cluster_node < 0) continue;
         std::optional<pl::Request> p = pl::RequestOnGroup(c.request, g);
         if (!p) continue;
         could_ever = true;
+        const pl::Node& whole = single ? cluster->node(g.cluster_node) : views[gi];
+        const pl::GpuSet held = HeldByOthers(g, mps_users, c.run_as);
         std::optional<double> score;
-        if (single) {
+        if (held != 0) {  // Rare (MPS GPUs of several users): judged on a copy.
+          const pl::Node view = WithoutGpus(whole, held);
+          if (pl::Fits(view, *p)) {
+            score = policy->policy().Score(view, *p);
+          } else if (pl::Fits(whole, *p)) {
+            held_by_others = true;
+          }
+        } else if (single) {
           score = scheduler->Score(g.cluster_node, *p);
-        } else if (pl::Fits(views[gi], *p)) {
-          score = policy->policy().Score(views[gi], *p);
+        } else if (pl::Fits(whole, *p)) {
+          score = policy->policy().Score(whole, *p);
         }
         if (score && (!best_score || *score > *best_score)) {
           best_score = score;
           best_group = static_cast<int>(gi);
           best_request = *p;
+          best_held = held;
         }
       }
       if (best_group >= 0) {
@@ -339,7 +398,8 @@ struct Ledger::Impl {
         const Group& g = entry.groups[best_group];
         if (choose || !single) {
           const pl::Node& n = single ? cluster->node(g.cluster_node) : views[best_group];
-          pl::GpuSet gpus = policy->policy().ChooseGpus(n, best_request);
+          pl::GpuSet gpus = policy->policy().ChooseGpus(
+              best_held != 0 ? WithoutGpus(n, best_held) : n, best_request);
           if (!single) TakeOnCopy(views[best_group], gpus, best_request);
           for (size_t s = 0; s < g.gpus.size(); ++s) {
             if (!(gpus >> s & 1)) continue;
@@ -348,7 +408,10 @@ struct Ledger::Impl {
                                     .milli = best_request.gpu_milli,
                                     .memory_bytes = best_request.gpu_memory_bytes,
                                     .mig = std::nullopt});
+            // Later containers of the pod see the GPU taken by this one's user.
+            if (g.mps) mps_users[g.gpus[s]].insert(c.run_as);
           }
+          if (g.mps) granted.mps_user = c.run_as;
         }
         if (choose) {
           // Only a share has a compute limit (a whole GPU has all of its time).
@@ -389,7 +452,12 @@ struct Ledger::Impl {
           }
         }
       }
-      if (could_ever) {
+      if (held_by_others) {
+        out.reason = "container " + c.container + " (" + DescribeRequest(c) +
+                     "): the MPS GPUs with room on this node serve other users' containers, and "
+                     "an MPS GPU serves one user at a time (this container runs as " +
+                     c.run_as + ")";
+      } else if (could_ever) {
         // The same words for every busy node: built once per request (thousands of nodes may
         // be full).
         if (busy_reason_for != &c) {
@@ -467,10 +535,12 @@ StatusOr<std::unique_ptr<Ledger>> Ledger::Create(LedgerOptions options) {
 void Ledger::SetNode(const std::string& node, const NodeInventory& inventory) {
   auto it = impl_->nodes.find(node);
   if (it != impl_->nodes.end() && it->second.inventory == inventory) return;
-  bool has_mig = std::any_of(inventory.gpus.begin(), inventory.gpus.end(), [](const GpuInfo& g) {
-    return g.mode == GpuMode::kMig && g.healthy;
-  });
-  impl_->nodes[node] = NodeEntry{inventory, Impl::GroupsOf(inventory), has_mig};
+  auto any_in = [&inventory](GpuMode mode) {
+    return std::any_of(inventory.gpus.begin(), inventory.gpus.end(),
+                       [mode](const GpuInfo& g) { return g.mode == mode && g.healthy; });
+  };
+  impl_->nodes[node] =
+      NodeEntry{inventory, Impl::GroupsOf(inventory), any_in(GpuMode::kMig), any_in(GpuMode::kMps)};
   impl_->dirty = true;
   ++impl_->version;
 }

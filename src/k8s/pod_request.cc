@@ -397,10 +397,24 @@ StatusOr<PodRequest> ParsePodRequest(const json& pod) {
   }
   for (size_t i = 0; i < out.containers.size(); ++i) {
     GPUFRAC_RETURN_IF_ERROR(ApplyCompute(*sources[i], compute, out.containers[i]));
+    out.containers[i].run_as = RunAsKey(pod, *sources[i]);
   }
   std::string model = Annotation(pod, kAnnotationGpuModel);
   for (ContainerRequest& r : out.containers) r.request.gpu_model = model;
   return out;
+}
+
+std::string RunAsKey(const json& pod, const json& container) {
+  auto run_as_user = [](const json* owner) -> const json* {
+    const json* context = owner ? Find(*owner, "securityContext") : nullptr;
+    const json* uid = context ? Find(*context, "runAsUser") : nullptr;
+    return uid != nullptr && uid->is_number_integer() ? uid : nullptr;
+  };
+  const json* uid = run_as_user(&container);
+  if (uid == nullptr) uid = run_as_user(Find(pod, "spec"));
+  if (uid != nullptr) return "uid " + std::to_string(uid->get<int64_t>());
+  const json* image = Find(container, "image");
+  return "image " + (image != nullptr && image->is_string() ? image->get<std::string>() : "");
 }
 
 std::string DescribeRequest(const ContainerRequest& c) {

@@ -45,6 +45,9 @@ struct ContainerRequest {
   // Asks for gpufrac.io/gpu, so the kubelet calls gpufrac's device plugin for it (and the
   // container gets its GPUs and limits there). False for annotation-only containers.
   bool device_plugin = true;
+  // Who the container's processes run as, for GPUs in MPS mode, whose server serves one user's
+  // clients at a time (RunAsKey).
+  std::string run_as{};
   friend bool operator==(const ContainerRequest&, const ContainerRequest&) = default;
 };
 
@@ -69,7 +72,13 @@ struct PodRequest {
 //    without a memory or fraction (whole GPUs and MIG instances have all of their compute), a
 //    request outside 1..999 thousandths, a limit above 1 or below the request, or the request
 //    given both as a resource and as the annotation.
+// Each container's run_as is RunAsKey's.
 StatusOr<PodRequest> ParsePodRequest(const nlohmann::json& pod);
+
+// Who a container of `pod` runs as: "uid N" from securityContext.runAsUser (the container's, else
+// the pod's); without one, "image <image>": the image's USER decides, which the scheduler cannot
+// see, so containers of one image are taken to run as one user and those of two images as two.
+std::string RunAsKey(const nlohmann::json& pod, const nlohmann::json& container);
 
 // The request in the pod's own words, for events and logs: "gpufrac.io/gpu: 2",
 // "gpufrac.io/gpu: 1, gpufrac.io/gpu-memory: 4096 MiB", "gpufrac.io/gpu: 1,

@@ -838,6 +838,32 @@ TEST_F(K8sEndToEnd, SharesOfSeveralGpusAreNotPlacedOnGpusInMpsMode) {
   EXPECT_EQ(Schedule(whole), "") << "a whole GPU in MPS mode runs outside MPS";
 }
 
+// An MPS server serves one Linux user: pods running as another uid are not placed on an MPS GPU
+// that holds a pod of the first, also by an extender that started again, until that pod is gone.
+TEST_F(K8sEndToEnd, PodsOfTwoUsersAreNeverPlacedTogetherOnAnMpsGpu) {
+  mps_gpus_ = {0};
+  StartAll("1xH100-80GB");
+  auto as_user = [&](const std::string& name, int uid) {
+    json pod = PodObject(name, testing::FractionLimits(250));
+    pod["spec"]["securityContext"]["runAsUser"] = uid;
+    return server_->Put(pod);
+  };
+  json first = as_user("first", 1000);
+  ASSERT_EQ(Schedule(first), "");
+  json other = as_user("other", 2000);
+  std::string why = Schedule(other);
+  EXPECT_NE(why.find("filter:"), std::string::npos) << why;
+  EXPECT_NE(why.find("runs as uid 2000"), std::string::npos) << why;
+  EXPECT_EQ(Schedule(as_user("same", 1000)), "") << "one user's pods share the GPU";
+
+  StartExtender();
+  EXPECT_NE(Schedule(other).find("filter:"), std::string::npos) << "the restarted extender forgot";
+
+  server_->Delete("pods", "team-a", "first");
+  server_->Delete("pods", "team-a", "same");
+  EXPECT_TRUE(Eventually([&] { return Schedule(other).empty(); }));
+}
+
 // ---- Slots named after their GPU, preferred slots, and the kubelet's PodResources API ----
 
 // The client reads what the kubelet lists, pod by pod and container by container, and gives up

@@ -619,6 +619,95 @@ TEST(LedgerTest, ContainersOfOnePodMustFitTogether) {
   EXPECT_THAT(ledger->Overbooked(), IsEmpty());
 }
 
+// ---- MPS GPUs: one user's containers at a time ----
+
+ContainerRequest As(ContainerRequest c, const std::string& user) {
+  c.run_as = user;
+  return c;
+}
+
+// An MPS server serves one Linux user's clients; another user's client waits until that server
+// has exited. So an MPS GPU that holds a container of uid 1000 takes more of uid 1000 and none of
+// uid 2000 until the last of uid 1000 leaves.
+TEST(LedgerTest, AnMpsGpuServesOneUsersContainersAtATime) {
+  auto ledger = NewLedger();
+  ledger->SetNode("n", Inventory("n", 1, "H100-80GB", GpuMode::kMps));
+  Assignment a = Place(*ledger, "ns/a", Pod({As(Fraction(250), "uid 1000")}), "n");
+  EXPECT_EQ(a.containers[0].mps_user, "uid 1000");
+  Place(*ledger, "ns/b", Pod({As(Fraction(250), "uid 1000")}), "n");
+
+  Ledger::Verdict other = EvaluateOne(*ledger, Pod({As(Fraction(250), "uid 2000")}), "n");
+  EXPECT_FALSE(other.fits);
+  EXPECT_THAT(other.reason, HasSubstr("serve other users"));
+  EXPECT_THAT(other.reason, HasSubstr("uid 2000"));
+  StatusOr<Assignment> refused = ledger->Choose(Pod({As(Fraction(250), "uid 2000")}), "n");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("one user at a time"));
+
+  ledger->Unbook("ns/a");
+  EXPECT_FALSE(Fits(*ledger, Pod({As(Fraction(250), "uid 2000")}), "n")) << "ns/b still there";
+  ledger->Unbook("ns/b");
+  EXPECT_TRUE(Fits(*ledger, Pod({As(Fraction(250), "uid 2000")}), "n"));
+}
+
+TEST(LedgerTest, UsersOfMpsGpusGetGpusOfTheirOwn) {
+  auto ledger = NewLedger();
+  ledger->SetNode("n", Inventory("n", 2, "H100-80GB", GpuMode::kMps));
+  Assignment a = Place(*ledger, "ns/a", Pod({As(Fraction(100), "uid 1000")}), "n");
+  Assignment b = Place(*ledger, "ns/b", Pod({As(Fraction(100), "uid 2000")}), "n");
+  EXPECT_NE(a.containers[0].gpus[0].index, b.containers[0].gpus[0].index);
+  Assignment c = Place(*ledger, "ns/c", Pod({As(Fraction(100), "uid 1000")}), "n");
+  EXPECT_EQ(c.containers[0].gpus[0].index, a.containers[0].gpus[0].index);
+  EXPECT_FALSE(Fits(*ledger, Pod({As(Fraction(100), "uid 3000")}), "n"));
+}
+
+TEST(LedgerTest, ContainersOfOnePodRunningAsTwoUsersTakeTwoMpsGpus) {
+  auto ledger = NewLedger();
+  ledger->SetNode("one", Inventory("one", 1, "H100-80GB", GpuMode::kMps));
+  const PodRequest two_users =
+      Pod({As(Fraction(100, "a"), "uid 1000"), As(Fraction(100, "b"), "uid 2000")});
+  Ledger::Verdict v = EvaluateOne(*ledger, two_users, "one");
+  EXPECT_FALSE(v.fits);
+  EXPECT_THAT(v.reason, HasSubstr("container b"));
+  EXPECT_TRUE(Fits(*ledger,
+                   Pod({As(Fraction(100, "a"), "uid 1000"), As(Fraction(100, "b"), "uid 1000")}),
+                   "one"));
+
+  ledger->SetNode("two", Inventory("two", 2, "H100-80GB", GpuMode::kMps));
+  Assignment p = Place(*ledger, "ns/p", two_users, "two");
+  ASSERT_EQ(p.containers.size(), 2u);
+  EXPECT_NE(p.containers[0].gpus[0].index, p.containers[1].gpus[0].index);
+  EXPECT_EQ(p.containers[1].mps_user, "uid 2000");
+}
+
+// The rule is MPS's: shared GPUs (time-sliced under the limiter) take any users together, and
+// their bookings record no user.
+TEST(LedgerTest, SharedGpusTakeSeveralUsersTogether) {
+  auto ledger = NewLedger();
+  ledger->SetNode("n", Inventory("n", 1, "H100-80GB"));
+  Assignment a = Place(*ledger, "ns/a", Pod({As(Fraction(250), "uid 1000")}), "n");
+  EXPECT_EQ(a.containers[0].mps_user, "");
+  Assignment b = Place(*ledger, "ns/b", Pod({As(Fraction(250), "uid 2000")}), "n");
+  EXPECT_EQ(b.containers[0].gpus[0].index, 0);
+}
+
+// The user is part of the booking (the pod's gpufrac.io/assignment), so an extender that starts
+// again from the pods' annotations keeps the rule.
+TEST(LedgerTest, AnMpsGpusUserIsKeptInTheAssignment) {
+  auto first = NewLedger();
+  first->SetNode("n", Inventory("n", 1, "H100-80GB", GpuMode::kMps));
+  Assignment a = Place(*first, "ns/a", Pod({As(Fraction(250), "uid 1000")}), "n");
+  StatusOr<Assignment> back = AssignmentFromJson(json::parse(AssignmentToJson(a).dump()));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->containers[0].mps_user, "uid 1000");
+
+  auto restarted = NewLedger();
+  restarted->SetNode("n", Inventory("n", 1, "H100-80GB", GpuMode::kMps));
+  restarted->Book("ns/a", *back);
+  EXPECT_FALSE(Fits(*restarted, Pod({As(Fraction(250), "uid 2000")}), "n"));
+  EXPECT_TRUE(Fits(*restarted, Pod({As(Fraction(250), "uid 1000")}), "n"));
+}
+
 TEST(LedgerTest, WholeAndSharedContainersTogether) {
   auto ledger = NewLedger();
   ledger->SetNode("n", Inventory("n", 2, "A100-80GB"));

@@ -204,6 +204,26 @@ TEST(PodRequestTest, ContainersKeepThePodsOrder) {
   EXPECT_EQ(r->containers[2].request.memory_bytes, kGiB);
 }
 
+// Who each container runs as, for MPS GPUs (one user's clients at a time): the container's
+// runAsUser, else the pod's, else its image (whose USER the scheduler cannot see).
+TEST(PodRequestTest, EachContainerRunsAsItsOwnThenThePodsUserElseItsImages) {
+  json own = Container("own", {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}});
+  own["securityContext"]["runAsUser"] = 2000;
+  json inherits = Container("inherits", {{"gpufrac.io/gpu", "1"}});
+  json pod = Pod({own, inherits});
+  pod["spec"]["securityContext"]["runAsUser"] = 1000;
+  StatusOr<PodRequest> r = ParsePodRequest(pod);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->containers.size(), 2u);
+  EXPECT_EQ(r->containers[0].run_as, "uid 2000");
+  EXPECT_EQ(r->containers[1].run_as, "uid 1000");
+
+  EXPECT_EQ(Only(Simple({{"gpufrac.io/gpu", "1"}})).run_as, "image cuda:12");
+  json kai = Simple(nullptr, {{"gpu-fraction", "0.5"}});
+  kai["spec"]["securityContext"]["runAsUser"] = 0;
+  EXPECT_EQ(Only(kai).run_as, "uid 0");
+}
+
 TEST(PodRequestTest, KaiContainerKeepsItsPlaceAmongResourceContainers) {
   json pod = Pod({Container("a", {{"gpufrac.io/gpu", "1"}}), Container("b", nullptr),
                   Container("c", {{"gpufrac.io/gpu", "1"}})},
