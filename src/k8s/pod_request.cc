@@ -405,13 +405,23 @@ StatusOr<PodRequest> ParsePodRequest(const json& pod) {
 }
 
 std::string RunAsKey(const json& pod, const json& container) {
+  const json* spec = Find(pod, "spec");
+  const json* host_users = spec ? Find(*spec, "hostUsers") : nullptr;
+  if (host_users != nullptr && host_users->is_boolean() && !host_users->get<bool>()) {
+    const json* metadata = Find(pod, "metadata");
+    auto field = [&](std::string_view key) {
+      const json* v = metadata ? Find(*metadata, key) : nullptr;
+      return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
+    };
+    return "user namespace of pod " + field("namespace") + "/" + field("name");
+  }
   auto run_as_user = [](const json* owner) -> const json* {
     const json* context = owner ? Find(*owner, "securityContext") : nullptr;
     const json* uid = context ? Find(*context, "runAsUser") : nullptr;
     return uid != nullptr && uid->is_number_integer() ? uid : nullptr;
   };
   const json* uid = run_as_user(&container);
-  if (uid == nullptr) uid = run_as_user(Find(pod, "spec"));
+  if (uid == nullptr) uid = run_as_user(spec);
   if (uid != nullptr) return "uid " + std::to_string(uid->get<int64_t>());
   const json* image = Find(container, "image");
   return "image " + (image != nullptr && image->is_string() ? image->get<std::string>() : "");

@@ -78,6 +78,8 @@ StatusOr<PodRequest> ParsePodRequest(const nlohmann::json& pod);
 // Who a container of `pod` runs as: "uid N" from securityContext.runAsUser (the container's, else
 // the pod's); without one, "image <image>": the image's USER decides, which the scheduler cannot
 // see, so containers of one image are taken to run as one user and those of two images as two.
+// A pod in its own user namespace (spec.hostUsers false) runs as host uids no other pod shares:
+// "user namespace of pod <namespace>/<name>".
 std::string RunAsKey(const nlohmann::json& pod, const nlohmann::json& container);
 
 // The request in the pod's own words, for events and logs: "gpufrac.io/gpu: 2",

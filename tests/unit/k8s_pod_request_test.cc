@@ -222,6 +222,12 @@ TEST(PodRequestTest, EachContainerRunsAsItsOwnThenThePodsUserElseItsImages) {
   json kai = Simple(nullptr, {{"gpu-fraction", "0.5"}});
   kai["spec"]["securityContext"]["runAsUser"] = 0;
   EXPECT_EQ(Only(kai).run_as, "uid 0");
+
+  // In a user namespace of its own, uid 1000 in the pod is a host uid of that pod alone.
+  json userns = Simple({{"gpufrac.io/gpu", "1"}});
+  userns["spec"]["securityContext"]["runAsUser"] = 1000;
+  userns["spec"]["hostUsers"] = false;
+  EXPECT_EQ(Only(userns).run_as, "user namespace of pod default/p");
 }
 
 TEST(PodRequestTest, KaiContainerKeepsItsPlaceAmongResourceContainers) {
