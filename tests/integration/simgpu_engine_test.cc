@@ -89,12 +89,16 @@ std::vector<double> MeasureShares(const std::vector<Helper*>& helpers, int windo
   const std::uint64_t busy_before = BusyNs();
   const Clock::time_point start = Clock::now();
   SleepMs(window_ms);
+  // As fractions of the time that passed: a loaded host oversleeps the window.
+  std::vector<std::uint64_t> after;
+  for (Helper* helper : helpers) after.push_back(ProcessNs(helper->pid()));
+  const std::uint64_t busy_after = BusyNs();
+  const double elapsed = MillisecondsSince(start);
   std::vector<double> shares;
   for (std::size_t i = 0; i < helpers.size(); ++i) {
-    shares.push_back((ProcessNs(helpers[i]->pid()) - before[i]) / 1e6 / window_ms);
+    shares.push_back((after[i] - before[i]) / 1e6 / elapsed);
   }
-  const double elapsed = MillisecondsSince(start);
-  *busy_fraction = (BusyNs() - busy_before) / 1e6 / elapsed;
+  *busy_fraction = (busy_after - busy_before) / 1e6 / elapsed;
   return shares;
 }
 
