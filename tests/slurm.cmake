@@ -3,6 +3,8 @@
 gpufrac_test(slurm_step_request_test unit SOURCES unit/slurm_step_request_test.cc
              LIBS gpufrac_slurm)
 gpufrac_test(slurm_node_state_test unit SOURCES unit/slurm_node_state_test.cc LIBS gpufrac_slurm)
+gpufrac_test(slurm_booked_share_test unit SOURCES unit/slurm_booked_share_test.cc
+             LIBS gpufrac_slurm)
 
 # The real cluster: needs root and Debian's slurmctld, slurmd, slurm-client and munge
 # (scripts/install-deps.sh installs them). One CTest test for the whole binary, so that its

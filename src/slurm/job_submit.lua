@@ -16,7 +16,9 @@ Edit GPUFRAC_GPUS to describe the cluster: one entry per GPU model, with its mem
 shard count per GPU that gres.conf declares for it (docs/slurm.md). Shards are a count, the same
 unit on every node, so give every model the same memory per shard where you can (e.g. 1 GiB: an
 80 GB GPU has 80 shards, a 40 GB one 40); where models differ, a job gets the largest count any
-model that can hold it needs, which is safe on every model and wastes some on the larger ones. --]]
+model that can hold it needs, which is safe on every model and wastes some on the larger ones.
+The SPANK plugin holds each step to the memory its shards stand for: give it the same memory per
+shard (memory / shards) in plugstack.conf's shard_memory= on each node. --]]
 
 GPUFRAC_GRES = "shard"
 

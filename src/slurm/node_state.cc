@@ -4,12 +4,17 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
+
+#include "slurm/trusted_dir.h"
+#include "slurm/user_acl.h"
 
 namespace gpufrac::slurm {
 namespace {
@@ -18,6 +23,9 @@ constexpr char kLimitsFile[] = "limits";
 constexpr char kJobPrefix[] = "job-";
 constexpr char kStepPrefix[] = "step-";
 constexpr size_t kMaxStateFile = 16384;
+// What a job's budget tmpfs holds per GPU: one budget (limiter/budget.h's segment, about 80 KiB
+// today; creating one fails loudly if it ever outgrows this), and one more of these for slack.
+constexpr uint64_t kBudgetBytesPerGpu = uint64_t{1} << 20;
 
 std::string Errno(const std::string& what, int err) { return what + ": " + std::strerror(err); }
 
@@ -146,27 +154,35 @@ Status WriteNewFileAt(int dir, const std::string& name, const std::string& text,
 
 std::string JobDirName(uint32_t job) { return kJobPrefix + std::to_string(job); }
 
+// A slurmstepd's marker: "step-<step>.<pid>". Each component of a heterogeneous step has its own
+// slurmstepd (and the same step id), so each has its own marker.
+std::string MarkerName(uint32_t step, const proc::ProcessId& stepd) {
+  return kStepPrefix + std::to_string(step) + "." + std::to_string(stepd.pid);
+}
+
+// Whether `name` is a step marker ("step-<step>.<pid>", or "step-<step>" as earlier versions
+// wrote them).
+bool IsMarker(const std::string& name) {
+  if (NumberAfter(name, kStepPrefix)) return true;
+  const size_t dot = name.find('.');
+  return dot != std::string::npos && NumberAfter(name.substr(0, dot), kStepPrefix) &&
+         NumberAfter(name.substr(dot), ".");
+}
+
+// Whether the directory `fd` is the root of a filesystem mounted on it, not of `parent`'s.
+bool IsMountedOn(int fd, int parent) {
+  struct stat st {
+  }, up{};
+  return fstat(fd, &st) == 0 && fstat(parent, &up) == 0 && st.st_dev != up.st_dev;
+}
+
 }  // namespace
 
 StatusOr<NodeState> NodeState::Open(const std::string& state_dir) {
-  if (state_dir.empty() || state_dir[0] != '/') {
-    return FailedPreconditionError("the state directory must be an absolute path, not \"" +
-                                   state_dir + "\"");
-  }
-  // Its parent too (/run/gpufrac after a reboot), root's and not writable by others.
-  const std::string parent = state_dir.substr(0, state_dir.find_last_of('/'));
-  if (!parent.empty()) {
-    if (mkdir(parent.c_str(), 0755) == 0) {
-      chmod(parent.c_str(), 0755);  // Whatever slurmstepd's umask: the jobs' users pass through.
-    } else if (errno != EEXIST) {
-      return FailedPreconditionError(Errno("cannot create " + parent, errno));
-    }
-  }
-  if (mkdir(state_dir.c_str(), 0711) != 0 && errno != EEXIST) {
-    return FailedPreconditionError(Errno("cannot create " + state_dir, errno));
-  }
-  Fd fd(open(state_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (fd.get() < 0) return FailedPreconditionError(Errno("cannot open " + state_dir, errno));
+  // Missing directories are made 0755 above it (/run/gpufrac after a reboot: the jobs' users
+  // pass through) and 0711 for it, whatever slurmstepd's umask.
+  GPUFRAC_ASSIGN_OR_RETURN(int opened, OpenTrustedDir(state_dir, 0711, 0755));
+  Fd fd(opened);
   GPUFRAC_RETURN_IF_ERROR(CheckOwnDir(fd.get(), state_dir));
   // The jobs' users must pass through it to their limit files, whatever the umask made.
   struct stat st {};
@@ -180,13 +196,15 @@ StatusOr<NodeState> NodeState::Open(const std::string& state_dir) {
     return launch::BudgetDir::ForService(state_dir + "/budget-dir", 0711);
   }();
   if (!budgets.ok()) return budgets.status();
-  return NodeState(state_dir, fd.release(), std::move(*budgets));
+  const bool acls = SupportsAcls(fd.get());
+  return NodeState(state_dir, fd.release(), std::move(*budgets), acls);
 }
 
 NodeState::NodeState(NodeState&& other) noexcept
     : path_(std::move(other.path_)),
       fd_(std::exchange(other.fd_, -1)),
-      budgets_(std::move(other.budgets_)) {}
+      budgets_(std::move(other.budgets_)),
+      private_limits_(other.private_limits_) {}
 
 NodeState& NodeState::operator=(NodeState&& other) noexcept {
   if (this != &other) {
@@ -194,6 +212,7 @@ NodeState& NodeState::operator=(NodeState&& other) noexcept {
     path_ = std::move(other.path_);
     fd_ = std::exchange(other.fd_, -1);
     budgets_ = std::move(other.budgets_);
+    private_limits_ = other.private_limits_;
   }
   return *this;
 }
@@ -204,26 +223,29 @@ NodeState::~NodeState() {
 
 std::string NodeState::WorkloadName(uint32_t job) { return "slurm-" + std::to_string(job); }
 
-StatusOr<std::string> NodeState::BeginStep(uint32_t job, uint32_t step,
-                                           const proc::ProcessId& stepd,
-                                           const std::string& limits_text,
-                                           const std::vector<launch::LimitedGpu>& gpus,
-                                           std::optional<launch::WorkloadBudgets::Owner> owner) {
+std::string NodeState::JobBudgetDir(uint32_t job) const {
+  return budgets_.path() + "/" + JobDirName(job);
+}
+
+StatusOr<BegunStep> NodeState::BeginStep(uint32_t job, uint32_t step, const proc::ProcessId& stepd,
+                                         const std::string& limits_text,
+                                         const std::vector<launch::LimitedGpu>& gpus,
+                                         std::optional<launch::WorkloadBudgets::Owner> owner) {
   DirLock lock(fd_);
   SweepLocked();
   const std::string name = JobDirName(job);
   const std::string shown = path_ + "/" + name;
-  if (mkdirat(fd_, name.c_str(), 0711) != 0 && errno != EEXIST) {
+  // Without ACLs the job's user could not reach a private directory: the old, open modes.
+  const mode_t dir_mode = private_limits_ ? 0700 : 0711;
+  const mode_t file_mode = private_limits_ ? 0400 : 0444;
+  if (mkdirat(fd_, name.c_str(), dir_mode) != 0 && errno != EEXIST) {
     return UnavailableError(Errno("cannot create " + shown, errno));
   }
   Fd dir(openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (dir.get() < 0) return UnavailableError(Errno("cannot open " + shown, errno));
-  // 0711 whatever the umask: the job's user reaches its limit file by name, lists nothing.
-  if (fchmod(dir.get(), 0711) != 0) {
-    return UnavailableError(Errno("cannot set the mode of " + shown, errno));
-  }
   GPUFRAC_RETURN_IF_ERROR(CheckOwnDir(dir.get(), shown));
 
+  BegunStep begun;
   std::optional<std::string> existing = ReadOwnFile(dir.get(), kLimitsFile);
   if (existing && *existing != limits_text) {
     return FailedPreconditionError(
@@ -232,19 +254,64 @@ StatusOr<std::string> NodeState::BeginStep(uint32_t job, uint32_t step,
         "each must ask for the same");
   }
   if (!existing) {
-    // Left without a limit file (a step that failed half-way): start the job afresh.
+    // Left without a limit file (a step that failed half-way): start the job afresh. The job's
+    // user may search its directory and read its limit file, no one else (root aside).
+    if (fchmod(dir.get(), dir_mode) != 0) {
+      return UnavailableError(Errno("cannot set the mode of " + shown, errno));
+    }
+    if (private_limits_ && owner) {
+      Status granted = GrantUserAccess(dir.get(), owner->uid, 07, 01);
+      if (!granted.ok()) return UnavailableError(shown + ": " + granted.message());
+    }
     unlinkat(dir.get(), kLimitsFile, 0);
     GPUFRAC_RETURN_IF_ERROR(
-        WriteNewFileAt(dir.get(), kLimitsFile, limits_text, 0444, shown + "/" + kLimitsFile));
-    StatusOr<launch::WorkloadBudgets> made =
-        launch::WorkloadBudgets::Create(budgets_, WorkloadName(job), gpus, owner);
-    if (!made.ok()) {
+        WriteNewFileAt(dir.get(), kLimitsFile, limits_text, file_mode, shown + "/" + kLimitsFile));
+    if (private_limits_ && owner) {
+      Fd file(openat(dir.get(), kLimitsFile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+      Status granted = file.get() < 0 ? UnavailableError(Errno("cannot open it", errno))
+                                      : GrantUserAccess(file.get(), owner->uid, 04, 04);
+      if (!granted.ok()) {
+        RemoveJobLocked(name, job);
+        return UnavailableError(shown + "/" + kLimitsFile + ": " + granted.message());
+      }
+    }
+    StatusOr<std::string> warning = MakeJobBudgetDirLocked(job, gpus.size());
+    if (!warning.ok()) {
       RemoveJobLocked(name, job);
-      return made.status();
+      return warning.status();
+    }
+    begun.warning = *warning;
+    if (!private_limits_ && owner) {
+      begun.warning += std::string(begun.warning.empty() ? "" : "; ") + path_ +
+                       " keeps no POSIX ACLs, so the job's limit file is readable by every local "
+                       "user (give state_dir= a directory on tmpfs or another filesystem with "
+                       "ACLs)";
+    }
+    StatusOr<launch::BudgetDir> job_budgets = launch::BudgetDir::Open(JobBudgetDir(job));
+    if (!job_budgets.ok()) {
+      RemoveJobLocked(name, job);
+      return job_budgets.status();
+    }
+    // The budgets in the job's directory; the compute arbiters in the node's, where every job on
+    // the GPU meets (compute 0 here: Create makes no arbiter beside the budgets).
+    std::vector<launch::LimitedGpu> budgets_only = gpus;
+    for (launch::LimitedGpu& gpu : budgets_only) gpu.compute_milli = gpu.compute_limit_milli = 0;
+    StatusOr<launch::WorkloadBudgets> made =
+        launch::WorkloadBudgets::Create(*job_budgets, WorkloadName(job), budgets_only, owner);
+    Status arbiters = made.status();
+    for (const launch::LimitedGpu& gpu : gpus) {
+      if (arbiters.ok() && gpu.compute_milli != 0) {
+        arbiters = launch::EnsureComputeArbiter(budgets_, gpu.uuid);
+      }
+    }
+    if (!arbiters.ok()) {
+      if (made.ok()) made->Keep();  // Removed below with the directory.
+      RemoveJobLocked(name, job);
+      return arbiters;
     }
     made->Keep();  // Removed with the job's last step.
   }
-  const std::string marker = kStepPrefix + std::to_string(step);
+  const std::string marker = MarkerName(step, stepd);
   unlinkat(dir.get(), marker.c_str(), 0);
   Status recorded = WriteNewFileAt(
       dir.get(), marker, std::to_string(stepd.pid) + " " + std::to_string(stepd.start_ticks) + "\n",
@@ -253,18 +320,19 @@ StatusOr<std::string> NodeState::BeginStep(uint32_t job, uint32_t step,
     if (!existing) RemoveJobLocked(name, job);
     return recorded;
   }
-  return shown + "/" + kLimitsFile;
+  begun.limit_file = shown + "/" + kLimitsFile;
+  return begun;
 }
 
-void NodeState::EndStep(uint32_t job, uint32_t step) {
+void NodeState::EndStep(uint32_t job, uint32_t step, const proc::ProcessId& stepd) {
   DirLock lock(fd_);
   const std::string name = JobDirName(job);
   Fd dir(openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (dir.get() < 0) return;
-  const std::string marker = kStepPrefix + std::to_string(step);
+  const std::string marker = MarkerName(step, stepd);
   unlinkat(dir.get(), marker.c_str(), 0);
   for (const std::string& entry : Entries(dir.get())) {
-    if (NumberAfter(entry, kStepPrefix)) return;  // Another step of the job still runs.
+    if (IsMarker(entry)) return;  // Another step of the job still runs.
   }
   RemoveJobLocked(name, job);
 }
@@ -287,7 +355,7 @@ void NodeState::SweepLocked() {
     if (dir.get() < 0) continue;
     bool live = false;
     for (const std::string& entry : Entries(dir.get())) {
-      if (!NumberAfter(entry, kStepPrefix)) continue;
+      if (!IsMarker(entry)) continue;
       std::optional<std::string> text = ReadOwnFile(dir.get(), entry);
       proc::ProcessId stepd;
       unsigned long long pid = 0, ticks = 0;
@@ -303,11 +371,21 @@ void NodeState::SweepLocked() {
     }
     if (!live) RemoveJobLocked(name, static_cast<uint32_t>(*job));
   }
+  // Budget directories of jobs whose state is gone (a step that died half-way through).
+  for (const std::string& name : Entries(budgets_.fd())) {
+    std::optional<uint64_t> job = NumberAfter(name, kJobPrefix);
+    if (!job || *job > UINT32_MAX) continue;
+    struct stat st {};
+    if (fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT) {
+      RemoveJobBudgetDirLocked(static_cast<uint32_t>(*job));
+    }
+  }
 }
 
 void NodeState::RemoveJobLocked(const std::string& job_dir_name, uint32_t job) {
-  // The job's budgets, found by name in the budget directory (so that none is left even when its
-  // limit file is gone): "gpufrac.<workload>.<uuid>".
+  // The job's budgets: its own directory, and any an earlier version made in the node's (found
+  // by name, "gpufrac.<workload>.<uuid>", so that none is left even when the limit file is gone).
+  RemoveJobBudgetDirLocked(job);
   const std::string prefix = "gpufrac." + WorkloadName(job) + ".";
   std::vector<std::string> uuids;
   for (const std::string& entry : Entries(budgets_.fd())) {
@@ -319,6 +397,49 @@ void NodeState::RemoveJobLocked(const std::string& job_dir_name, uint32_t job) {
     for (const std::string& entry : Entries(dir.get())) unlinkat(dir.get(), entry.c_str(), 0);
   }
   unlinkat(fd_, job_dir_name.c_str(), AT_REMOVEDIR);
+}
+
+StatusOr<std::string> NodeState::MakeJobBudgetDirLocked(uint32_t job, size_t gpus) {
+  RemoveJobBudgetDirLocked(job);  // A leftover would hold an old limit.
+  const std::string name = JobDirName(job);
+  const std::string shown = JobBudgetDir(job);
+  if (mkdirat(budgets_.fd(), name.c_str(), 0711) != 0) {
+    return UnavailableError(Errno("cannot create " + shown, errno));
+  }
+  Fd dir(openat(budgets_.fd(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (dir.get() < 0) return UnavailableError(Errno("cannot open " + shown, errno));
+  fchmod(dir.get(), 0711);
+  GPUFRAC_RETURN_IF_ERROR(CheckOwnDir(dir.get(), shown));
+  // The budget files are the job's user's (its processes map them read-write), so it can grow
+  // them: a tmpfs of their size bounds what that takes from the node's memory. Mounted on the
+  // directory just checked, through its descriptor, not its path.
+  const uint64_t size = (gpus + 1) * kBudgetBytesPerGpu;
+  const std::string options = "size=" + std::to_string(size) +
+                              ",nr_inodes=" + std::to_string(gpus + 8) + ",mode=0711,uid=0,gid=0";
+  const std::string target = "/proc/self/fd/" + std::to_string(dir.get());
+  if (mount("gpufrac-budgets", target.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+            options.c_str()) != 0) {
+    return "cannot mount a tmpfs on " + shown + " (" + std::strerror(errno) +
+           "): the job's user can grow its budget files until /dev/shm is full";
+  }
+  return std::string();
+}
+
+void NodeState::RemoveJobBudgetDirLocked(uint32_t job) {
+  const std::string name = JobDirName(job);
+  const std::string path = JobBudgetDir(job);
+  // Its tmpfs (any stacked on it too), then the directory under it. Only root makes names in
+  // the node's budget directory, so the path is the one it made.
+  for (int i = 0; i < 8; ++i) {
+    Fd dir(openat(budgets_.fd(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (dir.get() < 0) return;
+    if (!IsMountedOn(dir.get(), budgets_.fd())) {
+      for (const std::string& entry : Entries(dir.get())) unlinkat(dir.get(), entry.c_str(), 0);
+      break;
+    }
+    if (umount2(path.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0) break;
+  }
+  unlinkat(budgets_.fd(), name.c_str(), AT_REMOVEDIR);
 }
 
 }  // namespace gpufrac::slurm

@@ -1,16 +1,23 @@
 // What gpufrac keeps on a Slurm node for the jobs running there: per job, one read-only limit
 // file and one budget per GPU, shared by all the job's steps and tasks on the node, and one marker
-// per running step naming its slurmstepd. The last step to end removes the job's files; a step
-// that starts first removes what steps whose slurmstepd is gone (killed, or the node rebooted)
-// left behind.
+// per running slurmstepd (a step, or each component of a heterogeneous step). The last step to
+// end removes the job's files; a step that starts first removes what steps whose slurmstepd is
+// gone (killed, or the node rebooted) left behind.
 //
 // Layout, all root's and writable by no one else (the node service's rules: root never acts on a
 // path a user can change, so every directory is checked after opening and used through its fd):
-//   STATE_DIR/                     0711, given in plugstack.conf
-//   STATE_DIR/budget-dir           the path of the budget directory (launch/budget_dir.h)
-//   STATE_DIR/job-<id>/            0711: the job's user reaches its limit file by name
-//   STATE_DIR/job-<id>/limits      0444, the limit file every task of the job reads
-//   STATE_DIR/job-<id>/step-<id>   0600, "<pid> <start ticks>" of the step's slurmstepd
+//   STATE_DIR/                     0711, given in plugstack.conf; every directory above it root's
+//                                  and writable by root only, or sticky (slurm/trusted_dir.h)
+//   STATE_DIR/budget-dir           the path of the budget directory B (launch/budget_dir.h)
+//   STATE_DIR/job-<id>/            0700, and the job's user may search it (an ACL, user_acl.h)
+//   STATE_DIR/job-<id>/limits      0400, and the job's user may read it (ACL): the limit file
+//   STATE_DIR/job-<id>/step-<step>.<pid>  0600, "<pid> <start ticks>" of the step's slurmstepd
+//   B/compute.<uuid>               each GPU's compute arbiter, shared by every job on the GPU
+//   B/job-<id>/                    the job's budgets: a tmpfs of its own, (GPUs + 1) MiB, so that
+//                                  its user, who owns the budget files, cannot grow them past it
+// Where the state directory's filesystem keeps no ACLs, the job's directory and limit file are
+// 0711 and 0444 instead (readable by every local user; private_limits() says which). Where no
+// tmpfs can be mounted (not root), B/job-<id> is a plain directory (BegunStep::warning says so).
 // Every change happens under an exclusive lock on STATE_DIR, so steps starting and ending at once
 // on one node see each other.
 #pragma once
@@ -30,11 +37,17 @@
 
 namespace gpufrac::slurm {
 
+// What BeginStep set up for a step.
+struct BegunStep {
+  std::string limit_file;  // The job's limit file, for GPUFRAC_LIMIT_FILE.
+  std::string warning;     // "" or, once per job, what could not be protected on this node.
+};
+
 class NodeState {
  public:
-  // Opens STATE_DIR (making it, mode 0711, and its parent, 0755, if missing) and the budget
-  // directory it records. kFailedPrecondition when STATE_DIR is not a directory of the caller's
-  // (root) that only it can write, or is a link.
+  // Opens STATE_DIR (making it, mode 0711, and missing directories above it, 0755) and the
+  // budget directory it records. kFailedPrecondition, one line, when STATE_DIR or a directory
+  // above it fails trusted_dir.h's checks, or STATE_DIR is not the caller's (root's).
   static StatusOr<NodeState> Open(const std::string& state_dir);
 
   NodeState(NodeState&&) noexcept;
@@ -44,16 +57,18 @@ class NodeState {
   ~NodeState();
 
   // A step of job `job` starts here, run by `stepd`: records it, and unless an earlier step of
-  // the job still runs, writes the job's limit file (`limits_text`, launch::LimitFileText's) and
-  // creates its budgets on `gpus`, handed to `owner` (nullopt: the job runs as root). A step whose
-  // limits differ from those of the job's running steps is refused (kFailedPrecondition): they
-  // share the budgets. Returns the limit file's path.
-  StatusOr<std::string> BeginStep(uint32_t job, uint32_t step, const proc::ProcessId& stepd,
-                                  const std::string& limits_text,
-                                  const std::vector<launch::LimitedGpu>& gpus,
-                                  std::optional<launch::WorkloadBudgets::Owner> owner);
-  // The step ended: forgets it, and removes the job's files when no other step of it runs.
-  void EndStep(uint32_t job, uint32_t step);
+  // the job still runs, writes the job's limit file (`limits_text`, launch::LimitFileText's with
+  // JobBudgetDir(job) as its budgets and budgets().path() as its arbiters), readable by `owner`
+  // and root only, and creates its budgets on `gpus`, handed to `owner` (nullopt: the job runs as
+  // root). A step whose limits differ from those of the job's running steps is refused
+  // (kFailedPrecondition): they share the budgets.
+  StatusOr<BegunStep> BeginStep(uint32_t job, uint32_t step, const proc::ProcessId& stepd,
+                                const std::string& limits_text,
+                                const std::vector<launch::LimitedGpu>& gpus,
+                                std::optional<launch::WorkloadBudgets::Owner> owner);
+  // The step run by `stepd` ended: forgets it, and removes the job's files when no other step of
+  // it (nor another component of the same heterogeneous step) runs.
+  void EndStep(uint32_t job, uint32_t step, const proc::ProcessId& stepd);
   // The job ended on this node (its epilog): removes its files whatever steps were recorded.
   void EndJob(uint32_t job);
   // Removes the markers of steps whose slurmstepd is gone, and the files of jobs left with none.
@@ -61,19 +76,32 @@ class NodeState {
 
   // The budgets' workload name of job `job` ("slurm-<job>").
   static std::string WorkloadName(uint32_t job);
+  // Where job `job`'s budgets are (B/job-<id>): its limit file's budget directory.
+  std::string JobBudgetDir(uint32_t job) const;
+  // The node's budget directory B, where the GPUs' compute arbiters are.
   const launch::BudgetDir& budgets() const { return budgets_; }
   const std::string& path() const { return path_; }
+  // Whether the jobs' limit files are readable by their own users only (the state directory's
+  // filesystem keeps ACLs); else by every local user.
+  bool private_limits() const { return private_limits_; }
 
  private:
-  NodeState(std::string path, int fd, launch::BudgetDir budgets)
-      : path_(std::move(path)), fd_(fd), budgets_(std::move(budgets)) {}
+  NodeState(std::string path, int fd, launch::BudgetDir budgets, bool private_limits)
+      : path_(std::move(path)),
+        fd_(fd),
+        budgets_(std::move(budgets)),
+        private_limits_(private_limits) {}
   // Each with the lock held.
   void SweepLocked();
   void RemoveJobLocked(const std::string& job_dir_name, uint32_t job);
+  // Makes B/job-<id> afresh, a tmpfs for `gpus` budgets where it can; the warning when not.
+  StatusOr<std::string> MakeJobBudgetDirLocked(uint32_t job, size_t gpus);
+  void RemoveJobBudgetDirLocked(uint32_t job);
 
   std::string path_;
   int fd_ = -1;
   launch::BudgetDir budgets_;
+  bool private_limits_ = false;
 };
 
 }  // namespace gpufrac::slurm

@@ -6,6 +6,7 @@
 // the next step after a slurmstepd that could not clean up (killed, or the node rebooted).
 //
 // plugstack.conf: required /path/libgpufrac_spank.so [state_dir=DIR] [limiter=PATH] [nvml=PATH]
+//                 [shard_memory=SIZE]
 // Nothing here may throw into Slurm or crash slurmstepd: every callback catches and reports.
 extern "C" {
 #include <slurm/spank.h>
@@ -23,10 +24,12 @@ extern "C" {
 #include <vector>
 
 #include "common/status.h"
+#include "common/units.h"
 #include "gpu/devices.h"
 #include "launch/environment.h"
 #include "launch/limit_file.h"
 #include "proc/process_identity.h"
+#include "slurm/booked_share.h"
 #include "slurm/node_state.h"
 #include "slurm/step_request.h"
 
@@ -60,6 +63,9 @@ struct Config {
   std::string state_dir = kDefaultStateDir;
   std::string limiter = kDefaultLimiter;
   std::string nvml;  // "" : libnvidia-ml.so.1 from the library path.
+  // The memory one `shard` GRES stands for on this node's GPUs (job_submit.lua's memory / shards);
+  // 0 when not given: a step on shards is then refused, as its limit cannot be checked.
+  uint64_t shard_bytes = 0;
 };
 
 // One process holds one step (slurmstepd) or one client (srun, sbatch, salloc): these live for
@@ -106,6 +112,15 @@ Status ParseArguments(int argc, char** argv) {
     std::string arg = argv[i];
     size_t eq = arg.find('=');
     std::string key = arg.substr(0, eq), value = eq == std::string::npos ? "" : arg.substr(eq + 1);
+    if (key == "shard_memory" && eq != std::string::npos) {
+      StatusOr<uint64_t> bytes = gpufrac::ParseSize(value);
+      if (!bytes.ok()) {
+        return gpufrac::InvalidArgumentError("plugstack.conf argument shard_memory: " +
+                                             bytes.status().message());
+      }
+      g_config.shard_bytes = *bytes;
+      continue;
+    }
     if (eq == std::string::npos || value.empty() || value[0] != '/') {
       return gpufrac::InvalidArgumentError("plugstack.conf argument \"" + arg +
                                            "\" is not NAME=/absolute/path");
@@ -118,7 +133,7 @@ Status ParseArguments(int argc, char** argv) {
       g_config.nvml = value;
     } else {
       return gpufrac::InvalidArgumentError("unknown plugstack.conf argument \"" + key +
-                                           "\" (known: state_dir, limiter, nvml)");
+                                           "\" (known: state_dir, limiter, nvml, shard_memory)");
     }
   }
   return gpufrac::OkStatus();
@@ -211,14 +226,26 @@ Status BeginStep(spank_t sp) {
   GPUFRAC_ASSIGN_OR_RETURN(std::vector<gpufrac::gpu::DeviceInfo> gpus, StepGpus(sp, step));
   GPUFRAC_ASSIGN_OR_RETURN(std::vector<gpufrac::launch::LimitedGpu> limits,
                            slurm::StepLimits(*g_request, gpus));
+  // No more than the job booked on the GPU, as Slurm set it for this step (SLURM_SHARDS_ON_NODE
+  // and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE are Slurm's in every step: it writes or removes them).
+  GPUFRAC_ASSIGN_OR_RETURN(
+      slurm::Booking booking,
+      slurm::BookingFromEnvironment(GetEnv(sp, "SLURM_SHARDS_ON_NODE"),
+                                    GetEnv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")));
+  GPUFRAC_RETURN_IF_ERROR(slurm::CheckWithinBooking(booking, g_config.shard_bytes, limits, gpus));
   GPUFRAC_ASSIGN_OR_RETURN(slurm::NodeState state, slurm::NodeState::Open(g_config.state_dir));
   GPUFRAC_ASSIGN_OR_RETURN(
       std::string text, gpufrac::launch::LimitFileText(slurm::NodeState::WorkloadName(job), limits,
-                                                       {.budget_dir = state.budgets().path()}));
+                                                       {.budget_dir = state.JobBudgetDir(job),
+                                                        .arbiter_dir = state.budgets().path()}));
   std::optional<gpufrac::launch::WorkloadBudgets::Owner> owner;
   if (uid != geteuid()) owner = gpufrac::launch::WorkloadBudgets::Owner{uid, gid};
-  GPUFRAC_ASSIGN_OR_RETURN(g_limit_file, state.BeginStep(job, step, gpufrac::proc::CurrentProcess(),
-                                                         text, limits, owner));
+  GPUFRAC_ASSIGN_OR_RETURN(
+      slurm::BegunStep begun,
+      state.BeginStep(job, step, gpufrac::proc::CurrentProcess(), text, limits, owner));
+  g_limit_file = begun.limit_file;
+  // For the administrator (slurmd's log): what this node cannot keep from the job's user.
+  if (!begun.warning.empty()) slurm_error("gpufrac: job %u: %s", job, begun.warning.c_str());
   g_step_recorded = true;
   g_job = job;
   g_step = step;
@@ -319,7 +346,7 @@ __attribute__((visibility("default"))) int slurm_spank_exit(spank_t, int, char**
   if (!g_step_recorded || spank_context() != S_CTX_REMOTE) return 0;
   return Guarded("exit", [&]() -> Status {
     GPUFRAC_ASSIGN_OR_RETURN(slurm::NodeState state, slurm::NodeState::Open(g_config.state_dir));
-    state.EndStep(g_job, g_step);
+    state.EndStep(g_job, g_step, gpufrac::proc::CurrentProcess());
     g_step_recorded = false;
     return gpufrac::OkStatus();
   });

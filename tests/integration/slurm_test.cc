@@ -170,13 +170,20 @@ class SlurmTest : public ::testing::Test {
     return path;
   }
 
-  // Budgets of job `job` in the plugin's budget directory; of any job when `job` is "".
+  // Budgets of job `job` in the plugin's budget directory (in the job's own directory there,
+  // job-<id>), and those directories; of any job when `job` is "".
   static int BudgetsOf(const std::string& job) {
     const std::string prefix = job.empty() ? "gpufrac.slurm-" : "gpufrac.slurm-" + job + ".";
+    const std::string dir = job.empty() ? "job-" : "job-" + job;
     int n = 0;
     std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(BudgetDir(), ec)) {
-      if (entry.path().filename().string().rfind(prefix, 0) == 0) ++n;
+    for (const auto& entry : fs::recursive_directory_iterator(BudgetDir(), ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(prefix, 0) == 0) ++n;
+      if (entry.path().parent_path() == BudgetDir() &&
+          (job.empty() ? name.rfind(dir, 0) == 0 : name == dir)) {
+        ++n;
+      }
     }
     return n;
   }
@@ -300,8 +307,10 @@ TEST_F(SlurmTest, TheTasksOfAStepShareOneBudget) {
 }
 
 TEST_F(SlurmTest, TheStepsOfAJobShareOneBudget) {
-  const std::string work = "$P work " + std::to_string(6 * kGiB) + " 3";
-  // Two steps at once, each with one of the job's two shards (10 GiB of an A100-40GB).
+  const std::string work = "--gpu-memory 5G $P work " + std::to_string(3 * kGiB) + " 3";
+  // Two steps at once, each with one of the job's two shards and the 5 GiB it holds: both take
+  // 3 GiB of the job's one 5 GiB budget. (The batch step runs without gpufrac's options: with
+  // other limits than its steps', they could not share the job's budget.)
   Result r = AsUser(
       "cat > steps.sh <<EOS\n#!/bin/bash\n"
       "srun -n1 --exact --gres=shard:1 " +
@@ -310,7 +319,7 @@ TEST_F(SlurmTest, TheStepsOfAJobShareOneBudget) {
       "srun -n1 --exact --gres=shard:1 " +
       work +
       " &\nwait\nEOS\n"
-      "sbatch -n2 --gpu-memory 10G --wait -o steps.out steps.sh; cat steps.out");
+      "sbatch -n2 --gres=shard:2 --wait -o steps.out steps.sh; cat steps.out");
   EXPECT_EQ(Count(r.out, "work=0 "), 1) << r.out;
   EXPECT_EQ(Count(r.out, "work=" + std::to_string(kCudaErrorOutOfMemory) + " "), 1) << r.out;
 }
@@ -331,12 +340,13 @@ TEST_F(SlurmTest, ScancelledStepLeavesNothing) {
   const std::string job =
       StartHeldStep("srun --gpu-memory 10G $P hold " + std::to_string(5 * kGiB), &runner, &result);
   ASSERT_FALSE(job.empty()) << Logs();
-  // While it runs: a limit file only root can change, and one budget on its GPU.
+  // While it runs: a limit file only root can change (0440: the group bits are its ACL's mask,
+  // the job's user's read), and one budget on its GPU, in the job's budget directory.
   struct stat st {};
   ASSERT_EQ(stat((dir_ + "/gpufrac/job-" + job + "/limits").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 0u);
-  EXPECT_EQ(st.st_mode & 0777, 0444u);
-  EXPECT_TRUE(WaitFor([&] { return BudgetsOf(job) == 1; }, 5s));
+  EXPECT_EQ(st.st_mode & 0777, 0440u);
+  EXPECT_TRUE(WaitFor([&] { return BudgetsOf(job) == 2; }, 5s)) << BudgetsOf(job);
   // The job-submit rule booked 10 GiB of an A100-40GB with 8 shards: 2 shards of one GPU.
   EXPECT_NE(AsRoot("scontrol show job -d " + job).out.find("GRES=shard:2(IDX:"), std::string::npos)
       << AsRoot("scontrol show job -d " + job).out;
@@ -444,6 +454,80 @@ TEST_F(SlurmTest, AUserCannotChangeAGpufracJobsShards) {
   EXPECT_NE(Value(r.out, "gpufrac_update"), "0") << r.out;
   EXPECT_EQ(Value(r.out, "TresPerNode"), "gres:shard:2") << r.out;
   EXPECT_EQ(Value(r.out, "plain_update"), "0") << r.out;
+}
+
+// A step may not ask more memory than its job booked: one 5 GiB shard (salloc --gpu-memory 1G,
+// or plain --gres=shard:1) cannot hold a step's 39 GiB. The step's tasks fail with the reason;
+// the shard count is Slurm's for the step, not the one the user exported before sbatch.
+TEST_F(SlurmTest, AStepCannotAskMoreMemoryThanItsJobBooked) {
+  Result r = AsUser(
+      "salloc --gpu-memory 1G srun --gpu-memory 39G $P info; "
+      "SLURM_SHARDS_ON_NODE=8 sbatch --gres=shard:1 --wait -o over.out --wrap 'srun "
+      "--gpu-memory 39G $P info; srun --gpu-memory 5G $P info'; cat over.out");
+  EXPECT_EQ(Count(r.out, "gpufrac: the step's memory limit on GPU "), 2) << r.out;
+  EXPECT_EQ(Count(r.out,
+                  ", 39 GiB, is more than its 1 shard of 5 GiB hold (5 GiB): ask for at "
+                  "most 5 GiB"),
+            2)
+      << r.out;
+  EXPECT_EQ(r.out.find("total=" + std::to_string(39 * kGiB)), std::string::npos) << r.out;
+  // What the job booked still runs: a 5 GiB step on its one shard.
+  EXPECT_EQ(Value(r.out, "total"), std::to_string(5 * kGiB)) << r.out;
+}
+
+// A job's limit file is its own: another local user can neither read it nor list the job's
+// directory, while the job's tasks read it and run limited.
+TEST_F(SlurmTest, AnotherUserCannotReadAJobsLimitFile) {
+  std::thread runner;
+  Result result;
+  const std::string job = StartHeldStep(
+      "srun --gpu-memory 10G bash -c 'grep -c \"^gpu \" $GPUFRAC_LIMIT_FILE | sed s/^/readable=/; "
+      "$P info; sleep 4'",
+      &runner, &result);
+  ASSERT_FALSE(job.empty()) << Logs();
+  const std::string limits = dir_ + "/gpufrac/job-" + job + "/limits";
+  Result other = Shell("runuser -u daemon -- cat " + limits);
+  Result listed = Shell("runuser -u daemon -- ls " + dir_ + "/gpufrac/job-" + job);
+  struct stat st {};
+  ASSERT_EQ(stat(limits.c_str(), &st), 0);
+  runner.join();
+  EXPECT_NE(other.code, 0) << other.out;
+  EXPECT_NE(other.out.find("Permission denied"), std::string::npos) << other.out;
+  EXPECT_NE(listed.code, 0) << listed.out;
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 0007, 0u) << std::oct << st.st_mode;
+  EXPECT_EQ(st.st_mode & 0222, 0u) << std::oct << st.st_mode;
+  EXPECT_EQ(Value(result.out, "readable"), "1") << result.out;
+  EXPECT_EQ(Value(result.out, "total"), std::to_string(10 * kGiB)) << result.out;
+  ExpectAllReleased(job);
+}
+
+// A job's budget file is its user's (its processes map it), so the user can grow it; what it can
+// take is bounded (a small tmpfs per job), and another job's step still starts.
+TEST_F(SlurmTest, GrowingAJobsBudgetDoesNotStopAnotherJobsStep) {
+  std::thread runner;
+  Result result;
+  const std::string job = StartHeldStep("srun --gpu-memory 10G sleep 8", &runner, &result);
+  ASSERT_FALSE(job.empty()) << Logs();
+  std::string budget;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        Result found = Shell("find " + BudgetDir() + " -name 'gpufrac.slurm-" + job + ".*'");
+        budget = found.out.substr(0, found.out.find('\n'));
+        return !budget.empty();
+      },
+      5s));
+  // 256 MiB appended to the budget, as its user: refused well before, the disk (tmpfs) full.
+  Result grown = Shell("runuser -u nobody -- dd if=/dev/zero of=" + budget +
+                       " bs=1M count=256 oflag=append conv=notrunc status=none");
+  EXPECT_NE(grown.code, 0) << "the job's budget took 256 MiB more";
+  EXPECT_NE(grown.out.find("No space left on device"), std::string::npos) << grown.out;
+  Result other = AsUser("srun --gpu-memory 10G $P info");
+  EXPECT_EQ(other.code, 0) << other.out;
+  EXPECT_EQ(Value(other.out, "total"), std::to_string(10 * kGiB)) << other.out;
+  runner.join();
+  EXPECT_EQ(result.code, 0) << result.out;
+  ExpectAllReleased(job);
 }
 
 // The same cluster with its GPUs shared through Slurm's `mps` GRES (100 units each, as Slurm's

@@ -127,7 +127,10 @@ CONF
       echo "NodeName=gf1 Name=$sharing Count=$units File=$dir/dev/nvidia$i"
     done
   } >"$dir/gres.conf"
-  [ "$plugin" = none ] && : >"$dir/plugstack.conf" || echo "required $plugin state_dir=$dir/gpufrac limiter=$limiter" >"$dir/plugstack.conf"
+  # The memory a shard stands for: the simulated A100-40GB's 40 GiB over its UNITS_PER_GPU shards,
+  # as the job-submit rule's table below says.
+  local shard_memory=$((40 * 1024 * 1024 * 1024 / units))
+  [ "$plugin" = none ] && : >"$dir/plugstack.conf" || echo "required $plugin state_dir=$dir/gpufrac limiter=$limiter shard_memory=$shard_memory" >"$dir/plugstack.conf"
   # The rule books what the GPUs declare: its GRES and its count per GPU (UNITS_PER_GPU).
   sed -e "s/^GPUFRAC_GRES = \"shard\"\$/GPUFRAC_GRES = \"$sharing\"/" \
     -e "s/\(memory = \"40G\", shards = \)[0-9]*/\1$units/" "$lua" >"$dir/job_submit.lua"

@@ -1,7 +1,9 @@
 // The jobs' files on a Slurm node: one limit file and budget set per job shared by its steps,
 // removed with the last step, at the epilog, or by a later step when a slurmstepd died
 // (slurm/node_state.h).
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,7 +31,15 @@ class NodeStateTest : public ::testing::Test {
   void TearDown() override {
     state_.reset();
     std::error_code ec;
-    if (!budget_path_.empty()) fs::remove_all(budget_path_, ec);
+    if (!budget_path_.empty()) {
+      // The jobs' budget tmpfs a test left mounted (as root).
+      for (const auto& entry : fs::directory_iterator(budget_path_, ec)) {
+        if (entry.path().filename().string().rfind("job-", 0) == 0) {
+          umount2(entry.path().c_str(), MNT_DETACH);
+        }
+      }
+      fs::remove_all(budget_path_, ec);
+    }
     fs::remove_all(root_, ec);
   }
 
@@ -41,8 +51,9 @@ class NodeStateTest : public ::testing::Test {
     return *state_;
   }
   std::string Limits(uint32_t job, uint64_t limit) {
-    auto text = launch::LimitFileText(NodeState::WorkloadName(job), Gpus(limit),
-                                      {.budget_dir = state_->budgets().path()});
+    auto text = launch::LimitFileText(
+        NodeState::WorkloadName(job), Gpus(limit),
+        {.budget_dir = state_->JobBudgetDir(job), .arbiter_dir = state_->budgets().path()});
     EXPECT_TRUE(text.ok()) << text.status().message();
     return *text;
   }
@@ -50,7 +61,8 @@ class NodeStateTest : public ::testing::Test {
     return {{.uuid = kUuid, .limit_bytes = limit, .context_bytes = 1 << 20}};
   }
   bool BudgetExists(uint32_t job) const {
-    return fs::exists(budget_path_ + "/gpufrac." + NodeState::WorkloadName(job) + "." + kUuid);
+    return fs::exists(budget_path_ + "/job-" + std::to_string(job) + "/gpufrac." +
+                      NodeState::WorkloadName(job) + "." + kUuid);
   }
   // A process that has ended: what a SIGKILLed slurmstepd leaves in its marker.
   static proc::ProcessId DeadProcess() {
@@ -72,30 +84,50 @@ TEST_F(NodeStateTest, StepsOfAJobShareOneLimitFileAndBudget) {
   const std::string text = Limits(7, 10ull << 30);
   auto first = state.BeginStep(7, 0, proc::CurrentProcess(), text, Gpus(10ull << 30), std::nullopt);
   ASSERT_TRUE(first.ok()) << first.status().message();
-  EXPECT_EQ(*first, dir_ + "/job-7/limits");
+  EXPECT_EQ(first->limit_file, dir_ + "/job-7/limits");
+  // Root's job: root's alone (where ACLs let its users have theirs; /tmp here is tmpfs or ext4).
+  ASSERT_TRUE(state.private_limits());
   struct stat st {};
-  ASSERT_EQ(stat(first->c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0444u);
+  ASSERT_EQ(stat(first->limit_file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0400u);
   ASSERT_EQ(stat((dir_ + "/job-7").c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0711u);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
   EXPECT_TRUE(BudgetExists(7));
 
   auto second =
       state.BeginStep(7, 1, proc::CurrentProcess(), text, Gpus(10ull << 30), std::nullopt);
   ASSERT_TRUE(second.ok()) << second.status().message();
-  EXPECT_EQ(*second, *first);
+  EXPECT_EQ(second->limit_file, first->limit_file);
   // Another limit for the same job's budget is refused, with the reason.
   auto other = state.BeginStep(7, 2, proc::CurrentProcess(), Limits(7, 5ull << 30),
                                Gpus(5ull << 30), std::nullopt);
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("same"), std::string::npos);
 
-  state.EndStep(7, 0);
-  EXPECT_TRUE(fs::exists(*first));
+  state.EndStep(7, 0, proc::CurrentProcess());
+  EXPECT_TRUE(fs::exists(first->limit_file));
   EXPECT_TRUE(BudgetExists(7));
-  state.EndStep(7, 1);
+  state.EndStep(7, 1, proc::CurrentProcess());
   EXPECT_FALSE(fs::exists(dir_ + "/job-7"));
   EXPECT_FALSE(BudgetExists(7));
+}
+
+// The components of a heterogeneous step (srun A : B) share the job and step id, each with its
+// own slurmstepd: the first to end leaves the job's files to the other.
+TEST_F(NodeStateTest, EachComponentOfAHetStepHasItsOwnMarker) {
+  NodeState& state = Open();
+  const proc::ProcessId a = proc::CurrentProcess();
+  proc::ProcessId b;
+  ASSERT_TRUE(proc::ReadProcessId(getppid(), &b));
+  const std::string text = Limits(15, 1ull << 30);
+  ASSERT_TRUE(state.BeginStep(15, 2, a, text, Gpus(1ull << 30), std::nullopt).ok());
+  ASSERT_TRUE(state.BeginStep(15, 2, b, text, Gpus(1ull << 30), std::nullopt).ok());
+  state.EndStep(15, 2, a);
+  EXPECT_TRUE(fs::exists(dir_ + "/job-15/limits"));
+  EXPECT_TRUE(BudgetExists(15));
+  state.EndStep(15, 2, b);
+  EXPECT_FALSE(fs::exists(dir_ + "/job-15"));
+  EXPECT_FALSE(BudgetExists(15));
 }
 
 TEST_F(NodeStateTest, EpilogRemovesTheJobWhateverItsSteps) {
@@ -121,7 +153,7 @@ TEST_F(NodeStateTest, ANextStepRemovesWhatADeadStepdLeft) {
   EXPECT_FALSE(fs::exists(dir_ + "/job-9"));
   EXPECT_FALSE(BudgetExists(9));
   EXPECT_TRUE(BudgetExists(10));
-  state.EndStep(10, 0);
+  state.EndStep(10, 0, proc::CurrentProcess());
   EXPECT_FALSE(BudgetExists(10));
 }
 
@@ -132,6 +164,121 @@ TEST_F(NodeStateTest, RefusesAStateDirOthersCanWrite) {
   ASSERT_FALSE(opened.ok());
   EXPECT_NE(opened.status().message().find("writable"), std::string::npos);
   EXPECT_FALSE(NodeState::Open("relative/dir").ok());
+}
+
+// Every directory on the state directory's path is checked, not only the last: one under a
+// directory others can write could be renamed away and replaced by theirs between steps.
+TEST_F(NodeStateTest, RefusesAStateDirUnderADirectoryOthersCanWrite) {
+  const std::string shared = root_ + "/shared";
+  ASSERT_EQ(mkdir(shared.c_str(), 0777), 0);
+  chmod(shared.c_str(), 0777);
+  dir_ = shared + "/state";
+  StatusOr<NodeState> opened = NodeState::Open(dir_);
+  ASSERT_FALSE(opened.ok());
+  const std::string message = opened.status().message();
+  EXPECT_NE(message.find(shared + " is writable by its group or others (mode 0777)"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  // The same directory made sticky (as /tmp is) is accepted: others cannot replace our names.
+  chmod(shared.c_str(), 01777);
+  EXPECT_TRUE(NodeState::Open(dir_).ok());
+}
+
+TEST_F(NodeStateTest, RefusesAStateDirThroughALinkOrAnotherUsersDirectory) {
+  ASSERT_EQ(mkdir((root_ + "/real").c_str(), 0755), 0);
+  ASSERT_EQ(symlink((root_ + "/real").c_str(), (root_ + "/link").c_str()), 0);
+  dir_ = root_ + "/link/state";
+  StatusOr<NodeState> opened = NodeState::Open(dir_);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(opened.status().message().find(root_ + "/link is a symbolic link"), std::string::npos)
+      << opened.status().message();
+  if (geteuid() != 0) return;  // Only root can give a directory away.
+  ASSERT_EQ(chown((root_ + "/real").c_str(), 65534, 65534), 0);
+  dir_ = root_ + "/real/state";
+  opened = NodeState::Open(dir_);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(opened.status().message().find(root_ + "/real belongs to uid 65534"), std::string::npos)
+      << opened.status().message();
+}
+
+// Whether user `uid` can open `path` for reading (in a child that takes on that user).
+bool CanRead(uid_t uid, const std::string& path) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgid(uid) != 0 || setuid(uid) != 0) _exit(2);
+    int fd = open(path.c_str(), O_RDONLY);
+    _exit(fd >= 0 ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+constexpr uid_t kJobUser = 65534;  // nobody
+constexpr uid_t kOtherUser = 1;    // daemon
+
+// A job's limit file is read by its own user's tasks and by no other user; its user can neither
+// write it nor make names beside it.
+TEST_F(NodeStateTest, AJobsLimitFileIsReadableByItsUserOnly) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: the job runs as another user";
+  NodeState& state = Open();
+  auto begun =
+      state.BeginStep(12, 0, proc::CurrentProcess(), Limits(12, 1ull << 30), Gpus(1ull << 30),
+                      launch::WorkloadBudgets::Owner{kJobUser, kJobUser});
+  ASSERT_TRUE(begun.ok()) << begun.status().message();
+  const std::string limits = dir_ + "/job-12/limits";
+  EXPECT_TRUE(CanRead(kJobUser, limits));
+  EXPECT_FALSE(CanRead(kOtherUser, limits));
+  EXPECT_FALSE(CanRead(kOtherUser, dir_ + "/job-12"));
+  struct stat st {};
+  ASSERT_EQ(stat(limits.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 0222, 0u);
+  ASSERT_EQ(stat((dir_ + "/job-12").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 0022, 0u);
+  EXPECT_EQ(st.st_mode & 0007, 0u);
+  // Its budgets still reach it: they are its user's.
+  EXPECT_TRUE(BudgetExists(12));
+}
+
+// The budget files are their user's, who can grow them: what one job takes is bounded, and
+// another job's step still starts.
+TEST_F(NodeStateTest, GrowingABudgetIsBoundedAndLeavesOtherJobsAlone) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: a tmpfs per job";
+  NodeState& state = Open();
+  ASSERT_TRUE(state
+                  .BeginStep(13, 0, proc::CurrentProcess(), Limits(13, 1ull << 30),
+                             Gpus(1ull << 30), launch::WorkloadBudgets::Owner{kJobUser, kJobUser})
+                  .ok());
+  std::string budget;
+  for (const auto& entry : fs::recursive_directory_iterator(budget_path_)) {
+    if (entry.path().filename() == "gpufrac.slurm-13." + std::string(kUuid)) budget = entry.path();
+  }
+  ASSERT_FALSE(budget.empty());
+  int fd = open(budget.c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0);
+  // Up to 64 MiB appended, until the filesystem refuses.
+  std::vector<char> chunk(1 << 20, 'x');
+  uint64_t written = 0;
+  int err = 0;
+  while (written < (64u << 20)) {
+    ssize_t n = write(fd, chunk.data(), chunk.size());
+    if (n < 0) {
+      err = errno;
+      break;
+    }
+    written += static_cast<uint64_t>(n);
+  }
+  close(fd);
+  EXPECT_LT(written, 4u << 20) << "the job's budget grew by " << written << " bytes";
+  EXPECT_EQ(err, ENOSPC);
+  EXPECT_TRUE(state
+                  .BeginStep(14, 0, proc::CurrentProcess(), Limits(14, 1ull << 30),
+                             Gpus(1ull << 30), std::nullopt)
+                  .ok());
+  EXPECT_TRUE(BudgetExists(14));
 }
 
 TEST_F(NodeStateTest, MakesTheStateDirAndItsParent) {

@@ -1,0 +1,84 @@
+// A step's limits against what Slurm booked for it (booked_share.h).
+#include "slurm/booked_share.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+
+#include "common/text.h"
+#include "common/units.h"
+
+namespace gpufrac::slurm {
+namespace {
+
+std::optional<uint32_t> Count(const std::string& text) {
+  uint32_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+std::string Plural(uint32_t n, const std::string& one, const std::string& many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+}  // namespace
+
+StatusOr<Booking> BookingFromEnvironment(const std::optional<std::string>& shards_on_node,
+                                         const std::optional<std::string>& mps_percentage) {
+  if (shards_on_node) {
+    std::optional<uint32_t> shards = Count(*shards_on_node);
+    if (!shards) {
+      return InvalidArgumentError("SLURM_SHARDS_ON_NODE is not a shard count: \"" +
+                                  Printable(*shards_on_node) + "\"");
+    }
+    return Booking{.kind = Booking::Kind::kShards, .count = *shards};
+  }
+  if (mps_percentage) {
+    std::optional<uint32_t> percent = Count(*mps_percentage);
+    if (!percent) {
+      return InvalidArgumentError("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is not a percentage: \"" +
+                                  Printable(*mps_percentage) + "\"");
+    }
+    // Slurm 22.05 writes more than 100 when a node declares shards too (docs/slurm.md): the
+    // whole GPU at most.
+    return Booking{.kind = Booking::Kind::kMpsPercent, .count = std::min<uint32_t>(*percent, 100)};
+  }
+  return Booking{};
+}
+
+Status CheckWithinBooking(const Booking& booking, uint64_t shard_bytes,
+                          const std::vector<launch::LimitedGpu>& limits,
+                          const std::vector<gpu::DeviceInfo>& gpus) {
+  if (booking.kind == Booking::Kind::kWholeGpus) return OkStatus();
+  if (booking.kind == Booking::Kind::kShards && shard_bytes == 0) {
+    return FailedPreconditionError(
+        "the step holds shards, but plugstack.conf gives libgpufrac_spank.so no shard_memory= "
+        "to check its memory against: the administrator must add it (docs/slurm.md)");
+  }
+  for (size_t i = 0; i < limits.size() && i < gpus.size(); ++i) {
+    const gpu::DeviceInfo& gpu = gpus[i];
+    uint64_t booked = 0;
+    std::string what, more;
+    if (booking.kind == Booking::Kind::kShards) {
+      booked = booking.count > UINT64_MAX / shard_bytes ? UINT64_MAX : booking.count * shard_bytes;
+      what = Plural(booking.count, "shard", "shards") + " of " + FormatSize(shard_bytes);
+      more = "--gres=shard:N";
+    } else {
+      booked =
+          gpu.memory_total / 100 * booking.count + gpu.memory_total % 100 * booking.count / 100;
+      what = std::to_string(booking.count) + "% of the GPU's MPS units";
+      more = "--gres=mps:N";
+    }
+    if (limits[i].limit_bytes <= booked) continue;
+    return FailedPreconditionError(
+        "the step's memory limit on GPU " + std::to_string(gpu.index) + ", " +
+        FormatSize(limits[i].limit_bytes) + ", is more than its " + what + " hold (" +
+        FormatSize(booked) + "): ask for at most " + FormatSize(booked) +
+        ", or book more for the job (--gpu-memory or --gpu-fraction on sbatch/salloc, or " + more +
+        ")");
+  }
+  return OkStatus();
+}
+
+}  // namespace gpufrac::slurm
