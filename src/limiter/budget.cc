@@ -197,6 +197,12 @@ bool Budget::Initialise(int fd, const char* name, uint64_t limit, uint64_t conte
     snprintf(err, err_len, "cannot size budget segment %s: %s", name, strerror(errno));
     return false;
   }
+  // The pages are taken now: on a full tmpfs, writing them through the mapping would raise
+  // SIGBUS (killing a root service that makes budgets) where this gives ENOSPC.
+  if (int e = posix_fallocate(fd, 0, sizeof(BudgetSegment)); e != 0) {
+    snprintf(err, err_len, "cannot allocate budget segment %s: %s", name, strerror(e));
+    return false;
+  }
   if (!Map(fd, err, err_len)) return false;
   // The file starts zeroed: every lane free, nothing in use, the tag naming lane 0's sequence 0,
   // which counts as committed.

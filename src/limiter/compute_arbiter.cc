@@ -94,11 +94,16 @@ bool ComputeArbiter::CreateAt(int dir_fd, const char* name, uint64_t turn_ns, ch
     return false;
   }
   void* map = MAP_FAILED;
-  if (ftruncate(fd, sizeof(ArbiterSegment)) == 0) {
+  // The pages are taken before they are written: on a full tmpfs (a user may fill /dev/shm),
+  // writing them through the mapping would raise SIGBUS in the root service making the arbiter.
+  int e = ftruncate(fd, sizeof(ArbiterSegment)) == 0 ? 0 : errno;
+  if (e == 0) e = posix_fallocate(fd, 0, sizeof(ArbiterSegment));
+  if (e == 0) {
     map = mmap(nullptr, sizeof(ArbiterSegment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) e = errno;
   }
   if (map == MAP_FAILED) {
-    snprintf(err, err_len, "cannot size the compute arbiter %s: %s", name, strerror(errno));
+    snprintf(err, err_len, "cannot size the compute arbiter %s: %s", name, strerror(e));
     close(fd);
     unlinkat(dir_fd, name, 0);
     return false;

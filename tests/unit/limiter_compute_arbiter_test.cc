@@ -3,17 +3,22 @@
 // GPU keeps arbitrating all of them.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "limiter/budget.h"
 #include "limiter/compute_arbiter.h"
 
 namespace gpufrac::limiter {
@@ -144,6 +149,44 @@ TEST_F(ComputeArbiterSlotsTest, AnOlderVersionsSegmentIsReplaced) {
     ComputeArbiter after;
     EXPECT_TRUE(after.Attach(dir_.c_str(), "compute.old", "w", 10, 1000, err, sizeof(err))) << err;
   }
+}
+
+// A local user may fill /dev/shm. Making an arbiter or a budget there (root services do:
+// gpufracd, the Slurm plugin in slurmstepd) then fails with ENOSPC; before, the first write
+// through the fresh mapping raised SIGBUS and killed the service's process.
+TEST(SegmentsOnAFullTmpfs, AreRefusedWithNoSpaceInsteadOfSigbus) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (unshare(CLONE_NEWNS) != 0 ||
+        mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      _exit(10);
+    }
+    char dir[] = "/tmp/gpufrac-full-XXXXXX";
+    if (mkdtemp(dir) == nullptr) _exit(11);
+    if (mount("tmpfs", dir, "tmpfs", 0, "size=256k") != 0) _exit(12);
+    const int dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const int fill = openat(dir_fd, "fill", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    static char block[4096];
+    while (write(fill, block, sizeof(block)) > 0) {
+    }
+    char err[256] = "";
+    const bool arbiter =
+        ComputeArbiter::CreateAt(dir_fd, "compute.x", kDefaultTurnNs, err, sizeof(err));
+    const bool arbiter_said = std::strstr(err, std::strerror(ENOSPC)) != nullptr;
+    err[0] = '\0';
+    const bool budget =
+        Budget::CreateAt(dir_fd, "budget.x", uint64_t{1} << 30, 0, -1, -1, err, sizeof(err));
+    const bool budget_said = std::strstr(err, std::strerror(ENOSPC)) != nullptr;
+    umount2(dir, MNT_DETACH);
+    rmdir(dir);
+    _exit(!arbiter && arbiter_said && !budget && budget_said ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "made on a full tmpfs, or failed without saying why";
 }
 
 }  // namespace
