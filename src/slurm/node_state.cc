@@ -26,6 +26,9 @@ constexpr size_t kMaxStateFile = 16384;
 // What a job's budget tmpfs holds per GPU: one budget (limiter/budget.h's segment, about 80 KiB
 // today; creating one fails loudly if it ever outgrows this), and one more of these for slack.
 constexpr uint64_t kBudgetBytesPerGpu = uint64_t{1} << 20;
+// The node's budget directory's tmpfs: the GPUs' arbiters (a few KiB each) and the jobs' mount
+// points.
+constexpr uint64_t kNodeBudgetDirBytes = uint64_t{8} << 20;
 
 std::string Errno(const std::string& what, int err) { return what + ": " + std::strerror(err); }
 
@@ -169,6 +172,15 @@ bool IsMarker(const std::string& name) {
          NumberAfter(name.substr(dot), ".");
 }
 
+// Whether the directory `fd` is the root of a filesystem mounted on it, not of its parent's.
+bool MountedOnParent(int fd) {
+  Fd parent(openat(fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  struct stat st {
+  }, up{};
+  return parent.get() >= 0 && fstat(fd, &st) == 0 && fstat(parent.get(), &up) == 0 &&
+         st.st_dev != up.st_dev;
+}
+
 // Whether the directory `fd` is the root of a filesystem mounted on it, not of `parent`'s.
 bool IsMountedOn(int fd, int parent) {
   struct stat st {
@@ -184,16 +196,28 @@ StatusOr<NodeState> NodeState::Open(const std::string& state_dir) {
   GPUFRAC_ASSIGN_OR_RETURN(int opened, OpenTrustedDir(state_dir, 0711, 0755));
   Fd fd(opened);
   GPUFRAC_RETURN_IF_ERROR(CheckOwnDir(fd.get(), state_dir));
-  // The jobs' users must pass through it to their limit files, whatever the umask made.
-  struct stat st {};
-  if (fstat(fd.get(), &st) == 0 && (st.st_mode & 0111) != 0111) {
-    fchmod(fd.get(), (st.st_mode & 0777) | 0111);
-  }
+  // Exactly 0711: the jobs' users pass through it to their limit files, and no one else may
+  // open it, which would let them hold its lock (below) and stop every step on the node.
+  fchmod(fd.get(), 0711);
   // The budget directory is made once per node (and again after a reboot empties /dev/shm);
   // concurrent first steps must not make two.
-  StatusOr<launch::BudgetDir> budgets = [&] {
+  StatusOr<launch::BudgetDir> budgets = [&]() -> StatusOr<launch::BudgetDir> {
     DirLock lock(fd.get());
-    return launch::BudgetDir::ForService(state_dir + "/budget-dir", 0711);
+    const std::string record = state_dir + "/budget-dir";
+    GPUFRAC_ASSIGN_OR_RETURN(launch::BudgetDir made, launch::BudgetDir::ForService(record, 0711));
+    // It holds the GPUs' arbiters, which every job may write (0666): on a tmpfs of its own, one
+    // grown takes at most that tmpfs, and a user who fills /dev/shm leaves it room. Mounted when
+    // new (empty), through its descriptor; then opened again, now the tmpfs.
+    if (!MountedOnParent(made.fd()) && Entries(made.fd()).empty()) {
+      const std::string options =
+          "size=" + std::to_string(kNodeBudgetDirBytes) + ",nr_inodes=4096,mode=0711,uid=0,gid=0";
+      const std::string target = "/proc/self/fd/" + std::to_string(made.fd());
+      if (mount("gpufrac-arbiters", target.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                options.c_str()) == 0) {
+        return launch::BudgetDir::ForService(record, 0711);
+      }
+    }
+    return made;
   }();
   if (!budgets.ok()) return budgets.status();
   const bool acls = SupportsAcls(fd.get());

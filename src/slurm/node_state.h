@@ -6,9 +6,11 @@
 //
 // Layout, all root's and writable by no one else (the node service's rules: root never acts on a
 // path a user can change, so every directory is checked after opening and used through its fd):
-//   STATE_DIR/                     0711, given in plugstack.conf; every directory above it root's
-//                                  and writable by root only, or sticky (slurm/trusted_dir.h)
-//   STATE_DIR/budget-dir           the path of the budget directory B (launch/budget_dir.h)
+//   STATE_DIR/                     exactly 0711 (no one else may open it, or hold its lock), given
+//                                  in plugstack.conf; every directory above it root's
+//                                  and writable by root only (slurm/trusted_dir.h)
+//   STATE_DIR/budget-dir           the path of the budget directory B (launch/budget_dir.h), in
+//                                  /dev/shm, a tmpfs of its own (8 MiB) mounted by root when new
 //   STATE_DIR/job-<id>/            0700, and the job's user may search it (an ACL, user_acl.h)
 //   STATE_DIR/job-<id>/limits      0400, and the job's user may read it (ACL): the limit file
 //   STATE_DIR/job-<id>/step-<step>.<pid>  0600, "<pid> <start ticks>" of the step's slurmstepd

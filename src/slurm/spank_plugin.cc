@@ -352,8 +352,12 @@ __attribute__((visibility("default"))) int slurm_spank_exit(spank_t, int, char**
   });
 }
 
-__attribute__((visibility("default"))) int slurm_spank_job_epilog(spank_t sp, int, char**) {
+__attribute__((visibility("default"))) int slurm_spank_job_epilog(spank_t sp, int argc,
+                                                                  char** argv) {
   return Guarded("epilog", [&]() -> Status {
+    // slurmstepd's epilog calls no slurm_spank_init first: plugstack.conf's arguments (state_dir)
+    // come here.
+    GPUFRAC_RETURN_IF_ERROR(ParseArguments(argc, argv));
     uint32_t job = 0;
     if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS) return gpufrac::OkStatus();
     if (access(g_config.state_dir.c_str(), F_OK) != 0) return gpufrac::OkStatus();

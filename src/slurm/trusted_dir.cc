@@ -15,16 +15,16 @@ namespace {
 
 std::string Errno(int err) { return std::strerror(err); }
 
-// Why the directory `fd` (`shown`) cannot be trusted, or "" when it can. `last`: the directory
-// itself, which may not be shared even if sticky.
-std::string WhyUntrusted(int fd, bool last) {
+// Why the directory `fd` (`shown`) cannot be trusted, or "" when it can.
+std::string WhyUntrusted(int fd) {
   struct stat st {};
   if (fstat(fd, &st) != 0) return "cannot be examined (" + Errno(errno) + ")";
   if (!S_ISDIR(st.st_mode)) return "is not a directory";
   if (st.st_uid != 0 && st.st_uid != geteuid()) {
     return "belongs to uid " + std::to_string(st.st_uid) + ", not root";
   }
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (last || (st.st_mode & S_ISVTX) == 0)) {
+  // Not even sticky (as /tmp is): another user could make a missing component there first.
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
     return "is writable by its group or others (mode " + [&] {
       char octal[8];
       std::snprintf(octal, sizeof(octal), "%04o", static_cast<unsigned>(st.st_mode & 07777));
@@ -37,7 +37,7 @@ std::string WhyUntrusted(int fd, bool last) {
 Status Refused(const std::string& path, const std::string& component, const std::string& why) {
   return FailedPreconditionError("state directory " + path + ": " + component + " " + why +
                                  "; every directory on its path must be root's and writable by "
-                                 "root only (or sticky and root's, as /tmp is)");
+                                 "root only (not /tmp: anyone may make names there)");
 }
 
 }  // namespace
@@ -62,7 +62,7 @@ StatusOr<int> OpenTrustedDir(const std::string& path, mode_t mode, mode_t parent
   int fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return FailedPreconditionError("cannot open /: " + Errno(errno));
   std::string shown = "/";
-  if (std::string why = WhyUntrusted(fd, names.empty()); !why.empty()) {
+  if (std::string why = WhyUntrusted(fd); !why.empty()) {
     close(fd);
     return Refused(path, shown, why);
   }
@@ -97,7 +97,7 @@ StatusOr<int> OpenTrustedDir(const std::string& path, mode_t mode, mode_t parent
       return FailedPreconditionError("cannot open " + shown + ": " + Errno(err));
     }
     fd = next;
-    if (std::string why = WhyUntrusted(fd, last); !why.empty()) {
+    if (std::string why = WhyUntrusted(fd); !why.empty()) {
       close(fd);
       return Refused(path, shown, why);
     }

@@ -1,8 +1,8 @@
 // Opening a directory that root keeps its state in, through a path no other user can change. Every
 // component from / down is opened with openat from the one above it (no link followed) and
 // checked on its descriptor: it must belong to root (or to the caller) and be writable by no one
-// else, except a sticky directory of root's such as /tmp (others may add names there, but cannot
-// rename or remove root's, and a name they made first fails the owner check below it).
+// else. Not even a sticky directory such as /tmp: a user could make a missing component there
+// before root does, and every step would then be refused.
 #pragma once
 
 #include <sys/types.h>

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -72,7 +73,8 @@ class SlurmTest : public ::testing::Test {
       skip_reason_ = "needs root: slurmd runs jobs as their users";
       return;
     }
-    char tmpl[] = "/tmp/gpufrac-slurm-XXXXXX";
+    // Not under /tmp: the state directory's path must be writable by root only.
+    char tmpl[] = "/run/gpufrac-slurm-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     chmod(dir_.c_str(), 0755);
@@ -100,6 +102,13 @@ class SlurmTest : public ::testing::Test {
     std::ifstream record(dir_ + "/gpufrac/budget-dir");
     std::string budgets;
     if (std::getline(record, budgets) && budgets.rfind("/dev/shm/gpufrac-", 0) == 0) {
+      // The jobs' budget tmpfs the tests left, then the directory's own.
+      for (const auto& entry : fs::directory_iterator(budgets, ec)) {
+        if (entry.path().filename().string().rfind("job-", 0) == 0) {
+          umount2(entry.path().c_str(), MNT_DETACH);
+        }
+      }
+      umount2(budgets.c_str(), MNT_DETACH);
       fs::remove_all(budgets, ec);
     }
     // The simulated machine's shared memory, one per user that ran it.
@@ -383,6 +392,35 @@ TEST_F(SlurmTest, SigkilledTaskLeavesNothing) {
   ASSERT_EQ(kill(task, SIGKILL), 0);
   runner.join();
   EXPECT_NE(result.code, 0) << result.out;
+  ExpectAllReleased(job);
+}
+
+// A slurmstepd that dies (killed, out of memory) ends no step: its job's files go with the job,
+// through the epilog, which slurmstepd runs without calling the plugin's init (an attacker's
+// review: the epilog looked in the default state directory, not plugstack.conf's, and the files
+// stayed until a later gpufrac step on the node swept them).
+TEST_F(SlurmTest, AKilledSlurmstepdsFilesGoWithTheJobsEpilog) {
+  std::thread runner;
+  Result result;
+  const std::string job =
+      StartHeldStep("srun --gpu-memory 10G $P hold " + std::to_string(5 * kGiB), &runner, &result);
+  ASSERT_FALSE(job.empty()) << Logs();
+  const std::string title = "slurmstepd: [" + job + ".0]";
+  pid_t stepd = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const auto& entry : fs::directory_iterator("/proc")) {
+          std::string cmdline;
+          std::getline(std::ifstream(entry.path() / "cmdline"), cmdline, '\0');
+          if (cmdline.rfind(title, 0) == 0) stepd = std::atoi(entry.path().filename().c_str());
+        }
+        return stepd > 0;
+      },
+      10s))
+      << "no process titled " << title;
+  ASSERT_EQ(kill(stepd, SIGKILL), 0);
+  EXPECT_EQ(AsRoot("scancel " + job).code, 0);
+  runner.join();
   ExpectAllReleased(job);
 }
 

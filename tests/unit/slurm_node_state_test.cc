@@ -22,8 +22,12 @@ constexpr char kUuid[] = "GPU-12345678-1234-1234-1234-123456789abc";
 class NodeStateTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/gpufrac-slurm-state-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    // Under a directory only root (or the user running the tests) can write: not /tmp, which
+    // the state directory's path may not cross.
+    const std::string base =
+        geteuid() == 0 ? "/run" : std::string(getenv("HOME") ?: "/nonexistent");
+    std::string tmpl = base + "/gpufrac-slurm-state-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr) << tmpl;
     root_ = tmpl;
     chmod(root_.c_str(), 0711);
     dir_ = root_ + "/state";
@@ -31,13 +35,16 @@ class NodeStateTest : public ::testing::Test {
   void TearDown() override {
     state_.reset();
     std::error_code ec;
-    if (!budget_path_.empty()) {
+    // The budget directory the state directory records, whichever test opened it.
+    if (budget_path_.empty()) std::getline(std::ifstream(dir_ + "/budget-dir"), budget_path_);
+    if (budget_path_.rfind("/dev/shm/gpufrac-", 0) == 0) {
       // The jobs' budget tmpfs a test left mounted (as root).
       for (const auto& entry : fs::directory_iterator(budget_path_, ec)) {
         if (entry.path().filename().string().rfind("job-", 0) == 0) {
           umount2(entry.path().c_str(), MNT_DETACH);
         }
       }
+      umount2(budget_path_.c_str(), MNT_DETACH);  // Its own tmpfs, mounted as root.
       fs::remove_all(budget_path_, ec);
     }
     fs::remove_all(root_, ec);
@@ -180,9 +187,58 @@ TEST_F(NodeStateTest, RefusesAStateDirUnderADirectoryOthersCanWrite) {
             std::string::npos)
       << message;
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-  // The same directory made sticky (as /tmp is) is accepted: others cannot replace our names.
+  // Nor sticky, as /tmp is: a user could make the missing state directory there first (an
+  // attacker's review: every gpufrac step on the node was then refused), so none is trusted.
   chmod(shared.c_str(), 01777);
-  EXPECT_TRUE(NodeState::Open(dir_).ok());
+  opened = NodeState::Open(dir_);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(
+      opened.status().message().find(shared + " is writable by its group or others (mode 1777)"),
+      std::string::npos)
+      << opened.status().message();
+}
+
+// Whoever can open the state directory can hold its lock and stop every step on the node: it is
+// made exactly 0711 whatever mode it had (an operator's tmpfiles.d may make it 0755), so no one
+// else can open it.
+TEST_F(NodeStateTest, NoOneElseCanOpenTheStateDirectoryToHoldItsLock) {
+  ASSERT_EQ(mkdir(dir_.c_str(), 0755), 0);
+  chmod(dir_.c_str(), 0755);
+  StatusOr<NodeState> opened = NodeState::Open(dir_);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  struct stat st {};
+  ASSERT_EQ(stat(dir_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0711u);
+  budget_path_ = opened->budgets().path();
+}
+
+// The node's budget directory, where the GPUs' arbiters are (which every job may write), is a
+// tmpfs of its own as root: a user who fills /dev/shm leaves it room, and growing an arbiter takes
+// at most its size.
+TEST_F(NodeStateTest, TheNodesBudgetDirectoryIsATmpfsOfItsOwn) {
+  if (geteuid() != 0) GTEST_SKIP() << "only root mounts";
+  StatusOr<NodeState> opened = NodeState::Open(dir_);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  budget_path_ = opened->budgets().path();
+  struct stat st {
+  }, up{};
+  ASSERT_EQ(stat(budget_path_.c_str(), &st), 0);
+  ASSERT_EQ(stat("/dev/shm", &up), 0);
+  EXPECT_NE(st.st_dev, up.st_dev) << budget_path_ << " is on /dev/shm's filesystem";
+  // Grown past its size, a file there stops at it.
+  const std::string grown = budget_path_ + "/compute.grown";
+  const int fd = open(grown.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+  ASSERT_GE(fd, 0);
+  static char block[1 << 16];
+  uint64_t written = 0;
+  for (ssize_t n; (n = write(fd, block, sizeof(block))) > 0;) written += n;
+  close(fd);
+  EXPECT_LE(written, uint64_t{8} << 20);
+  // Opened again (the next step), it is the same tmpfs, not a second one stacked on it.
+  StatusOr<NodeState> again = NodeState::Open(dir_);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->budgets().path(), budget_path_);
+  EXPECT_TRUE(std::filesystem::exists(grown));
 }
 
 TEST_F(NodeStateTest, RefusesAStateDirThroughALinkOrAnotherUsersDirectory) {
