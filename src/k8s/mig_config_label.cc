@@ -5,6 +5,7 @@
 #include <map>
 
 #include "common/log.h"
+#include "common/text.h"
 #include "gpu/catalogue.h"
 #include "k8s/kube_cluster_api.h"
 #include "k8s/object_fields.h"
@@ -17,15 +18,6 @@ namespace {
 constexpr size_t kPodsNamed = 3;
 // Events carry at most this much of a message (events.k8s.io/v1 allows 1 kB).
 constexpr size_t kEventMessageBytes = 1000;
-
-// A pod's name as a message may carry it: printable ASCII, bounded (names come from users).
-std::string Printable(std::string text) {
-  if (text.size() > 120) text = text.substr(0, 120) + "...";
-  for (char& c : text) {
-    if (c < 0x21 || c > 0x7e) c = '?';
-  }
-  return text;
-}
 
 // Whether a container's requests or limits name a resource of the static MIG GPUs.
 bool AsksForStaticMig(const nlohmann::json& container, MigStrategy strategy) {
