@@ -69,17 +69,22 @@ bool ComputeArbiter::CreateAt(int dir_fd, const char* name, uint64_t turn_ns, ch
     // Made earlier by this launcher: only it creates names in its directory. Kept if it is what
     // this version makes (workloads may be using it); else (an older version's) replaced, and
     // workloads still mapping the old one take turns there until they end.
-    fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    fd = openat(dir_fd, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
     uint64_t magic = 0;
     uint32_t version = 0;
-    const bool current =
-        fd >= 0 && StatFd(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-        st.st_size == static_cast<off_t>(sizeof(ArbiterSegment)) && st.st_uid == geteuid() &&
+    const off_t size = static_cast<off_t>(sizeof(ArbiterSegment));
+    bool current =
+        fd >= 0 && StatFd(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= size &&
+        st.st_uid == geteuid() &&
         pread(fd, &magic, sizeof(magic), offsetof(ArbiterSegment, magic)) == sizeof(magic) &&
         pread(fd, &version, sizeof(version), offsetof(ArbiterSegment, version)) ==
             sizeof(version) &&
         magic == kArbiterMagic && version == kArbiterVersion;
+    // A workload may write past its end (every one may write it): cut back to its size, which
+    // gives the pages back and touches nothing a workload maps. Replacing it instead would need
+    // new pages while the grown ones are still held, and fail on a full filesystem.
+    if (current && st.st_size > size) current = ftruncate(fd, size) == 0;
     if (fd >= 0) close(fd);
     if (current) return true;
     if (unlinkat(dir_fd, name, 0) != 0) {

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -151,13 +152,11 @@ TEST_F(ComputeArbiterSlotsTest, AnOlderVersionsSegmentIsReplaced) {
   }
 }
 
-// A local user may fill /dev/shm. Making an arbiter or a budget there (root services do:
-// gpufracd, the Slurm plugin in slurmstepd) then fails with ENOSPC; before, the first write
-// through the fresh mapping raised SIGBUS and killed the service's process.
-TEST(SegmentsOnAFullTmpfs, AreRefusedWithNoSpaceInsteadOfSigbus) {
-  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+// Runs `body` on a 256 KiB tmpfs of its own (as root, in a child process with a mount namespace
+// of its own) and returns the child's exit status, or -signal when a signal ended it.
+int InSmallTmpfs(const std::function<int(int dir_fd)>& body) {
   const pid_t child = fork();
-  ASSERT_GE(child, 0);
+  if (child < 0) return -1000;
   if (child == 0) {
     if (unshare(CLONE_NEWNS) != 0 ||
         mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
@@ -166,11 +165,33 @@ TEST(SegmentsOnAFullTmpfs, AreRefusedWithNoSpaceInsteadOfSigbus) {
     char dir[] = "/tmp/gpufrac-full-XXXXXX";
     if (mkdtemp(dir) == nullptr) _exit(11);
     if (mount("tmpfs", dir, "tmpfs", 0, "size=256k") != 0) _exit(12);
-    const int dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    const int fill = openat(dir_fd, "fill", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-    static char block[4096];
-    while (write(fill, block, sizeof(block)) > 0) {
-    }
+    const int status = body(open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    umount2(dir, MNT_DETACH);
+    rmdir(dir);
+    _exit(status);
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child) return -1001;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+// Writes to file `name` in `dir_fd` until its filesystem is full.
+void FillWith(int dir_fd, const char* name) {
+  const int fd = openat(dir_fd, name, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  static char block[4096];
+  lseek(fd, 0, SEEK_END);
+  while (write(fd, block, sizeof(block)) > 0) {
+  }
+  close(fd);
+}
+
+// A local user may fill /dev/shm. Making an arbiter or a budget there (root services do:
+// gpufracd, the Slurm plugin in slurmstepd) then fails with ENOSPC; before, the first write
+// through the fresh mapping raised SIGBUS and killed the service's process.
+TEST(SegmentsOnAFullTmpfs, AreRefusedWithNoSpaceInsteadOfSigbus) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  const int status = InSmallTmpfs([](int dir_fd) {
+    FillWith(dir_fd, "fill");
     char err[256] = "";
     const bool arbiter =
         ComputeArbiter::CreateAt(dir_fd, "compute.x", kDefaultTurnNs, err, sizeof(err));
@@ -179,14 +200,37 @@ TEST(SegmentsOnAFullTmpfs, AreRefusedWithNoSpaceInsteadOfSigbus) {
     const bool budget =
         Budget::CreateAt(dir_fd, "budget.x", uint64_t{1} << 30, 0, -1, -1, err, sizeof(err));
     const bool budget_said = std::strstr(err, std::strerror(ENOSPC)) != nullptr;
-    umount2(dir, MNT_DETACH);
-    rmdir(dir);
-    _exit(!arbiter && arbiter_said && !budget && budget_said ? 0 : 1);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "made on a full tmpfs, or failed without saying why";
+    return !arbiter && arbiter_said && !budget && budget_said ? 0 : 1;
+  });
+  ASSERT_GE(status, 0) << "killed by signal " << -status;
+  EXPECT_EQ(status, 0) << "made on a full tmpfs, or failed without saying why";
+}
+
+// Every workload on the GPU may write its arbiter, so one may grow it until its filesystem is
+// full (an attacker's review: on a Slurm node's 8 MiB budget tmpfs, the next step then replaced
+// it, could not get pages for the new one, and every shared step on the GPU was refused). The
+// launcher cuts it back to its size and keeps it, what the workloads wrote in it untouched.
+TEST(SegmentsOnAFullTmpfs, AnArbiterGrownToFillItIsCutBackAndKept) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  const int status = InSmallTmpfs([](int dir_fd) {
+    char err[256] = "";
+    if (!ComputeArbiter::CreateAt(dir_fd, "compute.x", kDefaultTurnNs, err, sizeof(err))) return 2;
+    struct stat before {};
+    const int fd = openat(dir_fd, "compute.x", O_RDONLY | O_CLOEXEC);
+    fstat(fd, &before);
+    FillWith(dir_fd, "compute.x");
+    struct stat grown {};
+    fstat(fd, &grown);
+    if (grown.st_size <= before.st_size) return 3;  // The attack did not grow it.
+    const bool kept =
+        ComputeArbiter::CreateAt(dir_fd, "compute.x", kDefaultTurnNs, err, sizeof(err));
+    struct stat after {};
+    fstat(fd, &after);  // The same file, not a new one under the name.
+    close(fd);
+    return kept && after.st_size == before.st_size ? 0 : 1;
+  });
+  ASSERT_GE(status, 0) << "killed by signal " << -status;
+  EXPECT_EQ(status, 0) << "not kept at its size (2: not made, 3: not grown)";
 }
 
 }  // namespace
