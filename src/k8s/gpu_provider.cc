@@ -355,27 +355,26 @@ std::optional<std::vector<PodResources>> GpuProvider::KubeletPods() {
   if (pod_resources_ == nullptr) return std::nullopt;
   StatusOr<std::vector<PodResources>> pods = pod_resources_->List();
   if (!pods.ok()) {
-    if (!pod_resources_failing_) {
+    if (!pod_resources_failing_.exchange(true)) {
       LogWarning(
           "%s; until it answers, the pod an Allocate is for is found by its slots' GPUs and "
           "by the order pods were bound",
           pods.status().message().c_str());
     }
-    pod_resources_failing_ = true;
     return std::nullopt;
   }
-  if (pod_resources_failing_) {
+  if (pod_resources_failing_.exchange(false)) {
     LogInfo("the kubelet's PodResources socket %s answers again",
             pod_resources_->socket_path().c_str());
   }
-  pod_resources_failing_ = false;
   return std::move(*pods);
 }
 
 int GpuProvider::CheckKubeletSlots(const std::vector<json>& pods) {
-  std::unique_lock<std::mutex> lock(mu_);
+  // Asked before the lock: an Allocate must not wait on the kubelet's answer to a resync.
   std::optional<std::vector<PodResources>> listed = KubeletPods();
   if (!listed) return 0;
+  std::unique_lock<std::mutex> lock(mu_);
   // Posted once the lock is released, so that an Allocate does not wait on the API server.
   std::vector<std::pair<const json*, std::string>> events;
   std::set<std::string> live;

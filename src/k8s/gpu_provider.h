@@ -26,6 +26,7 @@
 // Allocate skips it.
 #pragma once
 
+#include <atomic>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -108,7 +109,7 @@ class GpuProvider : public DeviceProvider {
   StatusOr<std::string> MigUuid(int gpu, const MigGrant& grant,
                                 const std::vector<nlohmann::json>& pods);
   // What the kubelet lists now; nullopt without the API or when it fails (logged once until it
-  // answers again).
+  // answers again). Needs no lock (a resync calls it before taking mu_: it may wait 2 s).
   std::optional<std::vector<PodResources>> KubeletPods();
 
   AgentOptions options_;
@@ -119,7 +120,7 @@ class GpuProvider : public DeviceProvider {
   PodResourcesClient* pod_resources_;
   mutable std::mutex mu_;  // Guards what follows and serialises Allocate.
   NodeInventory inventory_;
-  bool pod_resources_failing_ = false;
+  std::atomic<bool> pod_resources_failing_{false};
   std::set<std::string> reported_;  // UIDs of the pods with a slot mismatch already reported.
 };
 

@@ -42,7 +42,6 @@ struct NodeEntry {
   NodeInventory inventory;
   std::vector<Group> groups;
   bool has_mig = false;  // Some healthy GPU in MIG mode.
-  bool has_mps = false;  // Some healthy GPU in MPS mode.
 };
 
 // Who the bookings on a node's MPS GPUs run as, by GPU index.
@@ -72,11 +71,7 @@ void TakeOnCopy(pl::Node& n, pl::GpuSet gpus, const pl::Request& p) {
 
 // A copy of a placement node in which `gpus` have nothing free.
 pl::Node WithoutGpus(pl::Node n, pl::GpuSet gpus) {
-  for (int s = 0; s < n.spec.gpu_count; ++s) {
-    if (!(gpus >> s & 1)) continue;
-    n.gpu_free_milli[s] = 0;
-    n.gpu_free_memory[s] = 0;
-  }
+  pl::Withhold(n, gpus);
   return n;
 }
 
@@ -316,7 +311,6 @@ struct Ledger::Impl {
   // The slots of MPS group `g` held by a user other than `user`.
   static pl::GpuSet HeldByOthers(const Group& g, const MpsUsers& users, const std::string& user) {
     pl::GpuSet held = 0;
-    if (!g.mps) return held;
     for (size_t s = 0; s < g.gpus.size(); ++s) {
       auto it = users.find(g.gpus[s]);
       if (it == users.end()) continue;
@@ -350,8 +344,12 @@ struct Ledger::Impl {
         views.push_back(g.cluster_node >= 0 ? cluster->node(g.cluster_node) : pl::Node{});
       }
     }
-    MpsUsers mps_users;
-    if (entry.has_mps) mps_users = MpsUsersOf(name);
+    // Who holds the node's MPS GPUs: read from its bookings when a request could go there.
+    std::optional<MpsUsers> mps_users;
+    auto users = [&]() -> MpsUsers& {
+      if (!mps_users) mps_users = MpsUsersOf(name);
+      return *mps_users;
+    };
     for (const ContainerRequest& c : request.containers) {
       ContainerAssignment granted;
       if (choose) {
@@ -372,7 +370,7 @@ struct Ledger::Impl {
         if (!p) continue;
         could_ever = true;
         const pl::Node& whole = single ? cluster->node(g.cluster_node) : views[gi];
-        const pl::GpuSet held = HeldByOthers(g, mps_users, c.run_as);
+        const pl::GpuSet held = g.mps ? HeldByOthers(g, users(), c.run_as) : 0;
         std::optional<double> score;
         if (held != 0) {  // Rare (MPS GPUs of several users): judged on a copy.
           const pl::Node view = WithoutGpus(whole, held);
@@ -409,7 +407,7 @@ struct Ledger::Impl {
                                     .memory_bytes = best_request.gpu_memory_bytes,
                                     .mig = std::nullopt});
             // Later containers of the pod see the GPU taken by this one's user.
-            if (g.mps) mps_users[g.gpus[s]].insert(c.run_as);
+            if (g.mps) users()[g.gpus[s]].insert(c.run_as);
           }
           if (g.mps) granted.mps_user = c.run_as;
         }
@@ -535,12 +533,9 @@ StatusOr<std::unique_ptr<Ledger>> Ledger::Create(LedgerOptions options) {
 void Ledger::SetNode(const std::string& node, const NodeInventory& inventory) {
   auto it = impl_->nodes.find(node);
   if (it != impl_->nodes.end() && it->second.inventory == inventory) return;
-  auto any_in = [&inventory](GpuMode mode) {
-    return std::any_of(inventory.gpus.begin(), inventory.gpus.end(),
-                       [mode](const GpuInfo& g) { return g.mode == mode && g.healthy; });
-  };
-  impl_->nodes[node] =
-      NodeEntry{inventory, Impl::GroupsOf(inventory), any_in(GpuMode::kMig), any_in(GpuMode::kMps)};
+  bool has_mig = std::any_of(inventory.gpus.begin(), inventory.gpus.end(),
+                             [](const GpuInfo& g) { return g.mode == GpuMode::kMig && g.healthy; });
+  impl_->nodes[node] = NodeEntry{inventory, Impl::GroupsOf(inventory), has_mig};
   impl_->dirty = true;
   ++impl_->version;
 }

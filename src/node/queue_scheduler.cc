@@ -130,15 +130,14 @@ struct QueueScheduler::Impl {
   const pl::Node& ViewFor(int g, uid_t uid) {
     const pl::Node& view = pass.view(g);
     if (!groups()[g].mps) return view;
-    bool masked = false;
+    pl::GpuSet others = 0;
     for (size_t slot = 0; slot < groups()[g].members.size(); ++slot) {
-      if (!OtherUserOn(groups()[g].members[slot], uid)) continue;
-      if (!masked) masked_views[g] = view;
-      masked = true;
-      masked_views[g].gpu_free_milli[slot] = 0;
-      masked_views[g].gpu_free_memory[slot] = 0;
+      if (OtherUserOn(groups()[g].members[slot], uid)) others |= pl::GpuSet{1} << slot;
     }
-    return masked ? masked_views[g] : view;
+    if (others == 0) return view;
+    masked_views[g] = view;
+    pl::Withhold(masked_views[g], others);
+    return masked_views[g];
   }
 
   // Starts `j` if it fits now on an eligible group (smallest GPUs first, then the policy's

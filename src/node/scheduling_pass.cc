@@ -4,6 +4,8 @@
 #include <array>
 #include <bit>
 
+#include "placement/fit.h"
+
 namespace gpufrac::node {
 
 namespace pl = ::gpufrac::placement;
@@ -32,14 +34,10 @@ void SchedulingPass::Begin() {
 void SchedulingPass::Refresh(int g) {
   pl::Node& v = views_[g];
   v = cluster_->node(g);
+  pl::Withhold(v, reserved_[g]);
   int open_here = 0;
   for (int i = 0; i < v.spec.gpu_count; ++i) {
-    if (reserved_[g] >> i & 1) {
-      v.gpu_free_milli[i] = 0;
-      v.gpu_free_memory[i] = 0;
-    } else if (v.gpu_free_milli[i] > 0) {
-      ++open_here;
-    }
+    if (v.gpu_free_milli[i] > 0) ++open_here;
   }
   open_ += open_here - open_in_group_[g];
   open_in_group_[g] = open_here;

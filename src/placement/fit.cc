@@ -59,4 +59,12 @@ GpuSet LowestGpus(GpuSet set, int count) {
   return out;
 }
 
+void Withhold(Node& n, GpuSet gpus) {
+  for (int s = 0; s < n.spec.gpu_count; ++s) {
+    if (!(gpus >> s & 1)) continue;
+    n.gpu_free_milli[s] = 0;
+    n.gpu_free_memory[s] = 0;
+  }
+}
+
 }  // namespace gpufrac::placement

@@ -24,6 +24,10 @@ bool PlacementFits(const Node& n, const Request& r, GpuSet gpus);
 // among equals (for whole GPUs: the lowest-numbered free ones); nothing for CPU-only requests.
 GpuSet TightestGpus(const Node& n, const Request& r);
 
+// Leaves nothing free on the GPUs of n in `gpus` (those a caller withholds from a decision:
+// reserved ones, MPS GPUs serving another user), so that nothing above fits or is placed there.
+void Withhold(Node& n, GpuSet gpus);
+
 // The first `count` GPUs of `set`, lowest index first.
 GpuSet LowestGpus(GpuSet set, int count);
 
