@@ -55,7 +55,6 @@ std::vector<std::pair<std::string, std::optional<std::string>>> NvidiaMigLabels(
   std::vector<std::pair<std::string, std::optional<std::string>>> labels;
   struct Seen {
     int count = 0;
-    const gpu::MigModel* model = nullptr;
     const gpu::MigProfile* profile = nullptr;
   };
   std::map<std::string, Seen> profiles;  // By profile name.
@@ -70,7 +69,6 @@ std::vector<std::pair<std::string, std::optional<std::string>>> NvidiaMigLabels(
     for (const MigInstanceInfo& m : g->mig) {
       Seen& seen = profiles[m.profile];
       ++seen.count;
-      seen.model = model;
       seen.profile = gpu::FindMigProfile(*model, m.profile);
     }
   }

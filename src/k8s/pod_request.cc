@@ -3,15 +3,15 @@
 // suffix ("4096", "4Ki", "2k").
 #include "k8s/pod_request.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
 
 #include "common/gpu_request.h"
 #include "common/units.h"
+#include "k8s/object_fields.h"
 
 namespace gpufrac::k8s {
 namespace {
@@ -408,12 +408,7 @@ std::string RunAsKey(const json& pod, const json& container) {
   const json* spec = Find(pod, "spec");
   const json* host_users = spec ? Find(*spec, "hostUsers") : nullptr;
   if (host_users != nullptr && host_users->is_boolean() && !host_users->get<bool>()) {
-    const json* metadata = Find(pod, "metadata");
-    auto field = [&](std::string_view key) {
-      const json* v = metadata ? Find(*metadata, key) : nullptr;
-      return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
-    };
-    return "user namespace of pod " + field("namespace") + "/" + field("name");
+    return "user namespace of pod " + PodKey(pod);
   }
   auto run_as_user = [](const json* owner) -> const json* {
     const json* context = owner ? Find(*owner, "securityContext") : nullptr;

@@ -26,7 +26,6 @@ struct Guarded {
 
 Guarded g_guarded[kMaxGuarded];
 std::atomic<int> g_reserved{0};  // Entries handed out (some may still be being filled).
-std::atomic<int> g_lost{0};
 std::atomic<bool> g_installed{false};
 struct sigaction g_previous;
 
@@ -63,7 +62,6 @@ void OnSigbus(int sig, siginfo_t* info, void* context) {
       const bool replaced = Replace(g);
       g.state.store(replaced ? 2 : 3, std::memory_order_release);
       if (replaced) {
-        g_lost.fetch_add(1);
         ssize_t ignored = write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
         (void)ignored;
         return;  // The access is made again, on the private segment.
@@ -111,7 +109,5 @@ bool GuardArbiter(ArbiterSegment* segment, int slot) {
   g.segment.store(segment, std::memory_order_release);  // Now the handler looks at it.
   return true;
 }
-
-int LostArbiters() { return g_lost.load(); }
 
 }  // namespace gpufrac::limiter

@@ -25,7 +25,4 @@ struct ArbiterSegment;
 // process; false when there is no room or the handler cannot be installed (nothing changes).
 bool GuardArbiter(ArbiterSegment* segment, int slot);
 
-// How many guarded segments were lost (replaced) in this process so far.
-int LostArbiters();
-
 }  // namespace gpufrac::limiter

@@ -65,8 +65,7 @@ Status CheckWithinBooking(const Booking& booking, uint64_t shard_bytes,
       what = Plural(booking.count, "shard", "shards") + " of " + FormatSize(shard_bytes);
       more = "--gres=shard:N";
     } else {
-      booked =
-          gpu.memory_total / 100 * booking.count + gpu.memory_total % 100 * booking.count / 100;
+      booked = BytesOfShare(gpu.memory_total, booking.count * 10);
       what = std::to_string(booking.count) + "% of the GPU's MPS units";
       more = "--gres=mps:N";
     }

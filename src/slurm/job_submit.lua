@@ -160,7 +160,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 end
 
 -- A gpufrac job's shards follow its request: its user may not change them afterwards (with
--- `scontrol update ... TresPerNode=`, while it is pending). Root and SlurmUser may.
+-- `scontrol update ... TresPerNode=`, while it is pending). Only root may.
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   if modify_uid == 0 or job_desc.tres_per_node == nil then return slurm.SUCCESS end
   if next(gpufrac_options(job_rec)) == nil then return slurm.SUCCESS end

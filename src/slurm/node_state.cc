@@ -172,15 +172,6 @@ bool IsMarker(const std::string& name) {
          NumberAfter(name.substr(dot), ".");
 }
 
-// Whether the directory `fd` is the root of a filesystem mounted on it, not of its parent's.
-bool MountedOnParent(int fd) {
-  Fd parent(openat(fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  struct stat st {
-  }, up{};
-  return parent.get() >= 0 && fstat(fd, &st) == 0 && fstat(parent.get(), &up) == 0 &&
-         st.st_dev != up.st_dev;
-}
-
 // Whether the directory `fd` is the root of a filesystem mounted on it, not of `parent`'s.
 bool IsMountedOn(int fd, int parent) {
   struct stat st {
@@ -208,7 +199,8 @@ StatusOr<NodeState> NodeState::Open(const std::string& state_dir) {
     // It holds the GPUs' arbiters, which every job may write (0666): on a tmpfs of its own, one
     // grown takes at most that tmpfs, and a user who fills /dev/shm leaves it room. Mounted when
     // new (empty), through its descriptor; then opened again, now the tmpfs.
-    if (!MountedOnParent(made.fd()) && Entries(made.fd()).empty()) {
+    Fd parent(openat(made.fd(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (parent.get() >= 0 && !IsMountedOn(made.fd(), parent.get()) && Entries(made.fd()).empty()) {
       const std::string options =
           "size=" + std::to_string(kNodeBudgetDirBytes) + ",nr_inodes=4096,mode=0711,uid=0,gid=0";
       const std::string target = "/proc/self/fd/" + std::to_string(made.fd());

@@ -100,11 +100,6 @@ void FakePodResources::Record(const std::string& ns, const std::string& name,
   }
 }
 
-void FakePodResources::Remove(const std::string& ns, const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::erase_if(pods_, [&](const Pod& pod) { return pod.ns == ns && pod.name == name; });
-}
-
 void FakePodResources::FailWith(std::optional<grpc::StatusCode> code) {
   std::lock_guard<std::mutex> lock(mu_);
   failure_ = code;

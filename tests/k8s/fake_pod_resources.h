@@ -36,8 +36,6 @@ class FakePodResources {
   // The device plugin's Allocate for the container returned: List shows `ids` of `resource`.
   void Record(const std::string& ns, const std::string& name, const std::string& container,
               const std::string& resource, const std::vector<std::string>& ids);
-  // The pod is gone from the node.
-  void Remove(const std::string& ns, const std::string& name);
   // While set, List fails with this gRPC code (a kubelet in trouble).
   void FailWith(std::optional<grpc::StatusCode> code);
   // List answers only after `delay` (a kubelet that hangs).
