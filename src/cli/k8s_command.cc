@@ -195,10 +195,9 @@ int K8sCommand::RunAgent() {
       sharing->count() > 0) {
     options.nvidia_sharing_config = sharing->as<std::string>();
   }
-  if (const CLI::Option* socket = agent_->get_option("--pod-resources-socket");
-      socket->count() > 0) {
-    options.pod_resources_socket = socket->as<std::string>();
-  }
+  const CLI::Option* socket = agent_->get_option("--pod-resources-socket");
+  options.pod_resources_socket = socket->count() > 0 ? socket->as<std::string>()
+                                                     : std::string(k8s::kDefaultPodResourcesSocket);
   options.limiter_path = LimiterLibraryPath();
   options.resync = std::chrono::seconds(resync_seconds_);
   auto agent = k8s::AgentService::Create(client->get(), std::move(options));

@@ -59,9 +59,11 @@ struct AgentServiceOptions {
   // --gpu-compute-policy: fair, strict or off (sets agent.compute_policy; see gpu_provider.h).
   std::string compute_policy = "fair";
   std::string limiter_path;     // libgpufrac.so to install into host_dir/lib.
-  // The kubelet's PodResources socket (--pod-resources-socket; "" for none): which pod an
-  // Allocate is for, and the check of the slots the kubelet recorded (gpu_provider.h).
-  std::string pod_resources_socket = std::string(kDefaultPodResourcesSocket);
+  // The kubelet's PodResources socket ("" for none; --pod-resources-socket, whose default is the
+  // kubelet's, kDefaultPodResourcesSocket): which pod an Allocate is for, and the check of the
+  // slots the kubelet recorded (gpu_provider.h). None by default here, so that an agent made in
+  // a test never talks to a kubelet of the machine it runs on.
+  std::string pod_resources_socket;
   std::chrono::milliseconds resync{10000};
 };
 
