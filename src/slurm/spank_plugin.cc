@@ -14,7 +14,6 @@ extern "C" {
 
 #include <unistd.h>
 
-#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -75,6 +74,7 @@ slurm::StepOptions g_options;
 std::optional<gpufrac::GpuRequest> g_request;
 std::string g_limit_file;               // Set when this step's tasks run under the limiter.
 std::vector<std::string> g_step_uuids;  // The step's GPUs, in Slurm's order.
+slurm::Booking g_booking;               // What Slurm booked for the step (BeginStep read it).
 bool g_step_recorded = false;
 // Why this step cannot run under the limiter. Reported by each task, which then fails: failing
 // slurmstepd's own callbacks would make Slurm drain the node for a user's mistake.
@@ -233,6 +233,7 @@ Status BeginStep(spank_t sp) {
       slurm::BookingFromEnvironment(GetEnv(sp, "SLURM_SHARDS_ON_NODE"),
                                     GetEnv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")));
   GPUFRAC_RETURN_IF_ERROR(slurm::CheckWithinBooking(booking, g_config.shard_bytes, limits, gpus));
+  g_booking = booking;
   GPUFRAC_ASSIGN_OR_RETURN(slurm::NodeState state, slurm::NodeState::Open(g_config.state_dir));
   GPUFRAC_ASSIGN_OR_RETURN(
       std::string text, gpufrac::launch::LimitFileText(slurm::NodeState::WorkloadName(job), limits,
@@ -273,12 +274,9 @@ Status SetTaskEnvironment(spank_t sp) {
   }
   // Under Slurm's mps GRES, MPS caps the step's SMs: at its compute share, never above the
   // percentage Slurm set from the units the job booked (the request may lower it, not raise it).
-  if (std::optional<std::string> booked = GetEnv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
+  if (g_booking.kind == slurm::Booking::Kind::kMpsPercent) {
     std::optional<unsigned> percent = slurm::MpsThreadPercentage(*g_request);
-    unsigned slurms = 0;
-    auto [end, ec] = std::from_chars(booked->data(), booked->data() + booked->size(), slurms);
-    const bool parsed = ec == std::errc() && end == booked->data() + booked->size();
-    if (percent && parsed && *percent < slurms) {
+    if (percent && *percent < g_booking.count) {
       spank_setenv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(*percent).c_str(), 1);
     }
   }
