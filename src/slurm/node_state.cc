@@ -297,11 +297,19 @@ StatusOr<BegunStep> NodeState::BeginStep(uint32_t job, uint32_t step, const proc
       return warning.status();
     }
     begun.warning = *warning;
+    auto warn = [&begun](const std::string& text) {
+      begun.warning += (begun.warning.empty() ? "" : "; ") + text;
+    };
     if (!private_limits_ && owner) {
-      begun.warning += std::string(begun.warning.empty() ? "" : "; ") + path_ +
-                       " keeps no POSIX ACLs, so the job's limit file is readable by every local "
-                       "user (give state_dir= a directory on tmpfs or another filesystem with "
-                       "ACLs)";
+      warn(path_ +
+           " keeps no POSIX ACLs, so the job's limit file is readable by every local user (give "
+           "state_dir= a directory on tmpfs or another filesystem with ACLs)");
+    }
+    if (Fd up(openat(budgets_.fd(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        up.get() >= 0 && !IsMountedOn(budgets_.fd(), up.get())) {
+      warn(budgets_.path() +
+           " is not a tmpfs of its own (it held files when first used, or none could be "
+           "mounted), so a user who fills /dev/shm stops new gpufrac steps on this node");
     }
     StatusOr<launch::BudgetDir> job_budgets = launch::BudgetDir::Open(JobBudgetDir(job));
     if (!job_budgets.ok()) {
