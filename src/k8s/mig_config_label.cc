@@ -47,16 +47,6 @@ bool PodAsksForStaticMig(const nlohmann::json& pod, MigStrategy strategy) {
   return false;
 }
 
-// The first entry of `config` that applies to `target`, as mig::ApplyConfig chooses it.
-const mig::MigPartedEntry* EntryFor(const mig::MigPartedConfig& config,
-                                    const mig::ApplyTarget& target) {
-  if (target.model == nullptr) return nullptr;
-  for (const mig::MigPartedEntry& e : config.entries) {
-    if (mig::EntryMatches(e, target.index, *target.model)) return &e;
-  }
-  return nullptr;
-}
-
 // Profile name -> instances asked for (counts of 0 left out).
 std::map<std::string, int> Wanted(const mig::MigPartedEntry& entry) {
   std::map<std::string, int> out;
@@ -92,7 +82,7 @@ std::string MigConfigLabel::BusyReason(const mig::MigPartedConfig& config,
                                        const std::vector<mig::ApplyTarget>& targets,
                                        const std::vector<nlohmann::json>& pods) const {
   for (const mig::ApplyTarget& t : targets) {
-    if (!EntryFor(config, t) || !t.mig_enabled) continue;
+    if (!mig::EntryFor(config, t) || !t.mig_enabled) continue;
     auto instances = gpus_->mig_backend->List(t.index);
     if (!instances.ok()) {
       return "GPU " + std::to_string(t.index) +
@@ -124,7 +114,7 @@ bool MigConfigLabel::InPlace(const mig::MigPartedConfig& config,
                              const std::vector<mig::ApplyTarget>& targets) const {
   bool matched = false;
   for (const mig::ApplyTarget& t : targets) {
-    const mig::MigPartedEntry* entry = EntryFor(config, t);
+    const mig::MigPartedEntry* entry = mig::EntryFor(config, t);
     if (entry == nullptr) continue;
     matched = true;
     if (entry->mig_enabled != t.mig_enabled) return false;
@@ -156,7 +146,7 @@ Status MigConfigLabel::CheckSingle(const mig::MigPartedConfig& config,
         "mixed");
   };
   for (const mig::ApplyTarget& t : targets) {
-    if (const mig::MigPartedEntry* entry = EntryFor(config, t)) {
+    if (const mig::MigPartedEntry* entry = mig::EntryFor(config, t)) {
       for (const auto& [name, count] : Wanted(*entry)) GPUFRAC_RETURN_IF_ERROR(add(name));
       continue;
     }
@@ -276,7 +266,7 @@ bool MigConfigLabel::Sync(const std::vector<nlohmann::json>& pods) {
   // label named before count, as they have been withdrawn as long.
   std::vector<int> matched;
   for (const mig::ApplyTarget& t : targets) {
-    if (EntryFor(*config, t) != nullptr) matched.push_back(t.index);
+    if (mig::EntryFor(*config, t) != nullptr) matched.push_back(t.index);
   }
   std::sort(matched.begin(), matched.end());
   const bool settled =

@@ -17,11 +17,7 @@ StatusOr<std::vector<Step>> Plan(const MigPartedConfig& config,
                                  const std::vector<ApplyTarget>& gpus) {
   std::vector<Step> steps;
   for (const ApplyTarget& g : gpus) {
-    if (!g.model) continue;
-    const MigPartedEntry* entry = nullptr;
-    for (const MigPartedEntry& e : config.entries) {
-      if (!entry && EntryMatches(e, g.index, *g.model)) entry = &e;
-    }
+    const MigPartedEntry* entry = EntryFor(config, g);
     if (!entry) continue;
     std::string which =
         "GPU " + std::to_string(g.index) + " (" + std::string(g.model->short_name) + ")";
@@ -49,6 +45,14 @@ StatusOr<std::vector<Step>> Plan(const MigPartedConfig& config,
 }
 
 }  // namespace
+
+const MigPartedEntry* EntryFor(const MigPartedConfig& config, const ApplyTarget& target) {
+  if (target.model == nullptr) return nullptr;
+  for (const MigPartedEntry& e : config.entries) {
+    if (EntryMatches(e, target.index, *target.model)) return &e;
+  }
+  return nullptr;
+}
 
 StatusOr<const MigPartedConfig*> ChooseConfig(const MigPartedFile& file, const std::string& name) {
   std::string names;

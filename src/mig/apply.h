@@ -23,6 +23,10 @@ struct ApplyTarget {
   bool busy = false;                         // Instances of it serve workloads.
 };
 
+// The first entry of `config` that applies to `target` (the one ApplyConfig applies to it), or
+// nullptr: none does, or the target's model is unknown.
+const MigPartedEntry* EntryFor(const MigPartedConfig& config, const ApplyTarget& target);
+
 // The configuration called `name` in `file`, or its only one when `name` is empty. Errors name
 // the configurations the file has.
 StatusOr<const MigPartedConfig*> ChooseConfig(const MigPartedFile& file, const std::string& name);
