@@ -299,10 +299,9 @@ int RunExec(const ExecOptions& o) {
   }
   int rc;
   {
-    launch::LimitedGpu memory_only = limited;  // no second arbiter in the private directory
-    memory_only.compute_milli = memory_only.compute_limit_milli = 0;
+    // Its arbiter is in the directory the user's commands share (above).
     auto budgets =
-        launch::WorkloadBudgets::Create(*budget_dir, workload, {memory_only}, std::nullopt);
+        launch::WorkloadBudgets::Create(*budget_dir, workload, {limited}, std::nullopt, nullptr);
     if (!budgets.ok()) {
       rc = Fail(kExitFailure, budgets.status().message());
     } else {

@@ -34,7 +34,8 @@ Status EnsureComputeArbiter(const BudgetDir& dir, const std::string& uuid) {
 
 StatusOr<WorkloadBudgets> WorkloadBudgets::Create(const BudgetDir& dir, const std::string& workload,
                                                   const std::vector<LimitedGpu>& gpus,
-                                                  std::optional<Owner> owner) {
+                                                  std::optional<Owner> owner,
+                                                  const BudgetDir* arbiters) {
   WorkloadBudgets made(&dir);  // Removes what it holds if a later GPU fails.
   for (const LimitedGpu& gpu : gpus) {
     std::string name = BudgetFileOf(workload, gpu.uuid);
@@ -50,7 +51,9 @@ StatusOr<WorkloadBudgets> WorkloadBudgets::Create(const BudgetDir& dir, const st
       return UnavailableError(err);
     }
     made.names_.push_back(name);
-    if (gpu.compute_milli != 0) GPUFRAC_RETURN_IF_ERROR(EnsureComputeArbiter(dir, gpu.uuid));
+    if (arbiters != nullptr && gpu.compute_milli != 0) {
+      GPUFRAC_RETURN_IF_ERROR(EnsureComputeArbiter(*arbiters, gpu.uuid));
+    }
   }
   return made;
 }

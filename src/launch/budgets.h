@@ -32,12 +32,13 @@ class WorkloadBudgets {
   };
 
   // Creates a budget in `dir` for each GPU with its limit and context charge, replacing any left
-  // by an earlier attempt of the same workload (which would keep its old limit), and the compute
-  // arbiter of each GPU whose compute is arbitrated unless it exists. All or nothing for the
-  // budgets: on failure none is left. `dir` must outlive this object.
+  // by an earlier attempt of the same workload (which would keep its old limit), and, in
+  // `arbiters` (nullptr: the caller sees to them), the compute arbiter of each GPU whose compute
+  // is arbitrated unless it exists. All or nothing for the budgets: on failure none is left.
+  // `dir` must outlive this object.
   static StatusOr<WorkloadBudgets> Create(const BudgetDir& dir, const std::string& workload,
                                           const std::vector<LimitedGpu>& gpus,
-                                          std::optional<Owner> owner);
+                                          std::optional<Owner> owner, const BudgetDir* arbiters);
 
   WorkloadBudgets(WorkloadBudgets&& other) noexcept;
   WorkloadBudgets& operator=(WorkloadBudgets&& other) noexcept;

@@ -297,8 +297,8 @@ StatusOr<proc::ProcessId> JobRunner::Prepare(const LaunchSpec& spec) {
   // 3. Its budgets, handed to the job's user.
   std::optional<launch::WorkloadBudgets::Owner> owner;
   if (geteuid() == 0 && spec.uid != geteuid()) owner = {spec.uid, spec.gid};
-  GPUFRAC_ASSIGN_OR_RETURN(budgets,
-                           launch::WorkloadBudgets::Create(budgets_, spec.workload, spec.gpus, owner));
+  GPUFRAC_ASSIGN_OR_RETURN(budgets, launch::WorkloadBudgets::Create(budgets_, spec.workload,
+                                                                    spec.gpus, owner, &budgets_));
   // 4. Its supervisor, waiting for the go-ahead.
   GPUFRAC_ASSIGN_OR_RETURN(int go, ForkShim(shim_path_, spec.job_dir, &undo));
   proc::ProcessId ref;

@@ -317,21 +317,12 @@ StatusOr<BegunStep> NodeState::BeginStep(uint32_t job, uint32_t step, const proc
       return job_budgets.status();
     }
     // The budgets in the job's directory; the compute arbiters in the node's, where every job on
-    // the GPU meets (compute 0 here: Create makes no arbiter beside the budgets).
-    std::vector<launch::LimitedGpu> budgets_only = gpus;
-    for (launch::LimitedGpu& gpu : budgets_only) gpu.compute_milli = gpu.compute_limit_milli = 0;
+    // the GPU meets.
     StatusOr<launch::WorkloadBudgets> made =
-        launch::WorkloadBudgets::Create(*job_budgets, WorkloadName(job), budgets_only, owner);
-    Status arbiters = made.status();
-    for (const launch::LimitedGpu& gpu : gpus) {
-      if (arbiters.ok() && gpu.compute_milli != 0) {
-        arbiters = launch::EnsureComputeArbiter(budgets_, gpu.uuid);
-      }
-    }
-    if (!arbiters.ok()) {
-      if (made.ok()) made->Keep();  // Removed below with the directory.
+        launch::WorkloadBudgets::Create(*job_budgets, WorkloadName(job), gpus, owner, &budgets_);
+    if (!made.ok()) {
       RemoveJobLocked(name, job);
-      return arbiters;
+      return made.status();
     }
     made->Keep();  // Removed with the job's last step.
   }

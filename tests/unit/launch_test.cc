@@ -198,7 +198,7 @@ class WorkloadBudgetsTest : public ::testing::Test {
 TEST_F(WorkloadBudgetsTest, CreatedAllOrNothingAndRemovedUnlessKept) {
   {
     StatusOr<WorkloadBudgets> budgets = WorkloadBudgets::Create(
-        *dir_, workload_, {{kUuid0, kGiB, 0}, {kUuid1, kGiB, 0}}, std::nullopt);
+        *dir_, workload_, {{kUuid0, kGiB, 0}, {kUuid1, kGiB, 0}}, std::nullopt, &*dir_);
     ASSERT_TRUE(budgets.ok()) << budgets.status();
     EXPECT_TRUE(BudgetExists(*dir_, workload_, kUuid0));
     EXPECT_TRUE(BudgetExists(*dir_, workload_, kUuid1));
@@ -209,15 +209,15 @@ TEST_F(WorkloadBudgetsTest, CreatedAllOrNothingAndRemovedUnlessKept) {
   EXPECT_FALSE(BudgetExists(*dir_, workload_, kUuid1));
 
   // The second GPU's limit is refused: the first GPU's budget does not stay.
-  StatusOr<WorkloadBudgets> half =
-      WorkloadBudgets::Create(*dir_, workload_, {{kUuid0, kGiB, 0}, {kUuid1, 0, 0}}, std::nullopt);
+  StatusOr<WorkloadBudgets> half = WorkloadBudgets::Create(
+      *dir_, workload_, {{kUuid0, kGiB, 0}, {kUuid1, 0, 0}}, std::nullopt, &*dir_);
   EXPECT_FALSE(half.ok());
   EXPECT_FALSE(BudgetExists(*dir_, workload_, kUuid0));
 
   // Kept budgets outlive the object until Remove.
   {
     StatusOr<WorkloadBudgets> kept =
-        WorkloadBudgets::Create(*dir_, workload_, {{kUuid0, kGiB, 0}}, std::nullopt);
+        WorkloadBudgets::Create(*dir_, workload_, {{kUuid0, kGiB, 0}}, std::nullopt, &*dir_);
     ASSERT_TRUE(kept.ok()) << kept.status();
     kept->Keep();
   }
@@ -251,7 +251,7 @@ TEST_F(WorkloadBudgetsTest, AnotherUserCanNeitherPlantNorBlockABudget) {
 
   StatusOr<WorkloadBudgets> budgets =
       WorkloadBudgets::Create(*dir_, workload_, {{kUuid0, kGiB, 0}, {kUuid1, 2 * kGiB, 0}},
-                              WorkloadBudgets::Owner{1234, 5678});
+                              WorkloadBudgets::Owner{1234, 5678}, &*dir_);
   ASSERT_TRUE(budgets.ok()) << budgets.status();
   EXPECT_EQ(LimitSeen(*dir_, workload_, kUuid0), kGiB);
   EXPECT_EQ(LimitSeen(*dir_, workload_, kUuid1), 2 * kGiB);
@@ -286,7 +286,7 @@ TEST_F(WorkloadBudgetsTest, TheWorkloadsUserCannotTruncateABudgetWhileTheLaunche
   }
   for (int i = 0; i < 300; ++i) {
     StatusOr<WorkloadBudgets> budgets = WorkloadBudgets::Create(
-        *dir_, workload_, {{kUuid0, kGiB, 0}}, WorkloadBudgets::Owner{65534, 65534});
+        *dir_, workload_, {{kUuid0, kGiB, 0}}, WorkloadBudgets::Owner{65534, 65534}, &*dir_);
     ASSERT_TRUE(budgets.ok()) << budgets.status();
   }
   kill(truncator, SIGKILL);
