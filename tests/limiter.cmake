@@ -12,6 +12,8 @@ gpufrac_test(limiter_config_test unit SOURCES unit/limiter_config_test.cc LIBS g
 gpufrac_test(limiter_budget_test unit SOURCES unit/limiter_budget_test.cc LIBS gpufrac_budget)
 gpufrac_test(limiter_compute_arbiter_test unit SOURCES unit/limiter_compute_arbiter_test.cc
              LIBS gpufrac_budget)
+gpufrac_test(limiter_arbiter_guard_test unit SOURCES unit/limiter_arbiter_guard_test.cc
+             LIBS gpufrac_budget)
 gpufrac_test(limiter_alloc_table_test unit SOURCES unit/limiter_alloc_table_test.cc
              LIBS gpufrac_budget)
 gpufrac_test(limiter_proc_address_test unit SOURCES unit/limiter_proc_address_test.cc

@@ -18,14 +18,14 @@ constexpr int kMaxGuarded = 16;
 
 struct Guarded {
   std::atomic<ArbiterSegment*> segment{nullptr};
-  std::atomic<int> slot{0};
-  std::atomic<uint64_t> turn_ns{0};
+  std::atomic<int> slot{-1};         // -1: not joined yet.
+  std::atomic<uint64_t> turn_ns{0};  // 0: not read yet (kDefaultTurnNs then).
   // 0: mapped; 1: being replaced; 2: replaced; 3: could not be replaced.
   std::atomic<int> state{0};
+  std::atomic<bool> taken{false};  // Claimed by a GuardArbiter (until UnguardArbiter).
 };
 
 Guarded g_guarded[kMaxGuarded];
-std::atomic<int> g_reserved{0};  // Entries handed out (some may still be being filled).
 std::atomic<bool> g_installed{false};
 struct sigaction g_previous;
 
@@ -39,11 +39,13 @@ bool Replace(Guarded& g) {
   void* map = mmap(seg, sizeof(ArbiterSegment), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
   if (map != seg) return false;
-  const int slot = g.slot.load(std::memory_order_relaxed);
+  const int slot = g.slot.load(std::memory_order_acquire);
+  const uint64_t turn_ns = g.turn_ns.load(std::memory_order_relaxed);
   seg->magic = kArbiterMagic;
   seg->version = kArbiterVersion;
-  seg->turn_ns = g.turn_ns.load(std::memory_order_relaxed);
+  seg->turn_ns = turn_ns != 0 ? turn_ns : kDefaultTurnNs;
   seg->ready.store(1, std::memory_order_relaxed);
+  if (slot < 0) return true;  // Not joined yet: an empty arbiter, which it joins alone.
   seg->slots[slot].weight.store(1000, std::memory_order_relaxed);
   seg->slots[slot].limit.store(1000, std::memory_order_relaxed);
   seg->holder.store((static_cast<uint64_t>(slot) + 1) << 32 | static_cast<uint32_t>(getpid()),
@@ -88,9 +90,17 @@ void OnSigbus(int sig, siginfo_t* info, void* context) {
   sigaction(SIGBUS, &dfl, nullptr);
 }
 
+// The entry guarding `segment`, or nullptr.
+Guarded* Find(ArbiterSegment* segment) {
+  for (Guarded& g : g_guarded) {
+    if (g.segment.load(std::memory_order_acquire) == segment) return &g;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
-bool GuardArbiter(ArbiterSegment* segment, int slot) {
+bool GuardArbiter(ArbiterSegment* segment) {
   if (!g_installed.exchange(true)) {
     struct sigaction action {};
     action.sa_sigaction = OnSigbus;
@@ -101,13 +111,29 @@ bool GuardArbiter(ArbiterSegment* segment, int slot) {
       return false;
     }
   }
-  const int index = g_reserved.fetch_add(1);
-  if (index >= kMaxGuarded) return false;
-  Guarded& g = g_guarded[index];
-  g.slot.store(slot, std::memory_order_relaxed);
-  g.turn_ns.store(segment->turn_ns, std::memory_order_relaxed);
-  g.segment.store(segment, std::memory_order_release);  // Now the handler looks at it.
-  return true;
+  for (Guarded& g : g_guarded) {
+    if (g.taken.exchange(true)) continue;
+    g.slot.store(-1, std::memory_order_relaxed);
+    g.turn_ns.store(0, std::memory_order_relaxed);
+    g.state.store(0, std::memory_order_relaxed);
+    g.segment.store(segment, std::memory_order_release);  // Now the handler looks at it.
+    return true;
+  }
+  return false;
+}
+
+void SetGuardedSlot(ArbiterSegment* segment, int slot) {
+  if (Guarded* g = Find(segment)) {
+    g->turn_ns.store(segment->turn_ns, std::memory_order_relaxed);  // Guarded if it faults.
+    g->slot.store(slot, std::memory_order_release);
+  }
+}
+
+void UnguardArbiter(ArbiterSegment* segment) {
+  if (Guarded* g = Find(segment)) {
+    g->segment.store(nullptr, std::memory_order_release);
+    g->taken.store(false, std::memory_order_release);
+  }
 }
 
 }  // namespace gpufrac::limiter

@@ -20,9 +20,16 @@ namespace gpufrac::limiter {
 
 struct ArbiterSegment;
 
-// Guards `segment` (mapped shared, sizeof(ArbiterSegment) bytes), in which this process's
-// workload has slot `slot`; installs the SIGBUS handler on first use. At most 16 segments per
-// process; false when there is no room or the handler cannot be installed (nothing changes).
-bool GuardArbiter(ArbiterSegment* segment, int slot);
+// Guards `segment` (mapped shared, sizeof(ArbiterSegment) bytes) from the moment it is mapped,
+// before anything reads it; installs the SIGBUS handler on first use. Until SetGuardedSlot, a
+// lost segment is replaced by an empty arbiter (which the process then joins alone). At most 16
+// segments per process; false when there is no room or the handler cannot be installed (nothing
+// changes).
+bool GuardArbiter(ArbiterSegment* segment);
+// This process's workload joined `segment` (guarded) in slot `slot`: a lost segment is replaced
+// by one in which it holds the turn for good.
+void SetGuardedSlot(ArbiterSegment* segment, int slot);
+// Stops guarding `segment`, before it is unmapped.
+void UnguardArbiter(ArbiterSegment* segment);
 
 }  // namespace gpufrac::limiter

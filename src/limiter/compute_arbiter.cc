@@ -181,10 +181,18 @@ bool ComputeArbiter::Attach(const char* dir, const char* name, const char* workl
     return false;
   }
   auto* seg = static_cast<ArbiterSegment*>(map);
+  // Another workload truncating the file must not kill this process (arbiter_guard.h), from
+  // the first read on.
+  const bool guarded = GuardArbiter(seg);
+  auto unmap = [&] {
+    if (guarded) UnguardArbiter(seg);
+    munmap(map, sizeof(ArbiterSegment));
+    seg_ = nullptr;
+  };
   if (seg->magic != kArbiterMagic || seg->version != kArbiterVersion ||
       seg->ready.load(std::memory_order_acquire) != 1 || seg->turn_ns == 0) {
     snprintf(err, err_len, "%s is not a compute arbiter of this version", path);
-    munmap(map, sizeof(ArbiterSegment));
+    unmap();
     return false;
   }
   seg_ = seg;
@@ -193,8 +201,7 @@ bool ComputeArbiter::Attach(const char* dir, const char* name, const char* workl
   if (!Lock()) {
     snprintf(err, err_len, "the compute arbiter %s is held by a process that does not let go",
              path);
-    munmap(map, sizeof(ArbiterSegment));
-    seg_ = nullptr;
+    unmap();
     return false;
   }
   key_ = WorkloadKey(workload);
@@ -205,12 +212,10 @@ bool ComputeArbiter::Attach(const char* dir, const char* name, const char* workl
   if (!joined) {
     snprintf(err, err_len, "the compute arbiter %s has no free slot (%d workloads in use)", path,
              kArbiterSlots);
-    munmap(map, sizeof(ArbiterSegment));
-    seg_ = nullptr;
+    unmap();
     return false;
   }
-  // Another workload truncating the file must not kill this process (arbiter_guard.h).
-  GuardArbiter(seg_, slot_);
+  if (guarded) SetGuardedSlot(seg_, slot_);
   return true;
 }
 
