@@ -3,6 +3,3 @@
 gpufrac_test(node_job_runner_test integration SOURCES integration/node_job_runner_test.cc
              LIBS gpufrac_node_runner gpufrac_test_harness)
 add_dependencies(node_job_runner_test gpufrac_shim gpufrac cuda_probe simgpu_cuda simgpu_nvml)
-target_compile_definitions(node_job_runner_test PRIVATE
-  GPUFRAC_SHIM_PATH="$<TARGET_FILE:gpufrac_shim>"
-  GPUFRAC_LIMITER_PATH="$<TARGET_FILE:gpufrac>")

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "scratch_dir.h"
 
 namespace gpufrac::testing {
 namespace {
@@ -65,7 +66,8 @@ TEST(CliUsage, AMigFileIsCheckedBeforeAnyServiceIsLookedFor) {
   EXPECT_EQ(missing.status, 2);
   EXPECT_EQ(missing.err,
             "gpufrac mig apply: /nonexistent/mig.yaml: cannot read the file; check the path\n");
-  const std::string path = ::testing::TempDir() + "cli_usage_mig.yaml";
+  ScratchDir scratch("gpufrac-cli-usage");
+  const std::string path = scratch.File("mig.yaml");
   std::ofstream(path) << "version: v1\nmig-configs:\n  a:\n    - devices: all\n"
                          "      mig-enabled: true\n      mig-devices: {\"1g.10gb\": 7}\n";
   RunResult unknown =

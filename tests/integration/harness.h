@@ -58,6 +58,8 @@ class Workload {
   std::string id_, uuid_, dir_, path_;
 };
 
+// A file of the build (`relative` to it: "bin/cuda_probe"), at a path other users can reach: the
+// copy tests/suite/reachable_build.sh made when the build is out of their reach, else the build's.
 std::string BuildPath(const std::string& relative);
 std::string ProbePath();
 

@@ -35,6 +35,7 @@
 namespace gpufrac::node {
 namespace {
 
+using gpufrac::testing::BuildPath;
 using gpufrac::testing::ProbePath;
 using gpufrac::testing::RunResult;
 using gpufrac::testing::SimMachine;
@@ -46,6 +47,10 @@ constexpr uint64_t kGiB = uint64_t{1} << 30;
 constexpr uid_t kNobody = 65534;
 
 std::atomic<int> g_counter{0};
+
+// The shim and the limiter where the jobs' users can reach them.
+std::string Shim() { return BuildPath("bin/gpufrac-shim"); }
+std::string Limiter() { return BuildPath("lib/libgpufrac.so"); }
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -159,7 +164,7 @@ class JobRunnerTest : public ::testing::Test {
     StatusOr<launch::BudgetDir> budgets = launch::BudgetDir::Make(0711);
     ASSERT_TRUE(budgets.ok()) << budgets.status();
     budget_dir_ = budgets->path();
-    runner_ = std::make_unique<JobRunner>(GPUFRAC_SHIM_PATH, std::move(*budgets));
+    runner_ = std::make_unique<JobRunner>(Shim(), std::move(*budgets));
   }
 
   void TearDown() override {
@@ -179,7 +184,7 @@ class JobRunnerTest : public ::testing::Test {
 
   std::string JobDir() const { return base_ + "/job"; }
   // Another runner on the same budget directory (as a restarted service has).
-  JobRunner NewRunner(const std::string& shim = GPUFRAC_SHIM_PATH) const {
+  JobRunner NewRunner(const std::string& shim = Shim()) const {
     StatusOr<launch::BudgetDir> budgets = launch::BudgetDir::Open(budget_dir_);
     EXPECT_TRUE(budgets.ok()) << budgets.status();
     return JobRunner(shim, std::move(*budgets));
@@ -197,7 +202,7 @@ class JobRunnerTest : public ::testing::Test {
     spec.uid = getuid();
     spec.gid = getgid();
     spec.gpus = {{uuid_, 2 * kGiB, 256 * kMiB}};
-    spec.limiter_path = GPUFRAC_LIMITER_PATH;
+    spec.limiter_path = Limiter();
     for (const auto& [name, value] : machine_.Env()) spec.extra_env.push_back(name + "=" + value);
     spec.kill_grace_seconds = 1;
     return spec;
@@ -384,7 +389,7 @@ TEST_F(JobRunnerTest, TheJobRunsInItsDirectoryWithTheUsersEnvironmentAndTheLimit
   ASSERT_TRUE(outcome);
   EXPECT_EQ(outcome->Describe(), "exit code 0") << Log(JobRunner::kStderr);
   std::string expected = cwd + "\ngreeting=hello world\ncvd=" + uuid_ +
-                         "\npreload=" GPUFRAC_LIMITER_PATH ":libm.so.6\nlimits=" + JobDir() +
+                         "\npreload=" + Limiter() + ":libm.so.6\nlimits=" + JobDir() +
                          "/limits\nsim=" + machine_.name_space() + "\n";
   EXPECT_EQ(Log(JobRunner::kStdout), expected);
 }
@@ -606,7 +611,7 @@ TEST_F(JobRunnerTest, ANonRootServiceRunsJobsAsItself) {
     StatusOr<launch::BudgetDir> budgets = launch::BudgetDir::Make(0711);
     if (!budgets.ok()) _exit(15);
     const std::string budget_dir = budgets->path();
-    JobRunner runner(GPUFRAC_SHIM_PATH, std::move(*budgets));
+    JobRunner runner(Shim(), std::move(*budgets));
     LaunchSpec spec = Spec({"sh", "-c", "exit $(id -u | cut -c1-2)"});  // 65534 -> 65
     spec.job_dir = job_dir;
     spec.uid = spec.gid = 0;
@@ -643,7 +648,7 @@ TEST_F(JobRunnerTest, AWriterThatEscapedTheJobDelaysItsOutcomeOnlyBriefly) {
     StatusOr<launch::BudgetDir> budgets = launch::BudgetDir::Make(0711);
     if (!budgets.ok()) _exit(11);
     const std::string budget_dir = budgets->path();
-    JobRunner runner(GPUFRAC_SHIM_PATH, std::move(*budgets));
+    JobRunner runner(Shim(), std::move(*budgets));
     LaunchSpec spec = Spec({"sh", "-c",
                             "setsid sh -c 'echo escaped; exec sleep 60' & echo $! > " + pid_file +
                                 "; sleep 0.2; echo main"});
@@ -980,7 +985,7 @@ TEST(JobRunnerProcessTest, ReapsChildrenThatHaveExited) {
   StatusOr<launch::BudgetDir> budgets = launch::BudgetDir::Make(0700);
   ASSERT_TRUE(budgets.ok()) << budgets.status();
   const std::string budget_dir = budgets->path();
-  JobRunner runner(GPUFRAC_SHIM_PATH, std::move(*budgets));
+  JobRunner runner(Shim(), std::move(*budgets));
   runner.ReapChildren();
   std::filesystem::remove_all(budget_dir);
   EXPECT_TRUE(StatField(child, 3).empty());

@@ -1607,18 +1607,21 @@ TEST(NodeService, TheFirstCommandStartsAServiceForTheUser) {
   chown(home.c_str(), kNobody, kNobody);
   std::string out = home + "/out";
   std::string gpufrac = Bin("gpufrac");
+  // No system service here, whatever the host has installed (/run/gpufrac, /var/lib/gpufrac).
+  const std::string no_system = "HOME=" + home + " XDG_RUNTIME_DIR= GPUFRAC_SOCKET= " +
+                                "GPUFRAC_SYSTEM_SOCKET=" + home + "/no-system/gpufracd.sock " +
+                                "GPUFRAC_SYSTEM_STATE_DIR=" + home + "/no-system ";
   auto run_ps = [&](const char* file) {
     return AsNobody([&] {
-      std::string cmd = "HOME=" + home + " XDG_RUNTIME_DIR= GPUFRAC_SOCKET= GPUFRAC_SIM=1xL4 " +
-                        gpufrac + " ps > " + home + "/" + file + " 2>&1";
+      std::string cmd =
+          no_system + "GPUFRAC_SIM=1xL4 " + gpufrac + " ps > " + home + "/" + file + " 2>&1";
       return WEXITSTATUS(system(cmd.c_str()));
     });
   };
   // No GPU and no GPUFRAC_SIM: the service cannot start, and the command says why at once.
   auto begin = std::chrono::steady_clock::now();
   int failed = AsNobody([&] {
-    std::string cmd = "HOME=" + home + " XDG_RUNTIME_DIR= GPUFRAC_SOCKET= GPUFRAC_SIM= " + gpufrac +
-                      " ps > " + home + "/nogpu 2>&1";
+    std::string cmd = no_system + "GPUFRAC_SIM= " + gpufrac + " ps > " + home + "/nogpu 2>&1";
     return WEXITSTATUS(system(cmd.c_str()));
   });
   EXPECT_EQ(failed, 1);

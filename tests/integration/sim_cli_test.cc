@@ -1,13 +1,13 @@
 // `gpufrac sim openb` as a user runs it: JSON fields, the curve CSV and the plot, the timed mode,
 // and bad input answered with one line and exit status 2.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include "harness.h"
+#include "scratch_dir.h"
 #include "nlohmann/json.hpp"
 
 namespace gpufrac::testing {
@@ -18,7 +18,7 @@ const std::string kGpufrac = std::string(GPUFRAC_BUILD_DIR) + "/bin/gpufrac";
 class SimCli : public ::testing::Test {
  protected:
   std::string Write(const std::string& name, const std::string& text) {
-    std::string path = ::testing::TempDir() + "simcli_" + std::to_string(getpid()) + "_" + name;
+    std::string path = scratch_.File(name);
     std::ofstream(path) << text;
     return path;
   }
@@ -42,6 +42,7 @@ class SimCli : public ::testing::Test {
     argv.insert(argv.end(), args.begin(), args.end());
     return RunCommand(argv, {});
   }
+  ScratchDir scratch_{"gpufrac-simcli"};
   std::string nodes_, pods_;
 };
 
@@ -67,8 +68,8 @@ TEST_F(SimCli, JsonHasOneObjectPerRunWithTheHeadlineFields) {
 }
 
 TEST_F(SimCli, WritesTheCurveAndThePlot) {
-  std::string curve = ::testing::TempDir() + "simcli_curve.csv";
-  std::string plot = ::testing::TempDir() + "simcli_plot.png";
+  std::string curve = scratch_.File("curve.csv");
+  std::string plot = scratch_.File("plot.png");
   RunResult r = Sim({"--nodes", nodes_, "--pods", pods_, "--policy", "gpufrac,random", "--seed",
                      "5", "--curve", curve, "--plot", plot});
   ASSERT_EQ(r.status, 0) << r.err;

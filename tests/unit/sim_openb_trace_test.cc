@@ -1,10 +1,10 @@
 // Reading openb node and pod lists: good files load with the right units, and every kind of bad
 // input is one error naming the file and line.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <fstream>
 
+#include "scratch_dir.h"
 #include "sim/openb_trace.h"
 
 namespace gpufrac::sim {
@@ -17,8 +17,9 @@ constexpr char kPodsHeader[] =
 
 class TraceFiles : public ::testing::Test {
  protected:
+  gpufrac::testing::ScratchDir scratch_{"gpufrac-openb"};
   std::string Write(const std::string& name, const std::string& text) {
-    std::string path = ::testing::TempDir() + "openb_" + std::to_string(getpid()) + "_" + name;
+    std::string path = scratch_.File(name);
     std::ofstream(path) << text;
     return path;
   }
