@@ -59,6 +59,16 @@ size_t Utf8Sequence(std::string_view text, size_t i, uint32_t* code) {
 
 }  // namespace
 
+bool IsUtf8(std::string_view text) {
+  uint32_t code = 0;
+  for (size_t i = 0; i < text.size();) {
+    size_t n = Utf8Sequence(text, i, &code);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
 std::string Printable(std::string_view text) {
   std::string out;
   out.reserve(text.size());

@@ -28,6 +28,10 @@ std::string OneLine(std::string text);
 // "\u{NNNN}". Printable UTF-8 is kept as it is.
 std::string Printable(std::string_view text);
 
+// Whether `text` is UTF-8 as RFC 3629 has it: no overlong forms, no surrogates, nothing above
+// U+10FFFF.
+bool IsUtf8(std::string_view text);
+
 struct HostPort {
   std::string host;  // Without the brackets of "[::1]:80".
   uint16_t port = 0;

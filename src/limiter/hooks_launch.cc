@@ -169,10 +169,6 @@ void ForkComputeArbiters() {
   }
 }
 
-uint64_t ComputeUsedNs(int gpu) {
-  return gpu >= 0 && gpu < kMaxLimitedGpus ? g_arbiters[gpu].UsedNs() : 0;
-}
-
 }  // namespace gpufrac::limiter
 
 extern "C" CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,

@@ -115,10 +115,9 @@ void VirtualMemory(int gpu, uint64_t physical_free, uint64_t* total, uint64_t* f
 void RestrictCudaVisibleDevices();
 
 // The compute arbiters of the GPUs whose limit carries a compute share (hooks_launch.cc): joined
-// at load time, made the child's own after fork; the GPU time charged so far on `gpu`.
+// at load time, made the child's own after fork.
 void AttachComputeArbiters();
 void ForkComputeArbiters();
-uint64_t ComputeUsedNs(int gpu);
 
 // Writes the broken-configuration message to stderr (once per process).
 void ReportBroken();

@@ -417,7 +417,6 @@ std::vector<GpuStatus> Service::Gpus() {
           w.milli = share.milli;
           w.compute_limit_milli = share.compute_limit_milli;
           w.memory_limit = share.memory_bytes;
-          w.compute_limit_milli = share.compute_limit_milli;
         }
         g.workloads.push_back(w);
       }

@@ -232,42 +232,10 @@ StatusOr<std::string> QueryText(sqlite3* db, const std::string& sql, std::string
 
 // --- Encoding of the fields that are not plain columns. ---
 
-// RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF. This is the rule
-// nlohmann::json applies when dumping, so strings that pass are stored as JSON strings as-is.
-bool IsUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t more;
-    uint32_t cp, smallest;
-    if ((c & 0xE0) == 0xC0) {
-      more = 1, cp = c & 0x1F, smallest = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-      more = 2, cp = c & 0x0F, smallest = 0x800;
-    } else if ((c & 0xF8) == 0xF0) {
-      more = 3, cp = c & 0x07, smallest = 0x10000;
-    } else {
-      return false;
-    }
-    if (s.size() - i <= more) return false;
-    for (size_t k = 1; k <= more; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if (cp < smallest || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += more + 1;
-  }
-  return true;
-}
-
 // A Unix argument or environment entry is bytes, not necessarily UTF-8 (a Latin-1 value in a
 // user's environment is legal), but JSON text must be UTF-8. Such strings are stored as
-// {"hex": "..."} so that every byte comes back.
+// {"hex": "..."} so that every byte comes back. IsUtf8's rule is the one nlohmann::json applies
+// when dumping, so strings that pass are stored as JSON strings as they are.
 json StringToJson(const std::string& s) {
   if (IsUtf8(s)) return s;
   static constexpr char kDigits[] = "0123456789abcdef";

@@ -36,9 +36,6 @@ class Scheduler {
   // Gives back a placement made by Place.
   void Release(const Placement& p, const Request& r) { cluster_->Release(p, r); }
 
-  // Kinds of request with cached scores (for tests and statistics).
-  size_t cached_kinds() const { return cache_.size(); }
-
  private:
   // Scores of every node for one kind of request, in a max-tree whose leaves are in rank order,
   // so that the best node with the lowest rank is found by one walk down.

@@ -62,6 +62,18 @@ TEST(TextTest, PrintableEscapesWhatCouldForgeOrDriveATerminal) {
   EXPECT_EQ(Printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate
 }
 
+TEST(TextTest, IsUtf8FollowsRfc3629) {
+  EXPECT_TRUE(IsUtf8(""));
+  EXPECT_TRUE(IsUtf8("plain ascii"));
+  EXPECT_TRUE(IsUtf8("GPU \xc3\xa9 \xe6\xbc\xa2 \xf0\x9f\x98\x80"));  // 2, 3 and 4 bytes
+  EXPECT_FALSE(IsUtf8("latin-1 \xe9t\xe9"));                           // a lone lead byte
+  EXPECT_FALSE(IsUtf8("\xc0\xaf"));                                   // overlong '/'
+  EXPECT_FALSE(IsUtf8("\xed\xa0\x80"));                               // a surrogate
+  EXPECT_FALSE(IsUtf8("\xf4\x90\x80\x80"));                           // past U+10FFFF
+  EXPECT_FALSE(IsUtf8("cut \xe6\xbc"));                               // cut short
+  EXPECT_FALSE(IsUtf8("\x80"));                                       // a continuation alone
+}
+
 TEST(Rfc3339Test, WritesAndReadsTheApiServersTimes) {
   const auto t = std::chrono::system_clock::from_time_t(1700000000);
   EXPECT_EQ(Rfc3339(t), "2023-11-14T22:13:20Z");
