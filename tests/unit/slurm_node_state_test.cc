@@ -243,12 +243,17 @@ class JobCgroup {
     }
     return false;
   }
-  // Whether the task was ended by SIGKILL (reaps it).
+  // Whether the task has been ended by SIGKILL (reaps it); false if it still runs after 2 s.
   bool Killed() {
     int status = 0;
-    if (waitpid(task_, &status, 0) != task_) return false;
-    task_ = 0;
-    return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    for (int i = 0; i < 200; ++i) {
+      if (waitpid(task_, &status, WNOHANG) == task_) {
+        task_ = 0;
+        return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+      }
+      usleep(10000);
+    }
+    return false;
   }
   void Freeze(bool frozen) const {
     std::ofstream(dir_ + "/freezer.state") << (frozen ? "FROZEN" : "THAWED") << std::endl;
