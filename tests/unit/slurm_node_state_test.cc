@@ -201,8 +201,8 @@ TEST_F(NodeStateTest, ANextStepRemovesWhatADeadStepdLeft) {
 class JobCgroup {
  public:
   static constexpr char kMount[] = "/sys/fs/cgroup/freezer";
-  JobCgroup(uint32_t job, uint32_t step)
-      : root_(std::string(kMount) + "/slurm_" + kNode),
+  JobCgroup(uint32_t job, uint32_t step, const std::string& node = kNode)
+      : root_(std::string(kMount) + "/slurm_" + node),
         dir_(root_ + "/uid_0/job_" + std::to_string(job)) {
     fs::create_directories(dir_ + "/" + StepCgroupName(step));
     // Slurm hands the step's cgroup to the job's user (nobody, here).
@@ -494,6 +494,18 @@ TEST_F(NodeStateTest, MakesTheStateDirAndItsParent) {
   ASSERT_EQ(stat(dir_.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0711u);
   EXPECT_EQ(st.st_uid, geteuid());
+}
+
+// Another slurmd on the host (a test cluster) has its own cgroup root, slurm_<its node>, and jobs
+// of the same ids: this node's epilog leaves them alone.
+TEST_F(NodeStateTest, AnotherNodesJobOfTheSameIdIsLeftAlone) {
+  if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
+  constexpr uint32_t kJob = 910005;
+  JobCgroup other(kJob, 0, kNode + "other");
+  ASSERT_TRUE(other.TaskJoined());
+  NodeState& state = Open();
+  EXPECT_TRUE(state.EndJob(kJob).ok());
+  EXPECT_TRUE(other.TaskRuns());
 }
 
 }  // namespace
