@@ -397,6 +397,16 @@ Status NodeState::EndStep(uint32_t job, uint32_t step, const proc::ProcessId& st
 }
 
 Status NodeState::EndJob(uint32_t job) {
+  {
+    // A job gpufrac holds nothing of is Slurm's to clean up.
+    DirLock lock(fd_);
+    struct stat st {};
+    const std::string name = JobDirName(job);
+    if (fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 &&
+        fstatat(budgets_.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      return OkStatus();
+    }
+  }
   Status ended = EndProcessesIn(JobCgroups(job, std::nullopt, node_, cgroup_mounts_), getpid(),
                                 kProcessesEndWait);
   if (!ended.ok()) return KeptBecause(job, ended);

@@ -78,9 +78,9 @@ class NodeState {
   // (job_processes.h; `stepd` aside) and then removes the job's files. kUnavailable, and the files
   // kept, when a process outlives SIGKILL: its GPU memory is still held.
   Status EndStep(uint32_t job, uint32_t step, const proc::ProcessId& stepd);
-  // The job ended on this node (its epilog): ends every process left in the job's cgroups (the
-  // caller aside), then removes its files whatever steps were recorded. kUnavailable, and the
-  // files kept, when a process outlives SIGKILL.
+  // The job ended on this node (its epilog): when gpufrac holds files of it, ends every process
+  // left in the job's cgroups (the caller aside), then removes its files whatever steps were
+  // recorded. kUnavailable, and the files kept, when a process outlives SIGKILL.
   Status EndJob(uint32_t job);
   // Removes the markers of steps whose slurmstepd is gone, and the files of jobs left with none
   // and with no process left in their cgroups (a task whose slurmstepd was killed still holds its

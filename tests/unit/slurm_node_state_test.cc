@@ -504,7 +504,12 @@ TEST_F(NodeStateTest, AnotherNodesJobOfTheSameIdIsLeftAlone) {
   JobCgroup other(kJob, 0, kNode + "other");
   ASSERT_TRUE(other.TaskJoined());
   NodeState& state = Open();
+  ASSERT_TRUE(state
+                  .BeginStep(kJob, 0, proc::CurrentProcess(), Limits(kJob, 1ull << 30),
+                             Gpus(1ull << 30), std::nullopt)
+                  .ok());
   EXPECT_TRUE(state.EndJob(kJob).ok());
+  EXPECT_FALSE(BudgetExists(kJob));
   EXPECT_TRUE(other.TaskRuns());
 }
 
