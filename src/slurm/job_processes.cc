@@ -18,9 +18,6 @@
 namespace gpufrac::slurm {
 namespace {
 
-constexpr uint32_t kExternStep = 0xfffffffc;
-constexpr uint32_t kBatchStep = 0xfffffffb;
-constexpr uint32_t kInteractiveStep = 0xfffffffa;
 // How deep under a mount Slurm's root cgroup is looked for (v1: MOUNT/slurm; v2 under systemd:
 // MOUNT/system.slice/slurmstepd.scope), and how deep a job's cgroups go (step_N/task_N/...).
 constexpr int kRootDepth = 3;

@@ -24,6 +24,14 @@
 
 namespace gpufrac::slurm {
 
+// Slurm's step ids that are not steps a user runs programs in: the extern step (adopted ssh
+// sessions) and the pending step; and those of the job's own steps (the batch script's, salloc's
+// interactive one), which get the job's GPUs.
+inline constexpr uint32_t kExternStep = 0xfffffffc;
+inline constexpr uint32_t kPendingStep = 0xfffffffd;
+inline constexpr uint32_t kBatchStep = 0xfffffffb;
+inline constexpr uint32_t kInteractiveStep = 0xfffffffa;
+
 // Where Slurm's cgroups are looked for: the cgroup and cgroup2 mount points of /proc/self/mountinfo
 // by default.
 std::vector<std::string> CgroupMounts();

@@ -52,13 +52,10 @@ namespace slurm = gpufrac::slurm;
 
 constexpr char kDefaultStateDir[] = "/run/gpufrac/slurm";
 constexpr char kDefaultLimiter[] = "/usr/lib/gpufrac/libgpufrac.so";
-// Slurm's step ids that are not steps a user runs programs in: the extern step (adopted ssh
-// sessions) and the pending step; and those of the job's own steps (the batch script's, salloc's
-// interactive one), which get the job's GPUs.
-constexpr uint32_t kExternStep = 0xfffffffc;
-constexpr uint32_t kPendingStep = 0xfffffffd;
-constexpr uint32_t kBatchStep = 0xfffffffb;
-constexpr uint32_t kInteractiveStep = 0xfffffffa;
+using slurm::kBatchStep;
+using slurm::kExternStep;
+using slurm::kInteractiveStep;
+using slurm::kPendingStep;
 
 struct Config {
   std::string state_dir = kDefaultStateDir;
