@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
@@ -151,7 +152,10 @@ std::string ThisSlurmNode() {
   std::ifstream cgroups("/proc/self/cgroup");
   for (std::string line; std::getline(cgroups, line);) {
     // ID:CONTROLLERS:PATH; a component slurm_<node> or slurmstepd_<node>.scope names the node.
-    std::istringstream path(line.substr(line.rfind(':') + 1));
+    const size_t controllers = line.find(':');
+    const size_t path_at = line.find(':', controllers == std::string::npos ? 0 : controllers + 1);
+    if (path_at == std::string::npos) continue;
+    std::istringstream path(line.substr(path_at + 1));
     for (std::string part; std::getline(path, part, '/');) {
       if (part.rfind("slurm_", 0) == 0) return part.substr(6);
       const std::string scope = ".scope";
