@@ -22,6 +22,11 @@ std::string Plural(uint32_t n, const std::string& one, const std::string& many) 
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
+// The memory `count` shards of `shard_bytes` stand for.
+uint64_t BytesOfShards(uint32_t count, uint64_t shard_bytes) {
+  return shard_bytes != 0 && count > UINT64_MAX / shard_bytes ? UINT64_MAX : count * shard_bytes;
+}
+
 }  // namespace
 
 StatusOr<Booking> BookingFromEnvironment(const std::optional<std::string>& shards_on_node,
@@ -47,6 +52,27 @@ StatusOr<Booking> BookingFromEnvironment(const std::optional<std::string>& shard
   return Booking{};
 }
 
+StatusOr<std::optional<GpuRequest>> BookedRequest(const Booking& booking, uint64_t shard_bytes,
+                                                  const std::vector<gpu::DeviceInfo>& gpus) {
+  switch (booking.kind) {
+    case Booking::Kind::kWholeGpus:
+      return std::optional<GpuRequest>();
+    case Booking::Kind::kMpsPercent:
+      return std::optional<GpuRequest>(GpuRequest::Fraction(booking.count * 10));
+    case Booking::Kind::kShards:
+      break;
+  }
+  if (shard_bytes == 0) {
+    return FailedPreconditionError(
+        "the step holds shards, but plugstack.conf gives libgpufrac_spank.so no shard_memory= "
+        "(the memory one shard stands for), so gpufrac cannot hold it to what it booked: the "
+        "administrator must add it (docs/slurm.md)");
+  }
+  uint64_t bytes = BytesOfShards(booking.count, shard_bytes);
+  for (const gpu::DeviceInfo& gpu : gpus) bytes = std::min(bytes, gpu.memory_total);
+  return std::optional<GpuRequest>(GpuRequest::Memory(bytes));
+}
+
 Status CheckWithinBooking(const Booking& booking, uint64_t shard_bytes,
                           const std::vector<launch::LimitedGpu>& limits,
                           const std::vector<gpu::DeviceInfo>& gpus) {
@@ -61,7 +87,7 @@ Status CheckWithinBooking(const Booking& booking, uint64_t shard_bytes,
     uint64_t booked = 0;
     std::string what, more;
     if (booking.kind == Booking::Kind::kShards) {
-      booked = booking.count > UINT64_MAX / shard_bytes ? UINT64_MAX : booking.count * shard_bytes;
+      booked = BytesOfShards(booking.count, shard_bytes);
       what = Plural(booking.count, "shard", "shards") + " of " + FormatSize(shard_bytes);
       more = "--gres=shard:N";
     } else {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/gpu_request.h"
 #include "common/status.h"
 #include "gpu/devices.h"
 #include "launch/limit_file.h"
@@ -43,5 +44,13 @@ StatusOr<Booking> BookingFromEnvironment(const std::optional<std::string>& shard
 Status CheckWithinBooking(const Booking& booking, uint64_t shard_bytes,
                           const std::vector<launch::LimitedGpu>& limits,
                           const std::vector<gpu::DeviceInfo>& gpus);
+
+// What a step that gave none of gpufrac's options is held to on `gpus` (NVML's view of its GPUs):
+// all that Slurm booked for it, its shards times `shard_bytes` (at most the GPU's memory), or
+// under the `mps` GRES its percentage of the GPU's memory; nullopt for whole GPUs, which are the
+// step's own. A step holding shards is never left without a limit: without `shard_bytes` it is
+// refused (kFailedPrecondition, saying what the administrator must add).
+StatusOr<std::optional<GpuRequest>> BookedRequest(const Booking& booking, uint64_t shard_bytes,
+                                                  const std::vector<gpu::DeviceInfo>& gpus);
 
 }  // namespace gpufrac::slurm

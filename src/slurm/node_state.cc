@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -29,6 +30,9 @@ constexpr uint64_t kBudgetBytesPerGpu = uint64_t{1} << 20;
 // The node's budget directory's tmpfs: the GPUs' arbiters (a few KiB each) and the jobs' mount
 // points.
 constexpr uint64_t kNodeBudgetDirBytes = uint64_t{8} << 20;
+// How long a job's processes get to die after SIGKILL before its share is kept booked (Slurm's
+// own UnkillableStepTimeout is 60 s by default).
+constexpr std::chrono::milliseconds kProcessesEndWait{10000};
 
 std::string Errno(const std::string& what, int err) { return what + ": " + std::strerror(err); }
 
@@ -172,6 +176,30 @@ bool IsMarker(const std::string& name) {
          NumberAfter(name.substr(dot), ".");
 }
 
+// Whether the limit file `text` limits each of `gpus`.
+bool Covers(const std::string& text, const std::vector<launch::LimitedGpu>& gpus) {
+  for (const launch::LimitedGpu& gpu : gpus) {
+    const std::string line = "gpu " + gpu.uuid + " ";
+    if (!StartsWith(text, line) && text.find("\n" + line) == std::string::npos) return false;
+  }
+  return true;
+}
+
+// Whether the job directory `fd` holds a step marker: a step of the job runs.
+bool HasMarker(int fd) {
+  for (const std::string& entry : Entries(fd)) {
+    if (IsMarker(entry)) return true;
+  }
+  return false;
+}
+
+// Why a job's files stay: a process of it outlived SIGKILL (`ended`).
+Status KeptBecause(uint32_t job, const Status& ended) {
+  return UnavailableError(
+      "job " + std::to_string(job) +
+      "'s gpufrac files and budgets stay until its processes are gone: " + ended.message());
+}
+
 // Whether the directory `fd` is the root of a filesystem mounted on it, not of `parent`'s.
 bool IsMountedOn(int fd, int parent) {
   struct stat st {
@@ -181,7 +209,7 @@ bool IsMountedOn(int fd, int parent) {
 
 }  // namespace
 
-StatusOr<NodeState> NodeState::Open(const std::string& state_dir) {
+StatusOr<NodeState> NodeState::Open(const std::string& state_dir, const std::string& node) {
   // Missing directories are made 0755 above it (/run/gpufrac after a reboot: the jobs' users
   // pass through) and 0711 for it, whatever slurmstepd's umask.
   GPUFRAC_ASSIGN_OR_RETURN(int opened, OpenTrustedDir(state_dir, 0711, 0755));
@@ -213,14 +241,16 @@ StatusOr<NodeState> NodeState::Open(const std::string& state_dir) {
   }();
   if (!budgets.ok()) return budgets.status();
   const bool acls = SupportsAcls(fd.get());
-  return NodeState(state_dir, fd.release(), std::move(*budgets), acls);
+  return NodeState(state_dir, fd.release(), std::move(*budgets), acls, node);
 }
 
 NodeState::NodeState(NodeState&& other) noexcept
     : path_(std::move(other.path_)),
       fd_(std::exchange(other.fd_, -1)),
       budgets_(std::move(other.budgets_)),
-      private_limits_(other.private_limits_) {}
+      private_limits_(other.private_limits_),
+      node_(std::move(other.node_)),
+      cgroup_mounts_(std::move(other.cgroup_mounts_)) {}
 
 NodeState& NodeState::operator=(NodeState&& other) noexcept {
   if (this != &other) {
@@ -229,6 +259,8 @@ NodeState& NodeState::operator=(NodeState&& other) noexcept {
     fd_ = std::exchange(other.fd_, -1);
     budgets_ = std::move(other.budgets_);
     private_limits_ = other.private_limits_;
+    node_ = std::move(other.node_);
+    cgroup_mounts_ = std::move(other.cgroup_mounts_);
   }
   return *this;
 }
@@ -246,7 +278,8 @@ std::string NodeState::JobBudgetDir(uint32_t job) const {
 StatusOr<BegunStep> NodeState::BeginStep(uint32_t job, uint32_t step, const proc::ProcessId& stepd,
                                          const std::string& limits_text,
                                          const std::vector<launch::LimitedGpu>& gpus,
-                                         std::optional<launch::WorkloadBudgets::Owner> owner) {
+                                         std::optional<launch::WorkloadBudgets::Owner> owner,
+                                         bool join_running) {
   DirLock lock(fd_);
   SweepLocked();
   const std::string name = JobDirName(job);
@@ -263,11 +296,12 @@ StatusOr<BegunStep> NodeState::BeginStep(uint32_t job, uint32_t step, const proc
 
   BegunStep begun;
   std::optional<std::string> existing = ReadOwnFile(dir.get(), kLimitsFile);
-  if (existing && *existing != limits_text) {
+  if (existing && *existing != limits_text && !(join_running && Covers(*existing, gpus))) {
     return FailedPreconditionError(
         "another step of job " + std::to_string(job) +
-        " runs on this node with other gpufrac limits; the steps of a job share its budget, so "
-        "each must ask for the same");
+        " runs on this node with other gpufrac limits (a batch step without gpufrac's options "
+        "holds all the job's shards); the steps of a job share its budget, so each must ask for "
+        "the same, or leave gpufrac's options off to join the job's");
   }
   if (!existing) {
     // Left without a limit file (a step that failed half-way): start the job afresh. The job's
@@ -339,22 +373,46 @@ StatusOr<BegunStep> NodeState::BeginStep(uint32_t job, uint32_t step, const proc
   return begun;
 }
 
-void NodeState::EndStep(uint32_t job, uint32_t step, const proc::ProcessId& stepd) {
-  DirLock lock(fd_);
+Status NodeState::EndStep(uint32_t job, uint32_t step, const proc::ProcessId& stepd) {
   const std::string name = JobDirName(job);
-  Fd dir(openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (dir.get() < 0) return;
-  const std::string marker = MarkerName(step, stepd);
-  unlinkat(dir.get(), marker.c_str(), 0);
-  for (const std::string& entry : Entries(dir.get())) {
-    if (IsMarker(entry)) return;  // Another step of the job still runs.
+  {
+    DirLock lock(fd_);
+    Fd dir(openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (dir.get() < 0) return OkStatus();
+    const std::string marker = MarkerName(step, stepd);
+    unlinkat(dir.get(), marker.c_str(), 0);
+    if (HasMarker(dir.get())) return OkStatus();  // Another step of the job still runs.
   }
+  // The step's processes go before its share does. Outside the lock: a process slow to die must
+  // not hold up the other steps on the node.
+  Status ended =
+      EndProcessesIn(JobCgroups(job, step, node_, cgroup_mounts_), stepd.pid, kProcessesEndWait);
+  if (!ended.ok()) return KeptBecause(job, ended);
+  DirLock lock(fd_);
+  Fd dir(openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  // A step of the job that started meanwhile shares the files.
+  if (dir.get() < 0 || HasMarker(dir.get())) return OkStatus();
   RemoveJobLocked(name, job);
+  return OkStatus();
 }
 
-void NodeState::EndJob(uint32_t job) {
+Status NodeState::EndJob(uint32_t job) {
+  {
+    // A job gpufrac holds nothing of is Slurm's to clean up.
+    DirLock lock(fd_);
+    struct stat st {};
+    const std::string name = JobDirName(job);
+    if (fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 &&
+        fstatat(budgets_.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      return OkStatus();
+    }
+  }
+  Status ended = EndProcessesIn(JobCgroups(job, std::nullopt, node_, cgroup_mounts_), getpid(),
+                                kProcessesEndWait);
+  if (!ended.ok()) return KeptBecause(job, ended);
   DirLock lock(fd_);
   RemoveJobLocked(JobDirName(job), job);
+  return OkStatus();
 }
 
 void NodeState::Sweep() {
@@ -384,7 +442,14 @@ void NodeState::SweepLocked() {
         live = true;
       }
     }
-    if (!live) RemoveJobLocked(name, static_cast<uint32_t>(*job));
+    // A task whose slurmstepd was killed still runs, holding its GPU memory: the job's files stay
+    // (and its budgets, which count that memory) until the epilog ends it.
+    if (!live &&
+        ProcessesIn(JobCgroups(static_cast<uint32_t>(*job), std::nullopt, node_, cgroup_mounts_),
+                    getpid())
+            .empty()) {
+      RemoveJobLocked(name, static_cast<uint32_t>(*job));
+    }
   }
   // Budget directories of jobs whose state is gone (a step that died half-way through).
   for (const std::string& name : Entries(budgets_.fd())) {

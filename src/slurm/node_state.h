@@ -36,6 +36,7 @@
 #include "launch/budgets.h"
 #include "launch/limit_file.h"
 #include "proc/process_identity.h"
+#include "slurm/job_processes.h"
 
 namespace gpufrac::slurm {
 
@@ -48,9 +49,10 @@ struct BegunStep {
 class NodeState {
  public:
   // Opens STATE_DIR (making it, mode 0711, and missing directories above it, 0755) and the
-  // budget directory it records. kFailedPrecondition, one line, when STATE_DIR or a directory
-  // above it fails trusted_dir.h's checks, or STATE_DIR is not the caller's (root's).
-  static StatusOr<NodeState> Open(const std::string& state_dir);
+  // budget directory it records, for node `node` (Slurm's name for it: its jobs' cgroups are
+  // found by it). kFailedPrecondition, one line, when STATE_DIR or a directory above it fails
+  // trusted_dir.h's checks, or STATE_DIR is not the caller's (root's).
+  static StatusOr<NodeState> Open(const std::string& state_dir, const std::string& node);
 
   NodeState(NodeState&&) noexcept;
   NodeState& operator=(NodeState&&) noexcept;
@@ -63,17 +65,26 @@ class NodeState {
   // JobBudgetDir(job) as its budgets and budgets().path() as its arbiters), readable by `owner`
   // and root only, and creates its budgets on `gpus`, handed to `owner` (nullopt: the job runs as
   // root). A step whose limits differ from those of the job's running steps is refused
-  // (kFailedPrecondition): they share the budgets.
+  // (kFailedPrecondition): they share the budgets. With `join_running` (a step that asked for no
+  // limit of its own, held to what it booked), it shares theirs instead where they cover its GPUs:
+  // each step that made them was held to its booking, which is within the job's.
   StatusOr<BegunStep> BeginStep(uint32_t job, uint32_t step, const proc::ProcessId& stepd,
                                 const std::string& limits_text,
                                 const std::vector<launch::LimitedGpu>& gpus,
-                                std::optional<launch::WorkloadBudgets::Owner> owner);
-  // The step run by `stepd` ended: forgets it, and removes the job's files when no other step of
-  // it (nor another component of the same heterogeneous step) runs.
-  void EndStep(uint32_t job, uint32_t step, const proc::ProcessId& stepd);
-  // The job ended on this node (its epilog): removes its files whatever steps were recorded.
-  void EndJob(uint32_t job);
-  // Removes the markers of steps whose slurmstepd is gone, and the files of jobs left with none.
+                                std::optional<launch::WorkloadBudgets::Owner> owner,
+                                bool join_running = false);
+  // The step run by `stepd` ended: forgets it, and when no other step of the job (nor another
+  // component of the same heterogeneous step) runs, ends the step's processes left in its cgroup
+  // (job_processes.h; `stepd` aside) and then removes the job's files. kUnavailable, and the files
+  // kept, when a process outlives SIGKILL: its GPU memory is still held.
+  Status EndStep(uint32_t job, uint32_t step, const proc::ProcessId& stepd);
+  // The job ended on this node (its epilog): when gpufrac holds files of it, ends every process
+  // left in the job's cgroups (the caller aside), then removes its files whatever steps were
+  // recorded. kUnavailable, and the files kept, when a process outlives SIGKILL.
+  Status EndJob(uint32_t job);
+  // Removes the markers of steps whose slurmstepd is gone, and the files of jobs left with none
+  // and with no process left in their cgroups (a task whose slurmstepd was killed still holds its
+  // memory: its share stays booked until the epilog ends it).
   void Sweep();
 
   // The budgets' workload name of job `job` ("slurm-<job>").
@@ -88,11 +99,14 @@ class NodeState {
   bool private_limits() const { return private_limits_; }
 
  private:
-  NodeState(std::string path, int fd, launch::BudgetDir budgets, bool private_limits)
+  NodeState(std::string path, int fd, launch::BudgetDir budgets, bool private_limits,
+            std::string node)
       : path_(std::move(path)),
         fd_(fd),
         budgets_(std::move(budgets)),
-        private_limits_(private_limits) {}
+        private_limits_(private_limits),
+        node_(std::move(node)),
+        cgroup_mounts_(CgroupMounts()) {}
   // Each with the lock held.
   void SweepLocked();
   void RemoveJobLocked(const std::string& job_dir_name, uint32_t job);
@@ -104,6 +118,8 @@ class NodeState {
   int fd_ = -1;
   launch::BudgetDir budgets_;
   bool private_limits_ = false;
+  std::string node_;
+  std::vector<std::string> cgroup_mounts_;  // Where the jobs' cgroups are looked for.
 };
 
 }  // namespace gpufrac::slurm

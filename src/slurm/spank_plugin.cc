@@ -1,7 +1,8 @@
 // libgpufrac_spank.so: gpufrac's SPANK plugin. It adds --gpu-memory, --gpu-fraction,
 // --gpu-compute and --gpu-compute-limit to srun, sbatch and salloc, and in each job step on a
-// node (slurmstepd, as root) gives the step's tasks the limiter: the job's read-only limit file
-// and budgets (node_state.h) on the GPUs Slurm gave the step, LD_PRELOAD and GPUFRAC_LIMIT_FILE.
+// node (slurmstepd, as root) that asked for them or holds shards or MPS units gives the step's
+// tasks the limiter: the job's read-only limit file and budgets (node_state.h) on the GPUs Slurm
+// gave the step, LD_PRELOAD and GPUFRAC_LIMIT_FILE.
 // Its state is removed when the job's last step on the node ends, at the job's epilog, and by
 // the next step after a slurmstepd that could not clean up (killed, or the node rebooted).
 //
@@ -29,6 +30,7 @@ extern "C" {
 #include "launch/limit_file.h"
 #include "proc/process_identity.h"
 #include "slurm/booked_share.h"
+#include "slurm/job_processes.h"
 #include "slurm/node_state.h"
 #include "slurm/step_request.h"
 
@@ -50,13 +52,10 @@ namespace slurm = gpufrac::slurm;
 
 constexpr char kDefaultStateDir[] = "/run/gpufrac/slurm";
 constexpr char kDefaultLimiter[] = "/usr/lib/gpufrac/libgpufrac.so";
-// Slurm's step ids that are not steps a user runs programs in: the extern step (adopted ssh
-// sessions) and the pending step; and those of the job's own steps (the batch script's, salloc's
-// interactive one), which get the job's GPUs.
-constexpr uint32_t kExternStep = 0xfffffffc;
-constexpr uint32_t kPendingStep = 0xfffffffd;
-constexpr uint32_t kBatchStep = 0xfffffffb;
-constexpr uint32_t kInteractiveStep = 0xfffffffa;
+using slurm::kBatchStep;
+using slurm::kExternStep;
+using slurm::kInteractiveStep;
+using slurm::kPendingStep;
 
 struct Config {
   std::string state_dir = kDefaultStateDir;
@@ -170,14 +169,22 @@ std::optional<std::string> GetEnv(spank_t sp, const char* name) {
   return std::string(buf);
 }
 
+// Slurm writes the job's GPUs for its batch and interactive steps and the step's for the others;
+// the other variable is whatever the user's environment held, so it is never read.
+const char* GpusVariable(uint32_t step) {
+  return step == kBatchStep || step == kInteractiveStep ? "SLURM_JOB_GPUS" : "SLURM_STEP_GPUS";
+}
+
+bool HasGpus(spank_t sp, uint32_t step) {
+  std::optional<std::string> listed = GetEnv(sp, GpusVariable(step));
+  return listed && !listed->empty();
+}
+
 // The GPUs Slurm gave this step, as NVML knows them (global indices: SLURM_STEP_GPUS, which
 // Slurm sets for gpu and shard GRES alike, whatever ConstrainDevices does to
 // CUDA_VISIBLE_DEVICES).
 StatusOr<std::vector<gpufrac::gpu::DeviceInfo>> StepGpus(spank_t sp, uint32_t step) {
-  // Slurm writes the job's GPUs for its batch and interactive steps and the step's for the
-  // others; the other variable is whatever the user's environment held, so it is never read.
-  const bool job_step = step == kBatchStep || step == kInteractiveStep;
-  std::optional<std::string> listed = GetEnv(sp, job_step ? "SLURM_JOB_GPUS" : "SLURM_STEP_GPUS");
+  std::optional<std::string> listed = GetEnv(sp, GpusVariable(step));
   if (!listed || listed->empty()) {
     return gpufrac::FailedPreconditionError(
         "the step has no GPU from Slurm: ask for shards (--gres=shard:N) or a GPU "
@@ -211,8 +218,10 @@ StatusOr<std::vector<gpufrac::gpu::DeviceInfo>> StepGpus(spank_t sp, uint32_t st
   return out;
 }
 
-// In slurmstepd, as root, before the tasks start: the job's limit file and budgets.
-Status BeginStep(spank_t sp) {
+// In slurmstepd, as root, before the tasks start: the job's limit file and budgets, for the step's
+// `request`, or without one (no gpufrac option) for what Slurm booked it, shards or MPS units: no
+// step holds part of a GPU without a limit.
+Status BeginStep(spank_t sp, std::optional<gpufrac::GpuRequest> request) {
   uint32_t job = 0, step = 0;
   uid_t uid = 0;
   gid_t gid = 0;
@@ -223,18 +232,30 @@ Status BeginStep(spank_t sp) {
     return gpufrac::InternalError("cannot read the step's job, step and user from Slurm");
   }
   if (step == kExternStep || step == kPendingStep) return gpufrac::OkStatus();
-  GPUFRAC_ASSIGN_OR_RETURN(std::vector<gpufrac::gpu::DeviceInfo> gpus, StepGpus(sp, step));
-  GPUFRAC_ASSIGN_OR_RETURN(std::vector<gpufrac::launch::LimitedGpu> limits,
-                           slurm::StepLimits(*g_request, gpus));
-  // No more than the job booked on the GPU, as Slurm set it for this step (SLURM_SHARDS_ON_NODE
-  // and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE are Slurm's in every step: it writes or removes them).
+  const bool asked = request.has_value();
+  // What the job booked on the GPU, as Slurm set it for this step (SLURM_SHARDS_ON_NODE and
+  // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE are Slurm's in every step on shards or MPS units).
   GPUFRAC_ASSIGN_OR_RETURN(
       slurm::Booking booking,
       slurm::BookingFromEnvironment(GetEnv(sp, "SLURM_SHARDS_ON_NODE"),
                                     GetEnv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")));
+  // Without options: whole GPUs are the step's own, and a step without GPUs (a CPU job submitted
+  // from inside a shard job keeps its SLURM_SHARDS_ON_NODE) has nothing to hold.
+  if (!request && (booking.kind == slurm::Booking::Kind::kWholeGpus || !HasGpus(sp, step))) {
+    return gpufrac::OkStatus();
+  }
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<gpufrac::gpu::DeviceInfo> gpus, StepGpus(sp, step));
+  if (!request) {
+    GPUFRAC_ASSIGN_OR_RETURN(request, slurm::BookedRequest(booking, g_config.shard_bytes, gpus));
+  }
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<gpufrac::launch::LimitedGpu> limits,
+                           slurm::StepLimits(*request, gpus));
+  // No more than the job booked.
   GPUFRAC_RETURN_IF_ERROR(slurm::CheckWithinBooking(booking, g_config.shard_bytes, limits, gpus));
+  g_request = request;
   g_booking = booking;
-  GPUFRAC_ASSIGN_OR_RETURN(slurm::NodeState state, slurm::NodeState::Open(g_config.state_dir));
+  GPUFRAC_ASSIGN_OR_RETURN(slurm::NodeState state,
+                           slurm::NodeState::Open(g_config.state_dir, slurm::ThisSlurmNode()));
   GPUFRAC_ASSIGN_OR_RETURN(
       std::string text, gpufrac::launch::LimitFileText(slurm::NodeState::WorkloadName(job), limits,
                                                        {.budget_dir = state.JobBudgetDir(job),
@@ -243,7 +264,8 @@ Status BeginStep(spank_t sp) {
   if (uid != geteuid()) owner = gpufrac::launch::WorkloadBudgets::Owner{uid, gid};
   GPUFRAC_ASSIGN_OR_RETURN(
       slurm::BegunStep begun,
-      state.BeginStep(job, step, gpufrac::proc::CurrentProcess(), text, limits, owner));
+      state.BeginStep(job, step, gpufrac::proc::CurrentProcess(), text, limits, owner,
+                      /*join_running=*/!asked));
   g_limit_file = begun.limit_file;
   // For the administrator (slurmd's log): what this node cannot keep from the job's user.
   if (!begun.warning.empty()) slurm_error("gpufrac: job %u: %s", job, begun.warning.c_str());
@@ -314,14 +336,18 @@ __attribute__((visibility("default"))) int slurm_spank_init(spank_t sp, int argc
 
 __attribute__((visibility("default"))) int slurm_spank_init_post_opt(spank_t sp, int, char**) {
   return Guarded("options", [&]() -> Status {
-    if (g_options.empty()) return gpufrac::OkStatus();  // Not a gpufrac job: leave it alone.
-    StatusOr<gpufrac::GpuRequest> request = slurm::ParseStepOptions(g_options);
-    if (spank_remote(sp) != 1) return request.status();  // srun, sbatch, salloc: refuse now.
-    Status begun = request.status();
-    if (begun.ok()) {
-      g_request = *request;
-      begun = BeginStep(sp);
+    if (spank_remote(sp) != 1) {  // srun, sbatch, salloc: refuse a bad request now.
+      return g_options.empty() ? gpufrac::OkStatus() : slurm::ParseStepOptions(g_options).status();
     }
+    // slurmstepd: the step's request, or without options what it booked.
+    std::optional<gpufrac::GpuRequest> request;
+    Status begun = gpufrac::OkStatus();
+    if (!g_options.empty()) {
+      StatusOr<gpufrac::GpuRequest> parsed = slurm::ParseStepOptions(g_options);
+      if (parsed.ok()) request = *parsed;
+      begun = parsed.status();
+    }
+    if (begun.ok()) begun = BeginStep(sp, request);
     if (!begun.ok()) {
       g_step_error = begun.message();
       slurm_error("gpufrac: %s", g_step_error.c_str());
@@ -343,10 +369,10 @@ __attribute__((visibility("default"))) int slurm_spank_task_init(spank_t sp, int
 __attribute__((visibility("default"))) int slurm_spank_exit(spank_t, int, char**) {
   if (!g_step_recorded || spank_context() != S_CTX_REMOTE) return 0;
   return Guarded("exit", [&]() -> Status {
-    GPUFRAC_ASSIGN_OR_RETURN(slurm::NodeState state, slurm::NodeState::Open(g_config.state_dir));
-    state.EndStep(g_job, g_step, gpufrac::proc::CurrentProcess());
+    GPUFRAC_ASSIGN_OR_RETURN(slurm::NodeState state,
+                             slurm::NodeState::Open(g_config.state_dir, slurm::ThisSlurmNode()));
     g_step_recorded = false;
-    return gpufrac::OkStatus();
+    return state.EndStep(g_job, g_step, gpufrac::proc::CurrentProcess());
   });
 }
 
@@ -359,9 +385,12 @@ __attribute__((visibility("default"))) int slurm_spank_job_epilog(spank_t sp, in
     uint32_t job = 0;
     if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS) return gpufrac::OkStatus();
     if (access(g_config.state_dir.c_str(), F_OK) != 0) return gpufrac::OkStatus();
-    GPUFRAC_ASSIGN_OR_RETURN(slurm::NodeState state, slurm::NodeState::Open(g_config.state_dir));
-    state.EndJob(job);
-    return gpufrac::OkStatus();
+    GPUFRAC_ASSIGN_OR_RETURN(slurm::NodeState state,
+                             slurm::NodeState::Open(g_config.state_dir, slurm::ThisSlurmNode()));
+    // A process left (its slurmstepd killed) is ended first; one that outlives that keeps the
+    // job's share and fails the epilog, so that Slurm drains the node rather than book the GPU
+    // memory it holds again.
+    return state.EndJob(job);
   });
 }
 

@@ -75,10 +75,15 @@ StatusOr<GpuRequest> ParseStepOptions(const StepOptions& options) {
   text.gpu_fraction = options.gpu_fraction;
   text.gpu_compute = options.gpu_compute;
   text.gpu_compute_limit = options.gpu_compute_limit;
+  // The grammar's own message names every amount the CLI offers (--gpus, --mig-profile); the
+  // plugin has these two only.
   if (text.gpu_memory.empty() && text.gpu_fraction.empty()) {
     return InvalidArgumentError(
         "--gpu-compute needs the step's share of GPU memory too: add --gpu-memory SIZE or "
         "--gpu-fraction F");
+  }
+  if (!text.gpu_memory.empty() && !text.gpu_fraction.empty()) {
+    return InvalidArgumentError("give one of --gpu-memory SIZE and --gpu-fraction F, not both");
   }
   return ParseGpuRequest(text);
 }
@@ -119,11 +124,19 @@ StatusOr<std::vector<launch::LimitedGpu>> StepLimits(const GpuRequest& request,
                                  "GPU " + std::to_string(device.index) + " (" + device.name + ")"));
     // Slurm booked the memory's share of the GPU (its shards or MPS units), and nothing books
     // time: a step's compute request may be less than that share, never more (more would take
-    // its neighbours' time). Its limit, the idle time it may use, stays as asked.
+    // its neighbours' time), and is refused rather than cut unseen. Its limit, the idle time it
+    // may use, stays as asked.
+    if (request.compute_milli > limits.share_milli) {
+      return InvalidArgumentError("--gpu-compute " + FormatMilli(request.compute_milli) +
+                                  " is more than the share of GPU " + std::to_string(device.index) +
+                                  " (" + device.name + ") its memory books, " +
+                                  FormatMilli(limits.share_milli) + ": ask for at most " +
+                                  FormatMilli(limits.share_milli) + ", or for more memory");
+    }
     out.push_back({.uuid = device.uuid,
                    .limit_bytes = limits.memory_bytes,
                    .context_bytes = context,
-                   .compute_milli = std::min(limits.compute_milli, limits.share_milli),
+                   .compute_milli = limits.compute_milli,
                    .compute_limit_milli = limits.compute_limit_milli});
   }
   return out;

@@ -50,10 +50,9 @@ StatusOr<std::vector<unsigned>> ParseGpuIndices(std::string_view text);
 
 // The limit on each of the step's GPUs (`gpus`, NVML's view of the GPUs Slurm gave it): the
 // request's memory (or its fraction of the GPU's memory) and, on a share of the GPU, its
-// compute share (by default the memory's share, and never more: that is what Slurm booked) and
-// limit (by default all the idle time).
-// kInvalidArgument, naming the GPU, when the request does not fit a GPU or cannot hold the CUDA
-// context there.
+// compute share (by default the memory's share) and limit (by default all the idle time).
+// kInvalidArgument, naming the GPU, when the request does not fit a GPU, cannot hold the CUDA
+// context there, or asks a compute share above its memory's share (what Slurm booked).
 StatusOr<std::vector<launch::LimitedGpu>> StepLimits(const GpuRequest& request,
                                                      const std::vector<gpu::DeviceInfo>& gpus);
 

@@ -186,7 +186,10 @@ class SlurmTest : public ::testing::Test {
     const std::string dir = job.empty() ? "job-" : "job-" + job;
     int n = 0;
     std::error_code ec;
-    for (const auto& entry : fs::recursive_directory_iterator(BudgetDir(), ec)) {
+    // Without exceptions: the plugin may remove what is being listed.
+    for (auto it = fs::recursive_directory_iterator(BudgetDir(), ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      const fs::directory_entry& entry = *it;
       const std::string name = entry.path().filename().string();
       if (name.rfind(prefix, 0) == 0) ++n;
       if (entry.path().parent_path() == BudgetDir() &&
@@ -201,7 +204,7 @@ class SlurmTest : public ::testing::Test {
   // shows "GresUsed=gpu:0,shard:(null):0(IDX:N/A)" when none is (the number is not the count of
   // shards in use, but 0 only when none is).
   static int ShardsInUse() {
-    std::string out = AsRoot("scontrol show node -d gf1").out;
+    std::string out = AsRoot("scontrol show node -d").out;
     std::smatch m;
     if (!std::regex_search(out, m, std::regex(R"(GresUsed=\S*(?:shard|mps):(?:[^:,]*:)?(\d+))"))) {
       return -1;
@@ -291,10 +294,44 @@ TEST_F(SlurmTest, TwoMemoryJobsShareOneGpuAndEachSeesItsLimit) {
 TEST_F(SlurmTest, ARequestNoGpuHoldsIsRefusedAtSubmitWithTheReason) {
   Result r = AsUser("srun --gpu-memory 50G true");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.out.find("gpufrac: --gpu-memory 50G is more than any GPU here has"),
+  // The model's memory as NVML reports it (the rule's table), not its marketing size.
+  EXPECT_NE(r.out.find("gpufrac: --gpu-memory 50G is more than any GPU here has: the largest "
+                       "GPU here (A100-40GB) has 40.0 GiB"),
             std::string::npos)
       << r.out;
   EXPECT_EQ(r.out.find("queued"), std::string::npos) << "it was queued: " << r.out;
+}
+
+// What every step would refuse is refused at submission (issue 29: such jobs were booked and each
+// step then failed): a request smaller than the limiter's charge for a CUDA context, and a
+// --gpu-compute above the share of the GPU its memory books (which the steps ran cut to that
+// share, unseen). Within a job, a step asking such a compute share is refused with the reason.
+TEST_F(SlurmTest, WhatEveryStepWouldRefuseIsRefusedAtSubmit) {
+  Result tiny = AsUser("srun --gpu-memory 300M true");
+  EXPECT_NE(tiny.code, 0);
+  EXPECT_NE(tiny.out.find("gpufrac: --gpu-memory 300M cannot hold even a CUDA context (about "
+                          "656 MiB on an A100-40GB): ask for more"),
+            std::string::npos)
+      << tiny.out;
+  Result compute = AsUser("srun --gpu-memory 5G --gpu-compute 0.5 true");
+  EXPECT_NE(compute.code, 0);
+  EXPECT_NE(compute.out.find("gpufrac: --gpu-compute 0.5 is more than the share of the GPU that "
+                             "--gpu-memory 5G books on an A100-40GB, 0.125: ask for at most "
+                             "0.125, or for more memory"),
+            std::string::npos)
+      << compute.out;
+  for (const Result& r : {tiny, compute}) {
+    EXPECT_EQ(r.out.find("queued"), std::string::npos) << "it was queued: " << r.out;
+  }
+  Result step = AsUser(
+      "sbatch --gres=shard:2 --wait -o step.out --wrap 'srun --gpu-memory 10G --gpu-compute 0.5 "
+      "$P info'; cat step.out");
+  EXPECT_NE(step.out.find("gpufrac: --gpu-compute 0.5 is more than the share of GPU "),
+            std::string::npos)
+      << step.out;
+  EXPECT_NE(step.out.find("ask for at most 0.25"), std::string::npos) << step.out;
+  EXPECT_EQ(Value(step.out, "total"), "") << step.out;
+  ExpectAllReleased("");
 }
 
 TEST_F(SlurmTest, ABadOptionGetsOneLineAndNoJob) {
@@ -304,6 +341,18 @@ TEST_F(SlurmTest, ABadOptionGetsOneLineAndNoJob) {
   EXPECT_EQ(Count(r.out, "gpufrac: --gpu-memory: size \"lots\" is not a number"), 1) << r.out;
   EXPECT_EQ(Count(r.out, "gpufrac:"), 1) << r.out;
   EXPECT_EQ(r.out.find("queued"), std::string::npos) << r.out;
+  // Both shares: the plugin's own words, naming its options only (not the CLI's --gpus or
+  // --mig-profile).
+  Result both = AsUser("srun --gpu-memory 1G --gpu-fraction 0.1 true");
+  EXPECT_NE(both.code, 0);
+  EXPECT_EQ(Count(both.out,
+                  "gpufrac: give one of --gpu-memory SIZE and --gpu-fraction F, not "
+                  "both"),
+            1)
+      << both.out;
+  EXPECT_EQ(both.out.find("--gpus"), std::string::npos) << both.out;
+  EXPECT_EQ(both.out.find("--mig-profile"), std::string::npos) << both.out;
+  EXPECT_EQ(both.out.find("queued"), std::string::npos) << both.out;
 }
 
 TEST_F(SlurmTest, TheTasksOfAStepShareOneBudget) {
@@ -316,10 +365,10 @@ TEST_F(SlurmTest, TheTasksOfAStepShareOneBudget) {
 }
 
 TEST_F(SlurmTest, TheStepsOfAJobShareOneBudget) {
-  const std::string work = "--gpu-memory 5G $P work " + std::to_string(3 * kGiB) + " 3";
-  // Two steps at once, each with one of the job's two shards and the 5 GiB it holds: both take
-  // 3 GiB of the job's one 5 GiB budget. (The batch step runs without gpufrac's options: with
-  // other limits than its steps', they could not share the job's budget.)
+  const std::string work = "$P work " + std::to_string(6 * kGiB) + " 3";
+  // Two steps at once, each with one of the job's two shards, without gpufrac's options: they
+  // join the job's budget, which its batch step holds to the job's two shards (10 GiB), and both
+  // take 6 GiB of it.
   Result r = AsUser(
       "cat > steps.sh <<EOS\n#!/bin/bash\n"
       "srun -n1 --exact --gres=shard:1 " +
@@ -395,55 +444,124 @@ TEST_F(SlurmTest, SigkilledTaskLeavesNothing) {
   ExpectAllReleased(job);
 }
 
-// A slurmstepd that dies (killed, out of memory) ends no step: its job's files go with the job,
-// through the epilog, which slurmstepd runs without calling the plugin's init (an attacker's
-// review: the epilog looked in the default state directory, not plugstack.conf's, and the files
-// stayed until a later gpufrac step on the node swept them).
-TEST_F(SlurmTest, AKilledSlurmstepdsFilesGoWithTheJobsEpilog) {
+// Whether process `pid` runs (a zombie holds no GPU memory).
+bool Runs(pid_t pid) {
+  std::string stat;
+  std::getline(std::ifstream("/proc/" + std::to_string(pid) + "/stat"), stat);
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+// A slurmstepd that dies (killed, out of memory) ends no step, and its task keeps running, holding
+// its GPU memory (issue 29: gpufrac's files and the job's shards were freed while it ran). A
+// later step's sweep keeps that job's share while the task runs; the job's epilog (here after
+// scancel) ends the task, and only then frees the share. Before, the task outlived it all. (The
+// epilog reads plugstack.conf's state_dir itself: slurmstepd's epilog calls no init, and an
+// attacker's review found it looked in the default directory.)
+TEST_F(SlurmTest, AKilledSlurmstepdsTaskIsGoneBeforeItsShareIsFreed) {
+  if (!fs::exists(dir_ + "/cgroup.conf")) {
+    GTEST_SKIP() << "no cgroup v1 devices controller on this host: the tasks are in no cgroup";
+  }
   std::thread runner;
   Result result;
   const std::string job =
       StartHeldStep("srun --gpu-memory 10G $P hold " + std::to_string(5 * kGiB), &runner, &result);
   ASSERT_FALSE(job.empty()) << Logs();
   const std::string title = "slurmstepd: [" + job + ".0]";
-  pid_t stepd = 0;
+  pid_t stepd = 0, task = 0;
   ASSERT_TRUE(WaitFor(
       [&] {
         for (const auto& entry : fs::directory_iterator("/proc")) {
-          std::string cmdline;
+          std::string cmdline, comm, cgroups;
           std::getline(std::ifstream(entry.path() / "cmdline"), cmdline, '\0');
-          if (cmdline.rfind(title, 0) == 0) stepd = std::atoi(entry.path().filename().c_str());
+          std::getline(std::ifstream(entry.path() / "comm"), comm);
+          std::getline(std::ifstream(entry.path() / "cgroup"), cgroups, '\0');
+          const pid_t pid = std::atoi(entry.path().filename().c_str());
+          if (cmdline.rfind(title, 0) == 0) stepd = pid;
+          // This job's task (other tests on the machine may run cuda_probe too).
+          if (comm == "cuda_probe" && cgroups.find("/job_" + job + "/") != std::string::npos) {
+            task = pid;
+          }
         }
-        return stepd > 0;
+        return stepd > 0 && task > 0;
       },
       10s))
-      << "no process titled " << title;
+      << "no process titled " << title << " or task of job " << job;
+  // From here on, the job's budgets must not be gone while its task runs.
+  std::atomic<bool> watching{true}, freed_under_task{false};
+  std::thread watcher([&] {
+    while (watching) {
+      if (BudgetsOf(job) == 0 && Runs(task)) freed_under_task = true;
+      std::this_thread::sleep_for(10ms);
+    }
+  });
   ASSERT_EQ(kill(stepd, SIGKILL), 0);
+  // Another job's step sweeps the dead slurmstepd's records, and keeps its job's share.
+  Result other = AsUser("srun --gpu-memory 5G true");
+  EXPECT_EQ(other.code, 0) << other.out;
+  EXPECT_TRUE(Runs(task));
+  EXPECT_GT(BudgetsOf(job), 0);
   EXPECT_EQ(AsRoot("scancel " + job).code, 0);
   runner.join();
   ExpectAllReleased(job);
+  EXPECT_FALSE(Runs(task)) << "the task of job " << job << " outlived its job";
+  watching = false;
+  watcher.join();
+  EXPECT_FALSE(freed_under_task) << "job " << job << "'s budget was freed while its task ran";
+  if (Runs(task)) kill(task, SIGKILL);
 }
 
-TEST_F(SlurmTest, AJobWithoutGpufracOptionsIsUnaffected) {
+// A job on neither shards nor gpufrac's options (a CPU job here, even one that kept the
+// SLURM_SHARDS_ON_NODE of the shard job it was submitted from) runs as Slurm runs it.
+TEST_F(SlurmTest, AJobWithoutGpufracOptionsOrSharesIsUnaffected) {
   Result r = AsUser(
-      "srun --gres=shard:1 bash -c 'echo preload=$LD_PRELOAD limitfile=$GPUFRAC_LIMIT_FILE; $P "
-      "info'");
+      "SLURM_SHARDS_ON_NODE=2 srun bash -c 'echo preload=$LD_PRELOAD "
+      "limitfile=$GPUFRAC_LIMIT_FILE'");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(Value(r.out, "preload"), "") << r.out;
   EXPECT_EQ(Value(r.out, "limitfile"), "") << r.out;
-  EXPECT_EQ(Value(r.out, "total"), std::to_string(40 * kGiB)) << r.out;
   EXPECT_TRUE(JobsWithState().empty());
 }
 
-// The comparison docs/slurm.md makes: the same 10 GiB job with Slurm's own shards only. Slurm
-// books 2 of the GPU's 8 shards, but fences nothing: the program sees the whole GPU and takes
-// more than its shards' worth.
-TEST_F(SlurmTest, SlurmsOwnShardsAloneFenceNothing) {
-  Result r = AsUser("srun --gres=shard:2 bash -c '$P info; $P alloc mem " +
-                    std::to_string(11 * kGiB) + "'");
+// A plain --gres=shard:2 job, without gpufrac's options, is held to the memory its shards stand
+// for (2 of 5 GiB), in its srun steps and in its batch step (issue 29: it saw the whole GPU and
+// allocated 11 GiB on one shard). More shards than one GPU has are refused at submission.
+TEST_F(SlurmTest, APlainShardJobIsHeldToItsShards) {
+  const std::string probe = "$P info; $P alloc mem " + std::to_string(11 * kGiB) +
+                            "; $P alloc mem " + std::to_string(9 * kGiB);
+  Result r = AsUser("srun --gres=shard:2 bash -c 'echo preload=$LD_PRELOAD; " + probe + "'");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_EQ(Value(r.out, "total"), std::to_string(40 * kGiB)) << r.out;
-  EXPECT_EQ(Value(r.out, "alloc"), "0") << r.out;
+  EXPECT_EQ(Value(r.out, "preload"), dir_ + "/bin/libgpufrac.so") << r.out;
+  EXPECT_EQ(Value(r.out, "total"), std::to_string(10 * kGiB)) << r.out;
+  EXPECT_EQ(Value(r.out, "alloc", 0), std::to_string(kCudaErrorOutOfMemory)) << r.out;
+  EXPECT_EQ(Value(r.out, "alloc", 1), "0") << r.out;
+  Result batch = AsUser("sbatch --gres=shard:1 --wait -o plain.out --wrap '$P info; $P alloc mem " +
+                        std::to_string(6 * kGiB) + "'; cat plain.out");
+  EXPECT_EQ(Value(batch.out, "total"), std::to_string(5 * kGiB)) << batch.out;
+  EXPECT_EQ(Value(batch.out, "alloc"), std::to_string(kCudaErrorOutOfMemory)) << batch.out;
+  Result spread = AsUser("srun --gres=shard:9 true");
+  EXPECT_NE(spread.code, 0);
+  EXPECT_NE(spread.out.find("gpufrac: --gres=shard:9 is more than the 8 shards of a GPU here"),
+            std::string::npos)
+      << spread.out;
+  ExpectAllReleased("");
+}
+
+// Without shard_memory= in plugstack.conf the plugin cannot say what a shard holds: a shard step
+// is refused with the reason rather than run without a limit.
+TEST_F(SlurmTest, AShardStepWithoutShardMemoryIsRefused) {
+  const std::string plugstack = dir_ + "/plugstack.conf";
+  std::string saved;
+  std::getline(std::ifstream(plugstack), saved, '\0');
+  std::ofstream(plugstack) << std::regex_replace(saved, std::regex(" shard_memory=\\S+"), "");
+  Result r = AsUser("srun --gres=shard:1 $P info");
+  std::ofstream(plugstack) << saved;
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("gpufrac: the step holds shards, but plugstack.conf gives "
+                       "libgpufrac_spank.so no shard_memory="),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(Value(r.out, "total"), "") << r.out;
 }
 
 // A whole-GPU job is left as it asked: the job-submit rule adds no shards, and without
@@ -490,6 +608,9 @@ TEST_F(SlurmTest, AUserCannotChangeAGpufracJobsShards) {
       "scontrol update jobid=$k TresPerNode=gres:shard:1; echo plain_update=$?\n"
       "scancel $j $k");
   EXPECT_NE(Value(r.out, "gpufrac_update"), "0") << r.out;
+  // Slurm 22.05 shows scontrol's user only the error code's text: not "Unspecified error".
+  EXPECT_NE(r.out.find("Access/permission denied"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("Unspecified error"), std::string::npos) << r.out;
   EXPECT_EQ(Value(r.out, "TresPerNode"), "gres:shard:2") << r.out;
   EXPECT_EQ(Value(r.out, "plain_update"), "0") << r.out;
 }
@@ -590,29 +711,35 @@ std::string LimitLine(const std::string& text) {
 }
 
 // With --gpu-compute, the step's thread percentage is its compute share where that is below what
-// the MPS units Slurm booked give (0.25 of a job booked 50 units: 25), and never above it (0.3 of
-// a job booked 25 units stays at Slurm's 25: a request cannot raise what was booked). The limit
-// file has the request's share, at most the memory's (0.25 of the GPU), and the memory limit
-// holds as on shards.
+// the MPS units Slurm booked give (0.25 of a job booked 50 units: 25), and never above it (a
+// --gpu-compute-limit of 0.5 in a job booked 25 units stays at Slurm's 25: a request cannot raise
+// what was booked). The limit file has the request's share, and the memory limit holds as on
+// shards. A --gpu-compute above the memory's share (0.3 for 10 of 40 GiB) is refused at
+// submission.
 TEST_F(SlurmMpsTest, GpuComputeSetsTheThreadPercentage) {
   const std::string show =
       "echo pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; cat $GPUFRAC_LIMIT_FILE; "
       "$P info; $P alloc mem " +
       std::to_string(11 * kGiB);
   Result r = AsUser("srun --gres=mps:50 --gpu-memory 10G --gpu-compute 0.25 bash -c '" + show +
-                    "' > c25.out 2>&1; srun --gres=mps:25 --gpu-memory 10G --gpu-compute 0.3 "
-                    "bash -c '" +
-                    show + "' > c30.out 2>&1");
+                    "' > c25.out 2>&1; srun --gres=mps:25 --gpu-memory 10G --gpu-compute-limit "
+                    "0.5 bash -c '" +
+                    show + "' > c50.out 2>&1");
   ASSERT_EQ(r.code, 0) << r.out;
-  std::string c25, c30;
+  std::string c25, c50;
   std::getline(std::ifstream(dir_ + "/out/c25.out"), c25, '\0');
-  std::getline(std::ifstream(dir_ + "/out/c30.out"), c30, '\0');
+  std::getline(std::ifstream(dir_ + "/out/c50.out"), c50, '\0');
   EXPECT_EQ(Value(c25, "pct"), "25") << c25;
-  EXPECT_EQ(Value(c30, "pct"), "25") << "not above the 25 units booked: " << c30;
+  EXPECT_EQ(Value(c50, "pct"), "25") << "not above the 25 units booked: " << c50;
   EXPECT_EQ(LimitLine(c25), std::to_string(10 * kGiB) + " 250 1000") << c25;
-  // The request above the memory's share of the GPU (0.25) is held to it.
-  EXPECT_EQ(LimitLine(c30), std::to_string(10 * kGiB) + " 250 1000") << c30;
-  for (const std::string& out : {c25, c30}) {
+  EXPECT_EQ(LimitLine(c50), std::to_string(10 * kGiB) + " 250 500") << c50;
+  Result over = AsUser("srun --gres=mps:25 --gpu-memory 10G --gpu-compute 0.3 true");
+  EXPECT_NE(over.code, 0);
+  EXPECT_NE(over.out.find("gpufrac: --gpu-compute 0.3 is more than the share of the GPU that "
+                          "--gpu-memory 10G books on an A100-40GB, 0.25"),
+            std::string::npos)
+      << over.out;
+  for (const std::string& out : {c25, c50}) {
     EXPECT_EQ(Value(out, "total"), std::to_string(10 * kGiB)) << out;
     EXPECT_EQ(Value(out, "alloc"), std::to_string(kCudaErrorOutOfMemory)) << out;
   }
@@ -648,19 +775,21 @@ TEST_F(SlurmMpsTest, TheRuleBooksTheMemorysShareOfMpsUnits) {
   EXPECT_EQ(Value(r.out, "TresPerNode", 1), "gres:mps:25") << r.out;
 }
 
-// The comparison docs/slurm.md makes, MPS column: the same job with Slurm's own mps GRES only.
-// Slurm books 25 of the GPU's 100 units and sets the thread percentage to 25, but fences no
-// memory: the program sees the whole GPU and takes more than a quarter of it.
-TEST_F(SlurmMpsTest, SlurmsOwnMpsAloneFencesNoMemory) {
+// A plain --gres=mps:25 job, without gpufrac's options: Slurm books 25 of the GPU's 100 units and
+// sets the thread percentage to 25, and the plugin holds it to that share of the memory (issue
+// 29: alone, Slurm fenced none, and the program took more than a quarter of the GPU).
+TEST_F(SlurmMpsTest, APlainMpsJobIsHeldToItsPercentage) {
   Result r = AsUser(
       "srun --gres=mps:25 bash -c 'echo pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE "
       "preload=$LD_PRELOAD; $P info; $P alloc mem " +
-      std::to_string(11 * kGiB) + "'");
+      std::to_string(11 * kGiB) + "; $P alloc mem " + std::to_string(9 * kGiB) + "'");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(Value(r.out, "pct"), "25") << r.out;
-  EXPECT_EQ(Value(r.out, "preload"), "") << r.out;
-  EXPECT_EQ(Value(r.out, "total"), std::to_string(40 * kGiB)) << r.out;
-  EXPECT_EQ(Value(r.out, "alloc"), "0") << r.out;
+  EXPECT_EQ(Value(r.out, "preload"), dir_ + "/bin/libgpufrac.so") << r.out;
+  EXPECT_EQ(Value(r.out, "total"), std::to_string(10 * kGiB)) << r.out;
+  EXPECT_EQ(Value(r.out, "alloc", 0), std::to_string(kCudaErrorOutOfMemory)) << r.out;
+  EXPECT_EQ(Value(r.out, "alloc", 1), "0") << r.out;
+  ExpectAllReleased("");
 }
 
 }  // namespace

@@ -12,6 +12,14 @@
 # waits until the node is idle. Needs root (slurmd runs jobs as their users).
 set -euo pipefail
 
+# The node's name, from DIR's: its own for each cluster, so that Slurm's cgroups for it
+# (slurm_<node>, on a Debian build for several slurmd) are not another cluster's on this machine.
+node_name() {
+  local base
+  base=$(basename "$1" | tr -cd '[:alnum:]')
+  echo "gf${base: -6}"
+}
+
 stop() {
   local dir=$1
   for name in slurmd slurmctld munged; do
@@ -24,9 +32,10 @@ stop() {
     kill -9 "$pid" 2>/dev/null || true
     rm -f "$pidfile"
   done
-  # Slurm's cgroup v1 root for the node, empty once its daemons are gone.
-  [ -d /sys/fs/cgroup/devices/slurm_gf1 ] &&
-    find /sys/fs/cgroup/devices/slurm_gf1 -depth -type d -exec rmdir {} + 2>/dev/null
+  # Slurm's cgroup v1 root for the node, empty once its daemons and jobs are gone.
+  local root
+  root=/sys/fs/cgroup/devices/slurm_$(node_name "$dir")
+  [ -d "$root" ] && find "$root" -depth -type d -exec rmdir {} + 2>/dev/null
   return 0
 }
 
@@ -64,8 +73,9 @@ start() {
   ctld_port=$(free_port)
   slurmd_port=$(free_port)
   while [ "$slurmd_port" = "$ctld_port" ]; do slurmd_port=$(free_port); done
-  local host
+  local host node
   host=$(hostname -s)
+  node=$(node_name "$dir")
   # Where the host mounts cgroup v1's devices controller (GPUFRAC_SLURM_CGROUP=0 turns it off),
   # steps run in Slurm's cgroups with ConstrainDevices=yes: a step opens only its GPUs' nodes.
   local task_plugin=task/none
@@ -108,7 +118,8 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=100
 ReturnToService=2
 SlurmdParameters=config_overrides
 KillWait=2
@@ -118,24 +129,26 @@ SchedulerType=sched/builtin
 PlugStackConfig=$dir/plugstack.conf
 JobSubmitPlugins=lua
 GresTypes=gpu,$sharing
-NodeName=gf1 NodeHostname=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=4000 Gres=gpu:$gpus,$sharing:$((gpus * units)) State=UNKNOWN
-PartitionName=main Nodes=gf1 Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+NodeName=$node NodeHostname=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=4000 Gres=gpu:$gpus,$sharing:$((gpus * units)) State=UNKNOWN
+PartitionName=main Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
   {
-    echo "NodeName=gf1 Name=gpu File=$dir/dev/nvidia[0-$last]"
+    echo "NodeName=$node Name=gpu File=$dir/dev/nvidia[0-$last]"
     for ((i = 0; i < gpus; i++)); do
-      echo "NodeName=gf1 Name=$sharing Count=$units File=$dir/dev/nvidia$i"
+      echo "NodeName=$node Name=$sharing Count=$units File=$dir/dev/nvidia$i"
     done
   } >"$dir/gres.conf"
   # The memory a shard stands for: the simulated A100-40GB's 40 GiB over its UNITS_PER_GPU shards,
   # as the job-submit rule's table below says.
   local shard_memory=$((40 * 1024 * 1024 * 1024 / units))
   [ "$plugin" = none ] && : >"$dir/plugstack.conf" || echo "required $plugin state_dir=$dir/gpufrac limiter=$limiter shard_memory=$shard_memory" >"$dir/plugstack.conf"
-  # The rule books what the GPUs declare: its GRES and its count per GPU (UNITS_PER_GPU).
+  # The rule books what the GPUs declare: its GRES, the memory a shard stands for and the count
+  # per GPU (UNITS_PER_GPU).
   sed -e "s/^GPUFRAC_GRES = \"shard\"\$/GPUFRAC_GRES = \"$sharing\"/" \
-    -e "s/\(memory = \"40G\", shards = \)[0-9]*/\1$units/" "$lua" >"$dir/job_submit.lua"
+    -e "/^  { name = \"A100-40GB\"/s/shard_memory = \"[^\"]*\", shards = [0-9]*/shard_memory = \"$shard_memory\", shards = $units/" \
+    "$lua" >"$dir/job_submit.lua"
   if ! grep -qx "GPUFRAC_GRES = \"$sharing\"" "$dir/job_submit.lua" ||
-    ! grep -q "shards = $units }" "$dir/job_submit.lua"; then
+    ! grep -q "shard_memory = \"$shard_memory\", shards = $units }" "$dir/job_submit.lua"; then
     echo "cluster.sh: $lua does not have the GPUFRAC_GRES and A100-40GB lines this edits" >&2
     return 1
   fi
@@ -150,7 +163,7 @@ ENV
     # shellcheck disable=SC1091
     . "$dir/env"
     slurmctld -c -f "$dir/slurm.conf"
-    slurmd -N gf1 -f "$dir/slurm.conf"
+    slurmd -N "$node" -f "$dir/slurm.conf"
   )
   export SLURM_CONF=$dir/slurm.conf
   for _ in $(seq 150); do

@@ -74,5 +74,32 @@ TEST(SlurmBookedShare, WholeGpusAreTheStepsWhole) {
   EXPECT_TRUE(CheckWithinBooking(Booking{}, 0, Limit(40 * kGiB), OneGpu()).ok());
 }
 
+// A step that gave none of gpufrac's options is held to all it booked (issue 29: a plain
+// --gres=shard:1 job allocated 11 GiB): its shards' memory, at most the GPU's; its MPS
+// percentage of the GPU; whole GPUs stay whole. Shards without shard_memory= are refused.
+TEST(SlurmBookedShare, AStepWithoutOptionsIsHeldToWhatItBooked) {
+  auto shards = BookedRequest({.kind = Booking::Kind::kShards, .count = 2}, 5 * kGiB, OneGpu());
+  ASSERT_TRUE(shards.ok()) << shards.status().message();
+  ASSERT_TRUE(shards->has_value());
+  EXPECT_EQ((*shards)->kind, GpuRequest::Kind::kMemory);
+  EXPECT_EQ((*shards)->memory_bytes, 10 * kGiB);
+  // 80 shards of 1 GiB on an H100-80GB's 79.6 GiB: the whole GPU, not more.
+  auto all =
+      BookedRequest({.kind = Booking::Kind::kShards, .count = 80}, kGiB, OneGpu(81559ull << 20));
+  ASSERT_TRUE(all.ok() && all->has_value());
+  EXPECT_EQ((*all)->memory_bytes, 81559ull << 20);
+  auto mps = BookedRequest({.kind = Booking::Kind::kMpsPercent, .count = 25}, 0, OneGpu());
+  ASSERT_TRUE(mps.ok() && mps->has_value());
+  EXPECT_EQ((*mps)->kind, GpuRequest::Kind::kFraction);
+  EXPECT_EQ((*mps)->fraction_milli, 250u);
+  auto whole = BookedRequest({}, 5 * kGiB, OneGpu());
+  ASSERT_TRUE(whole.ok());
+  EXPECT_FALSE(whole->has_value());
+  auto unsized = BookedRequest({.kind = Booking::Kind::kShards, .count = 2}, 0, OneGpu());
+  ASSERT_FALSE(unsized.ok());
+  EXPECT_NE(unsized.status().message().find("no shard_memory="), std::string::npos)
+      << unsized.status().message();
+}
+
 }  // namespace
 }  // namespace gpufrac::slurm

@@ -3,14 +3,17 @@
 // (slurm/node_state.h).
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
+#include "slurm/job_processes.h"
 #include "slurm/node_state.h"
 
 namespace gpufrac::slurm {
@@ -18,6 +21,8 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr char kUuid[] = "GPU-12345678-1234-1234-1234-123456789abc";
+// The node the tests' state is for: its jobs' cgroups are Slurm's slurm_<node> (JobCgroup).
+const std::string kNode = "gpufractest" + std::to_string(getpid());
 
 class NodeStateTest : public ::testing::Test {
  protected:
@@ -51,7 +56,7 @@ class NodeStateTest : public ::testing::Test {
   }
 
   NodeState& Open() {
-    StatusOr<NodeState> opened = NodeState::Open(dir_);
+    StatusOr<NodeState> opened = NodeState::Open(dir_, kNode);
     EXPECT_TRUE(opened.ok()) << opened.status().message();
     state_.emplace(std::move(*opened));
     budget_path_ = state_->budgets().path();
@@ -111,12 +116,38 @@ TEST_F(NodeStateTest, StepsOfAJobShareOneLimitFileAndBudget) {
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("same"), std::string::npos);
 
-  state.EndStep(7, 0, proc::CurrentProcess());
+  EXPECT_TRUE(state.EndStep(7, 0, proc::CurrentProcess()).ok());
   EXPECT_TRUE(fs::exists(first->limit_file));
   EXPECT_TRUE(BudgetExists(7));
-  state.EndStep(7, 1, proc::CurrentProcess());
+  EXPECT_TRUE(state.EndStep(7, 1, proc::CurrentProcess()).ok());
   EXPECT_FALSE(fs::exists(dir_ + "/job-7"));
   EXPECT_FALSE(BudgetExists(7));
+}
+
+// A step held only to what it booked (no gpufrac options) joins the limits the job's running
+// steps made, on the GPUs they cover; one with other options of its own is refused.
+TEST_F(NodeStateTest, AStepWithoutOptionsJoinsTheJobsLimits) {
+  NodeState& state = Open();
+  const std::string job_limits = Limits(11, 10ull << 30);
+  ASSERT_TRUE(
+      state.BeginStep(11, 0, proc::CurrentProcess(), job_limits, Gpus(10ull << 30), std::nullopt)
+          .ok());
+  auto joined = state.BeginStep(11, 1, proc::CurrentProcess(), Limits(11, 5ull << 30),
+                                Gpus(5ull << 30), std::nullopt, /*join_running=*/true);
+  ASSERT_TRUE(joined.ok()) << joined.status().message();
+  std::string text;
+  std::getline(std::ifstream(joined->limit_file), text, '\0');
+  EXPECT_EQ(text, job_limits);
+  auto own = state.BeginStep(11, 2, proc::CurrentProcess(), Limits(11, 5ull << 30),
+                             Gpus(5ull << 30), std::nullopt);
+  EXPECT_FALSE(own.ok());
+  std::vector<launch::LimitedGpu> elsewhere = Gpus(5ull << 30);
+  elsewhere[0].uuid = "GPU-87654321-1234-1234-1234-123456789abc";
+  EXPECT_FALSE(state
+                   .BeginStep(11, 3, proc::CurrentProcess(), Limits(11, 5ull << 30), elsewhere,
+                              std::nullopt, /*join_running=*/true)
+                   .ok());
+  EXPECT_TRUE(state.EndJob(11).ok());
 }
 
 // The components of a heterogeneous step (srun A : B) share the job and step id, each with its
@@ -129,10 +160,10 @@ TEST_F(NodeStateTest, EachComponentOfAHetStepHasItsOwnMarker) {
   const std::string text = Limits(15, 1ull << 30);
   ASSERT_TRUE(state.BeginStep(15, 2, a, text, Gpus(1ull << 30), std::nullopt).ok());
   ASSERT_TRUE(state.BeginStep(15, 2, b, text, Gpus(1ull << 30), std::nullopt).ok());
-  state.EndStep(15, 2, a);
+  EXPECT_TRUE(state.EndStep(15, 2, a).ok());
   EXPECT_TRUE(fs::exists(dir_ + "/job-15/limits"));
   EXPECT_TRUE(BudgetExists(15));
-  state.EndStep(15, 2, b);
+  EXPECT_TRUE(state.EndStep(15, 2, b).ok());
   EXPECT_FALSE(fs::exists(dir_ + "/job-15"));
   EXPECT_FALSE(BudgetExists(15));
 }
@@ -143,7 +174,7 @@ TEST_F(NodeStateTest, EpilogRemovesTheJobWhateverItsSteps) {
                   .BeginStep(8, 0, proc::CurrentProcess(), Limits(8, 1ull << 30), Gpus(1ull << 30),
                              std::nullopt)
                   .ok());
-  state.EndJob(8);
+  EXPECT_TRUE(state.EndJob(8).ok());
   EXPECT_FALSE(fs::exists(dir_ + "/job-8"));
   EXPECT_FALSE(BudgetExists(8));
 }
@@ -160,17 +191,136 @@ TEST_F(NodeStateTest, ANextStepRemovesWhatADeadStepdLeft) {
   EXPECT_FALSE(fs::exists(dir_ + "/job-9"));
   EXPECT_FALSE(BudgetExists(9));
   EXPECT_TRUE(BudgetExists(10));
-  state.EndStep(10, 0, proc::CurrentProcess());
+  EXPECT_TRUE(state.EndStep(10, 0, proc::CurrentProcess()).ok());
   EXPECT_FALSE(BudgetExists(10));
+}
+
+// A job's cgroup as Slurm 22.05's proctrack/cgroup makes it under cgroup v1
+// (freezer/slurm_<node>/uid_<uid>/job_<id>/step_<step>), with a process of the job in it, which
+// sleeps until killed.
+class JobCgroup {
+ public:
+  static constexpr char kMount[] = "/sys/fs/cgroup/freezer";
+  JobCgroup(uint32_t job, uint32_t step, const std::string& node = kNode)
+      : root_(std::string(kMount) + "/slurm_" + node),
+        dir_(root_ + "/uid_0/job_" + std::to_string(job)) {
+    fs::create_directories(dir_ + "/" + StepCgroupName(step));
+    // Slurm hands the step's cgroup to the job's user (nobody, here).
+    EXPECT_EQ(chown((dir_ + "/" + StepCgroupName(step)).c_str(), 65534, 65534), 0);
+    task_ = fork();
+    if (task_ == 0) {
+      std::ofstream(dir_ + "/" + StepCgroupName(step) + "/cgroup.procs") << getpid() << std::endl;
+      for (;;) pause();
+    }
+  }
+  ~JobCgroup() {
+    if (task_ > 0 && waitpid(task_, nullptr, WNOHANG) == 0) {
+      kill(task_, SIGKILL);
+      Freeze(false);
+      waitpid(task_, nullptr, 0);
+    }
+    // Leaves first: cgroups are removed with rmdir, deepest first.
+    std::vector<fs::path> dirs;
+    std::error_code ec;
+    for (const auto& entry : fs::recursive_directory_iterator(root_, ec)) {
+      if (entry.is_directory()) dirs.push_back(entry.path());
+    }
+    std::sort(dirs.rbegin(), dirs.rend());
+    for (const fs::path& dir : dirs) rmdir(dir.c_str());
+    rmdir(root_.c_str());
+  }
+  // Whether the task is in its cgroup (it put itself there) and still runs.
+  bool TaskRuns() const {
+    return task_ > 0 && kill(task_, 0) == 0 && waitpid(task_, nullptr, WNOHANG) == 0;
+  }
+  bool TaskJoined() const {
+    for (int i = 0; i < 100; ++i) {
+      std::ifstream procs(dir_ + "/" + StepCgroupName(0) + "/cgroup.procs");
+      for (long pid = 0; procs >> pid;) {
+        if (pid == task_) return true;
+      }
+      usleep(10000);
+    }
+    return false;
+  }
+  // Whether the task has been ended by SIGKILL (reaps it); false if it still runs after 2 s.
+  bool Killed() {
+    int status = 0;
+    for (int i = 0; i < 200; ++i) {
+      if (waitpid(task_, &status, WNOHANG) == task_) {
+        task_ = 0;
+        return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+      }
+      usleep(10000);
+    }
+    return false;
+  }
+  void Freeze(bool frozen) const {
+    std::ofstream(dir_ + "/freezer.state") << (frozen ? "FROZEN" : "THAWED") << std::endl;
+  }
+
+ private:
+  std::string root_, dir_;
+  pid_t task_ = 0;
+};
+
+bool CanMakeCgroups() { return geteuid() == 0 && fs::exists(JobCgroup::kMount); }
+
+// A task that outlived its SIGKILLed slurmstepd still holds the job's GPU memory: a later step's
+// sweep keeps the job's share booked while the job's cgroup holds a process, and the epilog ends
+// that process before it frees the share (issue 29: the files and shards were freed while the
+// task still ran).
+TEST_F(NodeStateTest, AJobsShareIsFreedOnlyOnceItsProcessesAreGone) {
+  if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
+  constexpr uint32_t kJob = 910001;
+  JobCgroup cgroup(kJob, 0);
+  ASSERT_TRUE(cgroup.TaskJoined());
+  NodeState& state = Open();
+  ASSERT_TRUE(state
+                  .BeginStep(kJob, 0, DeadProcess(), Limits(kJob, 1ull << 30), Gpus(1ull << 30),
+                             std::nullopt)
+                  .ok());
+  // The next step's sweep: the dead slurmstepd's task still runs, so its job's files stay.
+  ASSERT_TRUE(state
+                  .BeginStep(kJob + 1, 0, proc::CurrentProcess(), Limits(kJob + 1, 1ull << 30),
+                             Gpus(1ull << 30), std::nullopt)
+                  .ok());
+  EXPECT_TRUE(BudgetExists(kJob));
+  EXPECT_TRUE(fs::exists(dir_ + "/job-" + std::to_string(kJob) + "/limits"));
+  EXPECT_TRUE(cgroup.TaskRuns());
+  // The epilog ends the task, even frozen (a suspended job), then frees the share.
+  cgroup.Freeze(true);
+  ASSERT_TRUE(state.EndJob(kJob).ok());
+  EXPECT_TRUE(cgroup.Killed());
+  EXPECT_FALSE(BudgetExists(kJob));
+  EXPECT_FALSE(fs::exists(dir_ + "/job-" + std::to_string(kJob)));
+  EXPECT_TRUE(state.EndStep(kJob + 1, 0, proc::CurrentProcess()).ok());
+}
+
+// A step's end frees the job's share only after the step's processes left in its cgroup (a
+// task's background child) are ended; the slurmstepd ending it is not one of them.
+TEST_F(NodeStateTest, AStepsEndEndsItsLeftoverProcessesFirst) {
+  if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
+  constexpr uint32_t kJob = 910003;
+  JobCgroup cgroup(kJob, 0);
+  ASSERT_TRUE(cgroup.TaskJoined());
+  NodeState& state = Open();
+  ASSERT_TRUE(state
+                  .BeginStep(kJob, 0, proc::CurrentProcess(), Limits(kJob, 1ull << 30),
+                             Gpus(1ull << 30), std::nullopt)
+                  .ok());
+  ASSERT_TRUE(state.EndStep(kJob, 0, proc::CurrentProcess()).ok());
+  EXPECT_TRUE(cgroup.Killed());
+  EXPECT_FALSE(BudgetExists(kJob));
 }
 
 TEST_F(NodeStateTest, RefusesAStateDirOthersCanWrite) {
   ASSERT_EQ(mkdir(dir_.c_str(), 0777), 0);
   chmod(dir_.c_str(), 0777);
-  StatusOr<NodeState> opened = NodeState::Open(dir_);
+  StatusOr<NodeState> opened = NodeState::Open(dir_, kNode);
   ASSERT_FALSE(opened.ok());
   EXPECT_NE(opened.status().message().find("writable"), std::string::npos);
-  EXPECT_FALSE(NodeState::Open("relative/dir").ok());
+  EXPECT_FALSE(NodeState::Open("relative/dir", kNode).ok());
 }
 
 // Every directory on the state directory's path is checked, not only the last: one under a
@@ -180,7 +330,7 @@ TEST_F(NodeStateTest, RefusesAStateDirUnderADirectoryOthersCanWrite) {
   ASSERT_EQ(mkdir(shared.c_str(), 0777), 0);
   chmod(shared.c_str(), 0777);
   dir_ = shared + "/state";
-  StatusOr<NodeState> opened = NodeState::Open(dir_);
+  StatusOr<NodeState> opened = NodeState::Open(dir_, kNode);
   ASSERT_FALSE(opened.ok());
   const std::string message = opened.status().message();
   EXPECT_NE(message.find(shared + " is writable by its group or others (mode 0777)"),
@@ -190,7 +340,7 @@ TEST_F(NodeStateTest, RefusesAStateDirUnderADirectoryOthersCanWrite) {
   // Nor sticky, as /tmp is: a user could make the missing state directory there first (an
   // attacker's review: every gpufrac step on the node was then refused), so none is trusted.
   chmod(shared.c_str(), 01777);
-  opened = NodeState::Open(dir_);
+  opened = NodeState::Open(dir_, kNode);
   ASSERT_FALSE(opened.ok());
   EXPECT_NE(
       opened.status().message().find(shared + " is writable by its group or others (mode 1777)"),
@@ -204,7 +354,7 @@ TEST_F(NodeStateTest, RefusesAStateDirUnderADirectoryOthersCanWrite) {
 TEST_F(NodeStateTest, NoOneElseCanOpenTheStateDirectoryToHoldItsLock) {
   ASSERT_EQ(mkdir(dir_.c_str(), 0755), 0);
   chmod(dir_.c_str(), 0755);
-  StatusOr<NodeState> opened = NodeState::Open(dir_);
+  StatusOr<NodeState> opened = NodeState::Open(dir_, kNode);
   ASSERT_TRUE(opened.ok()) << opened.status();
   struct stat st {};
   ASSERT_EQ(stat(dir_.c_str(), &st), 0);
@@ -217,7 +367,7 @@ TEST_F(NodeStateTest, NoOneElseCanOpenTheStateDirectoryToHoldItsLock) {
 // at most its size.
 TEST_F(NodeStateTest, TheNodesBudgetDirectoryIsATmpfsOfItsOwn) {
   if (geteuid() != 0) GTEST_SKIP() << "only root mounts";
-  StatusOr<NodeState> opened = NodeState::Open(dir_);
+  StatusOr<NodeState> opened = NodeState::Open(dir_, kNode);
   ASSERT_TRUE(opened.ok()) << opened.status();
   budget_path_ = opened->budgets().path();
   struct stat st {
@@ -235,7 +385,7 @@ TEST_F(NodeStateTest, TheNodesBudgetDirectoryIsATmpfsOfItsOwn) {
   close(fd);
   EXPECT_LE(written, uint64_t{8} << 20);
   // Opened again (the next step), it is the same tmpfs, not a second one stacked on it.
-  StatusOr<NodeState> again = NodeState::Open(dir_);
+  StatusOr<NodeState> again = NodeState::Open(dir_, kNode);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->budgets().path(), budget_path_);
   EXPECT_TRUE(std::filesystem::exists(grown));
@@ -245,14 +395,14 @@ TEST_F(NodeStateTest, RefusesAStateDirThroughALinkOrAnotherUsersDirectory) {
   ASSERT_EQ(mkdir((root_ + "/real").c_str(), 0755), 0);
   ASSERT_EQ(symlink((root_ + "/real").c_str(), (root_ + "/link").c_str()), 0);
   dir_ = root_ + "/link/state";
-  StatusOr<NodeState> opened = NodeState::Open(dir_);
+  StatusOr<NodeState> opened = NodeState::Open(dir_, kNode);
   ASSERT_FALSE(opened.ok());
   EXPECT_NE(opened.status().message().find(root_ + "/link is a symbolic link"), std::string::npos)
       << opened.status().message();
   if (geteuid() != 0) return;  // Only root can give a directory away.
   ASSERT_EQ(chown((root_ + "/real").c_str(), 65534, 65534), 0);
   dir_ = root_ + "/real/state";
-  opened = NodeState::Open(dir_);
+  opened = NodeState::Open(dir_, kNode);
   ASSERT_FALSE(opened.ok());
   EXPECT_NE(opened.status().message().find(root_ + "/real belongs to uid 65534"), std::string::npos)
       << opened.status().message();
@@ -344,6 +494,23 @@ TEST_F(NodeStateTest, MakesTheStateDirAndItsParent) {
   ASSERT_EQ(stat(dir_.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0711u);
   EXPECT_EQ(st.st_uid, geteuid());
+}
+
+// Another slurmd on the host (a test cluster) has its own cgroup root, slurm_<its node>, and jobs
+// of the same ids: this node's epilog leaves them alone.
+TEST_F(NodeStateTest, AnotherNodesJobOfTheSameIdIsLeftAlone) {
+  if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
+  constexpr uint32_t kJob = 910005;
+  JobCgroup other(kJob, 0, kNode + "other");
+  ASSERT_TRUE(other.TaskJoined());
+  NodeState& state = Open();
+  ASSERT_TRUE(state
+                  .BeginStep(kJob, 0, proc::CurrentProcess(), Limits(kJob, 1ull << 30),
+                             Gpus(1ull << 30), std::nullopt)
+                  .ok());
+  EXPECT_TRUE(state.EndJob(kJob).ok());
+  EXPECT_FALSE(BudgetExists(kJob));
+  EXPECT_TRUE(other.TaskRuns());
 }
 
 }  // namespace

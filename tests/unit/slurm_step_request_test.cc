@@ -2,6 +2,9 @@
 // each GPU and the MPS percentage (slurm/step_request.h).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <regex>
+
 #include "common/units.h"
 #include "gpu/catalogue.h"
 #include "slurm/step_request.h"
@@ -45,7 +48,11 @@ TEST(SlurmStepRequest, BadValuesGetOneLineNamingTheOption) {
 
 TEST(SlurmStepRequest, NeedsExactlyOneShare) {
   EXPECT_FALSE(ParseStepOptions({.gpu_compute = "0.3"}).ok());
-  EXPECT_FALSE(ParseStepOptions({.gpu_memory = "1G", .gpu_fraction = "0.5"}).ok());
+  // In the plugin's own words: it has no --gpus or --mig-profile, which the CLI's grammar names.
+  StatusOr<GpuRequest> both = ParseStepOptions({.gpu_memory = "1G", .gpu_fraction = "0.5"});
+  ASSERT_FALSE(both.ok());
+  EXPECT_EQ(both.status().message(),
+            "give one of --gpu-memory SIZE and --gpu-fraction F, not both");
   StatusOr<GpuRequest> r = ParseStepOptions({.gpu_memory = "10G", .gpu_compute = "0.3"});
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->memory_bytes, 10 * kGiB);
@@ -81,13 +88,22 @@ TEST(SlurmStepRequest, LimitsOnEachGpu) {
 }
 
 // Slurm booked the memory's share of the GPU; nothing books time: a compute request above that
-// share is held to it (it would take the neighbours' time), one below it is kept.
-TEST(SlurmStepRequest, AComputeRequestIsHeldToTheMemorysShare) {
+// share is refused with the most it may be (issue 29: 0.5 ran as 0.126, unseen), one below it
+// is kept.
+TEST(SlurmStepRequest, AComputeRequestAboveTheMemorysShareIsRefused) {
   auto more = StepLimits(*ParseStepOptions({.gpu_memory = "10G", .gpu_compute = "0.9"}),
                          {Gpu(0, 40 * kGiB)});
-  ASSERT_TRUE(more.ok()) << more.status().message();
-  EXPECT_EQ((*more)[0].compute_milli, 250u);
-  EXPECT_EQ((*more)[0].compute_limit_milli, kMilliPerGpu);
+  ASSERT_FALSE(more.ok());
+  EXPECT_NE(more.status().message().find("--gpu-compute 0.9 is more than the share of GPU 0"),
+            std::string::npos)
+      << more.status().message();
+  EXPECT_NE(more.status().message().find("ask for at most 0.25"), std::string::npos)
+      << more.status().message();
+  auto same = StepLimits(*ParseStepOptions({.gpu_memory = "10G", .gpu_compute = "0.25"}),
+                         {Gpu(0, 40 * kGiB)});
+  ASSERT_TRUE(same.ok()) << same.status().message();
+  EXPECT_EQ((*same)[0].compute_milli, 250u);
+  EXPECT_EQ((*same)[0].compute_limit_milli, kMilliPerGpu);
   auto less = StepLimits(*ParseStepOptions({.gpu_memory = "10G", .gpu_compute = "0.1"}),
                          {Gpu(0, 40 * kGiB)});
   ASSERT_TRUE(less.ok());
@@ -109,6 +125,34 @@ TEST(SlurmStepRequest, MpsPercentageFollowsTheComputeRequest) {
   EXPECT_EQ(MpsThreadPercentage(*ParseStepOptions(
                 {.gpu_memory = "1G", .gpu_compute = "0.2", .gpu_compute_limit = "0.333"})),
             34u);
+}
+
+}  // namespace
+}  // namespace gpufrac::slurm
+
+namespace gpufrac::slurm {
+namespace {
+
+// The job-submit rule's GPU table (job_submit.lua, its commented examples too) gives each model
+// the memory NVML reports and the limiter's context charge, as gpufrac's GPU catalogue has them:
+// a request is refused at submission exactly where every step on the model would be refused
+// (issue 29: --gpu-memory 80G was booked on an H100-80GB, which has 79.6 GiB, and every step
+// failed).
+TEST(SlurmJobSubmitTable, ModelsHaveTheCataloguesMemoryAndContext) {
+  std::ifstream lua(std::string(GPUFRAC_SOURCE_DIR) + "/src/slurm/job_submit.lua");
+  ASSERT_TRUE(lua.good());
+  const std::regex entry(R"re(\{ name = "([^"]+)", memory = "(\d+)Mi", context = "(\d+)Mi")re");
+  int checked = 0;
+  for (std::string line; std::getline(lua, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, entry)) continue;
+    const gpu::GpuModel* model = gpu::FindModel(m.str(1));
+    ASSERT_NE(model, nullptr) << line;
+    EXPECT_EQ(std::stoull(m.str(2)) << 20, model->memory_bytes) << line;
+    EXPECT_EQ(std::stoull(m.str(3)) << 20, gpu::ContextChargeBytes(model)) << line;
+    ++checked;
+  }
+  EXPECT_GE(checked, 2);
 }
 
 }  // namespace
