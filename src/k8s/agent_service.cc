@@ -109,6 +109,8 @@ struct AgentService::Impl {
   std::unique_ptr<PodResourcesClient> pod_resources;  // Null without --pod-resources-socket.
   std::unique_ptr<GpuProvider> provider;
   std::unique_ptr<DevicePlugin> plugin;
+  // Serialises Publish and Stop's withdrawal of the inventory (a resync may be publishing).
+  std::mutex publish_mu;
   std::string published;  // The inventory document and labels last written to the node.
   NvidiaGpus nvidia;
   NvidiaSharingConfig sharing_config;  // As read by Create(); empty without the flag.
@@ -196,6 +198,11 @@ struct AgentService::Impl {
   // Publishes `all` (every GPU of the node) without the NVIDIA-named GPUs, with labels
   // describing all of them.
   Status Publish(const NodeInventory& all) {
+    std::lock_guard<std::mutex> publishing(publish_mu);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stop) return OkStatus();  // Stop has withdrawn the inventory, or is about to.
+    }
     std::string doc = InventoryToJson(WithoutNvidiaGpus(all, nvidia)).dump();
     nlohmann::json labels = nlohmann::json::object();
     for (const auto& [k, v] : NodeLabels(all, gpus->inventory.product_name)) labels[k] = v;
@@ -554,6 +561,7 @@ void AgentService::Stop() {
   // then has the pods that waited tried again at once), and the pods bound before are served
   // (binds in flight land within kStopSettle; for options.stop_drain at most) before the plugin
   // goes.
+  std::unique_lock<std::mutex> publishing(impl_->publish_mu);
   if (!impl_->published.empty()) {
     const std::string node = impl_->options.agent.node;
     nlohmann::json patch = {
@@ -564,6 +572,7 @@ void AgentService::Stop() {
                  done.status().message().c_str());
     }
     impl_->published.clear();
+    publishing.unlock();
     const auto drain = impl_->options.stop_drain;
     const auto settle = std::min<std::chrono::milliseconds>(kStopSettle, drain);
     const auto start = std::chrono::steady_clock::now();

@@ -161,12 +161,7 @@ std::string Extender::Filter(const std::string& body) {
     return warned_.insert(MetaOf(*pod, "uid")).second;
   };
   if (request.ok() && !request->unenforced.empty() && first_warning()) {
-    api_->PodEvent(*pod, std::string(kReasonUnenforced),
-                   request->unenforced +
-                       ", which can unmount gpufrac's limiter and limit file: it is given no "
-                       "share of a GPU, only whole GPUs or MIG instances (an operator may allow "
-                       "it with the namespace label " +
-                       std::string(kLabelAllowUnenforced) + "=true)",
+    api_->PodEvent(*pod, std::string(kReasonUnenforced), UnenforcedMessage(request->unenforced),
                    /*warning=*/true);
   }
   if (!request.ok()) {
@@ -680,7 +675,7 @@ bool Extender::retry_wanted() const {
 
 int Extender::RetryWaiting(std::chrono::milliseconds min_interval) {
   const auto now = std::chrono::steady_clock::now();
-  std::vector<std::pair<std::string, Waiting>> due;
+  std::vector<Waiting> due;
   {
     std::lock_guard<std::mutex> lock(mu_);
     retry_wanted_ = false;
@@ -689,12 +684,12 @@ int Extender::RetryWaiting(std::chrono::milliseconds min_interval) {
         continue;
       }
       w.retried = now;
-      due.emplace_back(uid, w);
+      due.push_back(w);
     }
   }
   int updated = 0;
   const std::string stamp = std::to_string(WallClockMs());
-  for (const auto& [uid, w] : due) {
+  for (const Waiting& w : due) {
     // A conflict means the pod changed meanwhile, which kube-scheduler sees as well.
     updated += api_->AnnotatePod(w.ns, w.name, w.resource_version,
                                  {{std::string(kAnnotationRetry), stamp}})

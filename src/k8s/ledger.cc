@@ -457,11 +457,7 @@ struct Ledger::Impl {
         }
       }
       if (unenforced && !could_ever) {
-        out.reason = request.unenforced +
-                     ", which can unmount gpufrac's limiter and limit file: it may not share a "
-                     "GPU (allow it with the namespace label " +
-                     std::string(kLabelAllowUnenforced) +
-                     "=true; it may have a whole GPU or a MIG instance)";
+        out.reason = UnenforcedMessage(request.unenforced);
       } else if (held_by_others) {
         out.reason = "container " + c.container + " (" + DescribeRequest(c) +
                      "): the MPS GPUs with room on this node serve other users' containers, and "

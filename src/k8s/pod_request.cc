@@ -407,6 +407,14 @@ StatusOr<PodRequest> ParsePodRequest(const json& pod) {
   return out;
 }
 
+std::string UnenforcedMessage(const std::string& reason) {
+  return reason +
+         ", which can unmount gpufrac's limiter and limit file: it may not share a GPU (allow it "
+         "with the namespace label " +
+         std::string(kLabelAllowUnenforced) +
+         "=true; it may have a whole GPU or a MIG instance)";
+}
+
 std::string UnenforcedReason(const json& pod) {
   const json* spec = Find(pod, "spec");
   const json* pod_context = spec ? Find(*spec, "securityContext") : nullptr;

@@ -99,6 +99,11 @@ StatusOr<PodRequest> ParsePodRequest(const nlohmann::json& pod);
 //   container "x" is privileged
 //   init container "setup" adds capability SYS_ADMIN
 std::string UnenforcedReason(const nlohmann::json& pod);
+// UnenforcedReason's `reason` with what follows from it, for the scheduler and the pod's event:
+// "..., which can unmount gpufrac's limiter and limit file: it may not share a GPU (allow it with
+// the namespace label gpufrac.io/allow-unenforced=true; it may have a whole GPU or a MIG
+// instance)".
+std::string UnenforcedMessage(const std::string& reason);
 
 // Who a container of `pod` runs as: "uid N" from securityContext.runAsUser (the container's, else
 // the pod's); without one, "image <image>": the image's USER decides, which the scheduler cannot
