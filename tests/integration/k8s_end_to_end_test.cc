@@ -66,6 +66,14 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
+// An Allocate of `slot` fails, saying `says`.
+void ExpectRefused(KubeletClient& kubelet, const std::string& slot, const std::string& says) {
+  v1beta1::AllocateResponse response;
+  grpc::Status s = kubelet.Allocate({{slot}}, &response);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.error_message().find(says), std::string::npos) << s.error_message();
+}
+
 template <typename F>
 bool Eventually(F f, std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -392,11 +400,8 @@ TEST_F(K8sEndToEnd, FractionIsBookedBoundAndAllocatedWithItsLimit) {
   // The pod records it, so the next Allocate does not pick the same container again.
   json after = *server_->Get("pods", "team-a", "train");
   EXPECT_FALSE(AnnotationOf(after, "gpufrac.io/allocated").empty());
-  s = kubelet.Allocate({{Slot(grant.index, 0)}}, &response);
-  EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.error_message().find("has started already with other devices (team-a/train/main)"),
-            std::string::npos)
-      << s.error_message();
+  ExpectRefused(kubelet, Slot(grant.index, 0),
+                "has started already with other devices (team-a/train/main)");
 }
 
 // Issue 29: after a kubelet restart the kubelet asked again for containers it had started, and
@@ -430,11 +435,8 @@ TEST_F(K8sEndToEnd, TheKubeletAskingAgainForAStartedContainerGetsItsAllocationAg
   bypass["spec"]["nodeName"] = kNode;
   server_->Put(bypass);
   server_->Delete("pods", "team-a", "train");
-  s = kubelet.Allocate({{Slot(grant.index, 2)}}, &response);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error_message().find("must be scheduled through gpufrac's scheduler extender"),
-            std::string::npos)
-      << s.error_message();
+  ExpectRefused(kubelet, Slot(grant.index, 2),
+                "must be scheduled through gpufrac's scheduler extender");
 }
 
 TEST_F(K8sEndToEnd, NeverDoubleBooksAndFreesWhenThePodGoes) {
