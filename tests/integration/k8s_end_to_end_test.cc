@@ -89,7 +89,9 @@ class K8sEndToEnd : public ::testing::Test {
   void StartAll(const std::string& sim) {
     sim_ = sim;
     setenv("GPUFRAC_SIMGPU_DIR", GPUFRAC_SIMGPU_DIR, 1);
-    auto server = FakeApiServer::Start();
+    FakeApiServer::Options server_options;
+    server_options.write_latency = write_latency_;
+    auto server = FakeApiServer::Start(server_options);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(*server);
     // With reservation pods, NVIDIA's device plugin serves the node's GPUs too: the kubelet
@@ -298,6 +300,7 @@ class K8sEndToEnd : public ::testing::Test {
 
   std::string sim_;  // As StartAll was given.
   int slots_per_gpu_ = 4;
+  std::chrono::milliseconds write_latency_{0};  // The fake API server's, set before StartAll.
   // Most tests leave pods bound and never allocated: their agent stops at once.
   std::chrono::milliseconds stop_drain_{0};
   bool reservation_pods_ = false;  // Set before StartAll.
@@ -1137,6 +1140,42 @@ TEST_F(K8sEndToEnd, SlotsOfAnotherGpuGetAWarningEventOnce) {
 }
 
 // ---- The agent or the extender restarted during a burst of pods (issue 29) ----
+
+// A restarted agent registers with the kubelet before the slow rest of its start (here an API
+// server whose writes take 0.8 s each: its publication of the inventory), and an Allocate that
+// comes meanwhile waits for the start instead of failing the pod.
+TEST_F(K8sEndToEnd, ARestartedAgentRegistersFirstAndAnEarlyAllocateWaitsForItsStart) {
+  write_latency_ = std::chrono::milliseconds(800);
+  StartAll("2xH100-80GB");
+  json pod = server_->Put(PodObject("train", testing::FractionLimits(250)));
+  ASSERT_EQ(Schedule(pod), "");
+  const std::string slot = Slot(BookedGpu("train"), 0);
+  agent_.reset();
+  const size_t accepted = kubelet_->accepted();
+  const auto begin = std::chrono::steady_clock::now();
+  auto since = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  };
+  std::atomic<double> started{0};
+  std::thread restart([&] {
+    StartAgent();
+    started = since();
+  });
+  ASSERT_TRUE(kubelet_->WaitForRegistrations(accepted + 1, std::chrono::seconds(10)));
+  const double registered = since();
+  KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+  kubelet.set_timeout(std::chrono::seconds(30));  // The kubelet's Allocate has no deadline.
+  v1beta1::AllocateResponse response;
+  grpc::Status s = kubelet.Allocate({{slot}}, &response);
+  const double allocated = since();
+  restart.join();
+  std::printf(
+      "restarted agent: registered after %.2f s, Allocate answered after %.2f s, start "
+      "done after %.2f s\n",
+      registered, allocated, started.load());
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_LT(registered + 0.5, started) << "registered before publishing (a 0.8 s write)";
+}
 
 // What the kubelet of kNode and kube-scheduler do with a burst of pods, as far as a restart of
 // gpufrac's agent or extender shows (docs/kubernetes.md, "When the agent or the extender
