@@ -439,7 +439,8 @@ std::string UnenforcedReason(const json& pod) {
     if (containers == nullptr || !containers->is_array()) continue;
     for (size_t i = 0; i < containers->size(); ++i) {
       const json& c = (*containers)[i];
-      const std::string who = std::string(list[0] == 'i' ? "init container \"" : "container \"") +
+      const bool init = std::string_view(list) == "initContainers";
+      const std::string who = std::string(init ? "init container \"" : "container \"") +
                               Printable(ContainerName(c, i)) + "\"";
       const json* context = Find(c, "securityContext");
       if (flag(context, "privileged", false).value_or(false)) return who + " is privileged";
