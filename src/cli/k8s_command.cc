@@ -140,6 +140,10 @@ K8sCommand::K8sCommand(CLI::App& app) {
   extender_->add_flag("--reservation-pods", reservation_pods_,
                       "keep a pod asking for nvidia.com/gpu: 1 on every GPU with fractional "
                       "bookings, so that other schedulers and NVIDIA's device plugin see it taken");
+  extender_->add_flag("--allow-unenforced-sharing", allow_unenforced_,
+                      "let pods share GPUs although a container of theirs is privileged or adds "
+                      "SYS_ADMIN, with which it can unmount gpufrac's limiter (without it, only "
+                      "pods of namespaces labelled gpufrac.io/allow-unenforced=true may)");
   extender_
       ->add_option("--reservation-namespace", reservation_.ns,
                    "namespace of the reservation pods")
@@ -214,6 +218,7 @@ int K8sCommand::RunExtender() {
   if (!client.ok()) return Fail("extender", client.status().message());
   k8s::ExtenderServiceOptions options{.listen = listen_, .policy = policy_, .holder = ""};
   options.reservation_pods = reservation_pods_;
+  options.allow_unenforced = allow_unenforced_;
   options.reservation = reservation_;
   auto service = k8s::ExtenderService::Create(client->get(), std::move(options));
   if (!service.ok()) return Fail("extender", service.status().message());

@@ -44,6 +44,7 @@ class K8sCommand {
   std::string listen_ = "0.0.0.0:8888";
   std::string policy_ = std::string(placement::kDefaultPolicy);
   bool reservation_pods_ = false;
+  bool allow_unenforced_ = false;
   k8s::ReservationOptions reservation_;  // the flags set its namespace, image and priority class
 
   CLI::App* k8s_;

@@ -37,6 +37,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// How long binds in flight when the inventory is withdrawn take to land, at most.
+constexpr std::chrono::milliseconds kStopSettle{300};
+
 // Copies the limiter where the kubelet can mount it from, replacing an older copy atomically
 // (a container starting meanwhile sees the old or the new file, never half of one), and writes
 // the ld.so.preload file that loads it.
@@ -106,6 +109,8 @@ struct AgentService::Impl {
   std::unique_ptr<PodResourcesClient> pod_resources;  // Null without --pod-resources-socket.
   std::unique_ptr<GpuProvider> provider;
   std::unique_ptr<DevicePlugin> plugin;
+  // Serialises Publish and Stop's withdrawal of the inventory (a resync may be publishing).
+  std::mutex publish_mu;
   std::string published;  // The inventory document and labels last written to the node.
   NvidiaGpus nvidia;
   NvidiaSharingConfig sharing_config;  // As read by Create(); empty without the flag.
@@ -193,6 +198,11 @@ struct AgentService::Impl {
   // Publishes `all` (every GPU of the node) without the NVIDIA-named GPUs, with labels
   // describing all of them.
   Status Publish(const NodeInventory& all) {
+    std::lock_guard<std::mutex> publishing(publish_mu);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stop) return OkStatus();  // Stop has withdrawn the inventory, or is about to.
+    }
     std::string doc = InventoryToJson(WithoutNvidiaGpus(all, nvidia)).dump();
     nlohmann::json labels = nlohmann::json::object();
     for (const auto& [k, v] : NodeLabels(all, gpus->inventory.product_name)) labels[k] = v;
@@ -202,7 +212,22 @@ struct AgentService::Impl {
     // The extender makes no reservation pods where this agent serves nvidia.com/gpu itself.
     labels[std::string(kLabelServesNvidiaGpu)] =
         nvidia.whole.empty() ? nlohmann::json(nullptr) : nlohmann::json("true");
-    if (doc + labels.dump() == published) return OkStatus();
+    const std::string now_published = doc + labels.dump();
+    if (now_published == published) return OkStatus();
+    // Labels of the agent's families that it no longer publishes (a profile no longer served,
+    // MIG labels after the static MIG GPUs went) go, also those an earlier agent wrote.
+    StatusOr<nlohmann::json> node = client->Get("/api/v1/nodes/" + options.agent.node);
+    if (node.ok()) {
+      const nlohmann::json* meta = FieldOf(*node, "metadata");
+      const nlohmann::json* on_node = meta != nullptr ? FieldOf(*meta, "labels") : nullptr;
+      if (on_node != nullptr && on_node->is_object()) {
+        for (const auto& [key, value] : on_node->items()) {
+          if (!labels.contains(key) && AgentOwnsLabel(key, /*mig_state=*/mig_config == nullptr)) {
+            labels[key] = nullptr;
+          }
+        }
+      }
+    }
     nlohmann::json patch = {
         {"metadata",
          {{"labels", labels}, {"annotations", {{std::string(kAnnotationInventory), doc}}}}}};
@@ -215,14 +240,15 @@ struct AgentService::Impl {
       }
       return done.status().WithContext("publishing the GPU inventory");
     }
-    published = doc + labels.dump();
+    published = now_published;
     return OkStatus();
   }
 
-  // Starts the MPS daemons: one for each GPU of `inv` (what gpufrac schedules) in MPS mode, and
-  // one for each GPU NVIDIA's sharing configuration shares under `mps`.
-  Status StartMps(const NodeInventory& inv) {
-    std::map<int, std::string> uuids;
+  // Makes `mps`, the MPS daemons (none started yet: StartMps): one for each GPU of `inv` (what
+  // gpufrac schedules) in MPS mode, and one for each GPU NVIDIA's sharing configuration shares
+  // under `mps`. `mps_uuids` gets those GPUs.
+  Status MakeMps(const NodeInventory& inv, std::map<int, std::string>* mps_uuids) {
+    std::map<int, std::string>& uuids = *mps_uuids;
     for (const GpuInfo& g : inv.gpus) {
       if (g.mode == GpuMode::kMps) uuids[g.index] = g.uuid;
     }
@@ -256,6 +282,11 @@ struct AgentService::Impl {
                                         .control = control,
                                         .env = gpus->inventory.job_env},
                             .shm_dir = options.mps_shm_dir});
+    return OkStatus();
+  }
+
+  // Starts the daemons MakeMps made.
+  Status StartMps(const std::map<int, std::string>& uuids) {
     for (const auto& [index, uuid] : uuids) {
       if (Status started = mps->Start(index, uuid); !started.ok()) {
         return started.WithContext("GPU " + std::to_string(index) + " runs under MPS");
@@ -378,10 +409,8 @@ Status AgentService::Start() {
     LogWarning("GPU health is not watched (%s); every GPU is reported healthy",
                monitor.status().message().c_str());
   }
-  GPUFRAC_RETURN_IF_ERROR(InstallLimiter(s.options.limiter_path, s.options.agent.host_dir));
-  StatusOr<std::vector<nlohmann::json>> pods = s.api->ListPodsOnNode(s.options.agent.node);
-  if (!pods.ok()) return pods.status().WithContext("listing the pods on this node");
-  NodeInventory all = s.Observe(*pods);
+  // The GPUs as they are; which pods hold MIG instances is filled in below.
+  NodeInventory all = s.Observe({});
   GPUFRAC_RETURN_IF_ERROR(CheckMpsGpus(all, s.options.mps_gpus));
   GPUFRAC_RETURN_IF_ERROR(CheckNvidiaGpus(all, s.nvidia));
   if (!s.nvidia.static_mig.empty()) {
@@ -393,8 +422,10 @@ Status AgentService::Start() {
     }
     s.mig_config = std::make_unique<MigConfigLabel>(
         s.client, s.gpus.get(),
-        MigConfigLabelOptions{
-            .node = s.options.agent.node, .configs = s.mig_configs, .gpus = s.nvidia});
+        MigConfigLabelOptions{.node = s.options.agent.node,
+                              .configs = s.mig_configs,
+                              .configmap_file = s.options.mig_parted_config,
+                              .gpus = s.nvidia});
   }
   for (const std::string& line : s.sharing_config.notices) LogWarning("%s", line.c_str());
   GPUFRAC_ASSIGN_OR_RETURN(s.sharing, ResolveNvidiaSharing(s.sharing_config, all, s.nvidia.whole));
@@ -403,8 +434,8 @@ Status AgentService::Start() {
             shared.replicas, shared.resource.c_str(), NvidiaSharingKindName(s.sharing.kind));
   }
   NodeInventory inv = WithoutNvidiaGpus(all, s.nvidia);
-  GPUFRAC_RETURN_IF_ERROR(s.StartMps(inv));
-  GPUFRAC_RETURN_IF_ERROR(s.Publish(all));
+  std::map<int, std::string> mps_uuids;
+  GPUFRAC_RETURN_IF_ERROR(s.MakeMps(inv, &mps_uuids));
   s.limiter = std::make_unique<ContainerLimiter>(s.options.agent.host_dir);
   if (!s.options.pod_resources_socket.empty()) {
     s.pod_resources = std::make_unique<PodResourcesClient>(s.options.pod_resources_socket);
@@ -419,7 +450,19 @@ Status AgentService::Start() {
   // Steers the kubelet to slots of the GPUs a container is booked on.
   plugin.preferred_allocation = true;
   s.plugin = std::make_unique<DevicePlugin>(plugin, s.provider.get());
+  // Registered before the slow rest of the start (the limiter's install, MPS daemons, the API
+  // server): from a restart on, the kubelet has no devices of gpufrac.io/gpu and fails every pod
+  // it admits meanwhile (UnexpectedAdmissionError), while an Allocate that comes early waits
+  // until the start is done (GpuProvider::SetReady).
   GPUFRAC_RETURN_IF_ERROR(s.plugin->Start());
+  GPUFRAC_RETURN_IF_ERROR(InstallLimiter(s.options.limiter_path, s.options.agent.host_dir));
+  GPUFRAC_RETURN_IF_ERROR(s.StartMps(mps_uuids));
+  StatusOr<std::vector<nlohmann::json>> pods = s.api->ListPodsOnNode(s.options.agent.node);
+  if (!pods.ok()) return pods.status().WithContext("listing the pods on this node");
+  all = s.Observe(*pods);
+  GPUFRAC_RETURN_IF_ERROR(s.Publish(all));
+  s.provider->SetInventory(WithoutNvidiaGpus(all, s.nvidia));
+  s.provider->SetReady();
   LogInfo(
       "gpufrac agent on node %s: %zu GPU(s), %d slots each, compute policy %s, device "
       "plugin at %s",
@@ -507,9 +550,42 @@ Status AgentService::Run() {
 void AgentService::Stop() {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->stop) return;
     impl_->stop = true;
   }
   impl_->cv.notify_all();
+  // Once the plugin has gone the kubelet fails every pod it admits here (no healthy devices of
+  // gpufrac.io/gpu, UnexpectedAdmissionError) until the next agent registers, and its node
+  // status shows that only at its next update (10 s). So the inventory is withdrawn first, which
+  // stops the extender binding pods here (the next agent publishes it again, and the extender
+  // then has the pods that waited tried again at once), and the pods bound before are served
+  // (binds in flight land within kStopSettle; for options.stop_drain at most) before the plugin
+  // goes.
+  std::unique_lock<std::mutex> publishing(impl_->publish_mu);
+  if (!impl_->published.empty()) {
+    const std::string node = impl_->options.agent.node;
+    nlohmann::json patch = {
+        {"metadata", {{"annotations", {{std::string(kAnnotationInventory), nullptr}}}}}};
+    StatusOr<nlohmann::json> done = impl_->client->Patch("/api/v1/nodes/" + node, patch);
+    if (!done.ok()) {
+      LogWarning("cannot withdraw the GPU inventory of node %s: %s", node.c_str(),
+                 done.status().message().c_str());
+    }
+    impl_->published.clear();
+    publishing.unlock();
+    const auto drain = impl_->options.stop_drain;
+    const auto settle = std::min<std::chrono::milliseconds>(kStopSettle, drain);
+    const auto start = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - start < drain) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (std::chrono::steady_clock::now() - start < settle) continue;
+      StatusOr<std::vector<nlohmann::json>> pods = impl_->api->ListPodsOnNode(node);
+      if (!pods.ok() || impl_->provider == nullptr ||
+          impl_->provider->AwaitingAllocate(*pods) == 0) {
+        break;
+      }
+    }
+  }
   if (impl_->plugin) impl_->plugin->Stop();
   {
     std::lock_guard<std::mutex> lock(impl_->plugins_mu);

@@ -65,6 +65,9 @@ struct AgentServiceOptions {
   // a test never talks to a kubelet of the machine it runs on.
   std::string pod_resources_socket;
   std::chrono::milliseconds resync{10000};
+  // At Stop, how long pods bound to the node may take to be allocated (the kubelet would fail
+  // them once the plugin is gone) after the inventory is withdrawn. 0: none waits.
+  std::chrono::milliseconds stop_drain{5000};
 };
 
 class AgentService {

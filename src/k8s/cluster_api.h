@@ -1,9 +1,9 @@
 // What the scheduler extender needs from the Kubernetes API server, as one small interface: read
 // a pod, list the pods on a node, record an assignment, bind, read a node and annotate it
-// conditionally (the node's pending bookings), post an event, and create, list and delete the GPU
-// reservation pods. The real implementation talks HTTPS to the API server (kube_cluster_api.h);
-// tests use an in-memory one.
-// Keeping this narrow is what makes the bind protocol testable.
+// conditionally (the node's pending bookings), read a namespace's labels, post an event, and
+// create, list and delete the GPU reservation pods. The real implementation talks HTTPS to the API
+// server (kube_cluster_api.h); tests use an in-memory one. Keeping this narrow is what makes the
+// bind protocol testable.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -38,6 +38,9 @@ class ClusterApi {
   // extender's pending bookings (pending_bookings.h) are written so.
   virtual Status AnnotateNode(const std::string& node, const std::string& resource_version,
                               const std::vector<std::pair<std::string, std::string>>& set) = 0;
+  // The namespace as the API server has it now (its labels: kLabelAllowUnenforced); kNotFound
+  // when it does not exist.
+  virtual StatusOr<nlohmann::json> GetNamespace(const std::string& name) = 0;
   // An event on the pod, for `kubectl describe pod` (best effort).
   virtual void PodEvent(const nlohmann::json& pod, const std::string& reason,
                         const std::string& message, bool warning) = 0;

@@ -126,6 +126,26 @@ Extender::Stats Extender::stats() const {
   return stats_;
 }
 
+StatusOr<PodRequest> Extender::RequestOf(const json& pod) {
+  GPUFRAC_ASSIGN_OR_RETURN(PodRequest request, ParsePodRequest(pod));
+  if (request.unenforced.empty() || options_.allow_unenforced) {
+    request.unenforced.clear();
+    return request;
+  }
+  const std::string ns = MetaOf(pod, "namespace");
+  StatusOr<json> space = api_->GetNamespace(ns);
+  if (space.ok() && LabelOf(*space, kLabelAllowUnenforced) == "true") {
+    request.unenforced.clear();
+  } else if (!space.ok()) {
+    LogWarning(
+        "cannot read namespace %s for its label %s (pods that can remove their limits "
+        "share no GPU meanwhile): %s",
+        Printable(ns).c_str(), std::string(kLabelAllowUnenforced).c_str(),
+        Printable(space.status().message()).c_str());
+  }
+  return request;
+}
+
 std::string Extender::Filter(const std::string& body) {
   StatusOr<Args> candidates = ParseArgs(body);
   if (!candidates.ok()) return ErrorBody("filter: " + candidates.status().message());
@@ -133,17 +153,20 @@ std::string Extender::Filter(const std::string& body) {
   json failed = json::object();
   json unresolvable = json::object();
   std::vector<bool> keep(candidates->names.size(), false);
-  StatusOr<PodRequest> request = ParsePodRequest(*pod);
+  StatusOr<PodRequest> request = RequestOf(*pod);
+  // Said on the pod once, not at every retry.
+  auto first_warning = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (warned_.size() > 10000) warned_.clear();
+    return warned_.insert(MetaOf(*pod, "uid")).second;
+  };
+  if (request.ok() && !request->unenforced.empty() && first_warning()) {
+    api_->PodEvent(*pod, std::string(kReasonUnenforced), UnenforcedMessage(request->unenforced),
+                   /*warning=*/true);
+  }
   if (!request.ok()) {
-    // Nothing will change this on any node: say so on the pod (once, not at every retry), and
-    // to the scheduler.
-    bool first;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      first = warned_.insert(MetaOf(*pod, "uid")).second;
-      if (warned_.size() > 10000) warned_.clear();
-    }
-    if (first) {
+    // Nothing will change this on any node: say so on the pod, and to the scheduler.
+    if (first_warning()) {
       api_->PodEvent(*pod, "GpufracInvalidRequest", request.status().message(), /*warning=*/true);
     }
     for (const std::string& n : candidates->names) unresolvable[n] = request.status().message();
@@ -194,7 +217,7 @@ std::string Extender::Prioritize(const std::string& body) {
   StatusOr<Args> candidates = ParseArgs(body);
   if (!candidates.ok()) return "[]";
   const json* pod = FieldOf(candidates->doc, "Pod");
-  StatusOr<PodRequest> request = ParsePodRequest(*pod);
+  StatusOr<PodRequest> request = RequestOf(*pod);
   std::vector<Ledger::Verdict> verdicts(candidates->names.size());
   if (request.ok() && !request->empty()) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -284,8 +307,10 @@ int64_t WallClockMs() {
 // "main: GPU 1 x 250/1000, sidecar: GPU 2 MIG 1g.10gb at 3".
 // "main: GPU 0 x 600/1000, side: GPU 2 MIG 2g.20gb at 4 (19.62 GiB ...)". A MIG instance has
 // its profile's memory: for a memory or a fraction the smallest profile that holds it by its
-// name's size or its slices, which can be a little less than asked; the event says how much.
-std::string AssignmentSummary(const Assignment& assignment, const PodRequest& request) {
+// name's size or its slices, which can be a little less than asked (for a fraction: than that
+// share of the GPU's memory, from `node`, the node's GPUs); the event says how much.
+std::string AssignmentSummary(const Assignment& assignment, const PodRequest& request,
+                              const std::optional<NodeInventory>& node) {
   std::string summary;
   for (const ContainerAssignment& c : assignment.containers) {
     const GpuRequest* asked = nullptr;
@@ -304,8 +329,19 @@ std::string AssignmentSummary(const Assignment& assignment, const PodRequest& re
                      FormatSize(asked->memory_bytes) +
                      " asked: the smallest profile whose name's " + "size holds it";
         } else if (asked != nullptr && asked->kind == GpuRequest::Kind::kFraction) {
-          summary += " for " + FormatMilli(asked->fraction_milli) +
-                     ": the smallest profile with that share of the memory and compute slices";
+          const GpuInfo* gpu = node ? FindGpu(*node, g.index) : nullptr;
+          const uint64_t share =
+              gpu != nullptr ? gpu->memory_bytes / 1000 * asked->fraction_milli : 0;
+          summary += " for " + FormatMilli(asked->fraction_milli);
+          if (g.memory_bytes < share) {
+            summary += ", " + FormatSize(share - g.memory_bytes) + " less than " +
+                       FormatMilli(asked->fraction_milli) + " of the GPU's " +
+                       FormatSize(gpu->memory_bytes) +
+                       ": the smallest profile whose name's size and compute slices hold that "
+                       "share";
+          } else {
+            summary += ": the smallest profile with that share of the memory and compute slices";
+          }
         }
         summary += ")";
       } else if (g.milli < 1000) {
@@ -336,7 +372,7 @@ Status Extender::BindOnNode(const json& pod, const std::string& node, std::strin
   GPUFRAC_ASSIGN_OR_RETURN(bool done, AlreadyBound(pod, node));
   if (done) return OkStatus();
   GPUFRAC_RETURN_IF_ERROR(YieldToAnotherBind(pod, node));
-  GPUFRAC_ASSIGN_OR_RETURN(PodRequest request, ParsePodRequest(pod));
+  GPUFRAC_ASSIGN_OR_RETURN(PodRequest request, RequestOf(pod));
   if (request.empty()) return api_->BindPod(ns, name, MetaOf(pod, "uid"), node);
 
   std::chrono::steady_clock::time_point written;
@@ -354,7 +390,12 @@ Status Extender::BindOnNode(const json& pod, const std::string& node, std::strin
     std::lock_guard<std::mutex> lock(mu_);
     if (gone_.count(MetaOf(pod, "uid")) == 0) BookLocked(PodKey(pod), pending.assignment);
   }
-  *assigned = AssignmentSummary(pending.assignment, request);
+  std::optional<NodeInventory> gpus;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gpus = ledger_->InventoryOf(node);
+  }
+  *assigned = AssignmentSummary(pending.assignment, request, gpus);
   if (options_.reservations != nullptr) {
     std::lock_guard<std::mutex> lock(mu_);
     if (without_nvidia_gpu_.count(node) > 0) {
@@ -596,8 +637,18 @@ void Extender::UnbookLocked(const std::string& pod) {
 
 void Extender::OnPod(const json& pod) {
   std::optional<Assignment> a = HeldAssignment(pod);
+  const bool waits = PodNodeName(pod).empty() && !PodFinished(pod) &&
+                     !ParsePodRequest(pod).value_or(PodRequest{}).empty();
   std::lock_guard<std::mutex> lock(mu_);
   if (gone_.count(MetaOf(pod, "uid")) > 0) return;  // A late event about a deleted pod.
+  if (waits) {
+    Waiting& w = waiting_[MetaOf(pod, "uid")];
+    w.ns = MetaOf(pod, "namespace");
+    w.name = MetaOf(pod, "name");
+    w.resource_version = MetaOf(pod, "resourceVersion");
+  } else {
+    waiting_.erase(MetaOf(pod, "uid"));
+  }
   if (a) {
     BookLocked(PodKey(pod), *a);
   } else if (PodFinished(pod) || !PodNodeName(pod).empty() ||
@@ -613,7 +664,42 @@ void Extender::OnPodDeleted(const json& pod) {
   // Remembered, so that a bind finishing after the deletion does not book it again.
   if (gone_.size() > 100000) gone_.clear();
   gone_.insert(MetaOf(pod, "uid"));
+  waiting_.erase(MetaOf(pod, "uid"));
   UnbookLocked(PodKey(pod));
+}
+
+bool Extender::retry_wanted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return retry_wanted_;
+}
+
+int Extender::RetryWaiting(std::chrono::milliseconds min_interval) {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<Waiting> due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    retry_wanted_ = false;
+    for (auto& [uid, w] : waiting_) {
+      if (w.retried != std::chrono::steady_clock::time_point{} && now - w.retried < min_interval) {
+        continue;
+      }
+      w.retried = now;
+      due.push_back(w);
+    }
+  }
+  int updated = 0;
+  const std::string stamp = std::to_string(WallClockMs());
+  for (const Waiting& w : due) {
+    // A conflict means the pod changed meanwhile, which kube-scheduler sees as well.
+    updated += api_->AnnotatePod(w.ns, w.name, w.resource_version,
+                                 {{std::string(kAnnotationRetry), stamp}})
+                   .ok();
+  }
+  if (updated > 0) {
+    LogInfo("asked kube-scheduler to try %d waiting pod(s) again (annotation %s)", updated,
+            std::string(kAnnotationRetry).c_str());
+  }
+  return updated;
 }
 
 void Extender::OnNode(const json& node) {
@@ -636,6 +722,11 @@ void Extender::OnNode(const json& node) {
         name, nvidia && LabelOf(node, kLabelServesNvidiaGpu) != "true");
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (!text.empty()) {
+    std::string& seen = inventories_[name];
+    retry_wanted_ |= seen != text;
+    seen = text;
+  }
   if (nvidia) {
     without_nvidia_gpu_.erase(name);
   } else if (without_nvidia_gpu_.insert(name).second && options_.reservations != nullptr &&
@@ -654,6 +745,7 @@ void Extender::OnNode(const json& node) {
 
 void Extender::OnNodeDeleted(const json& node) {
   std::lock_guard<std::mutex> lock(mu_);
+  inventories_.erase(MetaOf(node, "name"));
   without_nvidia_gpu_.erase(MetaOf(node, "name"));
   ledger_->RemoveNode(MetaOf(node, "name"));
 }

@@ -28,6 +28,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "k8s/cluster_api.h"
 #include "k8s/ledger.h"
@@ -36,6 +37,12 @@
 #include "k8s/reservations.h"
 
 namespace gpufrac::k8s {
+
+// Set on a waiting pod to make kube-scheduler try it again (Extender::RetryWaiting).
+inline constexpr std::string_view kAnnotationRetry = "gpufrac.io/retry";
+
+// The reason of the warning event on a pod that may not share a GPU (PodRequest::unenforced).
+inline constexpr std::string_view kReasonUnenforced = "GpufracNoSharedGpu";
 
 struct ExtenderOptions {
   // Names this extender in its pending bookings (unique each).
@@ -49,6 +56,10 @@ struct ExtenderOptions {
   // for a live lock of an earlier version) before it fails.
   std::chrono::milliseconds node_wait{10000};
   Reservations* reservations = nullptr;  // Told of every booking when set; must outlive.
+  // Lets pods share GPUs although a container of theirs can remove its enforcement
+  // (PodRequest::unenforced; --allow-unenforced-sharing). Without it only the pods of namespaces
+  // labelled kLabelAllowUnenforced=true may.
+  bool allow_unenforced = false;
 };
 
 class Extender {
@@ -69,6 +80,20 @@ class Extender {
   void OnNode(const nlohmann::json& node);
   void OnNodeDeleted(const nlohmann::json& node);
 
+  // kube-scheduler keeps a pod it could not place (the extender refused it, or could not be
+  // reached) in its unschedulable queue until an event it deems relevant (a change of the pod
+  // itself, of a node's allocatable, labels, taints or conditions, a pod deleted) or until
+  // podMaxInUnschedulablePodsDuration (5 minutes) has passed. It does not see what changes
+  // gpufrac's answer: an extender that was down is back, a node's GPU inventory (an agent that
+  // restarted, a GPU healthy again, a new MIG layout). RetryWaiting updates every pod waiting for
+  // a node (unbound, unfinished, asking for gpufrac's resources, as the pod watch showed it):
+  // annotation kAnnotationRetry, the time, conditional on the pod's resourceVersion, which moves
+  // it out of that queue at once. A pod updated less than `min_interval` ago is left alone.
+  // Returns how many pods were updated.
+  int RetryWaiting(std::chrono::milliseconds min_interval);
+  // Whether a node's GPU inventory appeared or changed since the last RetryWaiting.
+  bool retry_wanted() const;
+
   // Counters for metrics and tests.
   struct Stats {
     uint64_t filters = 0, prioritizes = 0, binds = 0, bind_failures = 0;
@@ -77,6 +102,9 @@ class Extender {
   Stats stats() const;
 
  private:
+  // ParsePodRequest, with `unenforced` cleared where the operator allows it: the option, or the
+  // label on the pod's namespace (read from the API server; not allowed when it cannot be read).
+  StatusOr<PodRequest> RequestOf(const nlohmann::json& pod);
   // Binds `pod` (as read just now) to `node`; `assigned` gets the GPUs in words, and
   // `unreserved` whether reservation pods are on but a fraction got no reservation because the
   // node advertises no nvidia.com/gpu. Its steps: stop if the pod is bound already
@@ -153,6 +181,13 @@ class Extender {
   // Nodes that advertise no nvidia.com/gpu: a reservation pod there would reserve nothing (the
   // kubelet drops a resource its node does not have and admits the pod), so none is made.
   std::set<std::string> without_nvidia_gpu_;
+  struct Waiting {
+    std::string ns, name, resource_version;
+    std::chrono::steady_clock::time_point retried{};
+  };
+  std::map<std::string, Waiting> waiting_;          // By UID: pods waiting for a node.
+  std::map<std::string, std::string> inventories_;  // By node: its inventory annotation.
+  bool retry_wanted_ = false;
 };
 
 }  // namespace gpufrac::k8s

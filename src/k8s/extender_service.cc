@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "common/log.h"
@@ -70,7 +71,9 @@ StatusOr<std::unique_ptr<ExtenderService>> ExtenderService::Create(
   }
   impl->extender = std::make_unique<Extender>(
       impl->ledger.get(), impl->api.get(),
-      ExtenderOptions{.holder = impl->options.holder, .reservations = impl->reservations.get()});
+      ExtenderOptions{.holder = impl->options.holder,
+                      .reservations = impl->reservations.get(),
+                      .allow_unenforced = impl->options.allow_unenforced});
   return std::unique_ptr<ExtenderService>(new ExtenderService(std::move(impl)));
 }
 
@@ -159,9 +162,19 @@ Status ExtenderService::Run() {
   }
   s.port = port;
   LogInfo("gpufrac extender listening on %s:%d", s.host.c_str(), port);
+  // Once the books are built (after a restart: the pods it could not answer meanwhile), and
+  // whenever a node's GPUs change, the waiting pods are tried again (Extender::RetryWaiting).
+  std::thread retry([this, &s] {
+    while (!s.stopping) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (ready() && s.extender->retry_wanted()) s.extender->RetryWaiting(s.options.retry_interval);
+    }
+  });
   // A Stop() before the server runs would not reach it (cpp-httplib stops only a running
   // server): it is seen here instead.
   if (!s.stopping) s.server.listen_after_bind();
+  s.stopping = true;
+  retry.join();
   return OkStatus();
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,9 @@ struct ExtenderServiceOptions {
   std::string policy = std::string(placement::kDefaultPolicy);  // placement/policies.h
   std::string holder;                // Names this replica in pending bookings; "" = hostname/pid.
   bool reservation_pods = false;     // Reserve GPUs with fractional bookings (Run:ai style).
+  bool allow_unenforced = false;     // ExtenderOptions::allow_unenforced.
+  // How often one waiting pod may be tried again (Extender::RetryWaiting), at most.
+  std::chrono::milliseconds retry_interval{30000};
   ReservationOptions reservation{};  // Namespace, image, ... of the reservation pods.
 };
 

@@ -76,7 +76,7 @@ const PodResources* Listed(const std::vector<PodResources>& kubelet_pods, const 
 }
 
 // Why a container was taken for an Allocate, for the log.
-enum class FoundBy { kPodResources, kSlots, kOrder };
+enum class FoundBy { kPodResources, kSlots, kOrder, kAgain };
 
 const char* FoundByText(FoundBy by) {
   switch (by) {
@@ -86,12 +86,15 @@ const char* FoundByText(FoundBy by) {
       return "its GPUs' slots";
     case FoundBy::kOrder:
       break;
+    case FoundBy::kAgain:
+      return "allocated before with these devices: the kubelet asks again, as after its restart";
   }
   return "bound first";
 }
 
 // One container of a pod that a kubelet Allocate may be for.
 struct Candidate {
+  bool fresh;      // Not allocated yet (else allocated before with the very devices given).
   bool admitting;  // The kubelet lists its pod without its devices: it is starting it.
   bool on_slots;   // Booked on the GPUs the kubelet's slots name.
   int64_t time_ms;
@@ -101,23 +104,43 @@ struct Candidate {
   Assignment assignment;
 
   FoundBy found_by() const {
-    return admitting ? FoundBy::kPodResources : on_slots ? FoundBy::kSlots : FoundBy::kOrder;
+    return !fresh      ? FoundBy::kAgain
+           : admitting ? FoundBy::kPodResources
+           : on_slots  ? FoundBy::kSlots
+                       : FoundBy::kOrder;
   }
   // The order of the rules in gpu_provider.h.
   bool Better(const Candidate& o) const {
-    return std::tie(o.admitting, o.on_slots, time_ms, key, container) <
-           std::tie(admitting, on_slots, o.time_ms, o.key, o.container);
+    return std::tie(o.fresh, o.admitting, o.on_slots, time_ms, key, container) <
+           std::tie(fresh, admitting, on_slots, o.time_ms, o.key, o.container);
   }
 };
 
+// Whether the kubelet recorded `devices` for `container` in the pod's allocation record.
+bool AllocatedWith(const json& allocated, const std::string& container,
+                   const std::vector<std::string>& devices) {
+  const json* entry = FieldOf(allocated, container);
+  const json* ids = entry != nullptr ? FieldOf(*entry, "devices") : nullptr;
+  if (ids == nullptr || !ids->is_array() || ids->size() != devices.size()) return false;
+  std::vector<std::string> recorded;
+  for (const json& id : *ids) recorded.push_back(id.is_string() ? id.get<std::string>() : "");
+  std::vector<std::string> given = devices;
+  std::sort(recorded.begin(), recorded.end());
+  std::sort(given.begin(), given.end());
+  return recorded == given;
+}
+
 // The container of `pods` a kubelet Allocate of `count` devices is for: of the containers booked
 // on `node` on `count` GPUs that ask for gpufrac.io/gpu and are not allocated yet, the best by
-// Candidate's order. `slot_gpus`: the GPUs of the devices given (nullopt: unknown);
+// Candidate's order; else one allocated before with exactly `devices` (the kubelet asking again
+// for a container it started, after its restart: served the same again). `slot_gpus`: the GPUs
+// of the devices given (nullopt: unknown); `devices`: their ids (null: unknown);
 // `kubelet_pods`: what the kubelet lists (nullopt: unknown).
 std::optional<Candidate> ChooseContainer(const std::vector<json>& pods, const std::string& node,
                                          size_t count,
                                          const std::optional<std::vector<int>>& slot_gpus,
-                                         const std::optional<std::vector<PodResources>>& listed) {
+                                         const std::optional<std::vector<PodResources>>& listed,
+                                         const std::vector<std::string>* devices = nullptr) {
   std::optional<Candidate> chosen;
   for (size_t p = 0; p < pods.size(); ++p) {
     std::optional<Assignment> a = LiveAssignmentOn(pods[p], node);
@@ -126,7 +149,9 @@ std::optional<Candidate> ChooseContainer(const std::vector<json>& pods, const st
     const PodResources* kubelet_pod = listed ? Listed(*listed, pods[p]) : nullptr;
     for (size_t c = 0; c < a->containers.size(); ++c) {
       const ContainerAssignment& ca = a->containers[c];
-      if (!ca.device_plugin || ca.gpus.size() != count || allocated.contains(ca.container)) {
+      if (!ca.device_plugin || ca.gpus.size() != count) continue;
+      const bool fresh = !allocated.contains(ca.container);
+      if (!fresh && (devices == nullptr || !AllocatedWith(allocated, ca.container, *devices))) {
         continue;
       }
       // A container the kubelet lists with devices of ours already is not the one starting.
@@ -135,7 +160,7 @@ std::optional<Candidate> ChooseContainer(const std::vector<json>& pods, const st
       const bool admitting =
           kubelet_pod != nullptr && (kc == nullptr || kc->DevicesOf(kResourceGpu).empty());
       const bool on_slots = slot_gpus && *slot_gpus == GpuIndexes(ca.gpus);
-      Candidate cand{admitting, on_slots, a->time_ms, PodKey(pods[p]), p, c, *a};
+      Candidate cand{fresh, admitting, on_slots, a->time_ms, PodKey(pods[p]), p, c, *a};
       if (!chosen || cand.Better(*chosen)) chosen = std::move(cand);
     }
   }
@@ -175,6 +200,19 @@ void GpuProvider::SetInventory(NodeInventory inventory) {
   inventory_ = std::move(inventory);
 }
 
+void GpuProvider::SetReady() {
+  {
+    std::lock_guard<std::mutex> lock(ready_mu_);
+    ready_ = true;
+  }
+  ready_cv_.notify_all();
+}
+
+bool GpuProvider::WaitReady() {
+  std::unique_lock<std::mutex> lock(ready_mu_);
+  return ready_cv_.wait_for(lock, ready_wait, [this] { return ready_; });
+}
+
 NodeInventory GpuProvider::inventory() const {
   std::lock_guard<std::mutex> lock(mu_);
   return inventory_;
@@ -192,6 +230,9 @@ std::vector<PluginDevice> GpuProvider::Devices() {
 }
 
 StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::string>& device_ids) {
+  if (!WaitReady()) {
+    return UnavailableError("the gpufrac agent on node " + options_.node + " is still starting");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   StatusOr<std::vector<json>> listed = api_->ListPodsOnNode(options_.node);
   if (!listed.ok()) {
@@ -200,15 +241,10 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
   }
   const std::vector<json>& pods = *listed;
 
-  std::optional<Candidate> chosen = ChooseContainer(
-      pods, options_.node, device_ids.size(), SlotGpus(inventory_, device_ids), KubeletPods());
-  if (!chosen) {
-    return FailedPreconditionError(
-        "no pod bound to node " + options_.node + " has a container booked on " +
-        std::to_string(device_ids.size()) +
-        " GPU(s) that is waiting to start; pods that ask for gpufrac.io/gpu must be scheduled "
-        "through gpufrac's scheduler extender (see docs/kubernetes.md)");
-  }
+  std::optional<Candidate> chosen =
+      ChooseContainer(pods, options_.node, device_ids.size(), SlotGpus(inventory_, device_ids),
+                      KubeletPods(), &device_ids);
+  if (!chosen) return NoContainerFor(pods, device_ids);
   const json& pod = pods[chosen->pod];
   const ContainerAssignment& ca = chosen->assignment.containers[chosen->container];
   const std::string uid = MetaOf(pod, "uid");
@@ -316,8 +352,10 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
 StatusOr<std::vector<std::string>> GpuProvider::PreferredAllocation(
     const std::vector<std::string>& available, const std::vector<std::string>& must_include,
     int size) {
+  if (size <= 0 || !WaitReady()) {
+    return DeviceProvider::PreferredAllocation(available, must_include, size);
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  if (size <= 0) return DeviceProvider::PreferredAllocation(available, must_include, size);
   StatusOr<std::vector<json>> listed = api_->ListPodsOnNode(options_.node);
   if (!listed.ok()) {
     LogWarning("cannot list the pods on node %s to prefer slots: %s", options_.node.c_str(),
@@ -349,6 +387,34 @@ StatusOr<std::vector<std::string>> GpuProvider::PreferredAllocation(
   // A GPU without a free slot (the kubelet offers only healthy, unallocated ones): the rest in
   // order, as the default would; Allocate still gives the booked GPU.
   return DeviceProvider::PreferredAllocation(available, picked, size);
+}
+
+Status GpuProvider::NoContainerFor(const std::vector<json>& pods,
+                                   const std::vector<std::string>& device_ids) const {
+  const std::string asked = std::to_string(device_ids.size()) + " GPU(s)";
+  std::string started;  // Containers booked through the extender and started already.
+  for (const json& pod : pods) {
+    std::optional<Assignment> a = LiveAssignmentOn(pod, options_.node);
+    if (!a) continue;
+    json allocated = AllocatedOf(pod);
+    for (const ContainerAssignment& ca : a->containers) {
+      if (ca.device_plugin && ca.gpus.size() == device_ids.size() &&
+          allocated.contains(ca.container)) {
+        started += (started.empty() ? "" : ", ") + Printable(PodKey(pod) + "/" + ca.container);
+      }
+    }
+  }
+  if (!started.empty()) {
+    return FailedPreconditionError(
+        "every container booked on " + asked + " on node " + options_.node +
+        " through gpufrac's scheduler extender has started already with other devices (" + started +
+        "); the kubelet gave devices none of them holds (its record of them was " +
+        "lost?): delete the pod the kubelet is admitting to schedule it again");
+  }
+  return FailedPreconditionError(
+      "no pod bound to node " + options_.node + " has a container booked on " + asked +
+      " that is waiting to start; pods that ask for gpufrac.io/gpu must be scheduled through "
+      "gpufrac's scheduler extender (see docs/kubernetes.md)");
 }
 
 std::optional<std::vector<PodResources>> GpuProvider::KubeletPods() {
@@ -481,6 +547,19 @@ StatusOr<std::string> GpuProvider::MigUuid(int gpu, const MigGrant& grant,
   GPUFRAC_ASSIGN_OR_RETURN(mig::MigBackend::InstanceInfo made,
                            mig_->Create(gpu, profile_index, {grant.start, grant.size}));
   return made.uuid;
+}
+
+int GpuProvider::AwaitingAllocate(const std::vector<json>& pods) const {
+  int waiting = 0;
+  for (const json& pod : pods) {
+    std::optional<Assignment> a = LiveAssignmentOn(pod, options_.node);
+    if (!a) continue;
+    const json allocated = AllocatedOf(pod);
+    for (const ContainerAssignment& ca : a->containers) {
+      waiting += ca.device_plugin && !allocated.contains(ca.container);
+    }
+  }
+  return waiting;
 }
 
 int GpuProvider::CleanUp(const std::vector<std::string>& live) {

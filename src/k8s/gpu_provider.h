@@ -27,6 +27,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -83,6 +85,10 @@ class GpuProvider : public DeviceProvider {
 
   // A new view of the GPUs (health, MIG instances); the caller then tells the plugin.
   void SetInventory(NodeInventory inventory);
+  // Until called, Allocate and PreferredAllocation wait (Allocate up to `ready_wait`, then
+  // fails): the agent registers with the kubelet before the rest of its start is done.
+  void SetReady();
+  std::chrono::milliseconds ready_wait{60000};
   NodeInventory inventory() const;
 
   std::vector<PluginDevice> Devices() override;
@@ -100,6 +106,10 @@ class GpuProvider : public DeviceProvider {
   // (kEventSlotMismatch) once. Returns how many pods were reported now; 0 without the API.
   int CheckKubeletSlots(const std::vector<nlohmann::json>& pods);
 
+  // How many containers of `pods` that are booked on this node and not finished still wait for
+  // their Allocate.
+  int AwaitingAllocate(const std::vector<nlohmann::json>& pods) const;
+
   // Removes the limit files of pods that are no longer on this node (`live` holds the UIDs of
   // those that are), once they are five minutes old (a pod allocated after `live` was listed
   // keeps its own). Returns how many pod directories were removed.
@@ -111,6 +121,9 @@ class GpuProvider : public DeviceProvider {
   // What the kubelet lists now; nullopt without the API or when it fails (logged once until it
   // answers again). Needs no lock (a resync calls it before taking mu_: it may wait 2 s).
   std::optional<std::vector<PodResources>> KubeletPods();
+  // Why no container of `pods` is the one an Allocate of `device_ids` is for, in words.
+  Status NoContainerFor(const std::vector<nlohmann::json>& pods,
+                        const std::vector<std::string>& device_ids) const;
 
   AgentOptions options_;
   ClusterApi* api_;
@@ -118,6 +131,11 @@ class GpuProvider : public DeviceProvider {
   ContainerLimiter* limiter_;
   ContainerMps* mps_;
   PodResourcesClient* pod_resources_;
+  std::mutex ready_mu_;
+  std::condition_variable ready_cv_;
+  bool ready_ = false;
+  // Waits for SetReady; false when `ready_wait` passed first.
+  bool WaitReady();
   mutable std::mutex mu_;  // Guards what follows and serialises Allocate.
   NodeInventory inventory_;
   std::atomic<bool> pod_resources_failing_{false};

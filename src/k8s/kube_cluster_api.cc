@@ -89,6 +89,10 @@ StatusOr<json> KubeClusterApi::GetNode(const std::string& node) {
   return client_->Get(NodePath(node));
 }
 
+StatusOr<json> KubeClusterApi::GetNamespace(const std::string& name) {
+  return client_->Get("/api/v1/namespaces/" + name);
+}
+
 Status KubeClusterApi::AnnotateNode(const std::string& node, const std::string& resource_version,
                                     const std::vector<std::pair<std::string, std::string>>& set) {
   return client_->Patch(NodePath(node), AnnotationPatch(resource_version, set)).status();

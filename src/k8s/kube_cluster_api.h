@@ -21,6 +21,7 @@ class KubeClusterApi : public ClusterApi {
   Status BindPod(const std::string& ns, const std::string& name, const std::string& uid,
                  const std::string& node) override;
   StatusOr<nlohmann::json> GetNode(const std::string& node) override;
+  StatusOr<nlohmann::json> GetNamespace(const std::string& name) override;
   Status AnnotateNode(const std::string& node, const std::string& resource_version,
                       const std::vector<std::pair<std::string, std::string>>& set) override;
   void PodEvent(const nlohmann::json& pod, const std::string& reason, const std::string& message,

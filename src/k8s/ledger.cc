@@ -31,6 +31,7 @@ namespace {
 namespace pl = placement;
 
 constexpr uint64_t kHostPlenty = uint64_t{1} << 60;  // CPU and memory are kube-scheduler's job.
+constexpr double kPackingTieBreak = 1e-3;            // Of a score: see Decide.
 
 // Alike GPUs of one node: one placement node.
 struct Group : pl::GpuGroup {
@@ -363,11 +364,16 @@ struct Ledger::Impl {
       pl::GpuSet best_held = 0;
       bool could_ever = false;
       bool held_by_others = false;  // It would fit on MPS GPUs that other users hold.
+      bool unenforced = false;      // A share it may not have: the pod can remove the limits.
       for (size_t gi = 0; gi < entry.groups.size(); ++gi) {
         const Group& g = entry.groups[gi];
         if (g.cluster_node < 0) continue;
         std::optional<pl::Request> p = pl::RequestOnGroup(c.request, g);
         if (!p) continue;
+        if (p->gpu_milli < pl::kMilli && !request.unenforced.empty()) {
+          unenforced = true;
+          continue;
+        }
         could_ever = true;
         const pl::Node& whole = single ? cluster->node(g.cluster_node) : views[gi];
         const pl::GpuSet held = g.mps ? HeldByOthers(g, users(), c.run_as) : 0;
@@ -450,7 +456,9 @@ struct Ledger::Impl {
           }
         }
       }
-      if (held_by_others) {
+      if (unenforced && !could_ever) {
+        out.reason = UnenforcedMessage(request.unenforced);
+      } else if (held_by_others) {
         out.reason = "container " + c.container + " (" + DescribeRequest(c) +
                      "): the MPS GPUs with room on this node serve other users' containers, and "
                      "an MPS GPU serves one user at a time (this container runs as " +
@@ -471,7 +479,25 @@ struct Ledger::Impl {
       return out;
     }
     out.fits = true;
+    // Below the policies' resolution (their scores step by whole points): among nodes they score
+    // alike, the busier one, so that shares pack onto nodes already in use and whole nodes stay
+    // free (the policy's coarse ties would otherwise leave it to kube-scheduler's own scores).
+    if (!choose) out.score += kPackingTieBreak * BookedShare(entry);
     return out;
+  }
+
+  // The share of the capacity of the node's shared and whole GPUs that is booked, 0 to 1.
+  double BookedShare(const NodeEntry& entry) const {
+    double total = 0, free = 0;
+    for (const Group& g : entry.groups) {
+      if (g.cluster_node < 0) continue;
+      const pl::Node& n = cluster->node(g.cluster_node);
+      for (int s = 0; s < n.spec.gpu_count; ++s) {
+        total += pl::kMilli;
+        free += n.gpu_free_milli[s];
+      }
+    }
+    return total > 0 ? (total - free) / total : 0;
   }
 
   static std::string UuidOf(const NodeEntry& entry, int index) {
@@ -548,6 +574,12 @@ void Ledger::RemoveNode(const std::string& node) {
 }
 
 bool Ledger::HasNode(const std::string& node) const { return impl_->nodes.count(node) > 0; }
+
+std::optional<NodeInventory> Ledger::InventoryOf(const std::string& node) const {
+  auto it = impl_->nodes.find(node);
+  if (it == impl_->nodes.end()) return std::nullopt;
+  return it->second.inventory;
+}
 
 void Ledger::Book(const std::string& pod, const Assignment& assignment) {
   // Watches report every change of a pod; most leave its booking as it was.

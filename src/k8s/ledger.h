@@ -35,6 +35,8 @@ class Ledger {
   void SetNode(const std::string& node, const NodeInventory& inventory);
   void RemoveNode(const std::string& node);
   bool HasNode(const std::string& node) const;
+  // The node's GPUs as last set; nullopt for an unknown node.
+  std::optional<NodeInventory> InventoryOf(const std::string& node) const;
 
   // Records that `pod` ("namespace/name") holds `assignment` (replacing what it held). Bookings
   // on a node not (yet) known are kept and counted when the node appears. Never refused: the
@@ -47,7 +49,8 @@ class Ledger {
   std::vector<std::string> PodsOn(const std::string& node) const;
   size_t booking_count() const;
 
-  // How `request` fits each of `nodes`: fits, a score (higher is better; only comparable
+  // How `request` fits each of `nodes`: fits, a score (higher is better: the policy's, and among
+  // nodes the policy scores alike, the one with more of its GPUs booked; only comparable
   // within one call), or a reason in words when it does not ("no gpufrac agent on this node",
   // "no GPU with 4 GiB free (largest free: 2.5 GiB)", ...).
   struct Verdict {

@@ -244,9 +244,34 @@ bool MigConfigLabel::Sync(const std::vector<nlohmann::json>& pods) {
     for (const mig::MigPartedConfig& c : options_.configs.configs) {
       names += (names.empty() ? "" : ", ") + c.name;
     }
+    const std::string where =
+        options_.configmap_file.empty()
+            ? " among NVIDIA's default configurations, and the agent has no mig-parted ConfigMap "
+              "(create gpufrac-mig-parted from deploy/kubernetes/mig-parted-configmap.yaml, then "
+              "restart the agent)"
+            : " among NVIDIA's default configurations and the mig-parted ConfigMap the agent "
+              "read at start from " +
+                  options_.configmap_file +
+                  " (after changing the ConfigMap, restart the agent: kubectl -n gpufrac-system "
+                  "rollout restart daemonset/gpufrac-agent)";
+    Finish(name, NotFoundError("no configuration " + name + where + " (known: " + names + ")"), "");
+    return false;
+  }
+  // The agent never switches MIG mode (mig::CheckConfig would say so in the CLI's words).
+  for (const mig::ApplyTarget& t : targets) {
+    const mig::MigPartedEntry* entry = mig::EntryFor(*config, t);
+    if (entry == nullptr || entry->mig_enabled == t.mig_enabled) continue;
+    const std::string gpu = std::to_string(t.index);
     Finish(name,
-           NotFoundError("no configuration " + name +
-                         " in the defaults or --mig-parted-config (known: " + names + ")"),
+           FailedPreconditionError(
+               "GPU " + gpu + " (" + std::string(t.model->short_name) + ") is " +
+               (t.mig_enabled ? "in" : "not in") + " MIG mode but the configuration has " +
+               "mig-enabled: " + (entry->mig_enabled ? "true" : "false") +
+               " for it; the agent does not switch MIG mode: label the node with a "
+               "configuration of mig-enabled: " +
+               (t.mig_enabled ? "true" : "false") +
+               ", or switch the mode on the node yourself (nvidia-smi -i " + gpu + " -mig " +
+               (entry->mig_enabled ? "1" : "0") + ", with no pod using the GPU)"),
            "");
     return false;
   }

@@ -28,6 +28,9 @@ inline constexpr std::string_view kReasonMigConfigFailed = "GpufracMigConfigFail
 struct MigConfigLabelOptions {
   std::string node;
   mig::MigPartedFile configs;  // What the label may name.
+  // Where the operator's mig-parted file was read from (--mig-parted-config; "" for none), for
+  // the events: on Kubernetes it is the ConfigMap mounted there.
+  std::string configmap_file;
   NvidiaGpus gpus;             // The static MIG GPUs and the MIG strategy.
 };
 

@@ -13,7 +13,7 @@ namespace gpufrac::k8s {
 namespace {
 
 // The per-profile label suffixes GFD writes and the catalogue knows.
-constexpr const char* kProfileFields[] = {".count", ".memory", ".slices.gi", ".slices.ci"};
+constexpr std::string_view kProfileFields[] = {".count", ".memory", ".slices.gi", ".slices.ci"};
 
 }  // namespace
 
@@ -72,7 +72,7 @@ std::vector<std::pair<std::string, std::optional<std::string>>> NvidiaMigLabels(
       seen.profile = gpu::FindMigProfile(*model, m.profile);
     }
   }
-  if (gpus.static_mig.empty()) return labels;
+  if (gpus.static_mig.empty()) return labels;  // The caller removes what an earlier agent wrote.
   labels.push_back({"nvidia.com/mig.strategy", MigStrategyName(gpus.mig_strategy)});
   const bool single = gpus.mig_strategy == MigStrategy::kSingle;
   // A profile's label values: count, memory, GI and CI slices (the CI spans its GI).
@@ -88,8 +88,8 @@ std::vector<std::pair<std::string, std::optional<std::string>>> NvidiaMigLabels(
     const std::string prefix = NvidiaMigResource(name);
     std::vector<std::string> v = present ? values(seen->second) : std::vector<std::string>();
     for (size_t f = 0; f < std::size(kProfileFields); ++f) {
-      labels.push_back(
-          {prefix + kProfileFields[f], present ? std::optional<std::string>(v[f]) : std::nullopt});
+      labels.push_back({prefix + std::string(kProfileFields[f]),
+                        present ? std::optional<std::string>(v[f]) : std::nullopt});
     }
   }
   if (single && profiles.size() == 1) {
@@ -105,6 +105,22 @@ std::vector<std::pair<std::string, std::optional<std::string>>> NvidiaMigLabels(
     labels.push_back({"nvidia.com/gpu.slices.ci", std::nullopt});
   }
   return labels;
+}
+
+bool AgentOwnsLabel(std::string_view key, bool mig_state) {
+  constexpr std::string_view kProfilePrefix = "nvidia.com/mig-";
+  if (key.starts_with(kProfilePrefix)) {
+    for (std::string_view field : kProfileFields) {
+      if (key.size() > kProfilePrefix.size() + field.size() && key.ends_with(field)) return true;
+    }
+    return false;
+  }
+  for (std::string_view owned :
+       {"nvidia.com/mig.strategy", "nvidia.com/gpu.slices.gi", "nvidia.com/gpu.slices.ci",
+        "gpufrac.io/agent", "gpufrac.io/gpu-model", "gpufrac.io/mig-gpus"}) {
+    if (key == owned) return true;
+  }
+  return mig_state && key == "nvidia.com/mig.config.state";
 }
 
 }  // namespace gpufrac::k8s

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -32,5 +33,13 @@ std::vector<std::pair<std::string, std::string>> NodeLabels(const NodeInventory&
 // patch's null), so the labels of a profile that vanished go with it.
 std::vector<std::pair<std::string, std::optional<std::string>>> NvidiaMigLabels(
     const NodeInventory& all, const NvidiaGpus& gpus, const std::string& product_name);
+
+// Whether the agent owns label `key`: NvidiaMigLabels' families (nvidia.com/mig.strategy,
+// nvidia.com/mig-<any profile>.count, .memory, .slices.gi, .slices.ci, nvidia.com/gpu.slices.gi
+// and .ci) and gpufrac.io/ labels NodeLabels writes, and with `mig_state`
+// nvidia.com/mig.config.state (the agent has no static MIG GPUs, so no MigConfigLabel sets it).
+// Such a label on the node that the agent does not publish now is no longer true: an earlier
+// agent (or this one, before a restart) wrote it, and it is removed.
+bool AgentOwnsLabel(std::string_view key, bool mig_state);
 
 }  // namespace gpufrac::k8s

@@ -3,6 +3,7 @@
 // suffix ("4096", "4Ki", "2k").
 #include "k8s/pod_request.h"
 
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "common/gpu_request.h"
+#include "common/text.h"
 #include "common/units.h"
 #include "k8s/object_fields.h"
 
@@ -401,7 +403,62 @@ StatusOr<PodRequest> ParsePodRequest(const json& pod) {
   }
   std::string model = Annotation(pod, kAnnotationGpuModel);
   for (ContainerRequest& r : out.containers) r.request.gpu_model = model;
+  if (!out.empty()) out.unenforced = UnenforcedReason(pod);
   return out;
+}
+
+std::string UnenforcedMessage(const std::string& reason) {
+  return reason +
+         ", which can unmount gpufrac's limiter and limit file: it may not share a GPU (allow it "
+         "with the namespace label " +
+         std::string(kLabelAllowUnenforced) +
+         "=true; it may have a whole GPU or a MIG instance)";
+}
+
+std::string UnenforcedReason(const json& pod) {
+  const json* spec = Find(pod, "spec");
+  const json* pod_context = spec ? Find(*spec, "securityContext") : nullptr;
+  // A boolean of the container's securityContext, else of the pod's (with `pod_level`).
+  auto flag = [&](const json* context, std::string_view key,
+                  bool pod_level) -> std::optional<bool> {
+    for (const json* c : {context, pod_level ? pod_context : nullptr}) {
+      const json* v = c ? Find(*c, key) : nullptr;
+      if (v != nullptr && v->is_boolean()) return v->get<bool>();
+    }
+    return std::nullopt;
+  };
+  auto non_root = [&](const json* context) {
+    for (const json* c : {context, pod_context}) {
+      const json* uid = c ? Find(*c, "runAsUser") : nullptr;
+      if (uid != nullptr && uid->is_number_integer()) return uid->get<int64_t>() != 0;
+    }
+    return flag(context, "runAsNonRoot", true).value_or(false);
+  };
+  for (const char* list : {"initContainers", "containers"}) {
+    const json* containers = spec ? Find(*spec, list) : nullptr;
+    if (containers == nullptr || !containers->is_array()) continue;
+    for (size_t i = 0; i < containers->size(); ++i) {
+      const json& c = (*containers)[i];
+      const bool init = std::string_view(list) == "initContainers";
+      const std::string who = std::string(init ? "init container \"" : "container \"") +
+                              Printable(ContainerName(c, i)) + "\"";
+      const json* context = Find(c, "securityContext");
+      if (flag(context, "privileged", false).value_or(false)) return who + " is privileged";
+      const json* caps = context ? Find(*context, "capabilities") : nullptr;
+      const json* add = caps ? Find(*caps, "add") : nullptr;
+      if (add == nullptr || !add->is_array()) continue;
+      for (const json& cap : *add) {
+        if (!cap.is_string()) continue;
+        std::string name = cap.get<std::string>();
+        for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+        if (name != "SYS_ADMIN" && name != "CAP_SYS_ADMIN" && name != "ALL") continue;
+        if (flag(context, "allowPrivilegeEscalation", false) == false && non_root(context))
+          continue;
+        return who + " adds capability " + Printable(cap.get<std::string>());
+      }
+    }
+  }
+  return "";
 }
 
 std::string RunAsKey(const json& pod, const json& container) {

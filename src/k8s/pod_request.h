@@ -51,9 +51,18 @@ struct ContainerRequest {
   friend bool operator==(const ContainerRequest&, const ContainerRequest&) = default;
 };
 
+// The namespace label that lets the pods of a namespace share GPUs although a container of
+// theirs can remove its enforcement (PodRequest::unenforced): "true".
+inline constexpr std::string_view kLabelAllowUnenforced = "gpufrac.io/allow-unenforced";
+
 // The pod's GPU containers, in the pod's order; empty when it asks for no GPU.
 struct PodRequest {
   std::vector<ContainerRequest> containers;
+  // How a container of the pod can remove the limiter (and with it MPS's limits) from the GPU
+  // containers (UnenforcedReason), "" when none can: such a pod is given no share of a shared
+  // GPU, only whole GPUs and MIG instances, where it can only hurt itself. The extender clears it
+  // where the operator allows such pods to share.
+  std::string unenforced;
   bool empty() const { return containers.empty(); }
   friend bool operator==(const PodRequest&, const PodRequest&) = default;
 };
@@ -74,6 +83,27 @@ struct PodRequest {
 //    given both as a resource and as the annotation.
 // Each container's run_as is RunAsKey's.
 StatusOr<PodRequest> ParsePodRequest(const nlohmann::json& pod);
+
+// Which container of `pod` (containers and init containers: all run with the pod's limit files
+// and limiter mounts in place, the kubelet having allocated its devices at admission) can remove
+// a GPU container's enforcement, in words ("" when none can): one that is privileged (root of
+// the node: it can change any mount and file), or adds capability SYS_ADMIN (also written
+// CAP_SYS_ADMIN, any case) or ALL, with which it can umount /etc/ld.so.preload and the limit
+// file, or enter a neighbour container's mounts when the pod shares its process namespace. An
+// added SYS_ADMIN is harmless only when the container cannot gain it: allowPrivilegeEscalation
+// false (no_new_privs: no setuid or file capability raises it) and a non-root user known from
+// the spec (runAsUser not 0, or runAsNonRoot true; the container's, else the pod's), since
+// Kubernetes gives a non-root process no ambient capabilities. allowPrivilegeEscalation alone
+// adds nothing (the bounding set holds only what is added), and the API server refuses it false
+// beside privileged or CAP_SYS_ADMIN. Ephemeral containers, added later, are not seen here.
+//   container "x" is privileged
+//   init container "setup" adds capability SYS_ADMIN
+std::string UnenforcedReason(const nlohmann::json& pod);
+// UnenforcedReason's `reason` with what follows from it, for the scheduler and the pod's event:
+// "..., which can unmount gpufrac's limiter and limit file: it may not share a GPU (allow it with
+// the namespace label gpufrac.io/allow-unenforced=true; it may have a whole GPU or a MIG
+// instance)".
+std::string UnenforcedMessage(const std::string& reason);
 
 // Who a container of `pod` runs as: "uid N" from securityContext.runAsUser (the container's, else
 // the pod's); without one, "image <image>": the image's USER decides, which the scheduler cannot

@@ -9,8 +9,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -24,6 +29,7 @@
 #include "k8s/fake_pod_resources.h"
 #include "k8s/gpu_provider.h"
 #include "k8s/inventory.h"
+#include "k8s/kube_cluster_api.h"
 #include "k8s/object_fields.h"
 #include "k8s/pod_resources.h"
 #include "k8s/reservations.h"
@@ -60,6 +66,14 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
+// An Allocate of `slot` fails, saying `says`.
+void ExpectRefused(KubeletClient& kubelet, const std::string& slot, const std::string& says) {
+  v1beta1::AllocateResponse response;
+  grpc::Status s = kubelet.Allocate({{slot}}, &response);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.error_message().find(says), std::string::npos) << s.error_message();
+}
+
 template <typename F>
 bool Eventually(F f, std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -73,8 +87,11 @@ bool Eventually(F f, std::chrono::milliseconds timeout = std::chrono::millisecon
 class K8sEndToEnd : public ::testing::Test {
  protected:
   void StartAll(const std::string& sim) {
+    sim_ = sim;
     setenv("GPUFRAC_SIMGPU_DIR", GPUFRAC_SIMGPU_DIR, 1);
-    auto server = FakeApiServer::Start();
+    FakeApiServer::Options server_options;
+    server_options.write_latency = write_latency_;
+    auto server = FakeApiServer::Start(server_options);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(*server);
     // With reservation pods, NVIDIA's device plugin serves the node's GPUs too: the kubelet
@@ -92,14 +109,23 @@ class K8sEndToEnd : public ::testing::Test {
     if (serve_pod_resources_) {
       ASSERT_TRUE(pod_resources_->Start().ok());
     }
+    StartAgent();
+    ASSERT_TRUE(kubelet_->WaitForRegistrations(1, std::chrono::seconds(5)));
+
+    StartExtender();
+  }
+
+  // The agent (a new one after a restart), started.
+  void StartAgent() {
     AgentServiceOptions options;
     options.agent.node = kNode;
-    options.agent.slots_per_gpu = 4;
+    options.agent.slots_per_gpu = slots_per_gpu_;
     options.agent.host_dir = host_dir_.path();
     options.agent.dev_dir = host_dir_.path() + "/dev";  // No device nodes here.
     options.kubelet_dir = kubelet_dir_.path();
     options.pod_resources_socket = pod_resources_->socket_path();
-    options.sim = sim;
+    options.sim = sim_;
+    options.stop_drain = stop_drain_;
     options.compute_policy = compute_policy_;
     options.mps_gpus = mps_gpus_;
     options.limiter_path = std::string(GPUFRAC_BUILD_DIR) + "/lib/libgpufrac.so";
@@ -108,9 +134,6 @@ class K8sEndToEnd : public ::testing::Test {
     agent_ = std::move(*agent);
     Status started = agent_->Start();
     ASSERT_TRUE(started.ok()) << started.ToString();
-    ASSERT_TRUE(kubelet_->WaitForRegistrations(1, std::chrono::seconds(5)));
-
-    StartExtender();
   }
 
   void StartExtender() {
@@ -275,6 +298,11 @@ class K8sEndToEnd : public ::testing::Test {
     return out;
   }
 
+  std::string sim_;  // As StartAll was given.
+  int slots_per_gpu_ = 4;
+  std::chrono::milliseconds write_latency_{0};  // The fake API server's, set before StartAll.
+  // Most tests leave pods bound and never allocated: their agent stops at once.
+  std::chrono::milliseconds stop_drain_{0};
   bool reservation_pods_ = false;  // Set before StartAll.
   bool serve_pod_resources_ = false;  // Set before StartAll: the kubelet's PodResources API.
   std::string compute_policy_ = "fair";
@@ -375,9 +403,43 @@ TEST_F(K8sEndToEnd, FractionIsBookedBoundAndAllocatedWithItsLimit) {
   // The pod records it, so the next Allocate does not pick the same container again.
   json after = *server_->Get("pods", "team-a", "train");
   EXPECT_FALSE(AnnotationOf(after, "gpufrac.io/allocated").empty());
-  s = kubelet.Allocate({{Slot(0, 0)}}, &response);
-  EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.error_message().find("waiting to start"), std::string::npos) << s.error_message();
+  ExpectRefused(kubelet, Slot(grant.index, 0),
+                "has started already with other devices (team-a/train/main)");
+}
+
+// Issue 29: after a kubelet restart the kubelet asked again for containers it had started, and
+// the agent answered that such pods "must be scheduled through gpufrac's scheduler extender",
+// about pods that were. The same devices again get the same container's allocation; only a pod
+// the extender never booked is told about the extender.
+TEST_F(K8sEndToEnd, TheKubeletAskingAgainForAStartedContainerGetsItsAllocationAgain) {
+  StartAll("2xH100-80GB");
+  json pod = server_->Put(PodObject("train", testing::FractionLimits(250)));
+  ASSERT_EQ(Schedule(pod), "");
+  const GpuGrant grant =
+      AssignmentOf(*server_->Get("pods", "team-a", "train"))->containers[0].gpus[0];
+  const std::string first = AllocateLimitFile(Slot(grant.index, 1));
+  ASSERT_FALSE(first.empty());
+
+  ASSERT_TRUE(kubelet_->Restart().ok());
+  ASSERT_TRUE(kubelet_->WaitForRegistrations(2, std::chrono::seconds(5)));
+  KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+  v1beta1::AllocateResponse response;
+  grpc::Status s = kubelet.Allocate({{Slot(grant.index, 1)}}, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.container_responses(0).envs().at("CUDA_VISIBLE_DEVICES"), grant.uuid);
+  std::string again;
+  for (const auto& m : response.container_responses(0).mounts()) {
+    if (m.container_path() == "/etc/gpufrac/limits") again = ReadFile(m.host_path());
+  }
+  EXPECT_EQ(again, first);
+
+  // A pod that asks for gpufrac.io/gpu but was bound without the extender: nothing to give it.
+  json bypass = PodObject("bypass", testing::FractionLimits(250));
+  bypass["spec"]["nodeName"] = kNode;
+  server_->Put(bypass);
+  server_->Delete("pods", "team-a", "train");
+  ExpectRefused(kubelet, Slot(grant.index, 2),
+                "must be scheduled through gpufrac's scheduler extender");
 }
 
 TEST_F(K8sEndToEnd, NeverDoubleBooksAndFreesWhenThePodGoes) {
@@ -1075,6 +1137,375 @@ TEST_F(K8sEndToEnd, SlotsOfAnotherGpuGetAWarningEventOnce) {
       << message;
   ASSERT_TRUE(agent_->Resync().ok());
   EXPECT_EQ(Events(std::string(kEventSlotMismatch)).size(), 1u) << "reported once";
+}
+
+// ---- The agent or the extender restarted during a burst of pods (issue 29) ----
+
+// A restarted agent registers with the kubelet before the slow rest of its start (here an API
+// server whose writes take 0.8 s each: its publication of the inventory), and an Allocate that
+// comes meanwhile waits for the start instead of failing the pod.
+TEST_F(K8sEndToEnd, ARestartedAgentRegistersFirstAndAnEarlyAllocateWaitsForItsStart) {
+  write_latency_ = std::chrono::milliseconds(800);
+  StartAll("2xH100-80GB");
+  json pod = server_->Put(PodObject("train", testing::FractionLimits(250)));
+  ASSERT_EQ(Schedule(pod), "");
+  const std::string slot = Slot(BookedGpu("train"), 0);
+  agent_.reset();
+  const size_t accepted = kubelet_->accepted();
+  const auto begin = std::chrono::steady_clock::now();
+  auto since = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  };
+  std::atomic<double> started{0};
+  std::thread restart([&] {
+    StartAgent();
+    started = since();
+  });
+  ASSERT_TRUE(kubelet_->WaitForRegistrations(accepted + 1, std::chrono::seconds(10)));
+  const double registered = since();
+  KubeletClient kubelet(kubelet_dir_.path(), Endpoint());
+  kubelet.set_timeout(std::chrono::seconds(30));  // The kubelet's Allocate has no deadline.
+  v1beta1::AllocateResponse response;
+  grpc::Status s = kubelet.Allocate({{slot}}, &response);
+  const double allocated = since();
+  restart.join();
+  std::printf(
+      "restarted agent: registered after %.2f s, Allocate answered after %.2f s, start "
+      "done after %.2f s\n",
+      registered, allocated, started.load());
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_LT(registered + 0.5, started) << "registered before publishing (a 0.8 s write)";
+}
+
+// What the kubelet of kNode and kube-scheduler do with a burst of pods, as far as a restart of
+// gpufrac's agent or extender shows (docs/kubernetes.md, "When the agent or the extender
+// restarts"):
+// - the kubelet's device manager follows the plugin's latest registration; while its
+//   ListAndWatch stream is down every device of gpufrac.io/gpu is unhealthy, and a pod admitted
+//   then, or whose Allocate fails, fails for good (UnexpectedAdmissionError); it reports the
+//   healthy devices as the node's allocatable at its next node status update (every 10 s in a
+//   kubelet, 0.5 s here);
+// - kube-scheduler keeps a pod that did not fit (NodeResourcesFit on the allocatable, the
+//   extender's filter, an extender it cannot reach, a failed bind) in its unschedulable queue
+//   until the pod itself changes, the node's allocatable changes, or 5 minutes pass.
+class MiniCluster {
+ public:
+  MiniCluster(ApiClient* client, FakeKubelet* kubelet, std::string kubelet_dir)
+      : client_(client), api_(client), kubelet_(kubelet), dir_(std::move(kubelet_dir)) {}
+  ~MiniCluster() { Stop(); }
+
+  // The extender's port; 0 while it is down.
+  void SetExtenderPort(int port) { extender_port_ = port; }
+  void Start() {
+    threads_.emplace_back([this] { DeviceManager(); });
+    threads_.emplace_back([this] { Admission(); });
+    threads_.emplace_back([this] { Scheduler(); });
+  }
+  void Stop() {
+    stop_ = true;
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+  }
+
+  struct Phases {
+    int pending = 0, running = 0, failed = 0;
+    std::string failure;  // One failed pod's message.
+  };
+  Phases Count() {
+    Phases out;
+    StatusOr<json> list = client_->List("/api/v1/namespaces/team-a/pods");
+    if (!list.ok()) return out;
+    for (const json& pod : (*list)["items"]) {
+      const json* status = FieldOf(pod, "status");
+      if (status == nullptr || !status->is_object()) continue;
+      const std::string phase = status->value("phase", "");
+      out.running += phase == "Running";
+      out.pending += phase == "Pending";
+      if (phase == "Failed") {
+        ++out.failed;
+        out.failure = status->value("reason", "") + ": " + status->value("message", "");
+      }
+    }
+    return out;
+  }
+
+ private:
+  // The device manager: the plugin's devices while its stream is up, none while it is down.
+  void DeviceManager() {
+    size_t seen = 0;
+    std::unique_ptr<KubeletClient> stream;
+    std::string reported = "";
+    while (!stop_) {
+      std::vector<v1beta1::RegisterRequest> regs = kubelet_->registrations();
+      if (regs.size() > seen) {  // A plugin registered (again): its new endpoint.
+        seen = regs.size();
+        stream = std::make_unique<KubeletClient>(dir_, regs.back().endpoint());
+        stream->StartListAndWatch();
+        std::lock_guard<std::mutex> lock(mu_);
+        endpoint_ = regs.back().endpoint();
+      }
+      if (stream) {
+        std::optional<v1beta1::ListAndWatchResponse> list =
+            stream->NextDeviceList(std::chrono::milliseconds(20));
+        std::lock_guard<std::mutex> lock(mu_);
+        if (list) {
+          healthy_.clear();
+          for (const auto& d : list->devices()) {
+            if (d.health() == "Healthy") healthy_.insert(d.id());
+          }
+        } else if (stream->WaitForStreamEnd(std::chrono::milliseconds(0))) {
+          healthy_.clear();  // PluginDisconnected: every device unhealthy.
+          endpoint_.clear();
+        }
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      // The node status update, at most every 0.5 s (a kubelet's is every 10 s).
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_status_ < std::chrono::milliseconds(500)) continue;
+      last_status_ = now;
+      std::string allocatable;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        allocatable = std::to_string(healthy_.size());
+      }
+      if (allocatable == reported) continue;
+      json patch = {{"status", {{"allocatable", {{"gpufrac.io/gpu", allocatable}}}}}};
+      if (client_->Patch(std::string("/api/v1/nodes/") + kNode + "/status", patch).ok()) {
+        reported = allocatable;
+      }
+    }
+  }
+
+  // Admits the pods bound to the node, one at a time, in the order the list gives them.
+  void Admission() {
+    std::set<std::string> admitted;
+    std::set<std::string> in_use;
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      StatusOr<std::vector<json>> pods = api_.ListPodsOnNode(kNode);
+      if (!pods.ok()) continue;
+      for (const json& pod : *pods) {
+        if (!admitted.insert(MetaOf(pod, "uid")).second) continue;
+        std::string endpoint;
+        std::vector<std::string> free;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          endpoint = endpoint_;
+          for (const std::string& id : healthy_) {
+            if (in_use.count(id) == 0) free.push_back(id);
+          }
+        }
+        std::string failure;
+        std::string device;
+        if (endpoint.empty() || free.empty()) {
+          failure =
+              "Allocate failed due to requested number of devices unavailable for "
+              "gpufrac.io/gpu. Requested: 1, Available: " +
+              std::to_string(free.size()) + ", which is unexpected";
+        } else {
+          KubeletClient plugin(dir_, endpoint);
+          plugin.set_timeout(std::chrono::seconds(60));  // The kubelet sets no deadline.
+          v1beta1::PreferredAllocationResponse preferred;
+          device = plugin.GetPreferredAllocation(free, {}, 1, &preferred).ok() &&
+                           preferred.container_responses_size() == 1 &&
+                           preferred.container_responses(0).deviceids_size() == 1
+                       ? preferred.container_responses(0).deviceids(0)
+                       : free.front();
+          v1beta1::AllocateResponse response;
+          grpc::Status s = plugin.Allocate({{device}}, &response);
+          if (!s.ok())
+            failure = "Allocate failed due to " + s.error_message() + ", which is unexpected";
+        }
+        json status = failure.empty() ? json{{"phase", "Running"}}
+                                      : json{{"phase", "Failed"},
+                                             {"reason", "UnexpectedAdmissionError"},
+                                             {"message", failure}};
+        if (failure.empty()) in_use.insert(device);
+        (void)client_->Patch("/api/v1/namespaces/team-a/pods/" + MetaOf(pod, "name") + "/status",
+                             {{"status", status}});
+      }
+    }
+  }
+
+  // kube-scheduler's loop over the unbound pods, with its unschedulable queue.
+  void Scheduler() {
+    struct Queued {
+      std::string pod;          // What the pod was (without its resourceVersion and status).
+      std::string allocatable;  // The node's allocatable then.
+      std::chrono::steady_clock::time_point since;
+    };
+    std::map<std::string, Queued> unschedulable;  // By UID.
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      StatusOr<json> node = client_->Get(std::string("/api/v1/nodes/") + kNode);
+      StatusOr<json> list = client_->List("/api/v1/namespaces/team-a/pods");
+      if (!node.ok() || !list.ok()) continue;
+      const json* status = FieldOf(*node, "status");
+      const json* all = status != nullptr ? FieldOf(*status, "allocatable") : nullptr;
+      const std::string allocatable =
+          all != nullptr && all->is_object() ? all->value("gpufrac.io/gpu", std::string("0")) : "0";
+      int free = std::stoi(allocatable);
+      for (const json& pod : (*list)["items"]) {
+        if (!PodNodeName(pod).empty() && !PodFinished(pod)) --free;
+      }
+      for (const json& pod : (*list)["items"]) {
+        if (!PodNodeName(pod).empty() || PodFinished(pod)) continue;
+        json stripped = pod;
+        stripped["metadata"].erase("resourceVersion");
+        stripped.erase("status");
+        const auto now = std::chrono::steady_clock::now();
+        auto queued = unschedulable.find(MetaOf(pod, "uid"));
+        if (queued != unschedulable.end()) {
+          if (queued->second.pod == stripped.dump() && queued->second.allocatable == allocatable &&
+              now - queued->second.since < std::chrono::minutes(5)) {
+            continue;  // Nothing it deems relevant happened.
+          }
+          unschedulable.erase(queued);
+        }
+        bool placed = false;
+        if (free > 0) {  // NodeResourcesFit.
+          placed = ScheduleThroughExtender(pod);
+        }
+        if (placed) {
+          --free;
+        } else {
+          unschedulable[MetaOf(pod, "uid")] = {stripped.dump(), allocatable, now};
+        }
+      }
+    }
+  }
+
+  // Filter, then bind; false when the extender cannot be reached or refuses.
+  bool ScheduleThroughExtender(const json& pod) {
+    const int port = extender_port_;
+    if (port == 0) return false;
+    httplib::Client http("127.0.0.1", port);
+    http.set_connection_timeout(1);
+    json args = {{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", {kNode}}};
+    auto filtered = http.Post("/filter", args.dump(), "application/json");
+    if (!filtered || filtered->status != 200) return false;
+    json f = json::parse(filtered->body, nullptr, false);
+    if (!f.is_object() || !f.value("Error", "").empty() || !f["NodeNames"].is_array() ||
+        f["NodeNames"].empty()) {
+      return false;
+    }
+    json binding = {{"PodName", MetaOf(pod, "name")},
+                    {"PodNamespace", MetaOf(pod, "namespace")},
+                    {"PodUID", MetaOf(pod, "uid")},
+                    {"Node", kNode}};
+    auto bound = http.Post("/bind", binding.dump(), "application/json");
+    if (!bound || bound->status != 200) return false;
+    json b = json::parse(bound->body, nullptr, false);
+    return b.is_object() && b.value("Error", "?").empty();
+  }
+
+  ApiClient* client_;
+  KubeClusterApi api_;
+  FakeKubelet* kubelet_;
+  const std::string dir_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> extender_port_{0};
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::set<std::string> healthy_;  // The plugin's healthy devices (mu_).
+  std::string endpoint_;           // The plugin's socket while its stream is up (mu_).
+  std::chrono::steady_clock::time_point last_status_{};
+};
+
+// A burst of `count` pods asking for a tenth of a GPU, one every 40 ms; `during` runs beside it
+// once the first third exist. Waits until every pod runs or failed (or `limit` passed); returns
+// the phases and sets `settled` to the seconds from the end of `during` until then.
+MiniCluster::Phases Burst(MiniCluster& cluster, FakeApiServer& server, int count,
+                          const std::function<void()>& during, std::chrono::seconds limit,
+                          double* settled) {
+  std::atomic<int64_t> back_ns{0};
+  std::thread outage;
+  for (int i = 0; i < count; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof(name), "burst-%02d", i);
+    server.Put(PodObject(name, testing::FractionLimits(100)));
+    if (i == count / 3) {
+      outage = std::thread([&] {
+        during();
+        back_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  }
+  outage.join();
+  MiniCluster::Phases phases;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    phases = cluster.Count();
+  } while (phases.pending > 0 && std::chrono::steady_clock::now() < deadline);
+  const auto back = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(back_ns));
+  *settled = std::chrono::duration<double>(std::chrono::steady_clock::now() - back).count();
+  return phases;
+}
+
+// The trial of issue 29: the agent stopped for a while in a burst failed 26 of 56 pods for good.
+// A stopping agent withdraws its inventory, so the extender binds no pod to a node whose kubelet
+// would fail it; the next agent registers with the kubelet before the slow rest of its start
+// and publishes its GPUs again, and the pods that waited are tried again at once.
+TEST_F(K8sEndToEnd, AnAgentRestartedInABurstFailsNoPodAndTheOthersRunSoonAfter) {
+  stop_drain_ = std::chrono::seconds(5);  // The agent's default.
+  slots_per_gpu_ = 8;
+  StartAll("8xH100-80GB");  // 64 slots.
+  MiniCluster cluster(client_.get(), kubelet_.get(), kubelet_dir_.path());
+  cluster.SetExtenderPort(extender_->port());
+  cluster.Start();
+  double settled = 0;
+  MiniCluster::Phases phases = Burst(
+      cluster, *server_, 56,
+      [&] {
+        agent_.reset();  // Stopped, as by kubectl delete pod (SIGTERM).
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        StartAgent();
+      },
+      std::chrono::seconds(30), &settled);
+  cluster.Stop();
+  std::printf(
+      "agent restarted for 2 s in a burst of 56 pods: %d running, %d failed, %d pending; "
+      "settled %.1f s after the agent was back\n",
+      phases.running, phases.failed, phases.pending, settled);
+  EXPECT_EQ(phases.failed, 0) << phases.failure;
+  EXPECT_EQ(phases.running, 56);
+  // The pods that waited run once the kubelet's node status (0.5 s here) shows the devices again.
+  EXPECT_LT(settled, 10.0);
+}
+
+// kube-scheduler keeps the pods an unreachable extender failed in its unschedulable queue for 5
+// minutes when nothing else happens; the restarted extender has them tried again once its books
+// are built.
+TEST_F(K8sEndToEnd, PodsAnExtenderThatWasDownFailedAreTriedAgainWhenItIsBack) {
+  slots_per_gpu_ = 8;
+  StartAll("8xH100-80GB");
+  MiniCluster cluster(client_.get(), kubelet_.get(), kubelet_dir_.path());
+  cluster.SetExtenderPort(extender_->port());
+  cluster.Start();
+  double settled = 0;
+  MiniCluster::Phases phases = Burst(
+      cluster, *server_, 56,
+      [&] {
+        cluster.SetExtenderPort(0);
+        extender_->Stop();
+        extender_thread_.join();
+        extender_.reset();
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        StartExtender();
+        cluster.SetExtenderPort(extender_->port());
+      },
+      std::chrono::seconds(30), &settled);
+  cluster.Stop();
+  std::printf(
+      "extender down for 2 s in a burst of 56 pods: %d running, %d failed, %d pending; "
+      "settled %.1f s after it was back\n",
+      phases.running, phases.failed, phases.pending, settled);
+  EXPECT_EQ(phases.failed, 0) << phases.failure;
+  EXPECT_EQ(phases.running, 56) << "the pods it failed waited for kube-scheduler's 5 minutes";
+  EXPECT_LT(settled, 10.0);
 }
 
 }  // namespace

@@ -55,6 +55,21 @@ TEST_F(KubeClusterApiTest, AnnotatePodCarriesTheResourceVersionAndRemovesEmptyVa
   EXPECT_EQ(api_->AnnotatePod("ns", "p", "", {{"a", "b"}}).code(), StatusCode::kNotFound);
 }
 
+// The extender reads the label gpufrac.io/allow-unenforced off the pod's namespace.
+TEST_F(KubeClusterApiTest, GetNamespaceReadsTheNamespaceObject) {
+  server_->Put(
+      {{"apiVersion", "v1"},
+       {"kind", "Namespace"},
+       {"metadata", {{"name", "ml"}, {"labels", {{"gpufrac.io/allow-unenforced", "true"}}}}}});
+  StatusOr<json> ns = api_->GetNamespace("ml");
+  ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+  EXPECT_EQ(LabelOf(*ns, "gpufrac.io/allow-unenforced"), "true");
+  EXPECT_EQ(server_->requests("GET", "/api/v1/namespaces/ml").size(), 1u);
+  EXPECT_EQ(api_->GetNamespace("nowhere").status().code(), StatusCode::kNotFound);
+  // A namespace's pods are still found under it.
+  EXPECT_TRUE(api_->GetPod("ns", "p").ok());
+}
+
 TEST_F(KubeClusterApiTest, DeletePodOnlyDeletesThePodWithTheGivenUid) {
   // Another pod has the name now: refused as a conflict, and nothing is deleted.
   Status other = api_->DeletePod("ns", "p", "uid-of-an-older-pod");

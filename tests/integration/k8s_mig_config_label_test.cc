@@ -59,7 +59,8 @@ class MigConfigLabelTest : public ::testing::Test {
   }
 
   // The agent with every GPU in static MIG; `configmap`: an operator's mig-parted file.
-  Status StartAgent(const std::string& strategy = "mixed", const std::string& configmap = "") {
+  Status StartAgent(const std::string& strategy = "mixed", const std::string& configmap = "",
+                    std::vector<int> static_mig = {0, 1, 2, 3, 4, 5, 6, 7}) {
     AgentServiceOptions options;
     options.agent.node = kNode;
     options.agent.host_dir = host_dir_.path();
@@ -67,7 +68,7 @@ class MigConfigLabelTest : public ::testing::Test {
     options.kubelet_dir = kubelet_dir_.path();
     options.sim = kSim;
     options.limiter_path = std::string(GPUFRAC_BUILD_DIR) + "/lib/libgpufrac.so";
-    options.static_mig_gpus = {0, 1, 2, 3, 4, 5, 6, 7};
+    options.static_mig_gpus = std::move(static_mig);
     options.mig_strategy = strategy;
     if (!configmap.empty()) {
       options.mig_parted_config = host_dir_.path() + "/config.yaml";
@@ -289,6 +290,51 @@ TEST_F(MigConfigLabelTest, LabelToResourcesToPodsPlacedAsInNvidiasWalkthrough) {
   EXPECT_EQ(Devices(kSlice), devices);
 }
 
+// Issue 29: the labels of profiles no longer served stayed through agent restarts. An agent that
+// no longer has static MIG GPUs (and one that restarts with no memory of what it wrote) removes
+// the labels of its families it does not publish, those an earlier agent left included; the
+// operator's nvidia.com/mig.config and labels of other families stay.
+TEST_F(MigConfigLabelTest, LabelsNoLongerTrueGoAfterARestartWithoutStaticMigGpus) {
+  ASSERT_TRUE(StartAgent().ok());
+  Configure("all-1g.10gb");
+  ASSERT_EQ(Labels()["nvidia.com/mig-1g.10gb.count"], "56");
+  agent_->Stop();
+  agent_.reset();
+  // What an earlier agent left: a profile served then, and the single strategy's slices.
+  Label("nvidia.com/mig-2g.20gb.count", "3");
+  Label("nvidia.com/mig-2g.20gb.memory", "19968");
+  Label("nvidia.com/gpu.slices.gi", "2");
+  Label("team.example.com/mig-owner", "ml");
+
+  // Restarted without static MIG GPUs: gpufrac lays the MIG GPUs out itself now.
+  ASSERT_TRUE(StartAgent("mixed", "", {}).ok());
+  json labels = Labels();
+  for (const char* gone :
+       {"nvidia.com/mig-1g.10gb.count", "nvidia.com/mig-1g.10gb.memory",
+        "nvidia.com/mig-1g.10gb.slices.gi", "nvidia.com/mig-1g.10gb.slices.ci",
+        "nvidia.com/mig-2g.20gb.count", "nvidia.com/mig-2g.20gb.memory", "nvidia.com/mig.strategy",
+        "nvidia.com/gpu.slices.gi", "nvidia.com/mig.config.state"}) {
+    EXPECT_FALSE(labels.contains(gone)) << gone << " stayed: " << labels.dump();
+  }
+  EXPECT_EQ(labels["nvidia.com/mig.config"], "all-1g.10gb") << "the operator's label stays";
+  EXPECT_EQ(labels["team.example.com/mig-owner"], "ml");
+  EXPECT_EQ(labels["gpufrac.io/agent"], "true");
+  EXPECT_EQ(labels["nvidia.com/gpu.count"], "8");
+
+  // With static MIG GPUs again, a restart keeps what is still true.
+  agent_->Stop();
+  agent_.reset();
+  ASSERT_TRUE(StartAgent().ok());
+  Configure("all-1g.10gb");
+  agent_->Stop();
+  agent_.reset();
+  ASSERT_TRUE(StartAgent().ok());
+  labels = Labels();
+  EXPECT_EQ(labels["nvidia.com/mig-1g.10gb.count"], "56");
+  EXPECT_EQ(labels["nvidia.com/mig.strategy"], "mixed");
+  EXPECT_EQ(labels["nvidia.com/mig.config.state"], "success");
+}
+
 TEST_F(MigConfigLabelTest, AnUnknownNameFailsWithAnEventAndChangesNothing) {
   ASSERT_TRUE(StartAgent().ok());
   Configure("all-1g.10gb");
@@ -303,6 +349,9 @@ TEST_F(MigConfigLabelTest, AnUnknownNameFailsWithAnEventAndChangesNothing) {
   ASSERT_EQ(failed.size(), 1u);
   EXPECT_THAT(failed[0], HasSubstr("no configuration all-9g.1tb"));
   EXPECT_THAT(failed[0], HasSubstr("all-balanced")) << "it lists the names it knows";
+  // In Kubernetes' terms (issue 29): the ConfigMap, not the agent's flag.
+  EXPECT_THAT(failed[0], HasSubstr("no mig-parted ConfigMap (create gpufrac-mig-parted"));
+  EXPECT_THAT(failed[0], ::testing::Not(HasSubstr("--mig-parted-config")));
   EXPECT_EQ(failed[0].find('\n'), std::string::npos);
   EXPECT_EQ(Instances(), before);
   EXPECT_EQ(Count(kSlice, "Healthy"), 56u) << "a configuration that fails its checks withdraws "
@@ -583,7 +632,13 @@ mig-configs:
     std::string name, says;
   };
   for (const Case& c :
-       std::vector<Case>{{"too-much", "H100-80GB"}, {"all-disabled", "is in MIG mode"}}) {
+       std::vector<Case>{{"too-much", "H100-80GB"},
+                         {"all-disabled",
+                          "GPU 0 (H100-80GB) is in MIG mode but the configuration has "
+                          "mig-enabled: false for it; the agent does not switch MIG mode"},
+                         {"all-disabled", "(nvidia-smi -i 0 -mig 0, with no pod using the GPU)"},
+                         {"all-9g.1tb", "the mig-parted ConfigMap the agent read at start from " +
+                                            host_dir_.path() + "/config.yaml"}}) {
     Label("nvidia.com/mig.config", c.name);
     ASSERT_TRUE(agent_->Resync().ok());
     EXPECT_EQ(State(), "failed") << c.name;
@@ -591,7 +646,10 @@ mig-configs:
     ASSERT_FALSE(failed.empty());
     EXPECT_THAT(failed.back(), HasSubstr(c.name + " failed"));
     EXPECT_THAT(failed.back(), HasSubstr(c.says));
+    EXPECT_THAT(failed.back(), ::testing::Not(HasSubstr("gpufrac mig"))) << "not a command here";
     EXPECT_EQ(Instances(), before) << c.name;
+    Label("nvidia.com/mig.config", "two-3g");  // Each case is a new label.
+    ASSERT_TRUE(agent_->Resync().ok());
   }
 
   // A default the file does not name is still there.

@@ -102,6 +102,7 @@ const std::vector<ResourceInfo>& Resources() {
   static const std::vector<ResourceInfo> kResources = {
       {"pods", "Pod", true, {"spec.nodeName", "status.phase", "spec.schedulerName"}},
       {"nodes", "Node", false, {"spec.unschedulable"}},
+      {"namespaces", "Namespace", false, {"status.phase"}},
       {"events",
        "Event",
        true,
@@ -298,8 +299,9 @@ bool ParseRoute(const std::string& path, Route* route) {
   if (!parts.empty() && parts.back().empty()) parts.pop_back();
   if (parts.size() < 3 || parts[0] != "api" || parts[1] != "v1") return false;
   size_t i = 2;
-  if (parts[i] == "namespaces") {
-    if (parts.size() < 5) return false;
+  // /api/v1/namespaces and /api/v1/namespaces/<name> name Namespace objects; deeper paths name
+  // objects in that namespace.
+  if (parts[i] == "namespaces" && parts.size() > 4) {
     route->ns = parts[3];
     i = 4;
   }
@@ -1044,7 +1046,7 @@ void FakeApiServer::set_token(const std::string& token) {
 json FakeApiServer::Put(json object) {
   const ResourceInfo* info = ByKind(object.value("kind", ""));
   if (info == nullptr) {
-    throw std::invalid_argument("FakeApiServer::Put: kind must be Pod, Node or Event");
+    throw std::invalid_argument("FakeApiServer::Put: kind must be Pod, Node, Namespace or Event");
   }
   std::lock_guard<std::mutex> lock(state_->mu);
   if (info->namespaced && Str(object, "metadata", "namespace").empty()) {

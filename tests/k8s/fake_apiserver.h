@@ -68,7 +68,8 @@ class FakeApiServer {
   // The accepted token from now on.
   void set_token(const std::string& token);
 
-  // --- Objects (kinds Pod, Node, Event; "pods", "nodes", "events" in paths) ---
+  // --- Objects (kinds Pod, Node, Namespace, Event; "pods", "nodes", "namespaces", "events" in
+  // paths) ---
 
   // Creates or replaces the object as a server-side change (no precondition), giving it a new
   // resourceVersion (and uid/creationTimestamp when new) and an ADDED or MODIFIED event.

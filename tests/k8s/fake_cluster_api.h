@@ -247,6 +247,26 @@ class FakeClusterApi : public ClusterApi {
     return OkStatus();
   }
 
+  // Namespaces exist as pods are put in them (the API server has every pod's); labels come
+  // from SetNamespaceLabel.
+  void SetNamespaceLabel(const std::string& ns, const std::string& key, const std::string& value) {
+    std::lock_guard<std::mutex> lock(mu_);
+    namespace_labels_[ns][key] = value;
+  }
+  StatusOr<nlohmann::json> GetNamespace(const std::string& name) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++namespace_gets_;
+    nlohmann::json ns = {{"apiVersion", "v1"},
+                         {"kind", "Namespace"},
+                         {"metadata", {{"name", name}, {"labels", nlohmann::json::object()}}}};
+    for (const auto& [key, value] : namespace_labels_[name]) ns["metadata"]["labels"][key] = value;
+    return ns;
+  }
+  int namespace_gets() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return namespace_gets_;
+  }
+
   StatusOr<nlohmann::json> GetNode(const std::string& node) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = nodes_.find(node);
@@ -373,6 +393,8 @@ class FakeClusterApi : public ClusterApi {
   mutable std::mutex mu_;
   std::map<std::string, nlohmann::json> pods_;
   std::map<std::string, nlohmann::json> nodes_;
+  std::map<std::string, std::map<std::string, std::string>> namespace_labels_;
+  int namespace_gets_ = 0;
   std::vector<Event> events_;
   uint64_t version_ = 0;
   uint64_t next_uid_ = 0;

@@ -238,6 +238,25 @@ TEST_F(ExtenderTest, PrioritizeScoresFromZeroToTenWithTheBestAtTen) {
   EXPECT_EQ(s.extender->stats().prioritizes, 1u);
 }
 
+// Issue 29: a busy node and an empty one got the same score (10 and 10) when the policy's coarse
+// scores tied; packing prefers the busier node, also when the pod goes on a free GPU of it.
+TEST_F(ExtenderTest, PrioritizePrefersTheBusierOfNodesThePolicyScoresAlike) {
+  NodeInventory busy = Inventory("busy", 2, "A100-80GB"),
+                empty = Inventory("empty", 2, "A100-80GB");
+  api_.PutNode(NodeObject("busy", &busy));
+  api_.PutNode(NodeObject("empty", &empty));
+  Scheduler s(api_);
+  ASSERT_EQ(s.Bind(AddPod("big", FractionLimits(900)), "busy"), "");
+  for (int milli : {250, 500, 100}) {
+    json pod = AddPod("p" + std::to_string(milli), FractionLimits(milli));
+    json list = json::parse(s.extender->Prioritize(FilterByNames(pod, {"empty", "busy"})));
+    ASSERT_EQ(list.size(), 2u);
+    EXPECT_EQ(list[0]["Host"], "empty");
+    EXPECT_EQ(list[0]["Score"], 0) << milli << ": " << list.dump();
+    EXPECT_EQ(list[1]["Score"], 10) << milli << ": " << list.dump();
+  }
+}
+
 TEST_F(ExtenderTest, PrioritizeGivesTenToEqualNodesAndNothingForBadBodies) {
   NodeInventory n3 = Inventory("n3", 1, "A100-80GB");
   api_.PutNode(NodeObject("n3", &n3));
@@ -407,10 +426,16 @@ TEST_F(ExtenderTest, AMigInstanceForAFractionOrAMemorySaysWhatItHolds) {
   }
   std::printf("%s\n%s\n", assigned["default/quarter"].c_str(), assigned["default/ten"].c_str());
   EXPECT_THAT(assigned["default/quarter"], HasSubstr("MIG 2g.20gb at "));
-  EXPECT_THAT(assigned["default/quarter"],
-              HasSubstr("(" + memory_of("2g.20gb") +
-                        " for 0.25: the smallest profile with that share of the memory and "
-                        "compute slices)"));
+  // Issue 29: the fraction's case says how much less than its share of the GPU's memory too.
+  const uint64_t quarter = mig.gpus[0].memory_bytes / 1000 * 250;
+  const uint64_t instance = gpu::FindMigProfile(model, "2g.20gb")->memory_bytes;
+  ASSERT_LT(instance, quarter) << "H100-80GB's 2g.20gb holds a little less than a quarter";
+  EXPECT_THAT(
+      assigned["default/quarter"],
+      HasSubstr("(" + memory_of("2g.20gb") + " for 0.25, " + FormatSize(quarter - instance) +
+                " less than 0.25 of the GPU's " + FormatSize(mig.gpus[0].memory_bytes) +
+                ": the smallest profile whose name's size and compute slices hold that "
+                "share)"));
   EXPECT_THAT(assigned["default/ten"], HasSubstr("MIG 1g.10gb at "));
   EXPECT_THAT(assigned["default/ten"],
               HasSubstr("(" + memory_of("1g.10gb") + ", " +
@@ -418,6 +443,98 @@ TEST_F(ExtenderTest, AMigInstanceForAFractionOrAMemorySaysWhatItHolds) {
                                    gpu::FindMigProfile(model, "1g.10gb")->memory_bytes) +
                         " less than the 10 GiB asked: the smallest profile whose name's size "
                         "holds it)"));
+}
+
+// Issue 29: a container that can unmount the limiter (privileged, or adding SYS_ADMIN) is given
+// no share of a shared GPU unless the operator allows it (the extender's option or a label on the
+// pod's namespace); whole GPUs and MIG instances it may have, where it can only hurt itself.
+TEST_F(ExtenderTest, APodThatCanRemoveItsLimitsSharesNoGpuUnlessAllowed) {
+  NodeInventory mig = Inventory("mig", 1, "H100-80GB", GpuMode::kMig);
+  api_.PutNode(NodeObject("mig", &mig));
+  Scheduler s(api_);
+  auto privileged = [&](const std::string& name, json limits, const std::string& ns = "default") {
+    json pod = testing::PodObject(name, std::move(limits), json::object(), ns);
+    pod["spec"]["containers"][0]["securityContext"] = {{"capabilities", {{"add", {"SYS_ADMIN"}}}}};
+    return api_.PutPod(pod);
+  };
+  const std::string why =
+      "container \"main\" adds capability SYS_ADMIN, which can unmount gpufrac's limiter and "
+      "limit file: it may not share a GPU (allow it with the namespace label "
+      "gpufrac.io/allow-unenforced=true; it may have a whole GPU or a MIG instance)";
+  json share = privileged("share", FractionLimits(250));
+  json r = s.Filter(share, {"n1", "n2", "mig"});
+  EXPECT_EQ(r["NodeNames"], json::array({"mig"})) << r.dump();
+  EXPECT_EQ(r["FailedNodes"]["n1"], why);
+  ASSERT_EQ(s.Bind(share, "mig"), "");
+  std::optional<Assignment> a = AssignmentOf(Stored("share"));
+  ASSERT_TRUE(a.has_value());
+  EXPECT_TRUE(a->containers[0].gpus[0].mig.has_value()) << "a MIG instance, not a share";
+  // The pod is told once, although kube-scheduler filters it again.
+  s.Filter(share, {"n1"});
+  int told = 0;
+  for (const FakeClusterApi::Event& e : api_.events()) {
+    if (e.reason != "GpufracNoSharedGpu") continue;
+    ++told;
+    EXPECT_TRUE(e.warning);
+    EXPECT_EQ(e.pod, "default/share");
+    EXPECT_THAT(e.message, HasSubstr("adds capability SYS_ADMIN, which can unmount"));
+  }
+  EXPECT_EQ(told, 1);
+  // A whole GPU is fine, shared GPU or not.
+  EXPECT_EQ(s.Filter(privileged("whole", {{"gpufrac.io/gpu", "1"}}), {"n1", "n2"})["NodeNames"],
+            json::array({"n1", "n2"}));
+  // A bind to a node the filter refused is refused too.
+  json other = privileged("other", FractionLimits(250));
+  EXPECT_THAT(s.Bind(other, "n1"), HasSubstr("may not share a GPU"));
+
+  // The namespace label allows it for that namespace only.
+  api_.SetNamespaceLabel("ml", "gpufrac.io/allow-unenforced", "true");
+  EXPECT_TRUE(s.Fits(privileged("allowed", FractionLimits(250), "ml"), "n1"));
+  EXPECT_FALSE(s.Fits(privileged("still", FractionLimits(250)), "n1"));
+  // So does the extender's option, everywhere.
+  Scheduler lenient(api_, ExtenderOptions{.allow_unenforced = true});
+  EXPECT_TRUE(lenient.Fits(privileged("anywhere", FractionLimits(250)), "n1"));
+  // Pods that cannot remove their limits cost no namespace read.
+  const int reads = api_.namespace_gets();
+  EXPECT_TRUE(s.Fits(AddPod("plain", FractionLimits(250)), "n1"));
+  EXPECT_EQ(api_.namespace_gets(), reads);
+}
+
+// Issue 29: pods the extender could not place (or that it could not answer while it was down)
+// sit in kube-scheduler's unschedulable queue, which a node's new GPU inventory does not empty:
+// the extender updates them (annotation gpufrac.io/retry) so that they are tried again at once.
+TEST_F(ExtenderTest, WaitingPodsAreTriedAgainWhenTheBooksAreBuiltAndWhenANodesGpusChange) {
+  json waiting = AddPod("waiting", FractionLimits(250));
+  json plain = AddPod("plain", {{"cpu", "1"}});
+  json bound = AddPod("bound", FractionLimits(250));
+  bound["spec"]["nodeName"] = "n1";
+  bound = api_.PutPod(bound);
+  Scheduler s(api_);
+  EXPECT_TRUE(s.extender->retry_wanted()) << "every node's inventory is new to a new extender";
+  for (const json& p : api_.AllPods()) s.extender->OnPod(p);
+  EXPECT_EQ(s.extender->RetryWaiting(std::chrono::seconds(30)), 1);
+  EXPECT_FALSE(AnnotationOf(Stored("waiting"), kAnnotationRetry).empty());
+  EXPECT_TRUE(AnnotationOf(Stored("plain"), kAnnotationRetry).empty()) << "not gpufrac's";
+  EXPECT_TRUE(AnnotationOf(Stored("bound"), kAnnotationRetry).empty()) << "not waiting";
+  EXPECT_FALSE(s.extender->retry_wanted());
+
+  // The same inventory again changes nothing; a changed one does.
+  s.extender->OnNode(*api_.GetNode("n1"));
+  EXPECT_FALSE(s.extender->retry_wanted());
+  NodeInventory more = Inventory("n1", 2, "A100-80GB");
+  s.extender->OnNode(api_.PutNode(NodeObject("n1", &more)));
+  EXPECT_TRUE(s.extender->retry_wanted());
+  // Not twice within the interval (its watch event has its new resourceVersion).
+  s.extender->OnPod(Stored("waiting"));
+  EXPECT_EQ(s.extender->RetryWaiting(std::chrono::seconds(30)), 0);
+  EXPECT_EQ(s.extender->RetryWaiting(std::chrono::milliseconds(0)), 1);
+  // A pod that changed since the watch showed it is not written over.
+  json stale = Stored("waiting");
+  api_.PutPod(stale);
+  EXPECT_EQ(s.extender->RetryWaiting(std::chrono::milliseconds(0)), 0);
+  // A pod bound or deleted waits no more.
+  s.extender->OnPodDeleted(Stored("waiting"));
+  EXPECT_EQ(s.extender->RetryWaiting(std::chrono::milliseconds(0)), 0);
 }
 
 TEST_F(ExtenderTest, BindOfAPodDeletedBeforeItsAssignmentIsWrittenLeavesNoBooking) {

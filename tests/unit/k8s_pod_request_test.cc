@@ -583,5 +583,89 @@ TEST(PodRequestTest, DescribeParsedRequests) {
             "gpufrac.io/gpu: 1, gpufrac.io/mig-profile: 3g.40gb, gpufrac.io/gpu-model: H100-80GB");
 }
 
+// ---- Containers that can remove their enforcement (issue 29) ----
+
+json WithContext(json container, json context) {
+  container["securityContext"] = std::move(context);
+  return container;
+}
+
+json Fraction() { return {{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-fraction", "250"}}; }
+
+TEST(PodRequestTest, APrivilegedOrSysAdminContainerCanRemoveItsEnforcement) {
+  struct Case {
+    json context;
+    std::string says;  // "" when the container cannot remove it.
+  };
+  const std::vector<Case> cases = {
+      {json::object(), ""},
+      {{{"privileged", true}}, "container \"main\" is privileged"},
+      {{{"privileged", false}}, ""},
+      {{{"capabilities", {{"add", {"SYS_ADMIN"}}}}},
+       "container \"main\" adds capability SYS_ADMIN"},
+      {{{"capabilities", {{"add", {"NET_ADMIN", "CAP_SYS_ADMIN"}}}}},
+       "container \"main\" adds capability CAP_SYS_ADMIN"},
+      {{{"capabilities", {{"add", {"all"}}}}}, "container \"main\" adds capability all"},
+      {{{"capabilities", {{"add", {"sys_admin"}}}}},
+       "container \"main\" adds capability sys_admin"},
+      {{{"capabilities", {{"add", {"NET_ADMIN", "SYS_PTRACE"}}, {"drop", {"ALL"}}}}}, ""},
+      // allowPrivilegeEscalation alone: the bounding set holds no SYS_ADMIN to escalate to.
+      {{{"allowPrivilegeEscalation", true}}, ""},
+      // SYS_ADMIN that a non-root process under no_new_privs can never gain.
+      {{{"capabilities", {{"add", {"SYS_ADMIN"}}}},
+        {"allowPrivilegeEscalation", false},
+        {"runAsUser", 1000}},
+       ""},
+      {{{"capabilities", {{"add", {"SYS_ADMIN"}}}},
+        {"allowPrivilegeEscalation", false},
+        {"runAsNonRoot", true}},
+       ""},
+      // Root keeps it under no_new_privs; a non-root one with escalation can regain it (setuid).
+      {{{"capabilities", {{"add", {"SYS_ADMIN"}}}},
+        {"allowPrivilegeEscalation", false},
+        {"runAsUser", 0}},
+       "adds capability SYS_ADMIN"},
+      {{{"capabilities", {{"add", {"SYS_ADMIN"}}}}, {"runAsUser", 1000}},
+       "adds capability SYS_ADMIN"},
+      {{{"capabilities", {{"add", {"SYS_ADMIN"}}}}, {"allowPrivilegeEscalation", false}},
+       "adds capability SYS_ADMIN"},
+  };
+  for (const Case& c : cases) {
+    StatusOr<PodRequest> r =
+        ParsePodRequest(Pod({WithContext(Container("main", Fraction()), c.context)}));
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (c.says.empty()) {
+      EXPECT_EQ(r->unenforced, "") << c.context.dump();
+    } else {
+      EXPECT_THAT(r->unenforced, HasSubstr(c.says)) << c.context.dump();
+    }
+  }
+}
+
+TEST(PodRequestTest, EveryContainerOfThePodCountsAndThePodsUserToo) {
+  // A privileged init container runs with the pod's limit files in place.
+  json pod = Simple(Fraction());
+  pod["spec"]["initContainers"] = {
+      WithContext(Container("setup", nullptr), {{"privileged", true}})};
+  EXPECT_EQ(ParsePodRequest(pod)->unenforced, "init container \"setup\" is privileged");
+  // A sidecar without GPUs that adds SYS_ADMIN.
+  pod =
+      Pod({Container("main", Fraction()),
+           WithContext(Container("fuse", nullptr), {{"capabilities", {{"add", {"SYS_ADMIN"}}}}})});
+  EXPECT_EQ(ParsePodRequest(pod)->unenforced, "container \"fuse\" adds capability SYS_ADMIN");
+  // The pod's runAsUser with the container's no_new_privs: cannot gain it.
+  pod = Pod({WithContext(Container("main", Fraction()), {{"capabilities", {{"add", {"SYS_ADMIN"}}}},
+                                                         {"allowPrivilegeEscalation", false}})});
+  pod["spec"]["securityContext"] = {{"runAsUser", 1000}};
+  EXPECT_EQ(ParsePodRequest(pod)->unenforced, "");
+  // The container's runAsUser 0 overrides the pod's.
+  pod["spec"]["containers"][0]["securityContext"]["runAsUser"] = 0;
+  EXPECT_THAT(ParsePodRequest(pod)->unenforced, HasSubstr("adds capability SYS_ADMIN"));
+  // A pod that asks for no GPU is not gpufrac's to judge.
+  pod = Pod({WithContext(Container("main", {{"cpu", "1"}}), {{"privileged", true}})});
+  EXPECT_EQ(ParsePodRequest(pod)->unenforced, "");
+  EXPECT_EQ(UnenforcedReason(pod), "container \"main\" is privileged");
+}
+
 }  // namespace
 }  // namespace gpufrac::k8s
