@@ -67,14 +67,20 @@ struct TcpListen {
 
 struct HttpLimits {
   size_t max_body_bytes = 1 << 20;  // Larger bodies get 413 before the handler runs.
-  unsigned max_connections = 1024;  // In all, per listener.
+  // Open at once per listener, all callers together (each holds a thread). A connection past
+  // it is answered 503 and closed.
+  unsigned max_connections = 1024;
   // Open at once from one caller: a user on the unix socket or on TCP from this machine (found
   // through /proc/net/tcp, whatever loopback address it uses: tcp_peer.h), or one remote address.
-  // Root and the service's own user are not counted. A connection over it is answered 503 and
-  // closed as soon as it is accepted, so that one caller's idle or slow connections cannot use
-  // up the server's threads and lock others out.
+  // Root and the service's own user are not counted. The server accepts connections itself and
+  // answers one over the cap 503 and closes it there, before it has a thread or a slot, so that
+  // one caller's idle, slow or flooding connections cannot lock others out or slow them down.
   unsigned max_connections_per_user = 32;
-  unsigned connection_timeout_seconds = 120;
+  unsigned connection_timeout_seconds = 120;  // Of silence, once a request's headers are in.
+  // A request's headers must all be in within this of the connection's opening (or of the end
+  // of the previous request on the connection), however slowly they trickle in; else 408 and
+  // the connection is closed. An idle kept-alive connection is closed after it too.
+  unsigned header_timeout_seconds = 10;
 };
 
 class HttpServer {

@@ -4,6 +4,7 @@
 // input leave the server serving.
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -15,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -24,9 +26,12 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "node/http_server.h"
 
@@ -394,6 +399,196 @@ TEST_F(HttpServerTest, OneUsersConnectionsCannotLockOthersOut) {
     if (!admitted) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_TRUE(admitted);
+}
+
+// One GET /whoami on a fresh connection, connecting without blocking as curl does (a full
+// listen backlog is then a failed connect, not a wait). Empty when the answer is a 200, else
+// what went wrong.
+std::string QuickRequest(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    std::string error = "connect: " + std::string(std::strerror(errno));
+    if (fd >= 0) close(fd);
+    return error;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  timeval timeout{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  const std::string request = "GET /whoami HTTP/1.1\r\nHost: l\r\nConnection: close\r\n\r\n";
+  std::string reply;
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+      static_cast<ssize_t>(request.size())) {
+    char buffer[4096];
+    ssize_t n;
+    while ((n = read(fd, buffer, sizeof(buffer))) > 0) reply.append(buffer, n);
+  }
+  close(fd);
+  if (reply.rfind("HTTP/1.1 200", 0) == 0) return "";
+  return "reply: " + reply.substr(0, reply.find('\r'));
+}
+
+struct Latency {
+  int failures = -1;
+  int64_t p50_us = 0, p99_us = 0, max_us = 0;
+  std::string first_failure;
+};
+
+// Latencies of `count` QuickRequests in a row, as user `uid`.
+Latency MeasureAs(const std::string& path, uid_t uid, int count) {
+  std::istringstream text(AsUser(uid, [&] {
+    std::vector<int64_t> micros;
+    int failures = 0;
+    std::string first_failure;
+    for (int i = 0; i < count; ++i) {
+      auto start = steady_clock::now();
+      std::string failure = QuickRequest(path);
+      micros.push_back(
+          std::chrono::duration_cast<std::chrono::microseconds>(steady_clock::now() - start)
+              .count());
+      failures += !failure.empty();
+      if (first_failure.empty()) first_failure = failure;
+    }
+    std::sort(micros.begin(), micros.end());
+    return std::to_string(failures) + " " + std::to_string(micros[count / 2]) + " " +
+           std::to_string(micros[count * 99 / 100]) + " " + std::to_string(micros.back()) + " " +
+           first_failure;
+  }));
+  Latency latency;
+  text >> latency.failures >> latency.p50_us >> latency.p99_us >> latency.max_us;
+  std::getline(text >> std::ws, latency.first_failure);
+  return latency;
+}
+
+// A process of user nobody that fills its connection cap with idle connections, then connects
+// and hangs up in a tight loop (non-blocking connects, as fast as it can) until Stop, which
+// returns how many connections it made.
+class Flood {
+ public:
+  Flood(const std::string& path, int held) {
+    int stop[2], count[2];
+    if (pipe(stop) != 0 || pipe(count) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(stop[1]);
+      close(count[0]);
+      if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0) _exit(3);
+      std::vector<int> fds;
+      for (int i = 0; i < held; ++i) fds.push_back(ConnectUnix(path));
+      fcntl(stop[0], F_SETFL, O_NONBLOCK);
+      sockaddr_un address{};
+      address.sun_family = AF_UNIX;
+      std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+      int64_t made = 0;
+      char c;
+      while (read(stop[0], &c, 1) < 0 && errno == EAGAIN) {
+        for (int i = 0; i < 100; ++i) {
+          int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+          made += connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+          close(fd);
+        }
+      }
+      (void)!write(count[1], &made, sizeof(made));
+      _exit(0);
+    }
+    close(stop[0]);
+    close(count[1]);
+    stop_ = stop[1];
+    count_ = count[0];
+  }
+  ~Flood() { Stop(); }
+  int64_t Stop() {
+    if (pid_ <= 0) return made_;
+    close(stop_);
+    if (read(count_, &made_, sizeof(made_)) != static_cast<ssize_t>(sizeof(made_))) made_ = -1;
+    close(count_);
+    waitpid(pid_, nullptr, 0);
+    pid_ = 0;
+    return made_;
+  }
+
+ private:
+  pid_t pid_ = 0;
+  int stop_ = -1, count_ = -1;
+  int64_t made_ = 0;
+};
+
+// Issue 29: uid 65534 reconnecting in a tight loop made 13 of 20 of another user's requests fail
+// and raised their latency from 4 ms to 100-220 ms. Connections over its cap are now turned
+// away before they cost a thread, so the other user's requests keep their latency.
+TEST_F(HttpServerTest, AConnectionFloodLeavesOtherUsersTheirLatency) {
+  if (geteuid() != 0) GTEST_SKIP() << "becoming another user needs root";
+  auto server = StartUnix(At(socket_, 0666), Recorder());
+  ASSERT_NE(server, nullptr);
+  constexpr int kRequests = 1000;
+  const Latency quiet = MeasureAs(socket_, kNobody - 1, kRequests);
+  auto start = steady_clock::now();
+  Flood flood(socket_, 32);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // The flood is under way.
+  const Latency flooded = MeasureAs(socket_, kNobody - 1, kRequests);
+  const int64_t made = flood.Stop();
+  const double seconds = std::chrono::duration<double>(steady_clock::now() - start).count();
+  std::printf(
+      "uid 65533, %d requests: quiet p50 %.2f ms p99 %.2f ms max %.2f ms; during uid 65534's "
+      "flood of %.0f connections/s: p50 %.2f ms p99 %.2f ms max %.2f ms, %d failed\n",
+      kRequests, quiet.p50_us / 1e3, quiet.p99_us / 1e3, quiet.max_us / 1e3, made / seconds,
+      flooded.p50_us / 1e3, flooded.p99_us / 1e3, flooded.max_us / 1e3, flooded.failures);
+  EXPECT_EQ(quiet.failures, 0) << quiet.first_failure;
+  EXPECT_EQ(flooded.failures, 0) << flooded.first_failure;
+  EXPECT_GT(made / seconds, 2000) << "the flood was too slow to test anything";
+  // The issue's goal is 20 ms; a loaded 2-core machine (the flood takes one core) gets a margin.
+  EXPECT_LT(flooded.p99_us, 40000);
+  // The server still answers the flooding user's next connection, once it lets go.
+  bool admitted = false;
+  for (int i = 0; i < 100 && !admitted; ++i) {
+    admitted = RequestAs(socket_, kNobody).find("uid=65534") != std::string::npos;
+    if (!admitted) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(admitted);
+}
+
+// A client trickling its request's headers a byte every 100 ms is never idle long enough for
+// the idle timeout (120 s), so it would hold its thread for as long as it likes; the header
+// deadline cuts it off, also while another user floods the socket.
+TEST_F(HttpServerTest, HeadersTrickledInPastTheDeadlineAreCutOff) {
+  HttpLimits limits;
+  limits.header_timeout_seconds = 1;
+  auto server = StartUnix(At(socket_, 0666), Recorder(), limits);
+  ASSERT_NE(server, nullptr);
+  std::optional<Flood> flood;
+  if (geteuid() == 0) flood.emplace(socket_, 32);
+  const std::string request =
+      "GET /slow HTTP/1.1\r\nHost: l\r\nX-Filler: " + std::string(40, 'x') + "\r\n\r\n";
+  int fd = ConnectUnix(socket_);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  auto start = steady_clock::now();
+  std::string reply;
+  bool closed = false;
+  for (size_t i = 0; i < request.size() && !closed; ++i) {
+    if (send(fd, &request[i], 1, MSG_NOSIGNAL) != 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    char buffer[4096];
+    ssize_t n;
+    while ((n = recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT)) > 0) reply.append(buffer, n);
+    closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+  }
+  auto elapsed = steady_clock::now() - start;
+  close(fd);
+  EXPECT_TRUE(closed) << "the server waited for all " << request.size() << " bytes";
+  EXPECT_GE(elapsed, std::chrono::milliseconds(900));
+  EXPECT_LT(elapsed, std::chrono::milliseconds(3000));
+  EXPECT_EQ(reply.rfind("HTTP/1.1 408", 0), 0u) << reply;
+  EXPECT_NE(reply.find("the request's headers did not arrive within 1 s"), std::string::npos);
+  EXPECT_EQ(Calls(), 0);
+  // A prompt client, and two requests on one kept-alive connection, are served.
+  httplib::Client client = UnixClient(socket_);
+  for (int i = 0; i < 2; ++i) {
+    auto result = client.Get("/prompt");
+    ASSERT_TRUE(result) << i;
+    EXPECT_EQ(result->status, 200);
+  }
 }
 
 // A TCP connection to 127.0.0.1:`port` from `source` (any address of 127.0.0.0/8), or -1.
