@@ -56,6 +56,9 @@ constexpr size_t kMaxLingering = 64;
 // Accepted in one go before the acceptor looks at its other work (deadlines, lingering).
 constexpr int kMaxAcceptsPerWakeup = 256;
 constexpr int kAcceptorNice = -10;
+// A caller refused again within this of its last 503 is flooding: its connection is closed at
+// once, without the text (which it has just been told), half the acceptor's work per connection.
+constexpr auto kBareRefusals = std::chrono::milliseconds(1);
 
 std::string ErrnoText(int error) { return std::strerror(error); }
 
@@ -364,7 +367,11 @@ struct HttpServer::Impl {
   HttpHandler handler;
   HttpLimits limits;
   std::mutex mu;
-  std::map<std::string, unsigned> connections_of;  // Open connections per limited caller.
+  struct CallerConnections {
+    unsigned open = 0;
+    Clock::time_point last_told;  // When a connection of theirs was last answered 503.
+  };
+  std::map<std::string, CallerConnections> connections_of;  // Per limited caller.
   std::map<int, Admitted> admitted;                // By fd.
   // Held by an acceptor from entering a connection in `admitted` until MHD has taken it (or
   // failed and closed it, and the entry is gone), so that the other listener's acceptor cannot
@@ -489,28 +496,35 @@ struct HttpServer::Impl {
     std::optional<std::string> who = CountedAs(*listener, fd);
     std::unique_lock<std::mutex> admit_lock(admit_mu);
     std::string refusal;
+    bool bare = false;  // Refused without the 503's text.
     {
       std::lock_guard<std::mutex> lock(mu);
+      const Clock::time_point now = Clock::now();
       auto counted = who ? connections_of.find(*who) : connections_of.end();
       if (listener->open >= limits.max_connections) {
         refusal = "the server is at its limit of " + std::to_string(limits.max_connections) +
                   " open connections; try again shortly";
       } else if (counted != connections_of.end() &&
-                 counted->second >= limits.max_connections_per_user) {
+                 counted->second.open >= limits.max_connections_per_user) {
         refusal = "too many connections from " + *who + " at once (at most " +
                   std::to_string(limits.max_connections_per_user) + "); close some and try again";
+        bare = now - counted->second.last_told < kBareRefusals;
+        if (!bare) counted->second.last_told = now;
       } else {
         ++listener->open;
-        if (who) ++connections_of[*who];
-        const Clock::time_point due =
-            Clock::now() + std::chrono::seconds(limits.header_timeout_seconds);
+        if (who) ++connections_of[*who].open;
+        const Clock::time_point due = now + std::chrono::seconds(limits.header_timeout_seconds);
         admitted[fd] = Admitted{listener, who, due};
         listener->next_deadline = std::min(listener->next_deadline, due);
       }
     }
     if (!refusal.empty()) {
       admit_lock.unlock();
-      Refuse(*listener, fd, refusal, lingering);
+      if (bare) {
+        close(fd);
+      } else {
+        Refuse(*listener, fd, refusal, lingering);
+      }
       return;
     }
     if (MHD_add_connection(listener->daemon, fd, reinterpret_cast<const sockaddr*>(&address),
@@ -546,7 +560,7 @@ struct HttpServer::Impl {
     --it->second.listener->open;
     if (it->second.who) {
       auto counted = connections_of.find(*it->second.who);
-      if (--counted->second == 0) connections_of.erase(counted);
+      if (--counted->second.open == 0) connections_of.erase(counted);
     }
     admitted.erase(it);
   }

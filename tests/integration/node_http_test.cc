@@ -517,30 +517,36 @@ class Flood {
 
 // Issue 29: uid 65534 reconnecting in a tight loop made 13 of 20 of another user's requests fail
 // and raised their latency from 4 ms to 100-220 ms. Connections over its cap are now turned
-// away before they cost a thread, so the other user's requests keep their latency.
+// away before they cost a thread, by a thread that keeps up with the flood, so the other user's
+// requests keep their latency: both when the flooder holds its 32 connections (every further
+// one is over the cap) and when it holds none (its connections are admitted and churn).
 TEST_F(HttpServerTest, AConnectionFloodLeavesOtherUsersTheirLatency) {
   if (geteuid() != 0) GTEST_SKIP() << "becoming another user needs root";
   auto server = StartUnix(At(socket_, 0666), Recorder());
   ASSERT_NE(server, nullptr);
   constexpr int kRequests = 1000;
-  const Latency quiet = MeasureAs(socket_, kNobody - 1, kRequests);
-  auto start = steady_clock::now();
-  Flood flood(socket_, 32);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // The flood is under way.
-  const Latency flooded = MeasureAs(socket_, kNobody - 1, kRequests);
-  const int64_t made = flood.Stop();
-  const double seconds = std::chrono::duration<double>(steady_clock::now() - start).count();
-  std::printf(
-      "uid 65533, %d requests: quiet p50 %.2f ms p99 %.2f ms max %.2f ms; during uid 65534's "
-      "flood of %.0f connections/s: p50 %.2f ms p99 %.2f ms max %.2f ms, %d failed\n",
-      kRequests, quiet.p50_us / 1e3, quiet.p99_us / 1e3, quiet.max_us / 1e3, made / seconds,
-      flooded.p50_us / 1e3, flooded.p99_us / 1e3, flooded.max_us / 1e3, flooded.failures);
-  EXPECT_EQ(quiet.failures, 0) << quiet.first_failure;
-  EXPECT_EQ(flooded.failures, 0) << flooded.first_failure;
-  EXPECT_GT(made / seconds, 2000) << "the flood was too slow to test anything";
-  // The issue's goal is 20 ms; a loaded 2-core machine (the flood takes one core) gets a margin.
-  EXPECT_LT(flooded.p99_us, 40000);
-  // The server still answers the flooding user's next connection, once it lets go.
+  for (int held : {32, 0}) {
+    SCOPED_TRACE("the flooder holds " + std::to_string(held) + " connections");
+    const Latency quiet = MeasureAs(socket_, kNobody - 1, kRequests);
+    auto start = steady_clock::now();
+    Flood flood(socket_, held);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // The flood is under way.
+    const Latency flooded = MeasureAs(socket_, kNobody - 1, kRequests);
+    const int64_t made = flood.Stop();
+    const double rate = made / std::chrono::duration<double>(steady_clock::now() - start).count();
+    std::printf(
+        "uid 65533, %d requests: quiet p50 %.2f ms p99 %.2f ms max %.2f ms; while uid 65534 "
+        "holds %d and connects %.0f times a second: p50 %.2f ms p99 %.2f ms max %.2f ms, %d "
+        "failed\n",
+        kRequests, quiet.p50_us / 1e3, quiet.p99_us / 1e3, quiet.max_us / 1e3, held, rate,
+        flooded.p50_us / 1e3, flooded.p99_us / 1e3, flooded.max_us / 1e3, flooded.failures);
+    EXPECT_EQ(quiet.failures, 0) << quiet.first_failure;
+    EXPECT_EQ(flooded.failures, 0) << flooded.first_failure;
+    EXPECT_GT(rate, 2000) << "the flood was too slow to test anything";
+    // The issue's goal, 20 ms, plus what the machine's own load adds without a flood.
+    EXPECT_LT(flooded.p99_us, 20000 + quiet.p99_us);
+  }
+  // The flooding user gets in again once it lets go.
   bool admitted = false;
   for (int i = 0; i < 100 && !admitted; ++i) {
     admitted = RequestAs(socket_, kNobody).find("uid=65534") != std::string::npos;
