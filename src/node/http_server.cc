@@ -319,6 +319,21 @@ StatusOr<int> OpenTcpListener(const TcpListen& listen_spec, uint16_t* port) {
 struct HttpServer::Impl {
   using Clock = std::chrono::steady_clock;
 
+  // A connection the acceptor turned away: answered and shut for writing, closed at `until`.
+  struct Lingering {
+    int fd = -1;
+    Clock::time_point until;
+  };
+
+  // An admitted connection that has sent nothing yet: the acceptor polls it and hands it to MHD
+  // (which gives it a thread) once it has something to read, so that a caller connecting and
+  // hanging up in a loop costs no thread.
+  struct Silent {
+    int fd = -1;
+    sockaddr_storage address;
+    socklen_t length = 0;
+  };
+
   // One listening socket, the thread that accepts on it and the MHD daemon that serves the
   // connections it admits; also what MHD's callbacks get as their closure.
   struct Listener {
@@ -334,6 +349,9 @@ struct HttpServer::Impl {
     // header deadlines (the soonest of them).
     unsigned open = 0;
     Clock::time_point next_deadline = Clock::time_point::max();
+    // The acceptor thread's own.
+    std::deque<Lingering> lingering;
+    std::vector<Silent> silent;
   };
 
   // A connection handed to MHD, from its admission until MHD's close notice, which comes before
@@ -346,12 +364,6 @@ struct HttpServer::Impl {
     // It has had an answer: a late next request is then closed without a 408, which a client
     // would read as the answer to the request it is about to send on its kept-alive connection.
     bool answered = false;
-  };
-
-  // A connection the acceptor turned away: answered and shut for writing, closed at `until`.
-  struct Lingering {
-    int fd = -1;
-    Clock::time_point until;
   };
 
   // Per request (MHD's con_cls), from the first callback to the completion notice.
@@ -473,7 +485,7 @@ struct HttpServer::Impl {
 
   // Accepts what is waiting (up to kMaxAcceptsPerWakeup) and admits or refuses each. False when
   // the process is out of file descriptors: the acceptor then pauses instead of spinning.
-  bool AcceptWaiting(Listener* listener, std::deque<Lingering>* lingering) {
+  bool AcceptWaiting(Listener* listener) {
     for (int i = 0; i < kMaxAcceptsPerWakeup; ++i) {
       sockaddr_storage address;
       socklen_t length = sizeof(address);
@@ -485,14 +497,14 @@ struct HttpServer::Impl {
         LogWarning("http: cannot accept a connection: %s", ErrnoText(errno).c_str());
         return false;
       }
-      Admit(listener, fd, address, length, lingering);
+      Admit(listener, fd, address, length);
     }
     return true;
   }
 
-  // Hands `fd` to MHD if its caller is under the caps, else answers 503 without a thread.
-  void Admit(Listener* listener, int fd, const sockaddr_storage& address, socklen_t length,
-             std::deque<Lingering>* lingering) {
+  // Admits `fd` (to be handed to MHD once it sends something) if its caller is under the caps,
+  // else answers 503 without a thread.
+  void Admit(Listener* listener, int fd, const sockaddr_storage& address, socklen_t length) {
     std::optional<std::string> who = CountedAs(*listener, fd);
     std::unique_lock<std::mutex> admit_lock(admit_mu);
     std::string refusal;
@@ -523,33 +535,50 @@ struct HttpServer::Impl {
       if (bare) {
         close(fd);
       } else {
-        Refuse(*listener, fd, refusal, lingering);
+        Refuse(listener, fd, refusal);
       }
       return;
     }
-    if (MHD_add_connection(listener->daemon, fd, reinterpret_cast<const sockaddr*>(&address),
-                           length) != MHD_YES) {
-      LogWarning("http: cannot serve a new connection: %s", ErrnoText(errno).c_str());
-      Forget(fd);  // MHD has closed it.
+    listener->silent.push_back({fd, address, length});
+  }
+
+  // A silent connection has become readable: handed to MHD if it sent something, else (it hung
+  // up, or the header deadline shut it) forgotten and closed. False while it is still silent.
+  bool HandOver(Listener* listener, const Silent& connection) {
+    char byte;
+    const ssize_t n = recv(connection.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+    if (n <= 0) {
+      Forget(connection.fd);
+      close(connection.fd);
+      return true;
     }
+    std::lock_guard<std::mutex> admit_lock(admit_mu);
+    if (MHD_add_connection(listener->daemon, connection.fd,
+                           reinterpret_cast<const sockaddr*>(&connection.address),
+                           connection.length) != MHD_YES) {
+      LogWarning("http: cannot serve a new connection: %s", ErrnoText(errno).c_str());
+      Forget(connection.fd);  // MHD has closed it.
+    }
+    return true;
   }
 
   // Answers 503 with `message` (on plain HTTP; a TLS client would read noise) and keeps the fd
   // open a moment (see kLinger); never blocks.
-  void Refuse(const Listener& listener, int fd, const std::string& message,
-              std::deque<Lingering>* lingering) {
-    if (listener.tls) {
+  void Refuse(Listener* listener, int fd, const std::string& message) {
+    if (listener->tls) {
       close(fd);
       return;
     }
     const std::string reply = RawErrorResponse("503 Service Unavailable", message);
     (void)!send(fd, reply.data(), reply.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     shutdown(fd, SHUT_WR);
-    if (lingering->size() >= kMaxLingering) {
-      close(lingering->front().fd);
-      lingering->pop_front();
+    std::deque<Lingering>& lingering = listener->lingering;
+    if (lingering.size() >= kMaxLingering) {
+      close(lingering.front().fd);
+      lingering.pop_front();
     }
-    lingering->push_back({fd, Clock::now() + kLinger});
+    lingering.push_back({fd, Clock::now() + kLinger});
   }
 
   // Forgets an admitted connection (MHD's close notice, or MHD refusing it): its slots are free.
@@ -622,7 +651,8 @@ struct HttpServer::Impl {
     // that the listen queue does not fill and others' connects do not fail. Not on TCP, where
     // identifying a local caller reads /proc/net/tcp, work that grows with the machine's sockets.
     if (!listener->tcp) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), kAcceptorNice);
-    std::deque<Lingering> lingering;
+    std::deque<Lingering>& lingering = listener->lingering;
+    std::vector<Silent>& silent = listener->silent;
     std::vector<pollfd> fds;
     Clock::time_point paused_until;  // Out of file descriptors: no accepting until then.
     while (!stopping) {
@@ -638,6 +668,7 @@ struct HttpServer::Impl {
       fds.clear();
       fds.push_back({listener->wake_fd, POLLIN, 0});
       fds.push_back({paused ? -1 : listener->fd, POLLIN, 0});
+      for (const Silent& connection : silent) fds.push_back({connection.fd, POLLIN, 0});
       int timeout_ms = -1;
       if (next != Clock::time_point::max()) {
         timeout_ms =
@@ -648,11 +679,20 @@ struct HttpServer::Impl {
         uint64_t count;
         (void)!read(listener->wake_fd, &count, sizeof(count));
       }
-      if (fds[1].revents != 0 && !AcceptWaiting(listener, &lingering)) {
+      size_t kept = 0;
+      for (size_t i = 0; i < silent.size(); ++i) {
+        if (fds[2 + i].revents == 0 || !HandOver(listener, silent[i])) silent[kept++] = silent[i];
+      }
+      silent.resize(kept);
+      if (fds[1].revents != 0 && !AcceptWaiting(listener)) {
         paused_until = Clock::now() + std::chrono::milliseconds(100);
       }
     }
     for (const Lingering& refused : lingering) close(refused.fd);
+    for (const Silent& connection : silent) {
+      Forget(connection.fd);
+      close(connection.fd);
+    }
   }
 
   // MHD's notice that an admitted connection is closing (before it closes the socket).
@@ -853,6 +893,10 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(std::optional<UnixListen
   auto impl = std::make_unique<Impl>();
   impl->handler = std::move(handler);
   impl->limits = limits;
+  // A connection waiting for its headers is idle as well (and a silent one is not MHD's yet, so
+  // MHD's idle timeout cannot close it): the header deadline is the sooner of the two.
+  impl->limits.header_timeout_seconds =
+      std::min(limits.header_timeout_seconds, limits.connection_timeout_seconds);
   impl->service_caller.tcp = true;
   impl->service_caller.uid = geteuid();
   impl->service_caller.gid = getegid();
