@@ -354,8 +354,9 @@ struct HttpServer::Impl {
     std::vector<Silent> silent;
   };
 
-  // A connection handed to MHD, from its admission until MHD's close notice, which comes before
-  // MHD closes the socket: until then its fd names this connection and nothing else.
+  // An admitted connection, from its admission (silent, the acceptor's) until it is closed: by the
+  // acceptor after it forgets it, or by MHD after its close notice. Until then its fd names this
+  // connection and nothing else.
   struct Admitted {
     Listener* listener = nullptr;
     std::optional<std::string> who;  // Counted in connections_of; none for the unlimited.
@@ -378,16 +379,17 @@ struct HttpServer::Impl {
 
   HttpHandler handler;
   HttpLimits limits;
-  std::mutex mu;
+  // A limited caller's admitted connections (while it has any).
   struct CallerConnections {
     unsigned open = 0;
     Clock::time_point last_told;  // When a connection of theirs was last answered 503.
   };
-  std::map<std::string, CallerConnections> connections_of;  // Per limited caller.
-  std::map<int, Admitted> admitted;                // By fd.
-  // Held by an acceptor from entering a connection in `admitted` until MHD has taken it (or
-  // failed and closed it, and the entry is gone), so that the other listener's acceptor cannot
-  // enter a reused fd meanwhile.
+  std::mutex mu;  // Guards connections_of, admitted and each Listener's open and next_deadline.
+  std::map<std::string, CallerConnections> connections_of;
+  std::map<int, Admitted> admitted;  // By fd.
+  // Held by an acceptor while it enters a connection in `admitted`, and while it hands one to
+  // MHD until MHD has taken it (or has failed, closing it, and the entry is forgotten), so that
+  // the other listener's acceptor cannot enter a reused fd before the stale entry is gone.
   std::mutex admit_mu;
   std::atomic<bool> stopping{false};
   std::string token;

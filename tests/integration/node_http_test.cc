@@ -43,14 +43,27 @@ using std::chrono::steady_clock;
 constexpr uid_t kNobody = 65534;
 constexpr gid_t kNogroup = 65534;
 
+sockaddr_un UnixAddress(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+  return address;
+}
+
+// fork(); the child becomes user nobody (or exits 3).
+pid_t ForkAsNobody() {
+  pid_t pid = fork();
+  if (pid == 0 && (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0)) {
+    _exit(3);
+  }
+  return pid;
+}
+
 // Connects to a unix socket; -1 with errno set on failure.
 int ConnectUnix(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
-  sockaddr_un address;
-  std::memset(&address, 0, sizeof(address));
-  address.sun_family = AF_UNIX;
-  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+  sockaddr_un address = UnixAddress(path);
   if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
     int error = errno;
     close(fd);
@@ -315,11 +328,10 @@ class Hog {
   Hog(const std::function<int(int)>& connect_one, int count, int cap) {
     int ready[2], hold[2];
     if (pipe(ready) != 0 || pipe(hold) != 0) return;
-    pid_ = fork();
+    pid_ = ForkAsNobody();
     if (pid_ == 0) {
       close(ready[0]);
       close(hold[1]);
-      if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0) _exit(3);
       std::vector<int> fds;
       for (int i = 0; i < count; ++i) {
         int fd = connect_one(i);
@@ -406,10 +418,8 @@ TEST_F(HttpServerTest, OneUsersConnectionsCannotLockOthersOut) {
 // what went wrong.
 std::string QuickRequest(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
-  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+  const sockaddr_un address = UnixAddress(path);
+  if (fd < 0 || connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
     std::string error = "connect: " + std::string(std::strerror(errno));
     if (fd >= 0) close(fd);
     return error;
@@ -470,23 +480,20 @@ class Flood {
   Flood(const std::string& path, int held) {
     int stop[2], count[2];
     if (pipe(stop) != 0 || pipe(count) != 0) return;
-    pid_ = fork();
+    pid_ = ForkAsNobody();
     if (pid_ == 0) {
       close(stop[1]);
       close(count[0]);
-      if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0) _exit(3);
       std::vector<int> fds;
       for (int i = 0; i < held; ++i) fds.push_back(ConnectUnix(path));
       fcntl(stop[0], F_SETFL, O_NONBLOCK);
-      sockaddr_un address{};
-      address.sun_family = AF_UNIX;
-      std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+      const sockaddr_un address = UnixAddress(path);
       int64_t made = 0;
       char c;
       while (read(stop[0], &c, 1) < 0 && errno == EAGAIN) {
         for (int i = 0; i < 100; ++i) {
           int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-          made += connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+          made += connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
           close(fd);
         }
       }
