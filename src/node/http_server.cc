@@ -1,7 +1,8 @@
 // HttpServer on GNU libmicrohttpd: we open the listening sockets ourselves (so that errors name
 // the socket and the system's reason, and the unix socket's mode and group are set before anyone
 // can connect) and accept on them ourselves, one thread per listener, so that a connection over
-// its caller's cap is turned away before MHD gives it a thread; the others are handed to MHD.
+// its caller's cap is turned away before MHD gives it a thread; the others are handed to MHD
+// once they send something.
 #include "node/http_server.h"
 
 #include <arpa/inet.h>
@@ -57,7 +58,7 @@ constexpr size_t kMaxLingering = 64;
 constexpr int kMaxAcceptsPerWakeup = 256;
 constexpr int kAcceptorNice = -10;
 // A caller refused again within this of its last 503 is flooding: its connection is closed at
-// once, without the text (which it has just been told), half the acceptor's work per connection.
+// once, without the text (which it has just been told), which saves the write and the shutdown.
 constexpr auto kBareRefusals = std::chrono::milliseconds(1);
 
 std::string ErrnoText(int error) { return std::strerror(error); }
@@ -583,7 +584,8 @@ struct HttpServer::Impl {
     lingering.push_back({fd, Clock::now() + kLinger});
   }
 
-  // Forgets an admitted connection (MHD's close notice, or MHD refusing it): its slots are free.
+  // Forgets an admitted connection before its fd is closed (by MHD after its close notice or
+  // when it cannot take the connection, or by the acceptor): its slots are free.
   void Forget(int fd) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = admitted.find(fd);
@@ -596,9 +598,9 @@ struct HttpServer::Impl {
     admitted.erase(it);
   }
 
-  // Cuts off this listener's connections whose request headers are late: shut down, MHD's
-  // thread sees the end of input and closes it (the fd is still the connection's, as
-  // `admitted` holds it). Returns when the next deadline falls.
+  // Cuts off this listener's connections whose request headers are late: shut down, the
+  // acceptor (a silent one) or MHD's thread sees the end of input and closes it (the fd is
+  // still the connection's, as `admitted` holds it). Returns when the next deadline falls.
   Clock::time_point CutOffLateHeaders(Listener* listener, Clock::time_point now) {
     std::lock_guard<std::mutex> lock(mu);
     if (now < listener->next_deadline) return listener->next_deadline;
