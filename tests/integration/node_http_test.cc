@@ -1,7 +1,7 @@
 // HttpServer over real sockets: requests and responses round-trip, the kernel's peer credentials
 // reach the handler, the socket file is managed safely (mode, group, stale and live sockets,
-// removal), TCP requires the token, and limits, slow handlers, throwing handlers and garbage
-// input leave the server serving.
+// removal), TCP requires the token, limits, slow handlers, throwing handlers and garbage input
+// leave the server serving, and one user's connection flood leaves another's latency alone.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
