@@ -1,6 +1,8 @@
 // HttpServer on GNU libmicrohttpd: we open the listening sockets ourselves (so that errors name
 // the socket and the system's reason, and the unix socket's mode and group are set before anyone
-// can connect) and hand them to one MHD daemon per listener.
+// can connect) and accept on them ourselves, one thread per listener, so that a connection over
+// its caller's cap is turned away before MHD gives it a thread; the others are handed to MHD
+// once they send something.
 #include "node/http_server.h"
 
 #include <arpa/inet.h>
@@ -8,24 +10,33 @@
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <strings.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "common/log.h"
 #include "node/tcp_peer.h"
@@ -35,6 +46,20 @@ namespace {
 
 // At most this much of a refused request's body is read and dropped before hanging up.
 constexpr uint64_t kMaxDrainBytes = 16 << 20;
+
+// A connection turned away by the acceptor is answered and shut for writing at once, but its fd
+// is closed only this much later (no thread, nothing polled), so that a client that writes its
+// request first still can, and then reads the 503 instead of a broken pipe; at most this many
+// per listener wait to be closed (beyond, the oldest is closed at once), so a flood costs one
+// accept, one write and one close per connection.
+constexpr auto kLinger = std::chrono::milliseconds(500);
+constexpr size_t kMaxLingering = 64;
+// Accepted in one go before the acceptor looks at its other work (deadlines, lingering).
+constexpr int kMaxAcceptsPerWakeup = 256;
+constexpr int kAcceptorNice = -10;
+// A caller refused again within this of its last 503 is flooding: its connection is closed at
+// once, without the text (which it has just been told), which saves the write and the shutdown.
+constexpr auto kBareRefusals = std::chrono::milliseconds(1);
 
 std::string ErrnoText(int error) { return std::strerror(error); }
 
@@ -78,6 +103,31 @@ HttpResponse ErrorResponse(int status, std::string_view message) {
   response.status = status;
   response.body = JsonError(message);
   return response;
+}
+
+// The bytes of a whole error response that closes the connection, for the acceptor to write
+// itself, before (or without) MHD.
+std::string RawErrorResponse(std::string_view status_line, std::string_view message) {
+  const std::string body = JsonError(message);
+  return "HTTP/1.1 " + std::string(status_line) +
+         "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// Reads the kernel's word on who is at the other end of a unix connection.
+bool PeerCredentials(int fd, Caller* caller) {
+  ucred credentials;
+  socklen_t length = sizeof(credentials);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return false;
+  caller->uid = credentials.uid;
+  caller->gid = credentials.gid;
+  caller->pid = credentials.pid;
+  return true;
+}
+
+void Wake(int event_fd) {
+  uint64_t one = 1;
+  (void)!write(event_fd, &one, sizeof(one));
 }
 
 // Compares in time that depends only on the lengths, so that a TCP caller cannot learn the
@@ -268,10 +318,54 @@ StatusOr<int> OpenTcpListener(const TcpListen& listen_spec, uint16_t* port) {
 // ---- The server ----
 
 struct HttpServer::Impl {
-  // What MHD's callbacks get as their closure: which listener a request came in on.
+  using Clock = std::chrono::steady_clock;
+
+  // A connection the acceptor turned away: answered and shut for writing, closed at `until`.
+  struct Lingering {
+    int fd = -1;
+    Clock::time_point until;
+  };
+
+  // An admitted connection that has sent nothing yet: the acceptor polls it and hands it to MHD
+  // (which gives it a thread) once it has something to read, so that a caller connecting and
+  // hanging up in a loop costs no thread.
+  struct Silent {
+    int fd = -1;
+    sockaddr_storage address;
+    socklen_t length = 0;
+  };
+
+  // One listening socket, the thread that accepts on it and the MHD daemon that serves the
+  // connections it admits; also what MHD's callbacks get as their closure.
   struct Listener {
-    Impl* impl = nullptr;
-    bool tcp = false;
+    Listener(Impl* owner, bool is_tcp) : impl(owner), tcp(is_tcp) {}
+    Impl* impl;
+    bool tcp;
+    bool tls = false;
+    int fd = -1;       // The listening socket (non-blocking); ours, closed by ~Impl.
+    int wake_fd = -1;  // An eventfd that wakes the acceptor: to stop, or for a sooner deadline.
+    MHD_Daemon* daemon = nullptr;
+    std::thread acceptor;
+    // Under mu: admitted connections not yet closed, and when the acceptor next looks at their
+    // header deadlines (the soonest of them).
+    unsigned open = 0;
+    Clock::time_point next_deadline = Clock::time_point::max();
+    // The acceptor thread's own.
+    std::deque<Lingering> lingering;
+    std::vector<Silent> silent;
+  };
+
+  // An admitted connection, from its admission (silent, the acceptor's) until it is closed: by the
+  // acceptor after it forgets it, or by MHD after its close notice. Until then its fd names this
+  // connection and nothing else.
+  struct Admitted {
+    Listener* listener = nullptr;
+    std::optional<std::string> who;  // Counted in connections_of; none for the unlimited.
+    // While it owes the headers of a request: when it is cut off.
+    std::optional<Clock::time_point> headers_due;
+    // It has had an answer: a late next request is then closed without a 408, which a client
+    // would read as the answer to the request it is about to send on its kept-alive connection.
+    bool answered = false;
   };
 
   // Per request (MHD's con_cls), from the first callback to the completion notice.
@@ -286,25 +380,43 @@ struct HttpServer::Impl {
 
   HttpHandler handler;
   HttpLimits limits;
-  std::mutex users_mu;
-  std::map<std::string, unsigned> connections_of;  // Open connections per limited caller.
+  // A limited caller's admitted connections (while it has any).
+  struct CallerConnections {
+    unsigned open = 0;
+    Clock::time_point last_told;  // When a connection of theirs was last answered 503.
+  };
+  std::mutex mu;  // Guards connections_of, admitted and each Listener's open and next_deadline.
+  std::map<std::string, CallerConnections> connections_of;
+  std::map<int, Admitted> admitted;  // By fd.
+  // Held by an acceptor while it enters a connection in `admitted`, and while it hands one to
+  // MHD until MHD has taken it (or has failed, closing it, and the entry is forgotten), so that
+  // the other listener's acceptor cannot enter a reused fd before the stale entry is gone.
+  std::mutex admit_mu;
+  std::atomic<bool> stopping{false};
   std::string token;
   std::string tls_cert_pem, tls_key_pem;  // Both empty: plain HTTP on TCP.
   Caller service_caller;                  // What TCP callers are, once authenticated.
   Listener unix_listener{this, false};
   Listener tcp_listener{this, true};
-  MHD_Daemon* unix_daemon = nullptr;
-  MHD_Daemon* tcp_daemon = nullptr;
   uint16_t tcp_port = 0;
   std::string socket_path;  // Empty without a unix listener.
   dev_t socket_dev = 0;
   ino_t socket_ino = 0;
 
   ~Impl() {
+    stopping = true;
+    for (Listener* listener : {&unix_listener, &tcp_listener}) {
+      if (!listener->acceptor.joinable()) continue;
+      Wake(listener->wake_fd);
+      listener->acceptor.join();
+    }
     // MHD_stop_daemon joins every connection thread, so no handler runs after this; a handler
     // in a long poll delays it until the poll returns (the owner wakes them first).
-    if (unix_daemon != nullptr) MHD_stop_daemon(unix_daemon);
-    if (tcp_daemon != nullptr) MHD_stop_daemon(tcp_daemon);
+    for (Listener* listener : {&unix_listener, &tcp_listener}) {
+      if (listener->daemon != nullptr) MHD_stop_daemon(listener->daemon);
+      if (listener->fd >= 0) close(listener->fd);
+      if (listener->wake_fd >= 0) close(listener->wake_fd);
+    }
     // Only our own socket file: another service may have replaced it since (e.g. after we were
     // thought dead).
     struct stat st;
@@ -350,92 +462,249 @@ struct HttpServer::Impl {
     return MHD_YES;
   }
 
-  // Reads the kernel's word on who is at the other end of a unix connection.
-  static bool PeerCredentials(MHD_Connection* connection, Caller* caller) {
+  static int FdOf(MHD_Connection* connection) {
     const MHD_ConnectionInfo* info =
         MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (info == nullptr) return false;
-    ucred credentials;
-    socklen_t length = sizeof(credentials);
-    if (getsockopt(info->connect_fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) {
-      return false;
-    }
-    caller->uid = credentials.uid;
-    caller->gid = credentials.gid;
-    caller->pid = credentials.pid;
-    return true;
+    return info == nullptr ? -1 : info->connect_fd;
   }
 
-  // Per connection (MHD's socket context) of a limited caller, from its start to its close.
-  struct ConnectionState {
-    std::string who;       // "uid 1000", or a remote peer's address
-    bool counted = false;  // In connections_of[who].
-    bool refused = false;  // Over the caller's limit: answered 503 and closed.
-  };
+  // ---- Admission (on each listener's acceptor thread) ----
 
   // Who a connection is counted under; nullopt for root and the service's own user, who are never
   // limited (an administrator can always get in). Unix callers are their uid (SO_PEERCRED), TCP
   // callers their uid when on this machine, else their address (tcp_peer.h).
-  std::optional<std::string> CountedAs(const Listener& listener, MHD_Connection* connection) {
+  std::optional<std::string> CountedAs(const Listener& listener, int fd) const {
     if (!listener.tcp) {
       Caller caller;
-      if (!PeerCredentials(connection, &caller) || caller.uid == 0 ||
-          caller.uid == service_caller.uid) {
+      if (!PeerCredentials(fd, &caller) || caller.uid == 0 || caller.uid == service_caller.uid) {
         return std::nullopt;
       }
       return "uid " + std::to_string(caller.uid);
     }
-    const MHD_ConnectionInfo* info =
-        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (info == nullptr) return std::nullopt;
-    TcpPeer peer = IdentifyTcpPeer(info->connect_fd);
+    TcpPeer peer = IdentifyTcpPeer(fd);
     if (peer.uid && (*peer.uid == 0 || *peer.uid == service_caller.uid)) return std::nullopt;
     return peer.name;
   }
 
-  // Counts each caller's open connections, and marks those over the limit.
-  static void OnConnection(void* cls, MHD_Connection* connection, void** socket_context,
-                           MHD_ConnectionNotificationCode toe) {
-    auto* listener = static_cast<Listener*>(cls);
-    Impl* impl = listener->impl;
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-      std::optional<std::string> who = impl->CountedAs(*listener, connection);
-      if (!who) return;
-      auto* state = new ConnectionState{.who = *who};
-      *socket_context = state;
-      std::lock_guard<std::mutex> lock(impl->users_mu);
-      unsigned& open = impl->connections_of[state->who];
-      if (open >= impl->limits.max_connections_per_user) {
-        state->refused = true;
-        // It gets its answer as soon as it sends a request, and little time to send one.
-        MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
+  // Accepts what is waiting (up to kMaxAcceptsPerWakeup) and admits or refuses each. False when
+  // the process is out of file descriptors: the acceptor then pauses instead of spinning.
+  bool AcceptWaiting(Listener* listener) {
+    for (int i = 0; i < kMaxAcceptsPerWakeup; ++i) {
+      sockaddr_storage address;
+      socklen_t length = sizeof(address);
+      int fd = accept4(listener->fd, reinterpret_cast<sockaddr*>(&address), &length,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+        LogWarning("http: cannot accept a connection: %s", ErrnoText(errno).c_str());
+        return false;
+      }
+      Admit(listener, fd, address, length);
+    }
+    return true;
+  }
+
+  // Admits `fd` (to be handed to MHD once it sends something) if its caller is under the caps,
+  // else answers 503 without a thread.
+  void Admit(Listener* listener, int fd, const sockaddr_storage& address, socklen_t length) {
+    std::optional<std::string> who = CountedAs(*listener, fd);
+    std::unique_lock<std::mutex> admit_lock(admit_mu);
+    std::string refusal;
+    bool bare = false;  // Refused without the 503's text.
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      const Clock::time_point now = Clock::now();
+      auto counted = who ? connections_of.find(*who) : connections_of.end();
+      if (listener->open >= limits.max_connections) {
+        refusal = "the server is at its limit of " + std::to_string(limits.max_connections) +
+                  " open connections; try again shortly";
+      } else if (counted != connections_of.end() &&
+                 counted->second.open >= limits.max_connections_per_user) {
+        refusal = "too many connections from " + *who + " at once (at most " +
+                  std::to_string(limits.max_connections_per_user) + "); close some and try again";
+        bare = now - counted->second.last_told < kBareRefusals;
+        if (!bare) counted->second.last_told = now;
       } else {
-        ++open;
-        state->counted = true;
+        ++listener->open;
+        if (who) ++connections_of[*who].open;
+        const Clock::time_point due = now + std::chrono::seconds(limits.header_timeout_seconds);
+        admitted[fd] = Admitted{listener, who, due};
+        listener->next_deadline = std::min(listener->next_deadline, due);
+      }
+    }
+    if (!refusal.empty()) {
+      admit_lock.unlock();
+      if (bare) {
+        close(fd);
+      } else {
+        Refuse(listener, fd, refusal);
       }
       return;
     }
-    auto* state = static_cast<ConnectionState*>(*socket_context);
-    if (state == nullptr) return;
-    if (state->counted) {
-      std::lock_guard<std::mutex> lock(impl->users_mu);
-      if (--impl->connections_of[state->who] == 0) impl->connections_of.erase(state->who);
-    }
-    delete state;
-    *socket_context = nullptr;
+    listener->silent.push_back({fd, address, length});
   }
 
-  // The refusal for a connection over its caller's limit, if it is one.
-  std::optional<HttpResponse> OverUserLimit(MHD_Connection* connection) const {
-    const MHD_ConnectionInfo* info =
-        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    auto* state = info == nullptr ? nullptr : static_cast<ConnectionState*>(info->socket_context);
-    if (state == nullptr || !state->refused) return std::nullopt;
-    HttpResponse response = ErrorResponse(
-        503, "too many connections from " + state->who + " at once (at most " +
-                 std::to_string(limits.max_connections_per_user) + "); close some and try again");
-    response.headers.emplace_back(MHD_HTTP_HEADER_CONNECTION, "close");
-    return response;
+  // A silent connection has become readable: handed to MHD if it sent something, else (it hung
+  // up, or the header deadline shut it) forgotten and closed. False while it is still silent.
+  bool HandOver(Listener* listener, const Silent& connection) {
+    char byte;
+    const ssize_t n = recv(connection.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+    if (n <= 0) {
+      Forget(connection.fd);
+      close(connection.fd);
+      return true;
+    }
+    std::lock_guard<std::mutex> admit_lock(admit_mu);
+    if (MHD_add_connection(listener->daemon, connection.fd,
+                           reinterpret_cast<const sockaddr*>(&connection.address),
+                           connection.length) != MHD_YES) {
+      LogWarning("http: cannot serve a new connection: %s", ErrnoText(errno).c_str());
+      Forget(connection.fd);  // MHD has closed it.
+    }
+    return true;
+  }
+
+  // Answers 503 with `message` (on plain HTTP; a TLS client would read noise) and keeps the fd
+  // open a moment (see kLinger); never blocks.
+  void Refuse(Listener* listener, int fd, const std::string& message) {
+    if (listener->tls) {
+      close(fd);
+      return;
+    }
+    const std::string reply = RawErrorResponse("503 Service Unavailable", message);
+    (void)!send(fd, reply.data(), reply.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    shutdown(fd, SHUT_WR);
+    std::deque<Lingering>& lingering = listener->lingering;
+    if (lingering.size() >= kMaxLingering) {
+      close(lingering.front().fd);
+      lingering.pop_front();
+    }
+    lingering.push_back({fd, Clock::now() + kLinger});
+  }
+
+  // Forgets an admitted connection before its fd is closed (by MHD after its close notice or
+  // when it cannot take the connection, or by the acceptor): its slots are free.
+  void Forget(int fd) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = admitted.find(fd);
+    if (it == admitted.end()) return;
+    --it->second.listener->open;
+    if (it->second.who) {
+      auto counted = connections_of.find(*it->second.who);
+      if (--counted->second.open == 0) connections_of.erase(counted);
+    }
+    admitted.erase(it);
+  }
+
+  // Cuts off this listener's connections whose request headers are late: shut down, the
+  // acceptor (a silent one) or MHD's thread sees the end of input and closes it (the fd is
+  // still the connection's, as `admitted` holds it). Returns when the next deadline falls.
+  Clock::time_point CutOffLateHeaders(Listener* listener, Clock::time_point now) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (now < listener->next_deadline) return listener->next_deadline;
+    Clock::time_point next = Clock::time_point::max();
+    for (auto& [fd, connection] : admitted) {
+      if (connection.listener != listener || !connection.headers_due) continue;
+      if (*connection.headers_due > now) {
+        next = std::min(next, *connection.headers_due);
+        continue;
+      }
+      if (!listener->tls && !connection.answered) {
+        const std::string reply = RawErrorResponse(
+            "408 Request Timeout", "the request's headers did not arrive within " +
+                                       std::to_string(limits.header_timeout_seconds) + " s");
+        (void)!send(fd, reply.data(), reply.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      }
+      shutdown(fd, SHUT_RDWR);
+      connection.headers_due.reset();
+    }
+    listener->next_deadline = next;
+    return next;
+  }
+
+  // A connection owes (`waiting`) or has delivered a request's headers: from its admission and
+  // from the end of each request until the next request's headers are in.
+  void AwaitHeaders(MHD_Connection* connection, bool waiting) {
+    const int fd = FdOf(connection);
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = admitted.find(fd);
+    if (it == admitted.end()) return;
+    if (!waiting) {
+      it->second.headers_due.reset();
+      return;
+    }
+    const Clock::time_point due =
+        Clock::now() + std::chrono::seconds(limits.header_timeout_seconds);
+    it->second.headers_due = due;
+    it->second.answered = true;
+    Listener* listener = it->second.listener;
+    if (due < listener->next_deadline) {
+      listener->next_deadline = due;
+      Wake(listener->wake_fd);
+    }
+  }
+
+  // The acceptor: accepts as fast as connections come (the listen queue is drained each
+  // wakeup, so one caller's flood cannot leave others' connects to a full queue), closes the
+  // refused connections when their time is up and enforces the header deadline.
+  void AcceptLoop(Listener* listener) {
+    // Ahead of users' processes (where the service may raise itself: as root): however much CPU
+    // a flooding caller burns, the thread that turns its connections away keeps up with it, so
+    // that the listen queue does not fill and others' connects do not fail. Not on TCP, where
+    // identifying a local caller reads /proc/net/tcp, work that grows with the machine's sockets.
+    if (!listener->tcp) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), kAcceptorNice);
+    std::deque<Lingering>& lingering = listener->lingering;
+    std::vector<Silent>& silent = listener->silent;
+    std::vector<pollfd> fds;
+    Clock::time_point paused_until;  // Out of file descriptors: no accepting until then.
+    while (!stopping) {
+      Clock::time_point now = Clock::now();
+      Clock::time_point next = CutOffLateHeaders(listener, now);
+      while (!lingering.empty() && lingering.front().until <= now) {
+        close(lingering.front().fd);
+        lingering.pop_front();
+      }
+      if (!lingering.empty()) next = std::min(next, lingering.front().until);
+      const bool paused = paused_until > now;
+      if (paused) next = std::min(next, paused_until);
+      fds.clear();
+      fds.push_back({listener->wake_fd, POLLIN, 0});
+      fds.push_back({paused ? -1 : listener->fd, POLLIN, 0});
+      for (const Silent& connection : silent) fds.push_back({connection.fd, POLLIN, 0});
+      int timeout_ms = -1;
+      if (next != Clock::time_point::max()) {
+        timeout_ms =
+            static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(next - now).count());
+      }
+      if (poll(fds.data(), fds.size(), timeout_ms) < 0) continue;  // EINTR
+      if (fds[0].revents != 0) {
+        uint64_t count;
+        (void)!read(listener->wake_fd, &count, sizeof(count));
+      }
+      size_t kept = 0;
+      for (size_t i = 0; i < silent.size(); ++i) {
+        if (fds[2 + i].revents == 0 || !HandOver(listener, silent[i])) silent[kept++] = silent[i];
+      }
+      silent.resize(kept);
+      if (fds[1].revents != 0 && !AcceptWaiting(listener)) {
+        paused_until = Clock::now() + std::chrono::milliseconds(100);
+      }
+    }
+    for (const Lingering& refused : lingering) close(refused.fd);
+    for (const Silent& connection : silent) {
+      Forget(connection.fd);
+      close(connection.fd);
+    }
+  }
+
+  // MHD's notice that an admitted connection is closing (before it closes the socket).
+  static void OnConnection(void* cls, MHD_Connection* connection, void** /*socket_context*/,
+                           MHD_ConnectionNotificationCode toe) {
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+      static_cast<Listener*>(cls)->impl->Forget(FdOf(connection));
+    }
   }
 
   // First callback of a request (headers in, no body yet): authenticate, check the announced
@@ -443,7 +712,6 @@ struct HttpServer::Impl {
   std::optional<HttpResponse> Begin(const Listener& listener, MHD_Connection* connection,
                                     const char* url, const char* method, RequestState* state) {
     Caller& caller = state->request.caller;
-    if (std::optional<HttpResponse> refused = OverUserLimit(connection)) return refused;
     if (listener.tcp) {
       std::optional<std::string_view> presented = BearerToken(
           MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION));
@@ -455,7 +723,7 @@ struct HttpServer::Impl {
         return response;
       }
       caller = service_caller;
-    } else if (!PeerCredentials(connection, &caller)) {
+    } else if (!PeerCredentials(FdOf(connection), &caller)) {
       LogWarning("http: cannot read the peer credentials of a connection: %s",
                  ErrnoText(errno).c_str());
       return ErrorResponse(500, "cannot identify the caller");
@@ -519,6 +787,7 @@ struct HttpServer::Impl {
     if (state == nullptr) {
       state = new RequestState();
       *con_cls = state;  // Freed by OnCompleted, whatever happens next.
+      impl->AwaitHeaders(connection, false);
       state->refusal = impl->Begin(*listener, connection, url, method, state);
       if (state->refusal && AnswerAtOnce(connection)) {
         state->answered = true;
@@ -547,10 +816,12 @@ struct HttpServer::Impl {
     return Queue(connection, impl->Run(state->request));
   }
 
-  static void OnCompleted(void* /*cls*/, MHD_Connection* /*connection*/, void** con_cls,
+  // A request is done; a kept-alive connection owes the next one's headers.
+  static void OnCompleted(void* cls, MHD_Connection* connection, void** con_cls,
                           MHD_RequestTerminationCode /*toe*/) {
     delete static_cast<RequestState*>(*con_cls);
     *con_cls = nullptr;
+    static_cast<Impl*>(cls)->AwaitHeaders(connection, true);
   }
 
   // MHD's own messages (malformed requests, timeouts) are of interest only when debugging.
@@ -562,14 +833,18 @@ struct HttpServer::Impl {
     LogDebug("http: %s", message);
   }
 
-  // Serves `fd` with a new daemon. On failure the fd is closed.
-  StatusOr<MHD_Daemon*> StartDaemon(int fd, Listener* listener, const std::string& where) {
-    struct stat before;
-    fstat(fd, &before);
+  // Serves listening socket `fd` (taken over: closed by ~Impl, whatever happens) with an MHD
+  // daemon fed by a new acceptor thread.
+  Status StartListener(int fd, Listener* listener, const std::string& where) {
+    listener->fd = fd;
+    listener->tls = listener->tcp && !tls_cert_pem.empty();
+    if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0 ||
+        (listener->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+      return UnavailableError("cannot start the HTTP server on " + where + ": " + ErrnoText(errno));
+    }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+                     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG;
     // TLS on the TCP listener when configured: TLS 1.2 or later, GnuTLS's default ciphers.
-    const bool tls = listener->tcp && !tls_cert_pem.empty();
     MHD_OptionItem tls_options[] = {
         {MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(tls_cert_pem.c_str())},
         {MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(tls_key_pem.c_str())},
@@ -577,26 +852,26 @@ struct HttpServer::Impl {
          const_cast<char*>("NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2")},
         {MHD_OPTION_END, 0, nullptr}};
     MHD_OptionItem no_options[] = {{MHD_OPTION_END, 0, nullptr}};
-    if (tls) flags |= MHD_USE_TLS;
-    MHD_Daemon* daemon = MHD_start_daemon(
-        flags, 0, nullptr, nullptr, &OnRequest, listener, MHD_OPTION_LISTEN_SOCKET, fd,
-        MHD_OPTION_NOTIFY_COMPLETED, &OnCompleted, nullptr, MHD_OPTION_NOTIFY_CONNECTION,
-        &OnConnection, listener, MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(limits.max_connections),
-        MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(limits.connection_timeout_seconds),
-        MHD_OPTION_EXTERNAL_LOGGER, &OnLog, nullptr, MHD_OPTION_ARRAY,
-        tls ? tls_options : no_options, MHD_OPTION_END);
-    if (daemon != nullptr) return daemon;
-    // MHD may or may not have closed the socket it was given; close it only if the fd still
-    // names the same socket, so that we never close an fd another thread has just opened.
-    struct stat after;
-    if (fstat(fd, &after) == 0 && after.st_dev == before.st_dev && after.st_ino == before.st_ino) {
-      close(fd);
+    if (listener->tls) flags |= MHD_USE_TLS;
+    // The acceptor enforces max_connections; MHD's own limit is only a backstop, set above it
+    // because MHD counts a connection a little longer (until its thread is joined).
+    const unsigned mhd_limit = 2 * limits.max_connections + 16;
+    listener->daemon = MHD_start_daemon(
+        flags, 0, nullptr, nullptr, &OnRequest, listener, MHD_OPTION_NOTIFY_COMPLETED, &OnCompleted,
+        this, MHD_OPTION_NOTIFY_CONNECTION, &OnConnection, listener, MHD_OPTION_CONNECTION_LIMIT,
+        mhd_limit, MHD_OPTION_CONNECTION_TIMEOUT,
+        static_cast<unsigned>(limits.connection_timeout_seconds), MHD_OPTION_EXTERNAL_LOGGER,
+        &OnLog, nullptr, MHD_OPTION_ARRAY, listener->tls ? tls_options : no_options,
+        MHD_OPTION_END);
+    if (listener->daemon == nullptr) {
+      if (listener->tls) {
+        return InvalidArgumentError("cannot start the HTTPS server on " + where +
+                                    ": the TLS certificate and key are not a matching PEM pair");
+      }
+      return UnavailableError("cannot start the HTTP server on " + where);
     }
-    if (listener->tcp && !tls_cert_pem.empty()) {
-      return InvalidArgumentError("cannot start the HTTPS server on " + where +
-                                  ": the TLS certificate and key are not a matching PEM pair");
-    }
-    return UnavailableError("cannot start the HTTP server on " + where);
+    listener->acceptor = std::thread([this, listener] { AcceptLoop(listener); });
+    return OkStatus();
   }
 };
 
@@ -622,6 +897,10 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(std::optional<UnixListen
   auto impl = std::make_unique<Impl>();
   impl->handler = std::move(handler);
   impl->limits = limits;
+  // A connection waiting for its headers is idle as well (and a silent one is not MHD's yet, so
+  // MHD's idle timeout cannot close it): the header deadline is the sooner of the two.
+  impl->limits.header_timeout_seconds =
+      std::min(limits.header_timeout_seconds, limits.connection_timeout_seconds);
   impl->service_caller.tcp = true;
   impl->service_caller.uid = geteuid();
   impl->service_caller.gid = getegid();
@@ -633,8 +912,8 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(std::optional<UnixListen
     impl->socket_path = unix_listen->path;
     impl->socket_dev = socket.dev;
     impl->socket_ino = socket.ino;
-    GPUFRAC_ASSIGN_OR_RETURN(impl->unix_daemon,
-                             impl->StartDaemon(socket.fd, &impl->unix_listener, unix_listen->path));
+    GPUFRAC_RETURN_IF_ERROR(
+        impl->StartListener(socket.fd, &impl->unix_listener, unix_listen->path));
   }
   if (tcp_listen) {
     impl->token = tcp_listen->token;
@@ -642,10 +921,8 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(std::optional<UnixListen
     impl->tls_key_pem = tcp_listen->tls_key_pem;
     uint16_t port = 0;
     GPUFRAC_ASSIGN_OR_RETURN(int fd, OpenTcpListener(*tcp_listen, &port));
-    GPUFRAC_ASSIGN_OR_RETURN(
-        impl->tcp_daemon,
-        impl->StartDaemon(fd, &impl->tcp_listener,
-                          tcp_listen->address + ":" + std::to_string(tcp_listen->port)));
+    GPUFRAC_RETURN_IF_ERROR(impl->StartListener(
+        fd, &impl->tcp_listener, tcp_listen->address + ":" + std::to_string(tcp_listen->port)));
     impl->tcp_port = port;
   }
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));

@@ -4,8 +4,9 @@
 // libmicrohttpd, which, unlike cpp-httplib, lets a handler see its connection's socket, and the
 // peer credentials are the whole basis of the service's access control.
 //
-// One thread per connection, so a handler may block (long polls); handlers run concurrently and
-// must be thread-safe.
+// One thread per connection (once it has sent something), so a handler may block (long polls);
+// handlers run concurrently and must be thread-safe. Connections are accepted by a thread of
+// the server's own, which turns away those over their caller's cap without a thread (HttpLimits).
 #pragma once
 
 #include <sys/types.h>
@@ -67,14 +68,21 @@ struct TcpListen {
 
 struct HttpLimits {
   size_t max_body_bytes = 1 << 20;  // Larger bodies get 413 before the handler runs.
-  unsigned max_connections = 1024;  // In all, per listener.
+  // Open at once per listener, all callers together (each holds a thread once it has sent
+  // something). A connection past it is answered 503 and closed.
+  unsigned max_connections = 1024;
   // Open at once from one caller: a user on the unix socket or on TCP from this machine (found
   // through /proc/net/tcp, whatever loopback address it uses: tcp_peer.h), or one remote address.
-  // Root and the service's own user are not counted. A connection over it is answered 503 and
-  // closed as soon as it is accepted, so that one caller's idle or slow connections cannot use
-  // up the server's threads and lock others out.
+  // Root and the service's own user are not counted. The server accepts connections itself and
+  // answers one over the cap 503 and closes it there, before it has a thread or a slot, so that
+  // one caller's idle, slow or flooding connections cannot lock others out or slow them down.
   unsigned max_connections_per_user = 32;
-  unsigned connection_timeout_seconds = 120;
+  unsigned connection_timeout_seconds = 120;  // Of silence; a connection is closed after it.
+  // A request's headers must all be in within this (or connection_timeout_seconds, if sooner)
+  // of the connection's opening or of the end of the previous request on it, however slowly
+  // they trickle in; else the connection is closed, with a 408 unless it has had an answer
+  // (then it is an idle kept-alive connection, and its client will reconnect).
+  unsigned header_timeout_seconds = 10;
 };
 
 class HttpServer {

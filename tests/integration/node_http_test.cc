@@ -1,9 +1,10 @@
 // HttpServer over real sockets: requests and responses round-trip, the kernel's peer credentials
 // reach the handler, the socket file is managed safely (mode, group, stale and live sockets,
-// removal), TCP requires the token, and limits, slow handlers, throwing handlers and garbage
-// input leave the server serving.
+// removal), TCP requires the token, limits, slow handlers, throwing handlers and garbage input
+// leave the server serving, and one user's connection flood leaves another's latency alone.
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -15,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -24,9 +26,12 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "node/http_server.h"
 
@@ -38,14 +43,27 @@ using std::chrono::steady_clock;
 constexpr uid_t kNobody = 65534;
 constexpr gid_t kNogroup = 65534;
 
+sockaddr_un UnixAddress(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+  return address;
+}
+
+// fork(); the child becomes user nobody (or exits 3).
+pid_t ForkAsNobody() {
+  pid_t pid = fork();
+  if (pid == 0 && (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0)) {
+    _exit(3);
+  }
+  return pid;
+}
+
 // Connects to a unix socket; -1 with errno set on failure.
 int ConnectUnix(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
-  sockaddr_un address;
-  std::memset(&address, 0, sizeof(address));
-  address.sun_family = AF_UNIX;
-  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+  sockaddr_un address = UnixAddress(path);
   if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
     int error = errno;
     close(fd);
@@ -310,11 +328,10 @@ class Hog {
   Hog(const std::function<int(int)>& connect_one, int count, int cap) {
     int ready[2], hold[2];
     if (pipe(ready) != 0 || pipe(hold) != 0) return;
-    pid_ = fork();
+    pid_ = ForkAsNobody();
     if (pid_ == 0) {
       close(ready[0]);
       close(hold[1]);
-      if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0) _exit(3);
       std::vector<int> fds;
       for (int i = 0; i < count; ++i) {
         int fd = connect_one(i);
@@ -394,6 +411,204 @@ TEST_F(HttpServerTest, OneUsersConnectionsCannotLockOthersOut) {
     if (!admitted) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_TRUE(admitted);
+}
+
+// One GET /whoami on a fresh connection, connecting without blocking as curl does (a full
+// listen backlog is then a failed connect, not a wait). Empty when the answer is a 200, else
+// what went wrong.
+std::string QuickRequest(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  const sockaddr_un address = UnixAddress(path);
+  if (fd < 0 || connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    std::string error = "connect: " + std::string(std::strerror(errno));
+    if (fd >= 0) close(fd);
+    return error;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  timeval timeout{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  const std::string request = "GET /whoami HTTP/1.1\r\nHost: l\r\nConnection: close\r\n\r\n";
+  std::string reply;
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+      static_cast<ssize_t>(request.size())) {
+    char buffer[4096];
+    ssize_t n;
+    while ((n = read(fd, buffer, sizeof(buffer))) > 0) reply.append(buffer, n);
+  }
+  close(fd);
+  if (reply.rfind("HTTP/1.1 200", 0) == 0) return "";
+  return "reply: " + reply.substr(0, reply.find('\r'));
+}
+
+struct Latency {
+  int failures = -1;
+  int64_t p50_us = 0, p99_us = 0, max_us = 0;
+  std::string first_failure;
+};
+
+// Latencies of `count` QuickRequests in a row, as user `uid`.
+Latency MeasureAs(const std::string& path, uid_t uid, int count) {
+  std::istringstream text(AsUser(uid, [&] {
+    std::vector<int64_t> micros;
+    int failures = 0;
+    std::string first_failure;
+    for (int i = 0; i < count; ++i) {
+      auto start = steady_clock::now();
+      std::string failure = QuickRequest(path);
+      micros.push_back(
+          std::chrono::duration_cast<std::chrono::microseconds>(steady_clock::now() - start)
+              .count());
+      failures += !failure.empty();
+      if (first_failure.empty()) first_failure = failure;
+    }
+    std::sort(micros.begin(), micros.end());
+    return std::to_string(failures) + " " + std::to_string(micros[count / 2]) + " " +
+           std::to_string(micros[count * 99 / 100]) + " " + std::to_string(micros.back()) + " " +
+           first_failure;
+  }));
+  Latency latency;
+  text >> latency.failures >> latency.p50_us >> latency.p99_us >> latency.max_us;
+  std::getline(text >> std::ws, latency.first_failure);
+  return latency;
+}
+
+// A process of user nobody that opens `held` idle connections (32 fill its cap), then connects
+// and hangs up in a tight loop, `per_second` times a second (non-blocking connects, paced in
+// batches of 100) until Stop, which returns how many of its connects succeeded.
+class Flood {
+ public:
+  Flood(const std::string& path, int held, int per_second) {
+    int stop[2], count[2];
+    if (pipe(stop) != 0 || pipe(count) != 0) return;
+    pid_ = ForkAsNobody();
+    if (pid_ == 0) {
+      close(stop[1]);
+      close(count[0]);
+      std::vector<int> fds;
+      for (int i = 0; i < held; ++i) fds.push_back(ConnectUnix(path));
+      fcntl(stop[0], F_SETFL, O_NONBLOCK);
+      const sockaddr_un address = UnixAddress(path);
+      const auto start = steady_clock::now();
+      int64_t tried = 0, made = 0;
+      char c;
+      while (read(stop[0], &c, 1) < 0 && errno == EAGAIN) {
+        for (int i = 0; i < 100; ++i, ++tried) {
+          int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+          made += connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
+          close(fd);
+        }
+        std::this_thread::sleep_until(start + std::chrono::microseconds(tried * 1000000 /
+                                                                        per_second));
+      }
+      (void)!write(count[1], &made, sizeof(made));
+      _exit(0);
+    }
+    close(stop[0]);
+    close(count[1]);
+    stop_ = stop[1];
+    count_ = count[0];
+  }
+  ~Flood() { Stop(); }
+  int64_t Stop() {
+    if (pid_ <= 0) return made_;
+    close(stop_);
+    if (read(count_, &made_, sizeof(made_)) != static_cast<ssize_t>(sizeof(made_))) made_ = -1;
+    close(count_);
+    waitpid(pid_, nullptr, 0);
+    pid_ = 0;
+    return made_;
+  }
+
+ private:
+  pid_t pid_ = 0;
+  int stop_ = -1, count_ = -1;
+  int64_t made_ = 0;
+};
+
+// Issue 29: uid 65534 reconnecting in a tight loop, 15,000-20,000 times a second, made 13 of 20
+// of another user's requests fail and raised their latency from 4 ms to 100-220 ms. Connections
+// over its cap are now turned away before they cost a thread, by a thread that keeps up with
+// the flood, so the other user's requests keep their latency: both when the flooder holds its
+// 32 connections (every further one is over the cap) and when it holds none (its connections
+// are admitted and hang up before they get a thread). The flood is paced at 25,000 a second,
+// above the issue's: unpaced, one process with a core of its own reaches 100,000 a second and
+// can outrun the accepting thread (docs/security.md, "Still open").
+TEST_F(HttpServerTest, AConnectionFloodLeavesOtherUsersTheirLatency) {
+  if (geteuid() != 0) GTEST_SKIP() << "becoming another user needs root";
+  auto server = StartUnix(At(socket_, 0666), Recorder());
+  ASSERT_NE(server, nullptr);
+  constexpr int kRequests = 1000;
+  constexpr int kFloodPerSecond = 25000;
+  for (int held : {32, 0}) {
+    SCOPED_TRACE("the flooder holds " + std::to_string(held) + " connections");
+    const Latency quiet = MeasureAs(socket_, kNobody - 1, kRequests);
+    auto start = steady_clock::now();
+    Flood flood(socket_, held, kFloodPerSecond);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // The flood is under way.
+    const Latency flooded = MeasureAs(socket_, kNobody - 1, kRequests);
+    const int64_t made = flood.Stop();
+    const double rate = made / std::chrono::duration<double>(steady_clock::now() - start).count();
+    std::printf(
+        "uid 65533, %d requests: quiet p50 %.2f ms p99 %.2f ms max %.2f ms; while uid 65534 "
+        "holds %d and connects %.0f times a second: p50 %.2f ms p99 %.2f ms max %.2f ms, %d "
+        "failed\n",
+        kRequests, quiet.p50_us / 1e3, quiet.p99_us / 1e3, quiet.max_us / 1e3, held, rate,
+        flooded.p50_us / 1e3, flooded.p99_us / 1e3, flooded.max_us / 1e3, flooded.failures);
+    EXPECT_EQ(quiet.failures, 0) << quiet.first_failure;
+    EXPECT_EQ(flooded.failures, 0) << flooded.first_failure;
+    EXPECT_GT(rate, kFloodPerSecond / 2) << "the flooder did not get the CPU it needed";
+    // The issue's goal, 20 ms, plus what the machine's own load adds without a flood.
+    EXPECT_LT(flooded.p99_us, 20000 + quiet.p99_us);
+  }
+  // The flooding user gets in again once it lets go.
+  bool admitted = false;
+  for (int i = 0; i < 100 && !admitted; ++i) {
+    admitted = RequestAs(socket_, kNobody).find("uid=65534") != std::string::npos;
+    if (!admitted) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(admitted);
+}
+
+// A client trickling its request's headers a byte every 100 ms is never idle long enough for
+// the idle timeout (120 s), so it would hold its thread for as long as it likes; the header
+// deadline cuts it off, also while another user floods the socket.
+TEST_F(HttpServerTest, HeadersTrickledInPastTheDeadlineAreCutOff) {
+  HttpLimits limits;
+  limits.header_timeout_seconds = 1;
+  auto server = StartUnix(At(socket_, 0666), Recorder(), limits);
+  ASSERT_NE(server, nullptr);
+  std::optional<Flood> flood;
+  if (geteuid() == 0) flood.emplace(socket_, 32, 25000);
+  const std::string request =
+      "GET /slow HTTP/1.1\r\nHost: l\r\nX-Filler: " + std::string(40, 'x') + "\r\n\r\n";
+  int fd = ConnectUnix(socket_);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  auto start = steady_clock::now();
+  std::string reply;
+  bool closed = false;
+  for (size_t i = 0; i < request.size() && !closed; ++i) {
+    if (send(fd, &request[i], 1, MSG_NOSIGNAL) != 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    char buffer[4096];
+    ssize_t n;
+    while ((n = recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT)) > 0) reply.append(buffer, n);
+    closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+  }
+  auto elapsed = steady_clock::now() - start;
+  close(fd);
+  EXPECT_TRUE(closed) << "the server waited for all " << request.size() << " bytes";
+  EXPECT_GE(elapsed, std::chrono::milliseconds(900));
+  EXPECT_LT(elapsed, std::chrono::milliseconds(3000));
+  EXPECT_EQ(reply.rfind("HTTP/1.1 408", 0), 0u) << reply;
+  EXPECT_NE(reply.find("the request's headers did not arrive within 1 s"), std::string::npos);
+  EXPECT_EQ(Calls(), 0);
+  // A prompt client, and two requests on one kept-alive connection, are served.
+  httplib::Client client = UnixClient(socket_);
+  for (int i = 0; i < 2; ++i) {
+    auto result = client.Get("/prompt");
+    ASSERT_TRUE(result) << i;
+    EXPECT_EQ(result->status, 200);
+  }
 }
 
 // A TCP connection to 127.0.0.1:`port` from `source` (any address of 127.0.0.0/8), or -1.
@@ -714,7 +929,7 @@ TEST_F(HttpServerTest, IdleConnectionsTimeOut) {
   auto start = steady_clock::now();
   std::string reply = RawExchange(socket_, "");  // Connects and says nothing.
   auto elapsed = steady_clock::now() - start;
-  EXPECT_EQ(reply, "");
+  EXPECT_EQ(reply.rfind("HTTP/1.1 408", 0), 0u) << reply;  // Told why, as it sent nothing.
   EXPECT_GE(elapsed, std::chrono::milliseconds(500));
   EXPECT_LT(elapsed, std::chrono::milliseconds(4000));  // Well before the client's own 5 s.
 }
