@@ -42,6 +42,7 @@ class NoApi : public ClusterApi {
                       const std::vector<std::pair<std::string, std::string>>&) override {
     return Nope();
   }
+  StatusOr<json> GetNamespace(const std::string&) override { return Nope(); }
   void PodEvent(const json&, const std::string&, const std::string&, bool) override {}
   StatusOr<json> CreatePod(const std::string&, const json&) override { return Nope(); }
   Status DeletePod(const std::string&, const std::string&, const std::string&) override {
