@@ -35,6 +35,7 @@
 #include "k8s/reservations.h"
 #include "k8s/test_objects.h"
 #include "limiter/compute_arbiter.h"
+#include "service_budget_dir.h"
 #include "simgpu/fault_injection.h"
 #include "simgpu/shared_machine.h"
 
@@ -160,6 +161,7 @@ class K8sEndToEnd : public ::testing::Test {
     }
     if (agent_) agent_->Stop();
     simgpu::RemoveSharedMachine("k8s-" + StateDirTag(host_dir_.path()));
+    gpufrac::testing::RemoveRecordedBudgetDir(host_dir_.path() + "/arbiters");
   }
 
   json Call(const std::string& verb, const json& body) {

@@ -17,6 +17,7 @@
 
 #include "common/paths.h"
 #include "harness.h"
+#include "service_budget_dir.h"
 #include "k8s/agent_service.h"
 #include "k8s/api_client.h"
 #include "k8s/fake_apiserver.h"
@@ -56,6 +57,7 @@ class MigConfigLabelTest : public ::testing::Test {
   void TearDown() override {
     if (agent_) agent_->Stop();
     simgpu::RemoveSharedMachine("k8s-" + StateDirTag(host_dir_.path()));
+    gpufrac::testing::RemoveRecordedBudgetDir(host_dir_.path() + "/arbiters");
   }
 
   // The agent with every GPU in static MIG; `configmap`: an operator's mig-parted file.

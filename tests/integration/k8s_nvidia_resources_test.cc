@@ -18,6 +18,7 @@
 #include "common/paths.h"
 #include "gpu/mig_catalogue.h"
 #include "harness.h"
+#include "service_budget_dir.h"
 #include "k8s/agent_service.h"
 #include "k8s/api_client.h"
 #include "k8s/fake_apiserver.h"
@@ -69,6 +70,7 @@ class NvidiaResourcesTest : public ::testing::Test {
   void TearDown() override {
     if (agent_) agent_->Stop();
     simgpu::RemoveSharedMachine(SimNamespace());
+    gpufrac::testing::RemoveRecordedBudgetDir(host_dir_.path() + "/arbiters");
   }
 
   std::string dev_dir() const { return host_dir_.path() + "/dev"; }

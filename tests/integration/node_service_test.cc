@@ -29,6 +29,7 @@
 
 #include "dashboard_metrics.h"
 #include "harness.h"
+#include "service_budget_dir.h"
 #include "node/paths.h"
 #include "simgpu/shared_machine.h"
 
@@ -98,12 +99,7 @@ class Daemon {
         }
       }
     }
-    // The service's budget directory, as its state directory records it.
-    std::ifstream record(dir_ + "/state/budget-dir");
-    std::string budget_dir;
-    if (std::getline(record, budget_dir) && budget_dir.rfind("/dev/shm/gpufrac-", 0) == 0) {
-      std::filesystem::remove_all(budget_dir, ec);
-    }
+    testing::RemoveRecordedBudgetDir(dir_ + "/state/budget-dir");
     std::filesystem::remove_all(dir_, ec);
   }
 
@@ -1647,12 +1643,8 @@ TEST(NodeService, TheFirstCommandStartsAServiceForTheUser) {
   // The user's simulated machine, which is named after the user's state directory.
   const std::string machine = node::ServiceInstanceName(home + "/.local/state/gpufrac");
   AsNobody([&] { return simgpu::RemoveSharedMachine(machine) ? 0 : 1; });
+  testing::RemoveRecordedBudgetDir(home + "/.local/state/gpufrac/budget-dir");
   std::error_code ec;
-  std::ifstream record(home + "/.local/state/gpufrac/budget-dir");
-  std::string budget_dir;
-  if (std::getline(record, budget_dir) && budget_dir.rfind("/dev/shm/gpufrac-", 0) == 0) {
-    std::filesystem::remove_all(budget_dir, ec);
-  }
   std::filesystem::remove_all(home, ec);
 }
 
