@@ -476,9 +476,10 @@ struct HttpServer::Impl {
   std::optional<std::string> CountedAs(const Listener& listener, int fd) const {
     if (!listener.tcp) {
       Caller caller;
-      if (!PeerCredentials(fd, &caller) || caller.uid == 0 || caller.uid == service_caller.uid) {
-        return std::nullopt;
-      }
+      // Unknown callers share one count (their requests are refused anyway): a caller goes
+      // uncounted only when known to be root or the service's user.
+      if (!PeerCredentials(fd, &caller)) return std::string("callers of unknown uid");
+      if (caller.uid == 0 || caller.uid == service_caller.uid) return std::nullopt;
       return "uid " + std::to_string(caller.uid);
     }
     TcpPeer peer = IdentifyTcpPeer(fd);
@@ -529,6 +530,13 @@ struct HttpServer::Impl {
         ++listener->open;
         if (who) ++connections_of[*who].open;
         const Clock::time_point due = now + std::chrono::seconds(limits.header_timeout_seconds);
+        // An entry still there is a connection MHD closed without its close notice (a setup
+        // that failed after MHD_add_connection took it): its slots are given back, and the new
+        // connection that got its fd number is the one the entry then names.
+        if (admitted.count(fd) != 0) {
+          LogWarning("http: a connection was closed without notice; its slots are freed");
+          ForgetLocked(fd);
+        }
         admitted[fd] = Admitted{listener, who, due};
         listener->next_deadline = std::min(listener->next_deadline, due);
       }
@@ -588,6 +596,9 @@ struct HttpServer::Impl {
   // when it cannot take the connection, or by the acceptor): its slots are free.
   void Forget(int fd) {
     std::lock_guard<std::mutex> lock(mu);
+    ForgetLocked(fd);
+  }
+  void ForgetLocked(int fd) {
     auto it = admitted.find(fd);
     if (it == admitted.end()) return;
     --it->second.listener->open;

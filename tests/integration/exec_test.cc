@@ -6,9 +6,12 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 #include "harness.h"
+#include "scratch_dir.h"
+#include "service_budget_dir.h"
 
 namespace gpufrac::testing {
 namespace {
@@ -19,11 +22,20 @@ constexpr long long kGiB = 1ll << 30;
 class ExecTest : public ::testing::Test {
  protected:
   ExecTest() : machine_("2xA100-40GB") {}
+  // `gpufrac exec` keeps its compute arbiters in a directory its user's state directory records:
+  // the test's own home, removed with what it records.
+  ~ExecTest() override {
+    RemoveRecordedBudgetDir(home_.File(".local/state/gpufrac/exec-arbiters"));
+  }
+  std::map<std::string, std::string> Env() const {
+    return Merge(machine_.Env(), {{"HOME", home_.path()}});
+  }
   RunResult Exec(std::vector<std::string> args) {
     args.insert(args.begin(), {BuildPath("bin/gpufrac"), "exec"});
-    return RunCommand(args, machine_.Env());
+    return RunCommand(args, Env());
   }
   SimMachine machine_;
+  ScratchDir home_{"gpufrac-exec-home"};
 };
 
 TEST_F(ExecTest, TheCommandSeesItsLimit) {
@@ -75,7 +87,7 @@ TEST_F(ExecTest, OverTheLimitIsAnOrdinaryOutOfMemoryError) {
 
 TEST_F(ExecTest, ARelativeLimiterPathStillAppliesAfterCd) {
   std::string dir = BuildPath("");
-  auto env = Merge(machine_.Env(), {{"GPUFRAC_LIBRARY", "lib/libgpufrac.so"}});
+  auto env = Merge(Env(), {{"GPUFRAC_LIBRARY", "lib/libgpufrac.so"}});
   std::string cmd = "cd " + dir + " && exec " + BuildPath("bin/gpufrac") +
                     " exec --gpu-memory 2G -- sh -c 'cd / && exec " + ProbePath() + " info'";
   RunResult r = RunCommand({"sh", "-c", cmd}, env);
@@ -89,14 +101,14 @@ TEST_F(ExecTest, PassesTheExitStatusThrough) {
   // Even when started with SIGCHLD ignored (which would make children unwaitable).
   std::string cmd =
       "trap '' CHLD; exec " + BuildPath("bin/gpufrac") + " exec --gpu-memory 1G -- sh -c 'exit 7'";
-  EXPECT_EQ(RunCommand({"sh", "-c", cmd}, machine_.Env()).status, 7);
+  EXPECT_EQ(RunCommand({"sh", "-c", cmd}, Env()).status, 7);
 }
 
 TEST_F(ExecTest, ATerminatedRunStopsTheCommandAndCleansUp) {
   std::string seen;
   pid_t pid = Start({BuildPath("bin/gpufrac"), "exec", "--gpu-memory", "2G", "--", ProbePath(),
                      "hold", std::to_string(kGiB)},
-                    machine_.Env(), "hold=", &seen);
+                    Env(), "hold=", &seen);
   ASSERT_NE(seen.find("hold=0"), std::string::npos) << seen;
   std::string budget_prefix = "exec-" + std::to_string(pid) + "-";
   auto budget_exists = [&] { return !testing::BudgetsStartingWith(budget_prefix).empty(); };

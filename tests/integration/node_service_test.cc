@@ -1711,6 +1711,8 @@ TEST(NodeService, AGpuServingWholeJobsOnlyCannotBeInMpsMode) {
   EXPECT_EQ(both.status, 1);
   EXPECT_NE(both.err.find("is in both --whole-gpus and --mps-gpus"), std::string::npos)
       << both.err;
+  // The simulated machine the refused service had opened for its state directory.
+  simgpu::RemoveSharedMachine(node::ServiceInstanceName(d.dir() + "/other"));
 }
 
 // A job on an MPS GPU runs as a client of the GPU's daemon, which the service started for it: it

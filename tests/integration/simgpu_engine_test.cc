@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -215,20 +216,30 @@ TEST_F(SimGpuEngineTest, ASingleProcessRunsAtFullSpeedWhateverTheSlice) {
   RunInChild("1xH100-80GB", {{"SIMGPU_TIMESLICE_US", "500"}}, [] {
     const abi::CUcontext context = InitAndUsePrimary();
     abi::CUfunction kernel = LoadKernel();
-    const std::uint64_t busy_before = BusyNs();
-    const Clock::time_point start = Clock::now();
-    for (int i = 0; i < 10; ++i) {
-      LaunchKernels(kernel, 5, 1.0);
-      ASSERT_CU(cuStreamSynchronize(nullptr));
+    // The fastest of three rounds: a busy host only ever adds its wake-up latency to a round,
+    // while slices that held the lone process back would slow every one. The engine time is
+    // exact.
+    double fastest = 1e9;
+    for (int round = 1; round <= 3; ++round) {
+      unsigned long long own_before = 0, own = 0;
+      ASSERT_CU(simgpuCtxGetEngineTime(context, &own_before));
+      const std::uint64_t busy_before = BusyNs();
+      const Clock::time_point start = Clock::now();
+      for (int i = 0; i < 10; ++i) {
+        LaunchKernels(kernel, 5, 1.0);
+        ASSERT_CU(cuStreamSynchronize(nullptr));
+      }
+      const double took = MillisecondsSince(start);
+      ASSERT_CU(simgpuCtxGetEngineTime(context, &own));
+      std::printf("50 ms of work alone, round %d: %.2f ms, engine time %.2f ms\n", round, took,
+                  (own - own_before) / 1e6);
+      EXPECT_GE(took, 50.0);
+      EXPECT_NEAR(50.0, (own - own_before) / 1e6, 0.01);
+      EXPECT_NEAR(50.0, (BusyNs() - busy_before) / 1e6, 0.01);
+      fastest = std::min(fastest, took);
+      if (fastest < 58.0) break;
     }
-    const double took = MillisecondsSince(start);
-    unsigned long long own = 0;
-    ASSERT_CU(simgpuCtxGetEngineTime(context, &own));
-    std::printf("50 ms of work alone: %.2f ms, engine time %.2f ms\n", took, own / 1e6);
-    EXPECT_GE(took, 50.0);
-    EXPECT_LT(took, 58.0);  // host wake-up latency on a loaded machine; the engine time is exact
-    EXPECT_NEAR(50.0, own / 1e6, 0.01);
-    EXPECT_NEAR(50.0, (BusyNs() - busy_before) / 1e6, 0.01);
+    EXPECT_LT(fastest, 58.0);
   });
 }
 
