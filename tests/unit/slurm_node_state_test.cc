@@ -197,25 +197,28 @@ TEST_F(NodeStateTest, ANextStepRemovesWhatADeadStepdLeft) {
 
 // A job's cgroup as Slurm 22.05's proctrack/cgroup makes it under cgroup v1
 // (freezer/slurm_<node>/uid_<uid>/job_<id>/step_<step>), with a process of the job in it, which
-// sleeps until killed.
+// sleeps until killed. `below`: the cgroup under the step's its user made and moved it into.
 class JobCgroup {
  public:
   static constexpr char kMount[] = "/sys/fs/cgroup/freezer";
-  JobCgroup(uint32_t job, uint32_t step, const std::string& node = kNode)
+  JobCgroup(uint32_t job, uint32_t step, const std::string& node = kNode,
+            const std::string& below = "")
       : root_(std::string(kMount) + "/slurm_" + node),
-        dir_(root_ + "/uid_0/job_" + std::to_string(job)) {
-    fs::create_directories(dir_ + "/" + StepCgroupName(step));
+        dir_(root_ + "/uid_0/job_" + std::to_string(job)),
+        task_dir_(dir_ + "/" + StepCgroupName(step) + (below.empty() ? "" : "/" + below)) {
+    fs::create_directories(task_dir_);
     // Slurm hands the step's cgroup to the job's user (nobody, here).
     EXPECT_EQ(chown((dir_ + "/" + StepCgroupName(step)).c_str(), 65534, 65534), 0);
     task_ = fork();
     if (task_ == 0) {
-      std::ofstream(dir_ + "/" + StepCgroupName(step) + "/cgroup.procs") << getpid() << std::endl;
+      std::ofstream(task_dir_ + "/cgroup.procs") << getpid() << std::endl;
       for (;;) pause();
     }
   }
   ~JobCgroup() {
     if (task_ > 0 && waitpid(task_, nullptr, WNOHANG) == 0) {
       kill(task_, SIGKILL);
+      Freeze(false, /*own=*/true);
       Freeze(false);
       waitpid(task_, nullptr, 0);
     }
@@ -235,7 +238,7 @@ class JobCgroup {
   }
   bool TaskJoined() const {
     for (int i = 0; i < 100; ++i) {
-      std::ifstream procs(dir_ + "/" + StepCgroupName(0) + "/cgroup.procs");
+      std::ifstream procs(task_dir_ + "/cgroup.procs");
       for (long pid = 0; procs >> pid;) {
         if (pid == task_) return true;
       }
@@ -255,12 +258,14 @@ class JobCgroup {
     }
     return false;
   }
-  void Freeze(bool frozen) const {
-    std::ofstream(dir_ + "/freezer.state") << (frozen ? "FROZEN" : "THAWED") << std::endl;
+  // The job's cgroup frozen (a suspended job), or with `own`, the task's own (its user froze it).
+  void Freeze(bool frozen, bool own = false) const {
+    std::ofstream((own ? task_dir_ : dir_) + "/freezer.state")
+        << (frozen ? "FROZEN" : "THAWED") << std::endl;
   }
 
  private:
-  std::string root_, dir_;
+  std::string root_, dir_, task_dir_;
   pid_t task_ = 0;
 };
 
@@ -312,6 +317,76 @@ TEST_F(NodeStateTest, AStepsEndEndsItsLeftoverProcessesFirst) {
   ASSERT_TRUE(state.EndStep(kJob, 0, proc::CurrentProcess()).ok());
   EXPECT_TRUE(cgroup.Killed());
   EXPECT_FALSE(BudgetExists(kJob));
+}
+
+// Issue 29's review (H2a): a process its user moved into a cgroup below step 0's, left when step 0
+// ended while step 1 still ran, is ended by step 1's end (the last, which frees the share).
+TEST_F(NodeStateTest, TheLastStepsEndEndsWhatEarlierStepsLeft) {
+  if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
+  constexpr uint32_t kJob = 910007;
+  JobCgroup cgroup(kJob, 0, kNode, "x");
+  ASSERT_TRUE(cgroup.TaskJoined());
+  NodeState& state = Open();
+  for (uint32_t step : {0u, 1u}) {
+    ASSERT_TRUE(state
+                    .BeginStep(kJob, step, proc::CurrentProcess(), Limits(kJob, 1ull << 30),
+                               Gpus(1ull << 30), std::nullopt)
+                    .ok());
+  }
+  ASSERT_TRUE(state.EndStep(kJob, 0, proc::CurrentProcess()).ok());
+  EXPECT_TRUE(cgroup.TaskRuns());  // The share is still booked: step 1 runs.
+  EXPECT_TRUE(BudgetExists(kJob));
+  ASSERT_TRUE(state.EndStep(kJob, 1, proc::CurrentProcess()).ok());
+  EXPECT_TRUE(cgroup.Killed());
+  EXPECT_FALSE(BudgetExists(kJob));
+}
+
+// H2b: however deep below the step its user moved a process, the step's end finds and ends it.
+TEST_F(NodeStateTest, AStepsEndEndsAProcessDeepBelowItsCgroup) {
+  if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
+  constexpr uint32_t kJob = 910009;
+  JobCgroup cgroup(kJob, 0, kNode, "a/b/c/d/e/f/g/h/i/j");
+  ASSERT_TRUE(cgroup.TaskJoined());
+  NodeState& state = Open();
+  ASSERT_TRUE(state
+                  .BeginStep(kJob, 0, proc::CurrentProcess(), Limits(kJob, 1ull << 30),
+                             Gpus(1ull << 30), std::nullopt)
+                  .ok());
+  ASSERT_TRUE(state.EndStep(kJob, 0, proc::CurrentProcess()).ok());
+  EXPECT_TRUE(cgroup.Killed());
+  EXPECT_FALSE(BudgetExists(kJob));
+}
+
+// M2: a cgroup its user froze below the step's stays frozen when the step's is thawed, and a
+// frozen task gets no SIGKILL: the step's end thaws it too, so the epilog does not fail (and
+// Slurm does not drain the node) at the user's will.
+TEST_F(NodeStateTest, AStepsEndEndsAProcessInACgroupThatFrozeItself) {
+  if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
+  constexpr uint32_t kJob = 910011;
+  JobCgroup cgroup(kJob, 0, kNode, "f");
+  ASSERT_TRUE(cgroup.TaskJoined());
+  cgroup.Freeze(true, /*own=*/true);
+  NodeState& state = Open();
+  ASSERT_TRUE(state
+                  .BeginStep(kJob, 0, proc::CurrentProcess(), Limits(kJob, 1ull << 30),
+                             Gpus(1ull << 30), std::nullopt)
+                  .ok());
+  Status ended = state.EndStep(kJob, 0, proc::CurrentProcess());
+  EXPECT_TRUE(ended.ok()) << ended.message();
+  EXPECT_TRUE(cgroup.Killed());
+  EXPECT_FALSE(BudgetExists(kJob));
+}
+
+// H2a: the epilog ends a job's leftovers even when gpufrac holds no files of it (its last step's
+// end freed the share).
+TEST_F(NodeStateTest, TheEpilogEndsLeftoversOfAJobWithoutFiles) {
+  if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
+  constexpr uint32_t kJob = 910013;
+  JobCgroup cgroup(kJob, 0);
+  ASSERT_TRUE(cgroup.TaskJoined());
+  NodeState& state = Open();
+  EXPECT_TRUE(state.EndJob(kJob).ok());
+  EXPECT_TRUE(cgroup.Killed());
 }
 
 TEST_F(NodeStateTest, RefusesAStateDirOthersCanWrite) {
