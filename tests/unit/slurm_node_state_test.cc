@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -374,6 +376,59 @@ TEST_F(NodeStateTest, AStepsEndEndsAProcessInACgroupThatFrozeItself) {
   Status ended = state.EndStep(kJob, 0, proc::CurrentProcess());
   EXPECT_TRUE(ended.ok()) << ended.message();
   EXPECT_TRUE(cgroup.Killed());
+  EXPECT_FALSE(BudgetExists(kJob));
+}
+
+// M3: a step that left many processes is ended in one scan of /proc per pass (each kill was one
+// more read of cgroup.procs); the time it took is printed, not bounded (the machine may be busy).
+TEST_F(NodeStateTest, AStepsEndEndsManyLeftoverProcesses) {
+  if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
+  constexpr uint32_t kJob = 910015;
+  constexpr int kMore = 500;
+  JobCgroup cgroup(kJob, 0);
+  ASSERT_TRUE(cgroup.TaskJoined());
+  const std::string step_dir = std::string(JobCgroup::kMount) + "/slurm_" + kNode + "/uid_0/job_" +
+                               std::to_string(kJob) + "/" + StepCgroupName(0);
+  std::vector<pid_t> more;
+  for (int i = 0; i < kMore; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::ofstream(step_dir + "/cgroup.procs") << getpid() << std::endl;
+      for (;;) pause();
+    }
+    more.push_back(pid);
+  }
+  // All joined before the step ends.
+  for (int i = 0; i < 500; ++i) {
+    std::ifstream procs(step_dir + "/cgroup.procs");
+    int n = 0;
+    for (long pid = 0; procs >> pid;) ++n;
+    if (n == kMore + 1) break;
+    usleep(10000);
+  }
+  NodeState& state = Open();
+  ASSERT_TRUE(state
+                  .BeginStep(kJob, 0, proc::CurrentProcess(), Limits(kJob, 1ull << 30),
+                             Gpus(1ull << 30), std::nullopt)
+                  .ok());
+  const auto start = std::chrono::steady_clock::now();
+  Status ended = state.EndStep(kJob, 0, proc::CurrentProcess());
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  std::printf("ended %d processes in %lld ms\n", kMore + 1, static_cast<long long>(took.count()));
+  EXPECT_TRUE(ended.ok()) << ended.message();
+  EXPECT_TRUE(cgroup.Killed());
+  int killed = 0;
+  for (pid_t pid : more) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) != pid) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    } else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+      ++killed;
+    }
+  }
+  EXPECT_EQ(killed, kMore);
   EXPECT_FALSE(BudgetExists(kJob));
 }
 
