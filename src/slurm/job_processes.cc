@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -228,8 +229,14 @@ StatusOr<std::vector<Member>> Scan(const std::vector<Target>& targets, pid_t exc
     return UnavailableError(std::string("cannot list /proc: ") + std::strerror(errno));
   }
   Status failed = OkStatus();
-  errno = 0;
-  while (dirent* entry = readdir(proc)) {
+  for (;;) {
+    errno = 0;
+    const dirent* entry = readdir(proc);
+    if (entry == nullptr) {
+      if (errno != 0)
+        failed = UnavailableError(std::string("cannot list /proc: ") + std::strerror(errno));
+      break;
+    }
     pid_t pid = 0;
     const char* name = entry->d_name;
     auto [end, ec] = std::from_chars(name, name + std::strlen(name), pid);
@@ -244,10 +251,6 @@ StatusOr<std::vector<Member>> Scan(const std::vector<Target>& targets, pid_t exc
       break;
     }
     if (*member) out.push_back(std::move(**member));
-    errno = 0;
-  }
-  if (failed.ok() && errno != 0) {
-    failed = UnavailableError(std::string("cannot list /proc: ") + std::strerror(errno));
   }
   closedir(proc);
   if (!failed.ok()) return failed;
@@ -278,12 +281,11 @@ void WriteControl(const std::string& path, const char* value) {
 // freezer.state, v2's cgroup.freeze) stays frozen when its parent thaws: every cgroup from each
 // member's own up to its target, deepest first.
 void Thaw(const std::vector<Member>& members, const std::vector<Target>& targets) {
-  std::vector<std::string> dirs;
+  std::set<std::string> dirs;
   for (const Member& member : members) {
     for (std::string dir : member.cgroups) {
-      // Each is its target's directory or below it: up to that directory.
-      for (;;) {
-        dirs.push_back(dir);
+      // Each is its target's directory or below it: up to that directory, or to one already met.
+      while (dirs.insert(dir).second) {
         const size_t slash = dir.rfind('/');
         if (slash == std::string::npos ||
             std::any_of(targets.begin(), targets.end(),
@@ -294,11 +296,10 @@ void Thaw(const std::vector<Member>& members, const std::vector<Target>& targets
       }
     }
   }
-  std::sort(dirs.begin(), dirs.end(), [](const std::string& a, const std::string& b) {
-    return a.size() > b.size() || (a.size() == b.size() && a < b);
-  });
-  dirs.erase(std::unique(dirs.begin(), dirs.end()), dirs.end());
-  for (const std::string& dir : dirs) {
+  std::vector<std::string> deepest_first(dirs.begin(), dirs.end());
+  std::stable_sort(deepest_first.begin(), deepest_first.end(),
+                   [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  for (const std::string& dir : deepest_first) {
     WriteControl(dir + "/freezer.state", "THAWED");
     WriteControl(dir + "/cgroup.freeze", "0");
   }
