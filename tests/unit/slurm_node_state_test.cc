@@ -89,6 +89,18 @@ class NodeStateTest : public ::testing::Test {
     return id;
   }
 
+  // Step `step` of `job` begins, run by this process, with 1 GiB of the test GPU.
+  void BeginStep(uint32_t job, uint32_t step = 0) {
+    Status begun = state_
+                       ->BeginStep(job, step, proc::CurrentProcess(), Limits(job, 1ull << 30),
+                                   Gpus(1ull << 30), std::nullopt)
+                       .status();
+    ASSERT_TRUE(begun.ok()) << begun.message();
+  }
+  // Step 0 of `job`, whose task its user moved into the cgroup `below` the step's (and froze
+  // there, with `frozen`), ends: the task is killed, then the share freed.
+  void ExpectTheStepsEndKillsItsTask(uint32_t job, const std::string& below, bool frozen);
+
   std::string root_, dir_, budget_path_;
   std::optional<NodeState> state_;
 };
@@ -273,6 +285,19 @@ class JobCgroup {
 
 bool CanMakeCgroups() { return geteuid() == 0 && fs::exists(JobCgroup::kMount); }
 
+void NodeStateTest::ExpectTheStepsEndKillsItsTask(uint32_t job, const std::string& below,
+                                                  bool frozen) {
+  JobCgroup cgroup(job, 0, kNode, below);
+  ASSERT_TRUE(cgroup.TaskJoined());
+  if (frozen) cgroup.Freeze(true, /*own=*/true);
+  Open();
+  BeginStep(job);
+  Status ended = state_->EndStep(job, 0, proc::CurrentProcess());
+  EXPECT_TRUE(ended.ok()) << ended.message();
+  EXPECT_TRUE(cgroup.Killed());
+  EXPECT_FALSE(BudgetExists(job));
+}
+
 // A task that outlived its SIGKILLed slurmstepd still holds the job's GPU memory: a later step's
 // sweep keeps the job's share booked while the job's cgroup holds a process, and the epilog ends
 // that process before it frees the share (issue 29: the files and shards were freed while the
@@ -308,17 +333,7 @@ TEST_F(NodeStateTest, AJobsShareIsFreedOnlyOnceItsProcessesAreGone) {
 // task's background child) are ended; the slurmstepd ending it is not one of them.
 TEST_F(NodeStateTest, AStepsEndEndsItsLeftoverProcessesFirst) {
   if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
-  constexpr uint32_t kJob = 910003;
-  JobCgroup cgroup(kJob, 0);
-  ASSERT_TRUE(cgroup.TaskJoined());
-  NodeState& state = Open();
-  ASSERT_TRUE(state
-                  .BeginStep(kJob, 0, proc::CurrentProcess(), Limits(kJob, 1ull << 30),
-                             Gpus(1ull << 30), std::nullopt)
-                  .ok());
-  ASSERT_TRUE(state.EndStep(kJob, 0, proc::CurrentProcess()).ok());
-  EXPECT_TRUE(cgroup.Killed());
-  EXPECT_FALSE(BudgetExists(kJob));
+  ExpectTheStepsEndKillsItsTask(910003, "", /*frozen=*/false);
 }
 
 // Issue 29's review (H2a): a process its user moved into a cgroup below step 0's, left when step 0
@@ -329,12 +344,8 @@ TEST_F(NodeStateTest, TheLastStepsEndEndsWhatEarlierStepsLeft) {
   JobCgroup cgroup(kJob, 0, kNode, "x");
   ASSERT_TRUE(cgroup.TaskJoined());
   NodeState& state = Open();
-  for (uint32_t step : {0u, 1u}) {
-    ASSERT_TRUE(state
-                    .BeginStep(kJob, step, proc::CurrentProcess(), Limits(kJob, 1ull << 30),
-                               Gpus(1ull << 30), std::nullopt)
-                    .ok());
-  }
+  BeginStep(kJob, 0);
+  BeginStep(kJob, 1);
   ASSERT_TRUE(state.EndStep(kJob, 0, proc::CurrentProcess()).ok());
   EXPECT_TRUE(cgroup.TaskRuns());  // The share is still booked: step 1 runs.
   EXPECT_TRUE(BudgetExists(kJob));
@@ -346,17 +357,7 @@ TEST_F(NodeStateTest, TheLastStepsEndEndsWhatEarlierStepsLeft) {
 // H2b: however deep below the step its user moved a process, the step's end finds and ends it.
 TEST_F(NodeStateTest, AStepsEndEndsAProcessDeepBelowItsCgroup) {
   if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
-  constexpr uint32_t kJob = 910009;
-  JobCgroup cgroup(kJob, 0, kNode, "a/b/c/d/e/f/g/h/i/j");
-  ASSERT_TRUE(cgroup.TaskJoined());
-  NodeState& state = Open();
-  ASSERT_TRUE(state
-                  .BeginStep(kJob, 0, proc::CurrentProcess(), Limits(kJob, 1ull << 30),
-                             Gpus(1ull << 30), std::nullopt)
-                  .ok());
-  ASSERT_TRUE(state.EndStep(kJob, 0, proc::CurrentProcess()).ok());
-  EXPECT_TRUE(cgroup.Killed());
-  EXPECT_FALSE(BudgetExists(kJob));
+  ExpectTheStepsEndKillsItsTask(910009, "a/b/c/d/e/f/g/h/i/j", /*frozen=*/false);
 }
 
 // M2: a cgroup its user froze below the step's stays frozen when the step's is thawed, and a
@@ -364,19 +365,7 @@ TEST_F(NodeStateTest, AStepsEndEndsAProcessDeepBelowItsCgroup) {
 // Slurm does not drain the node) at the user's will.
 TEST_F(NodeStateTest, AStepsEndEndsAProcessInACgroupThatFrozeItself) {
   if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
-  constexpr uint32_t kJob = 910011;
-  JobCgroup cgroup(kJob, 0, kNode, "f");
-  ASSERT_TRUE(cgroup.TaskJoined());
-  cgroup.Freeze(true, /*own=*/true);
-  NodeState& state = Open();
-  ASSERT_TRUE(state
-                  .BeginStep(kJob, 0, proc::CurrentProcess(), Limits(kJob, 1ull << 30),
-                             Gpus(1ull << 30), std::nullopt)
-                  .ok());
-  Status ended = state.EndStep(kJob, 0, proc::CurrentProcess());
-  EXPECT_TRUE(ended.ok()) << ended.message();
-  EXPECT_TRUE(cgroup.Killed());
-  EXPECT_FALSE(BudgetExists(kJob));
+  ExpectTheStepsEndKillsItsTask(910011, "f", /*frozen=*/true);
 }
 
 // M3: a step that left many processes is ended in one scan of /proc per pass (each kill was one
@@ -407,10 +396,7 @@ TEST_F(NodeStateTest, AStepsEndEndsManyLeftoverProcesses) {
     usleep(10000);
   }
   NodeState& state = Open();
-  ASSERT_TRUE(state
-                  .BeginStep(kJob, 0, proc::CurrentProcess(), Limits(kJob, 1ull << 30),
-                             Gpus(1ull << 30), std::nullopt)
-                  .ok());
+  BeginStep(kJob);
   const auto start = std::chrono::steady_clock::now();
   Status ended = state.EndStep(kJob, 0, proc::CurrentProcess());
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
