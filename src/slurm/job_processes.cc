@@ -233,8 +233,9 @@ StatusOr<std::vector<Member>> Scan(const std::vector<Target>& targets, pid_t exc
     errno = 0;
     const dirent* entry = readdir(proc);
     if (entry == nullptr) {
-      if (errno != 0)
+      if (errno != 0) {
         failed = UnavailableError(std::string("cannot list /proc: ") + std::strerror(errno));
+      }
       break;
     }
     pid_t pid = 0;
@@ -262,7 +263,12 @@ StatusOr<std::vector<Member>> Scan(const std::vector<Target>& targets, pid_t exc
 // one reused and reaped again gets the signal on its dead pidfd, harmlessly).
 void Kill(const Member& member, const std::vector<Target>& targets) {
   int pidfd = static_cast<int>(syscall(SYS_pidfd_open, member.pid, 0));
-  if (pidfd < 0) return;  // Gone already (ESRCH).
+  if (pidfd < 0) {
+    // A kernel without pidfds (before 5.3): a plain kill, checked just before.
+    StatusOr<std::optional<Member>> still = MemberOf(member.pid, targets);
+    if (errno == ENOSYS && still.ok() && *still) kill(member.pid, SIGKILL);
+    return;  // Else gone already (ESRCH).
+  }
   StatusOr<std::optional<Member>> still = MemberOf(member.pid, targets);
   if (still.ok() && *still) syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
   close(pidfd);
