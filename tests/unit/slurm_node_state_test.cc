@@ -418,6 +418,27 @@ TEST_F(NodeStateTest, AStepsEndEndsManyLeftoverProcesses) {
   EXPECT_FALSE(BudgetExists(kJob));
 }
 
+// M3, H2c: the search for a job's processes fails closed. When its time bound passes (here at
+// once) it says processes may remain rather than none, and ending them reports an error, naming
+// the bound, instead of success.
+TEST_F(NodeStateTest, TheSearchForAJobsProcessesFailsClosed) {
+  if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
+  constexpr uint32_t kJob = 910017;
+  JobCgroup cgroup(kJob, 0);
+  ASSERT_TRUE(cgroup.TaskJoined());
+  const std::vector<std::string> dirs = JobCgroups(kJob, std::nullopt, kNode, CgroupMounts());
+  ASSERT_EQ(dirs.size(), 1u);
+  StatusOr<std::vector<pid_t>> found = ProcessesIn(dirs, getpid(), std::chrono::milliseconds(0));
+  EXPECT_FALSE(found.ok());
+  Status ended = EndProcessesIn(dirs, getpid(), std::chrono::milliseconds(0));
+  EXPECT_FALSE(ended.ok());
+  EXPECT_NE(ended.message().find("may remain"), std::string::npos) << ended.message();
+  // With time, the same search finds the task.
+  found = ProcessesIn(dirs, getpid(), std::chrono::milliseconds(10000));
+  ASSERT_TRUE(found.ok()) << found.status().message();
+  EXPECT_EQ(found->size(), 1u);
+}
+
 // H2a: the epilog ends a job's leftovers even when gpufrac holds no files of it (its last step's
 // end freed the share).
 TEST_F(NodeStateTest, TheEpilogEndsLeftoversOfAJobWithoutFiles) {
