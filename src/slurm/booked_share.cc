@@ -29,17 +29,27 @@ uint64_t BytesOfShards(uint32_t count, uint64_t shard_bytes) {
 
 }  // namespace
 
+StatusOr<SharingGres> ParseSharingGres(const std::string& text) {
+  if (text == "shard") return SharingGres::kShard;
+  if (text == "mps") return SharingGres::kMps;
+  return InvalidArgumentError("plugstack.conf argument gres=" + Printable(text) +
+                              ": name the GRES this node's GPUs are shared by, shard or mps");
+}
+
 StatusOr<Booking> BookingFromEnvironment(const std::optional<std::string>& shards_on_node,
-                                         const std::optional<std::string>& mps_percentage) {
-  if (shards_on_node) {
-    std::optional<uint32_t> shards = Count(*shards_on_node);
-    if (!shards) {
+                                         const std::optional<std::string>& mps_percentage,
+                                         SharingGres gres, uint64_t shard_bytes,
+                                         const std::vector<gpu::DeviceInfo>& gpus) {
+  std::optional<Booking> shards, mps;
+  if (shards_on_node && gres != SharingGres::kMps) {
+    std::optional<uint32_t> count = Count(*shards_on_node);
+    if (!count) {
       return InvalidArgumentError("SLURM_SHARDS_ON_NODE is not a shard count: \"" +
                                   Printable(*shards_on_node) + "\"");
     }
-    return Booking{.kind = Booking::Kind::kShards, .count = *shards};
+    shards = Booking{.kind = Booking::Kind::kShards, .count = *count};
   }
-  if (mps_percentage) {
+  if (mps_percentage && gres != SharingGres::kShard) {
     std::optional<uint32_t> percent = Count(*mps_percentage);
     if (!percent) {
       return InvalidArgumentError("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is not a percentage: \"" +
@@ -47,8 +57,18 @@ StatusOr<Booking> BookingFromEnvironment(const std::optional<std::string>& shard
     }
     // Slurm 22.05 writes more than 100 when a node declares shards too (docs/slurm.md): the
     // whole GPU at most.
-    return Booking{.kind = Booking::Kind::kMpsPercent, .count = std::min<uint32_t>(*percent, 100)};
+    mps = Booking{.kind = Booking::Kind::kMpsPercent, .count = std::min<uint32_t>(*percent, 100)};
   }
+  if (shards && mps && shard_bytes != 0) {
+    // The smaller on the step's smallest GPU.
+    uint64_t memory = UINT64_MAX;
+    for (const gpu::DeviceInfo& gpu : gpus) memory = std::min(memory, gpu.memory_total);
+    if (gpus.empty()) memory = 0;
+    const uint64_t shard_memory = std::min(BytesOfShards(shards->count, shard_bytes), memory);
+    if (BytesOfShare(memory, mps->count * 10) < shard_memory) return *mps;
+  }
+  if (shards) return *shards;
+  if (mps) return *mps;
   return Booking{};
 }
 

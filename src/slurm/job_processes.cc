@@ -12,7 +12,9 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -20,9 +22,8 @@ namespace gpufrac::slurm {
 namespace {
 
 // How deep under a mount Slurm's root cgroup is looked for (v1: MOUNT/slurm; v2 under systemd:
-// MOUNT/system.slice/slurmstepd.scope), and how deep a job's cgroups go (step_N/task_N/...).
+// MOUNT/system.slice/slurmstepd.scope).
 constexpr int kRootDepth = 3;
-constexpr int kJobDepth = 6;
 
 // "\040" and the like, as mountinfo escapes a mount point.
 std::string Unescape(const std::string& text) {
@@ -96,51 +97,218 @@ void FindSlurmRoots(const std::string& dir, int depth, const std::string& node,
   }
 }
 
-// The PIDs in `dir`'s cgroup.procs.
-std::vector<pid_t> ReadProcs(const std::string& dir) {
-  std::vector<pid_t> out;
-  std::ifstream procs(dir + "/cgroup.procs");
-  for (long pid = 0; procs >> pid;) {
-    if (pid > 0) out.push_back(static_cast<pid_t>(pid));
+// A job's (or step's) cgroup directory `dir`, and its path as /proc/<pid>/cgroup names it
+// (`rel`: below its hierarchy's root, ROOT of the mount's mountinfo line joined with what follows
+// the mount point).
+struct Target {
+  std::string dir;
+  std::string rel;
+};
+
+// The cgroup mounts of /proc/self/mountinfo: mount point and the hierarchy's path at it.
+std::vector<std::pair<std::string, std::string>> MountRoots() {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::ifstream mountinfo("/proc/self/mountinfo");
+  for (std::string line; std::getline(mountinfo, line);) {
+    // ID PARENT MAJ:MIN ROOT MOUNT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, mount, word;
+    fields >> id >> parent >> dev >> root >> mount;
+    while (fields >> word && word != "-") {
+    }
+    std::string type;
+    fields >> type;
+    if (type == "cgroup" || type == "cgroup2") out.emplace_back(Unescape(mount), Unescape(root));
   }
   return out;
 }
 
-// `dir` and the cgroups below it.
-void WithDescendants(const std::string& dir, int depth, std::vector<std::string>* out) {
-  out->push_back(dir);
-  if (depth == 0) return;
-  for (const std::string& name : SubDirs(dir, /*roots=*/false)) {
-    WithDescendants(dir + "/" + name, depth - 1, out);
+std::vector<Target> Targets(const std::vector<std::string>& dirs) {
+  const std::vector<std::pair<std::string, std::string>> mounts = MountRoots();
+  std::vector<Target> out;
+  for (const std::string& dir : dirs) {
+    // The longest mount point the directory is under.
+    const std::pair<std::string, std::string>* best = nullptr;
+    for (const auto& mount : mounts) {
+      if (dir.rfind(mount.first + "/", 0) == 0 &&
+          (!best || mount.first.size() > best->first.size())) {
+        best = &mount;
+      }
+    }
+    // Not under a cgroup mount (a caller's own path list): its path from the root as it is.
+    std::string rel = best ? dir.substr(best->first.size()) : dir;
+    if (best && best->second != "/") rel = best->second + rel;
+    out.push_back({dir, rel});
   }
-}
-
-std::vector<std::string> AllCgroups(const std::vector<std::string>& dirs) {
-  std::vector<std::string> out;
-  for (const std::string& dir : dirs) WithDescendants(dir, kJobDepth, &out);
   return out;
 }
 
-// SIGKILL to `pid`, found in `cgroup`: through a pidfd taken while it is still listed there, so
-// that a PID reused by another process in the meantime is not signalled.
-void Kill(pid_t pid, const std::string& cgroup) {
-  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+// The whole of a small /proc file; nullopt when the process is gone, an error otherwise.
+StatusOr<std::optional<std::string>> ReadProcFile(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ESRCH) return std::optional<std::string>();
+    return UnavailableError("cannot read " + path + ": " + std::strerror(errno));
+  }
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      if (err == ESRCH) return std::optional<std::string>();
+      return UnavailableError("cannot read " + path + ": " + std::strerror(err));
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return std::optional<std::string>(std::move(text));
+}
+
+// Whether process `pid` has exited and only waits to be reaped (it holds no memory): a zombie
+// whose threads are all gone.
+bool IsReapable(pid_t pid) {
+  StatusOr<std::optional<std::string>> stat =
+      ReadProcFile("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat.ok() || !*stat) return stat.ok();
+  const size_t paren = (*stat)->rfind(')');
+  if (paren == std::string::npos || paren + 2 >= (*stat)->size()) return false;
+  const char state = (**stat)[paren + 2];
+  if (state != 'Z' && state != 'X') return false;
+  int threads = 0;
+  if (DIR* tasks = opendir(("/proc/" + std::to_string(pid) + "/task").c_str())) {
+    while (dirent* entry = readdir(tasks)) threads += entry->d_name[0] != '.';
+    closedir(tasks);
+  }
+  return threads <= 1;
+}
+
+// A process of the targets: its PID and its cgroup directories under them.
+struct Member {
+  pid_t pid = 0;
+  std::vector<std::string> cgroups;
+};
+
+// Whether process `pid`'s cgroup, in some hierarchy, is one of `targets` or below it, as
+// /proc/<pid>/cgroup says now (immune to renames and depth below the target). nullopt: not one
+// (or gone, or reapable); an error when its cgroups cannot be read.
+StatusOr<std::optional<Member>> MemberOf(pid_t pid, const std::vector<Target>& targets) {
+  GPUFRAC_ASSIGN_OR_RETURN(std::optional<std::string> text,
+                           ReadProcFile("/proc/" + std::to_string(pid) + "/cgroup"));
+  if (!text) return std::optional<Member>();
+  Member member;
+  member.pid = pid;
+  std::istringstream lines(*text);
+  for (std::string line; std::getline(lines, line);) {
+    // ID:CONTROLLERS:PATH (the path may hold ':').
+    const size_t first = line.find(':');
+    const size_t second = first == std::string::npos ? first : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string path = line.substr(second + 1);
+    for (const Target& target : targets) {
+      if (path == target.rel || (path.rfind(target.rel + "/", 0) == 0)) {
+        member.cgroups.push_back(target.dir + path.substr(target.rel.size()));
+      }
+    }
+  }
+  if (member.cgroups.empty() || IsReapable(pid)) return std::optional<Member>();
+  return std::optional<Member>(std::move(member));
+}
+
+// One scan of /proc: the processes in `targets` but `except`. An error (fail closed: processes
+// may remain) when /proc or a process's cgroups cannot be read, or `deadline` passes.
+StatusOr<std::vector<Member>> Scan(const std::vector<Target>& targets, pid_t except,
+                                   std::chrono::steady_clock::time_point deadline) {
+  std::vector<Member> out;
+  if (targets.empty()) return out;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) {
+    return UnavailableError(std::string("cannot list /proc: ") + std::strerror(errno));
+  }
+  Status failed = OkStatus();
+  for (;;) {
+    errno = 0;
+    const dirent* entry = readdir(proc);
+    if (entry == nullptr) {
+      if (errno != 0) {
+        failed = UnavailableError(std::string("cannot list /proc: ") + std::strerror(errno));
+      }
+      break;
+    }
+    pid_t pid = 0;
+    const char* name = entry->d_name;
+    auto [end, ec] = std::from_chars(name, name + std::strlen(name), pid);
+    if (ec != std::errc() || *end != '\0' || pid <= 0 || pid == except) continue;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      failed = UnavailableError("the scan of /proc for the job's processes ran out of time");
+      break;
+    }
+    StatusOr<std::optional<Member>> member = MemberOf(pid, targets);
+    if (!member.ok()) {
+      failed = member.status();
+      break;
+    }
+    if (*member) out.push_back(std::move(**member));
+  }
+  closedir(proc);
+  if (!failed.ok()) return failed;
+  return out;
+}
+
+// SIGKILL to `member`: through a pidfd, and only if its cgroups, read again once the pidfd is
+// open, still put it in `targets` (a PID reused meanwhile by a process elsewhere is left alone;
+// one reused and reaped again gets the signal on its dead pidfd, harmlessly).
+void Kill(const Member& member, const std::vector<Target>& targets) {
+  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, member.pid, 0));
   if (pidfd < 0) {
-    if (errno == ENOSYS) kill(pid, SIGKILL);
-    return;  // Gone already (ESRCH).
+    // A kernel without pidfds (before 5.3): a plain kill, checked just before.
+    StatusOr<std::optional<Member>> still = MemberOf(member.pid, targets);
+    if (errno == ENOSYS && still.ok() && *still) kill(member.pid, SIGKILL);
+    return;  // Else gone already (ESRCH).
   }
-  std::vector<pid_t> listed = ReadProcs(cgroup);
-  if (std::find(listed.begin(), listed.end(), pid) != listed.end()) {
-    syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
-  }
+  StatusOr<std::optional<Member>> still = MemberOf(member.pid, targets);
+  if (still.ok() && *still) syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
   close(pidfd);
 }
 
-// A frozen task gets SIGKILL only when thawed (v1's freezer.state, v2's cgroup.freeze; both
-// apply to the cgroups below).
-void Thaw(const std::string& dir) {
-  if (std::ofstream v1(dir + "/freezer.state"); v1) v1 << "THAWED" << std::flush;
-  if (std::ofstream v2(dir + "/cgroup.freeze"); v2) v2 << "0" << std::flush;
+// Writes `value` to the cgroup file `path` if it exists (never creates it).
+void WriteControl(const std::string& path, const char* value) {
+  int fd = open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t ignored = write(fd, value, std::strlen(value));
+  (void)ignored;
+  close(fd);
+}
+
+// A frozen task gets SIGKILL only when thawed, and a cgroup that froze itself (v1's
+// freezer.state, v2's cgroup.freeze) stays frozen when its parent thaws: every cgroup from each
+// member's own up to its target, deepest first.
+void Thaw(const std::vector<Member>& members, const std::vector<Target>& targets) {
+  std::set<std::string> dirs;
+  for (const Member& member : members) {
+    for (std::string dir : member.cgroups) {
+      // Each is its target's directory or below it: up to that directory, or to one already met.
+      while (dirs.insert(dir).second) {
+        const size_t slash = dir.rfind('/');
+        if (slash == std::string::npos ||
+            std::any_of(targets.begin(), targets.end(),
+                        [&](const Target& target) { return target.dir == dir; })) {
+          break;
+        }
+        dir.resize(slash);
+      }
+    }
+  }
+  std::vector<std::string> deepest_first(dirs.begin(), dirs.end());
+  std::stable_sort(deepest_first.begin(), deepest_first.end(),
+                   [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  for (const std::string& dir : deepest_first) {
+    WriteControl(dir + "/freezer.state", "THAWED");
+    WriteControl(dir + "/cgroup.freeze", "0");
+  }
 }
 
 }  // namespace
@@ -173,18 +341,7 @@ std::string ThisSlurmNode() {
 
 std::vector<std::string> CgroupMounts() {
   std::vector<std::string> out;
-  std::ifstream mountinfo("/proc/self/mountinfo");
-  for (std::string line; std::getline(mountinfo, line);) {
-    // ID PARENT MAJ:MIN ROOT MOUNT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
-    std::istringstream fields(line);
-    std::string id, parent, dev, root, mount, word;
-    fields >> id >> parent >> dev >> root >> mount;
-    while (fields >> word && word != "-") {
-    }
-    std::string type;
-    fields >> type;
-    if (type == "cgroup" || type == "cgroup2") out.push_back(Unescape(mount));
-  }
+  for (const auto& [mount, root] : MountRoots()) out.push_back(mount);
   return out;
 }
 
@@ -231,42 +388,37 @@ std::vector<std::string> JobCgroups(uint32_t job, std::optional<uint32_t> step,
   return out;
 }
 
-std::vector<pid_t> ProcessesIn(const std::vector<std::string>& dirs, pid_t except) {
+StatusOr<std::vector<pid_t>> ProcessesIn(const std::vector<std::string>& dirs, pid_t except,
+                                         std::chrono::milliseconds wait) {
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<Member> members,
+                           Scan(Targets(dirs), except, std::chrono::steady_clock::now() + wait));
   std::vector<pid_t> out;
-  for (const std::string& cgroup : AllCgroups(dirs)) {
-    for (pid_t pid : ReadProcs(cgroup)) {
-      if (pid != except && std::find(out.begin(), out.end(), pid) == out.end()) {
-        out.push_back(pid);
-      }
-    }
-  }
+  for (const Member& member : members) out.push_back(member.pid);
   return out;
 }
 
 Status EndProcessesIn(const std::vector<std::string>& dirs, pid_t except,
                       std::chrono::milliseconds wait) {
   const auto deadline = std::chrono::steady_clock::now() + wait;
+  const std::vector<Target> targets = Targets(dirs);
+  auto kept = [&](const std::string& why) {
+    return UnavailableError("processes of " + dirs.front() + " may remain: " + why);
+  };
   for (;;) {
-    bool any = false;
-    for (const std::string& cgroup : AllCgroups(dirs)) {
-      for (pid_t pid : ReadProcs(cgroup)) {
-        if (pid == except) continue;
-        any = true;
-        Kill(pid, cgroup);
-      }
+    StatusOr<std::vector<Member>> members = Scan(targets, except, deadline);
+    if (!members.ok()) return kept(members.status().message());
+    if (members->empty()) return OkStatus();
+    std::string left;
+    for (const Member& member : *members) {
+      left += (left.empty() ? "" : " ") + std::to_string(member.pid);
     }
-    if (!any) return OkStatus();
-    for (const std::string& dir : dirs) Thaw(dir);
-    if (std::chrono::steady_clock::now() >= deadline) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return kept(left + " outlived SIGKILL for " + std::to_string(wait.count()) + " ms");
+    }
+    for (const Member& member : *members) Kill(member, targets);
+    Thaw(*members, targets);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  std::string left;
-  for (pid_t pid : ProcessesIn(dirs, except)) {
-    left += (left.empty() ? "" : " ") + std::to_string(pid);
-  }
-  if (left.empty()) return OkStatus();
-  return UnavailableError("processes " + left + " of " + dirs.front() + " outlived SIGKILL for " +
-                          std::to_string(wait.count()) + " ms");
 }
 
 }  // namespace gpufrac::slurm

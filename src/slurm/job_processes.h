@@ -52,12 +52,18 @@ std::vector<std::string> JobCgroups(uint32_t job, std::optional<uint32_t> step,
                                     const std::string& node,
                                     const std::vector<std::string>& mounts);
 
-// The processes in `dirs` and the cgroups below them, `except` left out (the caller itself).
-std::vector<pid_t> ProcessesIn(const std::vector<std::string>& dirs, pid_t except);
+// The processes in `dirs` and the cgroups below them, `except` left out (the caller itself): every
+// process whose cgroup, as /proc/<pid>/cgroup names it, is one of them or below it, however deep
+// and whatever its user renamed there (a zombie waiting to be reaped aside: it holds no memory).
+// kUnavailable (fail closed: processes may remain) when /proc or a process's cgroups cannot be
+// read, or the scan takes longer than `wait`.
+StatusOr<std::vector<pid_t>> ProcessesIn(const std::vector<std::string>& dirs, pid_t except,
+                                         std::chrono::milliseconds wait);
 
-// Kills (SIGKILL) every process in `dirs` but `except`, thawing a frozen cgroup so that the
-// signal is delivered, and waits until none is left or `wait` has passed. kUnavailable, naming
-// the processes left, when some outlive it.
+// Kills (SIGKILL) every process in `dirs` (as ProcessesIn finds them) but `except`, thawing every
+// frozen cgroup between each and `dirs` so that the signal is delivered, and waits until none is
+// left. kUnavailable, naming the processes left, when some outlive `wait` (the whole operation's
+// bound), or when they cannot be found for certain (as ProcessesIn).
 Status EndProcessesIn(const std::vector<std::string>& dirs, pid_t except,
                       std::chrono::milliseconds wait);
 

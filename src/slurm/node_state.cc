@@ -23,6 +23,9 @@ namespace {
 constexpr char kLimitsFile[] = "limits";
 constexpr char kJobPrefix[] = "job-";
 constexpr char kStepPrefix[] = "step-";
+// "ran-<step>": a step of the job that held its share here (kept when it ends): the last step's
+// end ends the leftovers of each.
+constexpr char kRanPrefix[] = "ran-";
 constexpr size_t kMaxStateFile = 16384;
 // What a job's budget tmpfs holds per GPU: one budget (limiter/budget.h's segment, about 80 KiB
 // today; creating one fails loudly if it ever outgrows this), and one more of these for slack.
@@ -369,12 +372,23 @@ StatusOr<BegunStep> NodeState::BeginStep(uint32_t job, uint32_t step, const proc
     if (!existing) RemoveJobLocked(name, job);
     return recorded;
   }
+  const std::string ran = kRanPrefix + std::to_string(step);
+  struct stat st {};
+  if (fstatat(dir.get(), ran.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    Status noted = WriteNewFileAt(dir.get(), ran, "", 0600, shown + "/" + ran);
+    if (!noted.ok()) {
+      unlinkat(dir.get(), marker.c_str(), 0);
+      if (!existing) RemoveJobLocked(name, job);
+      return noted;
+    }
+  }
   begun.limit_file = shown + "/" + kLimitsFile;
   return begun;
 }
 
 Status NodeState::EndStep(uint32_t job, uint32_t step, const proc::ProcessId& stepd) {
   const std::string name = JobDirName(job);
+  std::vector<std::string> cgroups;
   {
     DirLock lock(fd_);
     Fd dir(openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -382,11 +396,22 @@ Status NodeState::EndStep(uint32_t job, uint32_t step, const proc::ProcessId& st
     const std::string marker = MarkerName(step, stepd);
     unlinkat(dir.get(), marker.c_str(), 0);
     if (HasMarker(dir.get())) return OkStatus();  // Another step of the job still runs.
+    // Every step that held the share may have left a process (one that ended earlier while
+    // another still ran among them), in its cgroup or below: the share goes only once all are
+    // gone. Steps gpufrac never saw (the extern step, a CPU-only step) are left alone.
+    std::vector<uint32_t> steps = {step};
+    for (const std::string& entry : Entries(dir.get())) {
+      std::optional<uint64_t> ran = NumberAfter(entry, kRanPrefix);
+      if (ran && *ran <= UINT32_MAX && *ran != step) steps.push_back(static_cast<uint32_t>(*ran));
+    }
+    for (uint32_t each : steps) {
+      for (std::string& cgroup : JobCgroups(job, each, node_, cgroup_mounts_)) {
+        cgroups.push_back(std::move(cgroup));
+      }
+    }
   }
-  // The step's processes go before its share does. Outside the lock: a process slow to die must
-  // not hold up the other steps on the node.
-  Status ended =
-      EndProcessesIn(JobCgroups(job, step, node_, cgroup_mounts_), stepd.pid, kProcessesEndWait);
+  // Outside the lock: a process slow to die must not hold up the other steps on the node.
+  Status ended = EndProcessesIn(cgroups, stepd.pid, kProcessesEndWait);
   if (!ended.ok()) return KeptBecause(job, ended);
   DirLock lock(fd_);
   Fd dir(openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -397,16 +422,8 @@ Status NodeState::EndStep(uint32_t job, uint32_t step, const proc::ProcessId& st
 }
 
 Status NodeState::EndJob(uint32_t job) {
-  {
-    // A job gpufrac holds nothing of is Slurm's to clean up.
-    DirLock lock(fd_);
-    struct stat st {};
-    const std::string name = JobDirName(job);
-    if (fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 &&
-        fstatat(budgets_.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      return OkStatus();
-    }
-  }
+  // Whatever gpufrac holds of the job: a process of a step whose share was freed may have
+  // escaped that step's end, and the job is over.
   Status ended = EndProcessesIn(JobCgroups(job, std::nullopt, node_, cgroup_mounts_), getpid(),
                                 kProcessesEndWait);
   if (!ended.ok()) return KeptBecause(job, ended);
@@ -444,12 +461,12 @@ void NodeState::SweepLocked() {
     }
     // A task whose slurmstepd was killed still runs, holding its GPU memory: the job's files stay
     // (and its budgets, which count that memory) until the epilog ends it.
-    if (!live &&
+    // Not when the job's processes cannot be found for certain either (ProcessesIn fails closed).
+    if (live) continue;
+    StatusOr<std::vector<pid_t>> left =
         ProcessesIn(JobCgroups(static_cast<uint32_t>(*job), std::nullopt, node_, cgroup_mounts_),
-                    getpid())
-            .empty()) {
-      RemoveJobLocked(name, static_cast<uint32_t>(*job));
-    }
+                    getpid(), kProcessesEndWait);
+    if (left.ok() && left->empty()) RemoveJobLocked(name, static_cast<uint32_t>(*job));
   }
   // Budget directories of jobs whose state is gone (a step that died half-way through).
   for (const std::string& name : Entries(budgets_.fd())) {

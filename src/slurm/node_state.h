@@ -14,6 +14,7 @@
 //   STATE_DIR/job-<id>/            0700, and the job's user may search it (an ACL, user_acl.h)
 //   STATE_DIR/job-<id>/limits      0400, and the job's user may read it (ACL): the limit file
 //   STATE_DIR/job-<id>/step-<step>.<pid>  0600, "<pid> <start ticks>" of the step's slurmstepd
+//   STATE_DIR/job-<id>/ran-<step>  0600, empty: the step began here (kept when it ends)
 //   B/compute.<uuid>               each GPU's compute arbiter, shared by every job on the GPU
 //   B/job-<id>/                    the job's budgets: a tmpfs of its own, (GPUs + 1) MiB, so that
 //                                  its user, who owns the budget files, cannot grow them past it
@@ -74,13 +75,15 @@ class NodeState {
                                 std::optional<launch::WorkloadBudgets::Owner> owner,
                                 bool join_running = false);
   // The step run by `stepd` ended: forgets it, and when no other step of the job (nor another
-  // component of the same heterogeneous step) runs, ends the step's processes left in its cgroup
-  // (job_processes.h; `stepd` aside) and then removes the job's files. kUnavailable, and the files
-  // kept, when a process outlives SIGKILL: its GPU memory is still held.
+  // component of the same heterogeneous step) runs, ends the processes left in the cgroups of
+  // every step of the job that began here (its "ran-<step>" records; job_processes.h, `stepd`
+  // aside), whatever their depth below, and then removes the job's files. kUnavailable, and the
+  // files kept, when a process outlives SIGKILL (its GPU memory is still held) or the processes
+  // cannot be found for certain.
   Status EndStep(uint32_t job, uint32_t step, const proc::ProcessId& stepd);
-  // The job ended on this node (its epilog): when gpufrac holds files of it, ends every process
-  // left in the job's cgroups (the caller aside), then removes its files whatever steps were
-  // recorded. kUnavailable, and the files kept, when a process outlives SIGKILL.
+  // The job ended on this node (its epilog): ends every process left in the job's cgroups (the
+  // caller aside), whether or not gpufrac holds files of it, then removes its files whatever
+  // steps were recorded. kUnavailable, and the files kept, as EndStep.
   Status EndJob(uint32_t job);
   // Removes the markers of steps whose slurmstepd is gone, and the files of jobs left with none
   // and with no process left in their cgroups (a task whose slurmstepd was killed still holds its

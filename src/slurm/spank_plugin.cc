@@ -64,6 +64,8 @@ struct Config {
   // The memory one `shard` GRES stands for on this node's GPUs (job_submit.lua's memory / shards);
   // 0 when not given: a step on shards is then refused, as its limit cannot be checked.
   uint64_t shard_bytes = 0;
+  // The GRES this node shares its GPUs by (gres=shard|mps): only its variable names the booking.
+  slurm::SharingGres gres = slurm::SharingGres::kEither;
 };
 
 // One process holds one step (slurmstepd) or one client (srun, sbatch, salloc): these live for
@@ -120,6 +122,10 @@ Status ParseArguments(int argc, char** argv) {
       g_config.shard_bytes = *bytes;
       continue;
     }
+    if (key == "gres" && eq != std::string::npos) {
+      GPUFRAC_ASSIGN_OR_RETURN(g_config.gres, slurm::ParseSharingGres(value));
+      continue;
+    }
     if (eq == std::string::npos || value.empty() || value[0] != '/') {
       return gpufrac::InvalidArgumentError("plugstack.conf argument \"" + arg +
                                            "\" is not NAME=/absolute/path");
@@ -131,8 +137,9 @@ Status ParseArguments(int argc, char** argv) {
     } else if (key == "nvml") {
       g_config.nvml = value;
     } else {
-      return gpufrac::InvalidArgumentError("unknown plugstack.conf argument \"" + key +
-                                           "\" (known: state_dir, limiter, nvml, shard_memory)");
+      return gpufrac::InvalidArgumentError(
+          "unknown plugstack.conf argument \"" + key +
+          "\" (known: state_dir, limiter, nvml, shard_memory, gres)");
     }
   }
   return gpufrac::OkStatus();
@@ -191,13 +198,6 @@ StatusOr<std::vector<gpufrac::gpu::DeviceInfo>> StepGpus(spank_t sp, uint32_t st
         "(--gres=gpu:1) with --gpu-memory/--gpu-fraction");
   }
   GPUFRAC_ASSIGN_OR_RETURN(std::vector<unsigned> indices, slurm::ParseGpuIndices(*listed));
-  // Shards say how much of one GPU the scheduler booked, not how it split them between GPUs:
-  // a limit per GPU would be a guess.
-  if (indices.size() > 1 && GetEnv(sp, "SLURM_SHARDS_ON_NODE")) {
-    return gpufrac::FailedPreconditionError("the step's shards are on " +
-                                            std::to_string(indices.size()) + " GPUs (" + *listed +
-                                            "); gpufrac limits shards of one GPU");
-  }
   GPUFRAC_ASSIGN_OR_RETURN(std::vector<gpufrac::gpu::DeviceInfo> devices,
                            g_config.nvml.empty() ? gpufrac::gpu::ListDevices()
                                                  : gpufrac::gpu::ListDevices(g_config.nvml));
@@ -233,18 +233,29 @@ Status BeginStep(spank_t sp, std::optional<gpufrac::GpuRequest> request) {
   }
   if (step == kExternStep || step == kPendingStep) return gpufrac::OkStatus();
   const bool asked = request.has_value();
+  // Without options, a step without GPUs (a CPU job submitted from inside a shard job keeps its
+  // SLURM_SHARDS_ON_NODE) has nothing to hold, and the variables, which its user may have
+  // exported, are not read.
+  if (!request && !HasGpus(sp, step)) return gpufrac::OkStatus();
   // What the job booked on the GPU, as Slurm set it for this step (SLURM_SHARDS_ON_NODE and
   // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE are Slurm's in every step on shards or MPS units).
+  const std::optional<std::string> shards = GetEnv(sp, "SLURM_SHARDS_ON_NODE");
+  const std::optional<std::string> percentage = GetEnv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+  // Without options, whole GPUs are the step's own.
+  if (!request && !shards && !percentage) return gpufrac::OkStatus();
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<gpufrac::gpu::DeviceInfo> gpus, StepGpus(sp, step));
   GPUFRAC_ASSIGN_OR_RETURN(
       slurm::Booking booking,
-      slurm::BookingFromEnvironment(GetEnv(sp, "SLURM_SHARDS_ON_NODE"),
-                                    GetEnv(sp, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")));
-  // Without options: whole GPUs are the step's own, and a step without GPUs (a CPU job submitted
-  // from inside a shard job keeps its SLURM_SHARDS_ON_NODE) has nothing to hold.
-  if (!request && (booking.kind == slurm::Booking::Kind::kWholeGpus || !HasGpus(sp, step))) {
-    return gpufrac::OkStatus();
+      slurm::BookingFromEnvironment(shards, percentage, g_config.gres, g_config.shard_bytes, gpus));
+  if (!request && booking.kind == slurm::Booking::Kind::kWholeGpus) return gpufrac::OkStatus();
+  // Shards and MPS units say how much of one GPU the scheduler booked, not how it split them
+  // between GPUs: a limit per GPU would be a guess.
+  if (booking.kind != slurm::Booking::Kind::kWholeGpus && gpus.size() > 1) {
+    return gpufrac::FailedPreconditionError(
+        std::string("the step's ") +
+        (booking.kind == slurm::Booking::Kind::kShards ? "shards" : "MPS units") + " are on " +
+        std::to_string(gpus.size()) + " GPUs; gpufrac limits a share of one GPU");
   }
-  GPUFRAC_ASSIGN_OR_RETURN(std::vector<gpufrac::gpu::DeviceInfo> gpus, StepGpus(sp, step));
   if (!request) {
     GPUFRAC_ASSIGN_OR_RETURN(request, slurm::BookedRequest(booking, g_config.shard_bytes, gpus));
   }

@@ -689,6 +689,22 @@ TEST_F(SlurmTest, GrowingAJobsBudgetDoesNotStopAnotherJobsStep) {
   ExpectAllReleased(job);
 }
 
+// Issue 29's review (M5, L6). Slurm's mps GRES removes CUDA_MPS_ACTIVE_THREAD_PERCENTAGE from
+// the steps it does not book; on shards a user may export it. Into a CPU-only step it is not read
+// (the step runs, not refused for "12.5"); on two GPUs it is refused, as shards are (it says
+// nothing of how the share is split between them).
+TEST_F(SlurmTest, AnExportedMpsPercentageRefusesNoCpuStepAndHoldsNoTwoGpus) {
+  Result cpu = AsUser("export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=12.5; srun echo ran");
+  EXPECT_EQ(cpu.code, 0) << cpu.out;
+  EXPECT_NE(cpu.out.find("ran"), std::string::npos) << cpu.out;
+  Result two =
+      AsUser("export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50; srun --gres=gpu:2 --gpu-memory 1G true");
+  EXPECT_NE(two.code, 0) << two.out;
+  EXPECT_NE(two.out.find("gpufrac: the step's MPS units are on 2 GPUs"), std::string::npos)
+      << two.out;
+  ExpectAllReleased("");
+}
+
 // The same cluster with its GPUs shared through Slurm's `mps` GRES (100 units each, as Slurm's
 // documentation has it) instead of shards, and the job-submit rule booking MPS units
 // (GPUFRAC_GRES = "mps"). No MPS control daemon runs: starting one is the site's part, not
@@ -789,6 +805,17 @@ TEST_F(SlurmMpsTest, APlainMpsJobIsHeldToItsPercentage) {
   EXPECT_EQ(Value(r.out, "total"), std::to_string(10 * kGiB)) << r.out;
   EXPECT_EQ(Value(r.out, "alloc", 0), std::to_string(kCudaErrorOutOfMemory)) << r.out;
   EXPECT_EQ(Value(r.out, "alloc", 1), "0") << r.out;
+  ExpectAllReleased("");
+}
+
+// Issue 29's review (M5): a user may export either variable, but cannot remove the one Slurm
+// wrote. A shard count exported into an MPS step does not raise its booking (10 units of an
+// A100-40GB: 4 GiB, not the whole GPU that 100000 shards would be).
+TEST_F(SlurmMpsTest, AnExportedShardCountDoesNotRaiseAnMpsBooking) {
+  Result raised =
+      AsUser("export SLURM_SHARDS_ON_NODE=100000; srun --gres=mps:10 bash -c '$P info'");
+  ASSERT_EQ(raised.code, 0) << raised.out;
+  EXPECT_EQ(Value(raised.out, "total"), std::to_string(4 * kGiB)) << raised.out;
   ExpectAllReleased("");
 }
 

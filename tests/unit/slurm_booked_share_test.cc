@@ -21,6 +21,40 @@ std::vector<launch::LimitedGpu> Limit(uint64_t bytes) {
   return {{.uuid = "GPU-00000001-1111-2222-3333-444444444444", .limit_bytes = bytes}};
 }
 
+// Issue 29's review (M5): a user may add either variable to a step, never remove Slurm's. With
+// both, the smaller booking on the step's GPU wins: 100000 shards exported into a step on 10 MPS
+// units stay 10 units, and a percentage of 100 exported into a step on 2 shards stays 2 shards.
+TEST(SlurmBookedShare, AnExportedVariableCannotRaiseWhatSlurmBooked) {
+  auto units = BookingFromEnvironment("100000", "10", SharingGres::kEither, 5 * kGiB, OneGpu());
+  ASSERT_TRUE(units.ok()) << units.status().message();
+  EXPECT_EQ(units->kind, Booking::Kind::kMpsPercent);
+  EXPECT_EQ(units->count, 10u);
+  auto shards = BookingFromEnvironment("2", "100", SharingGres::kEither, 5 * kGiB, OneGpu());
+  ASSERT_TRUE(shards.ok()) << shards.status().message();
+  EXPECT_EQ(shards->kind, Booking::Kind::kShards);
+  EXPECT_EQ(shards->count, 2u);
+}
+
+// plugstack.conf's gres= names the node's sharing GRES: only its variable is read, so a user's
+// other one (even one Slurm would never write) changes nothing.
+TEST(SlurmBookedShare, OnlyTheNodesSharingGresIsRead) {
+  auto mps = BookingFromEnvironment("1", "10", SharingGres::kMps, 5 * kGiB, OneGpu());
+  ASSERT_TRUE(mps.ok());
+  EXPECT_EQ(mps->kind, Booking::Kind::kMpsPercent);
+  EXPECT_EQ(mps->count, 10u);
+  auto shard = BookingFromEnvironment("8", "12.5", SharingGres::kShard, 5 * kGiB, OneGpu());
+  ASSERT_TRUE(shard.ok()) << shard.status().message();
+  EXPECT_EQ(shard->kind, Booking::Kind::kShards);
+  EXPECT_EQ(shard->count, 8u);
+  EXPECT_EQ(BookingFromEnvironment("8", std::nullopt, SharingGres::kMps)->kind,
+            Booking::Kind::kWholeGpus);
+  EXPECT_EQ(*ParseSharingGres("shard"), SharingGres::kShard);
+  EXPECT_EQ(*ParseSharingGres("mps"), SharingGres::kMps);
+  StatusOr<SharingGres> bad = ParseSharingGres("gpu");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("shard or mps"), std::string::npos);
+}
+
 TEST(SlurmBookedShare, ReadsWhatSlurmSet) {
   auto shards = BookingFromEnvironment("2", std::nullopt);
   ASSERT_TRUE(shards.ok());

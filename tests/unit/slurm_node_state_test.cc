@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -86,6 +88,18 @@ class NodeStateTest : public ::testing::Test {
     waitpid(pid, nullptr, 0);
     return id;
   }
+
+  // Step `step` of `job` begins, run by this process, with 1 GiB of the test GPU.
+  void BeginStep(uint32_t job, uint32_t step = 0) {
+    Status begun = state_
+                       ->BeginStep(job, step, proc::CurrentProcess(), Limits(job, 1ull << 30),
+                                   Gpus(1ull << 30), std::nullopt)
+                       .status();
+    ASSERT_TRUE(begun.ok()) << begun.message();
+  }
+  // Step 0 of `job`, whose task its user moved into the cgroup `below` the step's (and froze
+  // there, with `frozen`), ends: the task is killed, then the share freed.
+  void ExpectTheStepsEndKillsItsTask(uint32_t job, const std::string& below, bool frozen);
 
   std::string root_, dir_, budget_path_;
   std::optional<NodeState> state_;
@@ -197,25 +211,28 @@ TEST_F(NodeStateTest, ANextStepRemovesWhatADeadStepdLeft) {
 
 // A job's cgroup as Slurm 22.05's proctrack/cgroup makes it under cgroup v1
 // (freezer/slurm_<node>/uid_<uid>/job_<id>/step_<step>), with a process of the job in it, which
-// sleeps until killed.
+// sleeps until killed. `below`: the cgroup under the step's its user made and moved it into.
 class JobCgroup {
  public:
   static constexpr char kMount[] = "/sys/fs/cgroup/freezer";
-  JobCgroup(uint32_t job, uint32_t step, const std::string& node = kNode)
+  JobCgroup(uint32_t job, uint32_t step, const std::string& node = kNode,
+            const std::string& below = "")
       : root_(std::string(kMount) + "/slurm_" + node),
-        dir_(root_ + "/uid_0/job_" + std::to_string(job)) {
-    fs::create_directories(dir_ + "/" + StepCgroupName(step));
+        dir_(root_ + "/uid_0/job_" + std::to_string(job)),
+        task_dir_(dir_ + "/" + StepCgroupName(step) + (below.empty() ? "" : "/" + below)) {
+    fs::create_directories(task_dir_);
     // Slurm hands the step's cgroup to the job's user (nobody, here).
     EXPECT_EQ(chown((dir_ + "/" + StepCgroupName(step)).c_str(), 65534, 65534), 0);
     task_ = fork();
     if (task_ == 0) {
-      std::ofstream(dir_ + "/" + StepCgroupName(step) + "/cgroup.procs") << getpid() << std::endl;
+      std::ofstream(task_dir_ + "/cgroup.procs") << getpid() << std::endl;
       for (;;) pause();
     }
   }
   ~JobCgroup() {
     if (task_ > 0 && waitpid(task_, nullptr, WNOHANG) == 0) {
       kill(task_, SIGKILL);
+      Freeze(false, /*own=*/true);
       Freeze(false);
       waitpid(task_, nullptr, 0);
     }
@@ -235,7 +252,7 @@ class JobCgroup {
   }
   bool TaskJoined() const {
     for (int i = 0; i < 100; ++i) {
-      std::ifstream procs(dir_ + "/" + StepCgroupName(0) + "/cgroup.procs");
+      std::ifstream procs(task_dir_ + "/cgroup.procs");
       for (long pid = 0; procs >> pid;) {
         if (pid == task_) return true;
       }
@@ -255,16 +272,31 @@ class JobCgroup {
     }
     return false;
   }
-  void Freeze(bool frozen) const {
-    std::ofstream(dir_ + "/freezer.state") << (frozen ? "FROZEN" : "THAWED") << std::endl;
+  // The job's cgroup frozen (a suspended job), or with `own`, the task's own (its user froze it).
+  void Freeze(bool frozen, bool own = false) const {
+    std::ofstream((own ? task_dir_ : dir_) + "/freezer.state")
+        << (frozen ? "FROZEN" : "THAWED") << std::endl;
   }
 
  private:
-  std::string root_, dir_;
+  std::string root_, dir_, task_dir_;
   pid_t task_ = 0;
 };
 
 bool CanMakeCgroups() { return geteuid() == 0 && fs::exists(JobCgroup::kMount); }
+
+void NodeStateTest::ExpectTheStepsEndKillsItsTask(uint32_t job, const std::string& below,
+                                                  bool frozen) {
+  JobCgroup cgroup(job, 0, kNode, below);
+  ASSERT_TRUE(cgroup.TaskJoined());
+  if (frozen) cgroup.Freeze(true, /*own=*/true);
+  Open();
+  BeginStep(job);
+  Status ended = state_->EndStep(job, 0, proc::CurrentProcess());
+  EXPECT_TRUE(ended.ok()) << ended.message();
+  EXPECT_TRUE(cgroup.Killed());
+  EXPECT_FALSE(BudgetExists(job));
+}
 
 // A task that outlived its SIGKILLed slurmstepd still holds the job's GPU memory: a later step's
 // sweep keeps the job's share booked while the job's cgroup holds a process, and the epilog ends
@@ -301,17 +333,122 @@ TEST_F(NodeStateTest, AJobsShareIsFreedOnlyOnceItsProcessesAreGone) {
 // task's background child) are ended; the slurmstepd ending it is not one of them.
 TEST_F(NodeStateTest, AStepsEndEndsItsLeftoverProcessesFirst) {
   if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
-  constexpr uint32_t kJob = 910003;
+  ExpectTheStepsEndKillsItsTask(910003, "", /*frozen=*/false);
+}
+
+// Issue 29's review (H2a): a process its user moved into a cgroup below step 0's, left when step 0
+// ended while step 1 still ran, is ended by step 1's end (the last, which frees the share).
+TEST_F(NodeStateTest, TheLastStepsEndEndsWhatEarlierStepsLeft) {
+  if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
+  constexpr uint32_t kJob = 910007;
+  JobCgroup cgroup(kJob, 0, kNode, "x");
+  ASSERT_TRUE(cgroup.TaskJoined());
+  NodeState& state = Open();
+  BeginStep(kJob, 0);
+  BeginStep(kJob, 1);
+  ASSERT_TRUE(state.EndStep(kJob, 0, proc::CurrentProcess()).ok());
+  EXPECT_TRUE(cgroup.TaskRuns());  // The share is still booked: step 1 runs.
+  EXPECT_TRUE(BudgetExists(kJob));
+  ASSERT_TRUE(state.EndStep(kJob, 1, proc::CurrentProcess()).ok());
+  EXPECT_TRUE(cgroup.Killed());
+  EXPECT_FALSE(BudgetExists(kJob));
+}
+
+// H2b: however deep below the step its user moved a process, the step's end finds and ends it.
+TEST_F(NodeStateTest, AStepsEndEndsAProcessDeepBelowItsCgroup) {
+  if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
+  ExpectTheStepsEndKillsItsTask(910009, "a/b/c/d/e/f/g/h/i/j", /*frozen=*/false);
+}
+
+// M2: a cgroup its user froze below the step's stays frozen when the step's is thawed, and a
+// frozen task gets no SIGKILL: the step's end thaws it too, so the epilog does not fail (and
+// Slurm does not drain the node) at the user's will.
+TEST_F(NodeStateTest, AStepsEndEndsAProcessInACgroupThatFrozeItself) {
+  if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
+  ExpectTheStepsEndKillsItsTask(910011, "f", /*frozen=*/true);
+}
+
+// M3: a step that left many processes is ended in one scan of /proc per pass (each kill was one
+// more read of cgroup.procs); the time it took is printed, not bounded (the machine may be busy).
+TEST_F(NodeStateTest, AStepsEndEndsManyLeftoverProcesses) {
+  if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
+  constexpr uint32_t kJob = 910015;
+  constexpr int kMore = 500;
+  JobCgroup cgroup(kJob, 0);
+  ASSERT_TRUE(cgroup.TaskJoined());
+  const std::string step_dir = std::string(JobCgroup::kMount) + "/slurm_" + kNode + "/uid_0/job_" +
+                               std::to_string(kJob) + "/" + StepCgroupName(0);
+  std::vector<pid_t> more;
+  for (int i = 0; i < kMore; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::ofstream(step_dir + "/cgroup.procs") << getpid() << std::endl;
+      for (;;) pause();
+    }
+    more.push_back(pid);
+  }
+  // All joined before the step ends.
+  for (int i = 0; i < 500; ++i) {
+    std::ifstream procs(step_dir + "/cgroup.procs");
+    int n = 0;
+    for (long pid = 0; procs >> pid;) ++n;
+    if (n == kMore + 1) break;
+    usleep(10000);
+  }
+  NodeState& state = Open();
+  BeginStep(kJob);
+  const auto start = std::chrono::steady_clock::now();
+  Status ended = state.EndStep(kJob, 0, proc::CurrentProcess());
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  std::printf("ended %d processes in %lld ms\n", kMore + 1, static_cast<long long>(took.count()));
+  EXPECT_TRUE(ended.ok()) << ended.message();
+  EXPECT_TRUE(cgroup.Killed());
+  int killed = 0;
+  for (pid_t pid : more) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) != pid) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    } else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+      ++killed;
+    }
+  }
+  EXPECT_EQ(killed, kMore);
+  EXPECT_FALSE(BudgetExists(kJob));
+}
+
+// M3, H2c: the search for a job's processes fails closed. When its time bound passes (here at
+// once) it says processes may remain rather than none, and ending them reports an error, naming
+// the bound, instead of success.
+TEST_F(NodeStateTest, TheSearchForAJobsProcessesFailsClosed) {
+  if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
+  constexpr uint32_t kJob = 910017;
+  JobCgroup cgroup(kJob, 0);
+  ASSERT_TRUE(cgroup.TaskJoined());
+  const std::vector<std::string> dirs = JobCgroups(kJob, std::nullopt, kNode, CgroupMounts());
+  ASSERT_EQ(dirs.size(), 1u);
+  StatusOr<std::vector<pid_t>> found = ProcessesIn(dirs, getpid(), std::chrono::milliseconds(0));
+  EXPECT_FALSE(found.ok());
+  Status ended = EndProcessesIn(dirs, getpid(), std::chrono::milliseconds(0));
+  EXPECT_FALSE(ended.ok());
+  EXPECT_NE(ended.message().find("may remain"), std::string::npos) << ended.message();
+  // With time, the same search finds the task.
+  found = ProcessesIn(dirs, getpid(), std::chrono::milliseconds(10000));
+  ASSERT_TRUE(found.ok()) << found.status().message();
+  EXPECT_EQ(found->size(), 1u);
+}
+
+// H2a: the epilog ends a job's leftovers even when gpufrac holds no files of it (its last step's
+// end freed the share).
+TEST_F(NodeStateTest, TheEpilogEndsLeftoversOfAJobWithoutFiles) {
+  if (!CanMakeCgroups()) GTEST_SKIP() << "needs root and cgroup v1's freezer";
+  constexpr uint32_t kJob = 910013;
   JobCgroup cgroup(kJob, 0);
   ASSERT_TRUE(cgroup.TaskJoined());
   NodeState& state = Open();
-  ASSERT_TRUE(state
-                  .BeginStep(kJob, 0, proc::CurrentProcess(), Limits(kJob, 1ull << 30),
-                             Gpus(1ull << 30), std::nullopt)
-                  .ok());
-  ASSERT_TRUE(state.EndStep(kJob, 0, proc::CurrentProcess()).ok());
+  EXPECT_TRUE(state.EndJob(kJob).ok());
   EXPECT_TRUE(cgroup.Killed());
-  EXPECT_FALSE(BudgetExists(kJob));
 }
 
 TEST_F(NodeStateTest, RefusesAStateDirOthersCanWrite) {
