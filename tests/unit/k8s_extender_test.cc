@@ -458,8 +458,8 @@ TEST_F(ExtenderTest, APodThatCanRemoveItsLimitsSharesNoGpuUnlessAllowed) {
     return api_.PutPod(pod);
   };
   const std::string why =
-      "container \"main\" adds capability SYS_ADMIN, which can unmount gpufrac's limiter and "
-      "limit file: it may not share a GPU (allow it with the namespace label "
+      "container \"main\" adds capability SYS_ADMIN, with which it can get past gpufrac's "
+      "limiter and limit file: it may not share a GPU (allow it with the namespace label "
       "gpufrac.io/allow-unenforced=true; it may have a whole GPU or a MIG instance)";
   json share = privileged("share", FractionLimits(250));
   json r = s.Filter(share, {"n1", "n2", "mig"});
@@ -477,7 +477,7 @@ TEST_F(ExtenderTest, APodThatCanRemoveItsLimitsSharesNoGpuUnlessAllowed) {
     ++told;
     EXPECT_TRUE(e.warning);
     EXPECT_EQ(e.pod, "default/share");
-    EXPECT_THAT(e.message, HasSubstr("adds capability SYS_ADMIN, which can unmount"));
+    EXPECT_THAT(e.message, HasSubstr("adds capability SYS_ADMIN, with which it can get past"));
   }
   EXPECT_EQ(told, 1);
   // A whole GPU is fine, shared GPU or not.
