@@ -94,10 +94,10 @@ class Extender {
   // that this extender left without one: annotation kAnnotationRetry, the time, conditional on
   // the pod's resourceVersion, which moves it out of that queue at once. Only pods of a
   // scheduler this extender serves (ExtenderOptions::scheduler_names, and those whose pods it was
-  // asked to filter) and without spec.schedulingGates (not in that queue), and of those only the ones its last
-  // filter call refused (no node fitted; FilterUnanswered), or that were waiting when the
-  // extender started (their filter calls found it down). A pod updated less than
-  // `min_interval` ago is left alone. Returns how many pods were updated.
+  // asked to filter) and without spec.schedulingGates (not in that queue), and of those only the
+  // ones its last filter call refused (no node fitted; FilterUnanswered), or that were waiting when
+  // the extender started (their filter calls found it down). A pod updated less than `min_interval`
+  // ago is left alone. Returns how many pods were updated.
   int RetryWaiting(std::chrono::milliseconds min_interval);
   // Whether a node's GPU inventory appeared or changed, or a scheduler was first served, since
   // the last RetryWaiting.
@@ -198,14 +198,14 @@ class Extender {
   void FilterAnswered(const nlohmann::json& pod, bool refused);
   struct Waiting {
     std::string ns, name, resource_version, scheduler;
-    bool gated = false;    // Has spec.schedulingGates: kube-scheduler does not try it yet.
+    bool gated = false;     // Has spec.schedulingGates: kube-scheduler does not try it yet.
     bool at_start = false;  // Waiting before the first RetryWaiting, not yet tried again.
     std::chrono::steady_clock::time_point retried{};
   };
   std::map<std::string, Waiting> waiting_;  // By UID: pods waiting for a node.
-  std::set<std::string> refused_;            // UIDs of pods the last filter call refused.
-  std::set<std::string> schedulers_;         // Served: options_.scheduler_names and those seen.
-  bool started_ = false;                     // RetryWaiting ran once.
+  std::set<std::string> refused_;           // UIDs of pods the last filter call refused.
+  std::set<std::string> schedulers_;        // Served: options_.scheduler_names and those seen.
+  bool started_ = false;                    // RetryWaiting ran once.
   std::map<std::string, std::string> inventories_;  // By node: its inventory annotation.
   bool retry_wanted_ = false;
 };

@@ -134,12 +134,11 @@ bool AgentRemovesLabel(std::string_view key, const std::optional<std::set<std::s
     }
     return false;
   }
-  for (std::string_view owned : {std::string_view("nvidia.com/mig.strategy"),
-                                 std::string_view("nvidia.com/gpu.slices.gi"),
-                                 std::string_view("nvidia.com/gpu.slices.ci"),
-                                 std::string_view("gpufrac.io/agent"),
-                                 std::string_view("gpufrac.io/gpu-model"),
-                                 std::string_view("gpufrac.io/mig-gpus"), kLabelServesNvidiaGpu}) {
+  for (std::string_view owned :
+       {std::string_view("nvidia.com/mig.strategy"), std::string_view("nvidia.com/gpu.slices.gi"),
+        std::string_view("nvidia.com/gpu.slices.ci"), std::string_view("gpufrac.io/agent"),
+        std::string_view("gpufrac.io/gpu-model"), std::string_view("gpufrac.io/mig-gpus"),
+        kLabelServesNvidiaGpu}) {
     if (key == owned) return true;
   }
   return false;

@@ -8,6 +8,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "common/gpu_request.h"
@@ -411,8 +412,7 @@ std::string UnenforcedMessage(const std::string& reason) {
   return reason +
          ", with which it can get past gpufrac's limiter and limit file: it may not share a GPU "
          "(allow it with the namespace label " +
-         std::string(kLabelAllowUnenforced) +
-         "=true; it may have a whole GPU or a MIG instance)";
+         std::string(kLabelAllowUnenforced) + "=true; it may have a whole GPU or a MIG instance)";
 }
 
 namespace {
@@ -423,8 +423,8 @@ bool BaselineCapability(std::string name) {
   for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   if (name.starts_with("CAP_")) name.erase(0, 4);
   static constexpr std::string_view kAllowed[] = {
-      "AUDIT_WRITE", "CHOWN",  "DAC_OVERRIDE", "FOWNER", "FSETID",    "KILL",      "MKNOD",
-      "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"};
+      "AUDIT_WRITE",      "CHOWN",   "DAC_OVERRIDE", "FOWNER",  "FSETID", "KILL",      "MKNOD",
+      "NET_BIND_SERVICE", "SETFCAP", "SETGID",       "SETPCAP", "SETUID", "SYS_CHROOT"};
   for (std::string_view allowed : kAllowed) {
     if (name == allowed) return true;
   }
@@ -476,16 +476,17 @@ std::string UnenforcedReason(const json& pod) {
     return flag(context, "runAsNonRoot", true).value_or(false);
   };
   // Ephemeral containers are added after scheduling, but a pod read later may hold them.
-  for (const char* list : {"initContainers", "containers", "ephemeralContainers"}) {
+  constexpr std::pair<const char*, const char*> kLists[] = {
+      {"initContainers", "init container"},
+      {"containers", "container"},
+      {"ephemeralContainers", "ephemeral container"}};
+  for (const auto& [list, kind] : kLists) {
     const json* containers = Find(*spec, list);
     if (containers == nullptr || !containers->is_array()) continue;
-    const std::string kind = std::string_view(list) == "initContainers"        ? "init container"
-                             : std::string_view(list) == "ephemeralContainers" ? "ephemeral container"
-                                                                               : "container";
     for (size_t i = 0; i < containers->size(); ++i) {
       const json& c = (*containers)[i];
       const std::string name = ContainerName(c, i);
-      const std::string who = kind + " \"" + Printable(name) + "\"";
+      const std::string who = std::string(kind) + " \"" + Printable(name) + "\"";
       const json* context = Find(c, "securityContext");
       if (flag(context, "privileged", false).value_or(false)) return who + " is privileged";
       const json* proc_mount = context ? Find(*context, "procMount") : nullptr;

@@ -361,9 +361,8 @@ TEST_F(MigConfigLabelTest, OnlyLabelsTheAgentWroteGoNotThoseOfFeatureDiscoveryOr
   }
   EXPECT_EQ(labels["nvidia.com/mig-2g.20gb.count"], "3") << labels.dump();
   EXPECT_EQ(labels["nvidia.com/gpu.slices.ci"], "2");
-  const std::string record =
-      (*server_->Get("nodes", "", kNode))["metadata"]["annotations"][std::string(
-          kAnnotationAgentLabels)];
+  const std::string record = (*server_->Get(
+      "nodes", "", kNode))["metadata"]["annotations"][std::string(kAnnotationAgentLabels)];
   EXPECT_THAT(record, HasSubstr("gpufrac.io/agent"));
   EXPECT_THAT(record, ::testing::Not(HasSubstr("nvidia.com/mig-")));
   EXPECT_THAT(record, ::testing::Not(HasSubstr("nvidia.com/mig.strategy")));

@@ -611,8 +611,9 @@ TEST(PodRequestTest, APrivilegedOrSysAdminContainerCanRemoveItsEnforcement) {
        "container \"main\" adds capability sys_admin"},
       // Pod Security baseline's capabilities reach no mount, device or other process.
       {{{"capabilities",
-         {{"add", {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
-                   "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "cap_sys_chroot"}},
+         {{"add",
+           {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+            "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "cap_sys_chroot"}},
           {"drop", {"ALL"}}}}},
        ""},
       // Any other can: open_by_handle_at, modules, raw I/O, ptrace of a neighbour...
@@ -720,8 +721,8 @@ TEST(PodRequestTest, ThePodsOwnFieldsCanRemoveItsEnforcementToo) {
        ""},
       // An ephemeral container, present when a pod is read after `kubectl debug`.
       {[](json& p) {
-         p["spec"]["ephemeralContainers"] = {
-             WithContext(Container("debug", nullptr), {{"capabilities", {{"add", {"SYS_PTRACE"}}}}})};
+         p["spec"]["ephemeralContainers"] = {WithContext(
+             Container("debug", nullptr), {{"capabilities", {{"add", {"SYS_PTRACE"}}}}})};
        },
        "ephemeral container \"debug\" adds capability SYS_PTRACE"},
   };
