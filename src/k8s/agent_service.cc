@@ -206,42 +206,54 @@ struct AgentService::Impl {
     std::string doc = InventoryToJson(WithoutNvidiaGpus(all, nvidia)).dump();
     nlohmann::json labels = nlohmann::json::object();
     for (const auto& [k, v] : NodeLabels(all, gpus->inventory.product_name)) labels[k] = v;
+    // Only the labels with values: which of the others go is AgentRemovesLabel's to say.
     for (const auto& [k, v] : NvidiaMigLabels(all, nvidia, gpus->inventory.product_name)) {
-      labels[k] = v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+      if (v) labels[k] = *v;
     }
     // The extender makes no reservation pods where this agent serves nvidia.com/gpu itself.
-    labels[std::string(kLabelServesNvidiaGpu)] =
-        nvidia.whole.empty() ? nlohmann::json(nullptr) : nlohmann::json("true");
+    if (!nvidia.whole.empty()) labels[std::string(kLabelServesNvidiaGpu)] = "true";
     const std::string now_published = doc + labels.dump();
     if (now_published == published) return OkStatus();
-    // Labels of the agent's families that it no longer publishes (a profile no longer served,
-    // MIG labels after the static MIG GPUs went) go, also those an earlier agent wrote.
+    std::set<std::string> keys;
+    for (const auto& [key, value] : labels.items()) keys.insert(key);
+    // Labels this agent (or an earlier one) wrote and no longer publishes (a profile no longer
+    // served, MIG labels after the static MIG GPUs went) go; GFD's and the operator's stay.
     StatusOr<nlohmann::json> node = client->Get("/api/v1/nodes/" + options.agent.node);
-    if (node.ok()) {
-      const nlohmann::json* meta = FieldOf(*node, "metadata");
-      const nlohmann::json* on_node = meta != nullptr ? FieldOf(*meta, "labels") : nullptr;
-      if (on_node != nullptr && on_node->is_object()) {
-        for (const auto& [key, value] : on_node->items()) {
-          if (!labels.contains(key) && AgentOwnsLabel(key, /*mig_state=*/mig_config == nullptr)) {
-            labels[key] = nullptr;
-          }
+    if (!node.ok()) return NodeError(node.status(), "reading the node's labels");
+    const nlohmann::json* meta = FieldOf(*node, "metadata");
+    const nlohmann::json* annotations = meta != nullptr ? FieldOf(*meta, "annotations") : nullptr;
+    std::optional<std::set<std::string>> written;
+    if (annotations != nullptr && annotations->contains(std::string(kAnnotationAgentLabels))) {
+      written = ParseLabelRecord(AnnotationOf(*node, kAnnotationAgentLabels));
+    }
+    const nlohmann::json* on_node = meta != nullptr ? FieldOf(*meta, "labels") : nullptr;
+    if (on_node != nullptr && on_node->is_object()) {
+      for (const auto& [key, value] : on_node->items()) {
+        if (!keys.contains(key) &&
+            AgentRemovesLabel(key, written, /*mig_state=*/mig_config == nullptr)) {
+          labels[key] = nullptr;
         }
       }
     }
-    nlohmann::json patch = {
-        {"metadata",
-         {{"labels", labels}, {"annotations", {{std::string(kAnnotationInventory), doc}}}}}};
+    nlohmann::json patch = {{"metadata",
+                             {{"labels", labels},
+                              {"annotations",
+                               {{std::string(kAnnotationInventory), doc},
+                                {std::string(kAnnotationAgentLabels), LabelRecord(keys)}}}}}};
     StatusOr<nlohmann::json> done = client->Patch("/api/v1/nodes/" + options.agent.node, patch);
-    if (!done.ok()) {
-      if (done.status().code() == StatusCode::kNotFound) {
-        return NotFoundError("node " + options.agent.node +
-                             " does not exist; run the agent with --node set to this node's "
-                             "name (the DaemonSet passes spec.nodeName as NODE_NAME)");
-      }
-      return done.status().WithContext("publishing the GPU inventory");
-    }
+    if (!done.ok()) return NodeError(done.status(), "publishing the GPU inventory");
     published = now_published;
     return OkStatus();
+  }
+
+  // A failed read or write of the agent's node, `doing` what.
+  Status NodeError(const Status& status, const std::string& doing) const {
+    if (status.code() == StatusCode::kNotFound) {
+      return NotFoundError("node " + options.agent.node +
+                           " does not exist; run the agent with --node set to this node's "
+                           "name (the DaemonSet passes spec.nodeName as NODE_NAME)");
+    }
+    return status.WithContext(doing);
   }
 
   // Makes `mps`, the MPS daemons (none started yet: StartMps): one for each GPU of `inv` (what

@@ -99,6 +99,13 @@ std::optional<Assignment> HeldAssignment(const json& pod) {
   return a;
 }
 
+// spec.schedulerName, which the API server defaults.
+std::string SchedulerOf(const json& pod) {
+  const json* spec = FieldOf(pod, "spec");
+  std::string name = spec ? StringOf(*spec, "schedulerName") : "";
+  return name.empty() ? "default-scheduler" : name;
+}
+
 // Whether the node advertises nvidia.com/gpu (NVIDIA's device plugin, or gpufrac's agent serving
 // its names): only there does a pod asking for it take a GPU from the count.
 bool AdvertisesNvidiaGpu(const json& node) {
@@ -119,7 +126,10 @@ bool AdvertisesNvidiaGpu(const json& node) {
 }  // namespace
 
 Extender::Extender(Ledger* ledger, ClusterApi* api, ExtenderOptions options)
-    : ledger_(ledger), api_(api), options_(std::move(options)) {}
+    : ledger_(ledger),
+      api_(api),
+      options_(std::move(options)),
+      schedulers_(options_.scheduler_names) {}
 
 Extender::Stats Extender::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -187,6 +197,7 @@ std::string Extender::Filter(const std::string& body) {
         refused.emplace_back(candidates->names[i], verdicts[i].reason);
       }
     }
+    FilterAnswered(*pod, refused.size() == verdicts.size());
     LogDebug("filter %s: %zu of %zu nodes fit%s%s", PodName(*pod).c_str(),
              verdicts.size() - refused.size(), verdicts.size(), refused.empty() ? "" : "; ",
              NodeList(refused).c_str());
@@ -642,12 +653,19 @@ void Extender::OnPod(const json& pod) {
   std::lock_guard<std::mutex> lock(mu_);
   if (gone_.count(MetaOf(pod, "uid")) > 0) return;  // A late event about a deleted pod.
   if (waits) {
-    Waiting& w = waiting_[MetaOf(pod, "uid")];
+    auto [it, added] = waiting_.try_emplace(MetaOf(pod, "uid"));
+    Waiting& w = it->second;
     w.ns = MetaOf(pod, "namespace");
     w.name = MetaOf(pod, "name");
     w.resource_version = MetaOf(pod, "resourceVersion");
+    w.scheduler = SchedulerOf(pod);
+    const json* spec = FieldOf(pod, "spec");
+    const json* gates = spec ? FieldOf(*spec, "schedulingGates") : nullptr;
+    w.gated = gates != nullptr && gates->is_array() && !gates->empty();
+    if (added) w.at_start = !started_;
   } else {
     waiting_.erase(MetaOf(pod, "uid"));
+    refused_.erase(MetaOf(pod, "uid"));
   }
   if (a) {
     BookLocked(PodKey(pod), *a);
@@ -665,7 +683,26 @@ void Extender::OnPodDeleted(const json& pod) {
   if (gone_.size() > 100000) gone_.clear();
   gone_.insert(MetaOf(pod, "uid"));
   waiting_.erase(MetaOf(pod, "uid"));
+  refused_.erase(MetaOf(pod, "uid"));
   UnbookLocked(PodKey(pod));
+}
+
+void Extender::FilterAnswered(const json& pod, bool refused) {
+  const std::string uid = MetaOf(pod, "uid");
+  std::lock_guard<std::mutex> lock(mu_);
+  // A scheduler newly seen may have pods that waited through the extender's start.
+  retry_wanted_ |= schedulers_.insert(SchedulerOf(pod)).second && started_;
+  if (!refused) {
+    refused_.erase(uid);
+    return;
+  }
+  if (refused_.size() > 100000) refused_.clear();
+  refused_.insert(uid);
+}
+
+void Extender::FilterUnanswered(const std::string& body) {
+  StatusOr<Args> args = ParseArgs(body);
+  if (args.ok()) FilterAnswered(*FieldOf(args->doc, "Pod"), /*refused=*/true);
 }
 
 bool Extender::retry_wanted() const {
@@ -679,11 +716,15 @@ int Extender::RetryWaiting(std::chrono::milliseconds min_interval) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     retry_wanted_ = false;
+    started_ = true;
     for (auto& [uid, w] : waiting_) {
+      if (w.gated || schedulers_.count(w.scheduler) == 0) continue;
+      if (!w.at_start && refused_.count(uid) == 0) continue;
       if (w.retried != std::chrono::steady_clock::time_point{} && now - w.retried < min_interval) {
         continue;
       }
       w.retried = now;
+      w.at_start = false;
       due.push_back(w);
     }
   }

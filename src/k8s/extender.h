@@ -60,6 +60,10 @@ struct ExtenderOptions {
   // (PodRequest::unenforced; --allow-unenforced-sharing). Without it only the pods of namespaces
   // labelled kLabelAllowUnenforced=true may.
   bool allow_unenforced = false;
+  // The schedulers (spec.schedulerName) whose pods this extender serves, as deploy/kubernetes
+  // configures them (scheduler-config.yaml, second-scheduler/); those whose pods it is asked to
+  // filter are added. Only their pods are tried again (Extender::RetryWaiting).
+  std::set<std::string> scheduler_names = {"default-scheduler", "gpufrac-scheduler"};
 };
 
 class Extender {
@@ -85,14 +89,22 @@ class Extender {
   // itself, of a node's allocatable, labels, taints or conditions, a pod deleted) or until
   // podMaxInUnschedulablePodsDuration (5 minutes) has passed. It does not see what changes
   // gpufrac's answer: an extender that was down is back, a node's GPU inventory (an agent that
-  // restarted, a GPU healthy again, a new MIG layout). RetryWaiting updates every pod waiting for
-  // a node (unbound, unfinished, asking for gpufrac's resources, as the pod watch showed it):
-  // annotation kAnnotationRetry, the time, conditional on the pod's resourceVersion, which moves
-  // it out of that queue at once. A pod updated less than `min_interval` ago is left alone.
-  // Returns how many pods were updated.
+  // restarted, a GPU healthy again, a new MIG layout). RetryWaiting updates the pods waiting for
+  // a node (unbound, unfinished, asking for gpufrac's resources, as the pod watch showed it)
+  // that this extender left without one: annotation kAnnotationRetry, the time, conditional on
+  // the pod's resourceVersion, which moves it out of that queue at once. Only pods of a
+  // scheduler this extender serves (ExtenderOptions::scheduler_names, and those whose pods it was
+  // asked to filter) and without spec.schedulingGates (not in that queue), and of those only the
+  // ones its last filter call refused (no node fitted; FilterUnanswered), or that were waiting when
+  // the extender started (their filter calls found it down). A pod updated less than `min_interval`
+  // ago is left alone. Returns how many pods were updated.
   int RetryWaiting(std::chrono::milliseconds min_interval);
-  // Whether a node's GPU inventory appeared or changed since the last RetryWaiting.
+  // Whether a node's GPU inventory appeared or changed, or a scheduler was first served, since
+  // the last RetryWaiting.
   bool retry_wanted() const;
+  // A filter call (its body) that was answered with an error before the books were built: its
+  // pod counts as refused, and its scheduler as served.
+  void FilterUnanswered(const std::string& body);
 
   // Counters for metrics and tests.
   struct Stats {
@@ -181,11 +193,19 @@ class Extender {
   // Nodes that advertise no nvidia.com/gpu: a reservation pod there would reserve nothing (the
   // kubelet drops a resource its node does not have and admits the pod), so none is made.
   std::set<std::string> without_nvidia_gpu_;
+  // A filter call's pod was refused (`refused`), or found fitting nodes: RetryWaiting tries again
+  // only refused pods, of schedulers seen here.
+  void FilterAnswered(const nlohmann::json& pod, bool refused);
   struct Waiting {
-    std::string ns, name, resource_version;
+    std::string ns, name, resource_version, scheduler;
+    bool gated = false;     // Has spec.schedulingGates: kube-scheduler does not try it yet.
+    bool at_start = false;  // Waiting before the first RetryWaiting, not yet tried again.
     std::chrono::steady_clock::time_point retried{};
   };
-  std::map<std::string, Waiting> waiting_;          // By UID: pods waiting for a node.
+  std::map<std::string, Waiting> waiting_;  // By UID: pods waiting for a node.
+  std::set<std::string> refused_;           // UIDs of pods the last filter call refused.
+  std::set<std::string> schedulers_;        // Served: options_.scheduler_names and those seen.
+  bool started_ = false;                    // RetryWaiting ran once.
   std::map<std::string, std::string> inventories_;  // By node: its inventory annotation.
   bool retry_wanted_ = false;
 };

@@ -109,7 +109,14 @@ Status ExtenderService::Run() {
       res.set_content(body, "application/json");
     };
   };
-  s.server.Post("/filter", body_route(&Extender::Filter, "gpufrac_extender_filter_seconds"));
+  s.server.Post(
+      "/filter",
+      [this, &s, route = body_route(&Extender::Filter, "gpufrac_extender_filter_seconds")](
+          const httplib::Request& req, httplib::Response& res) {
+        // A pod refused while the books were being built is tried again once they are.
+        if (!ready()) s.extender->FilterUnanswered(req.body);
+        route(req, res);
+      });
   s.server.Post("/prioritize",
                 body_route(&Extender::Prioritize, "gpufrac_extender_prioritize_seconds"));
   s.server.Post("/bind", body_route(&Extender::Bind, "gpufrac_extender_bind_seconds"));

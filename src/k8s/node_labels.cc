@@ -107,7 +107,26 @@ std::vector<std::pair<std::string, std::optional<std::string>>> NvidiaMigLabels(
   return labels;
 }
 
-bool AgentOwnsLabel(std::string_view key, bool mig_state) {
+std::string LabelRecord(const std::set<std::string>& keys) {
+  std::string text;
+  for (const std::string& key : keys) text += (text.empty() ? "" : ",") + key;
+  return text;
+}
+
+std::set<std::string> ParseLabelRecord(std::string_view text) {
+  std::set<std::string> keys;
+  while (!text.empty()) {
+    const size_t comma = std::min(text.find(','), text.size());
+    if (comma > 0) keys.emplace(text.substr(0, comma));
+    text.remove_prefix(std::min(comma + 1, text.size()));
+  }
+  return keys;
+}
+
+bool AgentRemovesLabel(std::string_view key, const std::optional<std::set<std::string>>& written,
+                       bool mig_state) {
+  if (mig_state && key == "nvidia.com/mig.config.state") return true;
+  if (written) return written->count(std::string(key)) > 0;
   constexpr std::string_view kProfilePrefix = "nvidia.com/mig-";
   if (key.starts_with(kProfilePrefix)) {
     for (std::string_view field : kProfileFields) {
@@ -116,11 +135,13 @@ bool AgentOwnsLabel(std::string_view key, bool mig_state) {
     return false;
   }
   for (std::string_view owned :
-       {"nvidia.com/mig.strategy", "nvidia.com/gpu.slices.gi", "nvidia.com/gpu.slices.ci",
-        "gpufrac.io/agent", "gpufrac.io/gpu-model", "gpufrac.io/mig-gpus"}) {
+       {std::string_view("nvidia.com/mig.strategy"), std::string_view("nvidia.com/gpu.slices.gi"),
+        std::string_view("nvidia.com/gpu.slices.ci"), std::string_view("gpufrac.io/agent"),
+        std::string_view("gpufrac.io/gpu-model"), std::string_view("gpufrac.io/mig-gpus"),
+        kLabelServesNvidiaGpu}) {
     if (key == owned) return true;
   }
-  return mig_state && key == "nvidia.com/mig.config.state";
+  return false;
 }
 
 }  // namespace gpufrac::k8s

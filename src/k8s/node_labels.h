@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -34,12 +35,25 @@ std::vector<std::pair<std::string, std::string>> NodeLabels(const NodeInventory&
 std::vector<std::pair<std::string, std::optional<std::string>>> NvidiaMigLabels(
     const NodeInventory& all, const NvidiaGpus& gpus, const std::string& product_name);
 
-// Whether the agent owns label `key`: NvidiaMigLabels' families (nvidia.com/mig.strategy,
+// The node annotation where the agent records the keys of the labels it wrote (comma-separated,
+// sorted): what it may remove once it no longer publishes them. GPU feature discovery writes
+// labels of the same families (nvidia.com/mig.strategy, nvidia.com/mig-*.count, ...), and an
+// operator may set nvidia.com/mig.strategy by hand; those the agent did not write stay.
+inline constexpr std::string_view kAnnotationAgentLabels = "gpufrac.io/labels";
+
+// The record's text for `keys`, and back (empty keys dropped).
+std::string LabelRecord(const std::set<std::string>& keys);
+std::set<std::string> ParseLabelRecord(std::string_view text);
+
+// Whether the agent removes label `key`, which is on the node but not among the labels it
+// publishes now. With a record (`written`, kAnnotationAgentLabels): when the record holds it. With
+// none (an agent from before the record, which left labels no longer true, as issue 29's trial
+// saw): when it is of NvidiaMigLabels' families (nvidia.com/mig.strategy,
 // nvidia.com/mig-<any profile>.count, .memory, .slices.gi, .slices.ci, nvidia.com/gpu.slices.gi
-// and .ci) and gpufrac.io/ labels NodeLabels writes, and with `mig_state`
-// nvidia.com/mig.config.state (the agent has no static MIG GPUs, so no MigConfigLabel sets it).
-// Such a label on the node that the agent does not publish now is no longer true: an earlier
-// agent (or this one, before a restart) wrote it, and it is removed.
-bool AgentOwnsLabel(std::string_view key, bool mig_state);
+// and .ci) or a gpufrac.io/ label the agent writes; this happens once, the record being written
+// with it. Either way, with `mig_state`, nvidia.com/mig.config.state (the agent has no static MIG
+// GPUs, so no MigConfigLabel sets it).
+bool AgentRemovesLabel(std::string_view key, const std::optional<std::set<std::string>>& written,
+                       bool mig_state);
 
 }  // namespace gpufrac::k8s

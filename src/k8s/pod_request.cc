@@ -8,6 +8,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "common/gpu_request.h"
@@ -409,15 +410,55 @@ StatusOr<PodRequest> ParsePodRequest(const json& pod) {
 
 std::string UnenforcedMessage(const std::string& reason) {
   return reason +
-         ", which can unmount gpufrac's limiter and limit file: it may not share a GPU (allow it "
-         "with the namespace label " +
-         std::string(kLabelAllowUnenforced) +
-         "=true; it may have a whole GPU or a MIG instance)";
+         ", with which it can get past gpufrac's limiter and limit file: it may not share a GPU "
+         "(allow it with the namespace label " +
+         std::string(kLabelAllowUnenforced) + "=true; it may have a whole GPU or a MIG instance)";
 }
+
+namespace {
+
+// The capabilities Pod Security's baseline level lets a container add: none of them reaches a
+// mount, a device, the kernel or another process's memory.
+bool BaselineCapability(std::string name) {
+  for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (name.starts_with("CAP_")) name.erase(0, 4);
+  static constexpr std::string_view kAllowed[] = {
+      "AUDIT_WRITE",      "CHOWN",   "DAC_OVERRIDE", "FOWNER",  "FSETID", "KILL",      "MKNOD",
+      "NET_BIND_SERVICE", "SETFCAP", "SETGID",       "SETPCAP", "SETUID", "SYS_CHROOT"};
+  for (std::string_view allowed : kAllowed) {
+    if (name == allowed) return true;
+  }
+  return false;
+}
+
+// The profile type (`key` "seccompProfile" or "appArmorProfile") of a securityContext, or "".
+std::string ProfileType(const json* context, std::string_view key) {
+  const json* profile = context ? Find(*context, key) : nullptr;
+  const json* type = profile ? Find(*profile, "type") : nullptr;
+  return type != nullptr && type->is_string() ? type->get<std::string>() : "";
+}
+
+}  // namespace
 
 std::string UnenforcedReason(const json& pod) {
   const json* spec = Find(pod, "spec");
-  const json* pod_context = spec ? Find(*spec, "securityContext") : nullptr;
+  if (spec == nullptr) return "";
+  const json* pod_context = Find(*spec, "securityContext");
+  for (const char* field : {"hostPID", "hostIPC"}) {
+    const json* v = Find(*spec, field);
+    if (v != nullptr && v->is_boolean() && v->get<bool>())
+      return std::string("the pod sets spec.") + field;
+  }
+  if (const json* volumes = Find(*spec, "volumes"); volumes != nullptr && volumes->is_array()) {
+    for (size_t i = 0; i < volumes->size(); ++i) {
+      const json& volume = (*volumes)[i];
+      const json* host_path = Find(volume, "hostPath");
+      if (host_path == nullptr) continue;
+      const json* path = host_path->is_object() ? Find(*host_path, "path") : nullptr;
+      return "volume \"" + Printable(ContainerName(volume, i)) + "\" of the pod is hostPath " +
+             Printable(path != nullptr && path->is_string() ? path->get<std::string>() : "");
+    }
+  }
   // A boolean of the container's securityContext, else of the pod's (with `pod_level`).
   auto flag = [&](const json* context, std::string_view key,
                   bool pod_level) -> std::optional<bool> {
@@ -434,24 +475,48 @@ std::string UnenforcedReason(const json& pod) {
     }
     return flag(context, "runAsNonRoot", true).value_or(false);
   };
-  for (const char* list : {"initContainers", "containers"}) {
-    const json* containers = spec ? Find(*spec, list) : nullptr;
+  // Ephemeral containers are added after scheduling, but a pod read later may hold them.
+  constexpr std::pair<const char*, const char*> kLists[] = {
+      {"initContainers", "init container"},
+      {"containers", "container"},
+      {"ephemeralContainers", "ephemeral container"}};
+  for (const auto& [list, kind] : kLists) {
+    const json* containers = Find(*spec, list);
     if (containers == nullptr || !containers->is_array()) continue;
     for (size_t i = 0; i < containers->size(); ++i) {
       const json& c = (*containers)[i];
-      const bool init = std::string_view(list) == "initContainers";
-      const std::string who = std::string(init ? "init container \"" : "container \"") +
-                              Printable(ContainerName(c, i)) + "\"";
+      const std::string name = ContainerName(c, i);
+      const std::string who = std::string(kind) + " \"" + Printable(name) + "\"";
       const json* context = Find(c, "securityContext");
       if (flag(context, "privileged", false).value_or(false)) return who + " is privileged";
+      const json* proc_mount = context ? Find(*context, "procMount") : nullptr;
+      if (proc_mount != nullptr && proc_mount->is_string() &&
+          proc_mount->get<std::string>() == "Unmasked") {
+        return who + " sets securityContext.procMount Unmasked";
+      }
+      // Without seccomp, `unshare -Urm` gives any user a mount namespace of its own, where a
+      // bind mount covers /etc/ld.so.preload; AppArmor's default profile refuses that mount.
+      std::string seccomp = ProfileType(context, "seccompProfile");
+      if (seccomp == "Unconfined") return who + " sets securityContext.seccompProfile Unconfined";
+      if (seccomp.empty() && ProfileType(pod_context, "seccompProfile") == "Unconfined") {
+        return "the pod sets securityContext.seccompProfile Unconfined (for " + who + ")";
+      }
+      std::string apparmor = ProfileType(context, "appArmorProfile");
+      if (apparmor == "Unconfined") return who + " sets securityContext.appArmorProfile Unconfined";
+      const std::string annotation = "container.apparmor.security.beta.kubernetes.io/" + name;
+      if (Annotation(pod, annotation) == "unconfined") {
+        return "the pod's annotation " + Printable(annotation) + " is unconfined";
+      }
+      if (apparmor.empty() && ProfileType(pod_context, "appArmorProfile") == "Unconfined") {
+        return "the pod sets securityContext.appArmorProfile Unconfined (for " + who + ")";
+      }
       const json* caps = context ? Find(*context, "capabilities") : nullptr;
       const json* add = caps ? Find(*caps, "add") : nullptr;
       if (add == nullptr || !add->is_array()) continue;
       for (const json& cap : *add) {
-        if (!cap.is_string()) continue;
-        std::string name = cap.get<std::string>();
-        for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-        if (name != "SYS_ADMIN" && name != "CAP_SYS_ADMIN" && name != "ALL") continue;
+        if (!cap.is_string() || BaselineCapability(cap.get<std::string>())) continue;
+        // A capability outside the baseline that a non-root process under no_new_privs can
+        // never hold.
         if (flag(context, "allowPrivilegeEscalation", false) == false && non_root(context))
           continue;
         return who + " adds capability " + Printable(cap.get<std::string>());

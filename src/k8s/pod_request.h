@@ -84,24 +84,33 @@ struct PodRequest {
 // Each container's run_as is RunAsKey's.
 StatusOr<PodRequest> ParsePodRequest(const nlohmann::json& pod);
 
-// Which container of `pod` (containers and init containers: all run with the pod's limit files
-// and limiter mounts in place, the kubelet having allocated its devices at admission) can remove
-// a GPU container's enforcement, in words ("" when none can): one that is privileged (root of
-// the node: it can change any mount and file), or adds capability SYS_ADMIN (also written
-// CAP_SYS_ADMIN, any case) or ALL, with which it can umount /etc/ld.so.preload and the limit
-// file, or enter a neighbour container's mounts when the pod shares its process namespace. An
-// added SYS_ADMIN is harmless only when the container cannot gain it: allowPrivilegeEscalation
-// false (no_new_privs: no setuid or file capability raises it) and a non-root user known from
-// the spec (runAsUser not 0, or runAsNonRoot true; the container's, else the pod's), since
-// Kubernetes gives a non-root process no ambient capabilities. allowPrivilegeEscalation alone
-// adds nothing (the bounding set holds only what is added), and the API server refuses it false
-// beside privileged or CAP_SYS_ADMIN. Ephemeral containers, added later, are not seen here.
+// What in `pod` can remove a GPU container's enforcement, in words ("" when nothing can). All
+// containers count (init containers run with the pod's limit files and limiter mounts in place;
+// ephemeral ones, added after scheduling, are checked when present). Any of these gets past the
+// read-only mounts of /etc/ld.so.preload and the limit file, or reaches them from outside:
+//  - spec.hostPID or spec.hostIPC (the node's processes and their memory), a hostPath volume
+//    (any path: it can reach /var/lib/gpufrac or /);
+//  - a privileged container, or one with securityContext.procMount Unmasked;
+//  - seccompProfile Unconfined (the container's, else the pod's: `unshare -Urm` then needs no
+//    capability to bind a file over /etc/ld.so.preload), appArmorProfile Unconfined, or the
+//    annotation container.apparmor.security.beta.kubernetes.io/<container>: unconfined;
+//  - an added capability outside Pod Security baseline's list (AUDIT_WRITE, CHOWN, DAC_OVERRIDE,
+//    FOWNER, FSETID, KILL, MKNOD, NET_BIND_SERVICE, SETFCAP, SETGID, SETPCAP, SETUID,
+//    SYS_CHROOT; "CAP_" prefix and case ignored): SYS_ADMIN, DAC_READ_SEARCH (open_by_handle_at),
+//    SYS_MODULE, SYS_RAWIO, ALL, ... Such a capability is harmless only when the container
+//    cannot gain it: allowPrivilegeEscalation false (no_new_privs: no setuid or file capability
+//    raises it) and a non-root user known from the spec (runAsUser not 0, or runAsNonRoot true;
+//    the container's, else the pod's), since Kubernetes gives a non-root process no ambient
+//    capabilities.
+// The first found, e.g.:
 //   container "x" is privileged
 //   init container "setup" adds capability SYS_ADMIN
+//   volume "data" of the pod is hostPath /srv
+//   the pod sets securityContext.seccompProfile Unconfined (for container "x")
 std::string UnenforcedReason(const nlohmann::json& pod);
 // UnenforcedReason's `reason` with what follows from it, for the scheduler and the pod's event:
-// "..., which can unmount gpufrac's limiter and limit file: it may not share a GPU (allow it with
-// the namespace label gpufrac.io/allow-unenforced=true; it may have a whole GPU or a MIG
+// "..., with which it can get past gpufrac's limiter and limit file: it may not share a GPU (allow
+// it with the namespace label gpufrac.io/allow-unenforced=true; it may have a whole GPU or a MIG
 // instance)".
 std::string UnenforcedMessage(const std::string& reason);
 

@@ -302,7 +302,12 @@ TEST_F(MigConfigLabelTest, LabelsNoLongerTrueGoAfterARestartWithoutStaticMigGpus
   ASSERT_EQ(Labels()["nvidia.com/mig-1g.10gb.count"], "56");
   agent_->Stop();
   agent_.reset();
-  // What an earlier agent left: a profile served then, and the single strategy's slices.
+  // What an earlier agent, from before the record of the labels it wrote, left: a profile
+  // served then, and the single strategy's slices.
+  auto done = client_->Patch(
+      std::string("/api/v1/nodes/") + kNode,
+      {{"metadata", {{"annotations", {{std::string(kAnnotationAgentLabels), nullptr}}}}}});
+  ASSERT_TRUE(done.ok()) << done.status();
   Label("nvidia.com/mig-2g.20gb.count", "3");
   Label("nvidia.com/mig-2g.20gb.memory", "19968");
   Label("nvidia.com/gpu.slices.gi", "2");
@@ -335,6 +340,39 @@ TEST_F(MigConfigLabelTest, LabelsNoLongerTrueGoAfterARestartWithoutStaticMigGpus
   EXPECT_EQ(labels["nvidia.com/mig-1g.10gb.count"], "56");
   EXPECT_EQ(labels["nvidia.com/mig.strategy"], "mixed");
   EXPECT_EQ(labels["nvidia.com/mig.config.state"], "success");
+}
+
+// Issue 29 (L3): GPU feature discovery writes labels of the same families, and an operator may
+// set nvidia.com/mig.strategy by hand; the agent removes only the labels it wrote itself.
+TEST_F(MigConfigLabelTest, OnlyLabelsTheAgentWroteGoNotThoseOfFeatureDiscoveryOrTheOperator) {
+  ASSERT_TRUE(StartAgent().ok());
+  Configure("all-1g.10gb");
+  ASSERT_EQ(Labels()["nvidia.com/mig-1g.10gb.count"], "56");
+  agent_->Stop();
+  agent_.reset();
+  // GFD's labels for a profile the agent did not publish, and the strategy's slices.
+  Label("nvidia.com/mig-2g.20gb.count", "3");
+  Label("nvidia.com/gpu.slices.ci", "2");
+  ASSERT_TRUE(StartAgent("mixed", "", {}).ok());
+  json labels = Labels();
+  for (const char* gone : {"nvidia.com/mig-1g.10gb.count", "nvidia.com/mig-1g.10gb.memory",
+                           "nvidia.com/mig.strategy"}) {
+    EXPECT_FALSE(labels.contains(gone)) << gone << " stayed: " << labels.dump();
+  }
+  EXPECT_EQ(labels["nvidia.com/mig-2g.20gb.count"], "3") << labels.dump();
+  EXPECT_EQ(labels["nvidia.com/gpu.slices.ci"], "2");
+  const std::string record = (*server_->Get(
+      "nodes", "", kNode))["metadata"]["annotations"][std::string(kAnnotationAgentLabels)];
+  EXPECT_THAT(record, HasSubstr("gpufrac.io/agent"));
+  EXPECT_THAT(record, ::testing::Not(HasSubstr("nvidia.com/mig-")));
+  EXPECT_THAT(record, ::testing::Not(HasSubstr("nvidia.com/mig.strategy")));
+
+  // The operator's strategy, set by hand where the agent no longer writes one, stays too.
+  agent_->Stop();
+  agent_.reset();
+  Label("nvidia.com/mig.strategy", "single");
+  ASSERT_TRUE(StartAgent("mixed", "", {}).ok());
+  EXPECT_EQ(Labels()["nvidia.com/mig.strategy"], "single");
 }
 
 TEST_F(MigConfigLabelTest, AnUnknownNameFailsWithAnEventAndChangesNothing) {

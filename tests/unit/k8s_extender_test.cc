@@ -458,8 +458,8 @@ TEST_F(ExtenderTest, APodThatCanRemoveItsLimitsSharesNoGpuUnlessAllowed) {
     return api_.PutPod(pod);
   };
   const std::string why =
-      "container \"main\" adds capability SYS_ADMIN, which can unmount gpufrac's limiter and "
-      "limit file: it may not share a GPU (allow it with the namespace label "
+      "container \"main\" adds capability SYS_ADMIN, with which it can get past gpufrac's "
+      "limiter and limit file: it may not share a GPU (allow it with the namespace label "
       "gpufrac.io/allow-unenforced=true; it may have a whole GPU or a MIG instance)";
   json share = privileged("share", FractionLimits(250));
   json r = s.Filter(share, {"n1", "n2", "mig"});
@@ -477,7 +477,7 @@ TEST_F(ExtenderTest, APodThatCanRemoveItsLimitsSharesNoGpuUnlessAllowed) {
     ++told;
     EXPECT_TRUE(e.warning);
     EXPECT_EQ(e.pod, "default/share");
-    EXPECT_THAT(e.message, HasSubstr("adds capability SYS_ADMIN, which can unmount"));
+    EXPECT_THAT(e.message, HasSubstr("adds capability SYS_ADMIN, with which it can get past"));
   }
   EXPECT_EQ(told, 1);
   // A whole GPU is fine, shared GPU or not.
@@ -509,15 +509,29 @@ TEST_F(ExtenderTest, WaitingPodsAreTriedAgainWhenTheBooksAreBuiltAndWhenANodesGp
   json bound = AddPod("bound", FractionLimits(250));
   bound["spec"]["nodeName"] = "n1";
   bound = api_.PutPod(bound);
+  json volcano = testing::PodObject("volcano", FractionLimits(250));
+  volcano["spec"]["schedulerName"] = "volcano";
+  volcano = api_.PutPod(volcano);
   Scheduler s(api_);
   EXPECT_TRUE(s.extender->retry_wanted()) << "every node's inventory is new to a new extender";
   for (const json& p : api_.AllPods()) s.extender->OnPod(p);
   EXPECT_EQ(s.extender->RetryWaiting(std::chrono::seconds(30)), 1);
-  EXPECT_FALSE(AnnotationOf(Stored("waiting"), kAnnotationRetry).empty());
+  EXPECT_FALSE(AnnotationOf(Stored("waiting"), kAnnotationRetry).empty()) << "waited through";
   EXPECT_TRUE(AnnotationOf(Stored("plain"), kAnnotationRetry).empty()) << "not gpufrac's";
   EXPECT_TRUE(AnnotationOf(Stored("bound"), kAnnotationRetry).empty()) << "not waiting";
+  EXPECT_TRUE(AnnotationOf(Stored("volcano"), kAnnotationRetry).empty()) << "not served here";
   EXPECT_FALSE(s.extender->retry_wanted());
+  // A scheduler is served once its pods come to be filtered.
+  json other = testing::PodObject("other", FractionLimits(100));
+  other["spec"]["schedulerName"] = "volcano";
+  EXPECT_TRUE(s.Fits(api_.PutPod(other), "n1"));
+  EXPECT_TRUE(s.extender->retry_wanted());
+  EXPECT_EQ(s.extender->RetryWaiting(std::chrono::seconds(30)), 1);
+  EXPECT_FALSE(AnnotationOf(Stored("volcano"), kAnnotationRetry).empty());
 
+  // Tried again, kube-scheduler filters it; the whole-GPU node cannot hold it.
+  s.extender->OnPod(Stored("waiting"));
+  EXPECT_FALSE(s.Fits(Stored("waiting"), "n2"));
   // The same inventory again changes nothing; a changed one does.
   s.extender->OnNode(*api_.GetNode("n1"));
   EXPECT_FALSE(s.extender->retry_wanted());
@@ -525,7 +539,6 @@ TEST_F(ExtenderTest, WaitingPodsAreTriedAgainWhenTheBooksAreBuiltAndWhenANodesGp
   s.extender->OnNode(api_.PutNode(NodeObject("n1", &more)));
   EXPECT_TRUE(s.extender->retry_wanted());
   // Not twice within the interval (its watch event has its new resourceVersion).
-  s.extender->OnPod(Stored("waiting"));
   EXPECT_EQ(s.extender->RetryWaiting(std::chrono::seconds(30)), 0);
   EXPECT_EQ(s.extender->RetryWaiting(std::chrono::milliseconds(0)), 1);
   // A pod that changed since the watch showed it is not written over.
@@ -535,6 +548,51 @@ TEST_F(ExtenderTest, WaitingPodsAreTriedAgainWhenTheBooksAreBuiltAndWhenANodesGp
   // A pod bound or deleted waits no more.
   s.extender->OnPodDeleted(Stored("waiting"));
   EXPECT_EQ(s.extender->RetryWaiting(std::chrono::milliseconds(0)), 0);
+}
+
+// Issue 29 (L2): a node's new inventory must not make the extender write every unbound pod of
+// the cluster. Only pods it refused, of a scheduler it serves, not held by scheduling gates.
+TEST_F(ExtenderTest, OnlyPodsTheExtenderLeftWithoutANodeAreTriedAgain) {
+  Scheduler s(api_);
+  s.extender->RetryWaiting(std::chrono::seconds(30));  // Started: nothing waited through it.
+  auto add = [&](const std::string& name, const std::string& scheduler, bool gated) {
+    json pod = testing::PodObject(name, FractionLimits(250));
+    pod["spec"]["schedulerName"] = scheduler;
+    if (gated) pod["spec"]["schedulingGates"] = {{{"name", "example.com/quota"}}};
+    pod = api_.PutPod(pod);
+    s.extender->OnPod(pod);
+    return pod;
+  };
+  json fits = add("fits", "default-scheduler", false);
+  json refused = add("refused", "default-scheduler", false);
+  json unseen = add("unseen", "default-scheduler", false);
+  json other = add("other", "volcano", false);
+  json gated = add("gated", "default-scheduler", true);
+  json early = add("early", "default-scheduler", false);
+  EXPECT_TRUE(s.Fits(fits, "n1"));
+  EXPECT_FALSE(s.Fits(refused, "n2"));
+  EXPECT_FALSE(s.Fits(gated, "n2"));
+  // Asked while the books were being built: answered with an error, so refused.
+  s.extender->FilterUnanswered(FilterByNames(early, {"n1"}));
+  // Refused once, then fitting: not refused any more.
+  json later = add("later", "default-scheduler", false);
+  EXPECT_FALSE(s.Fits(later, "n2"));
+  EXPECT_TRUE(s.Fits(later, "n1"));
+
+  NodeInventory more = Inventory("n1", 2, "A100-80GB");
+  s.extender->OnNode(api_.PutNode(NodeObject("n1", &more)));
+  ASSERT_TRUE(s.extender->retry_wanted());
+  EXPECT_EQ(s.extender->RetryWaiting(std::chrono::milliseconds(0)), 2);
+  for (const char* name : {"refused", "early"}) {
+    EXPECT_FALSE(AnnotationOf(Stored(name), kAnnotationRetry).empty()) << name;
+  }
+  for (const char* name : {"fits", "unseen", "other", "gated", "later"}) {
+    EXPECT_TRUE(AnnotationOf(Stored(name), kAnnotationRetry).empty()) << name;
+  }
+  // The per-pod interval still holds.
+  s.extender->OnPod(Stored("refused"));
+  s.extender->OnPod(Stored("early"));
+  EXPECT_EQ(s.extender->RetryWaiting(std::chrono::seconds(30)), 0);
 }
 
 TEST_F(ExtenderTest, BindOfAPodDeletedBeforeItsAssignmentIsWrittenLeavesNoBooking) {

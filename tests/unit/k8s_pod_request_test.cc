@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -603,12 +604,42 @@ TEST(PodRequestTest, APrivilegedOrSysAdminContainerCanRemoveItsEnforcement) {
       {{{"privileged", false}}, ""},
       {{{"capabilities", {{"add", {"SYS_ADMIN"}}}}},
        "container \"main\" adds capability SYS_ADMIN"},
-      {{{"capabilities", {{"add", {"NET_ADMIN", "CAP_SYS_ADMIN"}}}}},
+      {{{"capabilities", {{"add", {"CHOWN", "CAP_SYS_ADMIN"}}}}},
        "container \"main\" adds capability CAP_SYS_ADMIN"},
       {{{"capabilities", {{"add", {"all"}}}}}, "container \"main\" adds capability all"},
       {{{"capabilities", {{"add", {"sys_admin"}}}}},
        "container \"main\" adds capability sys_admin"},
-      {{{"capabilities", {{"add", {"NET_ADMIN", "SYS_PTRACE"}}, {"drop", {"ALL"}}}}}, ""},
+      // Pod Security baseline's capabilities reach no mount, device or other process.
+      {{{"capabilities",
+         {{"add",
+           {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+            "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "cap_sys_chroot"}},
+          {"drop", {"ALL"}}}}},
+       ""},
+      // Any other can: open_by_handle_at, modules, raw I/O, ptrace of a neighbour...
+      {{{"capabilities", {{"add", {"CHOWN", "DAC_READ_SEARCH"}}}}},
+       "container \"main\" adds capability DAC_READ_SEARCH"},
+      {{{"capabilities", {{"add", {"CAP_SYS_MODULE"}}}}},
+       "container \"main\" adds capability CAP_SYS_MODULE"},
+      {{{"capabilities", {{"add", {"SYS_RAWIO"}}}}}, "adds capability SYS_RAWIO"},
+      {{{"capabilities", {{"add", {"NET_ADMIN", "SYS_PTRACE"}}, {"drop", {"ALL"}}}}},
+       "adds capability NET_ADMIN"},
+      {{{"capabilities", {{"add", {"DAC_READ_SEARCH"}}}},
+        {"allowPrivilegeEscalation", false},
+        {"runAsUser", 1000}},
+       ""},
+      {{{"procMount", "Unmasked"}}, "container \"main\" sets securityContext.procMount Unmasked"},
+      {{{"procMount", "Default"}}, ""},
+      // Unconfined seccomp lets `unshare -Urm` bind a file over /etc/ld.so.preload; the
+      // exception for capabilities does not cover it.
+      {{{"seccompProfile", {{"type", "Unconfined"}}},
+        {"allowPrivilegeEscalation", false},
+        {"runAsUser", 1000}},
+       "container \"main\" sets securityContext.seccompProfile Unconfined"},
+      {{{"seccompProfile", {{"type", "RuntimeDefault"}}}}, ""},
+      {{{"appArmorProfile", {{"type", "Unconfined"}}}},
+       "container \"main\" sets securityContext.appArmorProfile Unconfined"},
+      {{{"appArmorProfile", {{"type", "RuntimeDefault"}}}}, ""},
       // allowPrivilegeEscalation alone: the bounding set holds no SYS_ADMIN to escalate to.
       {{{"allowPrivilegeEscalation", true}}, ""},
       // SYS_ADMIN that a non-root process under no_new_privs can never gain.
@@ -638,6 +669,72 @@ TEST(PodRequestTest, APrivilegedOrSysAdminContainerCanRemoveItsEnforcement) {
       EXPECT_EQ(r->unenforced, "") << c.context.dump();
     } else {
       EXPECT_THAT(r->unenforced, HasSubstr(c.says)) << c.context.dump();
+    }
+  }
+}
+
+TEST(PodRequestTest, ThePodsOwnFieldsCanRemoveItsEnforcementToo) {
+  struct Case {
+    std::function<void(json&)> change;
+    std::string says;  // "" when the pod cannot remove it.
+  };
+  const std::vector<Case> cases = {
+      {[](json&) {}, ""},
+      {[](json& p) { p["spec"]["hostPID"] = true; }, "the pod sets spec.hostPID"},
+      {[](json& p) { p["spec"]["hostPID"] = false; }, ""},
+      {[](json& p) { p["spec"]["hostIPC"] = true; }, "the pod sets spec.hostIPC"},
+      {[](json& p) {
+         p["spec"]["volumes"] = {{{"name", "scratch"}, {"emptyDir", json::object()}},
+                                 {{"name", "data"}, {"hostPath", {{"path", "/srv/data"}}}}};
+       },
+       "volume \"data\" of the pod is hostPath /srv/data"},
+      {[](json& p) {
+         p["spec"]["volumes"] = {{{"name", "scratch"}, {"emptyDir", json::object()}}};
+       },
+       ""},
+      {[](json& p) {
+         p["spec"]["securityContext"] = {{"seccompProfile", {{"type", "Unconfined"}}}};
+       },
+       "the pod sets securityContext.seccompProfile Unconfined (for container \"main\")"},
+      // The container's own profile is the one that applies.
+      {[](json& p) {
+         p["spec"]["securityContext"] = {{"seccompProfile", {{"type", "Unconfined"}}},
+                                         {"appArmorProfile", {{"type", "Unconfined"}}}};
+         p["spec"]["containers"][0]["securityContext"] = {
+             {"seccompProfile", {{"type", "RuntimeDefault"}}},
+             {"appArmorProfile", {{"type", "RuntimeDefault"}}}};
+       },
+       ""},
+      {[](json& p) {
+         p["spec"]["securityContext"] = {{"appArmorProfile", {{"type", "Unconfined"}}}};
+       },
+       "the pod sets securityContext.appArmorProfile Unconfined (for container \"main\")"},
+      {[](json& p) {
+         p["metadata"]["annotations"]["container.apparmor.security.beta.kubernetes.io/main"] =
+             "unconfined";
+       },
+       "the pod's annotation container.apparmor.security.beta.kubernetes.io/main is unconfined"},
+      {[](json& p) {
+         p["metadata"]["annotations"]["container.apparmor.security.beta.kubernetes.io/main"] =
+             "runtime/default";
+       },
+       ""},
+      // An ephemeral container, present when a pod is read after `kubectl debug`.
+      {[](json& p) {
+         p["spec"]["ephemeralContainers"] = {WithContext(
+             Container("debug", nullptr), {{"capabilities", {{"add", {"SYS_PTRACE"}}}}})};
+       },
+       "ephemeral container \"debug\" adds capability SYS_PTRACE"},
+  };
+  for (const Case& c : cases) {
+    json pod = Simple(Fraction());
+    c.change(pod);
+    StatusOr<PodRequest> r = ParsePodRequest(pod);
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (c.says.empty()) {
+      EXPECT_EQ(r->unenforced, "") << pod.dump();
+    } else {
+      EXPECT_EQ(r->unenforced, c.says) << pod.dump();
     }
   }
 }
