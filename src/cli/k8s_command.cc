@@ -140,6 +140,10 @@ K8sCommand::K8sCommand(CLI::App& app) {
   extender_->add_flag("--reservation-pods", reservation_pods_,
                       "keep a pod asking for nvidia.com/gpu: 1 on every GPU with fractional "
                       "bookings, so that other schedulers and NVIDIA's device plugin see it taken");
+  extender_->add_option("--scheduler-name", scheduler_names_,
+                        "a scheduler (spec.schedulerName) whose waiting pods this extender tries "
+                        "again after a restart or a node's change; repeatable (default: "
+                        "default-scheduler and gpufrac-scheduler, and any whose pods it filters)");
   extender_->add_flag("--allow-unenforced-sharing", allow_unenforced_,
                       "let pods share GPUs although a container of theirs is privileged or adds "
                       "SYS_ADMIN, with which it can unmount gpufrac's limiter (without it, only "
@@ -219,6 +223,9 @@ int K8sCommand::RunExtender() {
   k8s::ExtenderServiceOptions options{.listen = listen_, .policy = policy_, .holder = ""};
   options.reservation_pods = reservation_pods_;
   options.allow_unenforced = allow_unenforced_;
+  if (!scheduler_names_.empty()) {
+    options.scheduler_names.emplace(scheduler_names_.begin(), scheduler_names_.end());
+  }
   options.reservation = reservation_;
   auto service = k8s::ExtenderService::Create(client->get(), std::move(options));
   if (!service.ok()) return Fail("extender", service.status().message());

@@ -45,6 +45,7 @@ class K8sCommand {
   std::string policy_ = std::string(placement::kDefaultPolicy);
   bool reservation_pods_ = false;
   bool allow_unenforced_ = false;
+  std::vector<std::string> scheduler_names_;
   k8s::ReservationOptions reservation_;  // the flags set its namespace, image and priority class
 
   CLI::App* k8s_;

@@ -69,11 +69,12 @@ StatusOr<std::unique_ptr<ExtenderService>> ExtenderService::Create(
     }
     impl->reservations = std::make_unique<Reservations>(impl->api.get(), impl->options.reservation);
   }
-  impl->extender = std::make_unique<Extender>(
-      impl->ledger.get(), impl->api.get(),
-      ExtenderOptions{.holder = impl->options.holder,
-                      .reservations = impl->reservations.get(),
-                      .allow_unenforced = impl->options.allow_unenforced});
+  ExtenderOptions extender{.holder = impl->options.holder,
+                           .reservations = impl->reservations.get(),
+                           .allow_unenforced = impl->options.allow_unenforced};
+  if (impl->options.scheduler_names) extender.scheduler_names = *impl->options.scheduler_names;
+  impl->extender =
+      std::make_unique<Extender>(impl->ledger.get(), impl->api.get(), std::move(extender));
   return std::unique_ptr<ExtenderService>(new ExtenderService(std::move(impl)));
 }
 

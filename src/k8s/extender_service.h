@@ -8,6 +8,8 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 
 #include "common/status.h"
@@ -23,6 +25,8 @@ struct ExtenderServiceOptions {
   std::string holder;                // Names this replica in pending bookings; "" = hostname/pid.
   bool reservation_pods = false;     // Reserve GPUs with fractional bookings (Run:ai style).
   bool allow_unenforced = false;     // ExtenderOptions::allow_unenforced.
+  // ExtenderOptions::scheduler_names, when given (else its defaults).
+  std::optional<std::set<std::string>> scheduler_names;
   // How often one waiting pod may be tried again (Extender::RetryWaiting), at most.
   std::chrono::milliseconds retry_interval{30000};
   ReservationOptions reservation{};  // Namespace, image, ... of the reservation pods.

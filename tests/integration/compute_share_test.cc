@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "service_budget_dir.h"
 #include "limiter/budget.h"
 #include "limiter/compute_arbiter.h"
 #include "limiter/limit_config.h"
@@ -57,10 +58,20 @@ class ComputeShareTest : public ::testing::Test {
     for (const auto& [key, value] : machine_.Env()) setenv(key.c_str(), value.c_str(), 1);
   }
   ~ComputeShareTest() override {
+    // SIGTERM first, so that a `gpufrac exec` a failed check left running removes its files.
+    for (pid_t pid : pids_) kill(pid, SIGTERM);
     for (pid_t pid : pids_) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
+      bool reaped = false;
+      for (int i = 0; i < 200 && !reaped; ++i) {
+        reaped = waitpid(pid, nullptr, WNOHANG) == pid;
+        if (!reaped) usleep(10000);
+      }
+      if (!reaped) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
     }
+    RemoveRecordedBudgetDir(dir_ + "/.local/state/gpufrac/exec-arbiters");
     close(dir_fd_);
     std::filesystem::remove_all(dir_);
     for (const auto& [pid, id] : workloads_) {
@@ -326,7 +337,6 @@ TEST_F(ComputeShareTest, ExecCommandsOfOneUserTakeTurns) {
     waitpid(pid, nullptr, 0);
   }
   pids_.clear();
-  std::filesystem::remove_all(arbiters);
 }
 
 // Every workload can write the arbiter; one that truncates it must not kill the others (their
