@@ -3,6 +3,7 @@
 gpufrac_test(slurm_step_request_test unit SOURCES unit/slurm_step_request_test.cc
              LIBS gpufrac_slurm)
 gpufrac_test(slurm_node_state_test unit SOURCES unit/slurm_node_state_test.cc LIBS gpufrac_slurm)
+gpufrac_test(slurm_extern_step_test unit SOURCES unit/slurm_extern_step_test.cc LIBS gpufrac_slurm)
 gpufrac_test(slurm_booked_share_test unit SOURCES unit/slurm_booked_share_test.cc
              LIBS gpufrac_slurm)
 

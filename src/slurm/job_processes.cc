@@ -398,7 +398,7 @@ StatusOr<std::vector<pid_t>> ProcessesIn(const std::vector<std::string>& dirs, p
 }
 
 Status EndProcessesIn(const std::vector<std::string>& dirs, pid_t except,
-                      std::chrono::milliseconds wait) {
+                      std::chrono::milliseconds wait, const std::function<bool(pid_t)>& which) {
   const auto deadline = std::chrono::steady_clock::now() + wait;
   const std::vector<Target> targets = Targets(dirs);
   auto kept = [&](const std::string& why) {
@@ -407,6 +407,11 @@ Status EndProcessesIn(const std::vector<std::string>& dirs, pid_t except,
   for (;;) {
     StatusOr<std::vector<Member>> members = Scan(targets, except, deadline);
     if (!members.ok()) return kept(members.status().message());
+    if (which) {
+      members->erase(std::remove_if(members->begin(), members->end(),
+                                    [&](const Member& member) { return !which(member.pid); }),
+                     members->end());
+    }
     if (members->empty()) return OkStatus();
     std::string left;
     for (const Member& member : *members) {

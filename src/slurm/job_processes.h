@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,11 +61,13 @@ std::vector<std::string> JobCgroups(uint32_t job, std::optional<uint32_t> step,
 StatusOr<std::vector<pid_t>> ProcessesIn(const std::vector<std::string>& dirs, pid_t except,
                                          std::chrono::milliseconds wait);
 
-// Kills (SIGKILL) every process in `dirs` (as ProcessesIn finds them) but `except`, thawing every
-// frozen cgroup between each and `dirs` so that the signal is delivered, and waits until none is
-// left. kUnavailable, naming the processes left, when some outlive `wait` (the whole operation's
-// bound), or when they cannot be found for certain (as ProcessesIn).
+// Kills (SIGKILL) every process in `dirs` (as ProcessesIn finds them) but `except`, or with
+// `which` only those it says, thawing every frozen cgroup between each and `dirs` so that the
+// signal is delivered, and waits until none is left. kUnavailable, naming the processes left,
+// when some outlive `wait` (the whole operation's bound), or when they cannot be found for certain
+// (as ProcessesIn).
 Status EndProcessesIn(const std::vector<std::string>& dirs, pid_t except,
-                      std::chrono::milliseconds wait);
+                      std::chrono::milliseconds wait,
+                      const std::function<bool(pid_t)>& which = nullptr);
 
 }  // namespace gpufrac::slurm

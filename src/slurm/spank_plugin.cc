@@ -15,6 +15,7 @@ extern "C" {
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -30,6 +31,7 @@ extern "C" {
 #include "launch/limit_file.h"
 #include "proc/process_identity.h"
 #include "slurm/booked_share.h"
+#include "slurm/extern_step.h"
 #include "slurm/job_processes.h"
 #include "slurm/node_state.h"
 #include "slurm/step_request.h"
@@ -66,6 +68,9 @@ struct Config {
   uint64_t shard_bytes = 0;
   // The GRES this node shares its GPUs by (gres=shard|mps): only its variable names the booking.
   slurm::SharingGres gres = slurm::SharingGres::kEither;
+  // Whether ssh sessions adopted into a job (its extern step) keep its GPUs' device nodes
+  // (extern_gpus=allow, for nodes that share no GPU); by default they get none.
+  bool extern_gpus = false;
 };
 
 // One process holds one step (slurmstepd) or one client (srun, sbatch, salloc): these live for
@@ -126,6 +131,14 @@ Status ParseArguments(int argc, char** argv) {
       GPUFRAC_ASSIGN_OR_RETURN(g_config.gres, slurm::ParseSharingGres(value));
       continue;
     }
+    if (key == "extern_gpus") {
+      if (value != "deny" && value != "allow") {
+        return gpufrac::InvalidArgumentError(
+            "plugstack.conf argument extern_gpus is deny or allow, not \"" + value + "\"");
+      }
+      g_config.extern_gpus = value == "allow";
+      continue;
+    }
     if (eq == std::string::npos || value.empty() || value[0] != '/') {
       return gpufrac::InvalidArgumentError("plugstack.conf argument \"" + arg +
                                            "\" is not NAME=/absolute/path");
@@ -139,7 +152,7 @@ Status ParseArguments(int argc, char** argv) {
     } else {
       return gpufrac::InvalidArgumentError(
           "unknown plugstack.conf argument \"" + key +
-          "\" (known: state_dir, limiter, nvml, shard_memory, gres)");
+          "\" (known: state_dir, limiter, nvml, shard_memory, gres, extern_gpus)");
     }
   }
   return gpufrac::OkStatus();
@@ -288,6 +301,30 @@ Status BeginStep(spank_t sp, std::optional<gpufrac::GpuRequest> request) {
   return gpufrac::OkStatus();
 }
 
+// In the extern step's slurmstepd, as root, once its cgroups are made: no NVIDIA device node for
+// the ssh sessions pam_slurm_adopt puts there, which no limiter is preloaded into.
+Status FenceExternStep(spank_t sp) {
+  uint32_t job = 0;
+  if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS) {
+    return gpufrac::InternalError("cannot read the extern step's job from Slurm");
+  }
+  GPUFRAC_ASSIGN_OR_RETURN(
+      slurm::ExternFence fence,
+      slurm::FenceExternStep(job, slurm::ThisSlurmNode(), slurm::CgroupMounts(),
+                             slurm::NvidiaDeviceMajors(), std::chrono::seconds(10)));
+  if (fence.hierarchies == 0) {
+    // For the administrator: what this node cannot keep from the job's ssh sessions.
+    slurm_error(
+        "gpufrac: job %u: the extern step has no cgroup v1 devices hierarchy (ConstrainDevices "
+        "under cgroup/v1); ssh sessions adopted into it can open the job's GPUs without a limit",
+        job);
+  } else {
+    slurm_info("gpufrac: job %u: no GPU in the extern step (%d processes holding one ended)", job,
+               fence.ended);
+  }
+  return gpufrac::OkStatus();
+}
+
 // In each task, as its user, just before exec: the limiter and its limit file.
 Status SetTaskEnvironment(spank_t sp) {
   std::vector<std::string> base;
@@ -375,6 +412,15 @@ __attribute__((visibility("default"))) int slurm_spank_task_init(spank_t sp, int
   }
   if (g_limit_file.empty()) return 0;
   return Guarded("task", [&] { return SetTaskEnvironment(sp); });
+}
+
+__attribute__((visibility("default"))) int slurm_spank_task_post_fork(spank_t sp, int, char**) {
+  uint32_t step = 0;
+  if (spank_context() != S_CTX_REMOTE || g_config.extern_gpus ||
+      spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS || step != kExternStep) {
+    return 0;
+  }
+  return Guarded("extern step", [&] { return FenceExternStep(sp); });
 }
 
 __attribute__((visibility("default"))) int slurm_spank_exit(spank_t, int, char**) {

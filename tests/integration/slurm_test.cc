@@ -146,14 +146,15 @@ class SlurmTest : public ::testing::Test {
   static Result AsUser(const std::string& script) {
     static int counter = 0;
     const std::string path = dir_ + "/out/script-" + std::to_string(++counter) + ".sh";
-    {
-      std::ofstream out(path);
-      out << "#!/bin/bash\n. " << dir_ << "/env\ncd " << dir_ << "/out\nP=" << dir_
-          << "/bin/cuda_probe\n"
-          << "export P\n"
-          << script << "\n";
-    }
-    chmod(path.c_str(), 0755);
+    const std::string text = "#!/bin/bash\n. " + dir_ + "/env\ncd " + dir_ + "/out\nP=" + dir_ +
+                             "/bin/cuda_probe\nexport P\n" + script + "\n";
+    // Close-on-exec: a command another thread starts meanwhile (a watcher's squeue) must not
+    // inherit the script open for writing, or its exec fails with "Text file busy".
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+    EXPECT_GE(fd, 0) << path;
+    fchmod(fd, 0755);
+    EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+    close(fd);
     return Shell("timeout 60 runuser -u nobody -- " + path);
   }
 
@@ -595,6 +596,46 @@ TEST_F(SlurmTest, AStepReachesOnlyItsGpu) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.out, m, std::regex("dev" + other + ": [^\\n]*"))) << r.out;
   EXPECT_NE(m.str().find("Operation not permitted"), std::string::npos) << r.out;
+}
+
+// An ssh session that pam_slurm_adopt puts into a shard job (its extern step: the cluster runs
+// with PrologFlags=contain; adopting is writing the session's PID into the step's cgroup.procs,
+// as root, which is what pam_slurm_adopt does) opens no GPU's device node: nothing preloads the
+// limiter there (issue 29: such a session used the GPU unlimited beside the job's shards). The
+// job's own batch step still reaches its GPU (ENXIO: the test's node has no driver behind it).
+TEST_F(SlurmTest, AnAdoptedSshSessionOpensNoGpu) {
+  if (!fs::exists(dir_ + "/cgroup.conf")) {
+    GTEST_SKIP() << "no cgroup v1 devices controller on this host: ConstrainDevices is off";
+  }
+  Result submitted = AsUser("sbatch --parsable --gres=shard:2 -o adopt.out --wrap '(exec 3<" +
+                            dir_ + "/dev/nvidia$SLURM_JOB_GPUS) 2>&1 | sed s/^/batch:/; sleep 60'");
+  ASSERT_EQ(submitted.code, 0) << submitted.out;
+  const std::string job = submitted.out.substr(0, submitted.out.find_first_of(";\n"));
+  std::string extern_dir;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const std::string node = Value(AsRoot("scontrol show job -o " + job).out, "BatchHost");
+        extern_dir =
+            "/sys/fs/cgroup/devices/slurm_" + node + "/uid_65534/job_" + job + "/step_extern";
+        return !node.empty() && fs::exists(extern_dir) &&
+               Count(Shell("cat " + dir_ + "/out/adopt.out").out, "batch:") == 1;
+      },
+      30s))
+      << extern_dir << Logs();
+  EXPECT_NE(
+      Shell("grep -c 'job " + job + ": no GPU in the extern step' " + dir_ + "/log/slurmd.log").out,
+      "0\n")
+      << Logs();
+  Result adopted = Shell("sh -c 'echo $$ > " + extern_dir + "/cgroup.procs; exec runuser -u " +
+                         "nobody -- bash -c \"for i in 0 1; do (exec 3<" + dir_ +
+                         "/dev/nvidia\\$i) 2>&1 | sed s/^/ssh\\$i:/; done\"'");
+  EXPECT_EQ(Count(adopted.out, "Operation not permitted"), 2) << adopted.out;
+  EXPECT_NE(Shell("cat " + dir_ + "/out/adopt.out").out.find("batch:"), std::string::npos);
+  EXPECT_NE(Shell("cat " + dir_ + "/out/adopt.out").out.find("No such device or address"),
+            std::string::npos)
+      << Shell("cat " + dir_ + "/out/adopt.out").out;
+  EXPECT_EQ(AsRoot("scancel " + job).code, 0);
+  ExpectAllReleased(job);
 }
 
 // The shards the job-submit rule set are the scheduler's guarantee: the job's user cannot

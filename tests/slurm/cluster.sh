@@ -127,6 +127,8 @@ MinJobAge=2
 InactiveLimit=0
 SchedulerType=sched/builtin
 PlugStackConfig=$dir/plugstack.conf
+# Every job an extern step, into which pam_slurm_adopt would put its user's ssh sessions.
+PrologFlags=contain
 JobSubmitPlugins=lua
 GresTypes=gpu,$sharing
 NodeName=$node NodeHostname=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=4000 Gres=gpu:$gpus,$sharing:$((gpus * units)) State=UNKNOWN
