@@ -29,8 +29,9 @@
 
 #include "dashboard_metrics.h"
 #include "harness.h"
-#include "service_budget_dir.h"
+#include "launch/cgroup.h"
 #include "node/paths.h"
+#include "service_budget_dir.h"
 #include "simgpu/shared_machine.h"
 
 namespace gpufrac::testing {
@@ -76,28 +77,34 @@ class Daemon {
     // Jobs of a killed test may still run: end them before removing their files; and MPS
     // daemons still serving them.
     RunCommand({"pkill", "-KILL", "-f", dir_}, {});
-    std::error_code mps_ec;
-    for (const auto& gpu : std::filesystem::directory_iterator(dir_ + "/state/mps", mps_ec)) {
+    const std::string instance = node::ServiceInstanceName(dir_ + "/state");
+    std::error_code ec;
+    for (const auto& gpu : std::filesystem::directory_iterator(dir_ + "/state/mps", ec)) {
       std::ifstream pid_file(gpu.path() / "pipe" / "nvidia-cuda-mps-control.pid");
       pid_t pid = 0;
       if (pid_file >> pid && pid > 0) kill(pid, SIGKILL);
     }
-    // The simulated machine, and the budgets of jobs that ended after the service stopped (its
-    // next start, from the state being removed here, would have cleaned those up).
-    const std::string instance = node::ServiceInstanceName(dir_ + "/state");
-    simgpu::RemoveSharedMachine(instance);
-    std::error_code ec;
-    for (const std::string& name : testing::BudgetsStartingWith(instance + "-")) {
-      std::filesystem::remove("/dev/shm/" + name, ec);
-    }
-    // The cgroups of jobs the service did not get to clean up (it was stopped first).
+    // The cgroups of jobs the service did not get to clean up (it was stopped first, and a
+    // service's jobs outlive it): their processes ended, then the cgroups removed.
     for (const char* root : {"/sys/fs/cgroup/devices/gpufrac", "/sys/fs/cgroup/unified/gpufrac",
                              "/sys/fs/cgroup/gpufrac"}) {
+      std::vector<std::string> dirs;
       for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
         if (entry.path().filename().string().rfind(instance + "-", 0) == 0) {
-          rmdir(entry.path().c_str());
+          dirs.push_back(entry.path().string());
         }
       }
+      for (const std::string& dir : dirs) {
+        const launch::WorkloadCgroup cgroup = launch::WorkloadCgroup::At(dir);
+        EXPECT_TRUE(cgroup.KillAll(std::chrono::seconds(5))) << dir << " kept processes";
+        EXPECT_TRUE(cgroup.Remove()) << dir;
+      }
+    }
+    // The simulated machine, and the budgets of jobs that ended after the service stopped (its
+    // next start, from the state being removed here, would have cleaned those up).
+    simgpu::RemoveSharedMachine(instance);
+    for (const std::string& name : testing::BudgetsStartingWith(instance + "-")) {
+      std::filesystem::remove("/dev/shm/" + name, ec);
     }
     testing::RemoveRecordedBudgetDir(dir_ + "/state/budget-dir");
     std::filesystem::remove_all(dir_, ec);
@@ -557,12 +564,14 @@ TEST(NodeService, ALostOrDamagedDatabaseStopsTheStartInsteadOfForgettingJobs) {
   };
   // Truncated to nothing (its WAL gone too): the job directories say jobs 1-3 existed.
   std::filesystem::copy_file(state + "/gpufracd.db", d.dir() + "/saved.db");
-  for (const char* suffix : {"-wal", "-shm"}) std::filesystem::remove(state + "/gpufracd.db" + suffix);
+  for (const char* suffix : {"-wal", "-shm"})
+    std::filesystem::remove(state + "/gpufracd.db" + suffix);
   std::filesystem::resize_file(state + "/gpufracd.db", 0);
   RunResult truncated = start();
   EXPECT_EQ(truncated.status, 1);
-  EXPECT_NE(truncated.err.find("knows jobs up to 0, but " + state + "/jobs holds 3 job directories"),
-            std::string::npos)
+  EXPECT_NE(
+      truncated.err.find("knows jobs up to 0, but " + state + "/jobs holds 3 job directories"),
+      std::string::npos)
       << truncated.err;
   EXPECT_EQ(std::count(truncated.err.begin(), truncated.err.end(), '\n'), 1) << truncated.err;
 
@@ -687,10 +696,10 @@ TEST(NodeService, AJobsLimitFileCarriesItsComputeShare) {
             std::string::npos);
   EXPECT_NE(limits_of("strict", {{"gpu-fraction", 0.25}}).find(" compute 250 compute-limit 250\n"),
             std::string::npos);
-  EXPECT_NE(limits_of("strict", {{"gpu-memory", "8G"}, {"gpu-compute", 0.1},
-                                 {"gpu-compute-limit", 0.5}})
-                .find(" compute 100 compute-limit 500\n"),
-            std::string::npos);
+  EXPECT_NE(
+      limits_of("strict", {{"gpu-memory", "8G"}, {"gpu-compute", 0.1}, {"gpu-compute-limit", 0.5}})
+          .find(" compute 100 compute-limit 500\n"),
+      std::string::npos);
   // A whole GPU is not arbitrated.
   EXPECT_EQ(limits_of("fair", {{"gpus", 1}}).find(" compute "), std::string::npos);
 }
@@ -1043,8 +1052,7 @@ TEST(NodeService, BadStartupInputIsOneLineAndNothingStarts) {
       << readable.err;
   RunResult range = start({"--sim", "1xL4", "--tcp-users", "0-100"});
   EXPECT_EQ(range.status, 1);
-  EXPECT_NE(range.err.find("--tcp-users 0-100: write a uid range"), std::string::npos)
-      << range.err;
+  EXPECT_NE(range.err.find("--tcp-users 0-100: write a uid range"), std::string::npos) << range.err;
   RunResult logs = start({"--sim", "1xL4", "--max-log-bytes", "0"});
   EXPECT_EQ(logs.status, 1);
   EXPECT_NE(logs.err.find("--max-log-bytes 0: write a size"), std::string::npos) << logs.err;
@@ -1604,9 +1612,9 @@ TEST(NodeService, TheFirstCommandStartsAServiceForTheUser) {
   std::string out = home + "/out";
   std::string gpufrac = Bin("gpufrac");
   // No system service here, whatever the host has installed (/run/gpufrac, /var/lib/gpufrac).
-  const std::string no_system = "HOME=" + home + " XDG_RUNTIME_DIR= GPUFRAC_SOCKET= " +
-                                "GPUFRAC_SYSTEM_SOCKET=" + home + "/no-system/gpufracd.sock " +
-                                "GPUFRAC_SYSTEM_STATE_DIR=" + home + "/no-system ";
+  const std::string no_system =
+      "HOME=" + home + " XDG_RUNTIME_DIR= GPUFRAC_SOCKET= " + "GPUFRAC_SYSTEM_SOCKET=" + home +
+      "/no-system/gpufracd.sock " + "GPUFRAC_SYSTEM_STATE_DIR=" + home + "/no-system ";
   auto run_ps = [&](const char* file) {
     return AsNobody([&] {
       std::string cmd =
@@ -1709,16 +1717,15 @@ TEST(NodeService, AGpuServingWholeJobsOnlyCannotBeInMpsMode) {
                                d.dir() + "/other", "--whole-gpus", "1", "--mps-gpus", "1"},
                               {});
   EXPECT_EQ(both.status, 1);
-  EXPECT_NE(both.err.find("is in both --whole-gpus and --mps-gpus"), std::string::npos)
-      << both.err;
+  EXPECT_NE(both.err.find("is in both --whole-gpus and --mps-gpus"), std::string::npos) << both.err;
   // The simulated machine the refused service had opened for its state directory.
   simgpu::RemoveSharedMachine(node::ServiceInstanceName(d.dir() + "/other"));
 }
 
 // A job on an MPS GPU runs as a client of the GPU's daemon, which the service started for it: it
 // gets the daemon's pipe directory, its compute limit as its share of the SMs and its memory as
-// its pinned limit, and the driver makes it a client of the daemon's server; the daemon is watched (killed, it is started again and the job says so) and
-// stopped when the GPU leaves MPS mode.
+// its pinned limit, and the driver makes it a client of the daemon's server; the daemon is watched
+// (killed, it is started again and the job says so) and stopped when the GPU leaves MPS mode.
 TEST(NodeService, JobsOnAnMpsGpuAreClientsOfItsDaemon) {
   Daemon d("1xH100-80GB", {"--mps-gpus", "0", "--gpu-compute-policy", "strict"});
   const std::string marker = d.dir() + "/may-end";
