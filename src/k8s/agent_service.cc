@@ -29,7 +29,6 @@
 #include "launch/limit_file.h"
 #include "machine/node_gpus.h"
 #include "mig/default_configs.h"
-#include "node/compute_policy.h"
 #include "node/mps_daemons.h"
 
 namespace gpufrac::k8s {
@@ -371,7 +370,7 @@ StatusOr<std::unique_ptr<AgentService>> AgentService::Create(ApiClient* client,
     return InvalidArgumentError("--slots-per-gpu " + std::to_string(options.agent.slots_per_gpu) +
                                 ": give 1 to 64 pods per GPU");
   }
-  std::optional<node::ComputePolicy> policy = node::ParseComputePolicy(options.compute_policy);
+  std::optional<ComputePolicy> policy = ParseComputePolicy(options.compute_policy);
   if (!policy) {
     return InvalidArgumentError("--gpu-compute-policy " + options.compute_policy +
                                 ": expected fair, strict or off");
@@ -479,7 +478,7 @@ Status AgentService::Start() {
       "gpufrac agent on node %s: %zu GPU(s), %d slots each, compute policy %s, device "
       "plugin at %s",
       s.options.agent.node.c_str(), inv.gpus.size(), s.options.agent.slots_per_gpu,
-      node::ComputePolicyName(s.options.agent.compute_policy), s.plugin->socket_path().c_str());
+      ComputePolicyName(s.options.agent.compute_policy), s.plugin->socket_path().c_str());
   return s.SyncNvidia(all);
 }
 

@@ -22,7 +22,6 @@
 #include "k8s/object_fields.h"
 #include "k8s/pod_request.h"
 #include "launch/limit_file.h"
-#include "node/compute_policy.h"
 
 namespace gpufrac::k8s {
 namespace {
@@ -270,10 +269,12 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
     if (g.milli < kMilliPerGpu) {
       const GpuInfo* info = FindGpu(inventory_, g.index);
       // The grant's share is its compute request (placement books GPU time); the limit is the
-      // pod's, else the policy's. Kind kFraction only says "a share of a GPU" to the policy.
-      GpuRequest asked = GpuRequest::Fraction(g.milli);
-      asked.compute_limit_milli = ca.compute_limit_milli;
-      const uint32_t limit = node::ComputeLimitMilli(asked, g.milli, options_.compute_policy);
+      // pod's, else the policy's.
+      const std::optional<ComputePair> pair = DecideComputePair(
+          g.milli,
+          ca.compute_limit_milli != 0 ? std::optional<uint32_t>(ca.compute_limit_milli)
+                                      : std::nullopt,
+          options_.compute_policy);
       const uint64_t context =
           gpu::ContextChargeBytes(info != nullptr ? gpu::FindModel(info->model) : nullptr);
       if (info != nullptr && info->mode == GpuMode::kMps) {
@@ -286,10 +287,11 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
               " is booked on shares of two GPUs in MPS mode, which one MPS client cannot use; "
               "delete the pod to schedule it again");
         }
-        mps_share = MpsShare{.index = g.index,
-                             .uuid = g.uuid,
-                             .percentage = node::MpsThreadPercentage(limit),
-                             .pinned_mib = g.memory_bytes >> 20};
+        mps_share = MpsShare{
+            .index = g.index,
+            .uuid = g.uuid,
+            .percentage = pair ? static_cast<int>(MpsThreadPercentage(pair->limit_milli)) : 100,
+            .pinned_mib = g.memory_bytes >> 20};
         limited.push_back(
             {.uuid = g.uuid, .limit_bytes = g.memory_bytes, .context_bytes = context});
         continue;
@@ -297,8 +299,8 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
       limited.push_back({.uuid = g.uuid,
                          .limit_bytes = g.memory_bytes,
                          .context_bytes = context,
-                         .compute_milli = limit != 0 ? g.milli : 0,
-                         .compute_limit_milli = limit});
+                         .compute_milli = pair ? pair->request_milli : 0,
+                         .compute_limit_milli = pair ? pair->limit_milli : 0});
     }
   }
 
@@ -510,12 +512,11 @@ StatusOr<std::string> GpuProvider::MigUuid(int gpu, const MigGrant& grant,
   // A process gpufrac did not start (NVML lists it) keeps its instance: never handed to a pod,
   // never destroyed.
   auto stranger = [&](const mig::MigBackend::InstanceInfo& i) {
-    return FailedPreconditionError("the MIG instance at slices " +
-                                   std::to_string(i.placement.start) + "-" +
-                                   std::to_string(i.placement.start + i.placement.size - 1) +
-                                   " of GPU " + std::to_string(gpu) + " (" + i.uuid + ") is " +
-                                   mig::ForeignUseText(i.pids) +
-                                   "; delete the pod to place it elsewhere");
+    return FailedPreconditionError(
+        "the MIG instance at slices " + std::to_string(i.placement.start) + "-" +
+        std::to_string(i.placement.start + i.placement.size - 1) + " of GPU " +
+        std::to_string(gpu) + " (" + i.uuid + ") is " + mig::ForeignUseText(i.pids) +
+        "; delete the pod to place it elsewhere");
   };
   for (const auto& i : instances) {
     if (i.profile == profile_index && i.placement.start == grant.start) {

@@ -44,7 +44,7 @@
 #include "k8s/inventory.h"
 #include "k8s/pod_resources.h"
 #include "mig/backend.h"
-#include "node/compute_policy.h"
+#include "common/compute_share.h"
 
 namespace gpufrac::k8s {
 
@@ -70,7 +70,7 @@ struct AgentOptions {
   // How a shared GPU's time is divided, as gpufracd's --gpu-compute-policy: it decides the
   // compute limit of a container whose pod gives none (fair: 1, strict: its request, off: the
   // limit file carries no compute pair).
-  node::ComputePolicy compute_policy = node::ComputePolicy::kFair;
+  ComputePolicy compute_policy = ComputePolicy::kFair;
 };
 
 class GpuProvider : public DeviceProvider {

@@ -274,12 +274,14 @@ StatusOr<ContainerAllocation> NvidiaProvider::Allocate(const std::vector<std::st
         const uint32_t milli = static_cast<uint32_t>(kMilliPerGpu * c.given / c.replicas);
         if (limits_.kind == NvidiaSharingKind::kTimeSlicing) {
           // As a gpufrac.io/gpu share that gives no compute limit: the policy's.
-          const uint32_t limit =
-              node::ComputeLimitMilli(GpuRequest::Fraction(milli), milli, limits_.compute_policy);
-          g.compute_milli = limit != 0 ? milli : 0;
-          g.compute_limit_milli = limit;
+          if (std::optional<ComputePair> pair =
+                  DecideComputePair(milli, std::nullopt, limits_.compute_policy)) {
+            g.compute_milli = pair->request_milli;
+            g.compute_limit_milli = pair->limit_milli;
+          }
         } else {
-          mps_percentage = std::min(mps_percentage, node::MpsThreadPercentage(milli));
+          // NVIDIA's MPS replicas: each a k/N share of the SMs.
+          mps_percentage = std::min(mps_percentage, static_cast<int>(MpsThreadPercentage(milli)));
         }
       }
       limited.push_back(g);

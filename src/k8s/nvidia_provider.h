@@ -20,7 +20,7 @@
 #include "k8s/device_provider.h"
 #include "k8s/inventory.h"
 #include "k8s/nvidia_sharing_config.h"
-#include "node/compute_policy.h"
+#include "common/compute_share.h"
 
 namespace gpufrac::k8s {
 
@@ -91,7 +91,7 @@ struct NvidiaReplicaLimits {
   NodeInventory gpus;                   // The node's GPUs: UUID, memory and model of each.
   NvidiaSharingKind kind = NvidiaSharingKind::kTimeSlicing;
   bool fail_requests_greater_than_one = false;
-  node::ComputePolicy compute_policy = node::ComputePolicy::kFair;  // --gpu-compute-policy
+  ComputePolicy compute_policy = ComputePolicy::kFair;  // --gpu-compute-policy
   // The daemons of the GPUs shared under MPS (kind kMps; must outlive the provider). Its clients
   // are named "nvidia/<the container's smallest device id>".
   ContainerMps* mps = nullptr;

@@ -15,8 +15,8 @@
 #include <span>
 #include <thread>
 
+#include "common/compute_share.h"
 #include "common/units.h"
-#include "node/compute_policy.h"
 #include "node/job_runner.h"
 #include "node/job_wire.h"
 #include "node/submission.h"
@@ -218,15 +218,16 @@ class Api {
       }
       const TcpUsers& allowed = options_.tcp_users;
       if (allowed.group && !InGroup(uid, gid, *allowed.group)) {
-        return Error(PermissionDeniedError("jobs submitted over TCP may run only as members of "
-                                           "group " +
-                                           allowed.group_name + "; " + user + " is not one"));
+        return Error(
+            PermissionDeniedError("jobs submitted over TCP may run only as members of "
+                                  "group " +
+                                  allowed.group_name + "; " + user + " is not one"));
       }
       if (!allowed.group && (uid < allowed.min_uid || uid > allowed.max_uid)) {
         return Error(PermissionDeniedError(
             "jobs submitted over TCP may run only as users with uid " +
-            std::to_string(allowed.min_uid) + "-" + std::to_string(allowed.max_uid) + "; " +
-            user + " is uid " + std::to_string(uid) + " (see gpufracd --tcp-users, --tcp-group)"));
+            std::to_string(allowed.min_uid) + "-" + std::to_string(allowed.max_uid) + "; " + user +
+            " is uid " + std::to_string(uid) + " (see gpufracd --tcp-users, --tcp-group)"));
       }
     }
     if (getuid() != 0 && uid != getuid()) {
@@ -362,18 +363,19 @@ class Api {
     for (const GpuStatus& g : service_->Gpus()) {
       json workloads = json::array();
       for (const WorkloadStatus& w : g.workloads) {
-        workloads.push_back({{"job", w.job},
-                             {"user", w.user},
-                             {"share", w.milli / 1000.0},
-                             {"compute_limit", w.compute_limit_milli / 1000.0},
-                             {"memory_limit", w.memory_limit},
-                             {"memory_used", w.memory_used},
-                             {"gpu_seconds", w.gpu_seconds},
-                             {"measured_share", w.measured_share ? json(*w.measured_share)
-                                                                 : json(nullptr)}});
+        workloads.push_back(
+            {{"job", w.job},
+             {"user", w.user},
+             {"share", w.milli / 1000.0},
+             {"compute_limit", w.compute_limit_milli / 1000.0},
+             {"memory_limit", w.memory_limit},
+             {"memory_used", w.memory_used},
+             {"gpu_seconds", w.gpu_seconds},
+             {"measured_share", w.measured_share ? json(*w.measured_share) : json(nullptr)}});
         // Under MPS, its share of the SMs (its compute limit) and its pinned-memory limit.
         if (g.gpu.mode == gpu::GpuMode::kMps && w.milli < kMilliPerGpu) {
-          workloads.back()["mps_thread_percentage"] = MpsThreadPercentage(w.compute_limit_milli);
+          workloads.back()["mps_thread_percentage"] =
+              w.compute_limit_milli != 0 ? MpsThreadPercentage(w.compute_limit_milli) : 100;
           workloads.back()["mps_pinned_memory"] = w.memory_limit;
         }
       }
@@ -448,9 +450,8 @@ class Api {
     if (!change.ok()) return Error(change.status());
     auto reset = service_->SetMigMode(change->gpu, change->enabled);
     if (!reset.ok()) return Error(reset.status());
-    return Json(200, {{"gpu", change->gpu},
-                      {"mig_enabled", change->enabled},
-                      {"reset_needed", *reset}});
+    return Json(200,
+                {{"gpu", change->gpu}, {"mig_enabled", change->enabled}, {"reset_needed", *reset}});
   }
 
   // POST /v1/gpus/N/mps {"enabled": bool}

@@ -11,7 +11,7 @@
 //       compute: strict           # its jobs never take more GPU time than they ask for
 //
 // A queue's quota is a share of the node's GPU capacity (1 = no limit, the default). Its compute
-// policy (compute_policy.h) is the node's unless it says otherwise.
+// policy (common/compute_share.h) is the node's unless it says otherwise.
 #pragma once
 
 #include <optional>
@@ -20,7 +20,7 @@
 
 #include "common/gpu_request.h"
 #include "common/status.h"
-#include "node/compute_policy.h"
+#include "common/compute_share.h"
 
 namespace gpufrac::node {
 

@@ -21,6 +21,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/compute_share.h"
 #include "common/log.h"
 #include "common/text.h"
 #include "common/units.h"
@@ -127,17 +128,19 @@ Status CheckStoreAgainstJobDirs(Store& store, const std::string& state_dir) {
   if (beyond == 0) return OkStatus();
   return FailedPreconditionError(
       "the job store " + state_dir + "/gpufracd.db knows jobs up to " + std::to_string(last) +
-      ", but " + state_dir + "/jobs holds " + std::to_string(beyond) +
-      " job director" + (beyond == 1 ? "y" : "ies") + " after that (up to " +
-      std::to_string(newest) +
+      ", but " + state_dir + "/jobs holds " + std::to_string(beyond) + " job director" +
+      (beyond == 1 ? "y" : "ies") + " after that (up to " + std::to_string(newest) +
       "): the database was truncated or replaced, and those jobs may still run; restore it "
-      "from a backup, or end those jobs and move " + state_dir + "/jobs away to start afresh");
+      "from a backup, or end those jobs and move " +
+      state_dir + "/jobs away to start afresh");
 }
 
-// What an MPS client is held to: its share's compute limit as a percentage of the SMs, and its
-// memory limit in MiB.
+// What an MPS client is held to: its share's compute limit as a percentage of the SMs (all of
+// them where its time is not arbitrated), and its memory limit in MiB.
 int MpsThreadPercentage(const GpuShare& share) {
-  return node::MpsThreadPercentage(share.compute_limit_milli);
+  return share.compute_limit_milli != 0
+             ? static_cast<int>(gpufrac::MpsThreadPercentage(share.compute_limit_milli))
+             : 100;
 }
 uint64_t MpsPinnedMiB(const GpuShare& share) { return share.memory_bytes >> 20; }
 
@@ -222,9 +225,7 @@ std::string Service::JobDir(int64_t id) const {
   return config_.state_dir + "/jobs/" + std::to_string(id);
 }
 
-std::string Service::WorkloadName(int64_t id) const {
-  return instance_ + "-" + std::to_string(id);
-}
+std::string Service::WorkloadName(int64_t id) const { return instance_ + "-" + std::to_string(id); }
 
 Status Service::Recover() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -585,8 +586,8 @@ LaunchSpec Service::MakeLaunchSpec(const Job& job,
       spec.extra_env.push_back("CUDA_MPS_PIPE_DIRECTORY=" + pipe->second);
       spec.extra_env.push_back("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=" +
                                std::to_string(MpsThreadPercentage(share)));
-      spec.extra_env.push_back("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=" +
-                               std::to_string(MpsPinnedMiB(share)) + "M");
+      spec.extra_env.push_back(
+          "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=" + std::to_string(MpsPinnedMiB(share)) + "M");
       continue;
     }
     spec.gpus.push_back({.uuid = share.uuid,
@@ -611,9 +612,10 @@ LaunchSpec Service::MakeLaunchSpec(const Job& job,
   if (auto denied = DeniedDevices(fenced, config_.inventory.caps)) {
     spec.denied_devices = std::move(*denied);
   } else {
-    LogWarning("job %lld: a GPU's device minor or MIG instance is unknown (no "
-               "/proc/driver/nvidia/gpus?), so other GPUs' device nodes are not closed to it",
-               static_cast<long long>(job.id));
+    LogWarning(
+        "job %lld: a GPU's device minor or MIG instance is unknown (no "
+        "/proc/driver/nvidia/gpus?), so other GPUs' device nodes are not closed to it",
+        static_cast<long long>(job.id));
   }
   spec.limiter_path = config_.limiter_path;
   spec.kill_grace_seconds = config_.kill_grace_seconds;
@@ -628,11 +630,16 @@ void Service::Launch(Job& job, const StartDecision& decision) {
   starting.state = JobState::kStarting;
   starting.gpus = decision.gpus;
   const ComputePolicy policy = QueueComputePolicy(job.spec.queue);
+  const GpuRequest& request = job.spec.request;
+  const bool shares =
+      request.kind == GpuRequest::Kind::kMemory || request.kind == GpuRequest::Kind::kFraction;
   for (GpuShare& g : starting.gpus) {
     // A share that landed on a MIG instance has the instance's own compute.
-    g.compute_limit_milli = g.uuid.rfind("MIG-", 0) == 0
-                                ? 0
-                                : ComputeLimitMilli(job.spec.request, g.milli, policy);
+    std::optional<ComputePair> pair;
+    if (shares && g.uuid.rfind("MIG-", 0) != 0) {
+      pair = DecideComputePair(g.milli, AskedComputeLimit(request), policy);
+    }
+    g.compute_limit_milli = pair ? pair->limit_milli : 0;
   }
   if (Status s = store_->Update(starting); !s.ok()) {
     LogStoreFailure(job.id, s);
@@ -643,8 +650,7 @@ void Service::Launch(Job& job, const StartDecision& decision) {
   job = starting;
   StatusOr<std::map<int, std::string>> mps_pipes = PrepareMps(job);
   if (!mps_pipes.ok()) {
-    (void)Finish(job, JobState::kFailed, "could not start: " + mps_pipes.status().message(), -1,
-                 0);
+    (void)Finish(job, JobState::kFailed, "could not start: " + mps_pipes.status().message(), -1, 0);
     return;
   }
   StatusOr<proc::ProcessId> shim = runner_.Prepare(MakeLaunchSpec(job, *mps_pipes));
@@ -810,9 +816,9 @@ StatusOr<bool> Service::SetMigMode(int gpu, bool enabled) {
   if (reset_needed) return true;
   for (NodeGpu& g : config_.inventory.gpus) {
     if (g.index != gpu) continue;
-    g.mode = enabled                                        ? gpu::GpuMode::kMig
+    g.mode = enabled                                       ? gpu::GpuMode::kMig
              : config_.inventory.whole_gpus.count(gpu) > 0 ? gpu::GpuMode::kWhole
-                                                            : gpu::GpuMode::kShared;
+                                                           : gpu::GpuMode::kShared;
   }
   GPUFRAC_RETURN_IF_ERROR(BuildLanes());
   FailStrandedJobs();

@@ -42,7 +42,7 @@ struct ServiceConfig {
   std::string shim_path;         // gpufrac-shim, absolute.
   std::string limiter_path;      // libgpufrac.so, absolute.
   int kill_grace_seconds = 10;   // Cancel: SIGTERM, then SIGKILL after this long.
-  // How shared GPUs' time is divided, for queues that do not say (compute_policy.h).
+  // How shared GPUs' time is divided, for queues that do not say (common/compute_share.h).
   ComputePolicy compute_policy = ComputePolicy::kFair;
   // Bytes of output one job's logs keep (stdout and stderr together); the rest is dropped.
   uint64_t max_log_bytes = kDefaultMaxLogBytes;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "common/compute_share.h"
 #include "common/units.h"
 
 namespace gpufrac::placement {
@@ -44,10 +45,14 @@ StatusOr<OneGpuLimits> LimitsOnOneGpu(const GpuRequest& request, uint64_t total,
   const bool asked_compute = request.compute_milli != 0 || request.compute_limit_milli != 0;
   if (share) out.share_milli = share->milli;
   if (share && share->milli < kMilliPerGpu) {
-    out.compute_limit_milli =
-        request.compute_limit_milli != 0 ? request.compute_limit_milli : kMilliPerGpu;
-    out.compute_milli = std::min(request.compute_milli != 0 ? request.compute_milli : share->milli,
-                                 out.compute_limit_milli);
+    // As the node service's fair policy gives.
+    const std::optional<ComputePair> pair =
+        DecideComputePair(ComputeRequestMilli(request, share->milli), AskedComputeLimit(request),
+                          ComputePolicy::kFair);
+    if (pair) {
+      out.compute_milli = pair->request_milli;
+      out.compute_limit_milli = pair->limit_milli;
+    }
   } else if (asked_compute) {
     return InvalidArgumentError(
         "--gpu-compute and --gpu-compute-limit need a share of the GPU, not all of its memory (" +

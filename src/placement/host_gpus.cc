@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "common/compute_share.h"
 #include "common/text.h"
 #include "placement/gpu_share.h"
 
@@ -55,12 +56,8 @@ std::optional<Request> RequestOnGroup(const GpuRequest& r, const GpuGroup& g) {
           ? ShareForMemory(r.memory_bytes, total, g.context_bytes)
           : ShareForFraction(r.fraction_milli, total, g.context_bytes);
   if (!share) return std::nullopt;
-  // The share is of the GPU's time: the compute request when given, else the memory's share, but
-  // never above the compute limit.
-  p.gpu_milli = r.compute_milli ? r.compute_milli : share->milli;
-  if (r.compute_limit_milli != 0 && p.gpu_milli > r.compute_limit_milli) {
-    p.gpu_milli = r.compute_limit_milli;
-  }
+  // The share is of the GPU's time: its compute request.
+  p.gpu_milli = ComputeRequestMilli(r, share->milli);
   p.gpu_memory_bytes = share->memory_bytes;
   return p;
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "common/compute_share.h"
 #include "common/text.h"
 #include "common/units.h"
 #include "gpu/catalogue.h"
@@ -146,7 +147,7 @@ std::optional<unsigned> MpsThreadPercentage(const GpuRequest& request) {
   uint32_t milli =
       request.compute_limit_milli != 0 ? request.compute_limit_milli : request.compute_milli;
   if (milli == 0) return std::nullopt;
-  return std::clamp<unsigned>((milli + 9) / 10, 1, 100);
+  return gpufrac::MpsThreadPercentage(milli);
 }
 
 }  // namespace gpufrac::slurm
