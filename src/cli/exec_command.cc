@@ -5,10 +5,10 @@
 // compute arbiters in a directory the user's exec commands share.
 #include "cli/exec_command.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <fcntl.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -248,10 +248,9 @@ int RunExec(const ExecOptions& o) {
   launch::LimitedGpu limited{.uuid = device->uuid,
                              .limit_bytes = limits->memory_bytes,
                              .context_bytes = context,
-                             .compute_milli = limits->compute_milli,
-                             .compute_limit_milli = limits->compute_limit_milli};
+                             .compute = limits->compute};
   std::optional<launch::BudgetDir> arbiters;
-  if (limited.compute_limit_milli != 0) {
+  if (limited.compute) {
     StatusOr<launch::BudgetDir> dir = UserArbiterDir();
     Status made = dir.ok() ? launch::EnsureComputeArbiter(*dir, device->uuid) : dir.status();
     if (made.ok()) {
@@ -262,7 +261,7 @@ int RunExec(const ExecOptions& o) {
       // Its memory is still limited; its time is what the GPU gives every process.
       std::fprintf(stderr, "gpufrac exec: %s; the command's GPU time is not arbitrated\n",
                    made.message().c_str());
-      limited.compute_milli = limited.compute_limit_milli = 0;
+      limited.compute = std::nullopt;
     }
   }
 

@@ -25,7 +25,7 @@ json AssignmentToJson(const Assignment& a) {
     }
     json entry = {{"name", c.container}, {"gpus", std::move(gpus)}};
     if (!c.device_plugin) entry["device_plugin"] = false;
-    if (c.compute_limit_milli != 0) entry["compute_limit_milli"] = c.compute_limit_milli;
+    if (c.compute_limit_milli) entry["compute_limit_milli"] = *c.compute_limit_milli;
     if (!c.mps_user.empty()) entry["mps_user"] = c.mps_user;
     containers.push_back(std::move(entry));
   }
@@ -55,14 +55,15 @@ StatusOr<Assignment> AssignmentFromJson(const json& document) {
     const bool yes = true;
     GPUFRAC_ASSIGN_OR_RETURN(c.device_plugin,
                              JsonField<bool>(containers[i], "device_plugin", at, &yes));
+    // Absent, or 0 as no writer of this record gives it: none asked.
     const uint32_t none = 0;
-    GPUFRAC_ASSIGN_OR_RETURN(c.compute_limit_milli,
+    GPUFRAC_ASSIGN_OR_RETURN(uint32_t limit,
                              JsonField<uint32_t>(containers[i], "compute_limit_milli", at, &none));
-    if (c.compute_limit_milli > 1000) {
-      return InvalidArgumentError(at + ".compute_limit_milli is " +
-                                  std::to_string(c.compute_limit_milli) +
+    if (limit > 1000) {
+      return InvalidArgumentError(at + ".compute_limit_milli is " + std::to_string(limit) +
                                   "; at most 1000 (all of the GPU's time)");
     }
+    if (limit != 0) c.compute_limit_milli = limit;
     const std::string nobody;
     GPUFRAC_ASSIGN_OR_RETURN(c.mps_user,
                              JsonField<std::string>(containers[i], "mps_user", at, &nobody));

@@ -5,12 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "common/status.h"
 
@@ -39,9 +38,9 @@ struct ContainerAssignment {
   std::string container;
   std::vector<GpuGrant> gpus;
   // The compute limit the pod asked for on its shared GPUs (gpufrac.io/gpu-compute-limit), in
-  // thousandths; 0 when it gave none and the node agent's policy decides. (The compute request
-  // is each grant's milli: placement books a share of the GPU's time.)
-  uint32_t compute_limit_milli = 0;
+  // thousandths; nullopt when it gave none and the node agent's policy decides. (The compute
+  // request is each grant's milli: placement books a share of the GPU's time.)
+  std::optional<uint32_t> compute_limit_milli;
   // The kubelet calls the device plugin for this container (it asks for gpufrac.io/gpu). An
   // annotation-only container is booked but never allocated, so Allocate must not match it.
   bool device_plugin = true;

@@ -27,7 +27,7 @@ Status ContainerLimiter::Limit(const std::string& subdir, const std::string& wor
   std::lock_guard<std::mutex> lock(mu_);
   launch::LimitFileOptions file_options;
   for (const launch::LimitedGpu& g : gpus) {
-    if (g.compute_milli == 0) continue;
+    if (!g.compute) continue;
     // A file of the agent's own, mounted alone: the container cannot create or replace names
     // beside it.
     GPUFRAC_ASSIGN_OR_RETURN(const launch::BudgetDir* arbiters, ArbiterDir());

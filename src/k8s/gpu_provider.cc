@@ -270,11 +270,8 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
       const GpuInfo* info = FindGpu(inventory_, g.index);
       // The grant's share is its compute request (placement books GPU time); the limit is the
       // pod's, else the policy's.
-      const std::optional<ComputePair> pair = DecideComputePair(
-          g.milli,
-          ca.compute_limit_milli != 0 ? std::optional<uint32_t>(ca.compute_limit_milli)
-                                      : std::nullopt,
-          options_.compute_policy);
+      const std::optional<ComputePair> pair =
+          DecideComputePair(g.milli, ca.compute_limit_milli, options_.compute_policy);
       const uint64_t context =
           gpu::ContextChargeBytes(info != nullptr ? gpu::FindModel(info->model) : nullptr);
       if (info != nullptr && info->mode == GpuMode::kMps) {
@@ -299,8 +296,7 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
       limited.push_back({.uuid = g.uuid,
                          .limit_bytes = g.memory_bytes,
                          .context_bytes = context,
-                         .compute_milli = pair ? pair->request_milli : 0,
-                         .compute_limit_milli = pair ? pair->limit_milli : 0});
+                         .compute = pair});
     }
   }
 

@@ -11,6 +11,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "common/compute_share.h"
 #include "common/text.h"
 #include "common/units.h"
 #include "gpu/catalogue.h"
@@ -420,7 +421,7 @@ struct Ledger::Impl {
         if (choose) {
           // Only a share has a compute limit (a whole GPU has all of its time).
           if (best_request.gpu_milli < pl::kMilli) {
-            granted.compute_limit_milli = c.request.compute_limit_milli;
+            granted.compute_limit_milli = AskedComputeLimit(c.request);
           }
           out.assignment.containers.push_back(std::move(granted));
         }
@@ -436,8 +437,9 @@ struct Ledger::Impl {
           StatusOr<mig::Plan> plan = mig::PlanRequest(
               mig_gpus, c.request, mig::PlacementRule::kGpufrac, mig_demand.demand());
           if (plan.ok()) {
-            mig::MigGpu& g = *std::find_if(mig_gpus.begin(), mig_gpus.end(),
-                                           [&](const mig::MigGpu& m) { return m.gpu == plan->gpu; });
+            mig::MigGpu& g =
+                *std::find_if(mig_gpus.begin(), mig_gpus.end(),
+                              [&](const mig::MigGpu& m) { return m.gpu == plan->gpu; });
             const gpu::MigProfile& profile = g.model->profiles[plan->profile];
             GpuGrant grant{.index = plan->gpu,
                            .uuid = UuidOf(entry, plan->gpu),

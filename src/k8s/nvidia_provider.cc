@@ -264,9 +264,7 @@ StatusOr<ContainerAllocation> NvidiaProvider::Allocate(const std::vector<std::st
       }
       launch::LimitedGpu g{.uuid = c.uuid,
                            .limit_bytes = info->memory_bytes,
-                           .context_bytes = gpu::ContextChargeBytes(gpu::FindModel(info->model)),
-                           .compute_milli = 0,
-                           .compute_limit_milli = 0};
+                           .context_bytes = gpu::ContextChargeBytes(gpu::FindModel(info->model))};
       if (c.replicas > 0 && c.given < c.replicas) {
         g.limit_bytes = static_cast<uint64_t>(static_cast<unsigned __int128>(info->memory_bytes) *
                                               c.given / c.replicas);
@@ -274,11 +272,7 @@ StatusOr<ContainerAllocation> NvidiaProvider::Allocate(const std::vector<std::st
         const uint32_t milli = static_cast<uint32_t>(kMilliPerGpu * c.given / c.replicas);
         if (limits_.kind == NvidiaSharingKind::kTimeSlicing) {
           // As a gpufrac.io/gpu share that gives no compute limit: the policy's.
-          if (std::optional<ComputePair> pair =
-                  DecideComputePair(milli, std::nullopt, limits_.compute_policy)) {
-            g.compute_milli = pair->request_milli;
-            g.compute_limit_milli = pair->limit_milli;
-          }
+          g.compute = DecideComputePair(milli, std::nullopt, limits_.compute_policy);
         } else {
           // NVIDIA's MPS replicas: each a k/N share of the SMs.
           mps_percentage = std::min(mps_percentage, static_cast<int>(MpsThreadPercentage(milli)));

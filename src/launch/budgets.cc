@@ -51,7 +51,7 @@ StatusOr<WorkloadBudgets> WorkloadBudgets::Create(const BudgetDir& dir, const st
       return UnavailableError(err);
     }
     made.names_.push_back(name);
-    if (arbiters != nullptr && gpu.compute_milli != 0) {
+    if (arbiters != nullptr && gpu.compute) {
       GPUFRAC_RETURN_IF_ERROR(EnsureComputeArbiter(*arbiters, gpu.uuid));
     }
   }

@@ -67,8 +67,7 @@ StatusOr<std::string> LimitFileText(const std::string& workload,
   if (options.arbiter_dir.size() > limiter::kMaxBudgetDirLen) {
     return InvalidArgumentError("arbiter directory " + options.arbiter_dir + " is too long");
   }
-  std::snprintf(config.arbiter_dir, sizeof(config.arbiter_dir), "%s",
-                options.arbiter_dir.c_str());
+  std::snprintf(config.arbiter_dir, sizeof(config.arbiter_dir), "%s", options.arbiter_dir.c_str());
   config.gpu_count = static_cast<int>(gpus.size());
   std::set<std::string> seen;
   for (size_t i = 0; i < gpus.size(); ++i) {
@@ -87,8 +86,9 @@ StatusOr<std::string> LimitFileText(const std::string& workload,
     limiter::ParseUuid(g.uuid, g.uuid_bytes);
     g.limit_bytes = gpus[i].limit_bytes;
     g.context_bytes = gpus[i].context_bytes;
-    g.compute_milli = gpus[i].compute_milli;
-    g.compute_limit_milli = gpus[i].compute_limit_milli;
+    // The limiter's format: both 0 when the GPU's time is not arbitrated.
+    g.compute_milli = gpus[i].compute ? gpus[i].compute->request_milli : 0;
+    g.compute_limit_milli = gpus[i].compute ? gpus[i].compute->limit_milli : 0;
   }
   char text[limiter::kMaxLimitFileBytes];
   size_t len = limiter::FormatLimitConfig(config, text, sizeof(text));

@@ -6,9 +6,11 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/compute_share.h"
 #include "common/status.h"
 
 namespace gpufrac::launch {
@@ -18,9 +20,8 @@ struct LimitedGpu {
   std::string uuid;  // "GPU-..." or "MIG-...".
   uint64_t limit_bytes = 0;
   uint64_t context_bytes = 0;  // What the limiter charges each CUDA context.
-  // Its share of the GPU's time in thousandths, guaranteed and at most; both 0: not arbitrated.
-  uint32_t compute_milli = 0;
-  uint32_t compute_limit_milli = 0;
+  // Its share of the GPU's time, guaranteed and at most; nullopt: not arbitrated.
+  std::optional<ComputePair> compute = std::nullopt;
 };
 
 // What a limit file says besides the GPUs.

@@ -367,7 +367,7 @@ class Api {
             {{"job", w.job},
              {"user", w.user},
              {"share", w.milli / 1000.0},
-             {"compute_limit", w.compute_limit_milli / 1000.0},
+             {"compute_limit", w.compute ? w.compute->limit_milli / 1000.0 : 0.0},
              {"memory_limit", w.memory_limit},
              {"memory_used", w.memory_used},
              {"gpu_seconds", w.gpu_seconds},
@@ -375,7 +375,7 @@ class Api {
         // Under MPS, its share of the SMs (its compute limit) and its pinned-memory limit.
         if (g.gpu.mode == gpu::GpuMode::kMps && w.milli < kMilliPerGpu) {
           workloads.back()["mps_thread_percentage"] =
-              w.compute_limit_milli != 0 ? MpsThreadPercentage(w.compute_limit_milli) : 100;
+              w.compute ? MpsThreadPercentage(w.compute->limit_milli) : 100;
           workloads.back()["mps_pinned_memory"] = w.memory_limit;
         }
       }

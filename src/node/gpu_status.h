@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/compute_share.h"
 #include "machine/node_gpu.h"
 
 namespace gpufrac::node {
@@ -14,11 +15,11 @@ namespace gpufrac::node {
 struct WorkloadStatus {
   int64_t job = 0;
   std::string user;
-  uint32_t milli = 0;                // Its share: of the GPU's time, the compute request.
-  uint32_t compute_limit_milli = 0;  // The most of the GPU's time it may take; 0: not arbitrated.
+  uint32_t milli = 0;                  // Its share: of the GPU's time, the compute request.
+  std::optional<ComputePair> compute;  // As its job's GpuShare: nullopt when not arbitrated.
   uint64_t memory_limit = 0;
   uint64_t memory_used = 0;  // As the limiter's budget counts it now.
-  double gpu_seconds = 0;            // GPU time its arbiter charged it so far.
+  double gpu_seconds = 0;    // GPU time its arbiter charged it so far.
   // Its share of the GPU's time over the last interval of at least a second (of the arbiter's
   // charges); nullopt until two samples a second apart exist, or when not arbitrated.
   std::optional<double> measured_share;

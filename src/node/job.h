@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/compute_share.h"
 #include "common/gpu_request.h"
 #include "proc/process_identity.h"
 
@@ -45,15 +46,15 @@ uint64_t JobTextBytes(const std::vector<std::string>& command, const std::vector
 
 // One GPU a running job holds: a share of it, and its memory limit there.
 struct GpuShare {
-  int index = 0;              // NVML index on this node.
-  std::string uuid;           // "GPU-..." (what CUDA_VISIBLE_DEVICES gets).
+  int index = 0;     // NVML index on this node.
+  std::string uuid;  // "GPU-..." (what CUDA_VISIBLE_DEVICES gets).
   // Share of the GPU in thousandths (1000 = all of it): of its time, the job's compute request
   // (by default its memory's share).
   uint32_t milli = 0;
   uint64_t memory_bytes = 0;  // Memory limit on this GPU (the limiter enforces it).
-  // The most of the GPU's time it may take, in thousandths; 0 when its compute is not
-  // arbitrated (whole GPUs, MIG, --gpu-compute-policy off). Set when it starts.
-  uint32_t compute_limit_milli = 0;
+  // Its share of the GPU's time as its limiter is given it (request = milli), decided when it
+  // starts; nullopt when its time is not arbitrated (whole GPUs, MIG, --gpu-compute-policy off).
+  std::optional<ComputePair> compute;
   friend bool operator==(const GpuShare&, const GpuShare&) = default;
 };
 

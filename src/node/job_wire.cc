@@ -63,8 +63,8 @@ JobWire JobWire::Of(const Job& job, const std::string& wait_reason) {
   w.started_ms = job.started_ms;
   w.ended_ms = job.ended_ms;
   for (const GpuShare& g : job.gpus) {
-    w.gpus.push_back(
-        {g.index, g.uuid, g.milli / 1000.0, g.memory_bytes, g.compute_limit_milli / 1000.0});
+    w.gpus.push_back({g.index, g.uuid, g.milli / 1000.0, g.memory_bytes,
+                      g.compute ? g.compute->limit_milli / 1000.0 : 0.0});
   }
   w.cancel_requested = job.cancel_requested;
   if (IsFinal(job.state)) {

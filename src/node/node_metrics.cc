@@ -91,8 +91,8 @@ std::string NodeMetrics::Render(const std::vector<GpuStatus>& gpus,
       metrics_.Set("gpufrac_workload_memory_limit_bytes", job, static_cast<double>(w.memory_limit));
       metrics_.Set("gpufrac_workload_memory_used_bytes", job, static_cast<double>(w.memory_used));
       metrics_.Set("gpufrac_workload_compute_share", job, w.milli / 1000.0);
-      if (w.compute_limit_milli == 0) continue;
-      metrics_.Set("gpufrac_workload_compute_limit", job, w.compute_limit_milli / 1000.0);
+      if (!w.compute) continue;
+      metrics_.Set("gpufrac_workload_compute_limit", job, w.compute->limit_milli / 1000.0);
       if (w.measured_share)
         metrics_.Set("gpufrac_workload_compute_used_share", job, *w.measured_share);
       metrics_.Set("gpufrac_workload_gpu_seconds_total",

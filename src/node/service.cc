@@ -138,9 +138,8 @@ Status CheckStoreAgainstJobDirs(Store& store, const std::string& state_dir) {
 // What an MPS client is held to: its share's compute limit as a percentage of the SMs (all of
 // them where its time is not arbitrated), and its memory limit in MiB.
 int MpsThreadPercentage(const GpuShare& share) {
-  return share.compute_limit_milli != 0
-             ? static_cast<int>(gpufrac::MpsThreadPercentage(share.compute_limit_milli))
-             : 100;
+  return share.compute ? static_cast<int>(gpufrac::MpsThreadPercentage(share.compute->limit_milli))
+                       : 100;
 }
 uint64_t MpsPinnedMiB(const GpuShare& share) { return share.memory_bytes >> 20; }
 
@@ -416,7 +415,7 @@ std::vector<GpuStatus> Service::Gpus() {
         for (const GpuShare& share : it->second.gpus) {
           if (share.index != view.gpu.index) continue;
           w.milli = share.milli;
-          w.compute_limit_milli = share.compute_limit_milli;
+          w.compute = share.compute;
           w.memory_limit = share.memory_bytes;
         }
         g.workloads.push_back(w);
@@ -433,7 +432,7 @@ std::vector<GpuStatus> Service::Gpus() {
     for (WorkloadStatus& w : g.workloads) {
       w.memory_used = runner_.MemoryInUse(WorkloadName(w.job), g.gpu.uuid);
       g.used_memory += w.memory_used;
-      if (w.compute_limit_milli == 0) continue;
+      if (!w.compute) continue;
       const uint64_t ns = runner_.ComputeTimeUsed(WorkloadName(w.job), g.gpu.uuid);
       w.gpu_seconds = ns / 1e9;
       w.measured_share = compute_samples_.Share(w.job, g.gpu.index, ns, now_ms);
@@ -593,8 +592,7 @@ LaunchSpec Service::MakeLaunchSpec(const Job& job,
     spec.gpus.push_back({.uuid = share.uuid,
                          .limit_bytes = share.memory_bytes,
                          .context_bytes = context,
-                         .compute_milli = share.compute_limit_milli ? share.milli : 0,
-                         .compute_limit_milli = share.compute_limit_milli});
+                         .compute = share.compute});
   }
   std::vector<FencedGpu> fenced;
   for (const GpuShare& share : job.gpus) {
@@ -635,11 +633,9 @@ void Service::Launch(Job& job, const StartDecision& decision) {
       request.kind == GpuRequest::Kind::kMemory || request.kind == GpuRequest::Kind::kFraction;
   for (GpuShare& g : starting.gpus) {
     // A share that landed on a MIG instance has the instance's own compute.
-    std::optional<ComputePair> pair;
-    if (shares && g.uuid.rfind("MIG-", 0) != 0) {
-      pair = DecideComputePair(g.milli, AskedComputeLimit(request), policy);
-    }
-    g.compute_limit_milli = pair ? pair->limit_milli : 0;
+    g.compute = shares && g.uuid.rfind("MIG-", 0) != 0
+                    ? DecideComputePair(g.milli, AskedComputeLimit(request), policy)
+                    : std::nullopt;
   }
   if (Status s = store_->Update(starting); !s.ok()) {
     LogStoreFailure(job.id, s);

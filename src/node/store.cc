@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "common/text.h"
+#include "common/units.h"
 
 namespace gpufrac::node {
 namespace {
@@ -296,11 +297,13 @@ bool DecodeStrings(std::string_view text, std::vector<std::string>* out) {
 std::string EncodeGpus(const std::vector<GpuShare>& gpus) {
   json array = json::array();
   for (const GpuShare& g : gpus) {
+    // The compute request is the share booked ("milli"); "compute_limit_milli" 0 (or absent, in
+    // rows written before compute shares) is a share whose time is not arbitrated.
     array.push_back({{"index", g.index},
                      {"uuid", StringToJson(g.uuid)},
                      {"milli", g.milli},
                      {"memory_bytes", g.memory_bytes},
-                     {"compute_limit_milli", g.compute_limit_milli}});
+                     {"compute_limit_milli", g.compute ? g.compute->limit_milli : 0}});
   }
   return Dump(array);
 }
@@ -337,10 +340,14 @@ bool DecodeGpus(std::string_view text, std::vector<GpuShare>* out) {
         !JsonToInt(element, "memory_bytes", &g.memory_bytes)) {
       return false;
     }
-    // Absent in rows written before compute shares: not arbitrated.
+    uint32_t limit = 0;
     if (element.contains("compute_limit_milli") &&
-        !JsonToInt(element, "compute_limit_milli", &g.compute_limit_milli)) {
+        !JsonToInt(element, "compute_limit_milli", &limit)) {
       return false;
+    }
+    if (limit != 0) {
+      if (g.milli == 0 || limit < g.milli || limit > kMilliPerGpu) return false;
+      g.compute = ComputePair{.request_milli = g.milli, .limit_milli = limit};
     }
   }
   return true;

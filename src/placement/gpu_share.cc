@@ -46,13 +46,8 @@ StatusOr<OneGpuLimits> LimitsOnOneGpu(const GpuRequest& request, uint64_t total,
   if (share) out.share_milli = share->milli;
   if (share && share->milli < kMilliPerGpu) {
     // As the node service's fair policy gives.
-    const std::optional<ComputePair> pair =
-        DecideComputePair(ComputeRequestMilli(request, share->milli), AskedComputeLimit(request),
-                          ComputePolicy::kFair);
-    if (pair) {
-      out.compute_milli = pair->request_milli;
-      out.compute_limit_milli = pair->limit_milli;
-    }
+    out.compute = DecideComputePair(ComputeRequestMilli(request, share->milli),
+                                    AskedComputeLimit(request), ComputePolicy::kFair);
   } else if (asked_compute) {
     return InvalidArgumentError(
         "--gpu-compute and --gpu-compute-limit need a share of the GPU, not all of its memory (" +

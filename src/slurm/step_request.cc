@@ -137,8 +137,7 @@ StatusOr<std::vector<launch::LimitedGpu>> StepLimits(const GpuRequest& request,
     out.push_back({.uuid = device.uuid,
                    .limit_bytes = limits.memory_bytes,
                    .context_bytes = context,
-                   .compute_milli = limits.compute_milli,
-                   .compute_limit_milli = limits.compute_limit_milli});
+                   .compute = limits.compute});
   }
   return out;
 }

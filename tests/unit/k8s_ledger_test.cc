@@ -483,7 +483,7 @@ TEST(LedgerTest, OnlySharesRecordAComputeLimit) {
   EXPECT_EQ(a.containers[0].gpus.at(0).milli, 250u);
   EXPECT_EQ(a.containers[0].compute_limit_milli, 500u);
   Assignment w = Place(*ledger, "ns/w", Pod({Whole(1)}), "n1");
-  EXPECT_EQ(w.containers.at(0).compute_limit_milli, 0u);
+  EXPECT_EQ(w.containers.at(0).compute_limit_milli, std::nullopt);
 }
 
 // ---- Whole-only, unhealthy, several GPUs, models ----

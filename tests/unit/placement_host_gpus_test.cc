@@ -24,22 +24,20 @@ TEST(OneGpuLimitsTest, AShareGetsItsMemoryAndTheTimeOfItsShareAndAWholeGpuNoComp
   StatusOr<OneGpuLimits> quarter = LimitsOnOneGpu(memory, 80 * kGiB, kContext, "GPU 0");
   ASSERT_TRUE(quarter.ok()) << quarter.status().ToString();
   EXPECT_EQ(quarter->memory_bytes, 20 * kGiB);
-  EXPECT_EQ(quarter->compute_milli, 250u);
-  EXPECT_EQ(quarter->compute_limit_milli, 1000u);
+  EXPECT_EQ(quarter->compute, (ComputePair{.request_milli = 250, .limit_milli = 1000}));
   GpuRequest asked = memory;
   asked.compute_milli = 600;
   asked.compute_limit_milli = 500;  // A request above the limit is held to it.
   StatusOr<OneGpuLimits> held = LimitsOnOneGpu(asked, 80 * kGiB, kContext, "GPU 0");
   ASSERT_TRUE(held.ok());
-  EXPECT_EQ(held->compute_milli, 500u);
-  EXPECT_EQ(held->compute_limit_milli, 500u);
+  EXPECT_EQ(held->compute, (ComputePair{.request_milli = 500, .limit_milli = 500}));
   GpuRequest fraction = GpuRequest::Fraction(500);
   EXPECT_EQ(LimitsOnOneGpu(fraction, 80 * kGiB, kContext, "GPU 0")->memory_bytes, 40 * kGiB);
   GpuRequest whole = GpuRequest::Whole(1);
   StatusOr<OneGpuLimits> all = LimitsOnOneGpu(whole, 80 * kGiB, kContext, "GPU 0");
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->memory_bytes, 80 * kGiB);
-  EXPECT_EQ(all->compute_limit_milli, 0u);
+  EXPECT_EQ(all->compute, std::nullopt);
 }
 
 TEST(OneGpuLimitsTest, WhatOneGpuCannotGiveIsOneLineNamingIt) {

@@ -76,15 +76,15 @@ TEST(SlurmStepRequest, LimitsOnEachGpu) {
   EXPECT_EQ((*limits)[0].limit_bytes, 10 * kGiB);
   EXPECT_EQ((*limits)[1].uuid, Gpu(1, 0).uuid);
   // A share of the GPU: its time is arbitrated, by default at its memory's share, up to all.
-  EXPECT_GT((*limits)[0].compute_milli, 0u);
-  EXPECT_EQ((*limits)[0].compute_limit_milli, kMilliPerGpu);
+  ASSERT_TRUE((*limits)[0].compute.has_value());
+  EXPECT_EQ((*limits)[0].compute->request_milli, 250u);
+  EXPECT_EQ((*limits)[0].compute->limit_milli, kMilliPerGpu);
 
   auto half = StepLimits(*ParseStepOptions({.gpu_fraction = "0.5", .gpu_compute_limit = "0.4"}),
                          {Gpu(0, 40 * kGiB)});
   ASSERT_TRUE(half.ok()) << half.status().message();
   EXPECT_EQ((*half)[0].limit_bytes, 20 * kGiB);
-  EXPECT_EQ((*half)[0].compute_limit_milli, 400u);
-  EXPECT_LE((*half)[0].compute_milli, 400u);
+  EXPECT_EQ((*half)[0].compute, (ComputePair{.request_milli = 400, .limit_milli = 400}));
 }
 
 // Slurm booked the memory's share of the GPU; nothing books time: a compute request above that
@@ -102,12 +102,12 @@ TEST(SlurmStepRequest, AComputeRequestAboveTheMemorysShareIsRefused) {
   auto same = StepLimits(*ParseStepOptions({.gpu_memory = "10G", .gpu_compute = "0.25"}),
                          {Gpu(0, 40 * kGiB)});
   ASSERT_TRUE(same.ok()) << same.status().message();
-  EXPECT_EQ((*same)[0].compute_milli, 250u);
-  EXPECT_EQ((*same)[0].compute_limit_milli, kMilliPerGpu);
+  EXPECT_EQ((*same)[0].compute, (ComputePair{.request_milli = 250, .limit_milli = kMilliPerGpu}));
   auto less = StepLimits(*ParseStepOptions({.gpu_memory = "10G", .gpu_compute = "0.1"}),
                          {Gpu(0, 40 * kGiB)});
   ASSERT_TRUE(less.ok());
-  EXPECT_EQ((*less)[0].compute_milli, 100u);
+  ASSERT_TRUE((*less)[0].compute.has_value());
+  EXPECT_EQ((*less)[0].compute->request_milli, 100u);
 }
 
 TEST(SlurmStepRequest, RefusesWhatNoGivenGpuHolds) {
