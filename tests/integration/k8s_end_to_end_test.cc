@@ -2,12 +2,15 @@
 // publishing to a fake API server and registering with a fake kubelet, the scheduler extender
 // serving kube-scheduler's HTTP calls, and the kubelet's Allocate giving the container exactly
 // what the extender booked.
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -87,6 +90,19 @@ bool Eventually(F f, std::chrono::milliseconds timeout = std::chrono::millisecon
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return f();
+}
+
+// A TCP port of 127.0.0.1 that nothing listens on now.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof(addr);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size) == 0;
+  close(fd);
+  return ok ? ntohs(addr.sin_port) : 0;
 }
 
 // The agent as a container runtime runs it: `gpufrac k8s agent`, a process of its own, whose
@@ -193,10 +209,12 @@ class K8sEndToEnd : public ::testing::Test {
     ASSERT_TRUE(started.ok()) << started.ToString();
   }
 
-  // `gpufrac k8s agent` on the simulated GPUs, with a kubeconfig for the fake API server.
+  // `gpufrac k8s agent` on the simulated GPUs, with a kubeconfig for the fake API server and its
+  // probe endpoint on agent_health_port_.
   void StartAgentProcess() {
     const std::string dir = agent_dir_.path();
     if (!agent_process_) {
+      agent_health_port_ = FreePort();
       ClientConfig config = server_->client_config();
       {
         std::ofstream ca(dir + "/ca.pem");
@@ -224,7 +242,9 @@ class K8sEndToEnd : public ::testing::Test {
                                        "--slots-per-gpu",
                                        std::to_string(slots_per_gpu_),
                                        "--sim",
-                                       sim_};
+                                       sim_,
+                                       "--health-listen",
+                                       "127.0.0.1:" + std::to_string(agent_health_port_)};
       agent_process_ = std::make_unique<AgentProcess>(std::move(argv), dir + "/agent.log");
     }
     const size_t registered = kubelet_->registrations().size();
@@ -410,6 +430,7 @@ class K8sEndToEnd : public ::testing::Test {
   std::chrono::seconds orphan_grace_{60};
   // Set before StartAll: the agent runs as its own process (agent_process_), not in this one.
   bool agent_as_process_ = false;
+  int agent_health_port_ = 0;  // Its --health-listen port.
   TempDir kubelet_dir_;
   TempDir host_dir_;
   TempDir agent_dir_;  // The agent process's kubeconfig and log.
@@ -1327,6 +1348,13 @@ class MiniCluster {
     int pending = 0, running = 0, failed = 0;
     std::string failure;  // One failed pod's message.
   };
+  // Seconds from the last time the kubelet wrote the agent pod not Ready until it last failed a
+  // pod (negative: it failed none after that; 0 when either never happened).
+  double LastFailureAfterAgentNotReady() const {
+    if (not_ready_at_ == 0 || last_failure_at_ == 0) return 0;
+    return static_cast<double>(last_failure_at_ - not_ready_at_) / 1e9;
+  }
+
   Phases Count() {
     Phases out;
     StatusOr<json> list = client_->List("/api/v1/namespaces/team-a/pods");
@@ -1440,6 +1468,7 @@ class MiniCluster {
                                              {"reason", "UnexpectedAdmissionError"},
                                              {"message", failure}};
         if (failure.empty()) in_use.insert(device);
+        if (!failure.empty()) last_failure_at_ = Now();
         (void)client_->Patch("/api/v1/namespaces/team-a/pods/" + MetaOf(pod, "name") + "/status",
                              {{"status", status}});
       }
@@ -1476,6 +1505,7 @@ class MiniCluster {
       if (client_->Patch(path, {{"status", status}}).ok()) {
         was_running = running;
         was_ready = ready;
+        if (!ready) not_ready_at_ = Now();
       }
     }
   }
@@ -1564,7 +1594,10 @@ class MiniCluster {
   std::string endpoint_;           // The plugin's socket while its stream is up (mu_).
   std::chrono::steady_clock::time_point last_status_{};
   std::chrono::milliseconds status_period_{500};
-  std::function<bool()> agent_running_;  // Null: no agent pod is modelled.
+  static int64_t Now() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+  std::atomic<int64_t> not_ready_at_{0};     // steady_clock nanoseconds; 0: never.
+  std::atomic<int64_t> last_failure_at_{0};  // Of a pod's admission; 0: none.
+  std::function<bool()> agent_running_;      // Null: no agent pod is modelled.
   std::string readiness_url_;
 };
 
@@ -1635,15 +1668,20 @@ TEST_F(K8sEndToEnd, AnAgentRestartedInABurstFailsNoPodAndTheOthersRunSoonAfter) 
 // The agent killed outright in the same burst (SIGKILL, as an OOM kill or a crash: no Stop, so
 // its inventory stays published) and started again 2 s later, with the kubelet's real node
 // status period of 10 s: the kubelet fails every pod it admits while the plugin is gone, and its
-// node status shows no devices only at its next update.
-TEST_F(K8sEndToEnd, AnAgentKilledInABurstFailsFewPodsAndTheOthersRunSoonAfter) {
+// node status shows no devices only at its next update (41 of 56 pods failed so). The kubelet
+// writes the agent pod not Ready within its 1 s relist, and from then on the extender places no
+// pod there; when the restarted agent passes its readiness probe the pods that waited are tried
+// again at once.
+TEST_F(K8sEndToEnd, AnAgentKilledInABurstFailsOnlyPodsBoundBeforeItsPodWasNotReady) {
   slots_per_gpu_ = 8;
   agent_as_process_ = true;
   StartAll("8xH100-80GB");  // 64 slots.
   server_->Put(testing::AgentPodObject(kNode, /*ready=*/true));
   MiniCluster cluster(client_.get(), kubelet_.get(), kubelet_dir_.path());
   cluster.SetNodeStatusPeriod(std::chrono::seconds(10));
-  cluster.SetAgentContainer([this] { return agent_process_->running(); }, "");
+  // The readiness probe of deploy/kubernetes/agent-daemonset.yaml.
+  cluster.SetAgentContainer([this] { return agent_process_->running(); },
+                            "http://127.0.0.1:" + std::to_string(agent_health_port_) + "/readyz");
   cluster.SetExtenderPort(extender_->port());
   cluster.Start();
   double settled = 0;
@@ -1664,8 +1702,20 @@ TEST_F(K8sEndToEnd, AnAgentKilledInABurstFailsFewPodsAndTheOthersRunSoonAfter) {
       "agent killed for 2 s in a burst of 56 pods: %d running, %d failed, %d pending; it "
       "registered again %.1f s after the kill, and all had settled %.1f s after that\n",
       phases.running, phases.failed, phases.pending, registered, settled);
-  EXPECT_EQ(phases.pending, 0);
+  EXPECT_EQ(phases.pending, 0) << "waited for kube-scheduler's 5 minutes";
   EXPECT_EQ(phases.running + phases.failed, 56);
+  // The pods that fail are those bound before the extender saw the agent pod not Ready: the
+  // kubelet's last failure follows its write of that status by no more than the watch's delay
+  // (without the extender's check it went on failing pods until the agent was back, a second
+  // or more later).
+  const double after = cluster.LastFailureAfterAgentNotReady();
+  std::printf("the kubelet's last failure came %.2f s after it wrote the agent pod not Ready\n",
+              after);
+  EXPECT_LT(after, 0.75) << phases.failure;
+  // And the pods that waited ran once the agent was Ready (its probe passes once it has
+  // registered and published: within a second or two here), not after kube-scheduler's 5
+  // minutes or the kubelet's next node status.
+  EXPECT_LT(settled, 10.0);
 }
 
 // kube-scheduler keeps the pods an unreachable extender failed in its unschedulable queue for 5
