@@ -3,8 +3,9 @@
 gpufrac_test(k8s_end_to_end_test integration
              SOURCES integration/k8s_end_to_end_test.cc
              LIBS gpufrac_k8s_services k8s_fake_apiserver gpufrac_fake_kubelet PkgConfig::HTTPLIB)
-# The simulated MPS control daemon and server: the agent runs one per GPU in MPS mode.
-add_dependencies(k8s_end_to_end_test gpufrac simgpu_nvml simgpu_cuda simgpu_mps_control
+# The simulated MPS control daemon and server: the agent runs one per GPU in MPS mode; the
+# gpufrac command: the agent as a process of its own, killed with SIGKILL.
+add_dependencies(k8s_end_to_end_test gpufrac gpufrac_main simgpu_nvml simgpu_cuda simgpu_mps_control
                  simgpu_mps_server)
 
 # The API calls behind ClusterApi, as the fake HTTPS API server receives them.

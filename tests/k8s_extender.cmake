@@ -8,6 +8,8 @@ gpufrac_test(k8s_ledger_test unit SOURCES unit/k8s_ledger_test.cc
 gpufrac_test(k8s_extender_test unit SOURCES unit/k8s_extender_test.cc
              LIBS gpufrac_k8s $<TARGET_NAME_IF_EXISTS:GTest::gmock>)
 target_include_directories(k8s_extender_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+gpufrac_test(k8s_agent_pods_test unit SOURCES unit/k8s_agent_pods_test.cc LIBS gpufrac_k8s)
+target_include_directories(k8s_agent_pods_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 gpufrac_test(k8s_reservations_test unit SOURCES unit/k8s_reservations_test.cc
              LIBS gpufrac_k8s $<TARGET_NAME_IF_EXISTS:GTest::gmock>)
 target_include_directories(k8s_reservations_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})

@@ -52,7 +52,8 @@ void JoinSignalThread(std::thread& signals) {
 }  // namespace
 
 K8sCommand::K8sCommand(CLI::App& app) {
-  k8s_ = app.add_subcommand("k8s", "gpufrac on Kubernetes: the node agent and the scheduler extender");
+  k8s_ =
+      app.add_subcommand("k8s", "gpufrac on Kubernetes: the node agent and the scheduler extender");
   k8s_->require_subcommand(1);
   auto common = [this](CLI::App* cmd) {
     cmd->add_option("--kubeconfig", kubeconfig_,
@@ -60,8 +61,9 @@ K8sCommand::K8sCommand(CLI::App& app) {
     cmd->add_option("--context", context_, "kubeconfig context (default: its current-context)");
     cmd->add_flag("--verbose,-v", verbose_, "log every decision");
   };
-  agent_ = k8s_->add_subcommand("agent", "node agent: kubelet device plugin for gpufrac.io/gpu, "
-                                         "GPU inventory and labels for the extender");
+  agent_ = k8s_->add_subcommand("agent",
+                                "node agent: kubelet device plugin for gpufrac.io/gpu, "
+                                "GPU inventory and labels for the extender");
   common(agent_);
   agent_->add_option("--node", node_, "this node's name (default: $NODE_NAME)");
   agent_->add_option("--kubelet-dir", kubelet_dir_, "the kubelet's device-plugin directory")
@@ -74,8 +76,9 @@ K8sCommand::K8sCommand(CLI::App& app) {
                    "their slots' GPUs and the order they were bound)")
       ->type_name("PATH")
       ->default_str(std::string(k8s::kDefaultPodResourcesSocket));
-  agent_->add_option("--host-dir", host_dir_,
-                     "host directory for the limiter library and limit files")
+  agent_
+      ->add_option("--host-dir", host_dir_,
+                   "host directory for the limiter library and limit files")
       ->capture_default_str();
   agent_->add_option("--slots-per-gpu", slots_per_gpu_, "pods that may share one GPU")
       ->capture_default_str()
@@ -118,10 +121,11 @@ K8sCommand::K8sCommand(CLI::App& app) {
                      "host directory mounted as /dev/shm in MPS containers: the agent's own "
                      "/dev/shm, which its MPS daemons use (default: none; see docs/kubernetes.md)");
   // Read back in RunAgent (no member: the path only passes through to the agent's options).
-  agent_->add_option("--nvidia-sharing-config",
-                     "NVIDIA's device plugin configuration file: its sharing section "
-                     "(timeSlicing or mps) serves --nvidia-gpus GPUs as replicas, each container "
-                     "held to its share of memory (and GPU time) by gpufrac's limiter")
+  agent_
+      ->add_option("--nvidia-sharing-config",
+                   "NVIDIA's device plugin configuration file: its sharing section "
+                   "(timeSlicing or mps) serves --nvidia-gpus GPUs as replicas, each container "
+                   "held to its share of memory (and GPU time) by gpufrac's limiter")
       ->type_name("FILE");
   agent_
       ->add_option("--gpu-compute-policy", compute_policy_,
@@ -130,6 +134,10 @@ K8sCommand::K8sCommand(CLI::App& app) {
                    "defaults to its request) or off (the GPU's own equal time-slicing)")
       ->capture_default_str();
   agent_->add_option("--sim", sim_, "simulated GPUs instead of this machine's, e.g. 2xH100-80GB");
+  agent_->add_option("--health-listen", health_listen_,
+                     "HOST:PORT serving GET /readyz (200 once registered with the kubelet and "
+                     "the GPUs are published) and GET /healthz, for the pod's probes; default: "
+                     "none");
   agent_->add_option("--resync", resync_seconds_, "seconds between health and inventory checks")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
@@ -149,13 +157,22 @@ K8sCommand::K8sCommand(CLI::App& app) {
                       "SYS_ADMIN, with which it can unmount gpufrac's limiter (without it, only "
                       "pods of namespaces labelled gpufrac.io/allow-unenforced=true may)");
   extender_
-      ->add_option("--reservation-namespace", reservation_.ns,
-                   "namespace of the reservation pods")
+      ->add_option("--reservation-namespace", reservation_.ns, "namespace of the reservation pods")
       ->capture_default_str();
   extender_->add_option("--reservation-image", reservation_.image, "image of the reservation pods")
       ->capture_default_str();
   extender_->add_option("--reservation-priority-class", reservation_.priority_class,
                         "priorityClassName of the reservation pods (default: none)");
+  extender_
+      ->add_option("--agent-namespace", agent_namespace_,
+                   "namespace of the agent's DaemonSet pods: while a node's agent pod is not "
+                   "Ready, no GPU pod is placed there")
+      ->capture_default_str();
+  extender_
+      ->add_option("--agent-selector", agent_selector_,
+                   "labels of the agent's pods (key=value,...); only pods of --agent-namespace "
+                   "that a DaemonSet controls count")
+      ->capture_default_str();
 }
 
 bool K8sCommand::parsed() const { return k8s_->parsed(); }
@@ -208,6 +225,7 @@ int K8sCommand::RunAgent() {
                                                      : std::string(k8s::kDefaultPodResourcesSocket);
   options.limiter_path = LimiterLibraryPath();
   options.resync = std::chrono::seconds(resync_seconds_);
+  options.health_listen = health_listen_;
   auto agent = k8s::AgentService::Create(client->get(), std::move(options));
   if (!agent.ok()) return Fail("agent", agent.status().message());
   std::thread signals = StopOnSignal([&agent] { (*agent)->Stop(); });
@@ -227,6 +245,9 @@ int K8sCommand::RunExtender() {
     options.scheduler_names.emplace(scheduler_names_.begin(), scheduler_names_.end());
   }
   options.reservation = reservation_;
+  auto agent_pods = k8s::ParseAgentPodSelector(agent_namespace_, agent_selector_);
+  if (!agent_pods.ok()) return Fail("extender", agent_pods.status().message());
+  options.agent_pods = std::move(*agent_pods);
   auto service = k8s::ExtenderService::Create(client->get(), std::move(options));
   if (!service.ok()) return Fail("extender", service.status().message());
   std::thread signals = StopOnSignal([&service] { (*service)->Stop(); });

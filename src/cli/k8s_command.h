@@ -40,6 +40,7 @@ class K8sCommand {
   std::string sim_;
   std::string compute_policy_ = "fair";  // --gpu-compute-policy
   int resync_seconds_ = 10;
+  std::string health_listen_;  // --health-listen: HOST:PORT of GET /readyz and /healthz; "" none
   // extender
   std::string listen_ = "0.0.0.0:8888";
   std::string policy_ = std::string(placement::kDefaultPolicy);
@@ -47,6 +48,8 @@ class K8sCommand {
   bool allow_unenforced_ = false;
   std::vector<std::string> scheduler_names_;
   k8s::ReservationOptions reservation_;  // the flags set its namespace, image and priority class
+  std::string agent_namespace_ = "gpufrac-system";
+  std::string agent_selector_ = "app.kubernetes.io/name=gpufrac-agent";
 
   CLI::App* k8s_;
   CLI::App* agent_;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <map>
@@ -19,6 +20,7 @@
 #include "gpu/health.h"
 #include "gpu/mig_catalogue.h"
 #include "k8s/device_plugin.h"
+#include "k8s/health_endpoint.h"
 #include "k8s/inventory.h"
 #include "k8s/kube_cluster_api.h"
 #include "k8s/mig_config_label.h"
@@ -56,8 +58,10 @@ Status InstallLimiter(const std::string& from, const std::string& host_dir) {
   if (!fs::copy_file(from, temp, ec) || ec) {
     return UnavailableError("cannot copy " + from + " to " + temp + ": " + ec.message());
   }
-  fs::permissions(temp, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                            fs::perms::others_read | fs::perms::others_exec, ec);
+  fs::permissions(temp,
+                  fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                      fs::perms::others_read | fs::perms::others_exec,
+                  ec);
   fs::rename(temp, target, ec);
   if (ec) return UnavailableError("cannot install " + target + ": " + ec.message());
 
@@ -127,6 +131,9 @@ struct AgentService::Impl {
   std::condition_variable cv;
   bool stop = false;
   bool health_changed = false;  // The watcher saw a GPU turn unhealthy: resync now.
+  // What GET /readyz answers (options.health_listen): Start is done, Stop has not begun.
+  std::atomic<bool> ready{false};
+  std::unique_ptr<HealthEndpoint> probes;
 
   // GPU health from NVML's events (critical XIDs, double-bit ECC) and lost-GPU errors; null
   // when NVML offers no events (then every GPU counts as healthy, and the log says why).
@@ -161,7 +168,7 @@ struct AgentService::Impl {
       info.healthy = h == health_now.end() || h->second.healthy;
       if (info.mode == GpuMode::kMig && gpus->mig_backend) {
         const gpu::MigModel* model = gpus->mig_models.count(g.index) ? gpus->mig_models[g.index]
-                                                                      : gpu::FindMigModel(g.model);
+                                                                     : gpu::FindMigModel(g.model);
         auto instances = gpus->mig_backend->List(g.index);
         if (instances.ok() && model != nullptr) {
           for (const auto& i : *instances) {
@@ -403,6 +410,10 @@ StatusOr<std::unique_ptr<AgentService>> AgentService::Create(ApiClient* client,
 
 Status AgentService::Start() {
   Impl& s = *impl_;
+  if (!s.options.health_listen.empty() && !s.probes) {
+    GPUFRAC_ASSIGN_OR_RETURN(
+        s.probes, HealthEndpoint::Start(s.options.health_listen, [&s] { return s.ready.load(); }));
+  }
   std::string warning;
   GPUFRAC_ASSIGN_OR_RETURN(
       s.gpus,
@@ -479,7 +490,10 @@ Status AgentService::Start() {
       "plugin at %s",
       s.options.agent.node.c_str(), inv.gpus.size(), s.options.agent.slots_per_gpu,
       ComputePolicyName(s.options.agent.compute_policy), s.plugin->socket_path().c_str());
-  return s.SyncNvidia(all);
+  GPUFRAC_RETURN_IF_ERROR(s.SyncNvidia(all));
+  // The kubelet has the devices and the extender the GPUs: the pod may be Ready.
+  s.ready = true;
+  return OkStatus();
 }
 
 Status AgentService::Resync() {
@@ -564,6 +578,7 @@ void AgentService::Stop() {
     if (impl_->stop) return;
     impl_->stop = true;
   }
+  impl_->ready = false;
   impl_->cv.notify_all();
   // Once the plugin has gone the kubelet fails every pod it admits here (no healthy devices of
   // gpufrac.io/gpu, UnexpectedAdmissionError) until the next agent registers, and its node
@@ -603,6 +618,7 @@ void AgentService::Stop() {
     for (auto& [resource, entry] : impl_->nvidia_plugins) entry.plugin->Stop();
   }
   if (impl_->mps) impl_->mps->StopIdle();
+  impl_->probes.reset();
 }
 
 ContainerMps* AgentService::mps() const { return impl_->mps.get(); }

@@ -58,7 +58,7 @@ struct AgentServiceOptions {
   std::string nvidia_sharing_config;
   // --gpu-compute-policy: fair, strict or off (sets agent.compute_policy; see gpu_provider.h).
   std::string compute_policy = "fair";
-  std::string limiter_path;     // libgpufrac.so to install into host_dir/lib.
+  std::string limiter_path;  // libgpufrac.so to install into host_dir/lib.
   // The kubelet's PodResources socket ("" for none; --pod-resources-socket, whose default is the
   // kubelet's, kDefaultPodResourcesSocket): which pod an Allocate is for, and the check of the
   // slots the kubelet recorded (gpu_provider.h). None by default here, so that an agent made in
@@ -68,6 +68,10 @@ struct AgentServiceOptions {
   // At Stop, how long pods bound to the node may take to be allocated (the kubelet would fail
   // them once the plugin is gone) after the inventory is withdrawn. 0: none waits.
   std::chrono::milliseconds stop_drain{5000};
+  // HOST:PORT of the probe endpoint (--health-listen; "" for none, health_endpoint.h): GET
+  // /readyz is 200 from the end of a successful Start (registered with the kubelet, inventory
+  // published) until Stop begins.
+  std::string health_listen;
 };
 
 class AgentService {

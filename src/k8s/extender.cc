@@ -38,8 +38,8 @@ StatusOr<Args> ParseArgs(const std::string& body) {
       body,
       [&a, &in_names](int depth, json::parse_event_t event, json& parsed) {
         if (depth == 1 && event == json::parse_event_t::key) {
-          in_names = parsed.is_string() && EqualsIgnoreCase(parsed.get_ref<const std::string&>(),
-                                                            "NodeNames");
+          in_names = parsed.is_string() &&
+                     EqualsIgnoreCase(parsed.get_ref<const std::string&>(), "NodeNames");
         } else if (in_names && depth == 1 && event == json::parse_event_t::array_start) {
           a.has_names = true;
         } else if (in_names && depth == 2 && event == json::parse_event_t::value) {
@@ -129,7 +129,8 @@ Extender::Extender(Ledger* ledger, ClusterApi* api, ExtenderOptions options)
     : ledger_(ledger),
       api_(api),
       options_(std::move(options)),
-      schedulers_(options_.scheduler_names) {}
+      schedulers_(options_.scheduler_names),
+      agent_pods_(options_.agent_pods) {}
 
 Extender::Stats Extender::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -188,6 +189,13 @@ std::string Extender::Filter(const std::string& body) {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.filters;
       verdicts = ledger_->Evaluate(*request, candidates->names);
+      if (!request->empty()) {
+        for (size_t i = 0; i < verdicts.size(); ++i) {
+          if (verdicts[i].fits && !agent_pods_.Open(candidates->names[i])) {
+            verdicts[i] = {.fits = false, .score = 0, .reason = std::string(kReasonAgentNotReady)};
+          }
+        }
+      }
     }
     std::vector<std::pair<std::string, std::string>> refused;
     for (size_t i = 0; i < verdicts.size(); ++i) {
@@ -202,8 +210,8 @@ std::string Extender::Filter(const std::string& body) {
              verdicts.size() - refused.size(), verdicts.size(), refused.empty() ? "" : "; ",
              NodeList(refused).c_str());
   }
-  json result = {{"FailedNodes", failed}, {"FailedAndUnresolvableNodes", unresolvable},
-                 {"Error", ""}};
+  json result = {
+      {"FailedNodes", failed}, {"FailedAndUnresolvableNodes", unresolvable}, {"Error", ""}};
   if (candidates->items != nullptr) {
     json items = json::array();
     for (size_t i = 0; i < keep.size(); ++i) {
@@ -385,6 +393,19 @@ Status Extender::BindOnNode(const json& pod, const std::string& node, std::strin
   GPUFRAC_RETURN_IF_ERROR(YieldToAnotherBind(pod, node));
   GPUFRAC_ASSIGN_OR_RETURN(PodRequest request, RequestOf(pod));
   if (request.empty()) return api_->BindPod(ns, name, MetaOf(pod, "uid"), node);
+  // Filtered while the agent was Ready, bound after it was killed: the kubelet would fail it.
+  // kube-scheduler may keep the pod in its unschedulable queue, so it counts as refused by the
+  // filter and is tried again when the agent is Ready (RetryWaiting).
+  bool open = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    open = agent_pods_.Open(node);
+  }
+  if (!open) {
+    FilterAnswered(pod, /*refused=*/true);
+    return UnavailableError("node " + node + ": " + std::string(kReasonAgentNotReady) +
+                            "; kube-scheduler will try again");
+  }
 
   std::chrono::steady_clock::time_point written;
   GPUFRAC_ASSIGN_OR_RETURN(PendingBooking pending, BookPending(pod, request, node, &written));
@@ -652,6 +673,10 @@ void Extender::OnPod(const json& pod) {
                      !ParsePodRequest(pod).value_or(PodRequest{}).empty();
   std::lock_guard<std::mutex> lock(mu_);
   if (gone_.count(MetaOf(pod, "uid")) > 0) return;  // A late event about a deleted pod.
+  if (std::string ready = agent_pods_.OnPod(pod); !ready.empty()) {
+    LogInfo("the gpufrac agent on node %s is Ready again", Printable(ready).c_str());
+    retry_wanted_ = true;
+  }
   if (waits) {
     auto [it, added] = waiting_.try_emplace(MetaOf(pod, "uid"));
     Waiting& w = it->second;
@@ -684,6 +709,7 @@ void Extender::OnPodDeleted(const json& pod) {
   gone_.insert(MetaOf(pod, "uid"));
   waiting_.erase(MetaOf(pod, "uid"));
   refused_.erase(MetaOf(pod, "uid"));
+  agent_pods_.OnPodDeleted(pod);
   UnbookLocked(PodKey(pod));
 }
 

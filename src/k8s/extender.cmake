@@ -2,7 +2,7 @@
 # the kube-scheduler extender protocol and the GPU reservation pods. Pure of I/O: the API server
 # is behind ClusterApi.
 add_library(gpufrac_k8s STATIC pod_request.cc unfit_reasons.cc inventory.cc assignment.cc object_fields.cc ledger.cc
-            pending_bookings.cc extender.cc reservations.cc)
+            pending_bookings.cc agent_pods.cc extender.cc reservations.cc)
 target_link_libraries(gpufrac_k8s PUBLIC gpufrac_common gpufrac_placement gpufrac_mig_planner
                       gpufrac_gpu_catalogue nlohmann_json::nlohmann_json)
 
@@ -22,7 +22,8 @@ target_link_libraries(gpufrac_k8s_agent PUBLIC gpufrac_k8s gpufrac_k8s_plugin gp
                       gpufrac_k8s_nvidia_sharing)
 
 # The processes: ClusterApi over the API server, the extender service and the node agent.
-add_library(gpufrac_k8s_services STATIC kube_cluster_api.cc extender_service.cc agent_service.cc)
+add_library(gpufrac_k8s_services STATIC kube_cluster_api.cc extender_service.cc agent_service.cc
+            health_endpoint.cc)
 target_link_libraries(gpufrac_k8s_services PUBLIC gpufrac_k8s gpufrac_k8s_agent gpufrac_k8s_client
                       gpufrac_machine PRIVATE PkgConfig::HTTPLIB)
 

@@ -30,6 +30,7 @@
 #include <string>
 #include <string_view>
 
+#include "k8s/agent_pods.h"
 #include "k8s/cluster_api.h"
 #include "k8s/ledger.h"
 #include "k8s/object_fields.h"
@@ -64,7 +65,15 @@ struct ExtenderOptions {
   // configures them (scheduler-config.yaml, second-scheduler/); those whose pods it is asked to
   // filter are added. Only their pods are tried again (Extender::RetryWaiting).
   std::set<std::string> scheduler_names = {"default-scheduler", "gpufrac-scheduler"};
+  // The agent's pods (--agent-namespace, --agent-selector): while a node has one and none is
+  // Ready, no pod asking for gpufrac's resources is placed or bound there (agent_pods.h).
+  AgentPodSelector agent_pods;
 };
+
+// Why the filter refuses a node whose agent is not Ready (FailedScheduling lists it per node).
+inline constexpr std::string_view kReasonAgentNotReady =
+    "the gpufrac agent pod on this node is not Ready (a killed or restarting agent: the kubelet "
+    "would fail the pod)";
 
 class Extender {
  public:
@@ -78,7 +87,9 @@ class Extender {
   std::string Bind(const std::string& body);
 
   // The watches' view of the cluster. A pod counts while it is bound to the node of its
-  // assignment and not finished; a node while it carries a gpufrac inventory.
+  // assignment and not finished; a node while it carries a gpufrac inventory and its agent pod,
+  // when it has one, is Ready (AgentPods; when it is Ready again, the waiting pods are tried
+  // again as for a changed inventory).
   void OnPod(const nlohmann::json& pod);
   void OnPodDeleted(const nlohmann::json& pod);
   void OnNode(const nlohmann::json& node);
@@ -99,8 +110,8 @@ class Extender {
   // the extender started (their filter calls found it down). A pod updated less than `min_interval`
   // ago is left alone. Returns how many pods were updated.
   int RetryWaiting(std::chrono::milliseconds min_interval);
-  // Whether a node's GPU inventory appeared or changed, or a scheduler was first served, since
-  // the last RetryWaiting.
+  // Whether a node's GPU inventory appeared or changed, a node's agent became Ready again, or a
+  // scheduler was first served, since the last RetryWaiting.
   bool retry_wanted() const;
   // A filter call (its body) that was answered with an error before the books were built: its
   // pod counts as refused, and its scheduler as served.
@@ -207,6 +218,7 @@ class Extender {
   std::set<std::string> schedulers_;        // Served: options_.scheduler_names and those seen.
   bool started_ = false;                    // RetryWaiting ran once.
   std::map<std::string, std::string> inventories_;  // By node: its inventory annotation.
+  AgentPods agent_pods_;                            // Nodes whose agent is not Ready are closed.
   bool retry_wanted_ = false;
 };
 

@@ -41,8 +41,8 @@ ExtenderService::ExtenderService(std::unique_ptr<Impl> impl) : impl_(std::move(i
 
 ExtenderService::~ExtenderService() { Stop(); }
 
-StatusOr<std::unique_ptr<ExtenderService>> ExtenderService::Create(
-    ApiClient* client, ExtenderServiceOptions options) {
+StatusOr<std::unique_ptr<ExtenderService>> ExtenderService::Create(ApiClient* client,
+                                                                   ExtenderServiceOptions options) {
   auto impl = std::make_unique<Impl>();
   GPUFRAC_ASSIGN_OR_RETURN(HostPort listen,
                            ParseHostPort(options.listen, "--listen", "0.0.0.0:8888"));
@@ -72,6 +72,7 @@ StatusOr<std::unique_ptr<ExtenderService>> ExtenderService::Create(
   ExtenderOptions extender{.holder = impl->options.holder,
                            .reservations = impl->reservations.get(),
                            .allow_unenforced = impl->options.allow_unenforced};
+  extender.agent_pods = impl->options.agent_pods;
   if (impl->options.scheduler_names) extender.scheduler_names = *impl->options.scheduler_names;
   impl->extender =
       std::make_unique<Extender>(impl->ledger.get(), impl->api.get(), std::move(extender));
@@ -102,8 +103,10 @@ Status ExtenderService::Run() {
     return [this, &s, verb, histogram](const httplib::Request& req, httplib::Response& res) {
       const auto start = std::chrono::steady_clock::now();
       std::string body = ready() ? (s.extender.get()->*verb)(req.body)
-                                 : json{{"Error", "gpufrac extender: still reading the cluster's "
-                                                  "nodes and pods"}}.dump();
+                                 : json{{"Error",
+                                         "gpufrac extender: still reading the cluster's "
+                                         "nodes and pods"}}
+                                       .dump();
       s.latency.Observe(
           histogram,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -149,18 +152,15 @@ Status ExtenderService::Run() {
               r.deleted);
       counter("gpufrac_extender_reservation_failures_total",
               "Failed reservation pod calls (retried at the next reconcile).", r.failures);
-      m.Declare("gpufrac_extender_reserved_gpus", "gauge",
-                "GPUs that need a reservation pod now.");
-      m.Set("gpufrac_extender_reserved_gpus", {},
-            static_cast<double>(s.reservations->wanted()));
+      m.Declare("gpufrac_extender_reserved_gpus", "gauge", "GPUs that need a reservation pod now.");
+      m.Set("gpufrac_extender_reserved_gpus", {}, static_cast<double>(s.reservations->wanted()));
     }
     res.set_content(m.Render() + s.latency.Render(), "text/plain; version=0.0.4");
   });
 
-  int port = s.requested_port == 0 ? s.server.bind_to_any_port(s.host)
-                                   : (s.server.bind_to_port(s.host, s.requested_port)
-                                          ? s.requested_port
-                                          : -1);
+  int port = s.requested_port == 0
+                 ? s.server.bind_to_any_port(s.host)
+                 : (s.server.bind_to_port(s.host, s.requested_port) ? s.requested_port : -1);
   if (port <= 0) {
     if (s.reservations) s.reservations->Stop();
     s.nodes->Stop();

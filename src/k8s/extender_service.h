@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "k8s/agent_pods.h"
 #include "k8s/api_client.h"
 #include "k8s/reservations.h"
 #include "placement/policies.h"
@@ -22,14 +23,15 @@ namespace gpufrac::k8s {
 struct ExtenderServiceOptions {
   std::string listen = "0.0.0.0:8888";  // HOST:PORT; port 0 picks a free one.
   std::string policy = std::string(placement::kDefaultPolicy);  // placement/policies.h
-  std::string holder;                // Names this replica in pending bookings; "" = hostname/pid.
-  bool reservation_pods = false;     // Reserve GPUs with fractional bookings (Run:ai style).
-  bool allow_unenforced = false;     // ExtenderOptions::allow_unenforced.
+  std::string holder;             // Names this replica in pending bookings; "" = hostname/pid.
+  bool reservation_pods = false;  // Reserve GPUs with fractional bookings (Run:ai style).
+  bool allow_unenforced = false;  // ExtenderOptions::allow_unenforced.
   // ExtenderOptions::scheduler_names, when given (else its defaults).
   std::optional<std::set<std::string>> scheduler_names;
   // How often one waiting pod may be tried again (Extender::RetryWaiting), at most.
   std::chrono::milliseconds retry_interval{30000};
   ReservationOptions reservation{};  // Namespace, image, ... of the reservation pods.
+  AgentPodSelector agent_pods{};     // ExtenderOptions::agent_pods.
 };
 
 class ExtenderService {

@@ -2,11 +2,17 @@
 // publishing to a fake API server and registering with a fake kubelet, the scheduler extender
 // serving kube-scheduler's HTTP calls, and the kubelet's Allocate giving the container exactly
 // what the extender booked.
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -20,6 +26,7 @@
 #include <thread>
 
 #include "common/paths.h"
+#include "common/text.h"
 #include "dashboard_metrics.h"
 #include "k8s/agent_service.h"
 #include "k8s/api_client.h"
@@ -85,6 +92,66 @@ bool Eventually(F f, std::chrono::milliseconds timeout = std::chrono::millisecon
   return f();
 }
 
+// A TCP port of 127.0.0.1 that nothing listens on now.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof(addr);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size) == 0;
+  close(fd);
+  return ok ? ntohs(addr.sin_port) : 0;
+}
+
+// The agent as a container runtime runs it: `gpufrac k8s agent`, a process of its own, whose
+// output goes to `log`. Kill() ends it with SIGKILL, as an OOM kill or a crash does: no Stop runs,
+// so nothing is withdrawn.
+class AgentProcess {
+ public:
+  AgentProcess(std::vector<std::string> argv, std::string log)
+      : argv_(std::move(argv)), log_(std::move(log)) {}
+  ~AgentProcess() { Kill(); }
+
+  bool Start() {
+    std::vector<char*> args;
+    for (std::string& a : argv_) args.push_back(a.data());
+    args.push_back(nullptr);
+    posix_spawn_file_actions_t files;
+    posix_spawn_file_actions_init(&files);
+    posix_spawn_file_actions_addopen(&files, 1, log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&files, 1, 2);
+    pid_t pid = -1;
+    const int rc = posix_spawn(&pid, args[0], &files, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&files);
+    std::lock_guard<std::mutex> lock(mu_);
+    pid_ = rc == 0 ? pid : -1;
+    return rc == 0;
+  }
+  void Kill() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  // What the container runtime reports: whether the process still runs.
+  bool running() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pid_ <= 0) return false;
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_) pid_ = -1;
+    return pid_ > 0;
+  }
+  const std::string& log() const { return log_; }
+
+ private:
+  std::vector<std::string> argv_;
+  const std::string log_;
+  std::mutex mu_;
+  pid_t pid_ = -1;
+};
+
 class K8sEndToEnd : public ::testing::Test {
  protected:
   void StartAll(const std::string& sim) {
@@ -116,8 +183,13 @@ class K8sEndToEnd : public ::testing::Test {
     StartExtender();
   }
 
-  // The agent (a new one after a restart), started.
+  // The agent (a new one after a restart), started; with agent_as_process_, spawned as its own
+  // process (agent_process_), which has registered with the kubelet when this returns.
   void StartAgent() {
+    if (agent_as_process_) {
+      StartAgentProcess();
+      return;
+    }
     AgentServiceOptions options;
     options.agent.node = kNode;
     options.agent.slots_per_gpu = slots_per_gpu_;
@@ -135,6 +207,50 @@ class K8sEndToEnd : public ::testing::Test {
     agent_ = std::move(*agent);
     Status started = agent_->Start();
     ASSERT_TRUE(started.ok()) << started.ToString();
+  }
+
+  // `gpufrac k8s agent` on the simulated GPUs, with a kubeconfig for the fake API server and its
+  // probe endpoint on agent_health_port_.
+  void StartAgentProcess() {
+    const std::string dir = agent_dir_.path();
+    if (!agent_process_) {
+      agent_health_port_ = FreePort();
+      ClientConfig config = server_->client_config();
+      {
+        std::ofstream ca(dir + "/ca.pem");
+        ca << config.ca_pem;
+        std::ofstream kubeconfig(dir + "/kubeconfig");
+        kubeconfig << "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n"
+                   << "    server: " << config.server << "\n    certificate-authority: " << dir
+                   << "/ca.pem\nusers:\n- name: agent\n  user:\n    token: " << config.token
+                   << "\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n"
+                   << "    user: agent\ncurrent-context: fake\n";
+      }
+      std::vector<std::string> argv = {std::string(GPUFRAC_BUILD_DIR) + "/bin/gpufrac",
+                                       "k8s",
+                                       "agent",
+                                       "--kubeconfig",
+                                       dir + "/kubeconfig",
+                                       "--node",
+                                       kNode,
+                                       "--kubelet-dir",
+                                       kubelet_dir_.path(),
+                                       "--pod-resources-socket",
+                                       pod_resources_->socket_path(),
+                                       "--host-dir",
+                                       host_dir_.path(),
+                                       "--slots-per-gpu",
+                                       std::to_string(slots_per_gpu_),
+                                       "--sim",
+                                       sim_,
+                                       "--health-listen",
+                                       "127.0.0.1:" + std::to_string(agent_health_port_)};
+      agent_process_ = std::make_unique<AgentProcess>(std::move(argv), dir + "/agent.log");
+    }
+    const size_t registered = kubelet_->registrations().size();
+    ASSERT_TRUE(agent_process_->Start());
+    ASSERT_TRUE(kubelet_->WaitForRegistrations(registered + 1, std::chrono::seconds(20)))
+        << ReadFile(agent_process_->log());
   }
 
   void StartExtender() {
@@ -160,6 +276,7 @@ class K8sEndToEnd : public ::testing::Test {
       extender_thread_.join();
     }
     if (agent_) agent_->Stop();
+    agent_process_.reset();
     simgpu::RemoveSharedMachine("k8s-" + StateDirTag(host_dir_.path()));
     gpufrac::testing::RemoveRecordedBudgetDir(host_dir_.path() + "/arbiters");
   }
@@ -178,7 +295,8 @@ class K8sEndToEnd : public ::testing::Test {
     json args = {{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", {kNode}}};
     json filtered = Call("filter", args);
     if (filtered["NodeNames"].empty()) {
-      for (const json& reason : filtered["FailedNodes"]) return "filter: " + reason.get<std::string>();
+      for (const json& reason : filtered["FailedNodes"])
+        return "filter: " + reason.get<std::string>();
       for (const json& reason : filtered["FailedAndUnresolvableNodes"]) {
         return "unresolvable: " + reason.get<std::string>();
       }
@@ -196,14 +314,14 @@ class K8sEndToEnd : public ::testing::Test {
   // Schedules a pod "train" asking for a quarter of a GPU and waits for the reservation pod of its
   // GPU (reservation pods on). Returns that pod's name and the pod's grant; "" on failure.
   std::string ScheduleFractionAndAwaitReservation(GpuGrant* grant) {
-    json pod = server_->Put(
-        PodObject("train", testing::FractionLimits(250)));
+    json pod = server_->Put(PodObject("train", testing::FractionLimits(250)));
     EXPECT_EQ(Schedule(pod), "");
     std::optional<Assignment> a = AssignmentOf(*server_->Get("pods", "team-a", "train"));
     if (!a) return "";
     *grant = a->containers[0].gpus[0];
     const std::string name = ReservationPodName(kNode, grant->index);
-    bool made = Eventually([&] { return server_->Get("pods", "gpufrac-system", name).has_value(); });
+    bool made =
+        Eventually([&] { return server_->Get("pods", "gpufrac-system", name).has_value(); });
     EXPECT_TRUE(made) << name;
     return made ? name : "";
   }
@@ -305,13 +423,18 @@ class K8sEndToEnd : public ::testing::Test {
   std::chrono::milliseconds write_latency_{0};  // The fake API server's, set before StartAll.
   // Most tests leave pods bound and never allocated: their agent stops at once.
   std::chrono::milliseconds stop_drain_{0};
-  bool reservation_pods_ = false;  // Set before StartAll.
+  bool reservation_pods_ = false;     // Set before StartAll.
   bool serve_pod_resources_ = false;  // Set before StartAll: the kubelet's PodResources API.
   std::string compute_policy_ = "fair";
   std::vector<int> mps_gpus_;  // --mps-gpus, set before StartAll.
   std::chrono::seconds orphan_grace_{60};
+  // Set before StartAll: the agent runs as its own process (agent_process_), not in this one.
+  bool agent_as_process_ = false;
+  int agent_health_port_ = 0;  // Its --health-listen port.
   TempDir kubelet_dir_;
   TempDir host_dir_;
+  TempDir agent_dir_;  // The agent process's kubeconfig and log.
+  std::unique_ptr<AgentProcess> agent_process_;
   std::unique_ptr<FakeApiServer> server_;
   std::unique_ptr<ApiClient> client_;
   std::unique_ptr<FakeKubelet> kubelet_;
@@ -530,8 +653,7 @@ TEST_F(K8sEndToEnd, FractionalGpuIsReservedWithAPodWhileItHasFractions) {
   EXPECT_EQ(sent["spec"]["tolerations"][0]["operator"], "Exists");
 
   // A second fraction on the same GPU: no second reservation.
-  json second = server_->Put(
-      PodObject("eval", testing::FractionLimits(250)));
+  json second = server_->Put(PodObject("eval", testing::FractionLimits(250)));
   ASSERT_EQ(Schedule(second), "");
   ASSERT_EQ(AssignmentOf(*server_->Get("pods", "team-a", "eval"))->containers[0].gpus[0].index,
             grant.index);
@@ -610,7 +732,8 @@ TEST_F(K8sEndToEnd, AnAnnotationOnlyPodIsNeverTakenForAnAllocate) {
   ASSERT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(response.container_responses(0).envs().at("CUDA_VISIBLE_DEVICES"),
             a->containers[0].gpus[0].uuid);
-  EXPECT_FALSE(AnnotationOf(*server_->Get("pods", "team-a", "real"), "gpufrac.io/allocated").empty());
+  EXPECT_FALSE(
+      AnnotationOf(*server_->Get("pods", "team-a", "real"), "gpufrac.io/allocated").empty());
   EXPECT_TRUE(AnnotationOf(*server_->Get("pods", "team-a", "kai"), "gpufrac.io/allocated").empty());
 }
 
@@ -677,8 +800,8 @@ TEST_F(K8sEndToEnd, PodsOnAGpuShareItsComputeArbiter) {
   const std::string dir = segments[0].substr(0, segments[0].rfind('/'));
   char err[256] = "";
   limiter::ComputeArbiter member;
-  EXPECT_TRUE(member.Attach(dir.c_str(), ("compute." + uuid).c_str(), "pod-a", 250, 1000, err,
-                            sizeof(err)))
+  EXPECT_TRUE(
+      member.Attach(dir.c_str(), ("compute." + uuid).c_str(), "pod-a", 250, 1000, err, sizeof(err)))
       << err;
   // Nobody else can create names beside it.
   struct stat st;
@@ -755,8 +878,8 @@ TEST_F(K8sEndToEnd, ALostGpuIsReportedUnhealthyAndGetsNoNewPods) {
   void* nvml = dlopen((std::string(GPUFRAC_SIMGPU_DIR) + "/libnvidia-ml.so.1").c_str(),
                       RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(nvml, nullptr) << dlerror();
-  auto set_lost = reinterpret_cast<simgpu::simgpuSetGpuLost_t>(
-      dlsym(nvml, simgpu::kSimgpuSetGpuLostSymbol));
+  auto set_lost =
+      reinterpret_cast<simgpu::simgpuSetGpuLost_t>(dlsym(nvml, simgpu::kSimgpuSetGpuLostSymbol));
   ASSERT_NE(set_lost, nullptr);
   ASSERT_EQ(set_lost(1, 1), abi::NVML_SUCCESS);
   ASSERT_TRUE(agent_->Resync().ok());
@@ -779,8 +902,7 @@ TEST_F(K8sEndToEnd, ALostGpuIsReportedUnhealthyAndGetsNoNewPods) {
   EXPECT_TRUE(inv.gpus[0].healthy);
   EXPECT_FALSE(inv.gpus[1].healthy);
   ASSERT_TRUE(Eventually([&] {
-    json probe = {{"Pod", PodObject("probe", {{"gpufrac.io/gpu", "1"}})},
-                  {"NodeNames", {kNode}}};
+    json probe = {{"Pod", PodObject("probe", {{"gpufrac.io/gpu", "1"}})}, {"NodeNames", {kNode}}};
     return Call("filter", probe)["NodeNames"].size() == 1;
   }));
   json a = server_->Put(PodObject("a", testing::FractionLimits(700)));
@@ -1189,7 +1311,9 @@ TEST_F(K8sEndToEnd, ARestartedAgentRegistersFirstAndAnEarlyAllocateWaitsForItsSt
 //   kubelet, 0.5 s here);
 // - kube-scheduler keeps a pod that did not fit (NodeResourcesFit on the allocatable, the
 //   extender's filter, an extender it cannot reach, a failed bind) in its unschedulable queue
-//   until the pod itself changes, the node's allocatable changes, or 5 minutes pass.
+//   until the pod itself changes, the node's allocatable changes, or 5 minutes pass;
+// - with SetAgentContainer, the kubelet also keeps the status of the agent's DaemonSet pod
+//   (AgentPodStatus).
 class MiniCluster {
  public:
   MiniCluster(ApiClient* client, FakeKubelet* kubelet, std::string kubelet_dir)
@@ -1198,7 +1322,18 @@ class MiniCluster {
 
   // The extender's port; 0 while it is down.
   void SetExtenderPort(int port) { extender_port_ = port; }
+  // How often the kubelet updates the node's status (nodeStatusUpdateFrequency: 10 s in a
+  // kubelet; 0.5 s unless set before Start).
+  void SetNodeStatusPeriod(std::chrono::milliseconds period) { status_period_ = period; }
+  // The agent's container as the runtime reports it (`running`), and the URL of its readiness
+  // probe ("" for none: ready while it runs); the pod is testing::AgentPodObject(kNode). Before
+  // Start.
+  void SetAgentContainer(std::function<bool()> running, std::string readiness_url) {
+    agent_running_ = std::move(running);
+    readiness_url_ = std::move(readiness_url);
+  }
   void Start() {
+    if (agent_running_) threads_.emplace_back([this] { AgentPodStatus(); });
     threads_.emplace_back([this] { DeviceManager(); });
     threads_.emplace_back([this] { Admission(); });
     threads_.emplace_back([this] { Scheduler(); });
@@ -1213,6 +1348,13 @@ class MiniCluster {
     int pending = 0, running = 0, failed = 0;
     std::string failure;  // One failed pod's message.
   };
+  // Seconds from the last time the kubelet wrote the agent pod not Ready until it last failed a
+  // pod (negative: it failed none after that; 0 when either never happened).
+  double LastFailureAfterAgentNotReady() const {
+    if (not_ready_at_ == 0 || last_failure_at_ == 0) return 0;
+    return static_cast<double>(last_failure_at_ - not_ready_at_) / 1e9;
+  }
+
   Phases Count() {
     Phases out;
     StatusOr<json> list = client_->List("/api/v1/namespaces/team-a/pods");
@@ -1262,9 +1404,9 @@ class MiniCluster {
       } else {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
-      // The node status update, at most every 0.5 s (a kubelet's is every 10 s).
+      // The node status update, every status_period_.
       const auto now = std::chrono::steady_clock::now();
-      if (now - last_status_ < std::chrono::milliseconds(500)) continue;
+      if (now - last_status_ < status_period_) continue;
       last_status_ = now;
       std::string allocatable;
       {
@@ -1288,6 +1430,8 @@ class MiniCluster {
       StatusOr<std::vector<json>> pods = api_.ListPodsOnNode(kNode);
       if (!pods.ok()) continue;
       for (const json& pod : *pods) {
+        // The agent's own pod asks for no device; it is the container runtime's.
+        if (MetaOf(pod, "namespace") != "team-a") continue;
         if (!admitted.insert(MetaOf(pod, "uid")).second) continue;
         std::string endpoint;
         std::vector<std::string> free;
@@ -1324,8 +1468,44 @@ class MiniCluster {
                                              {"reason", "UnexpectedAdmissionError"},
                                              {"message", failure}};
         if (failure.empty()) in_use.insert(device);
+        if (!failure.empty()) last_failure_at_ = Now();
         (void)client_->Patch("/api/v1/namespaces/team-a/pods/" + MetaOf(pod, "name") + "/status",
                              {{"status", status}});
+      }
+    }
+  }
+
+  // The kubelet's part in the agent pod's status. Its pod lifecycle event generator lists the
+  // runtime's containers every second (relist period 1 s) and, when the agent's container has
+  // ended, writes the pod's status at once: the container terminated (SIGKILL: exit code 137,
+  // reason Error) and not ready, conditions ContainersReady and Ready False. It restarts the
+  // container (at once the first time, then after 10 s, 20 s, ... of back-off; here the test
+  // does, when it chooses), and from then on the prober runs its readiness probe every
+  // periodSeconds (1 s in deploy/kubernetes/agent-daemonset.yaml); the container and the pod are
+  // Ready from the first probe that passes. Without a probe a running container is ready.
+  void AgentPodStatus() {
+    const std::string path =
+        std::string("/api/v1/namespaces/gpufrac-system/pods/gpufrac-agent-") + kNode + "/status";
+    bool was_running = true, was_ready = true;  // As testing::AgentPodObject has it.
+    int restarts = 0;
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      const bool running = agent_running_();
+      bool ready = running;
+      if (running && !readiness_url_.empty()) {
+        httplib::Client http(readiness_url_.substr(0, readiness_url_.find('/', 7)));
+        http.set_connection_timeout(1);  // The probe's timeoutSeconds.
+        http.set_read_timeout(1);
+        auto res = http.Get(readiness_url_.substr(readiness_url_.find('/', 7)).c_str());
+        ready = res && res->status >= 200 && res->status < 400;
+      }
+      if (running && !was_running) ++restarts;
+      if (running == was_running && ready == was_ready) continue;
+      json status = testing::RunningPodStatus("agent", running, ready, restarts);
+      if (client_->Patch(path, {{"status", status}}).ok()) {
+        was_running = running;
+        was_ready = ready;
+        if (!ready) not_ready_at_ = Now();
       }
     }
   }
@@ -1413,6 +1593,12 @@ class MiniCluster {
   std::set<std::string> healthy_;  // The plugin's healthy devices (mu_).
   std::string endpoint_;           // The plugin's socket while its stream is up (mu_).
   std::chrono::steady_clock::time_point last_status_{};
+  std::chrono::milliseconds status_period_{500};
+  static int64_t Now() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+  std::atomic<int64_t> not_ready_at_{0};     // steady_clock nanoseconds; 0: never.
+  std::atomic<int64_t> last_failure_at_{0};  // Of a pod's admission; 0: none.
+  std::function<bool()> agent_running_;      // Null: no agent pod is modelled.
+  std::string readiness_url_;
 };
 
 // A burst of `count` pods asking for a tenth of a GPU, one every 40 ms; `during` runs beside it
@@ -1442,7 +1628,8 @@ MiniCluster::Phases Burst(MiniCluster& cluster, FakeApiServer& server, int count
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     phases = cluster.Count();
   } while (phases.pending > 0 && std::chrono::steady_clock::now() < deadline);
-  const auto back = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(back_ns));
+  const auto back =
+      std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(back_ns));
   *settled = std::chrono::duration<double>(std::chrono::steady_clock::now() - back).count();
   return phases;
 }
@@ -1475,6 +1662,59 @@ TEST_F(K8sEndToEnd, AnAgentRestartedInABurstFailsNoPodAndTheOthersRunSoonAfter) 
   EXPECT_EQ(phases.failed, 0) << phases.failure;
   EXPECT_EQ(phases.running, 56);
   // The pods that waited run once the kubelet's node status (0.5 s here) shows the devices again.
+  EXPECT_LT(settled, 10.0);
+}
+
+// The agent killed outright in the same burst (SIGKILL, as an OOM kill or a crash: no Stop, so
+// its inventory stays published) and started again 2 s later, with the kubelet's real node
+// status period of 10 s: the kubelet fails every pod it admits while the plugin is gone, and its
+// node status shows no devices only at its next update (41 of 56 pods failed so). The kubelet
+// writes the agent pod not Ready within its 1 s relist, and from then on the extender places no
+// pod there; when the restarted agent passes its readiness probe the pods that waited are tried
+// again at once.
+TEST_F(K8sEndToEnd, AnAgentKilledInABurstFailsOnlyPodsBoundBeforeItsPodWasNotReady) {
+  slots_per_gpu_ = 8;
+  agent_as_process_ = true;
+  StartAll("8xH100-80GB");  // 64 slots.
+  server_->Put(testing::AgentPodObject(kNode, /*ready=*/true));
+  MiniCluster cluster(client_.get(), kubelet_.get(), kubelet_dir_.path());
+  cluster.SetNodeStatusPeriod(std::chrono::seconds(10));
+  // The readiness probe of deploy/kubernetes/agent-daemonset.yaml.
+  cluster.SetAgentContainer([this] { return agent_process_->running(); },
+                            "http://127.0.0.1:" + std::to_string(agent_health_port_) + "/readyz");
+  cluster.SetExtenderPort(extender_->port());
+  cluster.Start();
+  double settled = 0;
+  double registered = 0;  // Seconds from the kill until the new agent registered.
+  MiniCluster::Phases phases = Burst(
+      cluster, *server_, 56,
+      [&] {
+        const auto killed = std::chrono::steady_clock::now();
+        agent_process_->Kill();
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        StartAgent();
+        registered =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+      },
+      std::chrono::seconds(30), &settled);
+  cluster.Stop();
+  std::printf(
+      "agent killed for 2 s in a burst of 56 pods: %d running, %d failed, %d pending; it "
+      "registered again %.1f s after the kill, and all had settled %.1f s after that\n",
+      phases.running, phases.failed, phases.pending, registered, settled);
+  EXPECT_EQ(phases.pending, 0) << "waited for kube-scheduler's 5 minutes";
+  EXPECT_EQ(phases.running + phases.failed, 56);
+  // The pods that fail are those bound before the extender saw the agent pod not Ready: the
+  // kubelet's last failure follows its write of that status by no more than the watch's delay
+  // (without the extender's check it went on failing pods until the agent was back, a second
+  // or more later).
+  const double after = cluster.LastFailureAfterAgentNotReady();
+  std::printf("the kubelet's last failure came %.2f s after it wrote the agent pod not Ready\n",
+              after);
+  EXPECT_LT(after, 0.75) << phases.failure;
+  // And the pods that waited ran once the agent was Ready (its probe passes once it has
+  // registered and published: within a second or two here), not after kube-scheduler's 5
+  // minutes or the kubelet's next node status.
   EXPECT_LT(settled, 10.0);
 }
 
