@@ -46,7 +46,10 @@ std::optional<ComputePair> DecideComputePair(uint32_t request_milli,
   const uint32_t limit = asked_limit                        ? *asked_limit
                          : policy == ComputePolicy::kStrict ? request_milli
                                                             : kMilliPerGpu;
-  return ComputePair{.request_milli = request_milli, .limit_milli = limit};
+  // Never below the request (placement books the request within the limit; a record that says
+  // otherwise was not written by it), never above the GPU.
+  return ComputePair{.request_milli = request_milli,
+                     .limit_milli = std::clamp<uint32_t>(limit, request_milli, kMilliPerGpu)};
 }
 
 unsigned MpsThreadPercentage(uint32_t milli) {

@@ -41,8 +41,9 @@ uint32_t ComputeRequestMilli(const GpuRequest& request, uint32_t memory_milli);
 std::optional<uint32_t> AskedComputeLimit(const GpuRequest& request);
 
 // The pair of a workload booked `request_milli` of a GPU's time (ComputeRequestMilli) that asked
-// for `asked_limit` (nullopt: the policy's default) under `policy`; nullopt when its time is not
-// arbitrated: the policy is off, or it holds all of the GPU (`request_milli` 0 or 1000).
+// for `asked_limit` (nullopt: the policy's default; held between the request and all of the GPU)
+// under `policy`; nullopt when its time is not arbitrated: the policy is off, or it holds all of
+// the GPU (`request_milli` 0 or 1000).
 std::optional<ComputePair> DecideComputePair(uint32_t request_milli,
                                              std::optional<uint32_t> asked_limit,
                                              ComputePolicy policy);

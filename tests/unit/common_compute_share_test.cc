@@ -27,6 +27,8 @@ TEST(ComputeShare, ThePolicyGivesTheLimitThePodOrJobDidNot) {
   EXPECT_EQ(DecideComputePair(250, std::nullopt, ComputePolicy::kStrict), (ComputePair{250, 250}));
   EXPECT_EQ(DecideComputePair(250, 600, ComputePolicy::kStrict), (ComputePair{250, 600}));
   EXPECT_EQ(DecideComputePair(250, 600, ComputePolicy::kFair), (ComputePair{250, 600}));
+  // A limit below the request (a record placement did not write) is the request.
+  EXPECT_EQ(DecideComputePair(250, 100, ComputePolicy::kFair), (ComputePair{250, 250}));
 }
 
 TEST(ComputeShare, NothingIsArbitratedWithThePolicyOffOrOnAllOfAGpu) {
