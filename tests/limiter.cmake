@@ -61,6 +61,8 @@ add_test(NAME GpuChecksScript.PhysicalUseChecksEachWorkload
          COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu/physical_use_test.sh)
 set_tests_properties(GpuChecksScript.PhysicalUseChecksEachWorkload PROPERTIES LABELS integration)
 gpufrac_test(launch_test unit SOURCES unit/launch_test.cc LIBS gpufrac_launch)
+gpufrac_test(launch_grant_limits_test unit SOURCES unit/launch_grant_limits_test.cc
+             LIBS gpufrac_launch)
 
 # Compute shares: gpu_load workloads under the limiter on one simulated GPU.
 add_executable(gpu_load progs/gpu_load.cc)

@@ -12,27 +12,17 @@
 #include <vector>
 
 #include "common/status.h"
+#include "launch/gpu_grant.h"
 
 namespace gpufrac::k8s {
 
 inline constexpr std::string_view kAnnotationAssignment = "gpufrac.io/assignment";
 
-struct MigGrant {
-  std::string profile;  // "2g.20gb"
-  int start = 0;        // Placement in memory slices.
-  int size = 0;
-  friend bool operator==(const MigGrant&, const MigGrant&) = default;
-};
-
-// One GPU given to a container.
-struct GpuGrant {
-  int index = 0;
-  std::string uuid;           // "GPU-..." (the physical GPU, also for MIG).
-  uint32_t milli = 0;         // Share of the GPU booked (1000 for a whole GPU).
-  uint64_t memory_bytes = 0;  // Memory limit on it (all of it for a whole GPU).
-  std::optional<MigGrant> mig;
-  friend bool operator==(const GpuGrant&, const GpuGrant&) = default;
-};
+// One GPU given to a container: the launchers' one grant type. Its uuid is the physical GPU's,
+// also for MIG (the agent finds the instance at the grant's placement); the annotation records
+// index, uuid, milli, memory_bytes and mig, and the agent decides the compute pair at Allocate.
+using launch::GpuGrant;
+using launch::MigGrant;
 
 struct ContainerAssignment {
   std::string container;
@@ -40,7 +30,7 @@ struct ContainerAssignment {
   // The compute limit the pod asked for on its shared GPUs (gpufrac.io/gpu-compute-limit), in
   // thousandths; nullopt when it gave none and the node agent's policy decides. (The compute
   // request is each grant's milli: placement books a share of the GPU's time.)
-  std::optional<uint32_t> compute_limit_milli;
+  std::optional<uint32_t> compute_limit_milli = std::nullopt;
   // The kubelet calls the device plugin for this container (it asks for gpufrac.io/gpu). An
   // annotation-only container is booked but never allocated, so Allocate must not match it.
   bool device_plugin = true;

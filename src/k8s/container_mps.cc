@@ -22,13 +22,14 @@ Status ContainerMps::ApplyLimits(int index) {
   return daemons_.SetLimits(index, most.percentage, most.pinned_mib);
 }
 
-Status ContainerMps::Join(const std::string& client, int index, const std::string& uuid,
-                          int percentage, uint64_t pinned_mib, ContainerAllocation* out) {
+Status ContainerMps::Join(const std::string& client, const launch::MpsClient& mps,
+                          ContainerAllocation* out) {
   std::lock_guard<std::mutex> lock(mu_);
-  GPUFRAC_ASSIGN_OR_RETURN(std::string pipe, daemons_.Ensure(index, uuid));
-  std::map<std::string, Limits>& clients = clients_[index];
-  clients[client] = {.percentage = percentage, .pinned_mib = pinned_mib};
-  if (Status set = ApplyLimits(index); !set.ok()) {
+  GPUFRAC_ASSIGN_OR_RETURN(std::string pipe, daemons_.Ensure(mps.index, mps.uuid));
+  std::map<std::string, Limits>& clients = clients_[mps.index];
+  clients[client] = {.percentage = static_cast<int>(mps.thread_percentage),
+                     .pinned_mib = mps.pinned_mib};
+  if (Status set = ApplyLimits(mps.index); !set.ok()) {
     clients.erase(client);
     return set;
   }
@@ -39,9 +40,11 @@ Status ContainerMps::Join(const std::string& client, int index, const std::strin
   // container cannot plant or remove anything the daemon or another container trusts.
   out->mounts.push_back({std::string(kContainerMpsPipeDir), pipe, true});
   if (!shm_dir_.empty()) out->mounts.push_back({"/dev/shm", shm_dir_, false});
-  out->envs["CUDA_MPS_PIPE_DIRECTORY"] = std::string(kContainerMpsPipeDir);
-  out->envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(percentage);
-  out->envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + std::to_string(pinned_mib) + "M";
+  for (const std::string& entry :
+       launch::MpsClientEnvironment(mps, std::string(kContainerMpsPipeDir))) {
+    const size_t eq = entry.find('=');
+    out->envs[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
   return OkStatus();
 }
 

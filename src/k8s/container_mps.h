@@ -17,6 +17,7 @@
 
 #include "common/status.h"
 #include "k8s/device_provider.h"
+#include "launch/grant_limits.h"
 #include "node/mps_daemons.h"
 
 namespace gpufrac::k8s {
@@ -48,16 +49,15 @@ class ContainerMps {
   Status Start(int index, const std::string& uuid);
 
   // Makes the container `client` (a name unique among live containers on the node; the same
-  // name again replaces its earlier record) a client of GPU `index`'s daemon held to
-  // `percentage` of the GPU's SMs (1 to 100) and `pinned_mib` MiB of its memory: starts the
+  // name again replaces its earlier record) the MPS client `mps` of its GPU's daemon, held to
+  // its percentage of the GPU's SMs (1 to 100) and its pinned MiB of memory: starts the
   // daemon if need be, raises the daemon's limits to the most of any client recorded on the GPU
   // (a client's environment can only lower its own), and adds to `out` the pipe directory
   // mounted read-only at kContainerMpsPipeDir, the /dev/shm mount when there is a shm_dir, and
   // CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and
   // CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (for the container's device 0, the one GPU it sees through
   // MPS). Thread-safe.
-  Status Join(const std::string& client, int index, const std::string& uuid, int percentage,
-              uint64_t pinned_mib, ContainerAllocation* out);
+  Status Join(const std::string& client, const launch::MpsClient& mps, ContainerAllocation* out);
 
   // Forgets every client for which `gone` is true (its pod has ended), so the next Join sets
   // the limits from the clients left.

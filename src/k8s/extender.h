@@ -67,7 +67,7 @@ struct ExtenderOptions {
   std::set<std::string> scheduler_names = {"default-scheduler", "gpufrac-scheduler"};
   // The agent's pods (--agent-namespace, --agent-selector): while a node has one and none is
   // Ready, no pod asking for gpufrac's resources is placed or bound there (agent_pods.h).
-  AgentPodSelector agent_pods;
+  AgentPodSelector agent_pods = {};
 };
 
 // Why the filter refuses a node whose agent is not Ready (FailedScheduling lists it per node).

@@ -27,7 +27,7 @@ struct ExtenderServiceOptions {
   bool reservation_pods = false;  // Reserve GPUs with fractional bookings (Run:ai style).
   bool allow_unenforced = false;  // ExtenderOptions::allow_unenforced.
   // ExtenderOptions::scheduler_names, when given (else its defaults).
-  std::optional<std::set<std::string>> scheduler_names;
+  std::optional<std::set<std::string>> scheduler_names = std::nullopt;
   // How often one waiting pod may be tried again (Extender::RetryWaiting), at most.
   std::chrono::milliseconds retry_interval{30000};
   ReservationOptions reservation{};  // Namespace, image, ... of the reservation pods.

@@ -21,6 +21,7 @@
 #include "k8s/nvidia_provider.h"
 #include "k8s/object_fields.h"
 #include "k8s/pod_request.h"
+#include "launch/grant_limits.h"
 #include "launch/limit_file.h"
 
 namespace gpufrac::k8s {
@@ -250,15 +251,9 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
 
   ContainerAllocation out;
   std::vector<std::string> uuids;
-  std::vector<launch::LimitedGpu> limited;
-  // Its share of a GPU in MPS mode, if it has one (placement gives such a share alone).
-  struct MpsShare {
-    int index;
-    std::string uuid;
-    int percentage;
-    uint64_t pinned_mib;
-  };
-  std::optional<MpsShare> mps_share;
+  // Its shares (a whole GPU or a MIG instance is the container's own), each with the compute
+  // pair the node's policy gives the limit the pod asked.
+  std::vector<GpuGrant> shares;
   for (const GpuGrant& g : ca.gpus) {
     if (g.mig) {
       GPUFRAC_ASSIGN_OR_RETURN(std::string uuid, MigUuid(g.index, *g.mig, pods));
@@ -266,39 +261,30 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
       continue;
     }
     uuids.push_back(g.uuid);
-    if (g.milli < kMilliPerGpu) {
-      const GpuInfo* info = FindGpu(inventory_, g.index);
-      // The grant's share is its compute request (placement books GPU time); the limit is the
-      // pod's, else the policy's.
-      const std::optional<ComputePair> pair =
-          DecideComputePair(g.milli, ca.compute_limit_milli, options_.compute_policy);
-      const uint64_t context =
-          gpu::ContextChargeBytes(info != nullptr ? gpu::FindModel(info->model) : nullptr);
-      if (info != nullptr && info->mode == GpuMode::kMps) {
-        // Under MPS the share of the SMs is the compute limit, and MPS holds it: the limiter
-        // keeps the memory and the view, and no turns are taken (as gpufracd does). A whole GPU
-        // in MPS mode runs alone, outside MPS.
-        if (mps_share) {
-          return FailedPreconditionError(
-              "container " + ca.container + " of pod " + chosen->key +
-              " is booked on shares of two GPUs in MPS mode, which one MPS client cannot use; "
-              "delete the pod to schedule it again");
-        }
-        mps_share = MpsShare{
-            .index = g.index,
-            .uuid = g.uuid,
-            .percentage = pair ? static_cast<int>(MpsThreadPercentage(pair->limit_milli)) : 100,
-            .pinned_mib = g.memory_bytes >> 20};
-        limited.push_back(
-            {.uuid = g.uuid, .limit_bytes = g.memory_bytes, .context_bytes = context});
-        continue;
-      }
-      limited.push_back({.uuid = g.uuid,
-                         .limit_bytes = g.memory_bytes,
-                         .context_bytes = context,
-                         .compute = pair});
-    }
+    if (g.milli >= kMilliPerGpu) continue;
+    GpuGrant share = g;
+    share.compute = DecideComputePair(g.milli, ca.compute_limit_milli, options_.compute_policy);
+    shares.push_back(std::move(share));
   }
+  // A share on a GPU in MPS mode is an MPS client there (as under gpufracd; a whole GPU in MPS
+  // mode runs alone, outside MPS).
+  StatusOr<launch::GrantLimits> limits = launch::LimitsOfGrants(
+      shares,
+      [this](int index) {
+        const GpuInfo* info = FindGpu(inventory_, index);
+        return gpu::ContextChargeBytes(info != nullptr ? gpu::FindModel(info->model) : nullptr);
+      },
+      [this](int index) {
+        const GpuInfo* info = FindGpu(inventory_, index);
+        return info != nullptr && info->mode == GpuMode::kMps;
+      },
+      "container " + ca.container + " of pod " + chosen->key);
+  if (!limits.ok()) {
+    return FailedPreconditionError(limits.status().message() +
+                                   "; delete the pod to schedule it again");
+  }
+  const std::vector<launch::LimitedGpu>& limited = limits->gpus;
+  const std::optional<launch::MpsClient>& mps_share = limits->mps;
 
   const std::string subdir = "pods/" + uid + "/" + ca.container;
   if (!limited.empty()) {
@@ -310,8 +296,7 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
                                      options_.node +
                                      " is in MPS mode but the agent runs no MPS daemons");
     }
-    GPUFRAC_RETURN_IF_ERROR(mps_->Join(subdir, mps_share->index, mps_share->uuid,
-                                       mps_share->percentage, mps_share->pinned_mib, &out));
+    GPUFRAC_RETURN_IF_ERROR(mps_->Join(subdir, *mps_share, &out));
   }
   std::vector<int> indexes;
   for (const GpuGrant& g : ca.gpus) indexes.push_back(g.index);

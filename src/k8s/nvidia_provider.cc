@@ -312,7 +312,12 @@ StatusOr<ContainerAllocation> NvidiaProvider::Allocate(const std::vector<std::st
       const uint64_t pinned = static_cast<uint64_t>(
           static_cast<unsigned __int128>(info->memory_bytes) * shared->given / shared->replicas);
       GPUFRAC_RETURN_IF_ERROR(
-          limits_.mps->Join(subdir, shared->gpu, shared->uuid, mps_percentage, pinned >> 20, &out));
+          limits_.mps->Join(subdir,
+                            {.index = shared->gpu,
+                             .uuid = shared->uuid,
+                             .thread_percentage = static_cast<unsigned>(mps_percentage),
+                             .pinned_mib = pinned >> 20},
+                            &out));
     }
   }
   LogInfo("allocated %s: %s", resource_.c_str(), out.envs["CUDA_VISIBLE_DEVICES"].c_str());

@@ -6,11 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "common/gpu_request.h"
 #include "common/status.h"
@@ -62,7 +61,7 @@ struct PodRequest {
   // containers (UnenforcedReason), "" when none can: such a pod is given no share of a shared
   // GPU, only whole GPUs and MIG instances, where it can only hurt itself. The extender clears it
   // where the operator allows such pods to share.
-  std::string unenforced;
+  std::string unenforced = {};
   bool empty() const { return containers.empty(); }
   friend bool operator==(const PodRequest&, const PodRequest&) = default;
 };

@@ -15,8 +15,9 @@ namespace gpufrac::node {
 struct WorkloadStatus {
   int64_t job = 0;
   std::string user;
-  uint32_t milli = 0;                  // Its share: of the GPU's time, the compute request.
-  std::optional<ComputePair> compute;  // As its job's GpuShare: nullopt when not arbitrated.
+  uint32_t milli = 0;  // Its share: of the GPU's time, the compute request.
+  std::optional<ComputePair> compute =
+      std::nullopt;  // As its job's GpuGrant: nullopt when not arbitrated.
   uint64_t memory_limit = 0;
   uint64_t memory_used = 0;  // As the limiter's budget counts it now.
   double gpu_seconds = 0;    // GPU time its arbiter charged it so far.

@@ -1,4 +1,4 @@
-// A job of the node service: what a user submitted (JobSpec), where it runs (GpuShare) and how
+// A job of the node service: what a user submitted (JobSpec), where it runs (GpuGrant) and how
 // far it has got (JobState, outcome). One record, kept in the store and shown by the API.
 #pragma once
 
@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/compute_share.h"
 #include "common/gpu_request.h"
+#include "launch/gpu_grant.h"
 #include "proc/process_identity.h"
 
 namespace gpufrac::node {
@@ -44,19 +44,10 @@ struct JobSpec {
 uint64_t JobTextBytes(const std::vector<std::string>& command, const std::vector<std::string>& env,
                       const std::string& cwd, const std::string& name);
 
-// One GPU a running job holds: a share of it, and its memory limit there.
-struct GpuShare {
-  int index = 0;     // NVML index on this node.
-  std::string uuid;  // "GPU-..." (what CUDA_VISIBLE_DEVICES gets).
-  // Share of the GPU in thousandths (1000 = all of it): of its time, the job's compute request
-  // (by default its memory's share).
-  uint32_t milli = 0;
-  uint64_t memory_bytes = 0;  // Memory limit on this GPU (the limiter enforces it).
-  // Its share of the GPU's time as its limiter is given it (request = milli), decided when it
-  // starts; nullopt when its time is not arbitrated (whole GPUs, MIG, --gpu-compute-policy off).
-  std::optional<ComputePair> compute;
-  friend bool operator==(const GpuShare&, const GpuShare&) = default;
-};
+// One GPU a running job holds (the launchers' one grant type): its share, its memory limit and
+// its compute pair there, decided when it starts; the uuid is what CUDA_VISIBLE_DEVICES gets (a
+// MIG instance's own for a job on MIG).
+using launch::GpuGrant;
 
 struct Job {
   int64_t id = 0;  // From 1, never reused.
@@ -65,7 +56,7 @@ struct Job {
   int64_t submitted_ms = 0;    // Unix time in milliseconds.
   int64_t started_ms = 0;      // 0 until running.
   int64_t ended_ms = 0;        // 0 until final.
-  std::vector<GpuShare> gpus;  // Held while starting/running; kept afterwards for the record.
+  std::vector<GpuGrant> gpus;  // Held while starting/running; kept afterwards for the record.
   proc::ProcessId shim;        // Its supervisor (gpufrac-shim), pid + start time; once running.
   bool cancel_requested = false;
   // Outcome, once final: exit_code >= 0 when the command exited, signal > 0 when a signal ended

@@ -62,7 +62,7 @@ JobWire JobWire::Of(const Job& job, const std::string& wait_reason) {
   w.submitted_ms = job.submitted_ms;
   w.started_ms = job.started_ms;
   w.ended_ms = job.ended_ms;
-  for (const GpuShare& g : job.gpus) {
+  for (const GpuGrant& g : job.gpus) {
     w.gpus.push_back({g.index, g.uuid, g.milli / 1000.0, g.memory_bytes,
                       g.compute ? g.compute->limit_milli / 1000.0 : 0.0});
   }

@@ -398,7 +398,7 @@ bool QueueScheduler::Dequeue(int64_t id) {
   return true;
 }
 
-void QueueScheduler::AddRunning(int64_t id, int queue, const std::vector<GpuShare>& shares,
+void QueueScheduler::AddRunning(int64_t id, int queue, const std::vector<GpuGrant>& shares,
                                 uid_t uid) {
   Impl& s = *impl_;
   Dequeue(id);
@@ -408,7 +408,7 @@ void QueueScheduler::AddRunning(int64_t id, int queue, const std::vector<GpuShar
   run.queue = queue >= 0 && queue < static_cast<int>(s.queues.size()) ? queue : -1;
   // Shares alike on GPUs of one group are one placement, as if the scheduler had made it.
   std::map<std::tuple<int, uint32_t, uint64_t>, pl::GpuSet> alike;
-  for (const GpuShare& share : shares) {
+  for (const GpuGrant& share : shares) {
     int pos = s.node.PositionOf(share.index);
     if (pos < 0) continue;  // That GPU is gone.
     uint32_t milli = std::min(share.milli, kMilliPerGpu);

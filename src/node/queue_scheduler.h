@@ -60,7 +60,7 @@ struct PendingJob {
 
 struct StartDecision {
   int64_t id = 0;
-  std::vector<GpuShare> gpus;  // In GPU index order.
+  std::vector<GpuGrant> gpus;  // In GPU index order.
 };
 
 class QueueScheduler {
@@ -92,7 +92,7 @@ class QueueScheduler {
   bool Dequeue(int64_t id);
   // A job of user `uid` that already holds `shares` (re-adopted after a restart): counted as
   // running.
-  void AddRunning(int64_t id, int queue, const std::vector<GpuShare>& shares, uid_t uid = 0);
+  void AddRunning(int64_t id, int queue, const std::vector<GpuGrant>& shares, uid_t uid = 0);
   // A running job ended: its shares are free again. False if it was not running here.
   bool Finish(int64_t id);
 

@@ -26,6 +26,7 @@
 #include "common/text.h"
 #include "common/units.h"
 #include "launch/budget_dir.h"
+#include "launch/grant_limits.h"
 #include "launch/limit_file.h"
 #include "mig/apply.h"
 #include "mig/mig_parted.h"
@@ -92,14 +93,14 @@ Status CheckSubmission(const Submission& s) {
 
 std::vector<std::string> Uuids(const Job& job) {
   std::vector<std::string> uuids;
-  for (const GpuShare& g : job.gpus) uuids.push_back(g.uuid);
+  for (const GpuGrant& g : job.gpus) uuids.push_back(g.uuid);
   return uuids;
 }
 
 // "0 (4 GiB), 1 (whole)": the GPUs a job holds, for the log.
-std::string SharesText(const std::vector<GpuShare>& gpus) {
+std::string SharesText(const std::vector<GpuGrant>& gpus) {
   std::string out;
-  for (const GpuShare& g : gpus) {
+  for (const GpuGrant& g : gpus) {
     if (!out.empty()) out += ", ";
     out += std::to_string(g.index) +
            (g.milli < kMilliPerGpu ? " (" + FormatSize(g.memory_bytes) + ")" : " (whole)");
@@ -134,14 +135,6 @@ Status CheckStoreAgainstJobDirs(Store& store, const std::string& state_dir) {
       "from a backup, or end those jobs and move " +
       state_dir + "/jobs away to start afresh");
 }
-
-// What an MPS client is held to: its share's compute limit as a percentage of the SMs (all of
-// them where its time is not arbitrated), and its memory limit in MiB.
-int MpsThreadPercentage(const GpuShare& share) {
-  return share.compute ? static_cast<int>(gpufrac::MpsThreadPercentage(share.compute->limit_milli))
-                       : 100;
-}
-uint64_t MpsPinnedMiB(const GpuShare& share) { return share.memory_bytes >> 20; }
 
 }  // namespace
 
@@ -412,7 +405,7 @@ std::vector<GpuStatus> Service::Gpus() {
         WorkloadStatus w;
         w.job = id;
         w.user = it->second.spec.user;
-        for (const GpuShare& share : it->second.gpus) {
+        for (const GpuGrant& share : it->second.gpus) {
           if (share.index != view.gpu.index) continue;
           w.milli = share.milli;
           w.compute = share.compute;
@@ -535,7 +528,7 @@ void Service::ScheduleAndLaunch() {
       mig_->Finish(start.id);
       continue;
     }
-    GpuShare share;
+    GpuGrant share;
     share.index = start.gpu;
     share.uuid = start.uuid;
     share.memory_bytes = start.memory_bytes;
@@ -551,7 +544,7 @@ ComputePolicy Service::QueueComputePolicy(const std::string& queue) const {
   return config_.compute_policy;
 }
 
-std::optional<unsigned> Service::MigInstanceId(const GpuShare& share) const {
+std::optional<unsigned> Service::MigInstanceId(const GpuGrant& share) const {
   if (mig_hardware_.backend() == nullptr) return std::nullopt;
   auto instances = mig_hardware_.backend()->List(share.index);
   if (!instances.ok()) return std::nullopt;
@@ -561,8 +554,8 @@ std::optional<unsigned> Service::MigInstanceId(const GpuShare& share) const {
   return std::nullopt;
 }
 
-LaunchSpec Service::MakeLaunchSpec(const Job& job,
-                                   const std::map<int, std::string>& mps_pipes) const {
+StatusOr<LaunchSpec> Service::MakeLaunchSpec(const Job& job,
+                                             const std::map<int, std::string>& mps_pipes) const {
   LaunchSpec spec;
   spec.job_dir = JobDir(job.id);
   spec.workload = WorkloadName(job.id);
@@ -571,31 +564,25 @@ LaunchSpec Service::MakeLaunchSpec(const Job& job,
   spec.cwd = job.spec.cwd;
   spec.uid = job.spec.uid;
   spec.gid = job.spec.gid;
-  for (const GpuShare& share : job.gpus) {
-    uint64_t context = 0;
-    for (const NodeGpu& g : config_.inventory.gpus) {
-      if (g.index == share.index) context = g.context_bytes;
-    }
-    auto pipe = mps_pipes.find(share.index);
-    if (pipe != mps_pipes.end()) {
-      // Under MPS the share of the SMs is the compute limit, and MPS holds it: the limiter keeps
-      // the memory and the view, and no turns are taken.
-      spec.gpus.push_back(
-          {.uuid = share.uuid, .limit_bytes = share.memory_bytes, .context_bytes = context});
-      spec.extra_env.push_back("CUDA_MPS_PIPE_DIRECTORY=" + pipe->second);
-      spec.extra_env.push_back("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=" +
-                               std::to_string(MpsThreadPercentage(share)));
-      spec.extra_env.push_back(
-          "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=" + std::to_string(MpsPinnedMiB(share)) + "M");
-      continue;
-    }
-    spec.gpus.push_back({.uuid = share.uuid,
-                         .limit_bytes = share.memory_bytes,
-                         .context_bytes = context,
-                         .compute = share.compute});
+  // Under MPS the share of the SMs is the compute limit, and MPS holds it: the limiter keeps
+  // the memory and the view, and no turns are taken.
+  GPUFRAC_ASSIGN_OR_RETURN(launch::GrantLimits limits,
+                           launch::LimitsOfGrants(
+                               job.gpus,
+                               [this](int index) {
+                                 for (const NodeGpu& g : config_.inventory.gpus) {
+                                   if (g.index == index) return g.context_bytes;
+                                 }
+                                 return uint64_t{0};
+                               },
+                               [&mps_pipes](int index) { return mps_pipes.count(index) > 0; },
+                               "job " + std::to_string(job.id)));
+  spec.gpus = std::move(limits.gpus);
+  if (limits.mps) {
+    spec.extra_env = launch::MpsClientEnvironment(*limits.mps, mps_pipes.at(limits.mps->index));
   }
   std::vector<FencedGpu> fenced;
-  for (const GpuShare& share : job.gpus) {
+  for (const GpuGrant& share : job.gpus) {
     FencedGpu f;
     for (const NodeGpu& g : config_.inventory.gpus) {
       if (g.index == share.index) f.minor = g.minor;
@@ -631,7 +618,7 @@ void Service::Launch(Job& job, const StartDecision& decision) {
   const GpuRequest& request = job.spec.request;
   const bool shares =
       request.kind == GpuRequest::Kind::kMemory || request.kind == GpuRequest::Kind::kFraction;
-  for (GpuShare& g : starting.gpus) {
+  for (GpuGrant& g : starting.gpus) {
     // A share that landed on a MIG instance has the instance's own compute.
     g.compute = shares && g.uuid.rfind("MIG-", 0) != 0
                     ? DecideComputePair(g.milli, AskedComputeLimit(request), policy)
@@ -649,7 +636,8 @@ void Service::Launch(Job& job, const StartDecision& decision) {
     (void)Finish(job, JobState::kFailed, "could not start: " + mps_pipes.status().message(), -1, 0);
     return;
   }
-  StatusOr<proc::ProcessId> shim = runner_.Prepare(MakeLaunchSpec(job, *mps_pipes));
+  StatusOr<LaunchSpec> spec = MakeLaunchSpec(job, *mps_pipes);
+  StatusOr<proc::ProcessId> shim = spec.ok() ? runner_.Prepare(*spec) : spec.status();
   if (!shim.ok()) {
     (void)Finish(job, JobState::kFailed, "could not start: " + shim.status().message(), -1, 0);
     return;
@@ -877,7 +865,7 @@ Status Service::LoadMpsGpus() {
 
 StatusOr<std::map<int, std::string>> Service::PrepareMps(const Job& job) {
   std::map<int, std::string> pipes;
-  for (const GpuShare& share : job.gpus) {
+  for (const GpuGrant& share : job.gpus) {
     const NodeGpu* node_gpu = nullptr;
     for (const NodeGpu& g : config_.inventory.gpus) {
       if (g.index == share.index) node_gpu = &g;
@@ -890,17 +878,18 @@ StatusOr<std::map<int, std::string>> Service::PrepareMps(const Job& job) {
     GPUFRAC_ASSIGN_OR_RETURN(std::string pipe, mps_.Ensure(share.index, share.uuid));
     // The server's limits are the most any of its clients here may have (all are one user's:
     // the scheduler keeps other users off), so a client's environment can only lower its own.
-    int percentage = MpsThreadPercentage(share);
-    uint64_t pinned = MpsPinnedMiB(share);
+    launch::MpsClient most = launch::MpsClientOf(share);
     for (const auto& [id, other] : active_) {
       if (other.state != JobState::kRunning) continue;
-      for (const GpuShare& s : other.gpus) {
+      for (const GpuGrant& s : other.gpus) {
         if (s.index != share.index) continue;
-        percentage = std::max(percentage, MpsThreadPercentage(s));
-        pinned = std::max(pinned, MpsPinnedMiB(s));
+        const launch::MpsClient client = launch::MpsClientOf(s);
+        most.thread_percentage = std::max(most.thread_percentage, client.thread_percentage);
+        most.pinned_mib = std::max(most.pinned_mib, client.pinned_mib);
       }
     }
-    GPUFRAC_RETURN_IF_ERROR(mps_.SetLimits(share.index, percentage, pinned));
+    GPUFRAC_RETURN_IF_ERROR(
+        mps_.SetLimits(share.index, static_cast<int>(most.thread_percentage), most.pinned_mib));
     pipes[share.index] = pipe;
   }
   return pipes;
@@ -910,7 +899,7 @@ void Service::WatchMpsOfRunningJobs() {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [id, job] : active_) {
     if (job.state != JobState::kRunning) continue;
-    for (const GpuShare& share : job.gpus) {
+    for (const GpuGrant& share : job.gpus) {
       for (const NodeGpu& g : config_.inventory.gpus) {
         if (g.index != share.index || g.mode != gpu::GpuMode::kMps) continue;
         if (StatusOr<std::string> pipe = mps_.Ensure(g.index, g.uuid); !pipe.ok()) {
@@ -926,7 +915,7 @@ void Service::NoteMpsDaemonEnded(int index, const std::string& how) {
   LogWarning("the MPS daemon of GPU %d %s", index, how.c_str());
   for (auto& [id, job] : active_) {
     if (job.state != JobState::kRunning) continue;
-    for (const GpuShare& share : job.gpus) {
+    for (const GpuGrant& share : job.gpus) {
       if (share.index != index) continue;
       // Shown while it runs, and kept in its final reason.
       Job noted = job;

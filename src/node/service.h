@@ -20,9 +20,9 @@
 
 #include "common/status.h"
 #include "machine/node_gpus.h"
+#include "node/compute_samples.h"
 #include "node/gpu_status.h"
 #include "node/job.h"
-#include "node/compute_samples.h"
 #include "node/job_runner.h"
 #include "node/mig_hardware.h"
 #include "node/mig_scheduler.h"
@@ -149,7 +149,8 @@ class Service {
   void FailStrandedJobs();
   std::string WorkloadName(int64_t id) const;
   // `mps_pipes`: the pipe directory of each of the job's GPUs in MPS mode, by index.
-  LaunchSpec MakeLaunchSpec(const Job& job, const std::map<int, std::string>& mps_pipes) const;
+  StatusOr<LaunchSpec> MakeLaunchSpec(const Job& job,
+                                      const std::map<int, std::string>& mps_pipes) const;
   // The MPS daemons of the job's GPUs in MPS mode, started if needed, with their server-side
   // limits raised to what the job asks for; the pipe directory of each by GPU index.
   StatusOr<std::map<int, std::string>> PrepareMps(const Job& job);
@@ -164,7 +165,7 @@ class Service {
   Status LoadMpsGpus();
   // The id of the MIG GPU instance whose UUID `share` holds; nullopt when the driver does not
   // list it.
-  std::optional<unsigned> MigInstanceId(const GpuShare& share) const;
+  std::optional<unsigned> MigInstanceId(const GpuGrant& share) const;
   // The compute policy of queue `queue`: its own, else the node's.
   ComputePolicy QueueComputePolicy(const std::string& queue) const;
   int64_t NowMs() const;

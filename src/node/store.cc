@@ -294,9 +294,9 @@ bool DecodeStrings(std::string_view text, std::vector<std::string>* out) {
   return true;
 }
 
-std::string EncodeGpus(const std::vector<GpuShare>& gpus) {
+std::string EncodeGpus(const std::vector<GpuGrant>& gpus) {
   json array = json::array();
-  for (const GpuShare& g : gpus) {
+  for (const GpuGrant& g : gpus) {
     // The compute request is the share booked ("milli"); "compute_limit_milli" 0 (or absent, in
     // rows written before compute shares) is a share whose time is not arbitrated.
     array.push_back({{"index", g.index},
@@ -327,13 +327,13 @@ bool JsonToInt(const json& object, const char* key, T* out) {
   return true;
 }
 
-bool DecodeGpus(std::string_view text, std::vector<GpuShare>* out) {
+bool DecodeGpus(std::string_view text, std::vector<GpuGrant>* out) {
   json array = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!array.is_array()) return false;
   out->clear();
   for (const json& element : array) {
     if (!element.is_object()) return false;
-    GpuShare& g = out->emplace_back();
+    GpuGrant& g = out->emplace_back();
     auto uuid = element.find("uuid");
     if (!JsonToInt(element, "index", &g.index) || uuid == element.end() ||
         !JsonToString(*uuid, &g.uuid) || !JsonToInt(element, "milli", &g.milli) ||

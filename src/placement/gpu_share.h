@@ -33,8 +33,8 @@ std::optional<GpuShareSize> ShareForFraction(uint32_t milli, uint64_t total, uin
 // GPU's idle time), as the node service's fair policy gives; no compute pair for all of the GPU.
 struct OneGpuLimits {
   uint64_t memory_bytes = 0;
-  uint32_t share_milli = 0;            // What the memory is of the GPU (1000: all of it).
-  std::optional<ComputePair> compute;  // nullopt for all of the GPU.
+  uint32_t share_milli = 0;  // What the memory is of the GPU (1000: all of it).
+  std::optional<ComputePair> compute = std::nullopt;  // nullopt for all of the GPU.
 };
 // The GPU has `total` bytes, a CUDA context takes `context` there, and `gpu` names it in errors
 // ("GPU 0 (NVIDIA A100-SXM4-40GB)"). kInvalidArgument, one line: more memory than the GPU has,

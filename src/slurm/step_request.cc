@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 
 #include "common/compute_share.h"
 #include "common/text.h"
 #include "common/units.h"
 #include "gpu/catalogue.h"
+#include "launch/grant_limits.h"
 #include "placement/gpu_share.h"
 
 namespace gpufrac::slurm {
@@ -116,9 +118,12 @@ StatusOr<std::vector<launch::LimitedGpu>> StepLimits(const GpuRequest& request,
   if (request.kind != GpuRequest::Kind::kMemory && request.kind != GpuRequest::Kind::kFraction) {
     return InvalidArgumentError("gpufrac's Slurm options share a GPU by memory or fraction only");
   }
-  std::vector<launch::LimitedGpu> out;
+  // The step's grants, one per GPU, and what a CUDA context takes on each.
+  std::vector<launch::GpuGrant> grants;
+  std::map<int, uint64_t> contexts;
   for (const gpu::DeviceInfo& device : gpus) {
     const uint64_t context = gpu::ContextChargeBytes(device.model);
+    contexts[static_cast<int>(device.index)] = context;
     GPUFRAC_ASSIGN_OR_RETURN(placement::OneGpuLimits limits,
                              placement::LimitsOnOneGpu(
                                  request, device.memory_total, context,
@@ -134,12 +139,19 @@ StatusOr<std::vector<launch::LimitedGpu>> StepLimits(const GpuRequest& request,
                                   FormatMilli(limits.share_milli) + ": ask for at most " +
                                   FormatMilli(limits.share_milli) + ", or for more memory");
     }
-    out.push_back({.uuid = device.uuid,
-                   .limit_bytes = limits.memory_bytes,
-                   .context_bytes = context,
-                   .compute = limits.compute});
+    grants.push_back({.index = static_cast<int>(device.index),
+                      .uuid = device.uuid,
+                      .milli = limits.share_milli,
+                      .memory_bytes = limits.memory_bytes,
+                      .compute = limits.compute});
   }
-  return out;
+  // Under Slurm's mps GRES, Slurm sets the MPS client's variables itself (spank_plugin.cc): the
+  // limiter's share of the work is the same on every GPU.
+  GPUFRAC_ASSIGN_OR_RETURN(launch::GrantLimits limits,
+                           launch::LimitsOfGrants(
+                               grants, [&contexts](int index) { return contexts.at(index); },
+                               [](int) { return false; }, "the step"));
+  return std::move(limits.gpus);
 }
 
 std::optional<unsigned> MpsThreadPercentage(const GpuRequest& request) {

@@ -52,7 +52,7 @@ std::unique_ptr<QueueScheduler> Make(std::vector<NodeGpu> gpus, QueueConfig queu
   return s.ok() ? std::move(*s) : nullptr;
 }
 
-GpuShare Share(int index, uint32_t milli, uint64_t memory) {
+GpuGrant Share(int index, uint32_t milli, uint64_t memory) {
   return {.index = index, .uuid = "", .milli = milli, .memory_bytes = memory};
 }
 
@@ -82,12 +82,12 @@ struct SimJob {
 struct Initial {
   int64_t id;
   int queue;
-  std::vector<GpuShare> shares;
+  std::vector<GpuGrant> shares;
   int64_t end_ms;
 };
 struct SimRun {
   std::map<int64_t, int64_t> start_ms;
-  std::map<int64_t, std::vector<GpuShare>> gpus;
+  std::map<int64_t, std::vector<GpuGrant>> gpus;
 };
 
 SimRun Simulate(QueueScheduler& s, const std::vector<Initial>& initial,
@@ -137,10 +137,10 @@ TEST(QueueScheduler, TranslatesEachRequestKindPerModel) {
               .submitted_ms = 0});
   auto d = s->Schedule(0);
   ASSERT_EQ(d.size(), 4u);
-  EXPECT_EQ(Find(d, 1).gpus, std::vector<GpuShare>({{1, "GPU-a30-1", 417, 10 * kGiB}}));
-  EXPECT_EQ(Find(d, 2).gpus, std::vector<GpuShare>({{0, "GPU-h100-0", 377, 30 * kGiB}}));
-  EXPECT_EQ(Find(d, 3).gpus, std::vector<GpuShare>({{1, "GPU-a30-1", 250, 6 * kGiB}}));
-  EXPECT_EQ(Find(d, 4).gpus, std::vector<GpuShare>({{0, "GPU-h100-0", 250, kH100Memory / 4}}));
+  EXPECT_EQ(Find(d, 1).gpus, std::vector<GpuGrant>({{1, "GPU-a30-1", 417, 10 * kGiB}}));
+  EXPECT_EQ(Find(d, 2).gpus, std::vector<GpuGrant>({{0, "GPU-h100-0", 377, 30 * kGiB}}));
+  EXPECT_EQ(Find(d, 3).gpus, std::vector<GpuGrant>({{1, "GPU-a30-1", 250, 6 * kGiB}}));
+  EXPECT_EQ(Find(d, 4).gpus, std::vector<GpuGrant>({{0, "GPU-h100-0", 250, kH100Memory / 4}}));
 }
 
 TEST(QueueScheduler, AWholeOnlyGpuNeverTakesAShare) {
@@ -175,8 +175,8 @@ TEST(QueueScheduler, WholeGpusGetAllTheirMemoryOnTheSmallestModel) {
               .submitted_ms = 0});
   auto d = s->Schedule(0);
   ASSERT_EQ(d.size(), 2u);
-  EXPECT_EQ(Find(d, 1).gpus, std::vector<GpuShare>({{1, "GPU-a30-1", 1000, kA30Memory}}));
-  EXPECT_EQ(Find(d, 2).gpus, std::vector<GpuShare>({{0, "GPU-h100-0", 1000, kH100Memory}}));
+  EXPECT_EQ(Find(d, 1).gpus, std::vector<GpuGrant>({{1, "GPU-a30-1", 1000, kA30Memory}}));
+  EXPECT_EQ(Find(d, 2).gpus, std::vector<GpuGrant>({{0, "GPU-h100-0", 1000, kH100Memory}}));
 }
 
 TEST(QueueScheduler, UsesTheLargerModelWhenTheSmallerIsFull) {
@@ -474,13 +474,16 @@ TEST(QueueScheduler, AnMpsGpuRunsOneUsersJobsAtATime) {
   mps.mode = gpu::GpuMode::kMps;
   auto s = Make({mps}, Queues({{"q", 1.0}}));
   for (int64_t id : {1, 2}) {
-    s->Enqueue({.id = id, .queue = 0, .request = GpuRequest::Fraction(250), .submitted_ms = id,
+    s->Enqueue({.id = id,
+                .queue = 0,
+                .request = GpuRequest::Fraction(250),
+                .submitted_ms = id,
                 .uid = 1000});
   }
-  s->Enqueue({.id = 3, .queue = 0, .request = GpuRequest::Fraction(250), .submitted_ms = 3,
-              .uid = 1001});
-  s->Enqueue({.id = 4, .queue = 0, .request = GpuRequest::Fraction(250), .submitted_ms = 4,
-              .uid = 1000});
+  s->Enqueue(
+      {.id = 3, .queue = 0, .request = GpuRequest::Fraction(250), .submitted_ms = 3, .uid = 1001});
+  s->Enqueue(
+      {.id = 4, .queue = 0, .request = GpuRequest::Fraction(250), .submitted_ms = 4, .uid = 1000});
   // User 1000's first two run side by side; user 1001's waits for the GPU, and (FIFO) so does
   // the job behind it.
   EXPECT_EQ(Ids(s->Schedule(10)), (std::vector<int64_t>{1, 2}));
@@ -495,16 +498,16 @@ TEST(QueueScheduler, AnMpsGpuRunsOneUsersJobsAtATime) {
   // Re-adopted after a restart, a running job keeps its user.
   auto again = Make({mps}, Queues({{"q", 1.0}}));
   again->AddRunning(7, 0, {Share(0, 250, 20 * kGiB)}, 1001);
-  again->Enqueue({.id = 8, .queue = 0, .request = GpuRequest::Fraction(250), .submitted_ms = 0,
-                  .uid = 1000});
+  again->Enqueue(
+      {.id = 8, .queue = 0, .request = GpuRequest::Fraction(250), .submitted_ms = 0, .uid = 1000});
   EXPECT_TRUE(again->Schedule(10).empty());
 
   // With a time-sliced GPU beside it, the other user's share goes there at once.
   NodeGpu shared = H100(1);
   auto two = Make({mps, shared}, Queues({{"q", 1.0}}));
   two->AddRunning(7, 0, {Share(0, 250, 20 * kGiB)}, 1001);
-  two->Enqueue({.id = 8, .queue = 0, .request = GpuRequest::Fraction(250), .submitted_ms = 0,
-                .uid = 1000});
+  two->Enqueue(
+      {.id = 8, .queue = 0, .request = GpuRequest::Fraction(250), .submitted_ms = 0, .uid = 1000});
   StartDecision d = Find(two->Schedule(10), 8);
   ASSERT_EQ(d.gpus.size(), 1u);
   EXPECT_EQ(d.gpus[0].index, 1);
@@ -559,7 +562,7 @@ TEST(QueueScheduler, RunningJobsQueuesAndGpuViews) {
   EXPECT_EQ(s->Queues()[1].milli_in_use, 0u);
   auto d = s->Schedule(1);
   ASSERT_EQ(d.size(), 1u);
-  EXPECT_EQ(d[0].gpus, std::vector<GpuShare>({{3, "GPU-h100-3", 1000, kH100Memory},
+  EXPECT_EQ(d[0].gpus, std::vector<GpuGrant>({{3, "GPU-h100-3", 1000, kH100Memory},
                                               {5, "GPU-h100-5", 1000, kH100Memory}}));
   EXPECT_EQ(s->pending_count(), 0u);
   EXPECT_EQ(s->WaitReason(8), "");
@@ -594,7 +597,7 @@ TEST_P(RandomizedInvariants, NothingOvercommittedAndEveryJobStarts) {
 
   struct Held {
     int queue;
-    std::vector<GpuShare> shares;
+    std::vector<GpuGrant> shares;
   };
   std::map<int64_t, std::pair<int, GpuRequest>> pending;
   std::map<int64_t, Held> running;
@@ -608,7 +611,7 @@ TEST_P(RandomizedInvariants, NothingOvercommittedAndEveryJobStarts) {
     uint32_t want_count = r.kind == GpuRequest::Kind::kWholeGpus ? r.gpus : 1;
     ASSERT_EQ(d.gpus.size(), want_count);
     for (size_t i = 0; i < d.gpus.size(); ++i) {
-      const GpuShare& g = d.gpus[i];
+      const GpuGrant& g = d.gpus[i];
       const NodeGpu& gpu = *by_index.at(g.index);
       if (i > 0) {
         EXPECT_LT(d.gpus[i - 1].index, g.index);
@@ -646,7 +649,7 @@ TEST_P(RandomizedInvariants, NothingOvercommittedAndEveryJobStarts) {
     std::map<int, std::pair<uint64_t, uint64_t>> used;  // index -> milli, memory
     std::vector<uint64_t> queue_milli(config.queues.size(), 0);
     for (const auto& [id, h] : running) {
-      for (const GpuShare& g : h.shares) {
+      for (const GpuGrant& g : h.shares) {
         used[g.index].first += g.milli;
         used[g.index].second += g.memory_bytes;
         queue_milli[h.queue] += g.milli;

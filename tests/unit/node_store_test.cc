@@ -594,7 +594,7 @@ JobSpec SpecFor(int64_t n, int which) {
   return spec;
 }
 
-std::vector<GpuShare> GpusFor(int64_t n) {
+std::vector<GpuGrant> GpusFor(int64_t n) {
   return {{static_cast<int>(n % 8), "GPU-" + std::to_string(n), 500, uint64_t(n) << 20}};
 }
 
