@@ -31,8 +31,7 @@ namespace {
 
 namespace pl = placement;
 
-constexpr uint64_t kHostPlenty = uint64_t{1} << 60;  // CPU and memory are kube-scheduler's job.
-constexpr double kPackingTieBreak = 1e-3;            // Of a score: see Decide.
+constexpr double kPackingTieBreak = 1e-3;  // Of a score: see Decide.
 
 // Alike GPUs of one node: one placement node.
 struct Group : pl::GpuGroup {
@@ -152,12 +151,7 @@ struct Ledger::Impl {
         // g.model_id stays -1: the extender's requests name no model set (its groups are
         // per model already), as before the shared adapter.
         g.cluster_node = static_cast<int>(specs.size());
-        specs.push_back({.name = name,
-                         .cpu_milli = kHostPlenty,
-                         .memory_bytes = kHostPlenty,
-                         .model = *model,
-                         .gpu_count = static_cast<int>(g.gpus.size()),
-                         .gpu_memory_bytes = g.memory_bytes});
+        specs.push_back(pl::GroupNodeSpec(name, g, *model));
       }
     }
     scheduler.reset();

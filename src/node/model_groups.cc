@@ -12,10 +12,6 @@ namespace {
 
 namespace pl = ::gpufrac::placement;
 
-// Host CPU and memory are not the scheduler's business: the per-model placement nodes get so
-// much that they never limit, and requests ask for none.
-constexpr uint64_t kHostPlenty = uint64_t{1} << 50;
-
 std::string JoinAnd(const std::vector<std::string>& parts) {
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -84,12 +80,7 @@ StatusOr<pl::Cluster> ModelGroups::MakeCluster() const {
   std::vector<pl::NodeSpec> specs;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const pl::GpuGroup& group = groups_[g];
-    specs.push_back({.name = "g" + std::to_string(g),
-                     .cpu_milli = kHostPlenty,
-                     .memory_bytes = kHostPlenty,
-                     .model = group.model_id,
-                     .gpu_count = static_cast<int>(group.members.size()),
-                     .gpu_memory_bytes = group.memory_bytes});
+    specs.push_back(pl::GroupNodeSpec("g" + std::to_string(g), group, group.model_id));
   }
   return pl::Cluster::Create(names_, std::move(specs));
 }

@@ -33,6 +33,15 @@ std::vector<GpuGroup> GroupHostGpus(const std::vector<HostGpu>& gpus) {
   return groups;
 }
 
+NodeSpec GroupNodeSpec(std::string name, const GpuGroup& group, int model) {
+  return {.name = std::move(name),
+          .cpu_milli = kHostPlenty,
+          .memory_bytes = kHostPlenty,
+          .model = model,
+          .gpu_count = static_cast<int>(group.members.size()),
+          .gpu_memory_bytes = group.memory_bytes};
+}
+
 std::optional<Request> RequestOnGroup(const GpuRequest& r, const GpuGroup& g) {
   if (r.kind == GpuRequest::Kind::kMigProfile) return std::nullopt;  // Needs a GPU in MIG mode.
   if (!r.gpu_model.empty() && !EqualsIgnoreCase(g.model, r.gpu_model)) return std::nullopt;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/gpu_request.h"
+#include "placement/cluster.h"
 #include "placement/request.h"
 
 namespace gpufrac::placement {
@@ -36,6 +37,15 @@ struct GpuGroup {
 
 // Groups `gpus` in the order each kind first appears, members in list order.
 std::vector<GpuGroup> GroupHostGpus(const std::vector<HostGpu>& gpus);
+
+// What a host has of CPU and memory as placement sees a GPU group: more than anything asks. The
+// node service and the extender place GPUs only (the host's CPU and memory are the job's own
+// limits' and kube-scheduler's to decide).
+inline constexpr uint64_t kHostPlenty = uint64_t{1} << 60;
+
+// The placement node of `group` (at most kMaxGpusPerNode members), named `name`, its GPUs of
+// model id `model`: one node spec for the node service's groups and the extender's alike.
+NodeSpec GroupNodeSpec(std::string name, const GpuGroup& group, int model);
 
 // What `request` takes on the GPUs of `group`: its GPU count, the share of each and the memory
 // limit on each, and (when it names a model and the group has an id) the allowed model. Nullopt
