@@ -17,6 +17,7 @@ add_dependencies(gpu_devices_test gpufrac_test_fake_nvml)
 target_compile_definitions(gpu_devices_test PRIVATE
   GPUFRAC_FAKE_NVML="$<TARGET_FILE:gpufrac_test_fake_nvml>")
 gpufrac_test(common_gpu_request_test unit SOURCES unit/common_gpu_request_test.cc LIBS gpufrac_common)
+gpufrac_test(common_posix_test unit SOURCES unit/common_posix_test.cc LIBS gpufrac_common)
 gpufrac_test(common_compute_share_test unit SOURCES unit/common_compute_share_test.cc
              LIBS gpufrac_common)
 gpufrac_test(proc_process_test unit SOURCES unit/proc_process_test.cc LIBS gpufrac_proc)

@@ -10,11 +10,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "common/posix.h"
 #include "launch/cgroup.h"
 #include "slurm/job_processes.h"
 
@@ -24,27 +24,21 @@ namespace {
 // Writes each of `majors` as a denial ("c M:* rwm") to the devices.deny of cgroup `dir`; false
 // when `dir` has none (not a devices hierarchy).
 StatusOr<bool> Deny(const std::string& dir, const std::vector<unsigned>& majors) {
-  const int dirfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (dirfd < 0) {
-    return UnavailableError("cannot open " + dir + ": " + std::strerror(errno));
-  }
-  const int fd = openat(dirfd, "devices.deny", O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
-  const int open_errno = errno;
-  close(dirfd);
-  if (fd < 0 && open_errno == ENOENT) return false;
-  if (fd < 0) {
-    return UnavailableError("cannot open " + dir + "/devices.deny: " + std::strerror(open_errno));
+  UniqueFd dirfd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (const int err = errno; !dirfd.valid()) return ErrnoStatus("cannot open " + dir, err);
+  UniqueFd fd(openat(dirfd.get(), "devices.deny", O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (const int err = errno; !fd.valid()) {
+    if (err == ENOENT) return false;
+    return ErrnoStatus("cannot open " + dir + "/devices.deny", err);
   }
   for (unsigned major : majors) {
     // The devices controller takes one rule per write.
     const std::string rule = "c " + std::to_string(major) + ":* rwm";
-    if (write(fd, rule.data(), rule.size()) != static_cast<ssize_t>(rule.size())) {
-      const int err = errno;
-      close(fd);
-      return UnavailableError("cannot deny " + rule + " in " + dir + ": " + std::strerror(err));
+    const ssize_t written = write(fd.get(), rule.data(), rule.size());
+    if (const int err = written < 0 ? errno : EIO; written != static_cast<ssize_t>(rule.size())) {
+      return ErrnoStatus("cannot deny " + rule + " in " + dir, err);
     }
   }
-  close(fd);
   return true;
 }
 
