@@ -18,6 +18,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/posix.h"
+
 namespace gpufrac::slurm {
 namespace {
 
@@ -43,36 +45,26 @@ std::string Unescape(const std::string& text) {
   return out;
 }
 
-// A directory (root's, with `roots`), opened without following a link; -1 otherwise.
-int OpenDir(const std::string& path, bool roots) {
-  int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return -1;
+// A directory (root's, with `roots`), opened without following a link; none otherwise.
+UniqueFd OpenDir(const std::string& path, bool roots) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return fd;
   struct stat st {};
-  if (fstat(fd, &st) != 0 || (roots && st.st_uid != 0)) {
-    close(fd);
-    return -1;
-  }
+  if (fstat(fd.get(), &st) != 0 || (roots && st.st_uid != 0)) return UniqueFd();
   return fd;
 }
 
-bool IsDir(const std::string& path, bool roots) {
-  int fd = OpenDir(path, roots);
-  if (fd < 0) return false;
-  close(fd);
-  return true;
-}
+bool IsDir(const std::string& path, bool roots) { return OpenDir(path, roots).valid(); }
 
 // The subdirectories in `path` (root's, with `roots`). Below a job's cgroup they may be its
 // user's: Slurm hands the step and task cgroups to the job's user under cgroup v1.
 std::vector<std::string> SubDirs(const std::string& path, bool roots = true) {
   std::vector<std::string> out;
-  int fd = OpenDir(path, roots);
-  if (fd < 0) return out;
-  DIR* dir = fdopendir(fd);
-  if (dir == nullptr) {
-    close(fd);
-    return out;
-  }
+  UniqueFd fd = OpenDir(path, roots);
+  if (!fd.valid()) return out;
+  DIR* dir = fdopendir(fd.get());
+  if (dir == nullptr) return out;
+  fd.Release();  // The directory stream owns it now.
   while (dirent* entry = readdir(dir)) {
     const std::string name = entry->d_name;
     if (entry->d_type != DT_DIR || name == "." || name == "..") continue;
@@ -145,26 +137,25 @@ std::vector<Target> Targets(const std::vector<std::string>& dirs) {
 
 // The whole of a small /proc file; nullopt when the process is gone, an error otherwise.
 StatusOr<std::optional<std::string>> ReadProcFile(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT || errno == ESRCH) return std::optional<std::string>();
-    return UnavailableError("cannot read " + path + ": " + std::strerror(errno));
+  // Any failure but the process's end is kUnavailable (the callers fail closed).
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (const int err = errno; !fd.valid()) {
+    if (err == ENOENT || err == ESRCH) return std::optional<std::string>();
+    return UnavailableError(ErrnoStatus("cannot read " + path, err).message());
   }
   std::string text;
   char buf[4096];
   for (;;) {
-    ssize_t n = read(fd, buf, sizeof(buf));
+    ssize_t n = read(fd.get(), buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int err = errno;
-      close(fd);
       if (err == ESRCH) return std::optional<std::string>();
-      return UnavailableError("cannot read " + path + ": " + std::strerror(err));
+      return UnavailableError(ErrnoStatus("cannot read " + path, err).message());
     }
     if (n == 0) break;
     text.append(buf, static_cast<size_t>(n));
   }
-  close(fd);
   return std::optional<std::string>(std::move(text));
 }
 
@@ -225,17 +216,15 @@ StatusOr<std::vector<Member>> Scan(const std::vector<Target>& targets, pid_t exc
   std::vector<Member> out;
   if (targets.empty()) return out;
   DIR* proc = opendir("/proc");
-  if (proc == nullptr) {
-    return UnavailableError(std::string("cannot list /proc: ") + std::strerror(errno));
+  if (const int err = errno; proc == nullptr) {
+    return UnavailableError(ErrnoStatus("cannot list /proc", err).message());
   }
   Status failed = OkStatus();
   for (;;) {
     errno = 0;
     const dirent* entry = readdir(proc);
-    if (entry == nullptr) {
-      if (errno != 0) {
-        failed = UnavailableError(std::string("cannot list /proc: ") + std::strerror(errno));
-      }
+    if (const int err = errno; entry == nullptr) {
+      if (err != 0) failed = UnavailableError(ErrnoStatus("cannot list /proc", err).message());
       break;
     }
     pid_t pid = 0;
@@ -262,25 +251,23 @@ StatusOr<std::vector<Member>> Scan(const std::vector<Target>& targets, pid_t exc
 // open, still put it in `targets` (a PID reused meanwhile by a process elsewhere is left alone;
 // one reused and reaped again gets the signal on its dead pidfd, harmlessly).
 void Kill(const Member& member, const std::vector<Target>& targets) {
-  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, member.pid, 0));
-  if (pidfd < 0) {
+  UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, member.pid, 0)));
+  if (const int err = errno; !pidfd.valid()) {
     // A kernel without pidfds (before 5.3): a plain kill, checked just before.
     StatusOr<std::optional<Member>> still = MemberOf(member.pid, targets);
-    if (errno == ENOSYS && still.ok() && *still) kill(member.pid, SIGKILL);
+    if (err == ENOSYS && still.ok() && *still) kill(member.pid, SIGKILL);
     return;  // Else gone already (ESRCH).
   }
   StatusOr<std::optional<Member>> still = MemberOf(member.pid, targets);
-  if (still.ok() && *still) syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
-  close(pidfd);
+  if (still.ok() && *still) syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
 }
 
 // Writes `value` to the cgroup file `path` if it exists (never creates it).
 void WriteControl(const std::string& path, const char* value) {
-  int fd = open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return;
-  ssize_t ignored = write(fd, value, std::strlen(value));
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return;
+  ssize_t ignored = write(fd.get(), value, std::strlen(value));
   (void)ignored;
-  close(fd);
 }
 
 // A frozen task gets SIGKILL only when thawed, and a cgroup that froze itself (v1's
