@@ -31,7 +31,6 @@
 #include "launch/limit_file.h"
 #include "machine/node_gpus.h"
 #include "mig/default_configs.h"
-#include "node/mps_daemons.h"
 
 namespace gpufrac::k8s {
 namespace {
@@ -279,7 +278,7 @@ struct AgentService::Impl {
     }
     if (uuids.empty()) return OkStatus();
     const std::string control =
-        node::FindMpsControl(options.mps_control, gpus->inventory.simulated);
+        machine::FindMpsControl(options.mps_control, gpus->inventory.simulated);
     if (control.empty()) {
       return FailedPreconditionError(
           "GPUs run under MPS here but there is no nvidia-cuda-mps-control on PATH: install the "
@@ -517,7 +516,7 @@ Status AgentService::Resync() {
   s.provider->CleanUp(live);
   s.provider->CheckKubeletSlots(pods);
   if (s.mps) {
-    for (const node::MpsDaemons::Ended& e : s.mps->Watch()) {
+    for (const machine::MpsDaemons::Ended& e : s.mps->Watch()) {
       LogWarning("the MPS daemon of GPU %d %s", e.index, e.how.c_str());
     }
     // A pod's client is forgotten with its limit file, which CleanUp keeps for a while after

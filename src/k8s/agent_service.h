@@ -34,7 +34,7 @@ struct AgentServiceOptions {
   // NVIDIA's sharing configuration shares under `mps`.
   std::vector<int> mps_gpus;
   // nvidia-cuda-mps-control (--mps-control); "": found as gpufracd finds it
-  // (node::FindMpsControl: with `sim`, the simulated one; else on PATH).
+  // (machine::FindMpsControl: with `sim`, the simulated one; else on PATH).
   std::string mps_control;
   // A host directory mounted as /dev/shm in every MPS container (--mps-shm-dir; "" for none): it
   // must be the agent's own /dev/shm, which its daemons use (see docs/kubernetes.md).

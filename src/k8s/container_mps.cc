@@ -55,11 +55,11 @@ void ContainerMps::Forget(const std::function<bool(const std::string& client)>& 
   }
 }
 
-std::vector<node::MpsDaemons::Ended> ContainerMps::Watch() {
+std::vector<machine::MpsDaemons::Ended> ContainerMps::Watch() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<node::MpsDaemons::Ended> ended = daemons_.Watch();
+  std::vector<machine::MpsDaemons::Ended> ended = daemons_.Watch();
   // A new daemon starts with no limits: its clients' come back before a server is asked for.
-  for (node::MpsDaemons::Ended& e : ended) {
+  for (machine::MpsDaemons::Ended& e : ended) {
     if (clients_[e.index].empty()) continue;
     if (Status set = ApplyLimits(e.index); !set.ok()) {
       e.how += "; its limits could not be set again: " + set.message();

@@ -1,8 +1,8 @@
 // What a container on a GPU in MPS mode gets from the node agent: a client's place with the GPU's
-// MPS control daemon (one per GPU, the agent's, run by node::MpsDaemons as gpufracd runs its
+// MPS control daemon (one per GPU, the agent's, run by machine::MpsDaemons as gpufracd runs its
 // own), that daemon's pipe directory mounted read-only, and the client environment holding it to
 // its share of the SMs and of the memory. The agent's daemons live under host_dir/mps/<gpu
-// index>/{pipe,log}, root's and writable by nobody else (node/mps_daemons.h).
+// index>/{pipe,log}, root's and writable by nobody else (machine/mps_daemons.h).
 #pragma once
 
 #include <sys/types.h>
@@ -18,7 +18,7 @@
 #include "common/status.h"
 #include "k8s/device_provider.h"
 #include "launch/grant_limits.h"
-#include "node/mps_daemons.h"
+#include "machine/mps_daemons.h"
 
 namespace gpufrac::k8s {
 
@@ -30,7 +30,7 @@ inline constexpr std::string_view kContainerMpsPipeDir = "/mps/pipe";
 struct ContainerMpsOptions {
   // The daemons: their directory (host_dir/mps), the control binary, the simulated driver's
   // environment.
-  node::MpsDaemonOptions daemons;
+  machine::MpsDaemonOptions daemons;
   // A host directory mounted read-write as the container's /dev/shm ("" for none): the /dev/shm
   // of the agent's daemons, as NVIDIA's plugin shares one tmpfs between its MPS daemon and every
   // MPS client (--mps-shm-dir; see docs/kubernetes.md).
@@ -63,12 +63,12 @@ class ContainerMps {
   // the limits from the clients left.
   void Forget(const std::function<bool(const std::string& client)>& gone);
 
-  // The daemons that ended since the last call, each started again (node::MpsDaemons::Watch)
+  // The daemons that ended since the last call, each started again (machine::MpsDaemons::Watch)
   // with the limits of the clients recorded on its GPU.
-  std::vector<node::MpsDaemons::Ended> Watch();
+  std::vector<machine::MpsDaemons::Ended> Watch();
   // Stops the daemons that serve no client.
   void StopIdle();
-  // One control command to GPU `index`'s daemon, its reply (node::MpsDaemons::Command).
+  // One control command to GPU `index`'s daemon, its reply (machine::MpsDaemons::Command).
   StatusOr<std::string> Command(int index, const std::string& command);
   // GPU index -> its daemon's pid.
   std::map<int, pid_t> Running();
@@ -84,7 +84,7 @@ class ContainerMps {
 
   const std::string shm_dir_;
   std::mutex mu_;  // MpsDaemons is not thread-safe; Allocate runs on gRPC threads.
-  node::MpsDaemons daemons_;
+  machine::MpsDaemons daemons_;
   std::map<int, std::map<std::string, Limits>> clients_;  // GPU index -> client -> its limits.
 };
 

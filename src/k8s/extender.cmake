@@ -16,9 +16,9 @@ target_link_libraries(gpufrac_k8s_nvidia_sharing PUBLIC gpufrac_k8s PRIVATE yaml
 
 add_library(gpufrac_k8s_agent STATIC container_gpus.cc container_limiter.cc container_mps.cc
             gpu_provider.cc nvidia_provider.cc)
-# gpufrac_node_mps for gpufracd's MPS daemon manager.
+# gpufrac_machine_mps for the MPS daemons (the same as gpufracd's).
 target_link_libraries(gpufrac_k8s_agent PUBLIC gpufrac_k8s gpufrac_k8s_plugin gpufrac_k8s_pod_resources
-                      gpufrac_mig_control gpufrac_launch gpufrac_node_mps
+                      gpufrac_mig_control gpufrac_launch gpufrac_machine_mps
                       gpufrac_k8s_nvidia_sharing)
 
 # The processes: ClusterApi over the API server, the extender service and the node agent.

@@ -26,10 +26,10 @@
 #include "common/paths.h"
 #include "common/text.h"
 #include "common/units.h"
+#include "machine/mps_daemons.h"
 #include "mig/nvml_backend.h"
 #include "node/api.h"
 #include "node/http_server.h"
-#include "node/mps_daemons.h"
 #include "node/paths.h"
 #include "node/queue_config.h"
 #include "node/service.h"
@@ -262,7 +262,7 @@ int Run(const Flags& f) {
   config.inventory = (*gpus)->inventory;
   config.mig_backend = (*gpus)->mig_backend.get();
   config.mig_models = (*gpus)->mig_models;
-  config.mps_control = FindMpsControl(f.mps_control, config.inventory.simulated);
+  config.mps_control = machine::FindMpsControl(f.mps_control, config.inventory.simulated);
 
   // Signals are taken synchronously by this thread; every other thread inherits the mask.
   sigset_t stop_signals;

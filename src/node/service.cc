@@ -464,7 +464,7 @@ void Service::Loop() {
     kicked_ = false;
     if (stopping_) break;
     runner_.ReapChildren();
-    for (const MpsDaemons::Ended& e : mps_.Watch()) NoteMpsDaemonEnded(e.index, e.how);
+    for (const machine::MpsDaemons::Ended& e : mps_.Watch()) NoteMpsDaemonEnded(e.index, e.how);
     CheckRunning();
     ScheduleAndLaunch();
   }

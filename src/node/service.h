@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "machine/mps_daemons.h"
 #include "machine/node_gpus.h"
 #include "node/compute_samples.h"
 #include "node/gpu_status.h"
@@ -26,7 +27,6 @@
 #include "node/job_runner.h"
 #include "node/mig_hardware.h"
 #include "node/mig_scheduler.h"
-#include "node/mps_daemons.h"
 #include "node/node_metrics.h"
 #include "node/queue_scheduler.h"
 #include "node/store.h"
@@ -187,7 +187,7 @@ class Service {
   };
   std::map<std::string, StoreFailure> store_failures_;  // By message (LogStoreFailure).
   MigHardware mig_hardware_;
-  MpsDaemons mps_;
+  machine::MpsDaemons mps_;
   NodeMetrics metrics_;
   ComputeSamples compute_samples_;  // measured compute shares (status, metrics)
   std::thread loop_;

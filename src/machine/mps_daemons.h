@@ -22,7 +22,7 @@
 #include "common/status.h"
 #include "proc/process_identity.h"
 
-namespace gpufrac::node {
+namespace gpufrac::machine {
 
 // nvidia-cuda-mps-control, absolute: `given` (the --mps-control flag), else with `simulated`
 // GPUs the simulated driver's (simgpu's stand-in), else the first on PATH; "" when there is none.
@@ -97,4 +97,4 @@ class MpsDaemons {
   std::map<int, Daemon> daemons_;
 };
 
-}  // namespace gpufrac::node
+}  // namespace gpufrac::machine

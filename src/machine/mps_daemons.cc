@@ -1,5 +1,5 @@
 // The MPS control daemons (see mps_daemons.h).
-#include "node/mps_daemons.h"
+#include "machine/mps_daemons.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -23,7 +23,7 @@
 
 extern char** environ;
 
-namespace gpufrac::node {
+namespace gpufrac::machine {
 namespace {
 
 constexpr char kPidFile[] = "nvidia-cuda-mps-control.pid";
@@ -231,8 +231,8 @@ StatusOr<std::string> MpsDaemons::Ensure(int index, const std::string& uuid) {
   while (!Adopt(index, &daemon)) {
     if (Clock::now() >= deadline) {
       std::string log = Tail(LogDir(index) + "/control.log");
-      return UnavailableError("the MPS daemon of GPU " + std::to_string(index) +
-                              " did not start" + (log.empty() ? "" : ": " + log));
+      return UnavailableError("the MPS daemon of GPU " + std::to_string(index) + " did not start" +
+                              (log.empty() ? "" : ": " + log));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -325,9 +325,9 @@ std::vector<MpsDaemons::Ended> MpsDaemons::Watch() {
     daemons_.erase(index);
     std::string log = Tail(LogDir(index) + "/control.log", 200);
     StatusOr<std::string> again = Ensure(index, uuid);
-    ended.push_back({index, again.ok() ? "ended" + (log.empty() ? "" : " (its log: " + log + ")")
-                                       : "ended and could not be started again: " +
-                                             again.status().message()});
+    ended.push_back(
+        {index, again.ok() ? "ended" + (log.empty() ? "" : " (its log: " + log + ")")
+                           : "ended and could not be started again: " + again.status().message()});
   }
   return ended;
 }
@@ -338,4 +338,4 @@ std::map<int, pid_t> MpsDaemons::Running() const {
   return out;
 }
 
-}  // namespace gpufrac::node
+}  // namespace gpufrac::machine
