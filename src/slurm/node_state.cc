@@ -432,11 +432,6 @@ Status NodeState::EndJob(uint32_t job) {
   return OkStatus();
 }
 
-void NodeState::Sweep() {
-  DirLock lock(fd_);
-  SweepLocked();
-}
-
 void NodeState::SweepLocked() {
   for (const std::string& name : Entries(fd_)) {
     std::optional<uint64_t> job = NumberAfter(name, kJobPrefix);

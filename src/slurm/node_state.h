@@ -85,10 +85,6 @@ class NodeState {
   // caller aside), whether or not gpufrac holds files of it, then removes its files whatever
   // steps were recorded. kUnavailable, and the files kept, as EndStep.
   Status EndJob(uint32_t job);
-  // Removes the markers of steps whose slurmstepd is gone, and the files of jobs left with none
-  // and with no process left in their cgroups (a task whose slurmstepd was killed still holds its
-  // memory: its share stays booked until the epilog ends it).
-  void Sweep();
 
   // The budgets' workload name of job `job` ("slurm-<job>").
   static std::string WorkloadName(uint32_t job);
@@ -110,7 +106,10 @@ class NodeState {
         private_limits_(private_limits),
         node_(std::move(node)),
         cgroup_mounts_(CgroupMounts()) {}
-  // Each with the lock held.
+  // Each with the lock held. SweepLocked (every BeginStep): removes the markers of steps whose
+  // slurmstepd is gone, and the files of jobs left with none and with no process left in their
+  // cgroups (a task whose slurmstepd was killed still holds its memory: its share stays booked
+  // until the epilog ends it).
   void SweepLocked();
   void RemoveJobLocked(const std::string& job_dir_name, uint32_t job);
   // Makes B/job-<id> afresh, a tmpfs for `gpus` budgets where it can; the warning when not.
