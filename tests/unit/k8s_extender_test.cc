@@ -550,6 +550,36 @@ TEST_F(ExtenderTest, WaitingPodsAreTriedAgainWhenTheBooksAreBuiltAndWhenANodesGp
   EXPECT_EQ(s.extender->RetryWaiting(std::chrono::milliseconds(0)), 0);
 }
 
+// Issue 29, a killed agent: while a node's agent pod is not Ready (the kubelet would fail every
+// GPU pod it admits), the filter refuses the node to GPU pods with the reason and a bind there is
+// refused; pods without GPUs are not concerned; once the agent pod is Ready again the node is
+// open and the pods it turned away are tried again.
+TEST_F(ExtenderTest, ANodeWhoseAgentPodIsNotReadyTakesNoGpuPod) {
+  Scheduler s(api_);
+  s.extender->RetryWaiting(std::chrono::seconds(30));  // Started: nothing waited through it.
+  json agent = testing::AgentPodObject("n1", /*ready=*/false);
+  agent["metadata"]["uid"] = "agent-n1";
+  s.extender->OnPod(agent);
+  json pod = AddPod("p", FractionLimits(250));
+  json r = s.Filter(pod, {"n1"});
+  EXPECT_EQ(r["NodeNames"], json::array()) << r.dump();
+  EXPECT_EQ(r["FailedNodes"].value("n1", ""), std::string(kReasonAgentNotReady)) << r.dump();
+  EXPECT_TRUE(s.Fits(AddPod("plain", {{"cpu", "1"}}), "n1")) << "a pod without GPUs";
+  EXPECT_THAT(s.Bind(pod, "n1"), HasSubstr(std::string(kReasonAgentNotReady)));
+  EXPECT_EQ(NodeNameOf(Stored("p")), "") << "not bound";
+  EXPECT_FALSE(s.ledger->BookingOf("default/p").has_value()) << "nothing booked";
+  s.extender->OnPod(Stored("p"));  // As the pod watch shows it, unbound.
+
+  json ready = testing::AgentPodObject("n1", /*ready=*/true);
+  ready["metadata"]["uid"] = "agent-n1";
+  s.extender->OnPod(ready);
+  EXPECT_TRUE(s.extender->retry_wanted());
+  EXPECT_EQ(s.extender->RetryWaiting(std::chrono::milliseconds(0)), 1);
+  EXPECT_FALSE(AnnotationOf(Stored("p"), kAnnotationRetry).empty()) << "tried again";
+  EXPECT_TRUE(s.Fits(Stored("p"), "n1"));
+  EXPECT_EQ(s.Bind(Stored("p"), "n1"), "");
+}
+
 // Issue 29 (L2): a node's new inventory must not make the extender write every unbound pod of
 // the cluster. Only pods it refused, of a scheduler it serves, not held by scheduling gates.
 TEST_F(ExtenderTest, OnlyPodsTheExtenderLeftWithoutANodeAreTriedAgain) {
