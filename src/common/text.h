@@ -17,6 +17,9 @@ namespace gpufrac {
 std::string AsciiLower(std::string_view text);
 // Equal ignoring ASCII case ("h100-80gb" and "H100-80GB").
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+// `text` without the spaces, tabs, carriage returns and newlines at its ends.
+std::string Trim(std::string_view text);
+
 // `text` with its control characters (newlines included) shown as '?': one line of a log or an
 // error message, whatever a user or a file put in it.
 std::string OneLine(std::string text);

@@ -3,18 +3,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/text.h"
 #include "k8s/object_fields.h"
 
 namespace gpufrac::k8s {
 namespace {
 
 using nlohmann::json;
-
-std::string Trimmed(const std::string& text) {
-  const size_t begin = text.find_first_not_of(" \t");
-  if (begin == std::string::npos) return "";
-  return text.substr(begin, text.find_last_not_of(" \t") - begin + 1);
-}
 
 // A DaemonSet of apps/v1 is the pod's controller (the one ownerReference with controller true).
 bool ControlledByDaemonSet(const json& pod) {
@@ -32,15 +27,15 @@ bool ControlledByDaemonSet(const json& pod) {
 
 StatusOr<AgentPodSelector> ParseAgentPodSelector(const std::string& ns,
                                                  const std::string& selector) {
-  if (Trimmed(ns).empty()) return InvalidArgumentError("--agent-namespace must not be empty");
+  if (Trim(ns).empty()) return InvalidArgumentError("--agent-namespace must not be empty");
   AgentPodSelector out;
-  out.ns = Trimmed(ns);
+  out.ns = Trim(ns);
   out.labels.clear();
   size_t start = 0;
   while (start <= selector.size()) {
     size_t comma = selector.find(',', start);
     if (comma == std::string::npos) comma = selector.size();
-    const std::string term = Trimmed(selector.substr(start, comma - start));
+    const std::string term = Trim(selector.substr(start, comma - start));
     start = comma + 1;
     if (term.empty()) continue;
     const size_t eq = term.find('=');
@@ -49,8 +44,8 @@ StatusOr<AgentPodSelector> ParseAgentPodSelector(const std::string& ns,
                                   "\" is not key=value (only equality selects the agent's pods)");
     }
     const size_t value_at = eq + 1 < term.size() && term[eq + 1] == '=' ? eq + 2 : eq + 1;
-    const std::string key = Trimmed(term.substr(0, eq));
-    const std::string value = Trimmed(term.substr(value_at));
+    const std::string key = Trim(term.substr(0, eq));
+    const std::string value = Trim(term.substr(value_at));
     if (key.empty() || value.empty() || value.find('=') != std::string::npos) {
       return InvalidArgumentError("--agent-selector: \"" + term + "\" is not key=value");
     }

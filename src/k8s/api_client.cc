@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/text.h"
 
 namespace gpufrac::k8s {
 namespace {
@@ -72,13 +73,6 @@ Status HttpError(const std::string& verb, const std::string& path, int code, con
 
 json ParseOrNull(const std::string& body) {
   return json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-}
-
-std::string Trim(const std::string& text) {
-  const char* space = " \t\r\n";
-  size_t begin = text.find_first_not_of(space);
-  if (begin == std::string::npos) return "";
-  return text.substr(begin, text.find_last_not_of(space) + 1 - begin);
 }
 
 std::string OpenSslError() {
@@ -580,7 +574,6 @@ WatchResult ApiClient::Watch(const std::string& path, const ListOptions& options
   }
   return result;
 }
-
 
 StatusOr<json> PatchWithRetry(ApiClient& client, const std::string& path,
                               const std::function<StatusOr<json>(const json& current)>& make_patch,

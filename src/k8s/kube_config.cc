@@ -11,6 +11,8 @@
 #include <memory>
 #include <sstream>
 
+#include "common/text.h"
+
 namespace gpufrac::k8s {
 namespace {
 
@@ -24,13 +26,6 @@ StatusOr<std::string> ReadFile(const std::string& path, const std::string& what)
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-std::string Trim(std::string text) {
-  const char* space = " \t\r\n";
-  size_t end = text.find_last_not_of(space);
-  if (end == std::string::npos) return "";
-  return text.substr(text.find_first_not_of(space), end + 1 - text.find_first_not_of(space));
 }
 
 // The kubeconfig being read, so that every error names the file and the field.

@@ -15,7 +15,6 @@
 #include <span>
 #include <thread>
 
-#include "common/compute_share.h"
 #include "common/units.h"
 #include "node/job_runner.h"
 #include "node/job_wire.h"
@@ -373,9 +372,8 @@ class Api {
              {"gpu_seconds", w.gpu_seconds},
              {"measured_share", w.measured_share ? json(*w.measured_share) : json(nullptr)}});
         // Under MPS, its share of the SMs (its compute limit) and its pinned-memory limit.
-        if (g.gpu.mode == gpu::GpuMode::kMps && w.milli < kMilliPerGpu) {
-          workloads.back()["mps_thread_percentage"] =
-              w.compute ? MpsThreadPercentage(w.compute->limit_milli) : 100;
+        if (w.mps_thread_percentage) {
+          workloads.back()["mps_thread_percentage"] = *w.mps_thread_percentage;
           workloads.back()["mps_pinned_memory"] = w.memory_limit;
         }
       }

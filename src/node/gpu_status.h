@@ -16,8 +16,10 @@ struct WorkloadStatus {
   int64_t job = 0;
   std::string user;
   uint32_t milli = 0;  // Its share: of the GPU's time, the compute request.
-  std::optional<ComputePair> compute =
-      std::nullopt;  // As its job's GpuGrant: nullopt when not arbitrated.
+  // As its job's GpuGrant: nullopt when not arbitrated.
+  std::optional<ComputePair> compute = std::nullopt;
+  // On a GPU in MPS mode, the share of the SMs its MPS client is held to (launch::MpsClientOf).
+  std::optional<unsigned> mps_thread_percentage = std::nullopt;
   uint64_t memory_limit = 0;
   uint64_t memory_used = 0;  // As the limiter's budget counts it now.
   double gpu_seconds = 0;    // GPU time its arbiter charged it so far.

@@ -409,6 +409,9 @@ std::vector<GpuStatus> Service::Gpus() {
           if (share.index != view.gpu.index) continue;
           w.milli = share.milli;
           w.compute = share.compute;
+          if (view.gpu.mode == gpu::GpuMode::kMps && share.milli < kMilliPerGpu) {
+            w.mps_thread_percentage = launch::MpsClientOf(share).thread_percentage;
+          }
           w.memory_limit = share.memory_bytes;
         }
         g.workloads.push_back(w);

@@ -66,7 +66,7 @@ TEST(TextTest, IsUtf8FollowsRfc3629) {
   EXPECT_TRUE(IsUtf8(""));
   EXPECT_TRUE(IsUtf8("plain ascii"));
   EXPECT_TRUE(IsUtf8("GPU \xc3\xa9 \xe6\xbc\xa2 \xf0\x9f\x98\x80"));  // 2, 3 and 4 bytes
-  EXPECT_FALSE(IsUtf8("latin-1 \xe9t\xe9"));                           // a lone lead byte
+  EXPECT_FALSE(IsUtf8("latin-1 \xe9t\xe9"));                          // a lone lead byte
   EXPECT_FALSE(IsUtf8("\xc0\xaf"));                                   // overlong '/'
   EXPECT_FALSE(IsUtf8("\xed\xa0\x80"));                               // a surrogate
   EXPECT_FALSE(IsUtf8("\xf4\x90\x80\x80"));                           // past U+10FFFF
@@ -81,6 +81,12 @@ TEST(Rfc3339Test, WritesAndReadsTheApiServersTimes) {
   EXPECT_EQ(ParseRfc3339("2023-11-14T22:13:20.123456Z"), t);  // fractions are ignored
   EXPECT_FALSE(ParseRfc3339("").has_value());
   EXPECT_FALSE(ParseRfc3339("yesterday").has_value());
+}
+
+TEST(TextTest, TrimRemovesWhitespaceAtBothEndsOnly) {
+  EXPECT_EQ(Trim("  a b\t\r\n"), "a b");
+  EXPECT_EQ(Trim(" \t\n"), "");
+  EXPECT_EQ(Trim("x"), "x");
 }
 
 }  // namespace
