@@ -11,16 +11,31 @@
 
 namespace gpufrac {
 
+// Each code tells a caller what it can do next (Abseil's rule): retry the same call
+// (kUnavailable), retry at a higher level, reading again first (kAborted), retry once something is
+// freed (kResourceExhausted), or not retry until someone fixes the input (kInvalidArgument,
+// kNotFound), the state of the system (kFailedPrecondition), who asks (kPermissionDenied) or the
+// code (kInternal). Pick the code by that, not by how the failure looks: a full disk is
+// kResourceExhausted, not kUnavailable; a directory others can write is kFailedPrecondition.
 enum class StatusCode : int {
   kOk = 0,
-  kInvalidArgument,     // The caller's input is wrong (a size, a share, a name); fix the input.
-  kNotFound,            // Something named does not exist (a GPU, an allocation, a profile).
-  kFailedPrecondition,  // The system is not in a state where this can work (e.g. MIG disabled).
-  kResourceExhausted,   // Not enough of something right now (memory, GPUs, slices).
-  kUnavailable,         // A dependency is missing or down (no driver, daemon unreachable).
-  kInternal,            // A bug or an unexpected answer from below; not the user's fault.
-  kPermissionDenied,    // The caller may not do this (e.g. NVML needs root for MIG changes).
-  kAborted,             // A concurrent change won (e.g. a write conflict); read again and retry.
+  kInvalidArgument,     // The input is wrong whatever the state (a size, a share, a name); fix
+                        // the input.
+  kNotFound,            // Something named does not exist (a GPU, an allocation, a profile, a
+                        // file); name another, or make it first.
+  kFailedPrecondition,  // The system is not in a state where this can work (MIG disabled, a
+                        // directory others can write, a file in the way); do not retry until
+                        // that state is fixed.
+  kResourceExhausted,   // Not enough of something right now (memory, GPUs, slices, disk space,
+                        // descriptors); retry once some is freed.
+  kUnavailable,         // Transient, or a dependency missing or down (no driver, daemon
+                        // unreachable, an interrupted call); retry the same call, with backoff.
+  kInternal,            // A bug or an unexpected answer from below; not the user's fault, and
+                        // retrying will not help.
+  kPermissionDenied,    // The caller may not do this (e.g. NVML needs root for MIG changes);
+                        // retrying as the same caller will not help.
+  kAborted,             // A concurrent change won (e.g. a write conflict); retry at a higher
+                        // level: read again, then redo the whole change.
 };
 
 // "OK", "INVALID_ARGUMENT", ... for logs and --json output.
