@@ -9,6 +9,7 @@
 #include <cstring>
 #include <utility>
 
+#include "common/posix.h"
 #include "launch/limit_file.h"
 #include "limiter/limit_config.h"
 
@@ -18,30 +19,19 @@ namespace {
 constexpr const char* kTemplate = "/dev/shm/gpufrac-XXXXXX";
 constexpr size_t kMaxRecordBytes = 4096;
 
-std::string ErrnoText() { return std::strerror(errno); }
-
-// Why the directory open as `fd` is not one the caller alone controls, or "".
-std::string WhyNotOurs(int fd) {
-  struct stat st;
-  if (fstat(fd, &st) != 0) return "cannot stat it: " + ErrnoText();
-  if (!S_ISDIR(st.st_mode)) return "it is not a directory";
-  if (st.st_uid != geteuid()) return "it belongs to uid " + std::to_string(st.st_uid);
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) return "others can write in it";
-  return "";
-}
-
 // The path recorded in `record`, or "" when there is none that could be a budget directory.
 std::string ReadRecord(const std::string& record) {
-  int fd = open(record.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return "";
+  UniqueFd fd(open(record.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) return "";
   struct stat st;
   std::string text;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+  if (fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
       static_cast<size_t>(st.st_size) < kMaxRecordBytes) {
     text.resize(static_cast<size_t>(st.st_size));
-    if (pread(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) text.clear();
+    if (pread(fd.get(), text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
+      text.clear();
+    }
   }
-  close(fd);
   while (!text.empty() && text.back() == '\n') text.pop_back();
   if (text.rfind("/dev/shm/gpufrac-", 0) != 0 || text.find('\n') != std::string::npos) return "";
   return text;
@@ -52,30 +42,24 @@ std::string ReadRecord(const std::string& record) {
 StatusOr<BudgetDir> BudgetDir::Make(mode_t mode) {
   std::string path = kTemplate;
   if (!mkdtemp(path.data())) {
-    return UnavailableError("cannot create a budget directory under /dev/shm: " + ErrnoText());
+    return ErrnoStatus("cannot create a budget directory under /dev/shm", errno);
   }
-  int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0 || fchmod(fd, mode) != 0) {
-    std::string why = ErrnoText();
-    if (fd >= 0) close(fd);
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid() || fchmod(fd.get(), mode) != 0) {
+    Status failed = ErrnoStatus("cannot set up the budget directory " + path, errno);
     rmdir(path.c_str());
-    return UnavailableError("cannot set up the budget directory " + path + ": " + why);
+    return failed;
   }
-  return BudgetDir(std::move(path), fd);
+  return BudgetDir(std::move(path), std::move(fd));
 }
 
 StatusOr<BudgetDir> BudgetDir::Open(const std::string& path) {
   if (path.size() > limiter::kMaxBudgetDirLen) {
     return InvalidArgumentError("budget directory " + path + " is too long");
   }
-  int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0)
-    return FailedPreconditionError("cannot open budget directory " + path + ": " + ErrnoText());
-  if (std::string why = WhyNotOurs(fd); !why.empty()) {
-    close(fd);
-    return FailedPreconditionError("budget directory " + path + " is not this launcher's: " + why);
-  }
-  return BudgetDir(path, fd);
+  GPUFRAC_ASSIGN_OR_RETURN(UniqueFd fd,
+                           OpenOurDirectoryAt(AT_FDCWD, path, "budget directory " + path));
+  return BudgetDir(path, std::move(fd));
 }
 
 StatusOr<BudgetDir> BudgetDir::ForService(const std::string& record, mode_t mode) {
@@ -88,8 +72,7 @@ StatusOr<BudgetDir> BudgetDir::ForService(const std::string& record, mode_t mode
   unlink(next.c_str());
   Status written = WriteNewFile(next, dir.path() + "\n", 0600);
   if (written.ok() && rename(next.c_str(), record.c_str()) != 0) {
-    written =
-        UnavailableError("cannot record the budget directory in " + record + ": " + ErrnoText());
+    written = ErrnoStatus("cannot record the budget directory in " + record, errno);
     unlink(next.c_str());
   }
   if (!written.ok()) {
@@ -99,38 +82,20 @@ StatusOr<BudgetDir> BudgetDir::ForService(const std::string& record, mode_t mode
   return dir;
 }
 
-BudgetDir::BudgetDir(BudgetDir&& other) noexcept
-    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)) {}
-
-BudgetDir& BudgetDir::operator=(BudgetDir&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) close(fd_);
-    path_ = std::move(other.path_);
-    fd_ = std::exchange(other.fd_, -1);
-  }
-  return *this;
-}
-
-BudgetDir::~BudgetDir() {
-  if (fd_ >= 0) close(fd_);
-}
-
 void BudgetDir::RemoveAll() {
-  if (fd_ < 0) return;
-  int list_fd = dup(fd_);
-  DIR* d = list_fd >= 0 ? fdopendir(list_fd) : nullptr;
+  if (!fd_.valid()) return;
+  UniqueFd list_fd(dup(fd_.get()));
+  DIR* d = list_fd.valid() ? fdopendir(list_fd.get()) : nullptr;
   if (d != nullptr) {
+    list_fd.Release();  // The stream owns it now.
     while (dirent* e = readdir(d)) {
       if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
-        unlinkat(fd_, e->d_name, 0);
+        unlinkat(fd_.get(), e->d_name, 0);
       }
     }
     closedir(d);
-  } else if (list_fd >= 0) {
-    close(list_fd);
   }
-  close(fd_);
-  fd_ = -1;
+  fd_.Reset();
   rmdir(path_.c_str());
 }
 

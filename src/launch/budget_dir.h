@@ -11,7 +11,9 @@
 #include <sys/types.h>
 
 #include <string>
+#include <utility>
 
+#include "common/posix.h"
 #include "common/status.h"
 
 namespace gpufrac::launch {
@@ -22,28 +24,27 @@ class BudgetDir {
   // service whose workloads run as other users, 0700 for one user's own).
   static StatusOr<BudgetDir> Make(mode_t mode);
   // The directory at `path`, only if it is a directory (not a link) owned by the caller that no
-  // one else can write; kFailedPrecondition saying which check failed otherwise.
+  // one else can write (common/posix.h's OpenOurDirectoryAt): kFailedPrecondition saying which
+  // check failed otherwise, kNotFound when there is none.
   static StatusOr<BudgetDir> Open(const std::string& path);
   // The service's directory, kept across restarts: the one named in `record` (a file in the
   // service's own state directory) if it still passes Open's checks, else a new one (Make with
   // `mode`) whose path replaces the record's.
   static StatusOr<BudgetDir> ForService(const std::string& record, mode_t mode = 0711);
 
-  BudgetDir(BudgetDir&& other) noexcept;
-  BudgetDir& operator=(BudgetDir&& other) noexcept;
-  BudgetDir(const BudgetDir&) = delete;
-  BudgetDir& operator=(const BudgetDir&) = delete;
-  ~BudgetDir();  // Closes the directory; what is in it stays.
+  // Move-only; destroying one closes the directory, and what is in it stays.
+  BudgetDir(BudgetDir&& other) noexcept = default;
+  BudgetDir& operator=(BudgetDir&& other) noexcept = default;
 
   const std::string& path() const { return path_; }
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
   // Removes the directory with everything in it (one user's private directory, at the end).
   void RemoveAll();
 
  private:
-  BudgetDir(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  BudgetDir(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
   std::string path_;
-  int fd_ = -1;
+  UniqueFd fd_;
 };
 
 }  // namespace gpufrac::launch

@@ -9,17 +9,16 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
+
+#include "common/posix.h"
 
 namespace gpufrac::launch {
 namespace {
 
 constexpr char kParent[] = "gpufrac";
-
-std::string ErrnoText() { return std::strerror(errno); }
 
 // The mount point of the v1 hierarchy holding the devices controller, or of cgroup v2.
 std::string MountPoint(WorkloadCgroup::Kind kind) {
@@ -44,14 +43,11 @@ std::string MountPoint(WorkloadCgroup::Kind kind) {
 }
 
 Status WriteText(const std::string& path, const std::string& text) {
-  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return UnavailableError("cannot open " + path + ": " + ErrnoText());
-  ssize_t n = write(fd, text.data(), text.size());
-  int error = errno;
-  close(fd);
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus("cannot open " + path, errno);
+  const ssize_t n = write(fd.get(), text.data(), text.size());
   if (n != static_cast<ssize_t>(text.size())) {
-    errno = error;
-    return UnavailableError("cannot write '" + text + "' to " + path + ": " + ErrnoText());
+    return ErrnoStatus("cannot write '" + text + "' to " + path, n < 0 ? errno : EIO);
   }
   return OkStatus();
 }
@@ -104,18 +100,15 @@ Status AttachDeviceProgram(int dir_fd, const std::vector<DeviceNode>& denied) {
   load.insns = reinterpret_cast<uint64_t>(program.data());
   load.insn_cnt = static_cast<uint32_t>(program.size());
   load.license = reinterpret_cast<uint64_t>(kLicense);
-  int prog = static_cast<int>(syscall(SYS_bpf, BPF_PROG_LOAD, &load, sizeof(load)));
-  if (prog < 0) return UnavailableError("cannot load the device program: " + ErrnoText());
+  // Closed when we return: attached, it stays with the cgroup.
+  UniqueFd prog(static_cast<int>(syscall(SYS_bpf, BPF_PROG_LOAD, &load, sizeof(load))));
+  if (!prog.valid()) return ErrnoStatus("cannot load the device program", errno);
   bpf_attr attach{};
   attach.target_fd = static_cast<uint32_t>(dir_fd);
-  attach.attach_bpf_fd = static_cast<uint32_t>(prog);
+  attach.attach_bpf_fd = static_cast<uint32_t>(prog.get());
   attach.attach_type = BPF_CGROUP_DEVICE;
-  int rc = static_cast<int>(syscall(SYS_bpf, BPF_PROG_ATTACH, &attach, sizeof(attach)));
-  int error = errno;
-  close(prog);  // Attached, it stays with the cgroup.
-  if (rc != 0) {
-    errno = error;
-    return UnavailableError("cannot attach the device program: " + ErrnoText());
+  if (syscall(SYS_bpf, BPF_PROG_ATTACH, &attach, sizeof(attach)) != 0) {
+    return ErrnoStatus("cannot attach the device program", errno);
   }
   return OkStatus();
 }
@@ -140,12 +133,12 @@ StatusOr<WorkloadCgroup> WorkloadCgroup::Create(Kind kind, const std::string& na
   }
   const std::string parent = mount + "/" + kParent;
   if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) {
-    return UnavailableError("cannot create the cgroup " + parent + ": " + ErrnoText());
+    return ErrnoStatus("cannot create the cgroup " + parent, errno);
   }
   WorkloadCgroup cgroup(parent + "/" + name);
   rmdir(cgroup.dir_.c_str());  // An empty leftover of an earlier attempt.
   if (mkdir(cgroup.dir_.c_str(), 0755) != 0) {
-    return UnavailableError("cannot create the cgroup " + cgroup.dir_ + ": " + ErrnoText());
+    return ErrnoStatus("cannot create the cgroup " + cgroup.dir_, errno);
   }
   Status denying = OkStatus();
   if (kind == Kind::kDevicesV1) {
@@ -155,11 +148,9 @@ StatusOr<WorkloadCgroup> WorkloadCgroup::Create(Kind kind, const std::string& na
       if (!denying.ok()) break;
     }
   } else if (!denied.empty()) {
-    int fd = open(cgroup.dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    denying = fd < 0
-                  ? UnavailableError("cannot open the cgroup " + cgroup.dir_ + ": " + ErrnoText())
-                  : AttachDeviceProgram(fd, denied);
-    if (fd >= 0) close(fd);
+    UniqueFd fd(open(cgroup.dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    denying = fd.valid() ? AttachDeviceProgram(fd.get(), denied)
+                         : ErrnoStatus("cannot open the cgroup " + cgroup.dir_, errno);
   }
   if (!denying.ok()) {
     rmdir(cgroup.dir_.c_str());

@@ -7,16 +7,14 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <set>
 
+#include "common/posix.h"
 #include "limiter/budget.h"
 #include "limiter/limit_config.h"
 
 namespace gpufrac::launch {
 namespace {
-
-std::string ErrnoText(const std::string& what, int err) { return what + ": " + std::strerror(err); }
 
 // A workload id names the limiter's shared budgets: 1 to 63 of [A-Za-z0-9_.-].
 bool ValidWorkloadId(const std::string& id) {
@@ -106,23 +104,22 @@ StatusOr<std::string> LimitFileText(const std::string& workload,
 bool SystemServiceRunsGpus() { return limiter::SystemServiceRuns(); }
 
 Status WriteNewFile(const std::string& path, const std::string& text, mode_t mode) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-  if (fd < 0) return UnavailableError(ErrnoText("cannot create " + path, errno));
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+  if (!fd.valid()) return ErrnoStatus("cannot create " + path, errno);
   // A half-written file is never left behind: the name is ours (O_EXCL made it) until we return.
   auto fail = [&](const std::string& what, int err) {
-    close(fd);
+    fd.Reset();
     unlink(path.c_str());
-    return UnavailableError(ErrnoText(what + path, err));
+    return ErrnoStatus(what + path, err);
   };
   size_t done = 0;
   while (done < text.size()) {
-    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    ssize_t n = write(fd.get(), text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return fail("cannot write ", errno);
     done += static_cast<size_t>(n);
   }
-  if (fchmod(fd, mode) != 0) return fail("cannot set the mode of ", errno);
-  close(fd);
+  if (fchmod(fd.get(), mode) != 0) return fail("cannot set the mode of ", errno);
   return OkStatus();
 }
 
