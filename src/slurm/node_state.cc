@@ -12,9 +12,8 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 
-#include "slurm/trusted_dir.h"
+#include "common/posix.h"
 #include "slurm/user_acl.h"
 
 namespace gpufrac::slurm {
@@ -37,8 +36,6 @@ constexpr uint64_t kNodeBudgetDirBytes = uint64_t{8} << 20;
 // own UnkillableStepTimeout is 60 s by default).
 constexpr std::chrono::milliseconds kProcessesEndWait{10000};
 
-std::string Errno(const std::string& what, int err) { return what + ": " + std::strerror(err); }
-
 // Holds an exclusive flock on a directory for its life.
 class DirLock {
  public:
@@ -54,46 +51,13 @@ class DirLock {
   int fd_;
 };
 
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
-
-// Only a directory of ours that no one else can write is ours to act in.
-Status CheckOwnDir(int fd, const std::string& shown) {
-  struct stat st {};
-  if (fstat(fd, &st) != 0) return FailedPreconditionError(Errno("cannot stat " + shown, errno));
-  if (!S_ISDIR(st.st_mode)) return FailedPreconditionError(shown + " is not a directory");
-  if (st.st_uid != geteuid()) {
-    return FailedPreconditionError(shown + " belongs to uid " + std::to_string(st.st_uid) +
-                                   ", not to uid " + std::to_string(geteuid()));
-  }
-  if ((st.st_mode & 022) != 0) {
-    return FailedPreconditionError(shown + " is writable by others than its owner");
-  }
-  return OkStatus();
-}
-
 // The entries of the directory `fd` (not "." or "..").
 std::vector<std::string> Entries(int fd) {
   std::vector<std::string> out;
-  int copy = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (copy < 0) return out;
-  DIR* dir = fdopendir(copy);
-  if (dir == nullptr) {
-    close(copy);
-    return out;
-  }
+  UniqueFd copy(openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  DIR* dir = copy.valid() ? fdopendir(copy.get()) : nullptr;
+  if (dir == nullptr) return out;
+  copy.Release();  // The stream owns it now.
   while (dirent* entry = readdir(dir)) {
     std::string name = entry->d_name;
     if (name != "." && name != "..") out.push_back(std::move(name));
@@ -119,8 +83,8 @@ std::optional<uint64_t> NumberAfter(const std::string& name, std::string_view pr
 
 // A regular file of ours in `dir`; nullopt when there is none (or it is not one).
 std::optional<std::string> ReadOwnFile(int dir, const std::string& name) {
-  Fd fd(openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  if (fd.get() < 0) return std::nullopt;
+  UniqueFd fd(openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) return std::nullopt;
   struct stat st {};
   if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
       st.st_size > static_cast<off_t>(kMaxStateFile)) {
@@ -141,23 +105,24 @@ std::optional<std::string> ReadOwnFile(int dir, const std::string& name) {
 // Creates `name` in `dir` (which must not have it) holding `text`, with exactly `mode`.
 Status WriteNewFileAt(int dir, const std::string& name, const std::string& text, mode_t mode,
                       const std::string& shown) {
-  Fd fd(openat(dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
-  if (fd.get() < 0) return UnavailableError(Errno("cannot create " + shown, errno));
+  UniqueFd fd(
+      openat(dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+  if (!fd.valid()) return ErrnoStatus("cannot create " + shown, errno);
   size_t done = 0;
   while (done < text.size()) {
     ssize_t n = write(fd.get(), text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      int err = errno;
+      const int err = n < 0 ? errno : EIO;
       unlinkat(dir, name.c_str(), 0);
-      return UnavailableError(Errno("cannot write " + shown, err));
+      return ErrnoStatus("cannot write " + shown, err);
     }
     done += static_cast<size_t>(n);
   }
   if (fchmod(fd.get(), mode) != 0) {
-    int err = errno;
+    const int err = errno;
     unlinkat(dir, name.c_str(), 0);
-    return UnavailableError(Errno("cannot set the mode of " + shown, err));
+    return ErrnoStatus("cannot set the mode of " + shown, err);
   }
   return OkStatus();
 }
@@ -215,9 +180,9 @@ bool IsMountedOn(int fd, int parent) {
 StatusOr<NodeState> NodeState::Open(const std::string& state_dir, const std::string& node) {
   // Missing directories are made 0755 above it (/run/gpufrac after a reboot: the jobs' users
   // pass through) and 0711 for it, whatever slurmstepd's umask.
-  GPUFRAC_ASSIGN_OR_RETURN(int opened, OpenTrustedDir(state_dir, 0711, 0755));
-  Fd fd(opened);
-  GPUFRAC_RETURN_IF_ERROR(CheckOwnDir(fd.get(), state_dir));
+  StatusOr<UniqueFd> opened = OpenOurDirectoryPath(state_dir, 0711, 0755);
+  if (!opened.ok()) return opened.status().WithContext("state directory " + state_dir);
+  UniqueFd fd = std::move(*opened);
   // Exactly 0711: the jobs' users pass through it to their limit files, and no one else may
   // open it, which would let them hold its lock (below) and stop every step on the node.
   fchmod(fd.get(), 0711);
@@ -230,8 +195,8 @@ StatusOr<NodeState> NodeState::Open(const std::string& state_dir, const std::str
     // It holds the GPUs' arbiters, which every job may write (0666): on a tmpfs of its own, one
     // grown takes at most that tmpfs, and a user who fills /dev/shm leaves it room. Mounted when
     // new (empty), through its descriptor; then opened again, now the tmpfs.
-    Fd parent(openat(made.fd(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (parent.get() >= 0 && !IsMountedOn(made.fd(), parent.get()) && Entries(made.fd()).empty()) {
+    UniqueFd parent(openat(made.fd(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (parent.valid() && !IsMountedOn(made.fd(), parent.get()) && Entries(made.fd()).empty()) {
       const std::string options =
           "size=" + std::to_string(kNodeBudgetDirBytes) + ",nr_inodes=4096,mode=0711,uid=0,gid=0";
       const std::string target = "/proc/self/fd/" + std::to_string(made.fd());
@@ -244,32 +209,7 @@ StatusOr<NodeState> NodeState::Open(const std::string& state_dir, const std::str
   }();
   if (!budgets.ok()) return budgets.status();
   const bool acls = SupportsAcls(fd.get());
-  return NodeState(state_dir, fd.release(), std::move(*budgets), acls, node);
-}
-
-NodeState::NodeState(NodeState&& other) noexcept
-    : path_(std::move(other.path_)),
-      fd_(std::exchange(other.fd_, -1)),
-      budgets_(std::move(other.budgets_)),
-      private_limits_(other.private_limits_),
-      node_(std::move(other.node_)),
-      cgroup_mounts_(std::move(other.cgroup_mounts_)) {}
-
-NodeState& NodeState::operator=(NodeState&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) close(fd_);
-    path_ = std::move(other.path_);
-    fd_ = std::exchange(other.fd_, -1);
-    budgets_ = std::move(other.budgets_);
-    private_limits_ = other.private_limits_;
-    node_ = std::move(other.node_);
-    cgroup_mounts_ = std::move(other.cgroup_mounts_);
-  }
-  return *this;
-}
-
-NodeState::~NodeState() {
-  if (fd_ >= 0) close(fd_);
+  return NodeState(state_dir, std::move(fd), std::move(*budgets), acls, node);
 }
 
 std::string NodeState::WorkloadName(uint32_t job) { return "slurm-" + std::to_string(job); }
@@ -283,19 +223,17 @@ StatusOr<BegunStep> NodeState::BeginStep(uint32_t job, uint32_t step, const proc
                                          const std::vector<launch::LimitedGpu>& gpus,
                                          std::optional<launch::WorkloadBudgets::Owner> owner,
                                          bool join_running) {
-  DirLock lock(fd_);
+  DirLock lock(fd_.get());
   SweepLocked();
   const std::string name = JobDirName(job);
   const std::string shown = path_ + "/" + name;
   // Without ACLs the job's user could not reach a private directory: the old, open modes.
   const mode_t dir_mode = private_limits_ ? 0700 : 0711;
   const mode_t file_mode = private_limits_ ? 0400 : 0444;
-  if (mkdirat(fd_, name.c_str(), dir_mode) != 0 && errno != EEXIST) {
-    return UnavailableError(Errno("cannot create " + shown, errno));
+  if (mkdirat(fd_.get(), name.c_str(), dir_mode) != 0 && errno != EEXIST) {
+    return ErrnoStatus("cannot create " + shown, errno);
   }
-  Fd dir(openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (dir.get() < 0) return UnavailableError(Errno("cannot open " + shown, errno));
-  GPUFRAC_RETURN_IF_ERROR(CheckOwnDir(dir.get(), shown));
+  GPUFRAC_ASSIGN_OR_RETURN(UniqueFd dir, OpenOurDirectoryAt(fd_.get(), name, shown));
 
   BegunStep begun;
   std::optional<std::string> existing = ReadOwnFile(dir.get(), kLimitsFile);
@@ -310,7 +248,7 @@ StatusOr<BegunStep> NodeState::BeginStep(uint32_t job, uint32_t step, const proc
     // Left without a limit file (a step that failed half-way): start the job afresh. The job's
     // user may search its directory and read its limit file, no one else (root aside).
     if (fchmod(dir.get(), dir_mode) != 0) {
-      return UnavailableError(Errno("cannot set the mode of " + shown, errno));
+      return ErrnoStatus("cannot set the mode of " + shown, errno);
     }
     if (private_limits_ && owner) {
       Status granted = GrantUserAccess(dir.get(), owner->uid, 07, 01);
@@ -320,9 +258,9 @@ StatusOr<BegunStep> NodeState::BeginStep(uint32_t job, uint32_t step, const proc
     GPUFRAC_RETURN_IF_ERROR(
         WriteNewFileAt(dir.get(), kLimitsFile, limits_text, file_mode, shown + "/" + kLimitsFile));
     if (private_limits_ && owner) {
-      Fd file(openat(dir.get(), kLimitsFile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-      Status granted = file.get() < 0 ? UnavailableError(Errno("cannot open it", errno))
-                                      : GrantUserAccess(file.get(), owner->uid, 04, 04);
+      UniqueFd file(openat(dir.get(), kLimitsFile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+      Status granted = !file.valid() ? ErrnoStatus("cannot open it", errno)
+                                     : GrantUserAccess(file.get(), owner->uid, 04, 04);
       if (!granted.ok()) {
         RemoveJobLocked(name, job);
         return UnavailableError(shown + "/" + kLimitsFile + ": " + granted.message());
@@ -342,8 +280,8 @@ StatusOr<BegunStep> NodeState::BeginStep(uint32_t job, uint32_t step, const proc
            " keeps no POSIX ACLs, so the job's limit file is readable by every local user (give "
            "state_dir= a directory on tmpfs or another filesystem with ACLs)");
     }
-    if (Fd up(openat(budgets_.fd(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-        up.get() >= 0 && !IsMountedOn(budgets_.fd(), up.get())) {
+    if (UniqueFd up(openat(budgets_.fd(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        up.valid() && !IsMountedOn(budgets_.fd(), up.get())) {
       warn(budgets_.path() +
            " is not a tmpfs of its own (it held files when first used, or none could be "
            "mounted), so a user who fills /dev/shm stops new gpufrac steps on this node");
@@ -390,9 +328,9 @@ Status NodeState::EndStep(uint32_t job, uint32_t step, const proc::ProcessId& st
   const std::string name = JobDirName(job);
   std::vector<std::string> cgroups;
   {
-    DirLock lock(fd_);
-    Fd dir(openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (dir.get() < 0) return OkStatus();
+    DirLock lock(fd_.get());
+    UniqueFd dir(openat(fd_.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir.valid()) return OkStatus();
     const std::string marker = MarkerName(step, stepd);
     unlinkat(dir.get(), marker.c_str(), 0);
     if (HasMarker(dir.get())) return OkStatus();  // Another step of the job still runs.
@@ -413,10 +351,10 @@ Status NodeState::EndStep(uint32_t job, uint32_t step, const proc::ProcessId& st
   // Outside the lock: a process slow to die must not hold up the other steps on the node.
   Status ended = EndProcessesIn(cgroups, stepd.pid, kProcessesEndWait);
   if (!ended.ok()) return KeptBecause(job, ended);
-  DirLock lock(fd_);
-  Fd dir(openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  DirLock lock(fd_.get());
+  UniqueFd dir(openat(fd_.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   // A step of the job that started meanwhile shares the files.
-  if (dir.get() < 0 || HasMarker(dir.get())) return OkStatus();
+  if (!dir.valid() || HasMarker(dir.get())) return OkStatus();
   RemoveJobLocked(name, job);
   return OkStatus();
 }
@@ -427,17 +365,17 @@ Status NodeState::EndJob(uint32_t job) {
   Status ended = EndProcessesIn(JobCgroups(job, std::nullopt, node_, cgroup_mounts_), getpid(),
                                 kProcessesEndWait);
   if (!ended.ok()) return KeptBecause(job, ended);
-  DirLock lock(fd_);
+  DirLock lock(fd_.get());
   RemoveJobLocked(JobDirName(job), job);
   return OkStatus();
 }
 
 void NodeState::SweepLocked() {
-  for (const std::string& name : Entries(fd_)) {
+  for (const std::string& name : Entries(fd_.get())) {
     std::optional<uint64_t> job = NumberAfter(name, kJobPrefix);
     if (!job || *job > UINT32_MAX) continue;
-    Fd dir(openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (dir.get() < 0) continue;
+    UniqueFd dir(openat(fd_.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir.valid()) continue;
     bool live = false;
     for (const std::string& entry : Entries(dir.get())) {
       if (!IsMarker(entry)) continue;
@@ -468,7 +406,7 @@ void NodeState::SweepLocked() {
     std::optional<uint64_t> job = NumberAfter(name, kJobPrefix);
     if (!job || *job > UINT32_MAX) continue;
     struct stat st {};
-    if (fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT) {
+    if (fstatat(fd_.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT) {
       RemoveJobBudgetDirLocked(static_cast<uint32_t>(*job));
     }
   }
@@ -484,11 +422,12 @@ void NodeState::RemoveJobLocked(const std::string& job_dir_name, uint32_t job) {
     if (StartsWith(entry, prefix)) uuids.push_back(entry.substr(prefix.size()));
   }
   launch::WorkloadBudgets::Remove(budgets_, WorkloadName(job), uuids);
-  Fd dir(openat(fd_, job_dir_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (dir.get() >= 0) {
+  UniqueFd dir(
+      openat(fd_.get(), job_dir_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (dir.valid()) {
     for (const std::string& entry : Entries(dir.get())) unlinkat(dir.get(), entry.c_str(), 0);
   }
-  unlinkat(fd_, job_dir_name.c_str(), AT_REMOVEDIR);
+  unlinkat(fd_.get(), job_dir_name.c_str(), AT_REMOVEDIR);
 }
 
 StatusOr<std::string> NodeState::MakeJobBudgetDirLocked(uint32_t job, size_t gpus) {
@@ -496,12 +435,13 @@ StatusOr<std::string> NodeState::MakeJobBudgetDirLocked(uint32_t job, size_t gpu
   const std::string name = JobDirName(job);
   const std::string shown = JobBudgetDir(job);
   if (mkdirat(budgets_.fd(), name.c_str(), 0711) != 0) {
-    return UnavailableError(Errno("cannot create " + shown, errno));
+    return ErrnoStatus("cannot create " + shown, errno);
   }
-  Fd dir(openat(budgets_.fd(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (dir.get() < 0) return UnavailableError(Errno("cannot open " + shown, errno));
+  UniqueFd dir(
+      openat(budgets_.fd(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir.valid()) return ErrnoStatus("cannot open " + shown, errno);
   fchmod(dir.get(), 0711);
-  GPUFRAC_RETURN_IF_ERROR(CheckOwnDir(dir.get(), shown));
+  GPUFRAC_RETURN_IF_ERROR(CheckDirectoryIsOurs(dir.get(), shown));
   // The budget files are the job's user's (its processes map them read-write), so it can grow
   // them: a tmpfs of their size bounds what that takes from the node's memory. Mounted on the
   // directory just checked, through its descriptor, not its path.
@@ -511,8 +451,8 @@ StatusOr<std::string> NodeState::MakeJobBudgetDirLocked(uint32_t job, size_t gpu
   const std::string target = "/proc/self/fd/" + std::to_string(dir.get());
   if (mount("gpufrac-budgets", target.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
             options.c_str()) != 0) {
-    return "cannot mount a tmpfs on " + shown + " (" + std::strerror(errno) +
-           "): the job's user can grow its budget files until /dev/shm is full";
+    return ErrnoStatus("cannot mount a tmpfs on " + shown, errno).message() +
+           "; the job's user can grow its budget files until /dev/shm is full";
   }
   return std::string();
 }
@@ -523,8 +463,9 @@ void NodeState::RemoveJobBudgetDirLocked(uint32_t job) {
   // Its tmpfs (any stacked on it too), then the directory under it. Only root makes names in
   // the node's budget directory, so the path is the one it made.
   for (int i = 0; i < 8; ++i) {
-    Fd dir(openat(budgets_.fd(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (dir.get() < 0) return;
+    UniqueFd dir(
+        openat(budgets_.fd(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir.valid()) return;
     if (!IsMountedOn(dir.get(), budgets_.fd())) {
       for (const std::string& entry : Entries(dir.get())) unlinkat(dir.get(), entry.c_str(), 0);
       break;

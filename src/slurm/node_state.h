@@ -8,7 +8,8 @@
 // path a user can change, so every directory is checked after opening and used through its fd):
 //   STATE_DIR/                     exactly 0711 (no one else may open it, or hold its lock), given
 //                                  in plugstack.conf; every directory above it root's
-//                                  and writable by root only (slurm/trusted_dir.h)
+//                                  and writable by root only (common/posix.h's
+//                                  OpenOurDirectoryPath)
 //   STATE_DIR/budget-dir           the path of the budget directory B (launch/budget_dir.h), in
 //                                  /dev/shm, a tmpfs of its own (8 MiB) mounted by root when new
 //   STATE_DIR/job-<id>/            0700, and the job's user may search it (an ACL, user_acl.h)
@@ -32,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "common/posix.h"
 #include "common/status.h"
 #include "launch/budget_dir.h"
 #include "launch/budgets.h"
@@ -52,14 +54,11 @@ class NodeState {
   // Opens STATE_DIR (making it, mode 0711, and missing directories above it, 0755) and the
   // budget directory it records, for node `node` (Slurm's name for it: its jobs' cgroups are
   // found by it). kFailedPrecondition, one line, when STATE_DIR or a directory above it fails
-  // trusted_dir.h's checks, or STATE_DIR is not the caller's (root's).
+  // OpenOurDirectoryPath's checks (common/posix.h): STATE_DIR must be the caller's (root's).
   static StatusOr<NodeState> Open(const std::string& state_dir, const std::string& node);
 
-  NodeState(NodeState&&) noexcept;
-  NodeState& operator=(NodeState&&) noexcept;
-  NodeState(const NodeState&) = delete;
-  NodeState& operator=(const NodeState&) = delete;
-  ~NodeState();
+  NodeState(NodeState&&) noexcept = default;
+  NodeState& operator=(NodeState&&) noexcept = default;
 
   // A step of job `job` starts here, run by `stepd`: records it, and unless an earlier step of
   // the job still runs, writes the job's limit file (`limits_text`, launch::LimitFileText's with
@@ -98,10 +97,10 @@ class NodeState {
   bool private_limits() const { return private_limits_; }
 
  private:
-  NodeState(std::string path, int fd, launch::BudgetDir budgets, bool private_limits,
+  NodeState(std::string path, UniqueFd fd, launch::BudgetDir budgets, bool private_limits,
             std::string node)
       : path_(std::move(path)),
-        fd_(fd),
+        fd_(std::move(fd)),
         budgets_(std::move(budgets)),
         private_limits_(private_limits),
         node_(std::move(node)),
@@ -117,7 +116,7 @@ class NodeState {
   void RemoveJobBudgetDirLocked(uint32_t job);
 
   std::string path_;
-  int fd_ = -1;
+  UniqueFd fd_;
   launch::BudgetDir budgets_;
   bool private_limits_ = false;
   std::string node_;

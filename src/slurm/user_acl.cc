@@ -8,9 +8,10 @@
 
 #include <cerrno>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
+
+#include "common/posix.h"
 
 namespace gpufrac::slurm {
 namespace {
@@ -47,7 +48,7 @@ Status GrantUserAccess(int fd, uid_t uid, unsigned owner_perms, unsigned user_pe
   PutEntry(&acl, kMask, user_perms, kNoId);
   PutEntry(&acl, kOther, 0, kNoId);
   if (fsetxattr(fd, kAccessAcl, acl.data(), acl.size(), 0) != 0) {
-    return UnavailableError(std::string("cannot set an ACL: ") + std::strerror(errno));
+    return ErrnoStatus("cannot set an ACL", errno);
   }
   return OkStatus();
 }
