@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <random>
@@ -28,6 +27,7 @@
 
 #include "cli/request_flags.h"
 #include "common/paths.h"
+#include "common/posix.h"
 #include "common/status.h"
 #include "common/units.h"
 #include "gpu/devices.h"
@@ -65,15 +65,11 @@ StatusOr<launch::BudgetDir> UserArbiterDir() {
   if (ec) return UnavailableError("cannot create " + state + ": " + ec.message());
   // Two commands starting at once must not make two directories.
   const std::string lock_path = state + "/exec-arbiters.lock";
-  const int lock = open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (lock < 0 || flock(lock, LOCK_EX) != 0) {
-    const std::string why = std::strerror(errno);
-    if (lock >= 0) close(lock);
-    return UnavailableError("cannot lock " + lock_path + ": " + why);
+  UniqueFd lock(open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!lock.valid() || flock(lock.get(), LOCK_EX) != 0) {
+    return ErrnoStatus("cannot lock " + lock_path, errno);
   }
-  StatusOr<launch::BudgetDir> dir = launch::BudgetDir::ForService(state + "/exec-arbiters", 0700);
-  close(lock);
-  return dir;
+  return launch::BudgetDir::ForService(state + "/exec-arbiters", 0700);
 }
 
 std::string RandomSuffix() {
@@ -88,8 +84,7 @@ StatusOr<std::string> WriteLimitFile(const std::string& text, std::string* dir_o
   const char* base = getenv("XDG_RUNTIME_DIR");
   std::string tmpl = std::string(base && *base ? base : "/tmp") + "/gpufrac-exec-XXXXXX";
   if (!mkdtemp(tmpl.data())) {
-    return UnavailableError("cannot create a directory for the limit file under " + tmpl + ": " +
-                            std::strerror(errno));
+    return ErrnoStatus("cannot create a directory for the limit file under " + tmpl, errno);
   }
   std::string path = tmpl + "/limits";
   Status written = launch::WriteNewFile(path, text, 0444);
@@ -146,13 +141,15 @@ int RunChild(const ExecOptions& o, const std::vector<std::string>& env) {
     sigprocmask(SIG_SETMASK, &previous, nullptr);
     // PATH is searched in gpufrac's own environment, which the command's shares.
     execvpe(argv[0], argv.data(), envp.data());
-    int err = errno;
-    std::fprintf(stderr, "gpufrac exec: cannot run %s: %s\n", argv[0], std::strerror(err));
+    // No Status here: between fork and _exit nothing is allocated (another thread may have held
+    // the allocator's lock at the fork). %m is the system's text for errno.
+    const int err = errno;
+    std::fprintf(stderr, "gpufrac exec: cannot run %s: %m\n", argv[0]);
     _exit(err == ENOENT ? 127 : 126);
   }
   g_child = pid > 0 ? pid : 0;
   sigprocmask(SIG_SETMASK, &previous, nullptr);
-  if (pid < 0) return Fail(kExitFailure, std::string("fork failed: ") + std::strerror(errno));
+  if (pid < 0) return Fail(kExitFailure, ErrnoStatus("fork failed", errno).message());
   // Once the child is gone its PID may be reused: stop forwarding before reaping it. The
   // handlers stay until gpufrac has cleaned up (PassThrough restores the defaults).
   siginfo_t info{};
@@ -166,7 +163,7 @@ int RunChild(const ExecOptions& o, const std::vector<std::string>& env) {
   while ((reaped = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
   }
   if (reaped != pid) {
-    return Fail(kExitFailure, std::string("lost track of the command: ") + std::strerror(errno));
+    return Fail(kExitFailure, ErrnoStatus("lost track of the command", errno).message());
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return -WTERMSIG(status);

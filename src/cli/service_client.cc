@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "common/paths.h"
+#include "common/posix.h"
 #include "node/paths.h"
 
 namespace gpufrac::cli {
@@ -32,18 +33,13 @@ constexpr auto kStartTimeout = std::chrono::seconds(15);
 
 // Connects to the socket at `path` and hangs up: 0 when something answers, else the errno.
 int TryConnect(const std::string& path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return errno;
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return errno;
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(addr.sun_path)) {
-    close(fd);
-    return ENAMETOOLONG;
-  }
+  if (path.size() >= sizeof(addr.sun_path)) return ENAMETOOLONG;
   std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
-  int error = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 ? 0 : errno;
-  close(fd);
-  return error;
+  return connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 ? 0 : errno;
 }
 
 bool Answers(const std::string& path) { return TryConnect(path) == 0; }
@@ -112,18 +108,15 @@ Status StartService(const std::string& socket) {
   // The service holds the write end for its life: end of file here means it has died.
   int alive[2];
   if (pipe2(alive, O_CLOEXEC) != 0) return UnavailableError("cannot start gpufracd: no pipe");
+  UniqueFd read_end(alive[0]), write_end(alive[1]);
   pid_t pid = fork();
-  if (pid < 0) {
-    close(alive[0]);
-    close(alive[1]);
-    return UnavailableError("cannot start gpufracd: fork failed");
-  }
+  if (pid < 0) return UnavailableError("cannot start gpufracd: fork failed");
   if (pid == 0) {
     // Detached: its own session, no terminal, output to its log, no directory kept busy.
     setsid();
     if (chdir("/") != 0) _exit(127);
-    close(alive[0]);
-    fcntl(alive[1], F_SETFD, 0);
+    read_end.Reset();
+    fcntl(write_end.get(), F_SETFD, 0);
     int null_fd = open("/dev/null", O_RDONLY);
     int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
     if (null_fd >= 0) dup2(null_fd, 0);
@@ -143,22 +136,21 @@ Status StartService(const std::string& socket) {
     }
     _exit(127);
   }
-  close(alive[1]);
+  write_end.Reset();
   int status = 0;
   waitpid(pid, &status, 0);
   auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
   bool died = false;
   while (std::chrono::steady_clock::now() < deadline && !died) {
     if (Answers(socket)) {
-      close(alive[0]);
       std::fprintf(stderr, "gpufrac: started gpufracd for you (socket %s, state and log in %s)\n",
                    socket.c_str(), state_dir.c_str());
       return OkStatus();
     }
-    struct pollfd p = {alive[0], POLLIN, 0};
+    struct pollfd p = {read_end.get(), POLLIN, 0};
     died = poll(&p, 1, 50) > 0;
   }
-  close(alive[0]);
+  read_end.Reset();
   // Its last words say why (no GPU, a bad state directory, ...).
   std::ifstream in(log);
   std::string line, last;

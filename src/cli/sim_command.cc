@@ -12,13 +12,13 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
 
+#include "common/posix.h"
 #include "common/text.h"
 #include "nlohmann/json.hpp"
 #include "placement/policies.h"
@@ -368,7 +368,7 @@ int RunSim(const SimOptions& o) {
     if (std::FILE* f = std::fopen(path->c_str(), "w")) {
       std::fclose(f);
     } else {
-      return Fail(kExitBadInput, "cannot write " + *path + ": " + std::strerror(errno));
+      return Fail(kExitBadInput, ErrnoStatus("cannot write " + *path, errno).message());
     }
   }
   StatusOr<sim::NodeList> nodes = sim::ReadOpenbNodes(o.nodes);
