@@ -106,6 +106,32 @@ class ControlDaemon {
   void ReplyUi(Connection& ui, const std::string& text);
   // A front end's command: the reply, or nullopt when it was already given or comes later.
   std::optional<std::string> Command(Connection& ui, const std::string& line);
+
+  // The front end's verbs, one handler each, looked up by name in kVerbs. A handler gets the
+  // line's words (the verb first) once their count is right, and replies as Command does.
+  using Args = std::vector<std::string>;
+  using Handler = std::optional<std::string> (ControlDaemon::*)(Connection& ui, const Args& args);
+  struct Verb {
+    const char* name;
+    std::size_t count;  // arguments after the verb
+    const char* usage;  // the arguments' form, shown when their count is wrong
+    Handler handler;
+  };
+  static const Verb kVerbs[];
+  std::optional<std::string> OnQuit(Connection& ui, const Args& args);
+  std::optional<std::string> OnGetServerList(Connection& ui, const Args& args);
+  std::optional<std::string> OnGetServerStatus(Connection& ui, const Args& args);
+  std::optional<std::string> OnStartServer(Connection& ui, const Args& args);
+  std::optional<std::string> OnGetClientList(Connection& ui, const Args& args);
+  std::optional<std::string> OnSetDefaultThreadPercentage(Connection& ui, const Args& args);
+  std::optional<std::string> OnGetDefaultThreadPercentage(Connection& ui, const Args& args);
+  std::optional<std::string> OnSetThreadPercentage(Connection& ui, const Args& args);
+  std::optional<std::string> OnGetThreadPercentage(Connection& ui, const Args& args);
+  std::optional<std::string> OnSetDefaultPinnedMemLimit(Connection& ui, const Args& args);
+  std::optional<std::string> OnGetDefaultPinnedMemLimit(Connection& ui, const Args& args);
+  std::optional<std::string> OnSetPinnedMemLimit(Connection& ui, const Args& args);
+  std::optional<std::string> OnGetPinnedMemLimit(Connection& ui, const Args& args);
+
   void Quit();
   void Close(Connection& connection);
 
@@ -522,133 +548,165 @@ void ControlDaemon::Quit() {
   }
 }
 
-std::optional<std::string> ControlDaemon::Command(Connection& ui, const std::string& line) {
-  const std::vector<std::string> args = Words(line);
-  const std::string& name = args[0];
-  const std::size_t count = args.size() - 1;
-  auto usage = [&](const char* form) { return "Error: usage: " + name + " " + form + "\n"; };
-  auto no_server = [](const std::string& pid) {
-    return "Error: no MPS server with PID " + pid + "\n";
-  };
-  auto bad_percentage = [](const std::string& text) {
-    return "Error: invalid percentage \"" + text +
-           "\" (a number above 0 and at most 100, at most one decimal)\n";
-  };
-  auto bad_limit = [](const std::string& text) {
-    return "Error: invalid memory limit \"" + text + "\" (an integer followed by G or M)\n";
-  };
-  auto no_device = [](const std::string& device) {
-    return "Error: no device \"" + device + "\" (an ordinal or UUID of the daemon's devices)\n";
-  };
-  auto limit_text = [](std::optional<std::uint64_t> bytes) {
-    return (bytes.has_value() ? FormatMemLimit(*bytes) : std::string("unlimited")) + "\n";
-  };
+// The replies to a front end that is wrong, worded as the real daemon words them.
+std::string Usage(const std::string& verb, const char* form) {
+  return "Error: usage: " + verb + " " + form + "\n";
+}
 
-  if (name == "quit") {
-    if (count != 0) return usage("");
-    ReplyUi(ui, "");
-    Quit();
-    Close(ui);
-    return std::nullopt;
+std::string NoServer(const std::string& pid) {
+  return "Error: no MPS server with PID " + pid + "\n";
+}
+
+std::string BadPercentage(const std::string& text) {
+  return "Error: invalid percentage \"" + text +
+         "\" (a number above 0 and at most 100, at most one decimal)\n";
+}
+
+std::string BadLimit(const std::string& text) {
+  return "Error: invalid memory limit \"" + text + "\" (an integer followed by G or M)\n";
+}
+
+std::string NoDevice(const std::string& device) {
+  return "Error: no device \"" + device + "\" (an ordinal or UUID of the daemon's devices)\n";
+}
+
+std::string LimitText(std::optional<std::uint64_t> bytes) {
+  return (bytes.has_value() ? FormatMemLimit(*bytes) : std::string("unlimited")) + "\n";
+}
+
+const ControlDaemon::Verb ControlDaemon::kVerbs[] = {
+    {"quit", 0, "", &ControlDaemon::OnQuit},
+    {"get_server_list", 0, "", &ControlDaemon::OnGetServerList},
+    {"get_server_status", 1, "<PID>", &ControlDaemon::OnGetServerStatus},
+    {"start_server", 2, "-uid <user id>", &ControlDaemon::OnStartServer},
+    {"get_client_list", 1, "<PID>", &ControlDaemon::OnGetClientList},
+    {"set_default_active_thread_percentage", 1, "<percentage>",
+     &ControlDaemon::OnSetDefaultThreadPercentage},
+    {"get_default_active_thread_percentage", 0, "", &ControlDaemon::OnGetDefaultThreadPercentage},
+    {"set_active_thread_percentage", 2, "<PID> <percentage>",
+     &ControlDaemon::OnSetThreadPercentage},
+    {"get_active_thread_percentage", 1, "<PID>", &ControlDaemon::OnGetThreadPercentage},
+    {"set_default_device_pinned_mem_limit", 2, "<dev> <value>",
+     &ControlDaemon::OnSetDefaultPinnedMemLimit},
+    {"get_default_device_pinned_mem_limit", 1, "<dev>", &ControlDaemon::OnGetDefaultPinnedMemLimit},
+    {"set_device_pinned_mem_limit", 3, "<PID> <dev> <value>", &ControlDaemon::OnSetPinnedMemLimit},
+    {"get_device_pinned_mem_limit", 2, "<PID> <dev>", &ControlDaemon::OnGetPinnedMemLimit},
+};
+
+std::optional<std::string> ControlDaemon::Command(Connection& ui, const std::string& line) {
+  const Args args = Words(line);
+  for (const Verb& verb : kVerbs) {
+    if (args[0] != verb.name) continue;
+    if (args.size() - 1 != verb.count) return Usage(args[0], verb.usage);
+    return (this->*verb.handler)(ui, args);
   }
-  if (name == "get_server_list") {
-    if (count != 0) return usage("");
-    std::string text;
-    for (const auto& server : servers_) {
-      if (server->from_server >= 0) text += std::to_string(server->pid) + "\n";
-    }
-    return text;
+  return "Error: unknown command \"" + args[0] + "\"\n";
+}
+
+std::optional<std::string> ControlDaemon::OnQuit(Connection& ui, const Args&) {
+  ReplyUi(ui, "");
+  Quit();
+  Close(ui);
+  return std::nullopt;
+}
+
+std::optional<std::string> ControlDaemon::OnGetServerList(Connection&, const Args&) {
+  std::string text;
+  for (const auto& server : servers_) {
+    if (server->from_server >= 0) text += std::to_string(server->pid) + "\n";
   }
-  if (name == "get_server_status") {
-    if (count != 1) return usage("<PID>");
-    const Server* server = FindServer(args[1]);
-    if (server == nullptr) return no_server(args[1]);
-    if (server->state == Server::State::kStarting) return "INITIALIZING\n";
-    return server->fault ? "FAULT\n" : "ACTIVE\n";
+  return text;
+}
+
+std::optional<std::string> ControlDaemon::OnGetServerStatus(Connection&, const Args& args) {
+  const Server* server = FindServer(args[1]);
+  if (server == nullptr) return NoServer(args[1]);
+  if (server->state == Server::State::kStarting) return "INITIALIZING\n";
+  return server->fault ? "FAULT\n" : "ACTIVE\n";
+}
+
+std::optional<std::string> ControlDaemon::OnStartServer(Connection& ui, const Args& args) {
+  std::uint64_t uid = 0;
+  if (args[1] != "-uid" || !ParseNumber(args[2], &uid)) return Usage(args[0], "-uid <user id>");
+  ui.uid = static_cast<uid_t>(uid);
+  ui.queued = true;
+  queue_.push_back(&ui);
+  ProcessQueue();
+  return std::nullopt;  // answered once the server is ready
+}
+
+std::optional<std::string> ControlDaemon::OnGetClientList(Connection&, const Args& args) {
+  const Server* server = FindServer(args[1]);
+  if (server == nullptr) return NoServer(args[1]);
+  std::string text;
+  for (pid_t client : server->clients) text += std::to_string(client) + "\n";
+  return text;
+}
+
+std::optional<std::string> ControlDaemon::OnSetDefaultThreadPercentage(Connection&,
+                                                                       const Args& args) {
+  const auto tenths = ParseThreadPercentage(args[1]);
+  if (!tenths.has_value()) return BadPercentage(args[1]);
+  default_percentage_ = *tenths;
+  return FormatThreadPercentage(default_percentage_) + "\n";
+}
+
+std::optional<std::string> ControlDaemon::OnGetDefaultThreadPercentage(Connection&, const Args&) {
+  return FormatThreadPercentage(default_percentage_) + "\n";
+}
+
+std::optional<std::string> ControlDaemon::OnSetThreadPercentage(Connection&, const Args& args) {
+  Server* server = FindServer(args[1]);
+  if (server == nullptr) return NoServer(args[1]);
+  const auto tenths = ParseThreadPercentage(args[2]);
+  if (!tenths.has_value()) return BadPercentage(args[2]);
+  server->thread_percentage = *tenths;  // for clients that connect from now on
+  return FormatThreadPercentage(*tenths) + "\n";
+}
+
+std::optional<std::string> ControlDaemon::OnGetThreadPercentage(Connection&, const Args& args) {
+  const Server* server = FindServer(args[1]);
+  if (server == nullptr) return NoServer(args[1]);
+  return FormatThreadPercentage(server->thread_percentage) + "\n";
+}
+
+std::optional<std::string> ControlDaemon::OnSetDefaultPinnedMemLimit(Connection&,
+                                                                     const Args& args) {
+  const auto bytes = ParseMemLimit(args[2], /*allow_byte_suffix=*/false);
+  if (!bytes.has_value()) return BadLimit(args[2]);
+  // As documented, the device is not checked here; the latest setting of a key counts last.
+  std::erase_if(default_limits_, [&](const auto& entry) { return entry.first == args[1]; });
+  default_limits_.emplace_back(args[1], *bytes);
+  return "";
+}
+
+std::optional<std::string> ControlDaemon::OnGetDefaultPinnedMemLimit(Connection&,
+                                                                     const Args& args) {
+  for (const auto& [key, bytes] : default_limits_) {
+    if (key == args[1]) return LimitText(bytes);  // no translation between ordinal and UUID
   }
-  if (name == "start_server") {
-    std::uint64_t uid = 0;
-    if (count != 2 || args[1] != "-uid" || !ParseNumber(args[2], &uid)) {
-      return usage("-uid <user id>");
-    }
-    ui.uid = static_cast<uid_t>(uid);
-    ui.queued = true;
-    queue_.push_back(&ui);
-    ProcessQueue();
-    return std::nullopt;  // answered once the server is ready
-  }
-  if (name == "get_client_list") {
-    if (count != 1) return usage("<PID>");
-    const Server* server = FindServer(args[1]);
-    if (server == nullptr) return no_server(args[1]);
-    std::string text;
-    for (pid_t client : server->clients) text += std::to_string(client) + "\n";
-    return text;
-  }
-  if (name == "set_default_active_thread_percentage") {
-    if (count != 1) return usage("<percentage>");
-    const auto tenths = ParseThreadPercentage(args[1]);
-    if (!tenths.has_value()) return bad_percentage(args[1]);
-    default_percentage_ = *tenths;
-    return FormatThreadPercentage(default_percentage_) + "\n";
-  }
-  if (name == "get_default_active_thread_percentage") {
-    if (count != 0) return usage("");
-    return FormatThreadPercentage(default_percentage_) + "\n";
-  }
-  if (name == "set_active_thread_percentage") {
-    if (count != 2) return usage("<PID> <percentage>");
-    Server* server = FindServer(args[1]);
-    if (server == nullptr) return no_server(args[1]);
-    const auto tenths = ParseThreadPercentage(args[2]);
-    if (!tenths.has_value()) return bad_percentage(args[2]);
-    server->thread_percentage = *tenths;  // for clients that connect from now on
-    return FormatThreadPercentage(*tenths) + "\n";
-  }
-  if (name == "get_active_thread_percentage") {
-    if (count != 1) return usage("<PID>");
-    const Server* server = FindServer(args[1]);
-    if (server == nullptr) return no_server(args[1]);
-    return FormatThreadPercentage(server->thread_percentage) + "\n";
-  }
-  if (name == "set_default_device_pinned_mem_limit") {
-    if (count != 2) return usage("<dev> <value>");
-    const auto bytes = ParseMemLimit(args[2], /*allow_byte_suffix=*/false);
-    if (!bytes.has_value()) return bad_limit(args[2]);
-    // As documented, the device is not checked here; the latest setting of a key counts last.
-    std::erase_if(default_limits_, [&](const auto& entry) { return entry.first == args[1]; });
-    default_limits_.emplace_back(args[1], *bytes);
-    return "";
-  }
-  if (name == "get_default_device_pinned_mem_limit") {
-    if (count != 1) return usage("<dev>");
-    for (const auto& [key, bytes] : default_limits_) {
-      if (key == args[1]) return limit_text(bytes);  // no translation between ordinal and UUID
-    }
-    return limit_text(std::nullopt);
-  }
-  if (name == "set_device_pinned_mem_limit") {
-    if (count != 3) return usage("<PID> <dev> <value>");
-    Server* server = FindServer(args[1]);
-    if (server == nullptr) return no_server(args[1]);
-    const std::string uuid = ResolveDevice(args[2]);
-    if (uuid.empty()) return no_device(args[2]);
-    const auto bytes = ParseMemLimit(args[3], /*allow_byte_suffix=*/false);
-    if (!bytes.has_value()) return bad_limit(args[3]);
-    server->limits[uuid] = *bytes;  // for clients that connect from now on
-    return "";
-  }
-  if (name == "get_device_pinned_mem_limit") {
-    if (count != 2) return usage("<PID> <dev>");
-    const Server* server = FindServer(args[1]);
-    if (server == nullptr) return no_server(args[1]);
-    const std::string uuid = ResolveDevice(args[2]);
-    if (uuid.empty()) return no_device(args[2]);
-    const auto found = server->limits.find(uuid);
-    return limit_text(found == server->limits.end() ? std::nullopt
-                                                    : std::optional<std::uint64_t>(found->second));
-  }
-  return "Error: unknown command \"" + name + "\"\n";
+  return LimitText(std::nullopt);
+}
+
+std::optional<std::string> ControlDaemon::OnSetPinnedMemLimit(Connection&, const Args& args) {
+  Server* server = FindServer(args[1]);
+  if (server == nullptr) return NoServer(args[1]);
+  const std::string uuid = ResolveDevice(args[2]);
+  if (uuid.empty()) return NoDevice(args[2]);
+  const auto bytes = ParseMemLimit(args[3], /*allow_byte_suffix=*/false);
+  if (!bytes.has_value()) return BadLimit(args[3]);
+  server->limits[uuid] = *bytes;  // for clients that connect from now on
+  return "";
+}
+
+std::optional<std::string> ControlDaemon::OnGetPinnedMemLimit(Connection&, const Args& args) {
+  const Server* server = FindServer(args[1]);
+  if (server == nullptr) return NoServer(args[1]);
+  const std::string uuid = ResolveDevice(args[2]);
+  if (uuid.empty()) return NoDevice(args[2]);
+  const auto found = server->limits.find(uuid);
+  return LimitText(found == server->limits.end() ? std::nullopt
+                                                 : std::optional<std::uint64_t>(found->second));
 }
 
 }  // namespace
