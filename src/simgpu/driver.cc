@@ -49,6 +49,86 @@ std::uint32_t DeviceMask(const std::vector<VisibleDevice>& devices) {
   return mask;
 }
 
+// The devices CUDA_VISIBLE_DEVICES names; for an MPS client, among those its server serves.
+std::vector<VisibleDeviceRef> VisibleRefs(const MpsAttachment& mps, const DeviceNames& names) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (!mps.attached) return ParseVisibleDevices(visible, names);
+  // The server's devices (full UUIDs), remapped: the process's own list picks among them.
+  std::string served;
+  for (const std::string& uuid : mps.devices) served += (served.empty() ? "" : ",") + uuid;
+  return RemapVisibleDevices(visible, ParseVisibleDevices(served.c_str(), names), names);
+}
+
+// A MIG device as the process sees it: the instance's UUID, name, memory and SMs; the process
+// is bound to it through its slot.
+void BindMigDevice(const SharedDevice& shared, const MigBinding& binding, ProcessSlot* slot,
+                   VisibleDevice* device) {
+  const SharedGpuInstance& instance = shared.gpu_instances[binding.gpu_instance];
+  device->uuid = MigDeviceUuid(shared, binding.gpu_instance, binding.compute_instance);
+  device->name = MigDeviceName(shared, binding.gpu_instance, binding.compute_instance);
+  device->total_bytes = instance.total_bytes;
+  const std::uint32_t slices = instance.compute[binding.compute_instance].slice_count;
+  device->sm_count = static_cast<int>(instance.sm_count * slices / instance.compute_slices);
+  device->gpu_instance = binding.gpu_instance;
+  device->compute_instance = binding.compute_instance;
+  device->mig_generation = binding.generation;
+  slot->mig_binding.store(PackMigBinding(binding), std::memory_order_release);
+}
+
+// An MPS client's view of a device: the SMs its thread percentage allows and its server's
+// memory limit. `ordinal` is the device's place in the process's list.
+void ApplyMpsShare(const MpsAttachment& mps, int ordinal, const std::string& uuid,
+                   VisibleDevice* device) {
+  // The SMs the percentage allows are what the device reports and what kernels run on.
+  const int sms = ThreadPercentageSms(device->sm_count, mps.thread_percentage);
+  device->mps_share_ppm = static_cast<std::uint32_t>(static_cast<std::uint64_t>(sms) *
+                                                     kWholeEnginePpm / device->sm_count);
+  device->sm_count = sms;
+  device->mps_group = mps.group;
+  device->mps_limit_bytes = MpsClientMemLimit(mps, ordinal, uuid);
+}
+
+// Gives back what Initialize took before it failed: the slot, the MPS connection, the driver.
+void Abandon(SharedMachine& machine, ProcessSlot& slot, const MpsAttachment& mps, Driver* driver) {
+  ReleaseSlot(machine, slot);
+  if (mps.server_fd >= 0) ::close(mps.server_fd);
+  delete driver;
+}
+
+// The process's devices, in CUDA's order, into `driver`. On failure (a GPU of a model this
+// build does not know), `driver` is abandoned.
+CUresult ListVisibleDevices(Driver* driver, const MpsAttachment& mps) {
+  SharedMachine& machine = *driver->machine;
+  ProcessSlot* slot = driver->slot;
+  // Under the MIG lock, so the MIG device chosen cannot be destroyed before this process is
+  // bound to it (and from then on counts as running in it).
+  MigLock lock(machine);
+  const MachineDeviceNames known = CollectDeviceNamesLocked(machine);
+  const DeviceNames& names = known.names;
+  for (const VisibleDeviceRef& ref : VisibleRefs(mps, names)) {
+    const SharedDevice& shared = machine.devices[ref.physical];
+    VisibleDevice device;
+    device.physical = ref.physical;
+    device.model = DeviceModel(shared);
+    if (device.model == nullptr) {
+      Abandon(machine, *slot, mps, driver);
+      return Complain(std::string("unknown GPU model ") + shared.model, abi::CUDA_ERROR_UNKNOWN);
+    }
+    std::copy(std::begin(shared.uuid), std::end(shared.uuid), device.parent_uuid.begin());
+    device.uuid = device.parent_uuid;
+    device.name = device.model->nvml_name;
+    device.total_bytes = shared.total_bytes;
+    device.sm_count = device.model->sm_count;
+    if (ref.mig >= 0) BindMigDevice(shared, known.migs[ref.mig], slot, &device);
+    if (mps.attached) {
+      ApplyMpsShare(mps, static_cast<int>(driver->devices.size()), VisibleDeviceUuid(names, ref),
+                    &device);
+    }
+    driver->devices.push_back(device);
+  }
+  return abi::CUDA_SUCCESS;
+}
+
 CUresult Initialize() {
   std::string error;
   SharedMachine* machine = AttachSharedMachineFromEnv(&error);
@@ -74,63 +154,8 @@ CUresult Initialize() {
   driver->slot = slot;
   driver->own_slot = slot;
   driver->mps_server_fd = mps.server_fd;
-  {
-    // Under the MIG lock, so the MIG device chosen cannot be destroyed before this process is
-    // bound to it (and from then on counts as running in it).
-    MigLock lock(*machine);
-    const MachineDeviceNames known = CollectDeviceNamesLocked(*machine);
-    const DeviceNames& names = known.names;
-    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-    std::vector<VisibleDeviceRef> refs;
-    if (mps.attached) {
-      // The server's devices (full UUIDs), remapped: the process's own list picks among them.
-      std::string served;
-      for (const std::string& uuid : mps.devices) served += (served.empty() ? "" : ",") + uuid;
-      refs = RemapVisibleDevices(visible, ParseVisibleDevices(served.c_str(), names), names);
-    } else {
-      refs = ParseVisibleDevices(visible, names);
-    }
-    for (const VisibleDeviceRef& ref : refs) {
-      const SharedDevice& shared = machine->devices[ref.physical];
-      VisibleDevice device;
-      device.physical = ref.physical;
-      device.model = DeviceModel(shared);
-      if (device.model == nullptr) {
-        ReleaseSlot(*machine, *slot);
-        if (mps.server_fd >= 0) ::close(mps.server_fd);
-        delete driver;
-        return Complain(std::string("unknown GPU model ") + shared.model, abi::CUDA_ERROR_UNKNOWN);
-      }
-      std::copy(std::begin(shared.uuid), std::end(shared.uuid), device.parent_uuid.begin());
-      device.uuid = device.parent_uuid;
-      device.name = device.model->nvml_name;
-      device.total_bytes = shared.total_bytes;
-      device.sm_count = device.model->sm_count;
-      if (ref.mig >= 0) {
-        const MigBinding& binding = known.migs[ref.mig];
-        const SharedGpuInstance& instance = shared.gpu_instances[binding.gpu_instance];
-        device.uuid = MigDeviceUuid(shared, binding.gpu_instance, binding.compute_instance);
-        device.name = MigDeviceName(shared, binding.gpu_instance, binding.compute_instance);
-        device.total_bytes = instance.total_bytes;
-        const std::uint32_t slices = instance.compute[binding.compute_instance].slice_count;
-        device.sm_count = static_cast<int>(instance.sm_count * slices / instance.compute_slices);
-        device.gpu_instance = binding.gpu_instance;
-        device.compute_instance = binding.compute_instance;
-        device.mig_generation = binding.generation;
-        slot->mig_binding.store(PackMigBinding(binding), std::memory_order_release);
-      }
-      if (mps.attached) {
-        // The SMs the percentage allows are what the device reports and what kernels run on.
-        const int sms = ThreadPercentageSms(device.sm_count, mps.thread_percentage);
-        device.mps_share_ppm = static_cast<std::uint32_t>(static_cast<std::uint64_t>(sms) *
-                                                          kWholeEnginePpm / device.sm_count);
-        device.sm_count = sms;
-        device.mps_group = mps.group;
-        device.mps_limit_bytes = MpsClientMemLimit(mps, static_cast<int>(driver->devices.size()),
-                                                   VisibleDeviceUuid(names, ref));
-      }
-      driver->devices.push_back(device);
-    }
+  if (CUresult result = ListVisibleDevices(driver, mps); result != abi::CUDA_SUCCESS) {
+    return result;
   }
   driver->primary_contexts.assign(driver->devices.size(), nullptr);
   driver->default_pools.assign(driver->devices.size(), nullptr);
