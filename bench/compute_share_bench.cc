@@ -5,9 +5,9 @@
 // requests) and a HAMi-core-like launch throttle (libhami_like.so, bench/hami_like_limiter.cc).
 // The part "mps" (issue 18) sets a latency-sensitive and a throughput workload side by side under
 // no sharing policy, gpufrac's time shares and MPS (clients of a control daemon, SM percentages).
-// Ground truth is the simulator's engine time per process (simgpu/engine_truth.h). A benchmark,
-// not a test: it measures and prints, and never fails on a number. Run bench/run_compute_bench.sh
-// or bench/run_mps_bench.sh.
+// Ground truth is the simulator's engine time per process (simgpu/core/engine_truth.h). A
+// benchmark, not a test: it measures and prints, and never fails on a number. Run
+// bench/run_compute_bench.sh or bench/run_mps_bench.sh.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -35,7 +35,7 @@
 #include "limiter/compute_arbiter.h"
 #include "limiter/limit_config.h"
 #include "mps_daemon.h"
-#include "simgpu/engine_truth.h"
+#include "simgpu/core/engine_truth.h"
 
 namespace {
 
@@ -637,7 +637,8 @@ void LatencyPart(std::FILE* md) {
 
 // A latency-sensitive client and a throughput workload under no sharing policy, gpufrac's time
 // shares and MPS. Every kernel is sized for the whole GPU (kH100Sms), so a kernel is the same
-// work in every arm: under MPS it takes 1/share as long on the client's SMs (simgpu/sim_time.h).
+// work in every arm: under MPS it takes 1/share as long on the client's SMs
+// (simgpu/core/sim_time.h).
 constexpr int kH100Sms = 132;  // the SMs of main's simulated 1xH100-80GB
 
 struct MpsMix {
