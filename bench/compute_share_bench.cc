@@ -5,9 +5,9 @@
 // requests) and a HAMi-core-like launch throttle (libhami_like.so, bench/hami_like_limiter.cc).
 // The part "mps" (issue 18) sets a latency-sensitive and a throughput workload side by side under
 // no sharing policy, gpufrac's time shares and MPS (clients of a control daemon, SM percentages).
-// Ground truth is the simulator's engine time per process (simgpu/engine_truth.h). A benchmark,
-// not a test: it measures and prints, and never fails on a number. Run bench/run_compute_bench.sh
-// or bench/run_mps_bench.sh.
+// Ground truth is the simulator's engine time per process (simgpu/core/engine_truth.h). A
+// benchmark, not a test: it measures and prints, and never fails on a number. Run
+// bench/run_compute_bench.sh or bench/run_mps_bench.sh.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -35,7 +35,7 @@
 #include "limiter/compute_arbiter.h"
 #include "limiter/limit_config.h"
 #include "mps_daemon.h"
-#include "simgpu/engine_truth.h"
+#include "simgpu/core/engine_truth.h"
 
 namespace {
 
@@ -637,7 +637,8 @@ void LatencyPart(std::FILE* md) {
 
 // A latency-sensitive client and a throughput workload under no sharing policy, gpufrac's time
 // shares and MPS. Every kernel is sized for the whole GPU (kH100Sms), so a kernel is the same
-// work in every arm: under MPS it takes 1/share as long on the client's SMs (simgpu/sim_time.h).
+// work in every arm: under MPS it takes 1/share as long on the client's SMs
+// (simgpu/core/sim_time.h).
 constexpr int kH100Sms = 132;  // the SMs of main's simulated 1xH100-80GB
 
 struct MpsMix {
@@ -667,57 +668,49 @@ std::string MpsMixName(const MpsMix& mix) {
   return name;
 }
 
-void MpsPart(std::FILE* md) {
-  std::ofstream csv(g_opt.out + "/mps.csv");
-  csv << "client_request,throughput_request,throughput_kernel_ms,arm,run,client_kernels,p50_us,"
-         "p99_us,max_us,over_10ms,client_kernels_per_s,throughput_kernels_per_s,client_sm_s_per_s,"
-         "throughput_sm_s_per_s,busy\n";
-  std::ofstream kernels(g_opt.out + "/mps-latency.csv");
-  kernels << "client_request,throughput_kernel_ms,arm,run,at_s,latency_us\n";
-  std::map<std::pair<int, Arm>, std::vector<PairRun>> runs;
-  std::mt19937 rng(43);
-  for (int run_index = 0; run_index < g_opt.mps_runs; ++run_index) {
-    for (int m = 0; m < static_cast<int>(std::size(kMpsMixes)); ++m) {
-      const MpsMix& mix = kMpsMixes[m];
-      PairSpec spec;
-      spec.client_milli = mix.client_milli;
-      spec.big_milli = mix.big_milli;
-      spec.big_kernel_ms = mix.big_kernel_ms;
-      spec.sized_for_sms = kH100Sms;
-      spec.client_s = g_opt.mps_s;
-      std::vector<Arm> arms(std::begin(kMpsArms), std::end(kMpsArms));
-      std::shuffle(arms.begin(), arms.end(), rng);
-      for (Arm arm : arms) {
-        PairRun r = RunPair(arm, spec);
-        const size_t processes = mix.big_kernel_ms > 0 ? 2 : 1;
-        if (arm == Arm::kMps && r.mps_clients != processes) {
-          std::fprintf(stderr, "compute_share_bench: %zu of %zu processes were MPS clients\n",
-                       r.mps_clients, processes);
-          std::exit(1);
-        }
-        const double big_kps = mix.big_kernel_ms > 0 ? r.big_share * 1e3 / mix.big_kernel_ms : 0;
-        char line[400];
-        std::snprintf(line, sizeof(line),
-                      "%.2f,%.2f,%g,%s,%d,%zu,%.1f,%.1f,%.1f,%.5f,%.1f,%.2f,%.4f,%.4f,%.4f\n",
-                      mix.client_milli / 1000.0, mix.big_milli / 1000.0, mix.big_kernel_ms,
-                      ArmName(arm), run_index, r.latency_us.size(), Quantile(r.latency_us, 0.5),
-                      Quantile(r.latency_us, 0.99), Max(r.latency_us),
-                      FractionAbove(r.latency_us, 1e4), r.client_kps, big_kps, r.client_share,
-                      r.big_share, r.busy);
-        csv << line;
-        csv.flush();
-        for (const auto& [at, us] : r.samples) {
-          kernels << mix.client_milli / 1000.0 << "," << mix.big_kernel_ms << "," << ArmName(arm)
-                  << "," << run_index << "," << at << "," << us << "\n";
-        }
-        std::fprintf(stderr, "mps %s %s run %d: p50 %.0f us p99 %.0f us, SM-time %.3f + %.3f\n",
-                     MpsMixName(mix).c_str(), ArmName(arm), run_index, Quantile(r.latency_us, 0.5),
-                     Quantile(r.latency_us, 0.99), r.client_share, r.big_share);
-        r.samples.clear();
-        runs[{m, arm}].push_back(std::move(r));
-      }
-    }
+// The runs of one cell (a mix under an arm), by the mix's index in kMpsMixes.
+using MpsRuns = std::map<std::pair<int, Arm>, std::vector<PairRun>>;
+
+// One run of `mix` under `arm`: a row of mps.csv, its kernels' latencies in mps-latency.csv, and
+// a line on stderr. Exits if the MPS arm's processes were not all MPS clients.
+PairRun RunMpsCell(const MpsMix& mix, Arm arm, int run_index, std::ofstream& csv,
+                   std::ofstream& kernels) {
+  PairSpec spec;
+  spec.client_milli = mix.client_milli;
+  spec.big_milli = mix.big_milli;
+  spec.big_kernel_ms = mix.big_kernel_ms;
+  spec.sized_for_sms = kH100Sms;
+  spec.client_s = g_opt.mps_s;
+  PairRun r = RunPair(arm, spec);
+  const size_t processes = mix.big_kernel_ms > 0 ? 2 : 1;
+  if (arm == Arm::kMps && r.mps_clients != processes) {
+    std::fprintf(stderr, "compute_share_bench: %zu of %zu processes were MPS clients\n",
+                 r.mps_clients, processes);
+    std::exit(1);
   }
+  const double big_kps = mix.big_kernel_ms > 0 ? r.big_share * 1e3 / mix.big_kernel_ms : 0;
+  char line[400];
+  std::snprintf(line, sizeof(line),
+                "%.2f,%.2f,%g,%s,%d,%zu,%.1f,%.1f,%.1f,%.5f,%.1f,%.2f,%.4f,%.4f,%.4f\n",
+                mix.client_milli / 1000.0, mix.big_milli / 1000.0, mix.big_kernel_ms,
+                ArmName(arm), run_index, r.latency_us.size(), Quantile(r.latency_us, 0.5),
+                Quantile(r.latency_us, 0.99), Max(r.latency_us), FractionAbove(r.latency_us, 1e4),
+                r.client_kps, big_kps, r.client_share, r.big_share, r.busy);
+  csv << line;
+  csv.flush();
+  for (const auto& [at, us] : r.samples) {
+    kernels << mix.client_milli / 1000.0 << "," << mix.big_kernel_ms << "," << ArmName(arm) << ","
+            << run_index << "," << at << "," << us << "\n";
+  }
+  std::fprintf(stderr, "mps %s %s run %d: p50 %.0f us p99 %.0f us, SM-time %.3f + %.3f\n",
+               MpsMixName(mix).c_str(), ArmName(arm), run_index, Quantile(r.latency_us, 0.5),
+               Quantile(r.latency_us, 0.99), r.client_share, r.big_share);
+  r.samples.clear();
+  return r;
+}
+
+// The markdown table of the MPS part: one row per mix and arm, over that cell's runs.
+void WriteMpsTable(std::FILE* md, MpsRuns& runs) {
   std::fprintf(
       md,
       "\n### A latency-sensitive client beside a throughput workload: time-slicing, "
@@ -753,6 +746,27 @@ void MpsPart(std::FILE* md) {
                    Median(client_share), Median(big_share), Median(total));
     }
   }
+}
+
+void MpsPart(std::FILE* md) {
+  std::ofstream csv(g_opt.out + "/mps.csv");
+  csv << "client_request,throughput_request,throughput_kernel_ms,arm,run,client_kernels,p50_us,"
+         "p99_us,max_us,over_10ms,client_kernels_per_s,throughput_kernels_per_s,client_sm_s_per_s,"
+         "throughput_sm_s_per_s,busy\n";
+  std::ofstream kernels(g_opt.out + "/mps-latency.csv");
+  kernels << "client_request,throughput_kernel_ms,arm,run,at_s,latency_us\n";
+  MpsRuns runs;
+  std::mt19937 rng(43);
+  for (int run_index = 0; run_index < g_opt.mps_runs; ++run_index) {
+    for (int m = 0; m < static_cast<int>(std::size(kMpsMixes)); ++m) {
+      std::vector<Arm> arms(std::begin(kMpsArms), std::end(kMpsArms));
+      std::shuffle(arms.begin(), arms.end(), rng);
+      for (Arm arm : arms) {
+        runs[{m, arm}].push_back(RunMpsCell(kMpsMixes[m], arm, run_index, csv, kernels));
+      }
+    }
+  }
+  WriteMpsTable(md, runs);
 }
 
 std::string LoadAverage() {

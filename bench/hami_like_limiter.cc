@@ -40,7 +40,7 @@
 #include <cstring>
 
 #include "abi/cuda_abi.h"
-#include "simgpu/engine_truth.h"
+#include "simgpu/core/engine_truth.h"
 
 using namespace gpufrac::abi;
 

@@ -120,6 +120,133 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
+// The pods' kinds: GPU shares in thousandths, a memory amount, whole GPUs.
+const std::vector<std::string>& PodKinds() {
+  static const auto* kinds =
+      new std::vector<std::string>{"100", "250", "250", "500", "mem10g", "whole1", "whole2"};
+  return *kinds;
+}
+
+// What the measured calls run against, and what they leave booked.
+struct Books {
+  Ledger* ledger;
+  Extender* extender;
+  json names = json::array();     // the nodes'
+  std::vector<std::string> live;  // keys of the pods booked
+  int next_id = 0;
+};
+
+// Adds the nodes, each with `o.gpus` GPUs.
+void AddNodes(const Options& o, Books& books) {
+  for (int n = 0; n < o.nodes; ++n) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "gpu-node-%05d", n);
+    books.extender->OnNode(NodeObject(name, o.gpus));
+    books.names.push_back(name);
+  }
+}
+
+// Fills the nodes to `o.fill` by booking pods where the ledger itself would put them on a random
+// node; the seconds it took.
+double FillBooks(const Options& o, Books& books, Random& rng) {
+  const std::vector<std::string>& kinds = PodKinds();
+  const double capacity = static_cast<double>(o.nodes) * o.gpus * 1000;
+  double booked = 0;
+  auto t_fill = Clock::now();
+  while (booked < o.fill * capacity) {
+    int id = books.next_id++;
+    json pod = PodObject(id, kinds[rng.Uniform(kinds.size())]);
+    StatusOr<PodRequest> request = ParsePodRequest(pod);
+    std::string node = books.names[rng.Uniform(o.nodes)].get<std::string>();
+    StatusOr<Assignment> a = books.ledger->Choose(*request, node);
+    if (!a.ok()) continue;
+    for (const ContainerAssignment& c : a->containers) {
+      for (const GpuGrant& g : c.gpus) booked += g.milli;
+    }
+    std::string key = "research/train-" + std::to_string(id);
+    books.ledger->Book(key, *a);
+    books.live.push_back(key);
+  }
+  return std::chrono::duration<double>(Clock::now() - t_fill).count();
+}
+
+// The measured calls' times, in milliseconds (the first call apart: it scores every node anew).
+struct Timings {
+  std::vector<double> filter_ms, prioritize_ms, total_ms;
+  double first_ms = 0;
+  int unschedulable = 0;
+};
+
+// Binds the pod where the scores say (what kube-scheduler would do), and lets an older pod
+// finish, so that the next call sees changed nodes. False if no node could take the pod.
+bool BindAndChurn(Books& books, Random& rng, const json& pod, int id, const std::string& scores) {
+  json list = json::parse(scores);
+  if (list.empty()) return false;
+  auto best = std::max_element(list.begin(), list.end(), [](const json& a, const json& b) {
+    return a["Score"].get<int64_t>() < b["Score"].get<int64_t>();
+  });
+  StatusOr<PodRequest> request = ParsePodRequest(pod);
+  StatusOr<Assignment> a = books.ledger->Choose(*request, (*best)["Host"].get<std::string>());
+  if (a.ok()) {
+    std::string key = "research/train-" + std::to_string(id);
+    books.ledger->Book(key, *a);
+    books.live.push_back(key);
+  }
+  size_t gone = rng.Uniform(books.live.size());
+  books.ledger->Unbook(books.live[gone]);
+  books.live[gone] = books.live.back();
+  books.live.pop_back();
+  return true;
+}
+
+// Times filter and prioritize for `o.pods` pods, binding each as it goes.
+Timings MeasurePods(const Options& o, Books& books, Random& rng) {
+  const std::vector<std::string>& kinds = PodKinds();
+  Timings t;
+  for (int i = 0; i < o.pods; ++i) {
+    int id = books.next_id++;
+    json pod = PodObject(id, kinds[i % kinds.size()]);
+    std::string body = json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", books.names}}.dump();
+    auto t0 = Clock::now();
+    std::string filtered = books.extender->Filter(body);
+    auto t1 = Clock::now();
+    // kube-scheduler sends prioritize only the nodes that passed every filter.
+    json result = json::parse(filtered);
+    json passed = result["NodeNames"];
+    std::string body2 = json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", passed}}.dump();
+    auto t2 = Clock::now();
+    std::string scores = books.extender->Prioritize(body2);
+    auto t3 = Clock::now();
+    double f = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    double p = std::chrono::duration<double, std::milli>(t3 - t2).count();
+    if (i == 0) {
+      t.first_ms = f + p;
+    } else {
+      t.filter_ms.push_back(f);
+      t.prioritize_ms.push_back(p);
+      t.total_ms.push_back(f + p);
+    }
+    if (!BindAndChurn(books, rng, pod, id, scores)) ++t.unschedulable;
+  }
+  return t;
+}
+
+void PrintTimings(const Options& o, size_t live, const Timings& t, double fill_s) {
+  std::printf("| nodes x GPUs | pods booked before | measured pods | call | p50 | p90 | p99 | max |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  auto row = [&](const char* what, const std::vector<double>& v) {
+    std::printf("| %d x %d | %zu | %zu | %s | %.2f ms | %.2f ms | %.2f ms | %.2f ms |\n", o.nodes,
+                o.gpus, live, v.size(), what, Percentile(v, 0.5), Percentile(v, 0.9),
+                Percentile(v, 0.99), Percentile(v, 1.0));
+  };
+  row("filter", t.filter_ms);
+  row("prioritize", t.prioritize_ms);
+  row("filter + prioritize", t.total_ms);
+  std::printf("\nFirst call after start (every node scored for the first time): %.1f ms. "
+              "Filling the books: %.1f s. Pods no node could take: %d.\n",
+              t.first_ms, fill_s, t.unschedulable);
+}
+
 int Run(const Options& o) {
   auto ledger = Ledger::Create();
   if (!ledger.ok()) {
@@ -128,98 +255,12 @@ int Run(const Options& o) {
   }
   NoApi api;
   Extender extender(ledger->get(), &api);
-  json names = json::array();
-  for (int n = 0; n < o.nodes; ++n) {
-    char name[32];
-    std::snprintf(name, sizeof(name), "gpu-node-%05d", n);
-    extender.OnNode(NodeObject(name, o.gpus));
-    names.push_back(name);
-  }
-  const std::vector<std::string> kinds = {"100", "250", "250", "500", "mem10g", "whole1", "whole2"};
+  Books books{.ledger = ledger->get(), .extender = &extender};
+  AddNodes(o, books);
   Random rng(o.seed);
-  // Fill the nodes by booking pods where the ledger itself would put them on a random node.
-  const double capacity = static_cast<double>(o.nodes) * o.gpus * 1000;
-  double booked = 0;
-  int next_id = 0;
-  std::vector<std::string> live;
-  auto t_fill = Clock::now();
-  while (booked < o.fill * capacity) {
-    int id = next_id++;
-    json pod = PodObject(id, kinds[rng.Uniform(kinds.size())]);
-    StatusOr<PodRequest> request = ParsePodRequest(pod);
-    std::string node = names[rng.Uniform(o.nodes)].get<std::string>();
-    StatusOr<Assignment> a = (*ledger)->Choose(*request, node);
-    if (!a.ok()) continue;
-    for (const ContainerAssignment& c : a->containers) {
-      for (const GpuGrant& g : c.gpus) booked += g.milli;
-    }
-    std::string key = "research/train-" + std::to_string(id);
-    (*ledger)->Book(key, *a);
-    live.push_back(key);
-  }
-  double fill_s = std::chrono::duration<double>(Clock::now() - t_fill).count();
-
-  std::vector<double> filter_ms, prioritize_ms, total_ms;
-  double first_ms = 0;
-  int unschedulable = 0;
-  for (int i = 0; i < o.pods; ++i) {
-    int id = next_id++;
-    json pod = PodObject(id, kinds[i % kinds.size()]);
-    std::string body = json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", names}}.dump();
-    auto t0 = Clock::now();
-    std::string filtered = extender.Filter(body);
-    auto t1 = Clock::now();
-    // kube-scheduler sends prioritize only the nodes that passed every filter.
-    json result = json::parse(filtered);
-    json passed = result["NodeNames"];
-    std::string body2 = json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", passed}}.dump();
-    auto t2 = Clock::now();
-    std::string scores = extender.Prioritize(body2);
-    auto t3 = Clock::now();
-    double f = std::chrono::duration<double, std::milli>(t1 - t0).count();
-    double p = std::chrono::duration<double, std::milli>(t3 - t2).count();
-    if (i == 0) {
-      first_ms = f + p;
-    } else {
-      filter_ms.push_back(f);
-      prioritize_ms.push_back(p);
-      total_ms.push_back(f + p);
-    }
-    // Bind the pod where the scores say (what kube-scheduler would do), and let an older pod
-    // finish, so that the next call sees changed nodes.
-    json list = json::parse(scores);
-    if (list.empty()) {
-      ++unschedulable;
-      continue;
-    }
-    auto best = std::max_element(list.begin(), list.end(), [](const json& a, const json& b) {
-      return a["Score"].get<int64_t>() < b["Score"].get<int64_t>();
-    });
-    StatusOr<PodRequest> request = ParsePodRequest(pod);
-    StatusOr<Assignment> a = (*ledger)->Choose(*request, (*best)["Host"].get<std::string>());
-    if (a.ok()) {
-      std::string key = "research/train-" + std::to_string(id);
-      (*ledger)->Book(key, *a);
-      live.push_back(key);
-    }
-    size_t gone = rng.Uniform(live.size());
-    (*ledger)->Unbook(live[gone]);
-    live[gone] = live.back();
-    live.pop_back();
-  }
-  std::printf("| nodes x GPUs | pods booked before | measured pods | call | p50 | p90 | p99 | max |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
-  auto row = [&](const char* what, const std::vector<double>& v) {
-    std::printf("| %d x %d | %zu | %zu | %s | %.2f ms | %.2f ms | %.2f ms | %.2f ms |\n", o.nodes,
-                o.gpus, live.size(), v.size(), what, Percentile(v, 0.5), Percentile(v, 0.9),
-                Percentile(v, 0.99), Percentile(v, 1.0));
-  };
-  row("filter", filter_ms);
-  row("prioritize", prioritize_ms);
-  row("filter + prioritize", total_ms);
-  std::printf("\nFirst call after start (every node scored for the first time): %.1f ms. "
-              "Filling the books: %.1f s. Pods no node could take: %d.\n",
-              first_ms, fill_s, unschedulable);
+  const double fill_s = FillBooks(o, books, rng);
+  const Timings timings = MeasurePods(o, books, rng);
+  PrintTimings(o, books.live.size(), timings, fill_s);
   return 0;
 }
 

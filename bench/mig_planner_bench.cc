@@ -478,10 +478,13 @@ constexpr const char* kPolicyNames[kPolicies] = {
     "(a) gpufrac", "(b) lowest start", "(c) idle-repack oracle", "(d) per-GPU repack bound",
     "(a0) gpufrac, no demand"};
 
-void Simulate(const Options& o) {
-  // results[load][policy][seed]
-  std::vector<std::vector<std::vector<Result>>> results(o.loads.size());
-  std::vector<double> plan_ns;
+// results[load][policy][seed]
+using Results = std::vector<std::vector<std::vector<Result>>>;
+
+// Replays each seed's stream at each load under every policy; the gpufrac rule's mean planning
+// time of each run goes to `plan_ns`.
+Results RunPolicies(const Options& o, std::vector<double>* plan_ns) {
+  Results results(o.loads.size());
   for (size_t l = 0; l < o.loads.size(); ++l) {
     results[l].resize(kPolicies);
     for (uint64_t seed : o.seeds) {
@@ -497,7 +500,7 @@ void Simulate(const Options& o) {
       results[l][2].push_back(Replay(stream, o.warmup, idle_repack));
       results[l][3].push_back(Replay(stream, o.warmup, bound));
       results[l][4].push_back(Replay(stream, o.warmup, no_demand));
-      plan_ns.push_back(ours.MeanPlanNs());
+      plan_ns->push_back(ours.MeanPlanNs());
       if (!o.markdown) {
         std::fprintf(stderr, "load %.2f seed %llu: gpufrac %.4f lowest %.4f oracle %.4f\n",
                      o.loads[l], static_cast<unsigned long long>(seed), results[l][0].back().served,
@@ -505,45 +508,57 @@ void Simulate(const Options& o) {
       }
     }
   }
-  // The median over seeds of one figure, in percent.
-  auto median = [&](size_t l, int policy, int profile) {
-    std::vector<double> v;
-    for (const Result& r : results[l][policy])
-      v.push_back(profile < 0 ? r.served : r.by_profile[profile]);
-    return 100 * Median(v);
-  };
+  return results;
+}
+
+// The median over seeds of one figure, in percent: the share served, or (profile >= 0) the
+// share of that profile's requests served.
+double MedianPct(const Results& results, size_t l, int policy, int profile) {
+  std::vector<double> v;
+  for (const Result& r : results[l][policy])
+    v.push_back(profile < 0 ? r.served : r.by_profile[profile]);
+  return 100 * Median(v);
+}
+
+// Every policy replays the same stream for a seed, so the per-seed difference of two policies
+// is free of the stream's own variation (a few tenths of a point between seeds): its mean,
+// standard deviation and sign count say whether a small gap is consistent or noise.
+struct Paired {
+  double mean = 0, sd = 0;
+  int above = 0, below = 0;
+};
+
+Paired PairedDiff(const Results& results, size_t seeds, size_t l, int x, int y, bool slices) {
+  std::vector<double> d;
+  Paired p;
+  for (size_t i = 0; i < seeds; ++i) {
+    const Result &rx = results[l][x][i], &ry = results[l][y][i];
+    d.push_back(100 * (slices ? rx.slices - ry.slices : rx.served - ry.served));
+    p.above += d.back() > 0;
+    p.below += d.back() < 0;
+  }
+  for (double v : d) p.mean += v / d.size();
+  for (double v : d) p.sd += (v - p.mean) * (v - p.mean);
+  p.sd = d.size() > 1 ? std::sqrt(p.sd / (d.size() - 1)) : 0;
+  return p;
+}
+
+void PrintServed(const Options& o, const Results& results) {
   std::printf(
       "| offered load | (a) gpufrac | (b) lowest start | (c) idle-repack oracle | "
       "(d) per-GPU repack bound | (a0) gpufrac, no demand | a - c | a - d | a - b | a0 - b |\n"
       "|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t l = 0; l < o.loads.size(); ++l) {
-    double a = median(l, 0, -1), b = median(l, 1, -1), c = median(l, 2, -1), d = median(l, 3, -1);
-    double a0 = median(l, 4, -1);
+    double a = MedianPct(results, l, 0, -1), b = MedianPct(results, l, 1, -1),
+           c = MedianPct(results, l, 2, -1), d = MedianPct(results, l, 3, -1);
+    double a0 = MedianPct(results, l, 4, -1);
     std::printf(
         "| %.0f%% | %.2f%% | %.2f%% | %.2f%% | %.2f%% | %.2f%% | %+.2f | %+.2f | %+.2f | %+.2f |\n",
         100 * o.loads[l], a, b, c, d, a0, a - c, a - d, a - b, a0 - b);
   }
-  // Every policy replays the same stream for a seed, so the per-seed difference of two policies
-  // is free of the stream's own variation (a few tenths of a point between seeds): its mean,
-  // standard deviation and sign count say whether a small gap is consistent or noise.
-  struct Paired {
-    double mean = 0, sd = 0;
-    int above = 0, below = 0;
-  };
-  auto paired = [&](size_t l, int x, int y, bool slices) {
-    std::vector<double> d;
-    Paired p;
-    for (size_t i = 0; i < o.seeds.size(); ++i) {
-      const Result &rx = results[l][x][i], &ry = results[l][y][i];
-      d.push_back(100 * (slices ? rx.slices - ry.slices : rx.served - ry.served));
-      p.above += d.back() > 0;
-      p.below += d.back() < 0;
-    }
-    for (double v : d) p.mean += v / d.size();
-    for (double v : d) p.sd += (v - p.mean) * (v - p.mean);
-    p.sd = d.size() > 1 ? std::sqrt(p.sd / (d.size() - 1)) : 0;
-    return p;
-  };
+}
+
+void PrintPaired(const Options& o, const Results& results) {
   std::printf(
       "\nPaired by seed (%zu seeds): the difference in points, mean +- standard deviation over "
       "seeds, and the seeds where it is above / below zero:\n\n",
@@ -551,14 +566,19 @@ void Simulate(const Options& o) {
   std::printf(
       "| offered load | a - b | seeds a > b / a < b | a - c | seeds a > c / a < c | a0 - b | "
       "seeds a0 > b / a0 < b |\n|---|---|---|---|---|---|---|\n");
+  const size_t n = o.seeds.size();
   for (size_t l = 0; l < o.loads.size(); ++l) {
-    Paired ab = paired(l, 0, 1, false), ac = paired(l, 0, 2, false), a0b = paired(l, 4, 1, false);
+    Paired ab = PairedDiff(results, n, l, 0, 1, false), ac = PairedDiff(results, n, l, 0, 2, false),
+           a0b = PairedDiff(results, n, l, 4, 1, false);
     std::printf(
         "| %.0f%% | %+.2f +- %.2f | %d / %d | %+.2f +- %.2f | %d / %d | %+.2f +- %.2f | %d / %d "
         "|\n",
         100 * o.loads[l], ab.mean, ab.sd, ab.above, ab.below, ac.mean, ac.sd, ac.above, ac.below,
         a0b.mean, a0b.sd, a0b.above, a0b.below);
   }
+}
+
+void PrintSlices(const Options& o, const Results& results) {
   std::printf(
       "\nSecond metric: share of the requested compute slices served without waiting (median "
       "over seeds; paired a - b as above):\n\n");
@@ -573,9 +593,12 @@ void Simulate(const Options& o) {
       for (const Result& r : results[l][p]) v.push_back(r.slices);
       std::printf(" %.2f%% |", 100 * Median(v));
     }
-    Paired ab = paired(l, 0, 1, true);
+    Paired ab = PairedDiff(results, o.seeds.size(), l, 0, 1, true);
     std::printf(" %+.2f +- %.2f | %d / %d |\n", ab.mean, ab.sd, ab.above, ab.below);
   }
+}
+
+void PrintByProfile(const Options& o, const Results& results) {
   std::printf("\nServed without waiting, by requested profile (median over seeds):\n\n");
   std::printf("| offered load | policy |");
   for (const MixEntry& e : kMix) std::printf(" %s |", e.profile);
@@ -585,10 +608,19 @@ void Simulate(const Options& o) {
   for (size_t l = 0; l < o.loads.size(); ++l) {
     for (int p = 0; p < kPolicies; ++p) {
       std::printf("| %.0f%% | %s |", 100 * o.loads[l], kPolicyNames[p]);
-      for (int k = 0; k < kMixSize; ++k) std::printf(" %.1f%% |", median(l, p, k));
+      for (int k = 0; k < kMixSize; ++k) std::printf(" %.1f%% |", MedianPct(results, l, p, k));
       std::printf("\n");
     }
   }
+}
+
+void Simulate(const Options& o) {
+  std::vector<double> plan_ns;
+  const Results results = RunPolicies(o, &plan_ns);
+  PrintServed(o, results);
+  PrintPaired(o, results);
+  PrintSlices(o, results);
+  PrintByProfile(o, results);
   std::printf("\nMean time of one PlanRequest (gpufrac rule) during the runs: %.2f us.\n",
               Median(plan_ns) / 1000);
 }

@@ -1,6 +1,6 @@
 // Every CUDA driver entry point gpufrac knows, once: the simulated driver exports each of them
-// (simgpu/cuda_exports.h) and answers cuGetProcAddress from this table, and the limiter takes the
-// type and version of each entry point it hooks or calls from here (limiter/hook_table.h).
+// (simgpu/cuda/cuda_exports.h) and answers cuGetProcAddress from this table, and the limiter takes
+// the type and version of each entry point it hooks or calls from here (limiter/hook_table.h).
 //
 // X(base name as cuGetProcAddress takes it, exported symbol, CUDA version that introduced the
 //   symbol, 1 if a `<symbol>_ptsz` per-thread-default-stream variant exists too)

@@ -1,6 +1,6 @@
 // Every NVML entry point gpufrac knows, once: the simulated NVML exports each of them
-// (simgpu/nvml_exports.h), and the limiter takes the type of those it hooks or calls from here.
-// X(exported symbol); its function pointer type is abi::<symbol>_t (nvml_abi.h).
+// (simgpu/nvml/nvml_exports.h), and the limiter takes the type of those it hooks or calls from
+// here. X(exported symbol); its function pointer type is abi::<symbol>_t (nvml_abi.h).
 #pragma once
 
 #include "abi/nvml_abi.h"

@@ -204,15 +204,18 @@ CLI::App* AddExecCommand(CLI::App& app, ExecOptions& o) {
   return cmd;
 }
 
-int RunExec(const ExecOptions& o) {
-  StatusOr<GpuRequest> request = ParseGpuRequest(o.request);
-  if (!request.ok()) return Fail(kExitBadInput, request.status().message());
-  if (request->kind == GpuRequest::Kind::kMigProfile) {
+namespace {
+
+// RunExec's steps. Each returns 0 to go on, or the exit code once it has said what is wrong.
+
+// What exec can run: a share of one GPU, or one whole GPU, and a command.
+int CheckRequest(const ExecOptions& o, const GpuRequest& request) {
+  if (request.kind == GpuRequest::Kind::kMigProfile) {
     return Fail(kExitBadInput,
                 "exec does not create MIG slices; run a command in an existing "
                 "MIG instance with --gpu MIG-UUID, or use the node service");
   }
-  if (request->kind == GpuRequest::Kind::kWholeGpus && request->gpus != 1) {
+  if (request.kind == GpuRequest::Kind::kWholeGpus && request.gpus != 1) {
     return Fail(kExitBadInput, "exec runs a command on one GPU; write --gpus 1");
   }
   if (o.command.empty()) {
@@ -224,58 +227,76 @@ int RunExec(const ExecOptions& o) {
                 "gpufrac's system service runs this machine's GPUs, and a limit set by exec "
                 "would be your own to change: use gpufrac run instead");
   }
+  return 0;
+}
+
+// The GPU --gpu names, if it is the model the request asks for.
+int ChooseDevice(const ExecOptions& o, const GpuRequest& request, gpu::DeviceInfo* device) {
   auto devices = gpu::ListDevices();
   if (!devices.ok()) return Fail(kExitFailure, devices.status().message());
-  auto device = gpu::FindDevice(*devices, o.gpu);
-  if (!device.ok()) return Fail(kExitBadInput, "--gpu: " + device.status().message());
-
-  if (!request->gpu_model.empty() &&
-      !(device->model && device->model->short_name == request->gpu_model)) {
-    return Fail(kExitBadInput, "GPU " + std::to_string(device->index) + " is " + device->name +
-                                   ", not " + request->gpu_model);
+  auto found = gpu::FindDevice(*devices, o.gpu);
+  if (!found.ok()) return Fail(kExitBadInput, "--gpu: " + found.status().message());
+  if (!request.gpu_model.empty() &&
+      !(found->model && found->model->short_name == request.gpu_model)) {
+    return Fail(kExitBadInput, "GPU " + std::to_string(found->index) + " is " + found->name +
+                                   ", not " + request.gpu_model);
   }
-  const uint64_t context = gpu::ContextChargeBytes(device->model);
+  *device = std::move(*found);
+  return 0;
+}
+
+// The command's limits on `device`: its memory and, on a share of the GPU, its time too (see
+// LimitsOnOneGpu), arbitrated with the user's other exec commands there through `arbiters`.
+int LimitOnDevice(const GpuRequest& request, const gpu::DeviceInfo& device,
+                  launch::LimitedGpu* limited, std::optional<launch::BudgetDir>* arbiters) {
+  const uint64_t context = gpu::ContextChargeBytes(device.model);
   StatusOr<placement::OneGpuLimits> limits =
-      placement::LimitsOnOneGpu(*request, device->memory_total, context,
-                                "GPU " + std::to_string(device->index) + " (" + device->name + ")");
+      placement::LimitsOnOneGpu(request, device.memory_total, context,
+                                "GPU " + std::to_string(device.index) + " (" + device.name + ")");
   if (!limits.ok()) return Fail(kExitBadInput, limits.status().message());
-  // On a share of the GPU, its time too (see LimitsOnOneGpu), arbitrated with the user's other
-  // exec commands there.
-  const bool asked_compute = request->compute_milli != 0 || request->compute_limit_milli != 0;
-  launch::LimitedGpu limited{.uuid = device->uuid,
-                             .limit_bytes = limits->memory_bytes,
-                             .context_bytes = context,
-                             .compute = limits->compute};
-  std::optional<launch::BudgetDir> arbiters;
-  if (limited.compute) {
+  const bool asked_compute = request.compute_milli != 0 || request.compute_limit_milli != 0;
+  *limited = launch::LimitedGpu{.uuid = device.uuid,
+                                .limit_bytes = limits->memory_bytes,
+                                .context_bytes = context,
+                                .compute = limits->compute};
+  if (limited->compute) {
     StatusOr<launch::BudgetDir> dir = UserArbiterDir();
-    Status made = dir.ok() ? launch::EnsureComputeArbiter(*dir, device->uuid) : dir.status();
+    Status made = dir.ok() ? launch::EnsureComputeArbiter(*dir, device.uuid) : dir.status();
     if (made.ok()) {
-      arbiters = std::move(*dir);
+      *arbiters = std::move(*dir);
     } else if (asked_compute) {
       return Fail(kExitFailure, "cannot share the GPU's time: " + made.message());
     } else {
       // Its memory is still limited; its time is what the GPU gives every process.
       std::fprintf(stderr, "gpufrac exec: %s; the command's GPU time is not arbitrated\n",
                    made.message().c_str());
-      limited.compute = std::nullopt;
+      limited->compute = std::nullopt;
     }
   }
+  return 0;
+}
 
-  // An absolute path: the command may change directory before it loads CUDA.
+// An absolute path: the command may change directory before it loads CUDA.
+int FindLimiter(std::string* limiter_path) {
   char resolved[PATH_MAX];
   const std::string wanted = LimiterLibraryPath();
   if (!realpath(wanted.c_str(), resolved) || access(resolved, R_OK) != 0) {
     return Fail(kExitFailure, "cannot find the limiter library " + wanted +
                                   " (build it, or point GPUFRAC_LIBRARY at libgpufrac.so)");
   }
-  const std::string limiter_path = resolved;
+  *limiter_path = resolved;
+  return 0;
+}
 
+// Writes the command's limit file and budget, runs it under the limiter, and removes both after
+// it; the command's exit status, passed through.
+int RunLimited(const ExecOptions& o, const launch::LimitedGpu& limited,
+               const std::optional<launch::BudgetDir>& arbiters, const std::string& limiter_path) {
   char workload[64];
   std::snprintf(workload, sizeof(workload), "exec-%d-%s", static_cast<int>(getpid()),
                 RandomSuffix().c_str());
   // The budget goes in a directory of this command's own, not by a guessable name in /dev/shm;
-  // the arbiter (above) is in the one the user's commands share.
+  // the arbiter (LimitOnDevice) is in the one the user's commands share.
   auto budget_dir = launch::BudgetDir::Make(0700);
   if (!budget_dir.ok()) return Fail(kExitFailure, budget_dir.status().message());
   auto text = launch::LimitFileText(workload, {limited},
@@ -295,7 +316,7 @@ int RunExec(const ExecOptions& o) {
   }
   int rc;
   {
-    // Its arbiter is in the directory the user's commands share (above).
+    // Its arbiter is in the directory the user's commands share (LimitOnDevice).
     auto budgets =
         launch::WorkloadBudgets::Create(*budget_dir, workload, {limited}, std::nullopt, nullptr);
     if (!budgets.ok()) {
@@ -306,7 +327,7 @@ int RunExec(const ExecOptions& o) {
       rc = RunChild(o, launch::WithWorkloadEnvironment(launch::CurrentEnvironment(),
                                                        {.limiter_path = limiter_path,
                                                         .limit_file = *file,
-                                                        .visible_uuids = {device->uuid},
+                                                        .visible_uuids = {limited.uuid},
                                                         .extra = extra}));
     }
   }  // The budget goes with the command.
@@ -314,6 +335,22 @@ int RunExec(const ExecOptions& o) {
   unlink(file->c_str());
   rmdir(dir.c_str());
   return PassThrough(rc);
+}
+
+}  // namespace
+
+int RunExec(const ExecOptions& o) {
+  StatusOr<GpuRequest> request = ParseGpuRequest(o.request);
+  if (!request.ok()) return Fail(kExitBadInput, request.status().message());
+  if (int rc = CheckRequest(o, *request); rc != 0) return rc;
+  gpu::DeviceInfo device;
+  if (int rc = ChooseDevice(o, *request, &device); rc != 0) return rc;
+  launch::LimitedGpu limited;
+  std::optional<launch::BudgetDir> arbiters;
+  if (int rc = LimitOnDevice(*request, device, &limited, &arbiters); rc != 0) return rc;
+  std::string limiter_path;
+  if (int rc = FindLimiter(&limiter_path); rc != 0) return rc;
+  return RunLimited(o, limited, arbiters, limiter_path);
 }
 
 }  // namespace gpufrac::cli

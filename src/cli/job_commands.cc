@@ -386,6 +386,91 @@ StatusOr<std::string> Listing(ServiceClient& client, const JobCommandOptions& o,
   return text;
 }
 
+// `gpufrac submit`: queues the job and says where.
+int SubmitJob(ServiceClient& c, const JobCommandOptions& o, const char* what) {
+  auto answer = Submit(c, o);
+  auto job = ReadJob(answer);
+  if (!job.ok()) return Fail(what, job.status());
+  if (o.json) {
+    PrintJson(*answer);
+  } else {
+    std::printf("submitted job %lld to queue %s (%s)\n", static_cast<long long>(job->id),
+                Cell(job->queue).c_str(), Cell(job->request).c_str());
+  }
+  return 0;
+}
+
+// `gpufrac run`: queues the job, streams its output until it ends (an interrupt cancels it), and
+// exits as it did.
+int RunJob(ServiceClient& c, const JobCommandOptions& o, const char* what) {
+  struct sigaction sa {};
+  sa.sa_handler = OnInterrupt;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  auto job = ReadJob(Submit(c, o));
+  if (!job.ok()) return Fail(what, job.status());
+  int64_t id = job->id;
+  if (job->state == node::JobState::kPending) {
+    std::fprintf(stderr, "gpufrac: job %lld queued in %s (%s)\n", static_cast<long long>(id),
+                 Cell(job->queue).c_str(), Cell(job->request).c_str());
+  }
+  auto final_job = Stream(c, id, /*follow=*/true, /*cancel_on_interrupt=*/true);
+  if (!final_job.ok()) {
+    int rc = Fail(what, final_job.status());
+    return g_interrupts > 1 ? 130 : rc;
+  }
+  const node::JobState state = final_job->state;
+  const std::string note = Cell(final_job->Note());
+  if (state != node::JobState::kSucceeded) {
+    std::fprintf(stderr, "gpufrac: job %lld %s%s\n", static_cast<long long>(id),
+                 std::string(node::JobStateName(state)).c_str(),
+                 note.empty() ? "" : (": " + note).c_str());
+  }
+  if (state == node::JobState::kCancelled && g_interrupts > 0) return 130;
+  return final_job->ExitStatus();
+}
+
+// `gpufrac ps`, `status` and `queues`: the listing once, or redrawn every `interval` seconds
+// when `watching`.
+int ShowListing(ServiceClient& c, const JobCommandOptions& o, const char* what, bool watching,
+                const StatusOr<double>& interval) {
+  if (watching) {
+    return Watch(*interval, std::string("gpufrac ") + what, o.json, [&] {
+      // A failed round is shown and the watch goes on (the service may be restarting).
+      StatusOr<std::string> text = Listing(c, o, what, /*one_line_json=*/true);
+      return text.ok() ? *text
+                       : "gpufrac " + std::string(what) + ": " +
+                             Printable(text.status().message()) + "\n";
+    });
+  }
+  StatusOr<std::string> text = Listing(c, o, what, /*one_line_json=*/false);
+  if (!text.ok()) return Fail(what, text.status());
+  WriteAll(stdout, *text);
+  return 0;
+}
+
+// `gpufrac cancel`: every job named, each said apart; the worst exit code of them.
+int CancelJobs(ServiceClient& c, const JobCommandOptions& o, const char* what) {
+  int rc = 0;
+  json results = json::array();
+  for (int64_t id : o.ids) {
+    auto answer = c.Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
+    auto job = ReadJob(answer);
+    if (!job.ok()) {
+      rc = std::max(rc, Fail(what, job.status()));
+      continue;
+    }
+    results.push_back(*answer);
+    if (!o.json) {
+      std::printf(
+          "job %lld: %s\n", static_cast<long long>(id),
+          job->state == node::JobState::kCancelled ? "cancelled" : "cancelling (SIGTERM sent)");
+    }
+  }
+  if (o.json) PrintJson(json{{"jobs", results}});
+  return rc;
+}
+
 }  // namespace
 
 int JobCommands::Run() {
@@ -411,85 +496,17 @@ int JobCommands::Run() {
   if (!client.ok()) return Fail(what, client.status());
   ServiceClient& c = **client;
 
-  if (submit_->parsed()) {
-    auto answer = Submit(c, o_);
-    auto job = ReadJob(answer);
-    if (!job.ok()) return Fail(what, job.status());
-    if (o_.json) {
-      PrintJson(*answer);
-    } else {
-      std::printf("submitted job %lld to queue %s (%s)\n", static_cast<long long>(job->id),
-                  Cell(job->queue).c_str(), Cell(job->request).c_str());
-    }
-    return 0;
-  }
-  if (run_->parsed()) {
-    struct sigaction sa {};
-    sa.sa_handler = OnInterrupt;
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
-    auto job = ReadJob(Submit(c, o_));
-    if (!job.ok()) return Fail(what, job.status());
-    int64_t id = job->id;
-    if (job->state == node::JobState::kPending) {
-      std::fprintf(stderr, "gpufrac: job %lld queued in %s (%s)\n", static_cast<long long>(id),
-                   Cell(job->queue).c_str(), Cell(job->request).c_str());
-    }
-    auto final_job = Stream(c, id, /*follow=*/true, /*cancel_on_interrupt=*/true);
-    if (!final_job.ok()) {
-      int rc = Fail(what, final_job.status());
-      return g_interrupts > 1 ? 130 : rc;
-    }
-    const node::JobState state = final_job->state;
-    const std::string note = Cell(final_job->Note());
-    if (state != node::JobState::kSucceeded) {
-      std::fprintf(stderr, "gpufrac: job %lld %s%s\n", static_cast<long long>(id),
-                   std::string(node::JobStateName(state)).c_str(),
-                   note.empty() ? "" : (": " + note).c_str());
-    }
-    if (state == node::JobState::kCancelled && g_interrupts > 0) return 130;
-    return final_job->ExitStatus();
-  }
+  if (submit_->parsed()) return SubmitJob(c, o_, what);
+  if (run_->parsed()) return RunJob(c, o_, what);
   if (ps_->parsed() || status_->parsed() || queues_->parsed()) {
-    if (watching) {
-      return Watch(*interval, std::string("gpufrac ") + what, o_.json, [&] {
-        // A failed round is shown and the watch goes on (the service may be restarting).
-        StatusOr<std::string> text = Listing(c, o_, what, /*one_line_json=*/true);
-        return text.ok() ? *text
-                         : "gpufrac " + std::string(what) + ": " +
-                               Printable(text.status().message()) + "\n";
-      });
-    }
-    StatusOr<std::string> text = Listing(c, o_, what, /*one_line_json=*/false);
-    if (!text.ok()) return Fail(what, text.status());
-    WriteAll(stdout, *text);
-    return 0;
+    return ShowListing(c, o_, what, watching, interval);
   }
   if (logs_->parsed()) {
     auto job = Stream(c, o_.ids[0], o_.follow, /*cancel_on_interrupt=*/false);
     if (!job.ok()) return Fail(what, job.status());
     return 0;
   }
-  if (cancel_->parsed()) {
-    int rc = 0;
-    json results = json::array();
-    for (int64_t id : o_.ids) {
-      auto answer = c.Post("/v1/jobs/" + std::to_string(id) + "/cancel", json::object());
-      auto job = ReadJob(answer);
-      if (!job.ok()) {
-        rc = std::max(rc, Fail(what, job.status()));
-        continue;
-      }
-      results.push_back(*answer);
-      if (!o_.json) {
-        std::printf(
-            "job %lld: %s\n", static_cast<long long>(id),
-            job->state == node::JobState::kCancelled ? "cancelled" : "cancelling (SIGTERM sent)");
-      }
-    }
-    if (o_.json) PrintJson(json{{"jobs", results}});
-    return rc;
-  }
+  if (cancel_->parsed()) return CancelJobs(c, o_, what);
   return 0;
 }
 

@@ -55,16 +55,25 @@ K8sCommand::K8sCommand(CLI::App& app) {
   k8s_ =
       app.add_subcommand("k8s", "gpufrac on Kubernetes: the node agent and the scheduler extender");
   k8s_->require_subcommand(1);
-  auto common = [this](CLI::App* cmd) {
-    cmd->add_option("--kubeconfig", kubeconfig_,
-                    "kubeconfig file (outside a cluster); default: the pod's service account");
-    cmd->add_option("--context", context_, "kubeconfig context (default: its current-context)");
-    cmd->add_flag("--verbose,-v", verbose_, "log every decision");
-  };
+  AddAgent();
+  AddExtender();
+}
+
+// The flags both processes take: how they reach the API server, and how much they log.
+void K8sCommand::AddCommonFlags(CLI::App* cmd) {
+  cmd->add_option("--kubeconfig", kubeconfig_,
+                  "kubeconfig file (outside a cluster); default: the pod's service account");
+  cmd->add_option("--context", context_, "kubeconfig context (default: its current-context)");
+  cmd->add_flag("--verbose,-v", verbose_, "log every decision");
+}
+
+// `gpufrac k8s agent`: the node, the kubelet and the limiter's files, then the GPUs, then how
+// it serves them. The flags are added in the order --help lists them.
+void K8sCommand::AddAgent() {
   agent_ = k8s_->add_subcommand("agent",
                                 "node agent: kubelet device plugin for gpufrac.io/gpu, "
                                 "GPU inventory and labels for the extender");
-  common(agent_);
+  AddCommonFlags(agent_);
   agent_->add_option("--node", node_, "this node's name (default: $NODE_NAME)");
   agent_->add_option("--kubelet-dir", kubelet_dir_, "the kubelet's device-plugin directory")
       ->capture_default_str();
@@ -83,6 +92,12 @@ K8sCommand::K8sCommand(CLI::App& app) {
   agent_->add_option("--slots-per-gpu", slots_per_gpu_, "pods that may share one GPU")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  AddAgentGpuFlags();
+  AddAgentServiceFlags();
+}
+
+// Which of the agent's GPUs are served how: whole, as NVIDIA's plugin would, in MIG or MPS.
+void K8sCommand::AddAgentGpuFlags() {
   agent_->add_option("--whole-gpus", whole_gpus_, "GPU indexes that serve whole-GPU pods only")
       ->delimiter(',');
   agent_
@@ -127,6 +142,10 @@ K8sCommand::K8sCommand(CLI::App& app) {
                    "(timeSlicing or mps) serves --nvidia-gpus GPUs as replicas, each container "
                    "held to its share of memory (and GPU time) by gpufrac's limiter")
       ->type_name("FILE");
+}
+
+// How the agent divides GPU time, what it runs on, and how it is watched.
+void K8sCommand::AddAgentServiceFlags() {
   agent_
       ->add_option("--gpu-compute-policy", compute_policy_,
                    "How a shared GPU's time is divided, as gpufracd's: fair (a pod may use idle "
@@ -141,8 +160,12 @@ K8sCommand::K8sCommand(CLI::App& app) {
   agent_->add_option("--resync", resync_seconds_, "seconds between health and inventory checks")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
+}
+
+// `gpufrac k8s extender`: where it listens, how it places, and its reservation pods.
+void K8sCommand::AddExtender() {
   extender_ = k8s_->add_subcommand("extender", "kube-scheduler extender: filter, prioritize, bind");
-  common(extender_);
+  AddCommonFlags(extender_);
   extender_->add_option("--listen", listen_, "HOST:PORT to serve on")->capture_default_str();
   extender_->add_option("--policy", policy_, "placement policy")->capture_default_str();
   extender_->add_flag("--reservation-pods", reservation_pods_,

@@ -18,6 +18,13 @@ class K8sCommand {
   int Run();
 
  private:
+  // The constructor's steps: the subcommands and their flags.
+  void AddCommonFlags(CLI::App* cmd);
+  void AddAgent();
+  void AddAgentGpuFlags();
+  void AddAgentServiceFlags();
+  void AddExtender();
+
   int RunAgent();
   int RunExtender();
 

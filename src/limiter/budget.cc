@@ -104,29 +104,6 @@ int FutexWord(const pthread_mutex_t* m) {
   return __atomic_load_n(reinterpret_cast<const int*>(m), __ATOMIC_ACQUIRE);
 }
 
-// Remembers the liveness of the processes met during one reclaim pass, so that a process with
-// many lanes costs one /proc read.
-class LivenessCache {
- public:
-  bool Alive(const ProcessId& id) {
-    for (int i = 0; i < n_; ++i) {
-      if (ids_[i].pid == id.pid && ids_[i].start_ticks == id.start_ticks) return alive_[i];
-    }
-    bool alive = proc::MayBeAlive(id);
-    if (n_ < kSize) {
-      ids_[n_] = id;
-      alive_[n_++] = alive;
-    }
-    return alive;
-  }
-
- private:
-  static constexpr int kSize = 32;
-  ProcessId ids_[kSize];
-  bool alive_[kSize];
-  int n_ = 0;
-};
-
 // Milliseconds on the coarse monotonic clock: read from the vDSO, no system call.
 uint64_t NowMs() {
   struct timespec ts;
@@ -175,6 +152,29 @@ int UnlinkSharedMemory(const char* name) {
 }
 
 }  // namespace
+
+// Remembers the liveness of the processes met during one reclaim pass, so that a process with
+// many lanes costs one /proc read.
+class LivenessCache {
+ public:
+  bool Alive(const ProcessId& id) {
+    for (int i = 0; i < n_; ++i) {
+      if (ids_[i].pid == id.pid && ids_[i].start_ticks == id.start_ticks) return alive_[i];
+    }
+    bool alive = proc::MayBeAlive(id);
+    if (n_ < kSize) {
+      ids_[n_] = id;
+      alive_[n_++] = alive;
+    }
+    return alive;
+  }
+
+ private:
+  static constexpr int kSize = 32;
+  ProcessId ids_[kSize];
+  bool alive_[kSize];
+  int n_ = 0;
+};
 
 void Budget::Close() {
   if (seg_) munmap(seg_, sizeof(BudgetSegment));
@@ -669,13 +669,8 @@ void Budget::ResolveInFlight(int index) {
   }
 }
 
-uint64_t Budget::Reclaim(const ProcessId& self, bool wait) {
-  // One reclaimer at a time: a dead process's lanes may hold negative amounts (freed on another
-  // thread than they were allocated on), and they must be released before the positive ones so
-  // that `global` never drops below what the living hold. A reclaimer that dies leaves its
-  // claimed lanes in kReaping under its own identity for the next one. Nobody waits long for the
-  // lock (its holder may be stopped in a debugger): an opportunistic reclaim does not wait at
-  // all, one that would let a reservation through waits up to 50 ms.
+// Takes the reclaim lock: at once, or with `wait` within 50 ms. Whether it is held.
+bool Budget::LockReclaim(bool wait) {
   int locked;
   if (wait) {
     struct timespec deadline;
@@ -692,11 +687,15 @@ uint64_t Budget::Reclaim(const ProcessId& self, bool wait) {
   if (locked == EOWNERDEAD) {
     pthread_mutex_consistent(&seg_->reclaim_lock);
   } else if (locked != 0) {
-    return 0;
+    return false;
   }
-  LivenessCache liveness;
-  bool claimed[kBudgetLanes] = {};
-  uint32_t hwm = seg_->lane_high_water.load(std::memory_order_acquire);
+  return true;
+}
+
+// Claims (kReaping) the lanes of processes that are gone, below the high-water mark `hwm`, and
+// settles each one's operation in flight.
+void Budget::ClaimDeadLanes(const ProcessId& self, LivenessCache& liveness, uint32_t hwm,
+                            bool* claimed) {
   for (uint32_t i = 0; i < hwm; ++i) {
     BudgetLane& lane = seg_->lanes[i];
     uint64_t owner = lane.owner.load(std::memory_order_acquire);
@@ -711,9 +710,12 @@ uint64_t Budget::Reclaim(const ProcessId& self, bool wait) {
       claimed[i] = true;
     }
   }
-  // A dead thread may have held a living lane's spare word, taking its spare bytes back: finish
-  // that before the dead thread's lane is freed and its number given to another. So may a
-  // reclaimer that died doing this.
+}
+
+// A dead thread may have held a living lane's spare word, taking its spare bytes back: finish
+// that before the dead thread's lane is freed and its number given to another. So may a
+// reclaimer that died doing this.
+void Budget::FinishDeadSpareHolds(uint32_t hwm, const bool* claimed) {
   for (uint32_t i = 0; i < hwm; ++i) {
     uint32_t holder = HolderOf(seg_->lanes[i].spare.load(std::memory_order_acquire));
     if (claimed[i] || holder == 0) continue;
@@ -722,6 +724,11 @@ uint64_t Budget::Reclaim(const ProcessId& self, bool wait) {
     int64_t spare = LockSpare(static_cast<int>(i), kSpareReclaimer);
     UnlockSpare(static_cast<int>(i), static_cast<uint64_t>(spare));
   }
+}
+
+// Releases what the claimed lanes hold, negative amounts first, and frees the lanes; the net
+// bytes released.
+int64_t Budget::ReleaseClaimedLanes(uint32_t hwm, bool* claimed) {
   int64_t released = 0;
   for (int pass = 0; pass < 2; ++pass) {
     for (uint32_t i = 0; i < hwm; ++i) {
@@ -736,6 +743,11 @@ uint64_t Budget::Reclaim(const ProcessId& self, bool wait) {
       lane.owner.store(kFree, std::memory_order_release);
     }
   }
+  return released;
+}
+
+// Frees the member slots of processes that are gone.
+void Budget::FreeDeadMembers(const ProcessId& self, LivenessCache& liveness) {
   uint32_t members = seg_->member_high_water.load(std::memory_order_acquire);
   for (uint32_t m = 0; m < members; ++m) {
     uint64_t owner = seg_->member_owner[m].load(std::memory_order_acquire);
@@ -769,6 +781,23 @@ uint64_t Budget::Reclaim(const ProcessId& self, bool wait) {
     seg_->member_owner[m].compare_exchange_strong(owner, 0, std::memory_order_acq_rel);
     pthread_mutex_unlock(alive);
   }
+}
+
+uint64_t Budget::Reclaim(const ProcessId& self, bool wait) {
+  // One reclaimer at a time: a dead process's lanes may hold negative amounts (freed on another
+  // thread than they were allocated on), and they must be released before the positive ones so
+  // that `global` never drops below what the living hold. A reclaimer that dies leaves its
+  // claimed lanes in kReaping under its own identity for the next one. Nobody waits long for the
+  // lock (its holder may be stopped in a debugger): an opportunistic reclaim does not wait at
+  // all, one that would let a reservation through waits up to 50 ms.
+  if (!LockReclaim(wait)) return 0;
+  LivenessCache liveness;
+  bool claimed[kBudgetLanes] = {};
+  uint32_t hwm = seg_->lane_high_water.load(std::memory_order_acquire);
+  ClaimDeadLanes(self, liveness, hwm, claimed);
+  FinishDeadSpareHolds(hwm, claimed);
+  const int64_t released = ReleaseClaimedLanes(hwm, claimed);
+  FreeDeadMembers(self, liveness);
   pthread_mutex_unlock(&seg_->reclaim_lock);
   return released > 0 ? static_cast<uint64_t>(released) : 0;
 }

@@ -93,6 +93,9 @@ struct BudgetSegment {
   BudgetLane lanes[kBudgetLanes];
 };
 
+// Reclaim's memo of which processes are alive (budget.cc).
+class LivenessCache;
+
 class Budget {
  public:
   constexpr Budget() = default;
@@ -181,6 +184,12 @@ class Budget {
   bool Apply(int lane, int64_t delta, bool check_limit);
   void HelpCommit(uint64_t global_word);
   void ResolveInFlight(int lane);
+  // Reclaim's steps, under the reclaim lock that LockReclaim takes.
+  bool LockReclaim(bool wait);
+  void ClaimDeadLanes(const ProcessId& self, LivenessCache& liveness, uint32_t hwm, bool* claimed);
+  void FinishDeadSpareHolds(uint32_t hwm, const bool* claimed);
+  int64_t ReleaseClaimedLanes(uint32_t hwm, bool* claimed);
+  void FreeDeadMembers(const ProcessId& self, LivenessCache& liveness);
   uint64_t SpareCap() const;
   bool TakeSpare(int lane, uint64_t bytes);
   bool GiveSpare(int lane, uint64_t bytes);

@@ -109,6 +109,164 @@ bool HostRoot() {
   return false;
 }
 
+// The steps of ParseLimitConfig. Each writes a message for the user into `err` and returns false
+// when its part of the file is wrong.
+
+constexpr size_t kMaxLineLen = 511;
+constexpr int kMaxFields = 10;
+
+// Copies the line that starts at *pos into `line` and moves *pos past its newline.
+bool NextLine(const char* text, size_t len, size_t* pos, char (&line)[kMaxLineLen + 1], int line_no,
+              char* err, size_t err_len) {
+  size_t end = *pos;
+  while (end < len && text[end] != '\n') ++end;
+  const size_t n = end - *pos;
+  if (n >= sizeof(line)) {
+    snprintf(err, err_len, "line %d is longer than %zu characters", line_no, sizeof(line) - 1);
+    return false;
+  }
+  memcpy(line, text + *pos, n);
+  line[n] = '\0';
+  *pos = end + 1;
+  return true;
+}
+
+// The first line that is not blank: "gpufrac-limits 1".
+bool ParseHeader(char** tok, int count, int line_no, char* err, size_t err_len) {
+  if (count != 2 || strcmp(tok[0], "gpufrac-limits") != 0) {
+    snprintf(err, err_len, "line %d: expected the header 'gpufrac-limits 1'", line_no);
+    return false;
+  }
+  if (strcmp(tok[1], "1") != 0) {
+    snprintf(err, err_len, "line %d: unsupported limit file version %s (this build reads 1)",
+             line_no, tok[1]);
+    return false;
+  }
+  return true;
+}
+
+bool ParseWorkload(const char* id, int line_no, LimitConfig* out, char* err, size_t err_len) {
+  bool valid = id[0] != '\0';
+  for (const char* p = id; *p; ++p) valid = valid && IsIdChar(*p);
+  if (!valid || !CopyBounded(id, out->workload, kMaxWorkloadIdLen)) {
+    snprintf(err, err_len, "line %d: workload id must be 1-%zu letters, digits, '-', '_' or '.'",
+             line_no, kMaxWorkloadIdLen);
+    return false;
+  }
+  return true;
+}
+
+// "budgets <dir>" or "arbiters <dir>".
+bool ParseDirLine(char** tok, int line_no, LimitConfig* out, char* err, size_t err_len) {
+  char* dir = tok[0][0] == 'b' ? out->budget_dir : out->arbiter_dir;
+  if (!ValidDir(tok[1]) || !CopyBounded(tok[1], dir, kMaxBudgetDirLen)) {
+    snprintf(err, err_len,
+             "line %d: %s must be an absolute directory of at most %zu letters, digits, "
+             "'-', '_', '.' and '/'",
+             line_no, tok[0], kMaxBudgetDirLen);
+    return false;
+  }
+  return true;
+}
+
+// "gpu <uuid> limit <bytes>" and then the optional pairs, each at most once and in this order:
+// "context <bytes>", "compute <thousandths>", "compute-limit <thousandths>".
+bool ParseGpuLine(char** tok, int count, int line_no, LimitConfig* out, char* err, size_t err_len) {
+  if (out->gpu_count == kMaxLimitedGpus) {
+    snprintf(err, err_len, "line %d: more than %d gpu lines", line_no, kMaxLimitedGpus);
+    return false;
+  }
+  GpuLimit& g = out->gpus[out->gpu_count];
+  g = GpuLimit{};
+  if (!CopyBounded(tok[1], g.uuid, kMaxUuidLen) || !ParseUuid(tok[1], g.uuid_bytes)) {
+    snprintf(err, err_len, "line %d: '%s' is not a GPU or MIG UUID", line_no, tok[1]);
+    return false;
+  }
+  for (int i = 0; i < out->gpu_count; ++i) {
+    if (memcmp(out->gpus[i].uuid_bytes, g.uuid_bytes, 16) == 0) {
+      snprintf(err, err_len, "line %d: GPU %s is listed twice", line_no, tok[1]);
+      return false;
+    }
+  }
+  if (strcmp(tok[2], "limit") != 0 || !ParseU64(tok[3], &g.limit_bytes) || g.limit_bytes == 0) {
+    snprintf(err, err_len, "line %d: expected 'limit <bytes>' with bytes > 0", line_no);
+    return false;
+  }
+  static const char* const kKeys[] = {"context", "compute", "compute-limit"};
+  uint64_t* const values[] = {&g.context_bytes, &g.compute_milli, &g.compute_limit_milli};
+  int key = 0;
+  for (int t = 4; t < count; t += 2) {
+    while (key < 3 && strcmp(tok[t], kKeys[key]) != 0) ++key;
+    if (key == 3 || !ParseU64(tok[t + 1], values[key])) {
+      snprintf(err, err_len,
+               "line %d: expected 'context <bytes>', 'compute <thousandths>' or "
+               "'compute-limit <thousandths>', in that order, after the limit",
+               line_no);
+      return false;
+    }
+    ++key;
+  }
+  if (g.compute_milli > 1000 || g.compute_limit_milli > 1000 ||
+      (g.compute_milli == 0) != (g.compute_limit_milli == 0) ||
+      g.compute_limit_milli < g.compute_milli) {
+    snprintf(err, err_len,
+             "line %d: compute and compute-limit go together, 1..1000 thousandths, the limit "
+             "at least the request",
+             line_no);
+    return false;
+  }
+  // Budgets are signed 44-bit quantities in shared memory (see budget.h).
+  if (g.limit_bytes >= (uint64_t{1} << 42) || g.context_bytes >= (uint64_t{1} << 42)) {
+    snprintf(err, err_len, "line %d: limit or context larger than 4 TiB", line_no);
+    return false;
+  }
+  ++out->gpu_count;
+  return true;
+}
+
+bool IsFlag(const char* value) { return strcmp(value, "0") == 0 || strcmp(value, "1") == 0; }
+
+// One line after the header.
+bool ParseDirective(char** tok, int count, int line_no, LimitConfig* out, char* err,
+                    size_t err_len) {
+  if (strcmp(tok[0], "workload") == 0 && count == 2) {
+    return ParseWorkload(tok[1], line_no, out, err, err_len);
+  }
+  if ((strcmp(tok[0], "budgets") == 0 || strcmp(tok[0], "arbiters") == 0) && count == 2) {
+    return ParseDirLine(tok, line_no, out, err, err_len);
+  }
+  if (strcmp(tok[0], "advisory") == 0 && count == 2 && IsFlag(tok[1])) {
+    out->advisory = tok[1][0] == '1';
+    return true;
+  }
+  if (strcmp(tok[0], "quiet") == 0 && count == 2 && IsFlag(tok[1])) {
+    out->quiet = tok[1][0] == '1';
+    return true;
+  }
+  if (strcmp(tok[0], "gpu") == 0 && count >= 4 && count % 2 == 0) {
+    return ParseGpuLine(tok, count, line_no, out, err, err_len);
+  }
+  snprintf(err, err_len, "line %d: unknown or malformed directive '%s'", line_no, tok[0]);
+  return false;
+}
+
+// What every file must have had once it is read to the end.
+bool CheckComplete(const LimitConfig& config, bool have_header, char* err, size_t err_len) {
+  if (!have_header) {
+    snprintf(err, err_len, "the file is empty (expected 'gpufrac-limits 1')");
+    return false;
+  }
+  if (config.workload[0] == '\0') {
+    snprintf(err, err_len, "no 'workload' line");
+    return false;
+  }
+  if (config.gpu_count == 0) {
+    snprintf(err, err_len, "no 'gpu' line");
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool ParseUuid(const char* text, unsigned char out[16]) {
@@ -135,137 +293,26 @@ bool BudgetName(const char* workload, const char* uuid, char* buf, size_t buf_le
 
 bool ParseLimitConfig(const char* text, size_t len, LimitConfig* out, char* err, size_t err_len) {
   memset(out, 0, sizeof(*out));
-  char line[512];
+  char line[kMaxLineLen + 1];
   bool have_header = false;
   int line_no = 0;
   size_t pos = 0;
   while (pos < len) {
     ++line_no;
-    size_t end = pos;
-    while (end < len && text[end] != '\n') ++end;
-    size_t n = end - pos;
-    if (n >= sizeof(line)) {
-      snprintf(err, err_len, "line %d is longer than %zu characters", line_no, sizeof(line) - 1);
-      return false;
-    }
-    memcpy(line, text + pos, n);
-    line[n] = '\0';
-    pos = end + 1;
-
+    if (!NextLine(text, len, &pos, line, line_no, err, err_len)) return false;
     char* tok[12];
-    int count = Tokenize(line, tok, 10);
+    const int count = Tokenize(line, tok, kMaxFields);
     if (count == 0) continue;
-    if (count > 10) {
+    if (count > kMaxFields) {
       snprintf(err, err_len, "line %d has too many fields", line_no);
       return false;
     }
-    if (!have_header) {
-      if (count != 2 || strcmp(tok[0], "gpufrac-limits") != 0) {
-        snprintf(err, err_len, "line %d: expected the header 'gpufrac-limits 1'", line_no);
-        return false;
-      }
-      if (strcmp(tok[1], "1") != 0) {
-        snprintf(err, err_len, "line %d: unsupported limit file version %s (this build reads 1)",
-                 line_no, tok[1]);
-        return false;
-      }
-      have_header = true;
-      continue;
-    }
-    if (strcmp(tok[0], "workload") == 0 && count == 2) {
-      bool valid = tok[1][0] != '\0';
-      for (const char* p = tok[1]; *p; ++p) valid = valid && IsIdChar(*p);
-      if (!valid || !CopyBounded(tok[1], out->workload, kMaxWorkloadIdLen)) {
-        snprintf(err, err_len,
-                 "line %d: workload id must be 1-%zu letters, digits, '-', '_' or '.'", line_no,
-                 kMaxWorkloadIdLen);
-        return false;
-      }
-    } else if ((strcmp(tok[0], "budgets") == 0 || strcmp(tok[0], "arbiters") == 0) &&
-               count == 2) {
-      char* dir = tok[0][0] == 'b' ? out->budget_dir : out->arbiter_dir;
-      if (!ValidDir(tok[1]) || !CopyBounded(tok[1], dir, kMaxBudgetDirLen)) {
-        snprintf(err, err_len,
-                 "line %d: %s must be an absolute directory of at most %zu letters, digits, "
-                 "'-', '_', '.' and '/'",
-                 line_no, tok[0], kMaxBudgetDirLen);
-        return false;
-      }
-    } else if (strcmp(tok[0], "advisory") == 0 && count == 2 &&
-               (strcmp(tok[1], "0") == 0 || strcmp(tok[1], "1") == 0)) {
-      out->advisory = tok[1][0] == '1';
-    } else if (strcmp(tok[0], "quiet") == 0 && count == 2 &&
-               (strcmp(tok[1], "0") == 0 || strcmp(tok[1], "1") == 0)) {
-      out->quiet = tok[1][0] == '1';
-    } else if (strcmp(tok[0], "gpu") == 0 && count >= 4 && count % 2 == 0) {
-      if (out->gpu_count == kMaxLimitedGpus) {
-        snprintf(err, err_len, "line %d: more than %d gpu lines", line_no, kMaxLimitedGpus);
-        return false;
-      }
-      GpuLimit& g = out->gpus[out->gpu_count];
-      g = GpuLimit{};
-      if (!CopyBounded(tok[1], g.uuid, kMaxUuidLen) || !ParseUuid(tok[1], g.uuid_bytes)) {
-        snprintf(err, err_len, "line %d: '%s' is not a GPU or MIG UUID", line_no, tok[1]);
-        return false;
-      }
-      for (int i = 0; i < out->gpu_count; ++i) {
-        if (memcmp(out->gpus[i].uuid_bytes, g.uuid_bytes, 16) == 0) {
-          snprintf(err, err_len, "line %d: GPU %s is listed twice", line_no, tok[1]);
-          return false;
-        }
-      }
-      if (strcmp(tok[2], "limit") != 0 || !ParseU64(tok[3], &g.limit_bytes) || g.limit_bytes == 0) {
-        snprintf(err, err_len, "line %d: expected 'limit <bytes>' with bytes > 0", line_no);
-        return false;
-      }
-      // Then optional pairs, each at most once and in this order.
-      static const char* const kKeys[] = {"context", "compute", "compute-limit"};
-      uint64_t* const values[] = {&g.context_bytes, &g.compute_milli, &g.compute_limit_milli};
-      int key = 0;
-      for (int t = 4; t < count; t += 2) {
-        while (key < 3 && strcmp(tok[t], kKeys[key]) != 0) ++key;
-        if (key == 3 || !ParseU64(tok[t + 1], values[key])) {
-          snprintf(err, err_len,
-                   "line %d: expected 'context <bytes>', 'compute <thousandths>' or "
-                   "'compute-limit <thousandths>', in that order, after the limit",
-                   line_no);
-          return false;
-        }
-        ++key;
-      }
-      if (g.compute_milli > 1000 || g.compute_limit_milli > 1000 ||
-          (g.compute_milli == 0) != (g.compute_limit_milli == 0) ||
-          g.compute_limit_milli < g.compute_milli) {
-        snprintf(err, err_len,
-                 "line %d: compute and compute-limit go together, 1..1000 thousandths, the limit "
-                 "at least the request",
-                 line_no);
-        return false;
-      }
-      // Budgets are signed 44-bit quantities in shared memory (see budget.h).
-      if (g.limit_bytes >= (uint64_t{1} << 42) || g.context_bytes >= (uint64_t{1} << 42)) {
-        snprintf(err, err_len, "line %d: limit or context larger than 4 TiB", line_no);
-        return false;
-      }
-      ++out->gpu_count;
-    } else {
-      snprintf(err, err_len, "line %d: unknown or malformed directive '%s'", line_no, tok[0]);
-      return false;
-    }
+    const bool parsed = have_header ? ParseDirective(tok, count, line_no, out, err, err_len)
+                                    : ParseHeader(tok, count, line_no, err, err_len);
+    if (!parsed) return false;
+    have_header = true;
   }
-  if (!have_header) {
-    snprintf(err, err_len, "the file is empty (expected 'gpufrac-limits 1')");
-    return false;
-  }
-  if (out->workload[0] == '\0') {
-    snprintf(err, err_len, "no 'workload' line");
-    return false;
-  }
-  if (out->gpu_count == 0) {
-    snprintf(err, err_len, "no 'gpu' line");
-    return false;
-  }
-  return true;
+  return CheckComplete(*out, have_header, err, err_len);
 }
 
 bool SystemServiceRuns(const char* system_dir) {

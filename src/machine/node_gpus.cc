@@ -11,7 +11,7 @@
 #include "common/paths.h"
 #include "gpu/devices.h"
 #include "gpu/mig_catalogue.h"
-#include "simgpu/config.h"
+#include "simgpu/core/config.h"
 
 namespace gpufrac::machine {
 namespace {

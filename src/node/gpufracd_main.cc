@@ -170,101 +170,110 @@ StatusOr<TcpListen> ParseListen(const Flags& f) {
   return tcp;
 }
 
-int Run(const Flags& f) {
-  ServiceConfig config;
+// The service's settings from the flags: state directory, scheduling, limits on what users may
+// queue, the queues, and the programs it starts jobs with.
+Status ConfigureService(const Flags& f, ServiceConfig* config) {
   // Absolute: jobs' directories are handed to their shims, and the path names this service.
-  config.state_dir =
+  config->state_dir =
       std::filesystem::absolute(f.state_dir.empty() ? DefaultStateDir() : f.state_dir)
           .lexically_normal()
           .string();
-  if (config.state_dir.size() > 1 && config.state_dir.back() == '/') config.state_dir.pop_back();
-  config.scheduler.policy = f.policy;
-  config.scheduler.starvation_ms = static_cast<int64_t>(f.starvation_seconds * 1000);
-  config.kill_grace_seconds = f.kill_grace_seconds;
-  if (auto policy = ParseComputePolicy(f.compute_policy)) {
-    config.compute_policy = *policy;
-  } else {
-    return Fail("--gpu-compute-policy " + f.compute_policy + ": expected fair, strict or off");
+  if (config->state_dir.size() > 1 && config->state_dir.back() == '/') {
+    config->state_dir.pop_back();
   }
-  config.max_pending_per_user = f.max_pending_per_user;
+  config->scheduler.policy = f.policy;
+  config->scheduler.starvation_ms = static_cast<int64_t>(f.starvation_seconds * 1000);
+  config->kill_grace_seconds = f.kill_grace_seconds;
+  if (auto policy = ParseComputePolicy(f.compute_policy)) {
+    config->compute_policy = *policy;
+  } else {
+    return InvalidArgumentError("--gpu-compute-policy " + f.compute_policy +
+                                ": expected fair, strict or off");
+  }
+  config->max_pending_per_user = f.max_pending_per_user;
   for (auto [text, flag, out] :
        {std::tuple{&f.max_pending_bytes_per_user, "--max-pending-bytes-per-user",
-                   &config.max_pending_bytes_per_user},
-        std::tuple{&f.max_job_bytes, "--max-job-bytes", &config.max_job_bytes},
-        std::tuple{&f.max_log_bytes, "--max-log-bytes", &config.max_log_bytes}}) {
+                   &config->max_pending_bytes_per_user},
+        std::tuple{&f.max_job_bytes, "--max-job-bytes", &config->max_job_bytes},
+        std::tuple{&f.max_log_bytes, "--max-log-bytes", &config->max_log_bytes}}) {
     StatusOr<uint64_t> bytes = ParseSize(*text);
     if (!bytes.ok() || *bytes == 0) {
-      return Fail(std::string(flag) + " " + *text + ": write a size such as 256K or 64M");
+      return InvalidArgumentError(std::string(flag) + " " + *text +
+                                  ": write a size such as 256K or 64M");
     }
     *out = *bytes;
   }
   if (f.queues.empty()) {
-    config.queues = DefaultQueueConfig();
+    config->queues = DefaultQueueConfig();
   } else {
-    auto queues = LoadQueueConfig(f.queues);
-    if (!queues.ok()) return Fail(queues.status().message());
-    config.queues = *queues;
+    GPUFRAC_ASSIGN_OR_RETURN(config->queues, LoadQueueConfig(f.queues));
   }
   auto shim = Absolute(SiblingProgram("gpufrac-shim"), "gpufrac-shim");
   auto limiter = Absolute(LimiterLibraryPath(), "the limiter library libgpufrac.so");
-  if (!shim.ok()) return Fail(shim.status().message());
-  if (!limiter.ok()) return Fail(limiter.status().message());
-  config.shim_path = *shim;
-  config.limiter_path = *limiter;
+  if (!shim.ok()) return shim.status();
+  if (!limiter.ok()) return limiter.status();
+  config->shim_path = *shim;
+  config->limiter_path = *limiter;
+  return OkStatus();
+}
 
-  std::optional<TcpListen> tcp;
+// Where the API listens: the unix socket (and its group), and TCP when --listen is given.
+Status ConfigureListeners(const Flags& f, UnixListen* unix_listen, std::optional<TcpListen>* tcp) {
   if (!f.listen.empty()) {
-    auto parsed = ParseListen(f);
-    if (!parsed.ok()) return Fail(parsed.status().message());
-    tcp = *parsed;
+    GPUFRAC_ASSIGN_OR_RETURN(*tcp, ParseListen(f));
   }
-  UnixListen unix_listen;
-  unix_listen.path = f.socket.empty() ? DefaultSocketPath() : f.socket;
+  unix_listen->path = f.socket.empty() ? DefaultSocketPath() : f.socket;
   if (!f.socket_group.empty()) {
-    auto gid = GroupId(f.socket_group, "--socket-group");
-    if (!gid.ok()) return Fail(gid.status().message());
-    unix_listen.group = *gid;
-    unix_listen.mode = 0660;
+    GPUFRAC_ASSIGN_OR_RETURN(unix_listen->group, GroupId(f.socket_group, "--socket-group"));
+    unix_listen->mode = 0660;
   }
-  ApiOptions api;
+  return OkStatus();
+}
+
+// Who the API treats as an administrator, and which users may call it over TCP.
+Status ConfigureApi(const Flags& f, ApiOptions* api) {
   if (!f.admin_group.empty()) {
-    auto gid = GroupId(f.admin_group, "--admin-group");
-    if (!gid.ok()) return Fail(gid.status().message());
-    api.admin_group = *gid;
+    GPUFRAC_ASSIGN_OR_RETURN(api->admin_group, GroupId(f.admin_group, "--admin-group"));
   }
   if (!f.tcp_group.empty()) {
-    auto gid = GroupId(f.tcp_group, "--tcp-group");
-    if (!gid.ok()) return Fail(gid.status().message());
-    api.tcp_users.group = *gid;
-    api.tcp_users.group_name = f.tcp_group;
+    GPUFRAC_ASSIGN_OR_RETURN(api->tcp_users.group, GroupId(f.tcp_group, "--tcp-group"));
+    api->tcp_users.group_name = f.tcp_group;
   }
-  {
-    unsigned long low = 0, high = 0;
-    char extra = 0;
-    if (std::sscanf(f.tcp_users.c_str(), "%lu-%lu%c", &low, &high, &extra) != 2 || low == 0 ||
-        low > high || high > 4294967294ul) {
-      return Fail("--tcp-users " + f.tcp_users +
-                  ": write a uid range LOW-HIGH with 0 < LOW <= HIGH, e.g. 1000-60000");
-    }
-    api.tcp_users.min_uid = static_cast<uid_t>(low);
-    api.tcp_users.max_uid = static_cast<uid_t>(high);
+  unsigned long low = 0, high = 0;
+  char extra = 0;
+  if (std::sscanf(f.tcp_users.c_str(), "%lu-%lu%c", &low, &high, &extra) != 2 || low == 0 ||
+      low > high || high > 4294967294ul) {
+    return InvalidArgumentError(
+        "--tcp-users " + f.tcp_users +
+        ": write a uid range LOW-HIGH with 0 < LOW <= HIGH, e.g. 1000-60000");
   }
+  api->tcp_users.min_uid = static_cast<uid_t>(low);
+  api->tcp_users.max_uid = static_cast<uid_t>(high);
+  return OkStatus();
+}
 
+// The machine's GPUs (discovered, or simulated with --sim) into the service's settings; the
+// returned NodeGpus owns the MIG backend the settings point to.
+StatusOr<std::unique_ptr<machine::NodeGpus>> OpenGpus(const Flags& f, ServiceConfig* config) {
   // One simulated machine per state directory, so two services never share simulated GPUs.
   std::string warning;
-  auto gpus = machine::OpenNodeGpus({.sim = f.sim,
-                                     .sim_namespace = ServiceInstanceName(config.state_dir),
-                                     .whole_gpus = f.whole_gpus,
-                                     .mps_gpus = f.mps_gpus},
-                                    &warning);
-  if (!gpus.ok()) return Fail(gpus.status().message());
+  GPUFRAC_ASSIGN_OR_RETURN(
+      std::unique_ptr<machine::NodeGpus> gpus,
+      machine::OpenNodeGpus({.sim = f.sim,
+                             .sim_namespace = ServiceInstanceName(config->state_dir),
+                             .whole_gpus = f.whole_gpus,
+                             .mps_gpus = f.mps_gpus},
+                            &warning));
   if (!warning.empty()) std::fprintf(stderr, "gpufracd: %s\n", warning.c_str());
-  config.inventory = (*gpus)->inventory;
-  config.mig_backend = (*gpus)->mig_backend.get();
-  config.mig_models = (*gpus)->mig_models;
-  config.mps_control = machine::FindMpsControl(f.mps_control, config.inventory.simulated);
+  config->inventory = gpus->inventory;
+  config->mig_backend = gpus->mig_backend.get();
+  config->mig_models = gpus->mig_models;
+  config->mps_control = machine::FindMpsControl(f.mps_control, config->inventory.simulated);
+  return gpus;
+}
 
-  // Signals are taken synchronously by this thread; every other thread inherits the mask.
+// Signals are taken synchronously by this thread; every other thread inherits the mask.
+sigset_t BlockStopSignals() {
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
@@ -272,7 +281,12 @@ int Run(const Flags& f) {
   sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  return stop_signals;
+}
 
+// Starts the service and its API, and serves until one of `stop_signals` comes.
+int Serve(ServiceConfig config, const UnixListen& unix_listen, const std::optional<TcpListen>& tcp,
+          const ApiOptions& api, const sigset_t& stop_signals) {
   size_t gpu_count = config.inventory.gpus.size();
   bool simulated = config.inventory.simulated;
   std::string state_dir = config.state_dir;
@@ -296,6 +310,22 @@ int Run(const Flags& f) {
   service->reset();
   unlink((state_dir + "/gpufracd.pid").c_str());
   return 0;
+}
+
+int Run(const Flags& f) {
+  ServiceConfig config;
+  if (Status status = ConfigureService(f, &config); !status.ok()) return Fail(status.message());
+  UnixListen unix_listen;
+  std::optional<TcpListen> tcp;
+  if (Status status = ConfigureListeners(f, &unix_listen, &tcp); !status.ok()) {
+    return Fail(status.message());
+  }
+  ApiOptions api;
+  if (Status status = ConfigureApi(f, &api); !status.ok()) return Fail(status.message());
+  auto gpus = OpenGpus(f, &config);
+  if (!gpus.ok()) return Fail(gpus.status().message());
+  const sigset_t stop_signals = BlockStopSignals();
+  return Serve(std::move(config), unix_listen, tcp, api, stop_signals);
 }
 
 }  // namespace

@@ -175,109 +175,139 @@ struct Started {
   int error = 0;  // errno of the failed start when pid < 0.
 };
 
-// Runs the job in its own session as its user, its stdout and stderr the pipes of `relay`. Only
-// returns success once the command has been exec'd, so a failure is reported with its errno
-// rather than as an exit code.
-Started StartJob(const ShimSpec& spec, OutputRelay* relay) {
+// The job's stdout and stderr: pipes of `relay` into the job's logs. 0, or the errno.
+int OpenJobOutput(const ShimSpec& spec, OutputRelay* relay, int* out, int* err) {
   auto open_log = [](const char* name) {
     return openat(g_dir_fd, name, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
   };
-  int out = open_log(JobRunner::kStdout);
-  int err = open_log(JobRunner::kStderr);
-  if (out < 0 || err < 0) {
+  *out = open_log(JobRunner::kStdout);
+  *err = open_log(JobRunner::kStderr);
+  if (*out < 0 || *err < 0) {
     int error = errno;
-    for (int fd : {out, err}) {
+    for (int fd : {*out, *err}) {
       if (fd >= 0) close(fd);
     }
-    return {-1, error};
+    return error;
   }
   // The job gets pipes, never the logs themselves: it could write past any cap through those.
-  if (int error = relay->Open(out, err, spec.max_log_bytes); error != 0) return {-1, error};
-  out = relay->job_end(OutputRelay::kStdout);
-  err = relay->job_end(OutputRelay::kStderr);
-  int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  int report[2] = {-1, -1};
-  if (in < 0 || pipe2(report, O_CLOEXEC) != 0) {
-    int error = errno;
-    if (in >= 0) close(in);
-    return {-1, error};
-  }
-  const bool root = geteuid() == 0;
-  std::string user;
-  if (root) {
-    if (const passwd* pw = getpwuid(spec.uid)) user = pw->pw_name;
-  }
+  if (int error = relay->Open(*out, *err, spec.max_log_bytes); error != 0) return error;
+  *out = relay->job_end(OutputRelay::kStdout);
+  *err = relay->job_end(OutputRelay::kStderr);
+  return 0;
+}
+
+// What the forked child needs to become the job, all made before the fork.
+struct JobExec {
+  const ShimSpec* spec = nullptr;
+  int in = -1, out = -1, err = -1;  // its standard input, output and error
+  int report = -1;                  // where the child writes the errno of a failed start
+  bool root = false;
+  std::string user;  // the job's user's name (as root), for its supplementary groups
+  std::string cgroup_procs;
   std::vector<char*> argv, envp;
-  for (const std::string& a : spec.command) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const std::string& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
+};
 
-  const std::string cgroup_procs = spec.cgroup.empty() ? "" : spec.cgroup + "/cgroup.procs";
+[[noreturn]] void ReportFailure(int report, int e) {
+  (void)!write(report, &e, sizeof(e));
+  _exit(127);
+}
 
-  pid_t pid = fork();
-  if (pid == 0) {
-    auto fail = [&](int e) {
-      (void)!write(report[1], &e, sizeof(e));
-      _exit(127);
-    };
-    // Into its cgroup first, while still root: everything it starts is born there.
-    if (!cgroup_procs.empty()) {
-      char self[24];
-      int n = std::snprintf(self, sizeof(self), "%d", static_cast<int>(getpid()));
-      int fd = open(cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
-      if (fd < 0 || write(fd, self, static_cast<size_t>(n)) != n) fail(errno);
-      close(fd);
-    }
-    // Its own session and process group: the group is what cancelling and clean-up signal.
-    if (setsid() < 0) fail(errno);
-    if (root) {
-      // The user's supplementary groups, never root's.
-      int rc = user.empty() ? setgroups(1, &spec.gid) : initgroups(user.c_str(), spec.gid);
-      if (rc != 0 || setgid(spec.gid) != 0 || setuid(spec.uid) != 0) fail(errno);
-      if (getuid() != spec.uid || geteuid() != spec.uid || getgid() != spec.gid ||
-          getegid() != spec.gid) {
-        fail(EPERM);
-      }
-    } else if (getuid() != spec.uid || geteuid() != spec.uid) {
-      fail(EPERM);
-    }
-    if (chdir(spec.cwd.c_str()) != 0) fail(errno);
-    if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) fail(errno);
-    // The job starts as from a login: default dispositions and nothing blocked (the shim blocks
-    // the signals it reads through its signalfd and ignores SIGPIPE).
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int sig = 1; sig < NSIG; ++sig) {
-      if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
-    }
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    // execvp searches the PATH of `environ`: the job's, not the shim's.
-    environ = envp.data();
-    execvp(argv[0], argv.data());
-    fail(errno);
+// In the forked child: into its cgroup, session and user, then exec the command.
+[[noreturn]] void BecomeJob(JobExec& x) {
+  const ShimSpec& spec = *x.spec;
+  // Into its cgroup first, while still root: everything it starts is born there.
+  if (!x.cgroup_procs.empty()) {
+    char self[24];
+    int n = std::snprintf(self, sizeof(self), "%d", static_cast<int>(getpid()));
+    int fd = open(x.cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, self, static_cast<size_t>(n)) != n) ReportFailure(x.report, errno);
+    close(fd);
   }
-  int fork_errno = errno;
-  close(report[1]);
-  close(in);
-  relay->CloseJobEnds();
-  if (pid < 0) {
-    close(report[0]);
-    return {-1, fork_errno};
+  // Its own session and process group: the group is what cancelling and clean-up signal.
+  if (setsid() < 0) ReportFailure(x.report, errno);
+  if (x.root) {
+    // The user's supplementary groups, never root's.
+    int rc = x.user.empty() ? setgroups(1, &spec.gid) : initgroups(x.user.c_str(), spec.gid);
+    if (rc != 0 || setgid(spec.gid) != 0 || setuid(spec.uid) != 0) ReportFailure(x.report, errno);
+    if (getuid() != spec.uid || geteuid() != spec.uid || getgid() != spec.gid ||
+        getegid() != spec.gid) {
+      ReportFailure(x.report, EPERM);
+    }
+  } else if (getuid() != spec.uid || geteuid() != spec.uid) {
+    ReportFailure(x.report, EPERM);
   }
+  if (chdir(spec.cwd.c_str()) != 0) ReportFailure(x.report, errno);
+  if (dup2(x.in, 0) < 0 || dup2(x.out, 1) < 0 || dup2(x.err, 2) < 0) {
+    ReportFailure(x.report, errno);
+  }
+  // The job starts as from a login: default dispositions and nothing blocked (the shim blocks
+  // the signals it reads through its signalfd and ignores SIGPIPE).
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  // execvp searches the PATH of `environ`: the job's, not the shim's.
+  environ = x.envp.data();
+  execvp(x.argv[0], x.argv.data());
+  ReportFailure(x.report, errno);
+}
+
+// In the shim, once `pid` is forked: whether its exec succeeded, as the child reported through
+// the pipe's read end `report` (closed on exec, so an empty read is success).
+Started AwaitExec(pid_t pid, int report) {
   int exec_errno = 0;
   ssize_t n;
-  while ((n = read(report[0], &exec_errno, sizeof(exec_errno))) < 0 && errno == EINTR) {
+  while ((n = read(report, &exec_errno, sizeof(exec_errno))) < 0 && errno == EINTR) {
   }
-  close(report[0]);
+  close(report);
   if (n > 0) {
     while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
     return {-1, exec_errno};
   }
   return {pid, 0};
+}
+
+// Runs the job in its own session as its user, its stdout and stderr the pipes of `relay`. Only
+// returns success once the command has been exec'd, so a failure is reported with its errno
+// rather than as an exit code.
+Started StartJob(const ShimSpec& spec, OutputRelay* relay) {
+  JobExec x;
+  x.spec = &spec;
+  if (int error = OpenJobOutput(spec, relay, &x.out, &x.err); error != 0) return {-1, error};
+  x.in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int report[2] = {-1, -1};
+  if (x.in < 0 || pipe2(report, O_CLOEXEC) != 0) {
+    int error = errno;
+    if (x.in >= 0) close(x.in);
+    return {-1, error};
+  }
+  x.report = report[1];
+  x.root = geteuid() == 0;
+  if (x.root) {
+    if (const passwd* pw = getpwuid(spec.uid)) x.user = pw->pw_name;
+  }
+  for (const std::string& a : spec.command) x.argv.push_back(const_cast<char*>(a.c_str()));
+  x.argv.push_back(nullptr);
+  for (const std::string& e : spec.env) x.envp.push_back(const_cast<char*>(e.c_str()));
+  x.envp.push_back(nullptr);
+  x.cgroup_procs = spec.cgroup.empty() ? "" : spec.cgroup + "/cgroup.procs";
+
+  pid_t pid = fork();
+  if (pid == 0) BecomeJob(x);
+  int fork_errno = errno;
+  close(report[1]);
+  close(x.in);
+  relay->CloseJobEnds();
+  if (pid < 0) {
+    close(report[0]);
+    return {-1, fork_errno};
+  }
+  return AwaitExec(pid, report[0]);
 }
 
 // Reads one pending signal from the signalfd (0 if none).

@@ -315,50 +315,45 @@ void DrawLegend(cairo_t* cr, const Frame& f, const std::vector<PlotSeries>& seri
   cairo_set_dash(cr, nullptr, 0, 0);
 }
 
-}  // namespace
-
-Status WritePlotPng(const std::string& path, const std::vector<PlotSeries>& series,
-                    const PlotLabels& labels) {
-  const std::string where = "plot '" + path + "'";
-  if (series.empty()) return InvalidArgumentError(where + ": no series to draw");
+// What the series span: x from their least to their greatest point, y always from 0.
+struct DataRange {
   double x_min = std::numeric_limits<double>::infinity(), x_max = -x_min;
-  double y_min = 0, y_max = 0;  // y always spans 0.
+  double y_min = 0, y_max = 0;
+};
+
+// The series' range, widened where it is a single x or all-zero y so the axes have a span.
+Status FindDataRange(const std::string& where, const std::vector<PlotSeries>& series,
+                     DataRange* r) {
   for (const PlotSeries& s : series) {
     for (const auto& [x, y] : s.points) {
       if (!std::isfinite(x) || !std::isfinite(y)) {
         return InvalidArgumentError(where + ": series '" + s.name +
                                     "' has a point that is not a finite number");
       }
-      x_min = std::min(x_min, x);
-      x_max = std::max(x_max, x);
-      y_min = std::min(y_min, y);
-      y_max = std::max(y_max, y);
+      r->x_min = std::min(r->x_min, x);
+      r->x_max = std::max(r->x_max, x);
+      r->y_min = std::min(r->y_min, y);
+      r->y_max = std::max(r->y_max, y);
     }
   }
-  if (x_min > x_max) {
+  if (r->x_min > r->x_max) {
     return InvalidArgumentError(where + ": none of the " + std::to_string(series.size()) +
                                 " series has any points");
   }
-  if (x_min == x_max) {
-    double pad = x_min == 0 ? 1 : std::abs(x_min) * 0.05;
-    x_min -= pad;
-    x_max += pad;
+  if (r->x_min == r->x_max) {
+    double pad = r->x_min == 0 ? 1 : std::abs(r->x_min) * 0.05;
+    r->x_min -= pad;
+    r->x_max += pad;
   }
-  if (y_min == y_max) y_max = 1;  // All zero: show 0 at the bottom of a unit range.
+  if (r->y_min == r->y_max) r->y_max = 1;  // All zero: show 0 at the bottom of a unit range.
+  return OkStatus();
+}
 
-  SurfacePtr surface(cairo_image_surface_create(CAIRO_FORMAT_RGB24, kWidth, kHeight));
-  if (cairo_surface_status(surface.get()) != CAIRO_STATUS_SUCCESS) {
-    return InternalError(where + ": cannot create a drawing surface: " +
-                         cairo_status_to_string(cairo_surface_status(surface.get())));
-  }
-  ContextPtr context(cairo_create(surface.get()));
-  cairo_t* cr = context.get();
-  cairo_set_source_rgb(cr, 1, 1, 1);
-  cairo_paint(cr);
-
+// The axes and the plot area between the margins that the labels need.
+Frame LayOutFrame(cairo_t* cr, const DataRange& r, const PlotLabels& labels) {
   // The left margin depends on how wide the y tick labels are, so the y axis comes first.
   Frame frame;
-  frame.y = MakeAxis(y_min, y_max, 6);
+  frame.y = MakeAxis(r.y_min, r.y_max, 6);
   SetFont(cr, kTickFontSize);
   double y_tick_width = 0;
   for (int i = 0; i < frame.y.TickCount(); ++i) {
@@ -371,20 +366,20 @@ Status WritePlotPng(const std::string& path, const std::vector<PlotSeries>& seri
   frame.area = Rect{left, top, kWidth - left - right, kHeight - top - bottom};
 
   // Widen the x step until its labels no longer run into each other.
-  frame.x = MakeAxis(x_min, x_max, 8);
+  frame.x = MakeAxis(r.x_min, r.x_max, 8);
   for (int tries = 0; tries < 10; ++tries) {
     double widest = 0;
     for (int i = 0; i < frame.x.TickCount(); ++i) {
       widest = std::max(widest, TextWidth(cr, FormatTick(frame.x.Tick(i), frame.x.step)));
     }
     if (frame.area.w / (frame.x.TickCount() - 1) >= widest + 12) break;
-    frame.x = AxisWithStep(x_min, x_max, NiceStepAtLeast(frame.x.step * 1.01));
+    frame.x = AxisWithStep(r.x_min, r.x_max, NiceStepAtLeast(frame.x.step * 1.01));
   }
+  return frame;
+}
 
-  DrawAxes(cr, frame);
-  DrawSeries(cr, frame, series);
-  DrawLegend(cr, frame, series);
-
+// The title above the plot and the axes' labels beside them.
+void DrawLabels(cairo_t* cr, const Frame& frame, const PlotLabels& labels) {
   cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
   if (!labels.title.empty()) {
     SetFont(cr, kTitleFontSize, /*bold=*/true);
@@ -403,20 +398,51 @@ Status WritePlotPng(const std::string& path, const std::vector<PlotSeries>& seri
     DrawText(cr, FitText(cr, labels.y_label, frame.area.h), 0, 0, 0.5, VAlign::kTop);
     cairo_restore(cr);
   }
+}
 
-  if (cairo_status(cr) != CAIRO_STATUS_SUCCESS) {
-    return InternalError(where + ": drawing failed: " + cairo_status_to_string(cairo_status(cr)));
-  }
-  cairo_surface_flush(surface.get());
+// Writes the drawn surface to `path` as a PNG.
+Status WritePng(cairo_surface_t* surface, const std::string& path, const std::string& where) {
+  cairo_surface_flush(surface);
   // cairo reports only "write error"; errno, set by the failing fopen or fwrite, says why.
   errno = 0;
-  cairo_status_t written = cairo_surface_write_to_png(surface.get(), path.c_str());
+  cairo_status_t written = cairo_surface_write_to_png(surface, path.c_str());
   if (written != CAIRO_STATUS_SUCCESS) {
     std::string reason = cairo_status_to_string(written);
     if (errno != 0) reason += std::string(" (") + std::strerror(errno) + ")";
     return InvalidArgumentError("cannot write " + where + ": " + reason);
   }
   return OkStatus();
+}
+
+}  // namespace
+
+Status WritePlotPng(const std::string& path, const std::vector<PlotSeries>& series,
+                    const PlotLabels& labels) {
+  const std::string where = "plot '" + path + "'";
+  if (series.empty()) return InvalidArgumentError(where + ": no series to draw");
+  DataRange range;
+  GPUFRAC_RETURN_IF_ERROR(FindDataRange(where, series, &range));
+
+  SurfacePtr surface(cairo_image_surface_create(CAIRO_FORMAT_RGB24, kWidth, kHeight));
+  if (cairo_surface_status(surface.get()) != CAIRO_STATUS_SUCCESS) {
+    return InternalError(where + ": cannot create a drawing surface: " +
+                         cairo_status_to_string(cairo_surface_status(surface.get())));
+  }
+  ContextPtr context(cairo_create(surface.get()));
+  cairo_t* cr = context.get();
+  cairo_set_source_rgb(cr, 1, 1, 1);
+  cairo_paint(cr);
+
+  const Frame frame = LayOutFrame(cr, range, labels);
+  DrawAxes(cr, frame);
+  DrawSeries(cr, frame, series);
+  DrawLegend(cr, frame, series);
+  DrawLabels(cr, frame, labels);
+
+  if (cairo_status(cr) != CAIRO_STATUS_SUCCESS) {
+    return InternalError(where + ": drawing failed: " + cairo_status_to_string(cairo_status(cr)));
+  }
+  return WritePng(surface.get(), path, where);
 }
 
 }  // namespace gpufrac::sim

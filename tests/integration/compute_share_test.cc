@@ -14,8 +14,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <climits>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -25,11 +25,11 @@
 #include <vector>
 
 #include "harness.h"
-#include "service_budget_dir.h"
 #include "limiter/budget.h"
 #include "limiter/compute_arbiter.h"
 #include "limiter/limit_config.h"
-#include "simgpu/engine_truth.h"
+#include "service_budget_dir.h"
+#include "simgpu/core/engine_truth.h"
 
 namespace gpufrac::testing {
 namespace {

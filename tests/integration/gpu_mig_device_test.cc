@@ -10,7 +10,7 @@
 #include "gpu/mig_catalogue.h"
 #include "gpu/mig_device.h"
 #include "harness.h"
-#include "simgpu/shared_machine.h"
+#include "simgpu/core/shared_machine.h"
 #include "simgpu_test_util.h"
 
 namespace gpufrac::simgpu::testing {

@@ -43,8 +43,8 @@
 #include "k8s/test_objects.h"
 #include "limiter/compute_arbiter.h"
 #include "service_budget_dir.h"
-#include "simgpu/fault_injection.h"
-#include "simgpu/shared_machine.h"
+#include "simgpu/core/shared_machine.h"
+#include "simgpu/nvml/fault_injection.h"
 
 namespace gpufrac::k8s {
 namespace {

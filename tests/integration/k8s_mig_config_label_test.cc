@@ -17,7 +17,6 @@
 
 #include "common/paths.h"
 #include "harness.h"
-#include "service_budget_dir.h"
 #include "k8s/agent_service.h"
 #include "k8s/api_client.h"
 #include "k8s/fake_apiserver.h"
@@ -26,7 +25,8 @@
 #include "k8s/mig_config_label.h"
 #include "k8s/object_fields.h"
 #include "machine/node_gpus.h"
-#include "simgpu/shared_machine.h"
+#include "service_budget_dir.h"
+#include "simgpu/core/shared_machine.h"
 
 namespace gpufrac::k8s {
 namespace {

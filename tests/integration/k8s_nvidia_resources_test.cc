@@ -18,7 +18,6 @@
 #include "common/paths.h"
 #include "gpu/mig_catalogue.h"
 #include "harness.h"
-#include "service_budget_dir.h"
 #include "k8s/agent_service.h"
 #include "k8s/api_client.h"
 #include "k8s/fake_apiserver.h"
@@ -30,7 +29,8 @@
 #include "limiter/budget.h"
 #include "limiter/limit_config.h"
 #include "machine/node_gpus.h"
-#include "simgpu/shared_machine.h"
+#include "service_budget_dir.h"
+#include "simgpu/core/shared_machine.h"
 
 namespace gpufrac::k8s {
 namespace {

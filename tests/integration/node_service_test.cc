@@ -32,7 +32,7 @@
 #include "launch/cgroup.h"
 #include "node/paths.h"
 #include "service_budget_dir.h"
-#include "simgpu/shared_machine.h"
+#include "simgpu/core/shared_machine.h"
 
 namespace gpufrac::testing {
 namespace {

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <string>
 
-#include "simgpu/uuid.h"
+#include "simgpu/core/uuid.h"
 #include "simgpu_test_util.h"
 
 namespace gpufrac::simgpu::testing {

@@ -15,8 +15,8 @@
 
 #include "../progs/spin_kernel.h"
 #include "gpu/catalogue.h"
-#include "simgpu/engine_truth.h"
-#include "simgpu/sim_time.h"
+#include "simgpu/core/engine_truth.h"
+#include "simgpu/core/sim_time.h"
 #include "simgpu_test_util.h"
 
 namespace gpufrac::simgpu::testing {

@@ -4,8 +4,8 @@
 #include <cstdio>
 
 #include "gpu/catalogue.h"
-#include "simgpu/engine_truth.h"
-#include "simgpu/sim_time.h"
+#include "simgpu/core/engine_truth.h"
+#include "simgpu/core/sim_time.h"
 #include "simgpu_test_util.h"
 
 namespace gpufrac::simgpu::testing {

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "gpu/health.h"
-#include "simgpu/fault_injection.h"
-#include "simgpu/uuid.h"
+#include "simgpu/core/uuid.h"
+#include "simgpu/nvml/fault_injection.h"
 #include "simgpu_test_util.h"
 
 namespace gpufrac::simgpu::testing {

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "gpu/catalogue.h"
-#include "simgpu/sim_time.h"
+#include "simgpu/core/sim_time.h"
 #include "simgpu_test_util.h"
 
 namespace gpufrac::simgpu::testing {

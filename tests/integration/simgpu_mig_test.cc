@@ -13,10 +13,10 @@
 
 #include "gpu/mig_catalogue.h"
 #include "harness.h"
-#include "simgpu/config.h"
-#include "simgpu/mig_state.h"
-#include "simgpu/uuid.h"
-#include "simgpu/visible_devices.h"
+#include "simgpu/core/config.h"
+#include "simgpu/core/mig_state.h"
+#include "simgpu/core/uuid.h"
+#include "simgpu/core/visible_devices.h"
 #include "simgpu_test_util.h"
 
 namespace gpufrac::simgpu::testing {

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "gpu/catalogue.h"
-#include "simgpu/uuid.h"
+#include "simgpu/core/uuid.h"
 #include "simgpu_test_util.h"
 
 namespace gpufrac::simgpu::testing {

@@ -6,9 +6,9 @@
 
 #include "gpu/catalogue.h"
 #include "proc/process_identity.h"
-#include "simgpu/config.h"
-#include "simgpu/memory_ledger.h"
-#include "simgpu/shared_machine.h"
+#include "simgpu/core/config.h"
+#include "simgpu/core/memory_ledger.h"
+#include "simgpu/core/shared_machine.h"
 #include "simgpu_test_util.h"
 
 namespace gpufrac::simgpu::testing {

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "simgpu/shared_machine.h"
+#include "simgpu/core/shared_machine.h"
 
 namespace gpufrac::simgpu::testing {
 namespace {

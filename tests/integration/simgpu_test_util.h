@@ -14,8 +14,8 @@
 
 #include "abi/cuda_abi.h"
 #include "abi/nvml_abi.h"
-#include "simgpu/cuda_exports.h"
-#include "simgpu/nvml_exports.h"
+#include "simgpu/cuda/cuda_exports.h"
+#include "simgpu/nvml/nvml_exports.h"
 
 namespace gpufrac::simgpu::testing {
 

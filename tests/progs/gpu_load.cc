@@ -1,7 +1,7 @@
 // gpu_load: a GPU workload that keeps the GPU busy, for the compute-share tests and benchmark.
 // It queues kernels of about KERNEL_MS each back to back for SECONDS (then waits for them), in one
 // of the ways work reaches a GPU, and prints "ready" once its context exists and "launches=N" at
-// the end. On simgpu a kernel's duration follows from its grid (simgpu/sim_time.h).
+// the end. On simgpu a kernel's duration follows from its grid (simgpu/core/sim_time.h).
 //
 //   gpu_load MODE KERNEL_MS SECONDS [SMS]
 //   MODE: kernel (cuLaunchKernel) | ptsz (cuLaunchKernel_ptsz) | ex (cuLaunchKernelEx)
@@ -30,7 +30,7 @@
 #include <utility>
 #include <vector>
 
-#include "simgpu/cuda_exports.h"
+#include "simgpu/cuda/cuda_exports.h"
 #include "spin_kernel.h"
 
 using namespace gpufrac::abi;

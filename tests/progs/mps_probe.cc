@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
-#include "simgpu/cuda_exports.h"
-#include "simgpu/engine_truth.h"
-#include "simgpu/fault_injection.h"
+#include "simgpu/core/engine_truth.h"
+#include "simgpu/cuda/cuda_exports.h"
+#include "simgpu/nvml/fault_injection.h"
 #include "spin_kernel.h"
 
 using namespace gpufrac::abi;

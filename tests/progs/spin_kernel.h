@@ -1,5 +1,5 @@
 // The test programs' one kernel: `spin`, which does nothing. On the simulated GPU a kernel's
-// duration follows from its grid alone (simgpu/sim_time.h), so its body does not matter.
+// duration follows from its grid alone (simgpu/core/sim_time.h), so its body does not matter.
 #pragma once
 
 inline constexpr char kSpinPtx[] = R"(

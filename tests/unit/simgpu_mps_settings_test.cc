@@ -3,7 +3,7 @@
 // the simulator parse and print them.
 #include <gtest/gtest.h>
 
-#include "simgpu/mps_settings.h"
+#include "simgpu/core/mps_settings.h"
 
 namespace gpufrac::simgpu {
 namespace {
