@@ -1,6 +1,7 @@
 // The node service's state machine (see service.h). One mutex guards the store, the scheduler
-// and the job table; the loop thread wakes on every submission and cancellation and at least
-// every 100 ms to notice jobs that ended.
+// and the job table (MPS daemons are talked to off it, mps_gpus.h); the loop thread wakes on
+// every submission, cancellation and MPS outcome and at least every 100 ms to notice jobs that
+// ended.
 #include "node/service.h"
 
 #include <fcntl.h>
@@ -16,7 +17,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <set>
 #include <sstream>
@@ -143,9 +143,14 @@ Service::Service(ServiceConfig config, std::unique_ptr<Store> store, launch::Bud
       store_(std::move(store)),
       runner_(config_.shim_path, std::move(budgets)),
       mig_hardware_(config_.mig_backend, config_.mig_models),
-      mps_({.dir = config_.state_dir + "/mps",
+      mps_({.state_dir = config_.state_dir,
             .control = config_.mps_control,
-            .env = config_.inventory.job_env}) {
+            .env = config_.inventory.job_env,
+            .wake = [this] {
+              std::lock_guard<std::mutex> lock(mu_);
+              kicked_ = true;
+              wake_.notify_one();
+            }}) {
   instance_ = ServiceInstanceName(config_.state_dir);
 }
 
@@ -188,10 +193,9 @@ StatusOr<std::unique_ptr<Service>> Service::Start(ServiceConfig config) {
       new Service(std::move(config), std::move(store), std::move(budgets)));
   service->lock_fd_ = lock_fd;
   guard.fd = -1;
-  GPUFRAC_RETURN_IF_ERROR(service->LoadMpsGpus());
+  GPUFRAC_RETURN_IF_ERROR(service->mps_.Load(&service->config_.inventory.gpus));
   GPUFRAC_RETURN_IF_ERROR(service->BuildLanes());
   GPUFRAC_RETURN_IF_ERROR(service->Recover());
-  service->WatchMpsOfRunningJobs();
   service->loop_ = std::thread([s = service.get()] { s->Loop(); });
   return service;
 }
@@ -229,6 +233,13 @@ Status Service::Recover() {
       // by CheckRunning below with the outcome its shim recorded, which frees them once.
       active_[job.id] = job;
       AddRunningToLane(job, queue.value_or(0));
+      // The MPS daemons it may use are taken back (or started again), so that they are watched.
+      for (const GpuGrant& share : job.gpus) {
+        for (const NodeGpu& g : config_.inventory.gpus) {
+          if (g.index != share.index || g.mode != gpu::GpuMode::kMps) continue;
+          mps_.Keep(job.id, g.index, g.uuid);
+        }
+      }
       if (proc::IsRunning(job.shim))
         LogInfo("%s", ("re-adopted running job " + std::to_string(job.id)).c_str());
       continue;
@@ -356,6 +367,10 @@ StatusOr<Job> Service::Cancel(int64_t id) {
     if (!scheduler_->Dequeue(id)) mig_->Dequeue(id);
     return final_job;
   }
+  // Waiting for its GPU's MPS daemon: it never ran (the daemon's outcome is then ignored).
+  if (job.state == JobState::kStarting) {
+    return Finish(job, JobState::kCancelled, "cancelled before it started", -1, 0);
+  }
   if (!job.cancel_requested) {
     Job updated = job;
     updated.cancel_requested = true;
@@ -467,7 +482,8 @@ void Service::Loop() {
     kicked_ = false;
     if (stopping_) break;
     runner_.ReapChildren();
-    for (const machine::MpsDaemons::Ended& e : mps_.Watch()) NoteMpsDaemonEnded(e.index, e.how);
+    for (const machine::MpsDaemons::Ended& e : mps_.TakeEnded()) NoteMpsDaemonEnded(e.index, e.how);
+    TakeMpsOutcomes();
     CheckRunning();
     ScheduleAndLaunch();
   }
@@ -634,7 +650,29 @@ void Service::Launch(Job& job, const StartDecision& decision) {
     return;
   }
   job = starting;
-  StatusOr<std::map<int, std::string>> mps_pipes = PrepareMps(job);
+  std::vector<GpuGrant> others;
+  for (const auto& [id, other] : active_) {
+    if (id != job.id && (other.state == JobState::kRunning || other.state == JobState::kStarting)) {
+      others.insert(others.end(), other.gpus.begin(), other.gpus.end());
+    }
+  }
+  std::vector<launch::MpsClient> needs = MpsGpus::NeedsOf(job.gpus, config_.inventory.gpus, others);
+  if (needs.empty()) return LaunchPrepared(job, std::map<int, std::string>{});
+  // Its MPS daemons are made ready off the lock; TakeMpsOutcomes goes on from there.
+  mps_.Prepare(job.id, std::move(needs));
+}
+
+void Service::TakeMpsOutcomes() {
+  for (const MpsGpus::Prepared& prepared : mps_.TakePrepared()) {
+    auto it = active_.find(prepared.job);
+    // One cancelled meanwhile has ended.
+    if (it != active_.end() && it->second.state == JobState::kStarting) {
+      LaunchPrepared(it->second, prepared.pipes);
+    }
+  }
+}
+
+void Service::LaunchPrepared(Job& job, const StatusOr<std::map<int, std::string>>& mps_pipes) {
   if (!mps_pipes.ok()) {
     (void)Finish(job, JobState::kFailed, "could not start: " + mps_pipes.status().message(), -1, 0);
     return;
@@ -834,86 +872,6 @@ void Service::FailStrandedJobs() {
   }
 }
 
-Status Service::RecordMpsGpus() const {
-  std::string text;
-  for (const NodeGpu& g : config_.inventory.gpus) {
-    if (g.mode == gpu::GpuMode::kMps) text += std::to_string(g.index) + "\n";
-  }
-  const std::string path = config_.state_dir + "/mps-gpus";
-  const std::string next = path + ".new";
-  unlink(next.c_str());
-  Status written = launch::WriteNewFile(next, text, 0644);
-  if (written.ok() && rename(next.c_str(), path.c_str()) != 0) {
-    written = UnavailableError("cannot write " + path + ": " + std::strerror(errno));
-  }
-  return written;
-}
-
-Status Service::LoadMpsGpus() {
-  std::ifstream in(config_.state_dir + "/mps-gpus");
-  if (!in) return RecordMpsGpus();  // The first start: --mps-gpus decides.
-  std::set<int> recorded;
-  for (int index; in >> index;) recorded.insert(index);
-  for (NodeGpu& g : config_.inventory.gpus) {
-    if (g.mode == gpu::GpuMode::kMig || g.mode == gpu::GpuMode::kWhole) continue;
-    const gpu::GpuMode mode = recorded.count(g.index) ? gpu::GpuMode::kMps : gpu::GpuMode::kShared;
-    if (mode != g.mode) {
-      LogInfo("GPU %d is in %s mode, as %s/mps-gpus records (gpufrac mps enable|disable)", g.index,
-              std::string(gpu::GpuModeName(mode)).c_str(), config_.state_dir.c_str());
-    }
-    g.mode = mode;
-  }
-  return OkStatus();
-}
-
-StatusOr<std::map<int, std::string>> Service::PrepareMps(const Job& job) {
-  std::map<int, std::string> pipes;
-  for (const GpuGrant& share : job.gpus) {
-    const NodeGpu* node_gpu = nullptr;
-    for (const NodeGpu& g : config_.inventory.gpus) {
-      if (g.index == share.index) node_gpu = &g;
-    }
-    // A whole GPU in MPS mode runs its job alone, outside MPS.
-    if (node_gpu == nullptr || node_gpu->mode != gpu::GpuMode::kMps ||
-        share.milli >= kMilliPerGpu) {
-      continue;
-    }
-    GPUFRAC_ASSIGN_OR_RETURN(std::string pipe, mps_.Ensure(share.index, share.uuid));
-    // The server's limits are the most any of its clients here may have (all are one user's:
-    // the scheduler keeps other users off), so a client's environment can only lower its own.
-    launch::MpsClient most = launch::MpsClientOf(share);
-    for (const auto& [id, other] : active_) {
-      if (other.state != JobState::kRunning) continue;
-      for (const GpuGrant& s : other.gpus) {
-        if (s.index != share.index) continue;
-        const launch::MpsClient client = launch::MpsClientOf(s);
-        most.thread_percentage = std::max(most.thread_percentage, client.thread_percentage);
-        most.pinned_mib = std::max(most.pinned_mib, client.pinned_mib);
-      }
-    }
-    GPUFRAC_RETURN_IF_ERROR(
-        mps_.SetLimits(share.index, static_cast<int>(most.thread_percentage), most.pinned_mib));
-    pipes[share.index] = pipe;
-  }
-  return pipes;
-}
-
-void Service::WatchMpsOfRunningJobs() {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [id, job] : active_) {
-    if (job.state != JobState::kRunning) continue;
-    for (const GpuGrant& share : job.gpus) {
-      for (const NodeGpu& g : config_.inventory.gpus) {
-        if (g.index != share.index || g.mode != gpu::GpuMode::kMps) continue;
-        if (StatusOr<std::string> pipe = mps_.Ensure(g.index, g.uuid); !pipe.ok()) {
-          LogWarning("job %lld runs on GPU %d, whose MPS daemon is gone: %s",
-                     static_cast<long long>(id), g.index, pipe.status().message().c_str());
-        }
-      }
-    }
-  }
-}
-
 void Service::NoteMpsDaemonEnded(int index, const std::string& how) {
   LogWarning("the MPS daemon of GPU %d %s", index, how.c_str());
   for (auto& [id, job] : active_) {
@@ -962,7 +920,7 @@ StatusOr<bool> Service::SetMpsMode(int gpu, bool enabled) {
   }
   const gpu::GpuMode previous = node_gpu->mode;
   node_gpu->mode = enabled ? gpu::GpuMode::kMps : gpu::GpuMode::kShared;
-  if (Status s = RecordMpsGpus(); !s.ok()) {
+  if (Status s = mps_.Record(config_.inventory.gpus); !s.ok()) {
     node_gpu->mode = previous;
     return s;
   }

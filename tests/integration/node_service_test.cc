@@ -1787,5 +1787,46 @@ TEST(NodeService, JobsOnAnMpsGpuAreClientsOfItsDaemon) {
   EXPECT_NE(kill(second, 0), 0);
 }
 
+// An MPS control daemon that stops answering holds up only the jobs starting on its GPU, and
+// those only until the control command's timeout: the service's lock is not held meanwhile, so
+// `status` answers and a job on another GPU is submitted, started and finished at once.
+TEST(NodeService, AnMpsDaemonThatStopsAnsweringStallsNeitherTheApiNorOtherGpus) {
+  Daemon d("1xH100-80GB,1xA30-24GB", {"--mps-gpus", "0"});
+  const std::string marker = d.dir() + "/may-end";
+  const json on_mps = {{"gpu-memory", "10G"}, {"gpu-model", "H100-80GB"}};
+  // A first job on the MPS GPU starts its daemon.
+  int64_t first =
+      d.Submit({"sh", "-c", "while [ ! -e " + marker + " ]; do sleep 0.05; done"}, on_mps)
+          .body["id"];
+  d.WaitFor(first, "running");
+  pid_t daemon = 0;
+  std::ifstream(d.dir() + "/state/mps/0/pipe/nvidia-cuda-mps-control.pid") >> daemon;
+  ASSERT_GT(daemon, 0);
+  // It stops answering (it still runs), and a second job's start asks it for its servers.
+  ASSERT_EQ(kill(daemon, SIGSTOP), 0);
+  int64_t stuck = d.Submit({"true"}, on_mps).body["id"];
+  std::this_thread::sleep_for(500ms);
+
+  const auto begin = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::steady_clock::now() - begin; };
+  EXPECT_EQ(d.Get("/v1/status").status, 200);
+  EXPECT_LT(elapsed(), 1s) << "status waited for the MPS daemon";
+  int64_t other = d.Submit({"true"}, {{"gpu-memory", "4G"}, {"gpu-model", "A30-24GB"}}).body["id"];
+  json done = d.WaitFor(other, "final", 10s);
+  EXPECT_EQ(done["state"], "succeeded") << done.dump();
+  EXPECT_EQ(done["gpus"][0]["index"], 1) << done.dump();
+  EXPECT_LT(elapsed(), 2s) << "the job on the other GPU waited for the MPS daemon";
+  EXPECT_EQ(d.Job(stuck)["state"], "starting");
+
+  // The stuck start ends when the control command times out; the job says why.
+  json failed = d.WaitFor(stuck, "final", 15s);
+  EXPECT_EQ(failed["state"], "failed") << failed.dump();
+  EXPECT_NE(failed.value("reason", "").find("did not answer within"), std::string::npos)
+      << failed.dump();
+  ASSERT_EQ(kill(daemon, SIGCONT), 0);
+  std::ofstream(marker).put('\n');
+  EXPECT_EQ(d.WaitFor(first, "final")["state"], "succeeded");
+}
+
 }  // namespace
 }  // namespace gpufrac::testing
