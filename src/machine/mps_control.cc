@@ -5,11 +5,14 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "common/posix.h"
@@ -80,6 +83,89 @@ std::vector<std::string> Environment(const std::vector<std::string>& set) {
   return env;
 }
 
+// What the supervisor (below) found, written at the start of its report file.
+struct Report {
+  enum Kind : int { kExited, kSignaled, kTimedOut, kNotStarted } kind = kNotStarted;
+  int value = 0;  // The exit code, the signal, or the errno of the failed start.
+};
+
+// What the program's process needs, all made before it exists.
+struct Spawn {
+  char** argv;
+  char** envp;
+  int in, out, err, report;
+  sigset_t mask;  // The caller's signal mask, which the program gets.
+  std::chrono::milliseconds timeout;
+};
+
+int64_t MonotonicMs() {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return int64_t{now.tv_sec} * 1000 + now.tv_nsec / 1'000'000;
+}
+
+// The supervisor: a child of the caller that starts the program as its own child, waits for it
+// at most the timeout (killing it then) and reports how it ended. The program cannot be the
+// caller's child: an exec makes a child visible to a process-wide waitpid(-1) (gpufracd's job
+// runner reaps that way), which would take its exit status first; the supervisor does not
+// exec, and a child that never execs and has no exit signal stays invisible to it. This runs in
+// a copy of a multi-threaded process made without fork()'s locks: system calls only.
+[[noreturn]] void Supervise(const Spawn& s) {
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction action;
+    if (sigaction(sig, nullptr, &action) != 0) continue;
+    // A caught signal would run the caller's handler in the program before it execs; an ignored
+    // SIGCHLD would have the program reaped before it is waited for.
+    const bool caught = action.sa_handler != SIG_DFL && action.sa_handler != SIG_IGN;
+    if (caught || sig == SIGCHLD) sigaction(sig, &default_action, nullptr);
+  }
+  Report report;
+  const long program = syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, nullptr);
+  if (program == 0) {
+    // It ends with its supervisor, should that be killed.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    sigprocmask(SIG_SETMASK, &s.mask, nullptr);
+    if (dup2(s.in, STDIN_FILENO) < 0 || dup2(s.out, STDOUT_FILENO) < 0 ||
+        dup2(s.err, STDERR_FILENO) < 0) {
+      _exit(126);
+    }
+    // A daemon keeps what it inherits: none of the caller's descriptors.
+    syscall(SYS_close_range, 3u, ~0u, 0u);
+    execve(s.argv[0], s.argv, s.envp);
+    _exit(127);
+  }
+  if (program < 0) {
+    report.value = errno;
+  } else {
+    // SIGCHLD is blocked (as every signal here): sigtimedwait takes it when the program ends.
+    sigset_t child_set;
+    sigemptyset(&child_set);
+    sigaddset(&child_set, SIGCHLD);
+    const int64_t deadline = MonotonicMs() + s.timeout.count();
+    for (;;) {
+      int status = 0;
+      if (waitpid(static_cast<pid_t>(program), &status, WNOHANG) == program) {
+        report.kind = WIFEXITED(status) ? Report::kExited : Report::kSignaled;
+        report.value = WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status);
+        break;
+      }
+      const int64_t left = deadline - MonotonicMs();
+      if (left <= 0) {
+        kill(static_cast<pid_t>(program), SIGKILL);
+        waitpid(static_cast<pid_t>(program), &status, 0);
+        report.kind = Report::kTimedOut;
+        break;
+      }
+      const timespec wait{.tv_sec = left / 1000, .tv_nsec = (left % 1000) * 1'000'000};
+      sigtimedwait(&child_set, nullptr, &wait);
+    }
+  }
+  (void)!pwrite(s.report, &report, sizeof(report), 0);
+  _exit(0);
+}
+
 // Runs the control program with `args`, `input` on its standard input, and waits for it up to
 // the timeout; what it printed in `out`.
 Status Run(const MpsControlOptions& options, const std::vector<std::string>& args,
@@ -90,7 +176,6 @@ Status Run(const MpsControlOptions& options, const std::vector<std::string>& arg
   if (!options.visible_devices.empty()) {
     set.push_back("CUDA_VISIBLE_DEVICES=" + options.visible_devices);
   }
-  // Everything the child needs is made before it exists: it only dups, execs and exits.
   std::vector<std::string> env_text = Environment(set);
   std::vector<char*> envp;
   for (std::string& e : env_text) envp.push_back(e.data());
@@ -103,67 +188,63 @@ Status Run(const MpsControlOptions& options, const std::vector<std::string>& arg
   GPUFRAC_ASSIGN_OR_RETURN(UniqueFd in, MemoryFile("mps-control-in", input));
   GPUFRAC_ASSIGN_OR_RETURN(UniqueFd stdout_file, MemoryFile("mps-control-out", ""));
   GPUFRAC_ASSIGN_OR_RETURN(UniqueFd stderr_file, MemoryFile("mps-control-err", ""));
+  GPUFRAC_ASSIGN_OR_RETURN(UniqueFd report_file, MemoryFile("mps-control-report", ""));
+  Spawn spawn{.argv = argv.data(),
+              .envp = envp.data(),
+              .in = in.get(),
+              .out = stdout_file.get(),
+              .err = stderr_file.get(),
+              .report = report_file.get(),
+              .mask = {},
+              .timeout = options.timeout};
 
-  // No handler of the caller's may run in the child before it execs.
-  sigset_t all, previous;
+  // No handler of the caller's may run in the children.
+  sigset_t all;
   sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &previous);
-  // A child with no exit signal (the flags' low byte is 0) is a "clone" child: a process-wide
-  // reaper (gpufracd's job runner calls waitpid(-1)) does not take its exit status, which only
-  // the waitid() below asks for. Its pidfd names it until then, so that no kill can reach a
-  // process that reused its pid.
+  pthread_sigmask(SIG_SETMASK, &all, &spawn.mask);
+  // No exit signal (the flags' low byte is 0): see Supervise. Its pidfd names it until it is
+  // reaped below, so that no kill can reach a process that reused its pid.
   int pidfd = -1;
   const long pid = syscall(SYS_clone, CLONE_PIDFD, nullptr, &pidfd, nullptr, nullptr);
-  if (pid == 0) {
-    for (int sig = 1; sig < NSIG; ++sig) {
-      struct sigaction action;
-      if (sigaction(sig, nullptr, &action) == 0 && action.sa_handler != SIG_IGN &&
-          action.sa_handler != SIG_DFL) {
-        action.sa_handler = SIG_DFL;
-        sigaction(sig, &action, nullptr);
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-    if (dup2(in.get(), STDIN_FILENO) < 0 || dup2(stdout_file.get(), STDOUT_FILENO) < 0 ||
-        dup2(stderr_file.get(), STDERR_FILENO) < 0) {
-      _exit(126);
-    }
-    // A daemon keeps what it inherits: none of the caller's descriptors.
-    syscall(SYS_close_range, 3u, ~0u, 0u);
-    execve(argv[0], argv.data(), envp.data());
-    _exit(127);
-  }
+  if (pid == 0) Supervise(spawn);
   const int clone_errno = errno;
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  pthread_sigmask(SIG_SETMASK, &spawn.mask, nullptr);
   if (pid < 0) return ErrnoStatus("cannot start " + options.control, clone_errno);
-  UniqueFd child(pidfd);
-
-  const Clock::time_point deadline = Clock::now() + options.timeout;
-  bool timed_out = false;
+  UniqueFd supervisor(pidfd);
+  // It reports within the timeout; the margin is for a machine too loaded to run it.
+  const auto limit = options.timeout + std::chrono::seconds(5);
+  const Clock::time_point deadline = Clock::now() + limit;
   for (;;) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-    pollfd p{child.get(), POLLIN, 0};
+    pollfd p{supervisor.get(), POLLIN, 0};
     const int ready = left.count() > 0 ? poll(&p, 1, static_cast<int>(left.count())) : 0;
-    if (ready > 0) break;
     if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0) timed_out = true;
     // (glibc 2.36's <sys/pidfd.h> declares its wrappers without C linkage: the system call.)
-    syscall(SYS_pidfd_send_signal, child.get(), SIGKILL, nullptr, 0u);
+    if (ready <= 0) syscall(SYS_pidfd_send_signal, supervisor.get(), SIGKILL, nullptr, 0u);
     break;
   }
   siginfo_t info{};
-  while (waitid(kPidfdId, static_cast<id_t>(child.get()), &info, WEXITED | __WALL) != 0 &&
+  while (waitid(kPidfdId, static_cast<id_t>(supervisor.get()), &info, WEXITED | __WALL) != 0 &&
          errno == EINTR) {
   }
-  if (timed_out) {
-    return UnavailableError(options.control + " did not answer within " +
-                            std::to_string(options.timeout.count()) + " ms");
-  }
-  if (info.si_code != CLD_EXITED || info.si_status != 0) {
-    const std::string err = OneLineTail(ReadFrom(stderr_file.get()));
-    return UnavailableError(options.control + " failed (" +
-                            (info.si_code == CLD_EXITED ? "exit code " : "signal ") +
-                            std::to_string(info.si_status) + ")" + (err.empty() ? "" : ": " + err));
+  Report report;
+  report.kind = Report::kTimedOut;  // Unless it says otherwise: killed above.
+  (void)!pread(report_file.get(), &report, sizeof(report), 0);
+  switch (report.kind) {
+    case Report::kTimedOut:
+      return UnavailableError(options.control + " did not answer within " +
+                              std::to_string(options.timeout.count()) + " ms");
+    case Report::kNotStarted:
+      return ErrnoStatus("cannot start " + options.control, report.value);
+    case Report::kExited:
+      if (report.value == 0) break;
+      [[fallthrough]];
+    case Report::kSignaled: {
+      const std::string err = OneLineTail(ReadFrom(stderr_file.get()));
+      return UnavailableError(options.control + " failed (" +
+                              (report.kind == Report::kExited ? "exit code " : "signal ") +
+                              std::to_string(report.value) + ")" + (err.empty() ? "" : ": " + err));
+    }
   }
   if (out != nullptr) *out = ReadFrom(stdout_file.get());
   return OkStatus();
