@@ -66,6 +66,23 @@ Status MpsGpus::Load(std::vector<machine::NodeGpu>* gpus) const {
   return OkStatus();
 }
 
+Status MpsGpus::CheckModeChange(const machine::NodeGpu& gpu, bool enabled) const {
+  const std::string name = "GPU " + std::to_string(gpu.index);
+  if (gpu.mode == gpu::GpuMode::kMig) {
+    return FailedPreconditionError(name +
+                                   " is in MIG mode; turn MIG off first (gpufrac mig disable)");
+  }
+  if (gpu.mode == gpu::GpuMode::kWhole) {
+    return FailedPreconditionError(name + " serves whole-GPU jobs only (gpufracd --whole-gpus)");
+  }
+  if (enabled && options_.control.empty()) {
+    return FailedPreconditionError(
+        "no nvidia-cuda-mps-control here: install the NVIDIA driver's compute utilities, or "
+        "give gpufracd --mps-control PATH");
+  }
+  return OkStatus();
+}
+
 std::vector<launch::MpsClient> MpsGpus::NeedsOf(const std::vector<launch::GpuGrant>& grants,
                                                 const std::vector<machine::NodeGpu>& gpus,
                                                 const std::vector<launch::GpuGrant>& others) {

@@ -49,6 +49,10 @@ class MpsGpus {
   // once there is one, it decides (not --mps-gpus). On the first start it writes one.
   Status Load(std::vector<machine::NodeGpu>* gpus) const;
 
+  // Why `gpu` cannot go into (`enabled`) or out of MPS mode: it is in MIG mode or serves whole
+  // GPUs only, or there is no control program (kFailedPrecondition, saying what to do).
+  Status CheckModeChange(const machine::NodeGpu& gpu, bool enabled) const;
+
   // What a workload holding `grants` needs of the MPS daemons of `gpus`: one entry per GPU in
   // MPS mode it has a share of (a whole GPU runs its job alone, outside MPS), with the most any
   // client there may have, it or one of the workloads holding `others` (the grants of every

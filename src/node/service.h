@@ -151,9 +151,6 @@ class Service {
   // Fails the pending jobs no GPU in its current mode could ever serve (after a mode change).
   void FailStrandedJobs();
   std::string WorkloadName(int64_t id) const;
-  // `mps_pipes`: the pipe directory of each of the job's GPUs in MPS mode, by index.
-  StatusOr<LaunchSpec> MakeLaunchSpec(const Job& job,
-                                      const std::map<int, std::string>& mps_pipes) const;
   // The rest of Launch, once the MPS daemons of the job's GPUs in MPS mode are ready (mps_pipes)
   // or could not be (the job fails).
   void LaunchPrepared(Job& job, const StatusOr<std::map<int, std::string>>& mps_pipes);
@@ -161,9 +158,6 @@ class Service {
   void TakeMpsOutcomes();
   // Notes on the running jobs of GPU `index` that its MPS daemon ended (`how`).
   void NoteMpsDaemonEnded(int index, const std::string& how);
-  // The id of the MIG GPU instance whose UUID `share` holds; nullopt when the driver does not
-  // list it.
-  std::optional<unsigned> MigInstanceId(const GpuGrant& share) const;
   // The compute policy of queue `queue`: its own, else the node's.
   ComputePolicy QueueComputePolicy(const std::string& queue) const;
   int64_t NowMs() const;
@@ -179,11 +173,7 @@ class Service {
   std::unique_ptr<MigScheduler> mig_;
   JobRunner runner_;
   std::map<int64_t, Job> active_;  // Pending and running jobs, by id.
-  struct StoreFailure {
-    int64_t logged_ms = 0;
-    int suppressed = 0;
-  };
-  std::map<std::string, StoreFailure> store_failures_;  // By message (LogStoreFailure).
+  StoreFailureLog store_failures_;
   MigHardware mig_hardware_;
   // After mu_, wake_ and kicked_, which its workers' wake-ups use until it is destroyed.
   MpsGpus mps_;
