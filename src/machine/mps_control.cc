@@ -1,6 +1,7 @@
 // nvidia-cuda-mps-control run with a bounded wait (see mps_control.h).
 #include "machine/mps_control.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -186,7 +187,15 @@ Status Run(const MpsControlOptions& options, const std::vector<std::string>& arg
   for (std::string& a : arg_text) argv.push_back(a.data());
   argv.push_back(nullptr);
   GPUFRAC_ASSIGN_OR_RETURN(UniqueFd in, MemoryFile("mps-control-in", input));
-  GPUFRAC_ASSIGN_OR_RETURN(UniqueFd stdout_file, MemoryFile("mps-control-out", ""));
+  // With no output wanted (-d), stdout is /dev/null: a daemon may keep what it inherited and
+  // write there for as long as it runs.
+  UniqueFd stdout_file;
+  if (out != nullptr) {
+    GPUFRAC_ASSIGN_OR_RETURN(stdout_file, MemoryFile("mps-control-out", ""));
+  } else {
+    stdout_file.Reset(open("/dev/null", O_WRONLY | O_CLOEXEC));
+    if (!stdout_file.valid()) return ErrnoStatus("cannot open /dev/null", errno);
+  }
   GPUFRAC_ASSIGN_OR_RETURN(UniqueFd stderr_file, MemoryFile("mps-control-err", ""));
   GPUFRAC_ASSIGN_OR_RETURN(UniqueFd report_file, MemoryFile("mps-control-report", ""));
   Spawn spawn{.argv = argv.data(),
