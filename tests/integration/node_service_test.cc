@@ -1817,6 +1817,12 @@ TEST(NodeService, AnMpsDaemonThatStopsAnsweringStallsNeitherTheApiNorOtherGpus) 
   EXPECT_EQ(done["gpus"][0]["index"], 1) << done.dump();
   EXPECT_LT(elapsed(), 2s) << "the job on the other GPU waited for the MPS daemon";
   EXPECT_EQ(d.Job(stuck)["state"], "starting");
+  // Another one waits behind it, and is cancelled at once.
+  int64_t dropped = d.Submit({"true"}, on_mps).body["id"];
+  d.WaitFor(dropped, "starting", 1s);
+  EXPECT_EQ(d.Cli({"cancel", std::to_string(dropped)}).status, 0);
+  EXPECT_EQ(d.Job(dropped)["state"], "cancelled");
+  EXPECT_LT(elapsed(), 3s) << "the cancel waited for the MPS daemon";
 
   // The stuck start ends when the control command times out; the job says why.
   json failed = d.WaitFor(stuck, "final", 15s);
@@ -1826,6 +1832,11 @@ TEST(NodeService, AnMpsDaemonThatStopsAnsweringStallsNeitherTheApiNorOtherGpus) 
   ASSERT_EQ(kill(daemon, SIGCONT), 0);
   std::ofstream(marker).put('\n');
   EXPECT_EQ(d.WaitFor(first, "final")["state"], "succeeded");
+  // The daemon answers again: the cancelled job's late readiness starts nothing.
+  std::this_thread::sleep_for(300ms);
+  json cancelled = d.Job(dropped);
+  EXPECT_EQ(cancelled["state"], "cancelled");
+  EXPECT_EQ(cancelled.value("reason", ""), "cancelled before it started") << cancelled.dump();
 }
 
 }  // namespace
