@@ -34,7 +34,9 @@ struct MpsControlOptions {
 // then in the pipe directory). kUnavailable when the program fails ("... failed (exit code N):
 // <the end of what it wrote on stderr>") or is not done within the timeout ("... did not answer
 // within N ms"); when it cannot be started at all, the system's error (ErrnoStatus). Thread-safe
-// (nothing is shared between calls); needs Linux 5.4 (pidfds).
+// (nothing is shared between calls), and a reaper of the caller's (waitpid(-1)) cannot take the
+// program's exit status: it runs as the child of a supervising child that never execs. Needs
+// Linux 5.4 (pidfds).
 Status StartMpsControlDaemon(const MpsControlOptions& options);
 
 // Sends `commands` (one per line, e.g. "get_server_list\n") to the daemon of the pipe
