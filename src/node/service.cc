@@ -498,6 +498,8 @@ void Service::Launch(Job& job, const StartDecision& decision) {
     return;
   }
   job = starting;
+  // What the other clients of its GPUs hold: the running jobs', and the starting ones' (several
+  // may wait for one daemon).
   std::vector<GpuGrant> others;
   for (const auto& [id, other] : active_) {
     if (id != job.id && (other.state == JobState::kRunning || other.state == JobState::kStarting)) {
@@ -505,7 +507,10 @@ void Service::Launch(Job& job, const StartDecision& decision) {
     }
   }
   std::vector<launch::MpsClient> needs = MpsGpus::NeedsOf(job.gpus, config_.inventory.gpus, others);
-  if (needs.empty()) return LaunchPrepared(job, std::map<int, std::string>{});
+  if (needs.empty()) {
+    LaunchPrepared(job, std::map<int, std::string>{});
+    return;
+  }
   // Its MPS daemons are made ready off the lock; TakeMpsOutcomes goes on from there.
   mps_.Prepare(job.id, std::move(needs));
 }
