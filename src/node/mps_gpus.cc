@@ -149,13 +149,21 @@ std::vector<MpsGpus::Prepared> MpsGpus::TakePrepared() {
   return std::exchange(prepared_, {});
 }
 
-void MpsGpus::Keep(int64_t job, int index, const std::string& uuid) {
-  Post(index, {.at_exit = true, .run = [job, index, uuid](machine::MpsDaemons& daemons) {
-                 if (StatusOr<std::string> pipe = daemons.Ensure(index, uuid); !pipe.ok()) {
-                   LogWarning("job %lld runs on GPU %d, whose MPS daemon is gone: %s",
-                              static_cast<long long>(job), index, pipe.status().message().c_str());
-                 }
-               }});
+void MpsGpus::Keep(int64_t job, const std::vector<launch::GpuGrant>& grants,
+                   const std::vector<machine::NodeGpu>& gpus) {
+  for (const launch::GpuGrant& share : grants) {
+    for (const machine::NodeGpu& g : gpus) {
+      if (g.index != share.index || g.mode != gpu::GpuMode::kMps) continue;
+      Post(g.index, {.at_exit = true,
+                     .run = [job, index = g.index, uuid = g.uuid](machine::MpsDaemons& daemons) {
+                       if (StatusOr<std::string> pipe = daemons.Ensure(index, uuid); !pipe.ok()) {
+                         LogWarning("job %lld runs on GPU %d, whose MPS daemon is gone: %s",
+                                    static_cast<long long>(job), index,
+                                    pipe.status().message().c_str());
+                       }
+                     }});
+    }
+  }
 }
 
 void MpsGpus::Stop(int index) {

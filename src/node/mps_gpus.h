@@ -71,9 +71,10 @@ class MpsGpus {
   };
   std::vector<Prepared> TakePrepared();
 
-  // Takes back (or starts) GPU `index`'s daemon (UUID `uuid`), which job `job` uses, so that it
-  // is watched (after a restart); a failure is logged.
-  void Keep(int64_t job, int index, const std::string& uuid);
+  // Takes back (or starts again) the daemon of each of `gpus` in MPS mode that running job `job`
+  // holds one of `grants` on, so that it is watched (after a restart); a failure is logged.
+  void Keep(int64_t job, const std::vector<launch::GpuGrant>& grants,
+            const std::vector<machine::NodeGpu>& gpus);
   // Stops GPU `index`'s daemon (the GPU leaves MPS mode).
   void Stop(int index);
   // The daemons that ended since the last call; each was started again at once.

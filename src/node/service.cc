@@ -159,13 +159,7 @@ Status Service::Recover() {
       // by CheckRunning below with the outcome its shim recorded, which frees them once.
       active_[job.id] = job;
       AddRunningToLane(job, queue.value_or(0));
-      // The MPS daemons it may use are taken back (or started again), so that they are watched.
-      for (const GpuGrant& share : job.gpus) {
-        for (const NodeGpu& g : config_.inventory.gpus) {
-          if (g.index != share.index || g.mode != gpu::GpuMode::kMps) continue;
-          mps_.Keep(job.id, g.index, g.uuid);
-        }
-      }
+      mps_.Keep(job.id, job.gpus, config_.inventory.gpus);
       if (proc::IsRunning(job.shim))
         LogInfo("%s", ("re-adopted running job " + std::to_string(job.id)).c_str());
       continue;
@@ -498,8 +492,7 @@ void Service::Launch(Job& job, const StartDecision& decision) {
     return;
   }
   job = starting;
-  // What the other clients of its GPUs hold: the running jobs', and the starting ones' (several
-  // may wait for one daemon).
+  // The other clients' grants: running jobs', and starting ones' (several may await one daemon).
   std::vector<GpuGrant> others;
   for (const auto& [id, other] : active_) {
     if (id != job.id && (other.state == JobState::kRunning || other.state == JobState::kStarting)) {

@@ -1839,5 +1839,53 @@ TEST(NodeService, AnMpsDaemonThatStopsAnsweringStallsNeitherTheApiNorOtherGpus) 
   EXPECT_EQ(cancelled.value("reason", ""), "cancelled before it started") << cancelled.dump();
 }
 
+// After a restart, the service takes back the MPS daemon its running job is a client of (the
+// same process, not a new one) and watches it: killed, it is started again and the job says so.
+TEST(NodeService, ARestartedServiceTakesBackAndWatchesTheMpsDaemonOfItsRunningJob) {
+  Daemon d("1xH100-80GB", {"--mps-gpus", "0"});
+  const std::string ready = d.dir() + "/client-ready";
+  int64_t id = d.Submit({BuildPath("bin/mps_probe"), "--ready", ready, "hold", "60000"},
+                        {{"gpu-memory", "10G"}})
+                   .body["id"];
+  d.WaitFor(id, "running");
+  for (int i = 0; i < 250 && !std::filesystem::exists(ready); ++i)
+    std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(std::filesystem::exists(ready)) << "the job never became an MPS client";
+  const std::string pid_file = d.dir() + "/state/mps/0/pipe/nvidia-cuda-mps-control.pid";
+  auto daemon_pid = [&] {
+    pid_t pid = 0;
+    std::ifstream(pid_file) >> pid;
+    return pid;
+  };
+  const pid_t first = daemon_pid();
+  ASSERT_GT(first, 0);
+
+  // It serves the job's client: the stopping service leaves it, the next takes it back.
+  d.Stop(SIGTERM);
+  EXPECT_EQ(kill(first, 0), 0) << "the daemon stopped with its client still there";
+  d.Start();
+  for (int i = 0; i < 100 && d.Log().find("taken back") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_NE(d.Log().find("MPS daemon of GPU 0: pid " + std::to_string(first) +
+                         ", left by the previous service, taken back"),
+            std::string::npos)
+      << d.Log();
+  EXPECT_EQ(daemon_pid(), first);
+
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  pid_t second = 0;
+  for (int i = 0; i < 200 && (second == 0 || second == first); ++i) {
+    std::this_thread::sleep_for(20ms);
+    second = daemon_pid();
+  }
+  EXPECT_NE(second, first) << "the daemon was not started again";
+  d.Cli({"cancel", std::to_string(id)});
+  json job = d.WaitFor(id, "final");
+  EXPECT_NE(job.value("reason", "").find("its MPS daemon (GPU 0) ended while it ran"),
+            std::string::npos)
+      << job.dump();
+}
+
 }  // namespace
 }  // namespace gpufrac::testing
