@@ -2,7 +2,7 @@
 # HAMi-core-like launch throttle, and against MPS, on the simulated GPU. Run
 # bench/run_compute_bench.sh or bench/run_mps_bench.sh.
 add_executable(compute_share_bench compute_share_bench.cc mps_daemon.cc)
-target_link_libraries(compute_share_bench PRIVATE gpufrac_budget simgpu_nvml)
+target_link_libraries(compute_share_bench PRIVATE gpufrac_budget gpufrac_machine_mps simgpu_nvml)
 target_compile_definitions(compute_share_bench PRIVATE
   GPUFRAC_BUILD_DIR="${CMAKE_BINARY_DIR}" GPUFRAC_SIMGPU_DIR="${GPUFRAC_SIMGPU_DIR}")
 add_dependencies(compute_share_bench gpu_load cuda_probe gpufrac hami_like simgpu_cuda simgpu_nvml

@@ -1,15 +1,11 @@
 // An MPS control daemon for one benchmark run (see mps_daemon.h).
 #include "mps_daemon.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -43,20 +39,13 @@ bool Alive(pid_t pid) {
 MpsDaemon::MpsDaemon(std::string control, const std::string& dir)
     : control_(std::move(control)), pipe_(dir + "/mps-pipe"), log_(dir + "/mps-log") {}
 
+machine::MpsControlOptions MpsDaemon::Control() const {
+  return {.control = control_, .pipe_dir = pipe_, .log_dir = log_};
+}
+
 bool MpsDaemon::Start(std::string* error) {
-  const pid_t child = fork();
-  if (child == 0) {
-    setenv("CUDA_MPS_PIPE_DIRECTORY", pipe_.c_str(), 1);
-    setenv("CUDA_MPS_LOG_DIRECTORY", log_.c_str(), 1);
-    const int null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
-    execl(control_.c_str(), control_.c_str(), "-d", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  int status = 0;
-  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
-      WEXITSTATUS(status) != 0) {
-    *error = control_ + " -d failed (status " + std::to_string(status) + ")";
+  if (Status started = machine::StartMpsControlDaemon(Control()); !started.ok()) {
+    *error = started.message();
     return false;
   }
   std::ifstream pid_file(pipe_ + "/nvidia-cuda-mps-control.pid");
@@ -70,29 +59,8 @@ bool MpsDaemon::Start(std::string* error) {
 }
 
 std::string MpsDaemon::Ask(const std::string& commands) {
-  int out[2];
-  if (pipe(out) != 0) return "";
-  const pid_t child = fork();
-  if (child == 0) {
-    setenv("CUDA_MPS_PIPE_DIRECTORY", pipe_.c_str(), 1);
-    int in[2];
-    if (pipe(in) != 0) _exit(126);
-    // The commands are short: they fit in the pipe's buffer before the front end reads them.
-    if (write(in[1], commands.data(), commands.size()) < 0) _exit(126);
-    close(in[1]);
-    dup2(in[0], 0);
-    dup2(out[1], 1);
-    close(out[0]);
-    execl(control_.c_str(), control_.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(out[1]);
-  std::string text;
-  char buffer[512];
-  for (ssize_t n; (n = read(out[0], buffer, sizeof(buffer))) > 0;) text.append(buffer, n);
-  close(out[0]);
-  if (child > 0) waitpid(child, nullptr, 0);
-  return text;
+  // A daemon that does not answer counts as one with nothing to say.
+  return machine::SendMpsControlCommands(Control(), commands).value_or("");
 }
 
 std::vector<pid_t> MpsDaemon::Clients() {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "machine/mps_control.h"
+
 namespace gpufrac::bench {
 
 class MpsDaemon {
@@ -28,8 +30,10 @@ class MpsDaemon {
   void Quit();
 
  private:
-  // The front end with `commands` on its standard input; returns what it printed.
+  // The front end with `commands` on its standard input (machine/mps_control.h); returns what
+  // it printed, "" when it failed.
   std::string Ask(const std::string& commands);
+  machine::MpsControlOptions Control() const;
 
   std::string control_;
   std::string pipe_;

@@ -11,8 +11,8 @@ target_link_libraries(mps_probe PRIVATE simgpu_cuda simgpu_nvml)
 set_target_properties(mps_probe PROPERTIES SKIP_BUILD_RPATH ON)
 
 add_executable(simgpu_mps_test integration/simgpu_mps_test.cc)
-target_link_libraries(simgpu_mps_test PRIVATE gpufrac_test_harness GTest::gtest GTest::gtest_main
-                      Threads::Threads)
+target_link_libraries(simgpu_mps_test PRIVATE gpufrac_test_harness gpufrac_machine_mps GTest::gtest
+                      GTest::gtest_main Threads::Threads)
 target_compile_definitions(simgpu_mps_test PRIVATE
   GPUFRAC_BUILD_DIR="${CMAKE_BINARY_DIR}"
   GPUFRAC_SIMGPU_DIR="${GPUFRAC_SIMGPU_DIR}"

@@ -1,14 +1,10 @@
 // The MPS control daemons (see mps_daemons.h).
 #include "machine/mps_daemons.h"
 
-#include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,8 +16,6 @@
 
 #include "common/log.h"
 #include "common/paths.h"
-
-extern char** environ;
 
 namespace gpufrac::machine {
 namespace {
@@ -94,107 +88,13 @@ std::string MpsDaemons::LogDir(int index) const {
   return options_.dir + "/" + std::to_string(index) + "/log";
 }
 
-Status MpsDaemons::RunControl(int index, const std::string& uuid,
-                              const std::vector<std::string>& args, const std::string& input,
-                              std::string* output) const {
-  // Everything the child needs is made before fork: it only dups, execs and exits.
-  std::vector<std::string> env_text;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "CUDA_", 5) != 0) env_text.push_back(*e);
-  }
-  for (const std::string& e : options_.env) env_text.push_back(e);
-  env_text.push_back("CUDA_VISIBLE_DEVICES=" + uuid);
-  env_text.push_back("CUDA_MPS_PIPE_DIRECTORY=" + PipeDir(index));
-  env_text.push_back("CUDA_MPS_LOG_DIRECTORY=" + LogDir(index));
-  std::vector<char*> envp;
-  for (std::string& e : env_text) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> arg_text = {options_.control};
-  arg_text.insert(arg_text.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : arg_text) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  // With no output wanted (-d, quit), stdout goes to /dev/null: a daemon keeps what it inherits.
-  int in[2], out[2] = {-1, -1};
-  if (pipe2(in, O_CLOEXEC) != 0) return UnavailableError(std::strerror(errno));
-  if (output != nullptr && pipe2(out, O_CLOEXEC) != 0) {
-    close(in[0]);
-    close(in[1]);
-    return UnavailableError(std::strerror(errno));
-  }
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(in[0], STDIN_FILENO);
-    const int null = open("/dev/null", O_WRONLY);
-    dup2(out[1] >= 0 ? out[1] : null, STDOUT_FILENO);
-    dup2(null, STDERR_FILENO);
-    execve(argv[0], argv.data(), envp.data());
-    _exit(127);
-  }
-  close(in[0]);
-  if (out[1] >= 0) close(out[1]);
-  if (pid < 0) {
-    close(in[1]);
-    if (out[0] >= 0) close(out[0]);
-    return UnavailableError(std::string("cannot start ") + options_.control + ": " +
-                            std::strerror(errno));
-  }
-  // The input is a line: it fits in the pipe.
-  if (!input.empty() && write(in[1], input.data(), input.size()) < 0) {
-    LogWarning("cannot send a command to the MPS daemon of GPU %d: %s", index,
-               std::strerror(errno));
-  }
-  close(in[1]);
-  const Clock::time_point deadline = Clock::now() + options_.timeout;
-  auto left_ms = [&] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  };
-  std::string text;
-  while (out[0] >= 0 && left_ms() > 0) {
-    pollfd p{out[0], POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left_ms())) < 0 && errno != EINTR) break;
-    if (p.revents == 0) continue;
-    char buf[4096];
-    ssize_t n = read(out[0], buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    if (text.size() < (size_t{1} << 20)) text.append(buf, static_cast<size_t>(n));
-  }
-  if (out[0] >= 0) close(out[0]);
-  // Reaped here, or (ECHILD) by the job runner's reaper first: then its status is unknown and it
-  // counts as having succeeded.
-  int status = 0;
-  bool reaped = false, timed_out = false;
-  for (;;) {
-    const pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) {
-      reaped = true;
-      break;
-    }
-    if (r < 0 && errno != EINTR) break;
-    if (left_ms() <= 0) {
-      timed_out = true;
-      kill(pid, SIGKILL);
-      while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-      }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  if (timed_out) {
-    return UnavailableError(options_.control + " did not answer within " +
-                            std::to_string(options_.timeout.count()) + " ms");
-  }
-  if (reaped && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
-    return UnavailableError(options_.control + " failed (" +
-                            (WIFEXITED(status) ? "exit code " + std::to_string(WEXITSTATUS(status))
-                                               : "signal " + std::to_string(WTERMSIG(status))) +
-                            ")");
-  }
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  if (output != nullptr) *output = std::move(text);
-  return OkStatus();
+MpsControlOptions MpsDaemons::ControlOf(int index, const std::string& uuid) const {
+  return {.control = options_.control,
+          .pipe_dir = PipeDir(index),
+          .log_dir = LogDir(index),
+          .visible_devices = uuid,
+          .env = options_.env,
+          .timeout = options_.timeout};
 }
 
 bool MpsDaemons::Adopt(int index, Daemon* out) const {
@@ -225,7 +125,7 @@ StatusOr<std::string> MpsDaemons::Ensure(int index, const std::string& uuid) {
     return PipeDir(index);
   }
   unlink((PipeDir(index) + "/" + kPidFile).c_str());
-  GPUFRAC_RETURN_IF_ERROR(RunControl(index, uuid, {"-d"}, "", nullptr));
+  GPUFRAC_RETURN_IF_ERROR(StartMpsControlDaemon(ControlOf(index, uuid)));
   // -d returns once the daemon runs in the background; its pid file says which process it is.
   const Clock::time_point deadline = Clock::now() + options_.timeout;
   while (!Adopt(index, &daemon)) {
@@ -247,8 +147,9 @@ StatusOr<std::string> MpsDaemons::Command(int index, const std::string& command)
   if (it == daemons_.end() || !proc::IsRunning(it->second.id)) {
     return FailedPreconditionError("no MPS daemon runs for GPU " + std::to_string(index));
   }
-  std::string reply;
-  GPUFRAC_RETURN_IF_ERROR(RunControl(index, it->second.uuid, {}, command + "\n", &reply));
+  GPUFRAC_ASSIGN_OR_RETURN(
+      std::string reply, SendMpsControlCommands(ControlOf(index, it->second.uuid), command + "\n"));
+  while (!reply.empty() && (reply.back() == '\n' || reply.back() == ' ')) reply.pop_back();
   return reply;
 }
 
@@ -258,7 +159,7 @@ void MpsDaemons::Stop(int index) {
   const Daemon daemon = it->second;
   daemons_.erase(it);
   if (!proc::IsRunning(daemon.id)) return;
-  Status quit = RunControl(index, daemon.uuid, {}, "quit\n", nullptr);
+  Status quit = SendMpsControlCommands(ControlOf(index, daemon.uuid), "quit\n").status();
   const Clock::time_point deadline = Clock::now() + options_.timeout;
   while (proc::IsRunning(daemon.id) && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -8,7 +8,9 @@
 // the process its pid file names, in a pipe directory only the service writes, running the same
 // control binary.
 //
-// Not thread-safe: the service calls it under its lock.
+// Not thread-safe: one caller at a time (gpufracd gives each GPU's daemon a worker thread of its
+// own, node/mps_gpus.h; the Kubernetes agent calls it under a lock of its own). Every control
+// command is bounded by the timeout (machine/mps_control.h).
 #pragma once
 
 #include <sys/types.h>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "machine/mps_control.h"
 #include "proc/process_identity.h"
 
 namespace gpufrac::machine {
@@ -37,7 +40,7 @@ struct MpsDaemonOptions {
   // Added to the daemon's and its control commands' environment (the simulated driver's).
   std::vector<std::string> env;
   // How long a daemon may take to start (its pid file to appear), and a command or a quit to be
-  // answered.
+  // answered (MpsControlOptions::timeout).
   std::chrono::milliseconds timeout{5000};
 };
 
@@ -88,10 +91,8 @@ class MpsDaemons {
   std::string LogDir(int index) const;
   // The daemon whose pid file is in GPU `index`'s pipe directory, if it runs our control binary.
   bool Adopt(int index, Daemon* out) const;
-  // Runs the control binary for GPU `index` with `args`, `input` on its stdin; its stdout in
-  // `output`. kUnavailable when it fails or outlives the timeout (it is then killed).
-  Status RunControl(int index, const std::string& uuid, const std::vector<std::string>& args,
-                    const std::string& input, std::string* output) const;
+  // How to reach GPU `index`'s daemon (UUID `uuid`) with the control client.
+  MpsControlOptions ControlOf(int index, const std::string& uuid) const;
 
   MpsDaemonOptions options_;
   std::map<int, Daemon> daemons_;

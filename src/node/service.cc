@@ -1,6 +1,7 @@
 // The node service's state machine (see service.h). One mutex guards the store, the scheduler
-// and the job table; the loop thread wakes on every submission and cancellation and at least
-// every 100 ms to notice jobs that ended.
+// and the job table (MPS daemons are talked to off it, mps_gpus.h); the loop thread wakes on
+// every submission, cancellation and MPS outcome and at least every 100 ms to notice jobs that
+// ended.
 #include "node/service.h"
 
 #include <fcntl.h>
@@ -16,7 +17,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <set>
 #include <sstream>
@@ -30,65 +30,19 @@
 #include "launch/limit_file.h"
 #include "mig/apply.h"
 #include "mig/mig_parted.h"
-#include "node/device_fence.h"
+#include "node/launch_spec.h"
 #include "node/paths.h"
 
 namespace gpufrac::node {
 namespace {
 
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
-constexpr size_t kMaxCommandArgs = 4096;
 
 std::string UserName(uid_t uid) {
   struct passwd pw, *found = nullptr;
   char buf[4096];
   if (getpwuid_r(uid, &pw, buf, sizeof(buf), &found) == 0 && found) return pw.pw_name;
   return std::to_string(uid);
-}
-
-// The job's environment: the user's, with the simulated driver's variables on top and its
-// library directory ahead of the user's LD_LIBRARY_PATH.
-std::vector<std::string> MergeEnv(std::vector<std::string> env,
-                                  const std::vector<std::string>& extra) {
-  for (const std::string& var : extra) {
-    std::string name = var.substr(0, var.find('='));
-    std::string value = var.substr(name.size() + 1);
-    bool found = false;
-    for (std::string& e : env) {
-      if (e.compare(0, name.size() + 1, name + "=") != 0) continue;
-      found = true;
-      std::string old = e.substr(name.size() + 1);
-      e = name + "=" + (name == "LD_LIBRARY_PATH" && !old.empty() ? value + ":" + old : value);
-    }
-    if (!found) env.push_back(var);
-  }
-  return env;
-}
-
-Status CheckSubmission(const Submission& s) {
-  if (s.command.empty() || s.command[0].empty()) {
-    return InvalidArgumentError("the job has no command; give one after --, e.g. -- python x.py");
-  }
-  if (s.command.size() > kMaxCommandArgs) {
-    return InvalidArgumentError("the command has more than " + std::to_string(kMaxCommandArgs) +
-                                " arguments");
-  }
-  if (s.cwd.empty() || s.cwd[0] != '/') {
-    return InvalidArgumentError("cwd must be an absolute path, not \"" + s.cwd + "\"");
-  }
-  for (const std::string& e : s.env) {
-    size_t eq = e.find('=');
-    if (eq == 0 || eq == std::string::npos) {
-      return InvalidArgumentError("env entry \"" + e.substr(0, 40) + "\" is not NAME=value");
-    }
-  }
-  for (const auto* text : {&s.name, &s.cwd}) {
-    if (text->find('\0') != std::string::npos) {
-      return InvalidArgumentError("name and cwd must not contain NUL bytes");
-    }
-  }
-  if (s.name.size() > 128) return InvalidArgumentError("the job name is longer than 128 bytes");
-  return OkStatus();
 }
 
 std::vector<std::string> Uuids(const Job& job) {
@@ -108,34 +62,6 @@ std::string SharesText(const std::vector<GpuGrant>& gpus) {
   return out;
 }
 
-// A store that lost jobs (truncated, replaced by an older copy, re-created empty) would give
-// their ids, GPU shares and directories out again while their processes may still run: the job
-// directories, which every job gets before it starts, say whether it did.
-Status CheckStoreAgainstJobDirs(Store& store, const std::string& state_dir) {
-  GPUFRAC_ASSIGN_OR_RETURN(int64_t last, store.LastId());
-  int64_t newest = 0;
-  size_t beyond = 0;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(state_dir + "/jobs", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || name.size() > 18 ||
-        !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      continue;
-    }
-    int64_t id = std::stoll(name);
-    newest = std::max(newest, id);
-    if (id > last) ++beyond;
-  }
-  if (beyond == 0) return OkStatus();
-  return FailedPreconditionError(
-      "the job store " + state_dir + "/gpufracd.db knows jobs up to " + std::to_string(last) +
-      ", but " + state_dir + "/jobs holds " + std::to_string(beyond) + " job director" +
-      (beyond == 1 ? "y" : "ies") + " after that (up to " + std::to_string(newest) +
-      "): the database was truncated or replaced, and those jobs may still run; restore it "
-      "from a backup, or end those jobs and move " +
-      state_dir + "/jobs away to start afresh");
-}
-
 }  // namespace
 
 Service::Service(ServiceConfig config, std::unique_ptr<Store> store, launch::BudgetDir budgets)
@@ -143,9 +69,14 @@ Service::Service(ServiceConfig config, std::unique_ptr<Store> store, launch::Bud
       store_(std::move(store)),
       runner_(config_.shim_path, std::move(budgets)),
       mig_hardware_(config_.mig_backend, config_.mig_models),
-      mps_({.dir = config_.state_dir + "/mps",
+      mps_({.state_dir = config_.state_dir,
             .control = config_.mps_control,
-            .env = config_.inventory.job_env}) {
+            .env = config_.inventory.job_env,
+            .wake = [this] {
+              std::lock_guard<std::mutex> lock(mu_);
+              kicked_ = true;
+              wake_.notify_one();
+            }}) {
   instance_ = ServiceInstanceName(config_.state_dir);
 }
 
@@ -188,10 +119,9 @@ StatusOr<std::unique_ptr<Service>> Service::Start(ServiceConfig config) {
       new Service(std::move(config), std::move(store), std::move(budgets)));
   service->lock_fd_ = lock_fd;
   guard.fd = -1;
-  GPUFRAC_RETURN_IF_ERROR(service->LoadMpsGpus());
+  GPUFRAC_RETURN_IF_ERROR(service->mps_.Load(&service->config_.inventory.gpus));
   GPUFRAC_RETURN_IF_ERROR(service->BuildLanes());
   GPUFRAC_RETURN_IF_ERROR(service->Recover());
-  service->WatchMpsOfRunningJobs();
   service->loop_ = std::thread([s = service.get()] { s->Loop(); });
   return service;
 }
@@ -229,6 +159,7 @@ Status Service::Recover() {
       // by CheckRunning below with the outcome its shim recorded, which frees them once.
       active_[job.id] = job;
       AddRunningToLane(job, queue.value_or(0));
+      mps_.Keep(job.id, job.gpus, config_.inventory.gpus);
       if (proc::IsRunning(job.shim))
         LogInfo("%s", ("re-adopted running job " + std::to_string(job.id)).c_str());
       continue;
@@ -322,21 +253,7 @@ Status Service::CheckUserRoom(uid_t uid, uint64_t bytes) const {
 }
 
 void Service::LogStoreFailure(int64_t job, const Status& status) {
-  // A full disk fails every pass (10 a second): the same failure is logged once a minute, with
-  // how many were not.
-  const int64_t now = NowMs();
-  auto [it, first] = store_failures_.try_emplace(status.message(), StoreFailure{now, 0});
-  if (!first && now - it->second.logged_ms < 60'000) {
-    ++it->second.suppressed;
-    return;
-  }
-  std::string line = "job " + std::to_string(job) + ": " + status.message();
-  if (it->second.suppressed > 0) {
-    line += " (" + std::to_string(it->second.suppressed) + " more like it in the last minute)";
-  }
-  LogError("%s", line.c_str());
-  it->second = {now, 0};
-  if (store_failures_.size() > 64) store_failures_.clear();  // Bounded, whatever the messages.
+  store_failures_.Log(job, status, NowMs());
 }
 
 StatusOr<Job> Service::Cancel(int64_t id) {
@@ -355,6 +272,10 @@ StatusOr<Job> Service::Cancel(int64_t id) {
         Job final_job, Finish(job, JobState::kCancelled, "cancelled before it started", -1, 0));
     if (!scheduler_->Dequeue(id)) mig_->Dequeue(id);
     return final_job;
+  }
+  // Waiting for its GPU's MPS daemon: it never ran (the daemon's outcome is then ignored).
+  if (job.state == JobState::kStarting) {
+    return Finish(job, JobState::kCancelled, "cancelled before it started", -1, 0);
   }
   if (!job.cancel_requested) {
     Job updated = job;
@@ -467,7 +388,8 @@ void Service::Loop() {
     kicked_ = false;
     if (stopping_) break;
     runner_.ReapChildren();
-    for (const machine::MpsDaemons::Ended& e : mps_.Watch()) NoteMpsDaemonEnded(e.index, e.how);
+    for (const machine::MpsDaemons::Ended& e : mps_.TakeEnded()) NoteMpsDaemonEnded(e.index, e.how);
+    TakeMpsOutcomes();
     CheckRunning();
     ScheduleAndLaunch();
   }
@@ -547,70 +469,6 @@ ComputePolicy Service::QueueComputePolicy(const std::string& queue) const {
   return config_.compute_policy;
 }
 
-std::optional<unsigned> Service::MigInstanceId(const GpuGrant& share) const {
-  if (mig_hardware_.backend() == nullptr) return std::nullopt;
-  auto instances = mig_hardware_.backend()->List(share.index);
-  if (!instances.ok()) return std::nullopt;
-  for (const mig::MigBackend::InstanceInfo& instance : *instances) {
-    if (instance.uuid == share.uuid) return instance.gi_id;
-  }
-  return std::nullopt;
-}
-
-StatusOr<LaunchSpec> Service::MakeLaunchSpec(const Job& job,
-                                             const std::map<int, std::string>& mps_pipes) const {
-  LaunchSpec spec;
-  spec.job_dir = JobDir(job.id);
-  spec.workload = WorkloadName(job.id);
-  spec.command = job.spec.command;
-  spec.env = MergeEnv(job.spec.env, config_.inventory.job_env);
-  spec.cwd = job.spec.cwd;
-  spec.uid = job.spec.uid;
-  spec.gid = job.spec.gid;
-  // Under MPS the share of the SMs is the compute limit, and MPS holds it: the limiter keeps
-  // the memory and the view, and no turns are taken.
-  GPUFRAC_ASSIGN_OR_RETURN(launch::GrantLimits limits,
-                           launch::LimitsOfGrants(
-                               job.gpus,
-                               [this](int index) {
-                                 for (const NodeGpu& g : config_.inventory.gpus) {
-                                   if (g.index == index) return g.context_bytes;
-                                 }
-                                 return uint64_t{0};
-                               },
-                               [&mps_pipes](int index) { return mps_pipes.count(index) > 0; },
-                               "job " + std::to_string(job.id)));
-  spec.gpus = std::move(limits.gpus);
-  if (limits.mps) {
-    spec.extra_env = launch::MpsClientEnvironment(*limits.mps, mps_pipes.at(limits.mps->index));
-  }
-  std::vector<FencedGpu> fenced;
-  for (const GpuGrant& share : job.gpus) {
-    FencedGpu f;
-    for (const NodeGpu& g : config_.inventory.gpus) {
-      if (g.index == share.index) f.minor = g.minor;
-    }
-    // Its GPU instance matters only where capability nodes guard instances.
-    if (share.uuid.rfind("MIG-", 0) == 0 && f.minor >= 0 && config_.inventory.caps.major >= 0) {
-      f.gpu_instance = MigInstanceId(share);
-      if (!f.gpu_instance) f.minor = -1;
-    }
-    fenced.push_back(f);
-  }
-  if (auto denied = DeniedDevices(fenced, config_.inventory.caps)) {
-    spec.denied_devices = std::move(*denied);
-  } else {
-    LogWarning(
-        "job %lld: a GPU's device minor or MIG instance is unknown (no "
-        "/proc/driver/nvidia/gpus?), so other GPUs' device nodes are not closed to it",
-        static_cast<long long>(job.id));
-  }
-  spec.limiter_path = config_.limiter_path;
-  spec.kill_grace_seconds = config_.kill_grace_seconds;
-  spec.max_log_bytes = config_.max_log_bytes;
-  return spec;
-}
-
 void Service::Launch(Job& job, const StartDecision& decision) {
   // Recorded before anything exists outside the store, so that a crash from here on is found
   // and undone by the next Recover.
@@ -634,12 +492,44 @@ void Service::Launch(Job& job, const StartDecision& decision) {
     return;
   }
   job = starting;
-  StatusOr<std::map<int, std::string>> mps_pipes = PrepareMps(job);
+  // The other clients' grants: running jobs', and starting ones' (several may await one daemon).
+  std::vector<GpuGrant> others;
+  for (const auto& [id, other] : active_) {
+    if (id != job.id && (other.state == JobState::kRunning || other.state == JobState::kStarting)) {
+      others.insert(others.end(), other.gpus.begin(), other.gpus.end());
+    }
+  }
+  std::vector<launch::MpsClient> needs = MpsGpus::NeedsOf(job.gpus, config_.inventory.gpus, others);
+  if (needs.empty()) {
+    LaunchPrepared(job, std::map<int, std::string>{});
+    return;
+  }
+  // Its MPS daemons are made ready off the lock; TakeMpsOutcomes goes on from there.
+  mps_.Prepare(job.id, std::move(needs));
+}
+
+void Service::TakeMpsOutcomes() {
+  for (const MpsGpus::Prepared& prepared : mps_.TakePrepared()) {
+    auto it = active_.find(prepared.job);
+    // One cancelled meanwhile has ended.
+    if (it != active_.end() && it->second.state == JobState::kStarting) {
+      LaunchPrepared(it->second, prepared.pipes);
+    }
+  }
+}
+
+void Service::LaunchPrepared(Job& job, const StatusOr<std::map<int, std::string>>& mps_pipes) {
   if (!mps_pipes.ok()) {
     (void)Finish(job, JobState::kFailed, "could not start: " + mps_pipes.status().message(), -1, 0);
     return;
   }
-  StatusOr<LaunchSpec> spec = MakeLaunchSpec(job, *mps_pipes);
+  StatusOr<LaunchSpec> spec = MakeLaunchSpec(job, JobDir(job.id), WorkloadName(job.id),
+                                             {.inventory = &config_.inventory,
+                                              .mig_backend = mig_hardware_.backend(),
+                                              .limiter_path = config_.limiter_path,
+                                              .kill_grace_seconds = config_.kill_grace_seconds,
+                                              .max_log_bytes = config_.max_log_bytes},
+                                             *mps_pipes);
   StatusOr<proc::ProcessId> shim = spec.ok() ? runner_.Prepare(*spec) : spec.status();
   if (!shim.ok()) {
     (void)Finish(job, JobState::kFailed, "could not start: " + shim.status().message(), -1, 0);
@@ -834,86 +724,6 @@ void Service::FailStrandedJobs() {
   }
 }
 
-Status Service::RecordMpsGpus() const {
-  std::string text;
-  for (const NodeGpu& g : config_.inventory.gpus) {
-    if (g.mode == gpu::GpuMode::kMps) text += std::to_string(g.index) + "\n";
-  }
-  const std::string path = config_.state_dir + "/mps-gpus";
-  const std::string next = path + ".new";
-  unlink(next.c_str());
-  Status written = launch::WriteNewFile(next, text, 0644);
-  if (written.ok() && rename(next.c_str(), path.c_str()) != 0) {
-    written = UnavailableError("cannot write " + path + ": " + std::strerror(errno));
-  }
-  return written;
-}
-
-Status Service::LoadMpsGpus() {
-  std::ifstream in(config_.state_dir + "/mps-gpus");
-  if (!in) return RecordMpsGpus();  // The first start: --mps-gpus decides.
-  std::set<int> recorded;
-  for (int index; in >> index;) recorded.insert(index);
-  for (NodeGpu& g : config_.inventory.gpus) {
-    if (g.mode == gpu::GpuMode::kMig || g.mode == gpu::GpuMode::kWhole) continue;
-    const gpu::GpuMode mode = recorded.count(g.index) ? gpu::GpuMode::kMps : gpu::GpuMode::kShared;
-    if (mode != g.mode) {
-      LogInfo("GPU %d is in %s mode, as %s/mps-gpus records (gpufrac mps enable|disable)", g.index,
-              std::string(gpu::GpuModeName(mode)).c_str(), config_.state_dir.c_str());
-    }
-    g.mode = mode;
-  }
-  return OkStatus();
-}
-
-StatusOr<std::map<int, std::string>> Service::PrepareMps(const Job& job) {
-  std::map<int, std::string> pipes;
-  for (const GpuGrant& share : job.gpus) {
-    const NodeGpu* node_gpu = nullptr;
-    for (const NodeGpu& g : config_.inventory.gpus) {
-      if (g.index == share.index) node_gpu = &g;
-    }
-    // A whole GPU in MPS mode runs its job alone, outside MPS.
-    if (node_gpu == nullptr || node_gpu->mode != gpu::GpuMode::kMps ||
-        share.milli >= kMilliPerGpu) {
-      continue;
-    }
-    GPUFRAC_ASSIGN_OR_RETURN(std::string pipe, mps_.Ensure(share.index, share.uuid));
-    // The server's limits are the most any of its clients here may have (all are one user's:
-    // the scheduler keeps other users off), so a client's environment can only lower its own.
-    launch::MpsClient most = launch::MpsClientOf(share);
-    for (const auto& [id, other] : active_) {
-      if (other.state != JobState::kRunning) continue;
-      for (const GpuGrant& s : other.gpus) {
-        if (s.index != share.index) continue;
-        const launch::MpsClient client = launch::MpsClientOf(s);
-        most.thread_percentage = std::max(most.thread_percentage, client.thread_percentage);
-        most.pinned_mib = std::max(most.pinned_mib, client.pinned_mib);
-      }
-    }
-    GPUFRAC_RETURN_IF_ERROR(
-        mps_.SetLimits(share.index, static_cast<int>(most.thread_percentage), most.pinned_mib));
-    pipes[share.index] = pipe;
-  }
-  return pipes;
-}
-
-void Service::WatchMpsOfRunningJobs() {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [id, job] : active_) {
-    if (job.state != JobState::kRunning) continue;
-    for (const GpuGrant& share : job.gpus) {
-      for (const NodeGpu& g : config_.inventory.gpus) {
-        if (g.index != share.index || g.mode != gpu::GpuMode::kMps) continue;
-        if (StatusOr<std::string> pipe = mps_.Ensure(g.index, g.uuid); !pipe.ok()) {
-          LogWarning("job %lld runs on GPU %d, whose MPS daemon is gone: %s",
-                     static_cast<long long>(id), g.index, pipe.status().message().c_str());
-        }
-      }
-    }
-  }
-}
-
 void Service::NoteMpsDaemonEnded(int index, const std::string& how) {
   LogWarning("the MPS daemon of GPU %d %s", index, how.c_str());
   for (auto& [id, job] : active_) {
@@ -941,19 +751,7 @@ StatusOr<bool> Service::SetMpsMode(int gpu, bool enabled) {
   }
   if (!node_gpu) return NotFoundError("no GPU " + std::to_string(gpu) + " on this node");
   if ((node_gpu->mode == gpu::GpuMode::kMps) == enabled) return false;
-  if (node_gpu->mode == gpu::GpuMode::kMig) {
-    return FailedPreconditionError("GPU " + std::to_string(gpu) +
-                                   " is in MIG mode; turn MIG off first (gpufrac mig disable)");
-  }
-  if (node_gpu->mode == gpu::GpuMode::kWhole) {
-    return FailedPreconditionError("GPU " + std::to_string(gpu) +
-                                   " serves whole-GPU jobs only (gpufracd --whole-gpus)");
-  }
-  if (enabled && config_.mps_control.empty()) {
-    return FailedPreconditionError(
-        "no nvidia-cuda-mps-control here: install the NVIDIA driver's compute utilities, or "
-        "give gpufracd --mps-control PATH");
-  }
+  GPUFRAC_RETURN_IF_ERROR(mps_.CheckModeChange(*node_gpu, enabled));
   for (const QueueScheduler::GpuView& view : scheduler_->Gpus()) {
     if (view.gpu.index == gpu && !view.jobs.empty()) {
       return FailedPreconditionError("GPU " + std::to_string(gpu) +
@@ -962,7 +760,7 @@ StatusOr<bool> Service::SetMpsMode(int gpu, bool enabled) {
   }
   const gpu::GpuMode previous = node_gpu->mode;
   node_gpu->mode = enabled ? gpu::GpuMode::kMps : gpu::GpuMode::kShared;
-  if (Status s = RecordMpsGpus(); !s.ok()) {
+  if (Status s = mps_.Record(config_.inventory.gpus); !s.ok()) {
     node_gpu->mode = previous;
     return s;
   }

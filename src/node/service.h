@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "common/status.h"
-#include "machine/mps_daemons.h"
 #include "machine/node_gpus.h"
 #include "node/compute_samples.h"
 #include "node/gpu_status.h"
@@ -27,6 +26,7 @@
 #include "node/job_runner.h"
 #include "node/mig_hardware.h"
 #include "node/mig_scheduler.h"
+#include "node/mps_gpus.h"
 #include "node/node_metrics.h"
 #include "node/queue_scheduler.h"
 #include "node/store.h"
@@ -122,6 +122,9 @@ class Service {
   // Under mu_:
   void CheckRunning();
   void ScheduleAndLaunch();
+  // Records the start; a job with a share of a GPU in MPS mode then waits (kStarting) for that
+  // GPU's daemon, which mps_ readies off the lock, and goes on in TakeMpsOutcomes; any other
+  // goes on at once (LaunchPrepared).
   void Launch(Job& job, const StartDecision& decision);
   // Records the final state, frees what the job held and forgets it; returns the final record.
   // If the store fails, nothing changes (and the next pass settles a running job again).
@@ -148,24 +151,13 @@ class Service {
   // Fails the pending jobs no GPU in its current mode could ever serve (after a mode change).
   void FailStrandedJobs();
   std::string WorkloadName(int64_t id) const;
-  // `mps_pipes`: the pipe directory of each of the job's GPUs in MPS mode, by index.
-  StatusOr<LaunchSpec> MakeLaunchSpec(const Job& job,
-                                      const std::map<int, std::string>& mps_pipes) const;
-  // The MPS daemons of the job's GPUs in MPS mode, started if needed, with their server-side
-  // limits raised to what the job asks for; the pipe directory of each by GPU index.
-  StatusOr<std::map<int, std::string>> PrepareMps(const Job& job);
-  // After a restart: takes back (or starts again) the MPS daemons that running jobs use, so that
-  // they are watched.
-  void WatchMpsOfRunningJobs();
+  // The rest of Launch, once the MPS daemons of the job's GPUs in MPS mode are ready (mps_pipes)
+  // or could not be (the job fails).
+  void LaunchPrepared(Job& job, const StatusOr<std::map<int, std::string>>& mps_pipes);
+  // Launches the starting jobs whose MPS daemons the MPS workers have made ready.
+  void TakeMpsOutcomes();
   // Notes on the running jobs of GPU `index` that its MPS daemon ended (`how`).
   void NoteMpsDaemonEnded(int index, const std::string& how);
-  // Writes the GPUs in MPS mode to the state directory (mps-gpus), or reads them back: the
-  // record, once there is one, decides which GPUs are in MPS mode (not --mps-gpus).
-  Status RecordMpsGpus() const;
-  Status LoadMpsGpus();
-  // The id of the MIG GPU instance whose UUID `share` holds; nullopt when the driver does not
-  // list it.
-  std::optional<unsigned> MigInstanceId(const GpuGrant& share) const;
   // The compute policy of queue `queue`: its own, else the node's.
   ComputePolicy QueueComputePolicy(const std::string& queue) const;
   int64_t NowMs() const;
@@ -181,13 +173,10 @@ class Service {
   std::unique_ptr<MigScheduler> mig_;
   JobRunner runner_;
   std::map<int64_t, Job> active_;  // Pending and running jobs, by id.
-  struct StoreFailure {
-    int64_t logged_ms = 0;
-    int suppressed = 0;
-  };
-  std::map<std::string, StoreFailure> store_failures_;  // By message (LogStoreFailure).
+  StoreFailureLog store_failures_;
   MigHardware mig_hardware_;
-  machine::MpsDaemons mps_;
+  // After mu_, wake_ and kicked_, which its workers' wake-ups use until it is destroyed.
+  MpsGpus mps_;
   NodeMetrics metrics_;
   ComputeSamples compute_samples_;  // measured compute shares (status, metrics)
   std::thread loop_;

@@ -6,15 +6,18 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <utility>
 
+#include "common/log.h"
 #include "common/text.h"
 #include "common/units.h"
 
@@ -774,6 +777,46 @@ StatusOr<int64_t> Store::LastId() {
 StatusOr<std::vector<Job>> Store::LoadUnfinished() {
   StatementUse use(statements_->load_unfinished.get());
   return ReadJobs(db_, use.get(), "loading unfinished jobs");
+}
+
+Status CheckStoreAgainstJobDirs(Store& store, const std::string& state_dir) {
+  GPUFRAC_ASSIGN_OR_RETURN(int64_t last, store.LastId());
+  int64_t newest = 0;
+  size_t beyond = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(state_dir + "/jobs", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.size() > 18 ||
+        !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      continue;
+    }
+    int64_t id = std::stoll(name);
+    newest = std::max(newest, id);
+    if (id > last) ++beyond;
+  }
+  if (beyond == 0) return OkStatus();
+  return FailedPreconditionError(
+      "the job store " + state_dir + "/gpufracd.db knows jobs up to " + std::to_string(last) +
+      ", but " + state_dir + "/jobs holds " + std::to_string(beyond) + " job director" +
+      (beyond == 1 ? "y" : "ies") + " after that (up to " + std::to_string(newest) +
+      "): the database was truncated or replaced, and those jobs may still run; restore it "
+      "from a backup, or end those jobs and move " +
+      state_dir + "/jobs away to start afresh");
+}
+
+void StoreFailureLog::Log(int64_t job, const Status& status, int64_t now_ms) {
+  auto [it, first] = seen_.try_emplace(status.message(), Seen{now_ms, 0});
+  if (!first && now_ms - it->second.logged_ms < 60'000) {
+    ++it->second.suppressed;
+    return;
+  }
+  std::string line = "job " + std::to_string(job) + ": " + status.message();
+  if (it->second.suppressed > 0) {
+    line += " (" + std::to_string(it->second.suppressed) + " more like it in the last minute)";
+  }
+  LogError("%s", line.c_str());
+  it->second = {now_ms, 0};
+  if (seen_.size() > 64) seen_.clear();  // Bounded, whatever the messages.
 }
 
 }  // namespace gpufrac::node

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,27 @@ class Store {
   Store(sqlite3* db, std::unique_ptr<Statements> statements);
   sqlite3* db_;
   std::unique_ptr<Statements> statements_;
+};
+
+// A store that lost jobs (truncated, replaced by an older copy, re-created empty) would give
+// their ids, GPU shares and directories out again while their processes may still run: the job
+// directories under `state_dir`/jobs, which every job gets before it starts, say whether it did.
+// kFailedPrecondition, with what to do, when some are newer than the store's last job.
+Status CheckStoreAgainstJobDirs(Store& store, const std::string& state_dir);
+
+// The log's lines for failures of the store: a full disk fails every pass (10 a second), so the
+// same failure is logged once a minute, with how many were not. Not thread-safe.
+class StoreFailureLog {
+ public:
+  // Logs (or counts) that the store failed with `status` for job `job` at `now_ms`.
+  void Log(int64_t job, const Status& status, int64_t now_ms);
+
+ private:
+  struct Seen {
+    int64_t logged_ms = 0;
+    int suppressed = 0;
+  };
+  std::map<std::string, Seen> seen_;  // By message; at most 64.
 };
 
 }  // namespace gpufrac::node

@@ -82,4 +82,31 @@ StatusOr<SubmissionBody> ParseSubmission(std::string_view text) {
   return out;
 }
 
+Status CheckSubmission(const Submission& s) {
+  constexpr size_t kMaxCommandArgs = 4096;
+  if (s.command.empty() || s.command[0].empty()) {
+    return InvalidArgumentError("the job has no command; give one after --, e.g. -- python x.py");
+  }
+  if (s.command.size() > kMaxCommandArgs) {
+    return InvalidArgumentError("the command has more than " + std::to_string(kMaxCommandArgs) +
+                                " arguments");
+  }
+  if (s.cwd.empty() || s.cwd[0] != '/') {
+    return InvalidArgumentError("cwd must be an absolute path, not \"" + s.cwd + "\"");
+  }
+  for (const std::string& e : s.env) {
+    size_t eq = e.find('=');
+    if (eq == 0 || eq == std::string::npos) {
+      return InvalidArgumentError("env entry \"" + e.substr(0, 40) + "\" is not NAME=value");
+    }
+  }
+  for (const auto* text : {&s.name, &s.cwd}) {
+    if (text->find('\0') != std::string::npos) {
+      return InvalidArgumentError("name and cwd must not contain NUL bytes");
+    }
+  }
+  if (s.name.size() > 128) return InvalidArgumentError("the job name is longer than 128 bytes");
+  return OkStatus();
+}
+
 }  // namespace gpufrac::node

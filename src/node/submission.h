@@ -36,4 +36,9 @@ struct SubmissionBody {
 // What the values mean (a command that exists, a queue that does) is the service's to check.
 StatusOr<SubmissionBody> ParseSubmission(std::string_view body);
 
+// Whether `submission` is one a job can be made of, whoever sends it: a command, an absolute
+// cwd, NAME=value environment entries, no NUL bytes in the name or cwd, a name of at most 128
+// bytes. kInvalidArgument says what to fix. (Service::Submit checks it.)
+Status CheckSubmission(const Submission& submission);
+
 }  // namespace gpufrac::node

@@ -1787,5 +1787,105 @@ TEST(NodeService, JobsOnAnMpsGpuAreClientsOfItsDaemon) {
   EXPECT_NE(kill(second, 0), 0);
 }
 
+// An MPS control daemon that stops answering holds up only the jobs starting on its GPU, and
+// those only until the control command's timeout: the service's lock is not held meanwhile, so
+// `status` answers and a job on another GPU is submitted, started and finished at once.
+TEST(NodeService, AnMpsDaemonThatStopsAnsweringStallsNeitherTheApiNorOtherGpus) {
+  Daemon d("1xH100-80GB,1xA30-24GB", {"--mps-gpus", "0"});
+  const std::string marker = d.dir() + "/may-end";
+  const json on_mps = {{"gpu-memory", "10G"}, {"gpu-model", "H100-80GB"}};
+  // A first job on the MPS GPU starts its daemon.
+  int64_t first =
+      d.Submit({"sh", "-c", "while [ ! -e " + marker + " ]; do sleep 0.05; done"}, on_mps)
+          .body["id"];
+  d.WaitFor(first, "running");
+  pid_t daemon = 0;
+  std::ifstream(d.dir() + "/state/mps/0/pipe/nvidia-cuda-mps-control.pid") >> daemon;
+  ASSERT_GT(daemon, 0);
+  // It stops answering (it still runs), and a second job's start asks it for its servers.
+  ASSERT_EQ(kill(daemon, SIGSTOP), 0);
+  int64_t stuck = d.Submit({"true"}, on_mps).body["id"];
+  std::this_thread::sleep_for(500ms);
+
+  const auto begin = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::steady_clock::now() - begin; };
+  EXPECT_EQ(d.Get("/v1/status").status, 200);
+  EXPECT_LT(elapsed(), 1s) << "status waited for the MPS daemon";
+  int64_t other = d.Submit({"true"}, {{"gpu-memory", "4G"}, {"gpu-model", "A30-24GB"}}).body["id"];
+  json done = d.WaitFor(other, "final", 10s);
+  EXPECT_EQ(done["state"], "succeeded") << done.dump();
+  EXPECT_EQ(done["gpus"][0]["index"], 1) << done.dump();
+  EXPECT_LT(elapsed(), 2s) << "the job on the other GPU waited for the MPS daemon";
+  EXPECT_EQ(d.Job(stuck)["state"], "starting");
+  // Another one waits behind it, and is cancelled at once.
+  int64_t dropped = d.Submit({"true"}, on_mps).body["id"];
+  d.WaitFor(dropped, "starting", 1s);
+  EXPECT_EQ(d.Cli({"cancel", std::to_string(dropped)}).status, 0);
+  EXPECT_EQ(d.Job(dropped)["state"], "cancelled");
+  EXPECT_LT(elapsed(), 3s) << "the cancel waited for the MPS daemon";
+
+  // The stuck start ends when the control command times out; the job says why.
+  json failed = d.WaitFor(stuck, "final", 15s);
+  EXPECT_EQ(failed["state"], "failed") << failed.dump();
+  EXPECT_NE(failed.value("reason", "").find("did not answer within"), std::string::npos)
+      << failed.dump();
+  ASSERT_EQ(kill(daemon, SIGCONT), 0);
+  std::ofstream(marker).put('\n');
+  EXPECT_EQ(d.WaitFor(first, "final")["state"], "succeeded");
+  // The daemon answers again: the cancelled job's late readiness starts nothing.
+  std::this_thread::sleep_for(300ms);
+  json cancelled = d.Job(dropped);
+  EXPECT_EQ(cancelled["state"], "cancelled");
+  EXPECT_EQ(cancelled.value("reason", ""), "cancelled before it started") << cancelled.dump();
+}
+
+// After a restart, the service takes back the MPS daemon its running job is a client of (the
+// same process, not a new one) and watches it: killed, it is started again and the job says so.
+TEST(NodeService, ARestartedServiceTakesBackAndWatchesTheMpsDaemonOfItsRunningJob) {
+  Daemon d("1xH100-80GB", {"--mps-gpus", "0"});
+  const std::string ready = d.dir() + "/client-ready";
+  int64_t id = d.Submit({BuildPath("bin/mps_probe"), "--ready", ready, "hold", "60000"},
+                        {{"gpu-memory", "10G"}})
+                   .body["id"];
+  d.WaitFor(id, "running");
+  for (int i = 0; i < 250 && !std::filesystem::exists(ready); ++i)
+    std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(std::filesystem::exists(ready)) << "the job never became an MPS client";
+  const std::string pid_file = d.dir() + "/state/mps/0/pipe/nvidia-cuda-mps-control.pid";
+  auto daemon_pid = [&] {
+    pid_t pid = 0;
+    std::ifstream(pid_file) >> pid;
+    return pid;
+  };
+  const pid_t first = daemon_pid();
+  ASSERT_GT(first, 0);
+
+  // It serves the job's client: the stopping service leaves it, the next takes it back.
+  d.Stop(SIGTERM);
+  EXPECT_EQ(kill(first, 0), 0) << "the daemon stopped with its client still there";
+  d.Start();
+  for (int i = 0; i < 100 && d.Log().find("taken back") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_NE(d.Log().find("MPS daemon of GPU 0: pid " + std::to_string(first) +
+                         ", left by the previous service, taken back"),
+            std::string::npos)
+      << d.Log();
+  EXPECT_EQ(daemon_pid(), first);
+
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  pid_t second = 0;
+  for (int i = 0; i < 200 && (second == 0 || second == first); ++i) {
+    std::this_thread::sleep_for(20ms);
+    second = daemon_pid();
+  }
+  EXPECT_NE(second, first) << "the daemon was not started again";
+  d.Cli({"cancel", std::to_string(id)});
+  json job = d.WaitFor(id, "final");
+  EXPECT_NE(job.value("reason", "").find("its MPS daemon (GPU 0) ended while it ran"),
+            std::string::npos)
+      << job.dump();
+}
+
 }  // namespace
 }  // namespace gpufrac::testing

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "machine/mps_control.h"
 
 namespace gpufrac::testing {
 namespace {
@@ -152,16 +153,36 @@ class SimGpuMpsTest : public ::testing::Test {
                  extra);
   }
 
+  // The daemon of the test's pipe directory as gpufrac's MPS control client reaches it.
+  machine::MpsControlOptions Control(const std::map<std::string, std::string>& extra = {}) {
+    machine::MpsControlOptions options{.control = SimgpuBin("nvidia-cuda-mps-control"),
+                                       .pipe_dir = pipe_,
+                                       .log_dir = log_,
+                                       .timeout = std::chrono::seconds(20)};
+    for (const auto& [name, value] : Merge(machine_->Env(), extra)) {
+      options.env.push_back(name + "=" + value);
+    }
+    return options;
+  }
+
+  // The client's outcome as these tests read it: status 0 and what the front end printed, or 1
+  // and the client's error, which names the program's exit code and its stderr.
+  static RunResult AsRunResult(const Status& status, std::string out = "") {
+    RunResult r;
+    r.status = status.ok() ? 0 : 1;
+    r.out = std::move(out);
+    r.err = status.message();
+    return r;
+  }
+
   RunResult StartDaemon(const std::map<std::string, std::string>& extra = {}) {
-    return RunCommand({SimgpuBin("nvidia-cuda-mps-control"), "-d"}, Env(extra));
+    return AsRunResult(machine::StartMpsControlDaemon(Control(extra)));
   }
 
   // The front end with `commands` (one per line) on its standard input.
   RunResult Ctl(const std::string& commands) {
-    const std::string file = dir_ + "/commands." + std::to_string(++commands_);
-    std::ofstream(file) << commands << "\n";
-    return RunCommand(
-        {"sh", "-c", "exec \"$0\" < \"$1\"", SimgpuBin("nvidia-cuda-mps-control"), file}, Env());
+    StatusOr<std::string> reply = machine::SendMpsControlCommands(Control(), commands + "\n");
+    return reply.ok() ? AsRunResult(OkStatus(), *reply) : AsRunResult(reply.status());
   }
 
   pid_t DaemonPid() {
@@ -191,7 +212,6 @@ class SimGpuMpsTest : public ::testing::Test {
 
   std::unique_ptr<SimMachine> machine_;
   std::string dir_, pipe_, log_;
-  int commands_ = 0;
   int readies_ = 0;
 };
 
@@ -207,7 +227,10 @@ TEST_F(SimGpuMpsTest, DaemonStartsWithItsFilesAnswersAndQuits) {
   // No daemon yet: the front end says so, and a CUDA program runs without MPS.
   RunResult none = Ctl("get_server_list");
   EXPECT_EQ(1, none.status);
-  EXPECT_NE(std::string::npos, none.err.find("cannot find an MPS control daemon")) << none.err;
+  EXPECT_NE(
+      std::string::npos,
+      none.err.find("(exit code 1): nvidia-cuda-mps-control: cannot find an MPS control daemon"))
+      << none.err;
   EXPECT_EQ(kH100Sms, Probe({"info"}).GetInt("sms"));
 
   RunResult started = StartDaemon();
@@ -223,6 +246,7 @@ TEST_F(SimGpuMpsTest, DaemonStartsWithItsFilesAnswersAndQuits) {
   // A second daemon on the same pipe directory refuses to start.
   RunResult second = StartDaemon();
   EXPECT_EQ(1, second.status);
+  EXPECT_NE(std::string::npos, second.err.find("(exit code 1)")) << second.err;
   EXPECT_NE(std::string::npos, second.err.find("already running")) << second.err;
 
   EXPECT_EQ("", Ctl("get_server_list").out);
@@ -583,7 +607,9 @@ TEST_F(SimGpuMpsTest, AKilledDaemonLeavesItsClientsRunningAndNewProcessesRunWith
   const RunResult fresh = Probe({"info"});
   EXPECT_EQ(0, fresh.GetInt("init"));
   EXPECT_EQ(kH100Sms, fresh.GetInt("sms"));
-  EXPECT_EQ(1, Ctl("get_server_list").status);
+  const RunResult gone = Ctl("get_server_list");
+  EXPECT_EQ(1, gone.status);
+  EXPECT_NE(std::string::npos, gone.err.find("(exit code 1)")) << gone.err;
   EXPECT_EQ(0, client->Wait().GetInt("watch"));
   // The server, without a daemon, ends with its last client.
   EXPECT_TRUE(WaitUntil([&] { return !Alive(server); }, 2000));
