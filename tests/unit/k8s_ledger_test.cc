@@ -590,6 +590,25 @@ TEST(LedgerTest, ARequestForNoGpuFitsEveryNode) {
 
 // ---- Pods of several containers ----
 
+// placement::GroupHostGpus's one rule, as gpufracd follows it: a node with more alike GPUs than
+// a placement node holds offers none of them, saying why (it offered the first 32 before);
+// its MIG GPUs still serve.
+TEST(LedgerTest, ANodeWithMoreAlikeGpusThanPlacementHoldsOffersNoneOfThemAndSaysWhy) {
+  auto ledger = NewLedger();
+  NodeInventory inv = Inventory("big", 33, "H100-80GB");
+  inv.gpus.push_back(Gpu("big", 33, "H100-80GB", GpuMode::kMig));
+  ledger->SetNode("big", inv);
+  Ledger::Verdict v = EvaluateOne(*ledger, Pod({Whole(1)}), "big");
+  EXPECT_FALSE(v.fits);
+  EXPECT_THAT(v.reason, HasSubstr("33 x H100-80GB shared: more than 32 H100-80GB GPUs on one node "
+                                  "are not supported"));
+  EXPECT_FALSE(ledger->Choose(Pod({Whole(1)}), "big").ok());
+  EXPECT_TRUE(Fits(*ledger, Pod({Mig("1g.10gb")}), "big"));
+
+  ledger->SetNode("most", Inventory("most", 32, "H100-80GB"));
+  EXPECT_TRUE(Fits(*ledger, Pod({Whole(32)}), "most"));
+}
+
 TEST(LedgerTest, ContainersOfOnePodMustFitTogether) {
   auto ledger = NewLedger();
   ledger->SetNode("one", Inventory("one", 1, "A100-80GB"));
