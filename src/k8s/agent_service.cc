@@ -155,6 +155,7 @@ struct AgentService::Impl {
   NodeInventory Observe(const std::vector<nlohmann::json>& pods) {
     NodeInventory inv;
     inv.slots_per_gpu = options.agent.slots_per_gpu;
+    inv.compute_policy = options.agent.compute_policy;
     std::map<std::string, gpu::GpuHealth> health_now = HealthNow();
     for (const machine::NodeGpu& g : gpus->inventory.gpus) {
       GpuInfo info;

@@ -280,7 +280,8 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
 
   ContainerAllocation out;
   std::vector<GpuGrant> shares;
-  GPUFRAC_ASSIGN_OR_RETURN(std::vector<std::string> uuids, DevicesOf(ca, pods, &shares));
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<std::string> uuids,
+                           DevicesOf(chosen->assignment, ca, pods, &shares));
   GPUFRAC_RETURN_IF_ERROR(LimitShares(MetaOf(pod, "uid"), ca, chosen->key, shares, &out));
   std::vector<int> indexes;
   for (const GpuGrant& g : ca.gpus) indexes.push_back(g.index);
@@ -292,7 +293,8 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
   return out;
 }
 
-StatusOr<std::vector<std::string>> GpuProvider::DevicesOf(const ContainerAssignment& ca,
+StatusOr<std::vector<std::string>> GpuProvider::DevicesOf(const Assignment& assignment,
+                                                          const ContainerAssignment& ca,
                                                           const std::vector<json>& pods,
                                                           std::vector<GpuGrant>* shares) {
   std::vector<std::string> uuids;
@@ -305,7 +307,11 @@ StatusOr<std::vector<std::string>> GpuProvider::DevicesOf(const ContainerAssignm
     uuids.push_back(g.uuid);
     if (g.milli >= kMilliPerGpu) continue;
     GpuGrant share = g;
-    share.compute = DecideComputePair(g.milli, ca.compute_limit_milli, options_.compute_policy);
+    // Decided by the extender and carried; an assignment without its policy carries none (an
+    // extender before the pairs): decided here, as then.
+    if (!assignment.compute_policy) {
+      share.compute = DecideComputePair(g.milli, ca.compute_limit_milli, options_.compute_policy);
+    }
     shares->push_back(std::move(share));
   }
   return uuids;

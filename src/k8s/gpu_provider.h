@@ -116,9 +116,11 @@ class GpuProvider : public DeviceProvider {
   int CleanUp(const std::vector<std::string>& live);
 
  private:
-  // The UUIDs container `ca` sees, in its grants' order (a MIG grant's instance made or found
-  // there: MigUuid), and in `shares` its shares of GPUs, each with its compute pair.
-  StatusOr<std::vector<std::string>> DevicesOf(const ContainerAssignment& ca,
+  // The UUIDs container `ca` of `assignment` sees, in its grants' order (a MIG grant's instance
+  // made or found there: MigUuid), and in `shares` its shares of GPUs, each with its compute
+  // pair: the one the assignment carries, or for an assignment without pairs the node's policy's.
+  StatusOr<std::vector<std::string>> DevicesOf(const Assignment& assignment,
+                                               const ContainerAssignment& ca,
                                                const std::vector<nlohmann::json>& pods,
                                                std::vector<GpuGrant>* shares);
   // Holds the container to `shares`: its limit file under pods/<uid>/<container>, and for a

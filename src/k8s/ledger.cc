@@ -423,9 +423,20 @@ struct Ledger::Impl {
       if (g.mps) UsersOf(pass)[g.gpus[s]].insert(c.run_as);
     }
     if (g.mps) granted.mps_user = c.run_as;
-    // Only a share has a compute limit (a whole GPU has all of its time).
+    // Only a share has a compute limit and pair (a whole GPU has all of its time).
     if (choose && best.request.gpu_milli < pl::kMilli) {
       granted.compute_limit_milli = AskedComputeLimit(c.request);
+      DecideComputePairs(pass.entry, granted);
+    }
+  }
+
+  // The pair of each of the container's shares, by the node's policy, decided once here and
+  // carried in the assignment; none where the node's agent publishes no policy (it decides them).
+  static void DecideComputePairs(const NodeEntry& entry, ContainerAssignment& granted) {
+    if (!entry.inventory.compute_policy) return;
+    for (GpuGrant& g : granted.gpus) {
+      g.compute =
+          DecideComputePair(g.milli, granted.compute_limit_milli, *entry.inventory.compute_policy);
     }
   }
 
@@ -496,7 +507,10 @@ struct Ledger::Impl {
   Outcome Decide(const std::string& name, const NodeEntry& entry, const PodRequest& request,
                  bool choose) {
     Outcome out;
-    if (choose) out.assignment.node = name;
+    if (choose) {
+      out.assignment.node = name;
+      out.assignment.compute_policy = entry.inventory.compute_policy;
+    }
     Pass pass = StartPass(name, entry, request);
     for (const ContainerRequest& c : request.containers) {
       ContainerAssignment granted;
