@@ -403,10 +403,10 @@ struct Ledger::Impl {
   }
 
   // Gives `c` the GPUs of its chosen group, takes them on the pod's copy so that its later
-  // containers see them taken, and fills `granted` when `choose`.
+  // containers see them taken, and fills `granted` when `choose`. (A filter of a pod of one
+  // container needs only the score: not called.)
   void TakeGroup(Pass& pass, const ContainerRequest& c, const GroupChoice& best, bool choose,
                  ContainerAssignment& granted) {
-    if (!choose && pass.single) return;  // Its score is all a filter needs.
     const Group& g = pass.entry.groups[best.group];
     const pl::Node& n = NodeOf(pass, best.group);
     const pl::GpuSet gpus =
@@ -522,7 +522,7 @@ struct Ledger::Impl {
       bool placed = best.group >= 0;
       if (placed) {
         out.score += best.score;
-        TakeGroup(pass, c, best, choose, granted);
+        if (choose || !pass.single) TakeGroup(pass, c, best, choose, granted);
       } else {
         placed = PlaceOnMig(pass, c, granted, best.could_ever);
       }
