@@ -29,6 +29,7 @@
 #include "k8s/object_fields.h"
 #include "k8s/pod_request.h"
 #include "launch/limit_file.h"
+#include "machine/mig_targets.h"
 #include "machine/node_gpus.h"
 #include "mig/default_configs.h"
 
@@ -154,6 +155,7 @@ struct AgentService::Impl {
   NodeInventory Observe(const std::vector<nlohmann::json>& pods) {
     NodeInventory inv;
     inv.slots_per_gpu = options.agent.slots_per_gpu;
+    inv.compute_policy = options.agent.compute_policy;
     std::map<std::string, gpu::GpuHealth> health_now = HealthNow();
     for (const machine::NodeGpu& g : gpus->inventory.gpus) {
       GpuInfo info;
@@ -166,8 +168,7 @@ struct AgentService::Impl {
       if (h == health_now.end()) h = health_now.find("#" + std::to_string(g.index));
       info.healthy = h == health_now.end() || h->second.healthy;
       if (info.mode == GpuMode::kMig && gpus->mig_backend) {
-        const gpu::MigModel* model = gpus->mig_models.count(g.index) ? gpus->mig_models[g.index]
-                                                                     : gpu::FindMigModel(g.model);
+        const gpu::MigModel* model = machine::MigTablesOf(g, gpus->mig_models);
         auto instances = gpus->mig_backend->List(g.index);
         if (instances.ok() && model != nullptr) {
           for (const auto& i : *instances) {

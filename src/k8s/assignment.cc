@@ -9,6 +9,24 @@ namespace gpufrac::k8s {
 
 using nlohmann::json;
 
+namespace {
+
+// A grant's compute pair: 1 <= request_milli <= limit_milli <= 1000.
+StatusOr<ComputePair> ComputePairFromJson(const json& object, const std::string& at) {
+  const std::string where = at + ".compute";
+  ComputePair pair;
+  GPUFRAC_ASSIGN_OR_RETURN(pair.request_milli, JsonField<uint32_t>(object, "request_milli", where));
+  GPUFRAC_ASSIGN_OR_RETURN(pair.limit_milli, JsonField<uint32_t>(object, "limit_milli", where));
+  if (pair.request_milli == 0 || pair.request_milli > pair.limit_milli || pair.limit_milli > 1000) {
+    return InvalidArgumentError(where + " is " + std::to_string(pair.request_milli) + " to " +
+                                std::to_string(pair.limit_milli) +
+                                "; expected 1 <= request_milli <= limit_milli <= 1000");
+  }
+  return pair;
+}
+
+}  // namespace
+
 json AssignmentToJson(const Assignment& a) {
   json containers = json::array();
   for (const ContainerAssignment& c : a.containers) {
@@ -21,6 +39,10 @@ json AssignmentToJson(const Assignment& a) {
       if (g.mig) {
         gpu["mig"] = {{"profile", g.mig->profile}, {"start", g.mig->start}, {"size", g.mig->size}};
       }
+      if (g.compute) {
+        gpu["compute"] = {{"request_milli", g.compute->request_milli},
+                          {"limit_milli", g.compute->limit_milli}};
+      }
       gpus.push_back(std::move(gpu));
     }
     json entry = {{"name", c.container}, {"gpus", std::move(gpus)}};
@@ -29,10 +51,12 @@ json AssignmentToJson(const Assignment& a) {
     if (!c.mps_user.empty()) entry["mps_user"] = c.mps_user;
     containers.push_back(std::move(entry));
   }
-  return {{"version", 1},
-          {"node", a.node},
-          {"time_ms", a.time_ms},
-          {"containers", std::move(containers)}};
+  json document = {{"version", 1},
+                   {"node", a.node},
+                   {"time_ms", a.time_ms},
+                   {"containers", std::move(containers)}};
+  if (a.compute_policy) document["compute_policy"] = ComputePolicyName(*a.compute_policy);
+  return document;
 }
 
 StatusOr<Assignment> AssignmentFromJson(const json& document) {
@@ -46,6 +70,16 @@ StatusOr<Assignment> AssignmentFromJson(const json& document) {
   GPUFRAC_ASSIGN_OR_RETURN(a.node, JsonField<std::string>(document, "node", where));
   const int64_t zero = 0;
   GPUFRAC_ASSIGN_OR_RETURN(a.time_ms, JsonField<int64_t>(document, "time_ms", where, &zero));
+  const std::string no_policy;
+  GPUFRAC_ASSIGN_OR_RETURN(std::string policy,
+                           JsonField<std::string>(document, "compute_policy", where, &no_policy));
+  if (!policy.empty()) {
+    a.compute_policy = ParseComputePolicy(policy);
+    if (!a.compute_policy) {
+      return InvalidArgumentError(where + ".compute_policy is \"" + policy +
+                                  "\"; expected fair, strict or off");
+    }
+  }
   GPUFRAC_ASSIGN_OR_RETURN(json containers, JsonField<json>(document, "containers", where));
   if (!containers.is_array()) return InvalidArgumentError(where + ".containers is not a list");
   for (size_t i = 0; i < containers.size(); ++i) {
@@ -83,6 +117,9 @@ StatusOr<Assignment> AssignmentFromJson(const json& document) {
         GPUFRAC_ASSIGN_OR_RETURN(mig.start, JsonField<int>(m, "start", g_at + ".mig"));
         GPUFRAC_ASSIGN_OR_RETURN(mig.size, JsonField<int>(m, "size", g_at + ".mig"));
         g.mig = std::move(mig);
+      }
+      if (gpus[k].contains("compute")) {
+        GPUFRAC_ASSIGN_OR_RETURN(g.compute, ComputePairFromJson(gpus[k]["compute"], g_at));
       }
       if (g.index < 0 || g.milli == 0 || g.milli > 1000) {
         return InvalidArgumentError(g_at + " has an impossible GPU index or share");

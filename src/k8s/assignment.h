@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/compute_share.h"
 #include "common/status.h"
 #include "launch/gpu_grant.h"
 
@@ -20,7 +21,8 @@ inline constexpr std::string_view kAnnotationAssignment = "gpufrac.io/assignment
 
 // One GPU given to a container: the launchers' one grant type. Its uuid is the physical GPU's,
 // also for MIG (the agent finds the instance at the grant's placement); the annotation records
-// index, uuid, milli, memory_bytes and mig, and the agent decides the compute pair at Allocate.
+// index, uuid, milli, memory_bytes, mig and, on a share the extender decided it for, the compute
+// pair (`compute`: request_milli, limit_milli).
 using launch::GpuGrant;
 using launch::MigGrant;
 
@@ -28,8 +30,9 @@ struct ContainerAssignment {
   std::string container;
   std::vector<GpuGrant> gpus;
   // The compute limit the pod asked for on its shared GPUs (gpufrac.io/gpu-compute-limit), in
-  // thousandths; nullopt when it gave none and the node agent's policy decides. (The compute
-  // request is each grant's milli: placement books a share of the GPU's time.)
+  // thousandths; nullopt when it gave none. (The compute request is each grant's milli:
+  // placement books a share of the GPU's time.) What the pairs were decided from; an agent
+  // decides from it only for an assignment without a compute_policy.
   std::optional<uint32_t> compute_limit_milli = std::nullopt;
   // The kubelet calls the device plugin for this container (it asks for gpufrac.io/gpu). An
   // annotation-only container is booked but never allocated, so Allocate must not match it.
@@ -43,6 +46,12 @@ struct ContainerAssignment {
 struct Assignment {
   std::string node;
   int64_t time_ms = 0;  // When it was made (Unix time): the node agent starts pods in this order.
+  // The node's policy (NodeInventory::compute_policy) by which the extender decided the compute
+  // pair of every share here: each share's grant carries its pair, and nullopt there is "not
+  // arbitrated". nullopt in an assignment that carries no pairs (from an extender before them,
+  // or for a node whose agent publishes no policy): the agent then decides each share's pair
+  // at Allocate, from compute_limit_milli and its own policy, as it did before.
+  std::optional<ComputePolicy> compute_policy = std::nullopt;
   std::vector<ContainerAssignment> containers;
   friend bool operator==(const Assignment&, const Assignment&) = default;
 };

@@ -167,6 +167,36 @@ std::optional<Candidate> ChooseContainer(const std::vector<json>& pods, const st
   return chosen;
 }
 
+// Records on `pod` that `container` was allocated `devices` (gpufrac.io/allocated), so that
+// the next Allocate does not pick it again. The write is conditional on the pod's
+// resourceVersion (so records of two containers cannot overwrite each other); the kubelet
+// updates a starting pod's status often, so a conflict means "read again", not failure.
+Status RecordAllocation(ClusterApi& api, const json& pod, const std::string& container,
+                        const std::vector<std::string>& devices,
+                        const std::vector<std::string>& uuids) {
+  const std::string ns = MetaOf(pod, "namespace"), name = MetaOf(pod, "name");
+  json current = pod;
+  Status noted;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    json allocated = AllocatedOf(current);
+    allocated[container] = {{"devices", devices}, {"uuids", uuids}};
+    noted = api.AnnotatePod(ns, name, MetaOf(current, "resourceVersion"),
+                            {{std::string(kAnnotationAllocated), allocated.dump()}});
+    if (noted.code() != StatusCode::kAborted) break;
+    StatusOr<json> reread = api.GetPod(ns, name);
+    if (!reread.ok()) {
+      noted = reread.status();
+      break;
+    }
+    current = std::move(*reread);
+  }
+  if (!noted.ok()) {
+    return UnavailableError("cannot record the allocation on pod " + PodKey(pod) + ": " +
+                            noted.message());
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 std::string GpuSlotId(std::string_view uuid, int slot) { return NvidiaReplicaId(uuid, slot); }
@@ -247,13 +277,27 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
   if (!chosen) return NoContainerFor(pods, device_ids);
   const json& pod = pods[chosen->pod];
   const ContainerAssignment& ca = chosen->assignment.containers[chosen->container];
-  const std::string uid = MetaOf(pod, "uid");
 
   ContainerAllocation out;
-  std::vector<std::string> uuids;
-  // Its shares (a whole GPU or a MIG instance is the container's own), each with the compute
-  // pair the node's policy gives the limit the pod asked.
   std::vector<GpuGrant> shares;
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<std::string> uuids,
+                           DevicesOf(chosen->assignment, ca, pods, &shares));
+  GPUFRAC_RETURN_IF_ERROR(LimitShares(MetaOf(pod, "uid"), ca, chosen->key, shares, &out));
+  std::vector<int> indexes;
+  for (const GpuGrant& g : ca.gpus) indexes.push_back(g.index);
+  ExposeGpus(uuids, options_.dev_dir, indexes, &out);
+  GPUFRAC_RETURN_IF_ERROR(RecordAllocation(*api_, pod, ca.container, device_ids, uuids));
+  LogInfo("allocated %s container %s (%s): %s", Printable(chosen->key).c_str(),
+          Printable(ca.container).c_str(), FoundByText(chosen->found_by()),
+          out.envs["CUDA_VISIBLE_DEVICES"].c_str());
+  return out;
+}
+
+StatusOr<std::vector<std::string>> GpuProvider::DevicesOf(const Assignment& assignment,
+                                                          const ContainerAssignment& ca,
+                                                          const std::vector<json>& pods,
+                                                          std::vector<GpuGrant>* shares) {
+  std::vector<std::string> uuids;
   for (const GpuGrant& g : ca.gpus) {
     if (g.mig) {
       GPUFRAC_ASSIGN_OR_RETURN(std::string uuid, MigUuid(g.index, *g.mig, pods));
@@ -263,9 +307,19 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
     uuids.push_back(g.uuid);
     if (g.milli >= kMilliPerGpu) continue;
     GpuGrant share = g;
-    share.compute = DecideComputePair(g.milli, ca.compute_limit_milli, options_.compute_policy);
-    shares.push_back(std::move(share));
+    // Decided by the extender and carried; an assignment without its policy carries none (an
+    // extender before the pairs): decided here, as then.
+    if (!assignment.compute_policy) {
+      share.compute = DecideComputePair(g.milli, ca.compute_limit_milli, options_.compute_policy);
+    }
+    shares->push_back(std::move(share));
   }
+  return uuids;
+}
+
+Status GpuProvider::LimitShares(const std::string& uid, const ContainerAssignment& ca,
+                                const std::string& pod_key, const std::vector<GpuGrant>& shares,
+                                ContainerAllocation* out) {
   // A share on a GPU in MPS mode is an MPS client there (as under gpufracd; a whole GPU in MPS
   // mode runs alone, outside MPS).
   StatusOr<launch::GrantLimits> limits = launch::LimitsOfGrants(
@@ -278,58 +332,23 @@ StatusOr<ContainerAllocation> GpuProvider::Allocate(const std::vector<std::strin
         const GpuInfo* info = FindGpu(inventory_, index);
         return info != nullptr && info->mode == GpuMode::kMps;
       },
-      "container " + ca.container + " of pod " + chosen->key);
+      "container " + ca.container + " of pod " + pod_key);
   if (!limits.ok()) {
     return FailedPreconditionError(limits.status().message() +
                                    "; delete the pod to schedule it again");
   }
-  const std::vector<launch::LimitedGpu>& limited = limits->gpus;
-  const std::optional<launch::MpsClient>& mps_share = limits->mps;
-
   const std::string subdir = "pods/" + uid + "/" + ca.container;
-  if (!limited.empty()) {
-    GPUFRAC_RETURN_IF_ERROR(limiter_->Limit(subdir, WorkloadId(uid, ca.container), limited, &out));
+  if (!limits->gpus.empty()) {
+    GPUFRAC_RETURN_IF_ERROR(
+        limiter_->Limit(subdir, WorkloadId(uid, ca.container), limits->gpus, out));
   }
-  if (mps_share) {
-    if (mps_ == nullptr) {
-      return FailedPreconditionError("GPU " + std::to_string(mps_share->index) + " of node " +
-                                     options_.node +
-                                     " is in MPS mode but the agent runs no MPS daemons");
-    }
-    GPUFRAC_RETURN_IF_ERROR(mps_->Join(subdir, *mps_share, &out));
+  if (!limits->mps) return OkStatus();
+  if (mps_ == nullptr) {
+    return FailedPreconditionError("GPU " + std::to_string(limits->mps->index) + " of node " +
+                                   options_.node +
+                                   " is in MPS mode but the agent runs no MPS daemons");
   }
-  std::vector<int> indexes;
-  for (const GpuGrant& g : ca.gpus) indexes.push_back(g.index);
-  ExposeGpus(uuids, options_.dev_dir, indexes, &out);
-
-  // Record it, so that the next Allocate does not pick this container again. The write is
-  // conditional on the pod's resourceVersion (so records of two containers cannot overwrite
-  // each other); the kubelet updates a starting pod's status often, so a conflict means
-  // "read again", not failure.
-  const std::string ns = MetaOf(pod, "namespace"), name = MetaOf(pod, "name");
-  json current = pod;
-  Status noted;
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    json allocated = AllocatedOf(current);
-    allocated[ca.container] = {{"devices", device_ids}, {"uuids", uuids}};
-    noted = api_->AnnotatePod(ns, name, MetaOf(current, "resourceVersion"),
-                              {{std::string(kAnnotationAllocated), allocated.dump()}});
-    if (noted.code() != StatusCode::kAborted) break;
-    StatusOr<json> reread = api_->GetPod(ns, name);
-    if (!reread.ok()) {
-      noted = reread.status();
-      break;
-    }
-    current = std::move(*reread);
-  }
-  if (!noted.ok()) {
-    return UnavailableError("cannot record the allocation on pod " + chosen->key + ": " +
-                            noted.message());
-  }
-  LogInfo("allocated %s container %s (%s): %s", Printable(chosen->key).c_str(),
-          Printable(ca.container).c_str(), FoundByText(chosen->found_by()),
-          out.envs["CUDA_VISIBLE_DEVICES"].c_str());
-  return out;
+  return mps_->Join(subdir, *limits->mps, out);
 }
 
 StatusOr<std::vector<std::string>> GpuProvider::PreferredAllocation(

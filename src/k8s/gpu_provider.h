@@ -36,6 +36,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/compute_share.h"
 #include "k8s/assignment.h"
 #include "k8s/cluster_api.h"
 #include "k8s/container_limiter.h"
@@ -44,7 +45,6 @@
 #include "k8s/inventory.h"
 #include "k8s/pod_resources.h"
 #include "mig/backend.h"
-#include "common/compute_share.h"
 
 namespace gpufrac::k8s {
 
@@ -116,6 +116,18 @@ class GpuProvider : public DeviceProvider {
   int CleanUp(const std::vector<std::string>& live);
 
  private:
+  // The UUIDs container `ca` of `assignment` sees, in its grants' order (a MIG grant's instance
+  // made or found there: MigUuid), and in `shares` its shares of GPUs, each with its compute
+  // pair: the one the assignment carries, or for an assignment without pairs the node's policy's.
+  StatusOr<std::vector<std::string>> DevicesOf(const Assignment& assignment,
+                                               const ContainerAssignment& ca,
+                                               const std::vector<nlohmann::json>& pods,
+                                               std::vector<GpuGrant>* shares);
+  // Holds the container to `shares`: its limit file under pods/<uid>/<container>, and for a
+  // share on a GPU in MPS mode its MPS client there.
+  Status LimitShares(const std::string& uid, const ContainerAssignment& ca,
+                     const std::string& pod_key, const std::vector<GpuGrant>& shares,
+                     ContainerAllocation* out);
   StatusOr<std::string> MigUuid(int gpu, const MigGrant& grant,
                                 const std::vector<nlohmann::json>& pods);
   // What the kubelet lists now; nullopt without the API or when it fails (logged once until it

@@ -2,7 +2,6 @@
 #include "k8s/inventory.h"
 
 #include <nlohmann/json.hpp>
-
 #include <set>
 
 #include "k8s/json_fields.h"
@@ -30,8 +29,8 @@ json InventoryToJson(const NodeInventory& inventory) {
     if (g.mode == GpuMode::kMig) {
       json instances = json::array();
       for (const MigInstanceInfo& m : g.mig) {
-        json instance = {{"profile", m.profile}, {"start", m.start}, {"size", m.size},
-                         {"uuid", m.uuid}};
+        json instance = {
+            {"profile", m.profile}, {"start", m.start}, {"size", m.size}, {"uuid", m.uuid}};
         if (!m.pod.empty()) instance["pod"] = m.pod;
         instances.push_back(std::move(instance));
       }
@@ -39,7 +38,12 @@ json InventoryToJson(const NodeInventory& inventory) {
     }
     gpus.push_back(std::move(gpu));
   }
-  return {{"version", 1}, {"slots_per_gpu", inventory.slots_per_gpu}, {"gpus", std::move(gpus)}};
+  json document = {
+      {"version", 1}, {"slots_per_gpu", inventory.slots_per_gpu}, {"gpus", std::move(gpus)}};
+  if (inventory.compute_policy) {
+    document["compute_policy"] = ComputePolicyName(*inventory.compute_policy);
+  }
+  return document;
 }
 
 StatusOr<NodeInventory> InventoryFromJson(const json& document) {
@@ -50,7 +54,18 @@ StatusOr<NodeInventory> InventoryFromJson(const json& document) {
                                 "; this gpufrac reads version 1 (upgrade the extender)");
   }
   NodeInventory inventory;
-  GPUFRAC_ASSIGN_OR_RETURN(inventory.slots_per_gpu, JsonField<int>(document, "slots_per_gpu", where));
+  GPUFRAC_ASSIGN_OR_RETURN(inventory.slots_per_gpu,
+                           JsonField<int>(document, "slots_per_gpu", where));
+  const std::string none;
+  GPUFRAC_ASSIGN_OR_RETURN(std::string policy,
+                           JsonField<std::string>(document, "compute_policy", where, &none));
+  if (!policy.empty()) {
+    inventory.compute_policy = ParseComputePolicy(policy);
+    if (!inventory.compute_policy) {
+      return InvalidArgumentError(where + ".compute_policy is \"" + policy +
+                                  "\"; expected fair, strict or off (upgrade the extender)");
+    }
+  }
   GPUFRAC_ASSIGN_OR_RETURN(json gpus, JsonField<json>(document, "gpus", where));
   if (!gpus.is_array()) return InvalidArgumentError(where + ".gpus is not a list");
   std::set<int> seen;

@@ -4,12 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
+#include "common/compute_share.h"
 #include "common/status.h"
 #include "gpu/gpu_mode.h"
 
@@ -29,8 +30,8 @@ struct MigInstanceInfo {
   std::string profile;  // "2g.20gb"
   int start = 0;        // Placement, in memory slices.
   int size = 0;
-  std::string uuid;     // "MIG-..."; "" when unknown.
-  std::string pod;      // "namespace/name" of the pod it serves; "" when idle.
+  std::string uuid;  // "MIG-..."; "" when unknown.
+  std::string pod;   // "namespace/name" of the pod it serves; "" when idle.
   friend bool operator==(const MigInstanceInfo&, const MigInstanceInfo&) = default;
 };
 
@@ -48,6 +49,11 @@ struct GpuInfo {
 struct NodeInventory {
   std::vector<GpuInfo> gpus;  // By index.
   int slots_per_gpu = 0;      // Pods that may share one GPU (the device plugin's slots).
+  // How the agent divides a shared GPU's time (--gpu-compute-policy): the extender decides each
+  // share's compute pair by it where it places a pod, and carries the pair in the assignment.
+  // nullopt from an agent that publishes none (one older than the field): the agent then decides
+  // the pairs at Allocate.
+  std::optional<ComputePolicy> compute_policy = std::nullopt;
   friend bool operator==(const NodeInventory&, const NodeInventory&) = default;
 };
 

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "common/compute_share.h"
+#include "common/log.h"
 #include "common/text.h"
 #include "common/units.h"
 #include "gpu/catalogue.h"
@@ -42,6 +43,9 @@ struct Group : pl::GpuGroup {
 struct NodeEntry {
   NodeInventory inventory;
   std::vector<Group> groups;
+  // Why the node's shared and whole GPUs are not placed at all ("" when they are): they break
+  // placement::GroupHostGpus's rule (more alike GPUs than a placement node holds).
+  std::string ungrouped;
   bool has_mig = false;  // Some healthy GPU in MIG mode.
 };
 
@@ -60,15 +64,6 @@ struct Booking {
   std::vector<Taken> taken;
   bool overbooked = false;
 };
-
-// Takes p's share of one GPU on a copy of a placement node (the multi-container path).
-void TakeOnCopy(pl::Node& n, pl::GpuSet gpus, const pl::Request& p) {
-  for (int s = 0; s < n.spec.gpu_count; ++s) {
-    if (!(gpus >> s & 1)) continue;
-    n.gpu_free_milli[s] -= p.gpu_milli;
-    if (n.spec.gpu_memory_bytes > 0) n.gpu_free_memory[s] -= p.gpu_memory_bytes;
-  }
-}
 
 // A copy of a placement node in which `gpus` have nothing free.
 pl::Node WithoutGpus(pl::Node n, pl::GpuSet gpus) {
@@ -111,7 +106,9 @@ struct Ledger::Impl {
 
   // ---- Building ----
 
-  static std::vector<Group> GroupsOf(const NodeInventory& inventory) {
+  // The node's alike GPUs as groups; the error of placement::GroupHostGpus (the one rule for
+  // more alike GPUs than a placement node holds, as gpufracd follows it) when it has too many.
+  static StatusOr<std::vector<Group>> GroupsOf(const NodeInventory& inventory) {
     std::vector<int> index;  // Of each GPU placement may use.
     std::vector<pl::HostGpu> usable;
     for (const GpuInfo& gpu : inventory.gpus) {
@@ -124,14 +121,11 @@ struct Ledger::Impl {
                         // A share there is of one GPU, as gpufracd places it.
                         .mps = gpu.mode == GpuMode::kMps});
     }
+    GPUFRAC_ASSIGN_OR_RETURN(std::vector<pl::GpuGroup> alike, pl::GroupHostGpus(usable));
     std::vector<Group> groups;
-    for (pl::GpuGroup& alike : pl::GroupHostGpus(usable)) {
+    for (pl::GpuGroup& a : alike) {
       Group g;
-      static_cast<pl::GpuGroup&>(g) = std::move(alike);
-      // A placement node holds at most kMaxGpusPerNode GPUs; the rest are not offered.
-      if (g.members.size() > static_cast<size_t>(pl::kMaxGpusPerNode)) {
-        g.members.resize(pl::kMaxGpusPerNode);
-      }
+      static_cast<pl::GpuGroup&>(g) = std::move(a);
       for (int pos : g.members) g.gpus.push_back(index[pos]);
       groups.push_back(std::move(g));
     }
@@ -326,153 +320,217 @@ struct Ledger::Impl {
     Assignment assignment;  // Filled when `choose`.
   };
 
+  // What one Decide works on: the node, and for a pod of several containers copies of its
+  // placement nodes, on which each container is taken before the next is placed (they must fit
+  // together). Who holds the MPS GPUs and the MIG slice maps are read when first needed.
+  struct Pass {
+    const std::string& name;
+    const NodeEntry& entry;
+    bool single;                  // The pod has one container: judged on the cluster itself.
+    std::vector<pl::Node> views;  // By group; for a pod of several containers.
+    std::optional<MpsUsers> mps_users;
+    std::optional<std::vector<mig::MigGpu>> mig_gpus;
+  };
+
+  Pass StartPass(const std::string& name, const NodeEntry& entry, const PodRequest& request) {
+    Pass pass{name, entry, request.containers.size() == 1, {}, std::nullopt, std::nullopt};
+    if (!pass.single) {
+      for (const Group& g : entry.groups) {
+        pass.views.push_back(g.cluster_node >= 0 ? cluster->node(g.cluster_node) : pl::Node{});
+      }
+    }
+    return pass;
+  }
+
+  MpsUsers& UsersOf(Pass& pass) const {
+    if (!pass.mps_users) pass.mps_users = MpsUsersOf(pass.name);
+    return *pass.mps_users;
+  }
+
+  // The placement node a container of the pass is judged on: the cluster's, or the pod's copy.
+  const pl::Node& NodeOf(const Pass& pass, int group) const {
+    const Group& g = pass.entry.groups[group];
+    return pass.single ? cluster->node(g.cluster_node) : pass.views[group];
+  }
+
+  // A container's best group of shared or whole GPUs by the policy's score, and what the search
+  // learnt for the reason when there is none.
+  struct GroupChoice {
+    int group = -1;  // -1: none has room now.
+    double score = 0;
+    pl::Request request;          // What it takes on each GPU there.
+    pl::GpuSet held = 0;          // The group's MPS GPUs that serve other users.
+    bool could_ever = false;      // Some group could hold it were it free.
+    bool held_by_others = false;  // It would fit on MPS GPUs that other users hold.
+    bool unenforced = false;      // A share it may not have: the pod can remove the limits.
+  };
+
+  GroupChoice BestGroup(Pass& pass, const ContainerRequest& c, const PodRequest& request) {
+    GroupChoice best;
+    for (size_t gi = 0; gi < pass.entry.groups.size(); ++gi) {
+      const Group& g = pass.entry.groups[gi];
+      if (g.cluster_node < 0) continue;
+      std::optional<pl::Request> p = pl::RequestOnGroup(c.request, g);
+      if (!p) continue;
+      if (p->gpu_milli < pl::kMilli && !request.unenforced.empty()) {
+        best.unenforced = true;
+        continue;
+      }
+      best.could_ever = true;
+      const pl::Node& whole = NodeOf(pass, static_cast<int>(gi));
+      const pl::GpuSet held = g.mps ? HeldByOthers(g, UsersOf(pass), c.run_as) : 0;
+      std::optional<double> score;
+      if (held != 0) {  // Rare (MPS GPUs of several users): judged on a copy.
+        const pl::Node view = WithoutGpus(whole, held);
+        if (pl::Fits(view, *p)) {
+          score = policy->policy().Score(view, *p);
+        } else if (pl::Fits(whole, *p)) {
+          best.held_by_others = true;
+        }
+      } else if (pass.single) {
+        score = scheduler->Score(g.cluster_node, *p);
+      } else if (pl::Fits(whole, *p)) {
+        score = policy->policy().Score(whole, *p);
+      }
+      if (score && (best.group < 0 || *score > best.score)) {
+        best.group = static_cast<int>(gi);
+        best.score = *score;
+        best.request = *p;
+        best.held = held;
+      }
+    }
+    return best;
+  }
+
+  // Gives `c` the GPUs of its chosen group, takes them on the pod's copy so that its later
+  // containers see them taken, and fills `granted` when `choose`. (A filter of a pod of one
+  // container needs only the score: not called.)
+  void TakeGroup(Pass& pass, const ContainerRequest& c, const GroupChoice& best, bool choose,
+                 ContainerAssignment& granted) {
+    const Group& g = pass.entry.groups[best.group];
+    const pl::Node& n = NodeOf(pass, best.group);
+    const pl::GpuSet gpus =
+        policy->policy().ChooseGpus(best.held != 0 ? WithoutGpus(n, best.held) : n, best.request);
+    if (!pass.single) pl::Take(pass.views[best.group], gpus, best.request);
+    for (size_t s = 0; s < g.gpus.size(); ++s) {
+      if (!(gpus >> s & 1)) continue;
+      granted.gpus.push_back({.index = g.gpus[s],
+                              .uuid = UuidOf(pass.entry, g.gpus[s]),
+                              .milli = best.request.gpu_milli,
+                              .memory_bytes = best.request.gpu_memory_bytes,
+                              .mig = std::nullopt});
+      // Later containers of the pod see the GPU taken by this one's user.
+      if (g.mps) UsersOf(pass)[g.gpus[s]].insert(c.run_as);
+    }
+    if (g.mps) granted.mps_user = c.run_as;
+    // Only a share has a compute limit and pair (a whole GPU has all of its time).
+    if (choose && best.request.gpu_milli < pl::kMilli) {
+      granted.compute_limit_milli = AskedComputeLimit(c.request);
+      DecideComputePairs(pass.entry, granted);
+    }
+  }
+
+  // The pair of each of the container's shares, by the node's policy, decided once here and
+  // carried in the assignment; none where the node's agent publishes no policy (it decides them).
+  static void DecideComputePairs(const NodeEntry& entry, ContainerAssignment& granted) {
+    if (!entry.inventory.compute_policy) return;
+    for (GpuGrant& g : granted.gpus) {
+      g.compute =
+          DecideComputePair(g.milli, granted.compute_limit_milli, *entry.inventory.compute_policy);
+    }
+  }
+
+  // Dynamic MIG: a MIG profile, or one GPU's memory or fraction, on a GPU in MIG mode. True when
+  // placed (the grant in `granted`, and the instance busy for the pod's later containers); else
+  // sets `could_ever` when some MIG GPU here could hold it once free.
+  bool PlaceOnMig(Pass& pass, const ContainerRequest& c, ContainerAssignment& granted,
+                  bool& could_ever) {
+    if (c.request.gpus != 1 || c.request.kind == GpuRequest::Kind::kWholeGpus) return false;
+    if (!pass.mig_gpus) {
+      pass.mig_gpus =
+          pass.entry.has_mig ? MigGpusOf(pass.name, pass.entry) : std::vector<mig::MigGpu>{};
+    }
+    std::vector<mig::MigGpu>& gpus = *pass.mig_gpus;
+    if (gpus.empty()) return false;
+    StatusOr<mig::Plan> plan =
+        mig::PlanRequest(gpus, c.request, mig::PlacementRule::kGpufrac, mig_demand.demand());
+    if (!plan.ok()) {
+      for (const mig::MigGpu& g : gpus) {
+        if (WhyNeverOnMig(c, *g.model).empty()) could_ever = true;
+      }
+      return false;
+    }
+    const mig::MigGpu& g = *std::find_if(gpus.begin(), gpus.end(),
+                                         [&](const mig::MigGpu& m) { return m.gpu == plan->gpu; });
+    const gpu::MigProfile& profile = g.model->profiles[plan->profile];
+    GpuGrant grant{.index = plan->gpu,
+                   .uuid = UuidOf(pass.entry, plan->gpu),
+                   .milli = mig::ProfileMilli(*g.model, profile),
+                   .memory_bytes = profile.memory_bytes,
+                   .mig = MigGrant{gpu::MigProfileName(*g.model, profile), plan->placement.start,
+                                   plan->placement.size}};
+    AddBookedInstance(gpus, grant);
+    granted.gpus.push_back(std::move(grant));
+    return true;
+  }
+
+  // Why `c` fits nowhere on the node, from what the search learnt.
+  std::string WhyNot(const Pass& pass, const ContainerRequest& c, const PodRequest& request,
+                     const GroupChoice& search) {
+    if (search.unenforced && !search.could_ever) return UnenforcedMessage(request.unenforced);
+    if (search.could_ever && !search.held_by_others) {
+      // The same words for every busy node: built once per request (thousands of nodes may be
+      // full).
+      if (busy_reason_for != &c) {
+        busy_reason = Which(c) + "not enough free GPU capacity on this node now";
+        busy_reason_for = &c;
+      }
+      return busy_reason;
+    }
+    if (search.held_by_others) {
+      return Which(c) +
+             "the MPS GPUs with room on this node serve other users' containers, and an MPS GPU "
+             "serves one user at a time (this container runs as " +
+             c.run_as + ")";
+    }
+    return Which(c) + "no GPU on this node can hold it: " + WhyNeverHere(pass.entry, c);
+  }
+
+  // "container main (4 GiB of one GPU): ", the start of a reason about `c`.
+  static std::string Which(const ContainerRequest& c) {
+    return "container " + c.container + " (" + DescribeRequest(c) + "): ";
+  }
+
+  // Whether `request` fits node `name`, its score, and with `choose` the exact GPUs: each
+  // container on its best group of shared or whole GPUs, else on a MIG GPU; the first that
+  // fits nowhere says why.
   Outcome Decide(const std::string& name, const NodeEntry& entry, const PodRequest& request,
                  bool choose) {
     Outcome out;
-    if (choose) out.assignment.node = name;
-    const bool single = request.containers.size() == 1;
-    // Copies for pods of several containers, which must fit together.
-    std::vector<pl::Node> views;
-    std::vector<mig::MigGpu> mig_gpus;
-    bool mig_built = false;
-    if (!single) {
-      for (const Group& g : entry.groups) {
-        views.push_back(g.cluster_node >= 0 ? cluster->node(g.cluster_node) : pl::Node{});
-      }
+    if (choose) {
+      out.assignment.node = name;
+      out.assignment.compute_policy = entry.inventory.compute_policy;
     }
-    // Who holds the node's MPS GPUs: read from its bookings when a request could go there.
-    std::optional<MpsUsers> mps_users;
-    auto users = [&]() -> MpsUsers& {
-      if (!mps_users) mps_users = MpsUsersOf(name);
-      return *mps_users;
-    };
+    Pass pass = StartPass(name, entry, request);
     for (const ContainerRequest& c : request.containers) {
       ContainerAssignment granted;
       if (choose) {
         granted.container = c.container;
         granted.device_plugin = c.device_plugin;
       }
-      // 1. Shared and whole GPUs: the best group by the policy's score.
-      std::optional<double> best_score;
-      int best_group = -1;
-      pl::Request best_request;
-      pl::GpuSet best_held = 0;
-      bool could_ever = false;
-      bool held_by_others = false;  // It would fit on MPS GPUs that other users hold.
-      bool unenforced = false;      // A share it may not have: the pod can remove the limits.
-      for (size_t gi = 0; gi < entry.groups.size(); ++gi) {
-        const Group& g = entry.groups[gi];
-        if (g.cluster_node < 0) continue;
-        std::optional<pl::Request> p = pl::RequestOnGroup(c.request, g);
-        if (!p) continue;
-        if (p->gpu_milli < pl::kMilli && !request.unenforced.empty()) {
-          unenforced = true;
-          continue;
-        }
-        could_ever = true;
-        const pl::Node& whole = single ? cluster->node(g.cluster_node) : views[gi];
-        const pl::GpuSet held = g.mps ? HeldByOthers(g, users(), c.run_as) : 0;
-        std::optional<double> score;
-        if (held != 0) {  // Rare (MPS GPUs of several users): judged on a copy.
-          const pl::Node view = WithoutGpus(whole, held);
-          if (pl::Fits(view, *p)) {
-            score = policy->policy().Score(view, *p);
-          } else if (pl::Fits(whole, *p)) {
-            held_by_others = true;
-          }
-        } else if (single) {
-          score = scheduler->Score(g.cluster_node, *p);
-        } else if (pl::Fits(whole, *p)) {
-          score = policy->policy().Score(whole, *p);
-        }
-        if (score && (!best_score || *score > *best_score)) {
-          best_score = score;
-          best_group = static_cast<int>(gi);
-          best_request = *p;
-          best_held = held;
-        }
-      }
-      if (best_group >= 0) {
-        out.score += *best_score;
-        const Group& g = entry.groups[best_group];
-        if (choose || !single) {
-          const pl::Node& n = single ? cluster->node(g.cluster_node) : views[best_group];
-          pl::GpuSet gpus = policy->policy().ChooseGpus(
-              best_held != 0 ? WithoutGpus(n, best_held) : n, best_request);
-          if (!single) TakeOnCopy(views[best_group], gpus, best_request);
-          for (size_t s = 0; s < g.gpus.size(); ++s) {
-            if (!(gpus >> s & 1)) continue;
-            granted.gpus.push_back({.index = g.gpus[s],
-                                    .uuid = UuidOf(entry, g.gpus[s]),
-                                    .milli = best_request.gpu_milli,
-                                    .memory_bytes = best_request.gpu_memory_bytes,
-                                    .mig = std::nullopt});
-            // Later containers of the pod see the GPU taken by this one's user.
-            if (g.mps) users()[g.gpus[s]].insert(c.run_as);
-          }
-          if (g.mps) granted.mps_user = c.run_as;
-        }
-        if (choose) {
-          // Only a share has a compute limit (a whole GPU has all of its time).
-          if (best_request.gpu_milli < pl::kMilli) {
-            granted.compute_limit_milli = AskedComputeLimit(c.request);
-          }
-          out.assignment.containers.push_back(std::move(granted));
-        }
-        continue;
-      }
-      // 2. Dynamic MIG: a MIG profile, or one GPU's memory or fraction on a MIG GPU.
-      if (c.request.gpus == 1 && c.request.kind != GpuRequest::Kind::kWholeGpus) {
-        if (!mig_built && entry.has_mig) {
-          mig_gpus = MigGpusOf(name, entry);
-          mig_built = true;
-        }
-        if (!mig_gpus.empty()) {
-          StatusOr<mig::Plan> plan = mig::PlanRequest(
-              mig_gpus, c.request, mig::PlacementRule::kGpufrac, mig_demand.demand());
-          if (plan.ok()) {
-            mig::MigGpu& g =
-                *std::find_if(mig_gpus.begin(), mig_gpus.end(),
-                              [&](const mig::MigGpu& m) { return m.gpu == plan->gpu; });
-            const gpu::MigProfile& profile = g.model->profiles[plan->profile];
-            GpuGrant grant{.index = plan->gpu,
-                           .uuid = UuidOf(entry, plan->gpu),
-                           .milli = mig::ProfileMilli(*g.model, profile),
-                           .memory_bytes = profile.memory_bytes,
-                           .mig = MigGrant{gpu::MigProfileName(*g.model, profile),
-                                           plan->placement.start, plan->placement.size}};
-            AddBookedInstance(mig_gpus, grant);  // Later containers see it taken.
-            granted.gpus.push_back(std::move(grant));
-            if (choose) out.assignment.containers.push_back(std::move(granted));
-            continue;
-          }
-          // No room now, unless no MIG GPU here could ever hold it.
-          for (const mig::MigGpu& g : mig_gpus) {
-            if (WhyNeverOnMig(c, *g.model).empty()) could_ever = true;
-          }
-        }
-      }
-      if (unenforced && !could_ever) {
-        out.reason = UnenforcedMessage(request.unenforced);
-      } else if (held_by_others) {
-        out.reason = "container " + c.container + " (" + DescribeRequest(c) +
-                     "): the MPS GPUs with room on this node serve other users' containers, and "
-                     "an MPS GPU serves one user at a time (this container runs as " +
-                     c.run_as + ")";
-      } else if (could_ever) {
-        // The same words for every busy node: built once per request (thousands of nodes may
-        // be full).
-        if (busy_reason_for != &c) {
-          busy_reason = "container " + c.container + " (" + DescribeRequest(c) +
-                        "): not enough free GPU capacity on this node now";
-          busy_reason_for = &c;
-        }
-        out.reason = busy_reason;
+      GroupChoice best = BestGroup(pass, c, request);
+      bool placed = best.group >= 0;
+      if (placed) {
+        out.score += best.score;
+        if (choose || !pass.single) TakeGroup(pass, c, best, choose, granted);
       } else {
-        out.reason = "container " + c.container + " (" + DescribeRequest(c) +
-                     "): no GPU on this node can hold it: " + WhyNeverHere(entry, c);
+        placed = PlaceOnMig(pass, c, granted, best.could_ever);
       }
-      return out;
+      if (!placed) {
+        out.reason = WhyNot(pass, c, request, best);
+        return out;
+      }
+      if (choose) out.assignment.containers.push_back(std::move(granted));
     }
     out.fits = true;
     // Below the policies' resolution (their scores step by whole points): among nodes they score
@@ -520,6 +578,7 @@ struct Ledger::Impl {
         why = model ? WhyNeverOnMig(c, *model)
                     : "in MIG mode, of a model gpufrac has no MIG facts of";
       } else if (g.healthy) {
+        why = entry.ungrouped;  // Its GPUs are in no group when there is a reason.
         for (const Group& group : entry.groups) {
           if (std::find(group.gpus.begin(), group.gpus.end(), g.index) != group.gpus.end()) {
             why = WhyNeverOnGroup(c, group);
@@ -557,7 +616,15 @@ void Ledger::SetNode(const std::string& node, const NodeInventory& inventory) {
   if (it != impl_->nodes.end() && it->second.inventory == inventory) return;
   bool has_mig = std::any_of(inventory.gpus.begin(), inventory.gpus.end(),
                              [](const GpuInfo& g) { return g.mode == GpuMode::kMig && g.healthy; });
-  impl_->nodes[node] = NodeEntry{inventory, Impl::GroupsOf(inventory), has_mig};
+  StatusOr<std::vector<Group>> groups = Impl::GroupsOf(inventory);
+  NodeEntry& entry = impl_->nodes[node] = NodeEntry{inventory, {}, "", has_mig};
+  if (groups.ok()) {
+    entry.groups = std::move(*groups);
+  } else {
+    entry.ungrouped = groups.status().message();
+    LogWarning("node %s: its shared and whole GPUs are not offered: %s", node.c_str(),
+               entry.ungrouped.c_str());
+  }
   impl_->dirty = true;
   ++impl_->version;
 }

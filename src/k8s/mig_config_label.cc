@@ -9,6 +9,7 @@
 #include "gpu/catalogue.h"
 #include "k8s/kube_cluster_api.h"
 #include "k8s/object_fields.h"
+#include "machine/mig_targets.h"
 #include "mig/apply.h"
 
 namespace gpufrac::k8s {
@@ -67,13 +68,8 @@ std::vector<mig::ApplyTarget> MigConfigLabel::Targets() const {
   for (const machine::NodeGpu& g : gpus_->inventory.gpus) {
     const std::vector<int>& mine = options_.gpus.static_mig;
     if (std::find(mine.begin(), mine.end(), g.index) == mine.end()) continue;
-    auto driver = gpus_->mig_models.find(g.index);
-    targets.push_back({.index = g.index,
-                       .model = g.model.empty() ? nullptr : gpu::FindModel(g.model),
-                       .mig_enabled = g.mode == gpu::GpuMode::kMig,
-                       .mig_model = driver != gpus_->mig_models.end() ? driver->second
-                                                                      : gpu::FindMigModel(g.model),
-                       .busy = false});
+    // Busy or not is asked of the driver and the pods (BusyReason), not told.
+    targets.push_back(machine::MigApplyTarget(g, gpus_->mig_models, /*busy=*/false));
   }
   return targets;
 }

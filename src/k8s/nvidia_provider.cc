@@ -11,17 +11,10 @@
 #include "common/units.h"
 #include "gpu/catalogue.h"
 #include "k8s/container_gpus.h"
+#include "launch/grant_limits.h"
 
 namespace gpufrac::k8s {
 namespace {
-
-// How many of the replicas of one GPU a container was given.
-struct GpuCount {
-  int gpu = 0;
-  std::string uuid;  // The GPU's (a MIG instance's for an instance).
-  int given = 0;
-  int replicas = 0;  // 0: the whole GPU (not shared).
-};
 
 // Base 36, for short unique workload ids.
 std::string Base36(uint64_t value) {
@@ -34,6 +27,23 @@ std::string Base36(uint64_t value) {
 }
 
 }  // namespace
+
+// Each GPU (or MIG instance) of `given` once, in the order given, with how many of its replicas.
+std::vector<NvidiaProvider::GpuCount> NvidiaProvider::CountsOf(
+    const std::vector<NvidiaDevice>& given) {
+  std::vector<GpuCount> counts;
+  for (const NvidiaDevice& d : given) {
+    const std::string uuid = d.replicas > 0 ? d.id.substr(0, d.id.rfind("::")) : d.id;
+    auto it = std::find_if(counts.begin(), counts.end(),
+                           [&uuid](const GpuCount& c) { return c.uuid == uuid; });
+    if (it == counts.end()) {
+      counts.push_back({.gpu = d.gpu, .uuid = uuid, .given = 0, .replicas = d.replicas});
+      it = counts.end() - 1;
+    }
+    ++it->given;
+  }
+  return counts;
+}
 
 std::string NvidiaReplicaId(std::string_view uuid, int replica) {
   return std::string(uuid) + "::" + std::to_string(replica);
@@ -200,20 +210,7 @@ std::vector<PluginDevice> NvidiaProvider::Devices() {
 }
 
 StatusOr<ContainerAllocation> NvidiaProvider::Allocate(const std::vector<std::string>& device_ids) {
-  std::vector<NvidiaDevice> given;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const std::string& id : device_ids) {
-      auto it = std::find_if(devices_.begin(), devices_.end(),
-                             [&id](const NvidiaDevice& d) { return d.id == id; });
-      if (it == devices_.end()) {
-        return NotFoundError(resource_ + " has no device " + id +
-                             " on this node any more (its GPU or MIG instance is gone); delete "
-                             "the pod to schedule it again");
-      }
-      given.push_back(*it);
-    }
-  }
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<NvidiaDevice> given, Given(device_ids));
   const bool any_replica =
       std::any_of(given.begin(), given.end(), [](const NvidiaDevice& d) { return d.replicas > 0; });
   if (any_replica && given.size() > 1 && limits_.fail_requests_greater_than_one) {
@@ -223,19 +220,7 @@ StatusOr<ContainerAllocation> NvidiaProvider::Allocate(const std::vector<std::st
         "sets failRequestsGreaterThanOne), and this one asks for " +
         std::to_string(given.size()) + "; ask for " + resource_ + ": 1");
   }
-
-  // Each GPU (or MIG instance) once, in the order given, with how many of its replicas.
-  std::vector<GpuCount> counts;
-  for (const NvidiaDevice& d : given) {
-    const std::string uuid = d.replicas > 0 ? d.id.substr(0, d.id.rfind("::")) : d.id;
-    auto it = std::find_if(counts.begin(), counts.end(),
-                           [&uuid](const GpuCount& c) { return c.uuid == uuid; });
-    if (it == counts.end()) {
-      counts.push_back({.gpu = d.gpu, .uuid = uuid, .given = 0, .replicas = d.replicas});
-      it = counts.end() - 1;
-    }
-    ++it->given;
-  }
+  const std::vector<GpuCount> counts = CountsOf(given);
   std::vector<std::string> uuids;
   std::vector<int> indexes;
   for (const GpuCount& c : counts) {
@@ -244,84 +229,111 @@ StatusOr<ContainerAllocation> NvidiaProvider::Allocate(const std::vector<std::st
   }
   ContainerAllocation out;
   ExposeGpus(uuids, dev_dir_, indexes, &out);
-
-  // Limited when it shares a GPU with others: given fewer than all of some GPU's replicas. Every
-  // GPU it sees is then in its limit file (the limiter hides the others).
-  const bool shares = std::any_of(counts.begin(), counts.end(), [](const GpuCount& c) {
-    return c.replicas > 0 && c.given < c.replicas;
-  });
-  if (shares) {
-    if (limits_.limiter == nullptr) {
-      return InternalError(resource_ + " serves replicas without a limiter");
-    }
-    std::vector<launch::LimitedGpu> limited;
-    int mps_percentage = 100;
-    for (const GpuCount& c : counts) {
-      const GpuInfo* info = FindGpu(limits_.gpus, c.gpu);
-      if (info == nullptr) {
-        return NotFoundError("GPU " + std::to_string(c.gpu) + " of " + resource_ +
-                             " is not on this node any more; delete the pod to schedule it again");
-      }
-      launch::LimitedGpu g{.uuid = c.uuid,
-                           .limit_bytes = info->memory_bytes,
-                           .context_bytes = gpu::ContextChargeBytes(gpu::FindModel(info->model))};
-      if (c.replicas > 0 && c.given < c.replicas) {
-        g.limit_bytes = static_cast<uint64_t>(static_cast<unsigned __int128>(info->memory_bytes) *
-                                              c.given / c.replicas);
-        // k/N of the GPU's time, in thousandths (1 to 999: N is at most kMaxNvidiaReplicas).
-        const uint32_t milli = static_cast<uint32_t>(kMilliPerGpu * c.given / c.replicas);
-        if (limits_.kind == NvidiaSharingKind::kTimeSlicing) {
-          // As a gpufrac.io/gpu share that gives no compute limit: the policy's.
-          g.compute = DecideComputePair(milli, std::nullopt, limits_.compute_policy);
-        } else {
-          // NVIDIA's MPS replicas: each a k/N share of the SMs.
-          mps_percentage = std::min(mps_percentage, static_cast<int>(MpsThreadPercentage(milli)));
-        }
-      }
-      limited.push_back(g);
-    }
-    // Its smallest device id names its directory: no other live container holds that device
-    // (the kubelet hands a device on when its container is gone, or from a pod's init container
-    // to a container of the same pod that runs after it), and there are never more directories
-    // than devices. The workload id adds the time, so that a later container on the same
-    // replica is a new workload to the GPU's arbiter.
-    const std::string first = *std::min_element(device_ids.begin(), device_ids.end());
-    const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
-    const std::string subdir = "nvidia/" + LimiterWorkloadId(first);
-    GPUFRAC_RETURN_IF_ERROR(limits_.limiter->Limit(
-        subdir, LimiterWorkloadId("nv-" + Base36(static_cast<uint64_t>(now_ms)) + "-" + first),
-        limited, &out));
-    if (limits_.kind == NvidiaSharingKind::kMps) {
-      // One pipe directory per container: its replicas must all be of one GPU (one daemon).
-      const GpuCount* shared = nullptr;
-      for (const GpuCount& c : counts) {
-        if (c.replicas == 0 || c.given >= c.replicas) continue;
-        if (shared != nullptr) {
-          return InvalidArgumentError(
-              "a container on MPS may take replicas of one GPU, and this one has replicas of " +
-              shared->uuid + " and " + c.uuid + "; ask for replicas of one GPU");
-        }
-        shared = &c;
-      }
-      if (limits_.mps == nullptr) {
-        return InternalError(resource_ + " serves MPS replicas without MPS daemons");
-      }
-      const GpuInfo* info = FindGpu(limits_.gpus, shared->gpu);
-      const uint64_t pinned = static_cast<uint64_t>(
-          static_cast<unsigned __int128>(info->memory_bytes) * shared->given / shared->replicas);
-      GPUFRAC_RETURN_IF_ERROR(
-          limits_.mps->Join(subdir,
-                            {.index = shared->gpu,
-                             .uuid = shared->uuid,
-                             .thread_percentage = static_cast<unsigned>(mps_percentage),
-                             .pinned_mib = pinned >> 20},
-                            &out));
-    }
+  // Limited when it shares a GPU with others: given fewer than all of some GPU's replicas.
+  if (std::any_of(counts.begin(), counts.end(), [](const GpuCount& c) { return c.Shares(); })) {
+    GPUFRAC_RETURN_IF_ERROR(LimitReplicas(counts, device_ids, &out));
   }
   LogInfo("allocated %s: %s", resource_.c_str(), out.envs["CUDA_VISIBLE_DEVICES"].c_str());
   return out;
+}
+
+StatusOr<std::vector<NvidiaDevice>> NvidiaProvider::Given(
+    const std::vector<std::string>& device_ids) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<NvidiaDevice> given;
+  for (const std::string& id : device_ids) {
+    auto it = std::find_if(devices_.begin(), devices_.end(),
+                           [&id](const NvidiaDevice& d) { return d.id == id; });
+    if (it == devices_.end()) {
+      return NotFoundError(resource_ + " has no device " + id +
+                           " on this node any more (its GPU or MIG instance is gone); delete "
+                           "the pod to schedule it again");
+    }
+    given.push_back(*it);
+  }
+  return given;
+}
+
+StatusOr<std::vector<launch::GpuGrant>> NvidiaProvider::ReplicaGrants(
+    const std::vector<GpuCount>& counts) const {
+  std::vector<launch::GpuGrant> grants;
+  for (const GpuCount& c : counts) {
+    const GpuInfo* info = FindGpu(limits_.gpus, c.gpu);
+    if (info == nullptr) {
+      return NotFoundError("GPU " + std::to_string(c.gpu) + " of " + resource_ +
+                           " is not on this node any more; delete the pod to schedule it again");
+    }
+    launch::GpuGrant g{
+        .index = c.gpu, .uuid = c.uuid, .milli = kMilliPerGpu, .memory_bytes = info->memory_bytes};
+    if (c.Shares()) {
+      g.memory_bytes = static_cast<uint64_t>(static_cast<unsigned __int128>(info->memory_bytes) *
+                                             c.given / c.replicas);
+      // k/N of the GPU's time, in thousandths (1 to 999: N is at most kMaxNvidiaReplicas).
+      g.milli = static_cast<uint32_t>(kMilliPerGpu * c.given / c.replicas);
+      g.compute = limits_.kind == NvidiaSharingKind::kTimeSlicing
+                      // As a gpufrac.io/gpu share that gives no compute limit: the policy's.
+                      ? DecideComputePair(g.milli, std::nullopt, limits_.compute_policy)
+                      // NVIDIA's MPS replicas: each held to its k/N share of the SMs.
+                      : std::optional<ComputePair>(ComputePair{g.milli, g.milli});
+    }
+    grants.push_back(std::move(g));
+  }
+  return grants;
+}
+
+Status NvidiaProvider::LimitReplicas(const std::vector<GpuCount>& counts,
+                                     const std::vector<std::string>& device_ids,
+                                     ContainerAllocation* out) {
+  if (limits_.limiter == nullptr) {
+    return InternalError(resource_ + " serves replicas without a limiter");
+  }
+  const bool mps = limits_.kind == NvidiaSharingKind::kMps;
+  if (mps) {
+    // One pipe directory per container: its replicas must all be of one GPU (one daemon).
+    const GpuCount* shared = nullptr;
+    for (const GpuCount& c : counts) {
+      if (!c.Shares()) continue;
+      if (shared != nullptr) {
+        return InvalidArgumentError(
+            "a container on MPS may take replicas of one GPU, and this one has replicas of " +
+            shared->uuid + " and " + c.uuid + "; ask for replicas of one GPU");
+      }
+      shared = &c;
+    }
+    if (limits_.mps == nullptr) {
+      return InternalError(resource_ + " serves MPS replicas without MPS daemons");
+    }
+  }
+  GPUFRAC_ASSIGN_OR_RETURN(std::vector<launch::GpuGrant> grants, ReplicaGrants(counts));
+  // Every GPU it sees is in its limit file (the limiter hides the others); a whole GPU beside
+  // its replicas is limited by nothing but its size.
+  StatusOr<launch::GrantLimits> limits = launch::LimitsOfGrants(
+      grants,
+      [this](int index) {
+        return gpu::ContextChargeBytes(gpu::FindModel(FindGpu(limits_.gpus, index)->model));
+      },
+      [&](int index) {
+        return mps && std::any_of(counts.begin(), counts.end(), [index](const GpuCount& c) {
+                 return c.gpu == index && c.Shares();
+               });
+      },
+      resource_ + " container");
+  if (!limits.ok()) return limits.status();
+  // Its smallest device id names its directory: no other live container holds that device
+  // (the kubelet hands a device on when its container is gone, or from a pod's init container
+  // to a container of the same pod that runs after it), and there are never more directories
+  // than devices. The workload id adds the time, so that a later container on the same
+  // replica is a new workload to the GPU's arbiter.
+  const std::string first = *std::min_element(device_ids.begin(), device_ids.end());
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  const std::string subdir = "nvidia/" + LimiterWorkloadId(first);
+  GPUFRAC_RETURN_IF_ERROR(limits_.limiter->Limit(
+      subdir, LimiterWorkloadId("nv-" + Base36(static_cast<uint64_t>(now_ms)) + "-" + first),
+      limits->gpus, out));
+  if (!limits->mps) return OkStatus();
+  return limits_.mps->Join(subdir, *limits->mps, out);
 }
 
 }  // namespace gpufrac::k8s

@@ -14,13 +14,14 @@
 #include <string_view>
 #include <vector>
 
+#include "common/compute_share.h"
 #include "common/status.h"
 #include "k8s/container_limiter.h"
 #include "k8s/container_mps.h"
 #include "k8s/device_provider.h"
 #include "k8s/inventory.h"
 #include "k8s/nvidia_sharing_config.h"
-#include "common/compute_share.h"
+#include "launch/gpu_grant.h"
 
 namespace gpufrac::k8s {
 
@@ -127,6 +128,27 @@ class NvidiaProvider : public DeviceProvider {
   StatusOr<ContainerAllocation> Allocate(const std::vector<std::string>& device_ids) override;
 
  private:
+  // How many of the replicas of one GPU a container was given.
+  struct GpuCount {
+    int gpu = 0;
+    std::string uuid;  // The GPU's (a MIG instance's for an instance).
+    int given = 0;
+    int replicas = 0;  // 0: the whole GPU (not shared).
+    // It has part of the GPU, shared with others (with all N replicas it has the GPU alone).
+    bool Shares() const { return replicas > 0 && given < replicas; }
+  };
+  static std::vector<GpuCount> CountsOf(const std::vector<NvidiaDevice>& given);
+  // The devices of `device_ids`; kNotFound for one this resource does not have.
+  StatusOr<std::vector<NvidiaDevice>> Given(const std::vector<std::string>& device_ids) const;
+  // What the container holds of each GPU as the launchers' grants: a share's k/N of the memory
+  // and of the time (its compute pair: the policy's limit under time-slicing, k/N under MPS);
+  // a GPU whose replicas it has all, the whole GPU.
+  StatusOr<std::vector<launch::GpuGrant>> ReplicaGrants(const std::vector<GpuCount>& counts) const;
+  // Holds a container given part of some GPU to its grants (launch::LimitsOfGrants): its limit
+  // file and under MPS its client of the GPU's daemon.
+  Status LimitReplicas(const std::vector<GpuCount>& counts,
+                       const std::vector<std::string>& device_ids, ContainerAllocation* out);
+
   const std::string resource_;
   const std::string dev_dir_;
   const NvidiaReplicaLimits limits_;

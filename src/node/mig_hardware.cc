@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "gpu/catalogue.h"
+#include "machine/mig_targets.h"
 #include "mig/apply.h"
 
 namespace gpufrac::node {
@@ -11,8 +11,7 @@ MigHardware::MigHardware(mig::MigBackend* backend, std::map<int, const gpu::MigM
     : backend_(backend), models_(std::move(models)) {}
 
 const gpu::MigModel* MigHardware::ModelOf(const machine::NodeGpu& gpu) const {
-  if (auto it = models_.find(gpu.index); it != models_.end()) return it->second;
-  return gpu.model.empty() ? nullptr : gpu::FindMigModel(gpu.model);
+  return machine::MigTablesOf(gpu, models_);
 }
 
 Status MigHardware::CheckDrives(const machine::NodeGpu& gpu) const {
@@ -42,11 +41,7 @@ StatusOr<std::vector<std::string>> MigHardware::Apply(const mig::MigPartedConfig
   if (!backend_) return UnavailableError("MIG control is not available here");
   std::vector<mig::ApplyTarget> targets;
   for (const machine::NodeGpu& g : gpus) {
-    targets.push_back({.index = g.index,
-                       .model = g.model.empty() ? nullptr : gpu::FindModel(g.model),
-                       .mig_enabled = g.mode == gpu::GpuMode::kMig,
-                       .mig_model = ModelOf(g),
-                       .busy = busy(g.index)});
+    targets.push_back(machine::MigApplyTarget(g, models_, busy(g.index)));
   }
   return mig::ApplyConfig(config, targets, *backend_);
 }

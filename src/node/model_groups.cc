@@ -40,7 +40,7 @@ StatusOr<ModelGroups> ModelGroups::Create(std::vector<machine::NodeGpu> gpus) {
                     .whole_only = gpu.mode == gpu::GpuMode::kWhole,
                     .mps = gpu.mode == gpu::GpuMode::kMps});
   }
-  out.groups_ = pl::GroupHostGpus(host);
+  GPUFRAC_ASSIGN_OR_RETURN(out.groups_, pl::GroupHostGpus(host));
   std::stable_sort(
       out.groups_.begin(), out.groups_.end(),
       [](const pl::GpuGroup& a, const pl::GpuGroup& b) { return a.memory_bytes < b.memory_bytes; });
@@ -53,11 +53,6 @@ StatusOr<ModelGroups> ModelGroups::Create(std::vector<machine::NodeGpu> gpus) {
   out.slot_of_.resize(out.gpus_.size());
   for (size_t g = 0; g < out.groups_.size(); ++g) {
     pl::GpuGroup& group = out.groups_[g];
-    if (group.members.size() > static_cast<size_t>(pl::kMaxGpusPerNode)) {
-      return InvalidArgumentError("more than " + std::to_string(pl::kMaxGpusPerNode) + " " +
-                                  out.ModelName(static_cast<int>(g)) +
-                                  " GPUs on one node are not supported");
-    }
     GPUFRAC_ASSIGN_OR_RETURN(
         group.model_id, out.names_.Intern(group.model.empty() ? "unknown-model" : group.model));
     for (size_t slot = 0; slot < group.members.size(); ++slot) {

@@ -67,20 +67,7 @@ StatusOr<Cluster> Cluster::Create(ModelNames models, std::vector<NodeSpec> specs
 }
 
 void Cluster::Apply(const Placement& p, const Request& r) {
-  Node& n = nodes_.at(p.node);
-  if (!PlacementFits(n, r, p.gpus)) {
-    std::fprintf(stderr, "gpufrac: internal error: placement on node %s does not fit\n",
-                 n.spec.name.c_str());
-    std::abort();
-  }
-  n.cpu_free -= r.cpu_milli;
-  n.memory_free -= r.memory_bytes;
-  for (int g = 0; g < n.spec.gpu_count; ++g) {
-    if (!(p.gpus >> g & 1)) continue;
-    n.gpu_free_milli[g] -= r.gpu_milli;
-    if (n.spec.gpu_memory_bytes > 0) n.gpu_free_memory[g] -= r.gpu_memory_bytes;
-  }
-  if (r.gpu_count > 0) ++n.gpu_workloads[GpuWorkloadKind(r)];
+  Take(nodes_.at(p.node), p.gpus, r);
   gpu_milli_allocated_ += r.TotalGpuMilli();
   change_log_.push_back(p.node);
 }

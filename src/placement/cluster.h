@@ -81,8 +81,9 @@ class Cluster {
   // GPU thousandths currently allocated.
   uint64_t GpuMilliAllocated() const { return gpu_milli_allocated_; }
 
-  // Takes r's resources on p.node and p.gpus. p must come from Fits()/a policy for this r:
-  // a placement that does not fit is a programming error (abort), never a silent over-commit.
+  // Takes r's resources on p.node and p.gpus (placement::Take, fit.h). p must come from
+  // Fits()/a policy for this r: a placement that does not fit is a programming error (abort),
+  // never a silent over-commit.
   void Apply(const Placement& p, const Request& r);
   // Gives back what Apply(p, r) took.
   void Release(const Placement& p, const Request& r);

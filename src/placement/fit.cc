@@ -2,6 +2,8 @@
 #include "placement/fit.h"
 
 #include <bit>
+#include <cstdio>
+#include <cstdlib>
 
 namespace gpufrac::placement {
 
@@ -65,6 +67,22 @@ void Withhold(Node& n, GpuSet gpus) {
     n.gpu_free_milli[s] = 0;
     n.gpu_free_memory[s] = 0;
   }
+}
+
+void Take(Node& n, GpuSet gpus, const Request& r) {
+  if (!PlacementFits(n, r, gpus)) {
+    std::fprintf(stderr, "gpufrac: internal error: placement on node %s does not fit\n",
+                 n.spec.name.c_str());
+    std::abort();
+  }
+  n.cpu_free -= r.cpu_milli;
+  n.memory_free -= r.memory_bytes;
+  for (int g = 0; g < n.spec.gpu_count; ++g) {
+    if (!(gpus >> g & 1)) continue;
+    n.gpu_free_milli[g] -= r.gpu_milli;
+    if (n.spec.gpu_memory_bytes > 0) n.gpu_free_memory[g] -= r.gpu_memory_bytes;
+  }
+  if (r.gpu_count > 0) ++n.gpu_workloads[GpuWorkloadKind(r)];
 }
 
 }  // namespace gpufrac::placement

@@ -28,6 +28,13 @@ GpuSet TightestGpus(const Node& n, const Request& r);
 // reserved ones, MPS GPUs serving another user), so that nothing above fits or is placed there.
 void Withhold(Node& n, GpuSet gpus);
 
+// Takes r from n on exactly the GPUs in `gpus`: its host CPU and memory, its share and memory of
+// each of those GPUs, and one workload of its kind: the node as Cluster::Apply leaves it, for a
+// caller that decides on a copy of a node (the containers of one pod, which must fit together:
+// each is taken on the copy before the next is placed). `gpus` must fit r (PlacementFits): one
+// that does not is a programming error and aborts, never a silent over-commit.
+void Take(Node& n, GpuSet gpus, const Request& r);
+
 // The first `count` GPUs of `set`, lowest index first.
 GpuSet LowestGpus(GpuSet set, int count);
 

@@ -9,7 +9,7 @@
 
 namespace gpufrac::placement {
 
-std::vector<GpuGroup> GroupHostGpus(const std::vector<HostGpu>& gpus) {
+StatusOr<std::vector<GpuGroup>> GroupHostGpus(const std::vector<HostGpu>& gpus) {
   std::vector<GpuGroup> groups;
   for (size_t pos = 0; pos < gpus.size(); ++pos) {
     const HostGpu& gpu = gpus[pos];
@@ -29,6 +29,13 @@ std::vector<GpuGroup> GroupHostGpus(const std::vector<HostGpu>& gpus) {
       it = groups.end() - 1;
     }
     it->members.push_back(static_cast<int>(pos));
+  }
+  for (const GpuGroup& g : groups) {
+    if (g.members.size() <= static_cast<size_t>(kMaxGpusPerNode)) continue;
+    // A placement node's GPUs are the bits of a GpuSet.
+    return InvalidArgumentError("more than " + std::to_string(kMaxGpusPerNode) + " " +
+                                (g.model.empty() ? "GPUs of unknown model" : g.model + " GPUs") +
+                                " on one node are not supported");
   }
   return groups;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/gpu_request.h"
+#include "common/status.h"
 #include "placement/cluster.h"
 #include "placement/request.h"
 
@@ -35,15 +36,20 @@ struct GpuGroup {
   int model_id = -1;  // The cluster's id of `model` (ModelNames), once the caller interns it.
 };
 
-// Groups `gpus` in the order each kind first appears, members in list order.
-std::vector<GpuGroup> GroupHostGpus(const std::vector<HostGpu>& gpus);
+// Groups `gpus` in the order each kind first appears, members in list order. The one rule for a
+// host with more alike GPUs than a placement node holds (kMaxGpusPerNode): kInvalidArgument
+// ("more than 32 H100-80GB GPUs on one node are not supported"), never a group cut short.
+// gpufracd then refuses to start; the extender offers none of the node's shared and whole GPUs
+// and gives this as the reason.
+StatusOr<std::vector<GpuGroup>> GroupHostGpus(const std::vector<HostGpu>& gpus);
 
 // What a host has of CPU and memory as placement sees a GPU group: more than anything asks. The
 // node service and the extender place GPUs only (the host's CPU and memory are the job's own
 // limits' and kube-scheduler's to decide).
 inline constexpr uint64_t kHostPlenty = uint64_t{1} << 60;
 
-// The placement node of `group` (at most kMaxGpusPerNode members), named `name`, its GPUs of
+// The placement node of `group` (from GroupHostGpus: at most kMaxGpusPerNode members), named
+// `name`, its GPUs of
 // model id `model`: one node spec for the node service's groups and the extender's alike.
 NodeSpec GroupNodeSpec(std::string name, const GpuGroup& group, int model);
 

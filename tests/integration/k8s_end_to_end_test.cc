@@ -827,6 +827,46 @@ TEST_F(K8sEndToEnd, AStrictAgentLimitsAPodToItsComputeRequestUnlessItGivesALimit
             std::string::npos);
 }
 
+// Issue 30: the extender decides a share's compute pair by the policy the node's agent publishes
+// and carries it in the assignment; the agent gives the container the pair carried, not one of
+// its own. An assignment without pairs (an extender before them) the agent decides, as before.
+TEST_F(K8sEndToEnd, TheAssignmentCarriesTheComputePairTheExtenderDecided) {
+  compute_policy_ = "strict";
+  StartAll("1xH100-80GB");
+  EXPECT_EQ(PublishedInventory().compute_policy, ComputePolicy::kStrict);
+  // Written back as another decision would have it: the agent must give exactly this.
+  auto rewrite = [this](const std::string& name, const std::function<void(Assignment&)>& change) {
+    json pod = *server_->Get("pods", "team-a", name);
+    std::optional<Assignment> a = AssignmentOf(pod);
+    ASSERT_TRUE(a.has_value()) << name;
+    change(*a);
+    pod["metadata"]["annotations"][std::string(kAnnotationAssignment)] =
+        AssignmentToJson(*a).dump();
+    server_->Put(pod);
+  };
+  json carried = server_->Put(PodObject("carried", testing::FractionLimits(250)));
+  ASSERT_EQ(Schedule(carried), "");
+  std::optional<Assignment> a = AssignmentOf(*server_->Get("pods", "team-a", "carried"));
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->compute_policy, ComputePolicy::kStrict);
+  EXPECT_EQ(a->containers[0].gpus[0].compute, (ComputePair{250, 250}));
+  rewrite("carried", [](Assignment& a) {
+    a.containers[0].gpus[0].compute = ComputePair{250, 700};
+  });
+  EXPECT_NE(AllocateLimitFile(Slot(0, 0)).find(" compute 250 compute-limit 700\n"),
+            std::string::npos);
+
+  json old = server_->Put(
+      PodObject("old", testing::FractionLimits(250), {{"gpufrac.io/gpu-compute-limit", "0.4"}}));
+  ASSERT_EQ(Schedule(old), "");
+  rewrite("old", [](Assignment& a) {
+    a.compute_policy = std::nullopt;
+    a.containers[0].gpus[0].compute = std::nullopt;
+  });
+  EXPECT_NE(AllocateLimitFile(Slot(0, 1)).find(" compute 250 compute-limit 400\n"),
+            std::string::npos);
+}
+
 TEST_F(K8sEndToEnd, AnAgentWithComputeOffWritesNoComputePairAndRefusesAnUnknownPolicy) {
   compute_policy_ = "off";
   StartAll("1xH100-80GB");

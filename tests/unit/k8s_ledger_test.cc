@@ -171,6 +171,23 @@ TEST(InventoryTest, RoundTrip) {
   EXPECT_EQ(*text, inv);
 }
 
+// The agent's --gpu-compute-policy, by which the extender decides the pairs; an agent before the
+// field publishes none.
+TEST(InventoryTest, TheComputePolicyIsKeptWhenPublished) {
+  NodeInventory inv = MixedInventory();
+  EXPECT_FALSE(InventoryToJson(inv).contains("compute_policy"));
+  EXPECT_EQ(InventoryFromJson(InventoryToJson(inv))->compute_policy, std::nullopt);
+  inv.compute_policy = ComputePolicy::kStrict;
+  json doc = InventoryToJson(inv);
+  EXPECT_EQ(doc["compute_policy"], "strict");
+  StatusOr<NodeInventory> back = InventoryFromJson(json::parse(doc.dump()));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, inv);
+  doc["compute_policy"] = "nice";
+  EXPECT_THAT(InventoryFromJson(doc).status().message(),
+              HasSubstr("gpufrac.io/gpus.compute_policy is \"nice\""));
+}
+
 TEST(InventoryTest, GpusComeBackInIndexOrderAndHealthyDefaultsToTrue) {
   json doc = json::parse(R"({"version": 1, "slots_per_gpu": 4, "gpus": [
       {"index": 1, "uuid": "GPU-b", "model": "L4", "memory_bytes": 100, "mode": "shared"},
@@ -290,6 +307,44 @@ TEST(AssignmentTest, AComputeLimitIsKeptOnlyWhenGiven) {
   StatusOr<Assignment> bad = AssignmentFromJson(doc);
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("containers[0].compute_limit_milli"));
+}
+
+// The pairs the extender decided, and the node's policy it decided them by; an assignment of
+// an extender before them has neither (the agent then decides).
+TEST(AssignmentTest, ComputePairsAndTheirPolicyAreKeptWhenDecided) {
+  Assignment a = MixedAssignment();
+  json old = AssignmentToJson(a);
+  EXPECT_FALSE(old.contains("compute_policy"));
+  EXPECT_FALSE(old["containers"][1]["gpus"][0].contains("compute"));
+  a.compute_policy = ComputePolicy::kFair;
+  a.containers[1].gpus[0].compute = ComputePair{250, 1000};
+  json doc = AssignmentToJson(a);
+  EXPECT_EQ(doc["compute_policy"], "fair");
+  EXPECT_EQ(doc["containers"][1]["gpus"][0]["compute"]["request_milli"], 250);
+  EXPECT_EQ(doc["containers"][1]["gpus"][0]["compute"]["limit_milli"], 1000);
+  EXPECT_FALSE(doc["containers"][0]["gpus"][0].contains("compute")) << "whole GPUs: none";
+  StatusOr<Assignment> back = AssignmentFromJson(json::parse(doc.dump()));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, a);
+
+  for (const auto& [request, limit] :
+       std::vector<std::pair<int, int>>{{0, 10}, {600, 500}, {250, 1001}}) {
+    json bad = doc;
+    bad["containers"][1]["gpus"][0]["compute"] = {{"request_milli", request},
+                                                  {"limit_milli", limit}};
+    // As the annotation's text parses: the numbers unsigned.
+    EXPECT_THAT(AssignmentFromJson(json::parse(bad.dump())).status().message(),
+                HasSubstr("containers[1].gpus[0].compute is"))
+        << request << " to " << limit;
+  }
+  json no_limit = doc;
+  no_limit["containers"][1]["gpus"][0]["compute"].erase("limit_milli");
+  EXPECT_THAT(AssignmentFromJson(no_limit).status().message(),
+              HasSubstr("containers[1].gpus[0].compute.limit_milli"));
+  json bad_policy = doc;
+  bad_policy["compute_policy"] = "nice";
+  EXPECT_THAT(AssignmentFromJson(bad_policy).status().message(),
+              HasSubstr("gpufrac.io/assignment.compute_policy"));
 }
 
 TEST(AssignmentTest, TimeIsOptional) {
@@ -486,6 +541,44 @@ TEST(LedgerTest, OnlySharesRecordAComputeLimit) {
   EXPECT_EQ(w.containers.at(0).compute_limit_milli, std::nullopt);
 }
 
+// The extender decides each share's pair by the policy the node's agent publishes, once, and the
+// assignment carries it with that policy; a node whose agent publishes none gets no pairs (its
+// agent decides them, as before).
+TEST(LedgerTest, SharesGetTheComputePairOfTheNodesPolicy) {
+  auto ledger = NewLedger();
+  for (auto [name, policy] :
+       std::vector<std::pair<std::string, ComputePolicy>>{{"fair", ComputePolicy::kFair},
+                                                          {"strict", ComputePolicy::kStrict},
+                                                          {"off", ComputePolicy::kOff}}) {
+    NodeInventory inv = Inventory(name, 2, "A100-40GB");
+    inv.compute_policy = policy;
+    ledger->SetNode(name, inv);
+  }
+  Assignment fair = Place(*ledger, "ns/f", Pod({Fraction(250)}), "fair");
+  EXPECT_EQ(fair.compute_policy, ComputePolicy::kFair);
+  EXPECT_EQ(fair.containers[0].gpus[0].compute, (ComputePair{250, 1000}));
+  Assignment asked = Place(*ledger, "ns/a", Pod({Computing(Fraction(250), 0, 500)}), "fair");
+  EXPECT_EQ(asked.containers[0].gpus[0].compute, (ComputePair{250, 500}));
+  Assignment strict = Place(*ledger, "ns/s", Pod({Fraction(250)}), "strict");
+  EXPECT_EQ(strict.compute_policy, ComputePolicy::kStrict);
+  EXPECT_EQ(strict.containers[0].gpus[0].compute, (ComputePair{250, 250}));
+  Assignment off = Place(*ledger, "ns/o", Pod({Computing(Fraction(250), 0, 500)}), "off");
+  EXPECT_EQ(off.compute_policy, ComputePolicy::kOff);
+  EXPECT_EQ(off.containers[0].gpus[0].compute, std::nullopt) << "not arbitrated";
+  Assignment whole = Place(*ledger, "ns/w", Pod({Whole(1)}), "fair");
+  EXPECT_EQ(whole.containers[0].gpus[0].compute, std::nullopt);
+
+  ledger->SetNode("old", Inventory("old", 1, "A100-40GB"));
+  Assignment old = Place(*ledger, "ns/old", Pod({Computing(Fraction(250), 0, 500)}), "old");
+  EXPECT_EQ(old.compute_policy, std::nullopt);
+  EXPECT_EQ(old.containers[0].gpus[0].compute, std::nullopt);
+  EXPECT_EQ(old.containers[0].compute_limit_milli, 500u) << "what the agent decides from";
+  // Read back from the annotation, a booking is the one the extender made.
+  for (const Assignment& a : {fair, asked, strict, off, whole, old}) {
+    EXPECT_EQ(*AssignmentFromJson(json::parse(AssignmentToJson(a).dump())), a);
+  }
+}
+
 // ---- Whole-only, unhealthy, several GPUs, models ----
 
 TEST(LedgerTest, WholeOnlyGpusRefuseFractionsButTakeWholeGpus) {
@@ -589,6 +682,25 @@ TEST(LedgerTest, ARequestForNoGpuFitsEveryNode) {
 }
 
 // ---- Pods of several containers ----
+
+// placement::GroupHostGpus's one rule, as gpufracd follows it: a node with more alike GPUs than
+// a placement node holds offers none of them, saying why (it offered the first 32 before);
+// its MIG GPUs still serve.
+TEST(LedgerTest, ANodeWithMoreAlikeGpusThanPlacementHoldsOffersNoneOfThemAndSaysWhy) {
+  auto ledger = NewLedger();
+  NodeInventory inv = Inventory("big", 33, "H100-80GB");
+  inv.gpus.push_back(Gpu("big", 33, "H100-80GB", GpuMode::kMig));
+  ledger->SetNode("big", inv);
+  Ledger::Verdict v = EvaluateOne(*ledger, Pod({Whole(1)}), "big");
+  EXPECT_FALSE(v.fits);
+  EXPECT_THAT(v.reason, HasSubstr("33 x H100-80GB shared: more than 32 H100-80GB GPUs on one node "
+                                  "are not supported"));
+  EXPECT_FALSE(ledger->Choose(Pod({Whole(1)}), "big").ok());
+  EXPECT_TRUE(Fits(*ledger, Pod({Mig("1g.10gb")}), "big"));
+
+  ledger->SetNode("most", Inventory("most", 32, "H100-80GB"));
+  EXPECT_TRUE(Fits(*ledger, Pod({Whole(32)}), "most"));
+}
 
 TEST(LedgerTest, ContainersOfOnePodMustFitTogether) {
   auto ledger = NewLedger();

@@ -10,7 +10,7 @@ namespace {
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 
 TEST(RequestShapesTest, EqualRequestsShareOneTranslationPerGroup) {
-  std::vector<placement::GpuGroup> groups = placement::GroupHostGpus(
+  std::vector<placement::GpuGroup> groups = *placement::GroupHostGpus(
       {{"A30-24GB", 24 * kGiB, kGiB, false}, {"H100-80GB", 80 * kGiB, kGiB, false}});
   RequestShapes shapes(&groups);
   RequestShape* a = shapes.Acquire(GpuRequest::Memory(20 * kGiB));

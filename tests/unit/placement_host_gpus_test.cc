@@ -55,7 +55,7 @@ TEST(OneGpuLimitsTest, WhatOneGpuCannotGiveIsOneLineNamingIt) {
 }
 
 TEST(HostGpusTest, AlikeGpusFormOneGroupInTheOrderTheyFirstAppear) {
-  std::vector<GpuGroup> groups = GroupHostGpus({H100(), A30(), H100(), H100(true), A30()});
+  std::vector<GpuGroup> groups = *GroupHostGpus({H100(), A30(), H100(), H100(true), A30()});
   ASSERT_EQ(groups.size(), 3u);
   EXPECT_EQ(groups[0].model, "H100-80GB");
   EXPECT_EQ(groups[0].members, (std::vector<int>{0, 2}));
@@ -65,11 +65,30 @@ TEST(HostGpusTest, AlikeGpusFormOneGroupInTheOrderTheyFirstAppear) {
   EXPECT_TRUE(groups[2].whole_only);
   EXPECT_EQ(groups[2].members, (std::vector<int>{3}));
   EXPECT_EQ(groups[0].model_id, -1);
-  EXPECT_TRUE(GroupHostGpus({}).empty());
+  EXPECT_TRUE(GroupHostGpus({})->empty());
+}
+
+// A placement node holds kMaxGpusPerNode GPUs: a host with more alike ones is refused in words,
+// never cut short (gpufracd and the extender both follow this).
+TEST(HostGpusTest, MoreAlikeGpusThanAPlacementNodeHoldsAreRefusedNotCutShort) {
+  std::vector<HostGpu> gpus(kMaxGpusPerNode, H100());
+  gpus.push_back(A30());
+  StatusOr<std::vector<GpuGroup>> most = GroupHostGpus(gpus);
+  ASSERT_TRUE(most.ok()) << most.status().message();
+  EXPECT_EQ((*most)[0].members.size(), static_cast<size_t>(kMaxGpusPerNode));
+
+  gpus.push_back(H100());
+  StatusOr<std::vector<GpuGroup>> over = GroupHostGpus(gpus);
+  EXPECT_EQ(over.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(over.status().message(), "more than 32 H100-80GB GPUs on one node are not supported");
+
+  std::vector<HostGpu> unknown(kMaxGpusPerNode + 1, HostGpu{.model = "", .memory_bytes = kGiB});
+  EXPECT_EQ(GroupHostGpus(unknown).status().message(),
+            "more than 32 GPUs of unknown model on one node are not supported");
 }
 
 TEST(HostGpusTest, ARequestTakesItsShareOnEachGpuOfAGroup) {
-  std::vector<GpuGroup> groups = GroupHostGpus({H100(), H100(), A30(), H100(true)});
+  std::vector<GpuGroup> groups = *GroupHostGpus({H100(), H100(), A30(), H100(true)});
   const GpuGroup& h100 = groups[0];
   const GpuGroup& whole = groups[2];
 
@@ -102,7 +121,7 @@ TEST(HostGpusTest, ARequestTakesItsShareOnEachGpuOfAGroup) {
 }
 
 TEST(HostGpusTest, AModelConstrainedRequestNamesTheGroupsModelOnceItHasAnId) {
-  GpuGroup h100 = GroupHostGpus({H100()})[0];
+  GpuGroup h100 = (*GroupHostGpus({H100()}))[0];
   GpuRequest on_h100 = GpuRequest::Fraction(250).OnModel("h100-80gb");  // Case does not matter.
   ASSERT_TRUE(RequestOnGroup(on_h100, h100));
   EXPECT_EQ(RequestOnGroup(on_h100, h100)->models, 0u);  // No id yet: nothing to name.

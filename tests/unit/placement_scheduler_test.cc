@@ -91,6 +91,30 @@ TEST(Cluster, ApplyAndReleaseRestoreTheNodeExactly) {
   EXPECT_EQ(c.change_log().size(), 2u);
 }
 
+// A decision on a copy of a node (the containers of one pod) sees what the cluster will hold.
+TEST(Fit, TakeOnACopyLeavesItAsClusterApplyLeavesTheNode) {
+  Cluster c = MakeCluster({{4, 0}});
+  Node copy = c.node(0);
+  Take(copy, 0b0100, Share(300));
+  Take(copy, 0b0011, Whole(2));
+  c.Apply({0, 0b0100}, Share(300));
+  c.Apply({0, 0b0011}, Whole(2));
+  const Node& applied = c.node(0);
+  EXPECT_EQ(copy.cpu_free, applied.cpu_free);
+  EXPECT_EQ(copy.memory_free, applied.memory_free);
+  EXPECT_EQ(copy.gpu_free_milli, applied.gpu_free_milli);
+  EXPECT_EQ(copy.gpu_free_memory, applied.gpu_free_memory);
+  EXPECT_EQ(copy.gpu_workloads, applied.gpu_workloads);
+  EXPECT_EQ(copy.gpu_free_milli[2], 700u);
+}
+
+TEST(FitDeathTest, TakeNeverOvercommits) {
+  Cluster c = MakeCluster({{1, 0}});
+  Node copy = c.node(0);
+  Take(copy, 0b1, Share(600));
+  EXPECT_DEATH(Take(copy, 0b1, Share(600)), "does not fit");
+}
+
 TEST(ClusterDeathTest, APlacementThatDoesNotFitIsNeverApplied) {
   Cluster c = MakeCluster({{1, 0}});
   c.Apply({0, 0b1}, Share(600));
