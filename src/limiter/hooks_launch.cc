@@ -87,8 +87,9 @@ void WaitForOldest(InFlight& flight) {
   Forget(flight);
   if (flight.queued_until_ns != 0) {
     uint64_t launches = 0;
-    for (int k = 0; k < flight.pending; ++k)
-      launches += !flight.marker[(flight.oldest + k) % kInFlight];
+    for (int k = 0; k < flight.pending; ++k) {
+      launches += flight.marker[(flight.oldest + k) % kInFlight] ? 0 : 1;
+    }
     flight.queued_until_ns =
         std::max(flight.queued_until_ns, MonotonicNs() + launches * flight.launch_ns);
   }
