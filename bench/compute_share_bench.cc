@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -74,6 +75,9 @@ struct Options {
   std::string parts = "shares,lengths,cost,latency";
   std::string out = std::string(GPUFRAC_BUILD_DIR) + "/compute-bench";
   std::string hami_step;  // "" (published) or "linear"
+  // The part "pressure": busy loops per core beside the workloads, one level after another.
+  std::string hogs = "0,2,8";
+  int pressure_seeds = 3;
 };
 
 Options g_opt;
@@ -456,6 +460,143 @@ void SharesPart(std::FILE* md) {
   }
 }
 
+// --- CPU pressure ---------------------------------------------------------------------------
+
+// While it lives, `per_core` busy loops per core: CPU-bound neighbours (a parallel build's
+// compilers, without their memory traffic), at the workloads' own priority, each in a session of
+// its own as another user's work is (with the kernel's autogroup, busy loops in the workloads'
+// own session would take the workloads' own CPU share instead).
+class CpuHogs {
+ public:
+  explicit CpuHogs(int per_core) {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long i = 0; i < per_core * cores; ++i) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        setsid();  // a neighbour of its own: not in the workloads' session's CPU group
+        volatile unsigned long spins = 0;
+        for (;;) spins = spins + 1;
+      }
+      if (pid > 0) pids_.push_back(pid);
+    }
+  }
+  ~CpuHogs() {
+    for (pid_t pid : pids_) kill(pid, SIGKILL);
+    for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
+  }
+  CpuHogs(const CpuHogs&) = delete;
+  CpuHogs& operator=(const CpuHogs&) = delete;
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
+struct BurstRun {
+  double busy = 0;
+  int quiets = 0;              // quiet periods the bursty workload began in the window
+  double idle_ms_per_quiet = 0;  // the GPU's idle time in the window over those
+};
+
+// A bursty workload (50 ms of 1 ms kernels, then 50 ms without work) beside a saturating one,
+// both asking 0.5: when the bursty one goes quiet, the other's work should run at once. All of
+// the GPU's idle time in the window is put down to the quiet periods.
+BurstRun RunBurst(Arm arm) {
+  RunDir run;
+  const double seconds = g_opt.warmup_s + g_opt.window_s + 5;
+  Proc steady = StartLoad(run, arm, 0, 500, "kernel", 1.0, seconds);
+  Proc bursty = StartLoad(run, arm, 1, 500, "burst", 1.0, seconds);
+  auto quiets = [&] {
+    const std::string out = ReadFile(bursty.out);
+    int n = 0;
+    for (size_t at = out.find("burst\n"); at != std::string::npos;
+         at = out.find("burst\n", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  SleepS(g_opt.warmup_s);
+  const int quiets_before = quiets();
+  const uint64_t busy_before = BusyNs();
+  const Clock::time_point start = Clock::now();
+  SleepS(g_opt.window_s);
+  const uint64_t busy_after = BusyNs();
+  const double elapsed = SecondsSince(start);
+  const int quiets_after = quiets();
+  Kill(steady);
+  Kill(bursty);
+  BurstRun r;
+  const double busy_s = static_cast<double>(busy_after - busy_before) / 1e9;
+  r.busy = busy_s / elapsed;
+  r.quiets = quiets_after - quiets_before;
+  r.idle_ms_per_quiet = r.quiets > 0 ? (elapsed - busy_s) * 1000 / r.quiets : NAN;
+  return r;
+}
+
+std::vector<int> HogLevels() {
+  std::vector<int> levels;
+  std::stringstream in(g_opt.hogs);
+  for (std::string item; std::getline(in, item, ',');) levels.push_back(std::atoi(item.c_str()));
+  return levels;
+}
+
+// Share error, throughput lost and the hand-over after a burst, with CPU-bound neighbours.
+void PressurePart(std::FILE* md) {
+  std::ofstream csv(g_opt.out + "/pressure.csv");
+  csv << "mix,arm,seed,workload,request,kernel_ms,got,error_pts,busy,min_1s,max_1s\n";
+  std::ofstream burst_csv(g_opt.out + "/pressure-burst.csv");
+  burst_csv << "hogs_per_core,arm,seed,busy,quiets,idle_ms_per_quiet\n";
+  const int mixes[] = {0, 3};  // 0.25/0.75 and 0.2/0.3/0.5
+  std::fprintf(md, "\n### CPU pressure (busy loops per core beside the workloads; %d seeds, %.1f s "
+                   "warm-up, %.1f s window)\n\nShare error: percentage points, median (worst) "
+                   "over seeds. Lost: 1 - busy(arm) / busy(none), paired by seed, over both "
+                   "mixes. Idle per quiet: the GPU's idle time while a bursty workload (50 ms on, "
+                   "50 ms off) and a saturating one run, per quiet period, median.\n\n| busy "
+                   "loops per core | arm | error 0.25/0.75 | error 0.2/0.3/0.5 | GPU busy | lost "
+                   "| idle per quiet (ms) |\n|---:|---|---:|---:|---:|---:|---:|\n",
+               g_opt.pressure_seeds, g_opt.warmup_s, g_opt.window_s);
+  for (int level : HogLevels()) {
+    CpuHogs hogs(level);
+    std::map<Arm, std::map<int, std::vector<ShareRun>>> shares;  // arm, mix
+    std::map<Arm, std::vector<BurstRun>> bursts;
+    for (int seed = 0; seed < g_opt.pressure_seeds; ++seed) {
+      std::vector<Arm> arms(std::begin(kArms), std::end(kArms));
+      std::mt19937 rng(static_cast<unsigned>(seed * 31 + level + 200));
+      std::shuffle(arms.begin(), arms.end(), rng);
+      for (Arm arm : arms) {
+        for (int m : mixes) shares[arm][m].push_back(RunShares(kMixes[m], m, arm, seed, csv));
+        bursts[arm].push_back(RunBurst(arm));
+        const BurstRun& b = bursts[arm].back();
+        char line[160];
+        std::snprintf(line, sizeof(line), "%d,%s,%d,%.4f,%d,%.2f\n", level, ArmName(arm), seed,
+                      b.busy, b.quiets, b.idle_ms_per_quiet);
+        burst_csv << line;
+        std::fprintf(stderr, "pressure %d/core %s seed %d: errors %.2f %.2f pts, burst idle %.1f "
+                             "ms per quiet\n",
+                     level, ArmName(arm), seed, shares[arm][mixes[0]].back().error_pts,
+                     shares[arm][mixes[1]].back().error_pts, b.idle_ms_per_quiet);
+      }
+    }
+    for (Arm arm : kArms) {
+      std::fprintf(md, "| %d | %s", level, ArmName(arm));
+      std::vector<double> busy, lost;
+      for (int m : mixes) {
+        std::vector<double> e;
+        for (size_t s = 0; s < shares[arm][m].size(); ++s) {
+          e.push_back(shares[arm][m][s].error_pts);
+          busy.push_back(shares[arm][m][s].busy);
+          lost.push_back((1 - shares[arm][m][s].busy / shares[Arm::kNone][m][s].busy) * 100);
+        }
+        std::fprintf(md, " | %.2f (%.2f)", Median(e), Max(e));
+      }
+      std::vector<double> idle;
+      for (const BurstRun& b : bursts[arm]) idle.push_back(b.idle_ms_per_quiet);
+      std::fprintf(md, " | %.4f | %.2f%% (%.2f%%) | %.1f |\n", Median(busy), Median(lost),
+                   Max(lost), Median(idle));
+    }
+  }
+}
+
 // --- cost per launch -----------------------------------------------------------------------
 
 void CostPart(std::FILE* md) {
@@ -780,8 +921,10 @@ void Usage() {
       stderr,
       "usage: compute_share_bench [--seeds N] [--warmup S] [--window S] [--cost-reps N] "
       "[--cost-seconds S] [--latency-runs N] [--latency-seconds S] [--length-runs N] "
-      "[--mps-runs N] [--mps-seconds S] [--parts shares,lengths,cost,latency,mps] "
-      "[--hami-step linear] [--out DIR]\n(--parts defaults to shares,lengths,cost,latency)\n");
+      "[--mps-runs N] [--mps-seconds S] [--hogs N,N,...] [--pressure-seeds N] "
+      "[--parts shares,lengths,cost,latency,mps,pressure] [--hami-step linear] [--out DIR]\n"
+      "(--parts defaults to shares,lengths,cost,latency; --hogs: busy loops per core, one "
+      "level after another, for the part pressure)\n");
   std::exit(2);
 }
 
@@ -804,6 +947,8 @@ int main(int argc, char** argv) {
     else if (a == "--mps-seconds") g_opt.mps_s = std::atof(v);
     else if (a == "--parts") g_opt.parts = v;
     else if (a == "--hami-step") g_opt.hami_step = v;
+    else if (a == "--hogs") g_opt.hogs = v;
+    else if (a == "--pressure-seeds") g_opt.pressure_seeds = std::atoi(v);
     else if (a == "--out") g_opt.out = v;
     else Usage();
   }
@@ -843,6 +988,7 @@ int main(int argc, char** argv) {
   if (g_opt.parts.find("cost") != std::string::npos) CostPart(md);
   if (g_opt.parts.find("latency") != std::string::npos) LatencyPart(md);
   if (g_opt.parts.find("mps") != std::string::npos) MpsPart(md);
+  if (g_opt.parts.find("pressure") != std::string::npos) PressurePart(md);
   std::fprintf(md, "\nTook %.0f s; /proc/loadavg after: %s\n", SecondsSince(start),
                LoadAverage().c_str());
   std::fclose(md);

@@ -306,7 +306,7 @@ void ComputeArbiter::Charge(int s, uint64_t ns) {
   }
 }
 
-void ComputeArbiter::HandOver(uint64_t now) {
+void ComputeArbiter::HandOver(uint64_t now, uint64_t start) {
   // A waiting workload that was not heard from lately (its waiters stopped, or it was idle) banks
   // no credit: it competes from the least virtual time of those that were.
   uint64_t least_recent = UINT64_MAX;
@@ -344,6 +344,8 @@ void ComputeArbiter::HandOver(uint64_t now) {
   }
   seg_->draining.store(0, std::memory_order_relaxed);
   seg_->passed_by.store(0, std::memory_order_relaxed);
+  seg_->queued_until_ns.store(0, std::memory_order_relaxed);
+  start = std::max(start, now);
   if (best < 0) {
     seg_->holder.store(0, std::memory_order_relaxed);
   } else {
@@ -371,8 +373,8 @@ void ComputeArbiter::HandOver(uint64_t now) {
     if (slot.limit.load(std::memory_order_relaxed) < 1000 && tokens < static_cast<int64_t>(turn)) {
       turn = static_cast<uint64_t>(tokens);
     }
-    seg_->turn_start_ns.store(now, std::memory_order_relaxed);
-    seg_->deadline_ns.store(now + turn, std::memory_order_relaxed);
+    seg_->turn_start_ns.store(start, std::memory_order_relaxed);
+    seg_->deadline_ns.store(start + turn, std::memory_order_relaxed);
     seg_->check.store(others ? 1 : 0, std::memory_order_relaxed);
     seg_->holder.store((static_cast<uint64_t>(best) + 1) << 32, std::memory_order_release);
   }
@@ -447,7 +449,7 @@ bool ComputeArbiter::Claim(uint64_t holder, uint64_t now) {
   return seg_->holder.compare_exchange_strong(holder, token_, std::memory_order_acquire);
 }
 
-bool ComputeArbiter::Release() {
+bool ComputeArbiter::Release(uint64_t work_end_ns) {
   if (!Lock()) {
     // Cannot take the lock: give the turn up anyway, uncharged, so that nobody waits on it.
     uint64_t mine = token_;
@@ -460,7 +462,8 @@ bool ComputeArbiter::Release() {
   bool kept = false;
   if (seg_->holder.load(std::memory_order_relaxed) == token_) {
     const uint64_t now = MonotonicNs();
-    Charge(slot_, now - seg_->turn_start_ns.load(std::memory_order_relaxed));
+    const uint64_t end = std::max(now, work_end_ns);
+    Charge(slot_, end - seg_->turn_start_ns.load(std::memory_order_relaxed));
     // It wants the GPU again at once, so it competes for the next turn like the waiters: its
     // workload keeps the GPU while its virtual time is still the least. The turn is then this
     // process's again unless other processes of its workload wait for one (threads of this
@@ -468,7 +471,7 @@ bool ComputeArbiter::Release() {
     ArbiterSlot& mine = seg_->slots[slot_];
     const bool siblings = mine.waiting.load(std::memory_order_relaxed) != 0;
     mine.waiting.fetch_add(1, std::memory_order_relaxed);
-    HandOver(now);
+    HandOver(now, end);
     uint64_t holder = seg_->holder.load(std::memory_order_relaxed);
     if (SlotOf(holder) == slot_ && PidOf(holder) == 0) {
       if (siblings) {
@@ -568,13 +571,33 @@ bool ComputeArbiter::Acquire() {
       const bool draining = seg_->draining.load(std::memory_order_relaxed) != 0;
       const bool gone = pid != 0 && kill(pid, 0) != 0 && errno == ESRCH;
       const uint64_t active = std::max(deadline, seg_->active_ns.load(std::memory_order_relaxed));
-      const bool stopped = !draining && Age(now, active) >= kStealSlackNs;
+      // When the holder's queued work will be done is known: the turn passes as that work runs
+      // out, whatever the holder's thread is doing (waiting for it, or not run by the CPU).
+      const uint64_t queued = seg_->queued_until_ns.load(std::memory_order_relaxed);
+      const bool stopped = queued != 0 ? queued <= now + kHandOverNs
+                                       : !draining && Age(now, active) >= kStealSlackNs;
       if (bogus || stopped || gone || now >= deadline + kDrainGraceNs) {
-        // Its turn is over and it is not finishing it: it stopped queueing work, died or hung.
-        // It is charged for as long as it was using the GPU.
-        const uint64_t used_until = draining || gone ? now : std::min(now, active);
+        // Its turn is over and it is not finishing it: its work ends, it stopped queueing work,
+        // died or hung. It is charged for as long as it was using the GPU, and the next turn
+        // starts when its work ends.
+        uint64_t used_until = draining || gone ? now : std::min(now, active);
+        // A live holder whose work runs out is still using the GPU (it waits for that work, or
+        // its thread is about to queue more): it competes for the next turn as if it waited,
+        // and keeps the GPU while its workload is the most owed.
+        const bool live = !gone && !bogus && queued != 0;
+        if (live) used_until = std::min(queued, now + kHandOverNs);
         Charge(SlotOf(holder), used_until - seg_->turn_start_ns.load());
-        HandOver(now);
+        ArbiterSlot& held = seg_->slots[SlotOf(holder) % kArbiterSlots];
+        if (live) held.waiting.fetch_add(1, std::memory_order_relaxed);
+        HandOver(now, used_until);
+        if (live) {
+          held.waiting.fetch_sub(1, std::memory_order_relaxed);
+          uint64_t handed = seg_->holder.load(std::memory_order_relaxed);
+          if (SlotOf(handed) == SlotOf(holder) && PidOf(handed) == 0 &&
+              seg_->holder.compare_exchange_strong(handed, holder, std::memory_order_relaxed)) {
+            seg_->draining.store(draining ? 1 : 0, std::memory_order_relaxed);
+          }
+        }
       }
     }
     holder = seg_->holder.load(std::memory_order_relaxed);
@@ -593,6 +616,11 @@ bool ComputeArbiter::Acquire() {
             seg_->passed_by.load(std::memory_order_relaxed) == static_cast<uint32_t>(getpid());
         until = seg_->turn_start_ns.load(std::memory_order_relaxed) +
                 (passed && SlotOf(holder) == slot_ ? kClaimNs / 2 : kClaimNs);
+      } else if (const uint64_t queued = seg_->queued_until_ns.load(std::memory_order_relaxed);
+                 queued != 0) {
+        // Until the holder's work is about to end (at most the grace past its turn).
+        const uint64_t ends = queued > kHandOverNs ? queued - kHandOverNs : 0;
+        until = std::min(std::max(until, ends), until + kDrainGraceNs);
       } else if (seg_->draining.load(std::memory_order_relaxed) != 0) {
         until += kDrainGraceNs;
       }

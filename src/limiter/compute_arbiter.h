@@ -17,18 +17,24 @@
 //    while it holds less than a quarter of a turn, even if the GPU is idle (strict).
 //  - A turn lasts `turn_ns` (20 ms by default) for the heaviest busy workload, and for a lighter
 //    one in proportion to its request (at least an eighth of that), so turns alternate. The
-//    holder queues work, with at most a few launches in flight (the launch hooks bound it with
-//    events), and when the turn is over waits for its work to finish ("drains") and is charged
-//    the time from the start of its turn to then.
+//    holder queues work, at most about half a turn's worth at a time (the launch hooks bound it
+//    with events and measure how long its launches take on the GPU), and publishes when what it
+//    queued will be done. When the turn is over it waits until that work ends within
+//    kHandOverNs ("drains"), then hands the turn on: it is charged from the start of its turn
+//    to the end of its work, and the next holder's turn starts there. A waiter takes the turn
+//    as the holder's published work ends, so the hand-over needs nothing from the holder's own
+//    thread, which a busy CPU may not run for milliseconds.
 //    With nobody else waiting and no limit, a turn is simply renewed, without draining.
 //  - A turn is one process's. A workload's turn is handed to its slot, and whichever of its
 //    processes comes first takes it; a process whose workload keeps the GPU for another turn
 //    passes it to the workload's other waiting processes, if any, so they take turns.
 //  - A holder that stops queueing work, dies or is stopped loses its turn: once its turn is over
-//    a waiter takes it (after kStealSlackNs without a launch or a wait if the holder is not
-//    draining, after kDrainGraceNs if it is, at once if its process is gone), so that no process
-//    can stall the others beyond a bounded time. A turn handed to a workload none of whose
-//    processes takes it within kClaimNs passes on.
+//    a waiter takes it as soon as the holder's published work ends within kHandOverNs (when
+//    that is not known: after kStealSlackNs without a launch or a wait if the holder is not
+//    draining), after kDrainGraceNs at the latest, at once if its process is gone, so that no
+//    process can stall the others beyond a bounded time. A holder whose published work runs out
+//    competes for the next turn as a waiter would (it is about to queue more). A turn handed to
+//    a workload none of whose processes takes it within kClaimNs passes on.
 //  - Waiting sleeps on a futex in the segment (no spinning); hand-overs happen under a robust
 //    process-shared mutex that is only ever locked with a timeout. A process that waited
 //    kMaxWaitNs for one turn, could not take the lock, or was starved over a window goes without
@@ -56,11 +62,16 @@ namespace gpufrac::limiter {
 constexpr int kArbiterSlots = 64;
 // A segment's first fields: what makes it an arbiter of this layout.
 constexpr uint64_t kArbiterMagic = 0x6770756672616361ULL;  // "gpufraca"
-constexpr uint32_t kArbiterVersion = 2;
+constexpr uint32_t kArbiterVersion = 3;
 // The heaviest busy workload's turn; a lighter one's is shorter in proportion to its request, but
 // never below turn_ns / kShortestTurnDivisor.
 constexpr uint64_t kDefaultTurnNs = 20'000'000;
 constexpr uint64_t kShortestTurnDivisor = 8;
+// How much of a holder's work may still be queued when its turn passes on, so that the next
+// holder's first work is queued before the GPU would idle. None for now: with 1 ms, the GPU's
+// time-slicing between the two at the hand-over gave a workload of 2 ms kernels at 0.25 beside
+// one of 0.5 ms kernels at 0.75 a part of 0.27 (charged 0.25), where the test allows 0.02.
+constexpr uint64_t kHandOverNs = 0;
 // How long a draining holder keeps its turn past its end (a kernel longer than this is shared
 // with the next holder, as the GPU would).
 constexpr uint64_t kDrainGraceNs = 250'000'000;
@@ -117,6 +128,9 @@ struct ArbiterSegment {
   std::atomic<uint64_t> active_ns;  // when the holder last launched or stopped waiting
   std::atomic<uint64_t> turn_start_ns;
   std::atomic<uint64_t> deadline_ns;
+  // When the work the holder queued will be done, by its own measure of its launches; 0: not
+  // known. Reset at every hand-over.
+  std::atomic<uint64_t> queued_until_ns;
   // The process that passed a turn handed to its own workload to the workload's other processes:
   // it takes the turn back only if none of them has within kClaimNs / 2.
   std::atomic<uint32_t> passed_by;
@@ -153,9 +167,10 @@ class ComputeArbiter {
     }
     return CheckSlow(h);
   }
-  // After draining: charges this process's workload for its turn and hands the turn on, or keeps
-  // it when this workload is still the most owed (true: it holds a new turn).
-  bool Release();
+  // After draining: charges this process's workload for its turn, up to `work_end_ns` (when its
+  // queued work will be done; 0 or past: done now), and hands the turn on from then, or keeps it
+  // when this workload is still the most owed (true: it holds a new turn).
+  bool Release(uint64_t work_end_ns = 0);
   // Blocks (sleeping) until this process holds a turn; false when the arbiter could not be used
   // (its lock was held too long), in which case the launch goes ahead without a turn.
   bool Acquire();
@@ -173,12 +188,20 @@ class ComputeArbiter {
   // Nothing when this process does not hold the turn.
   void Touch();
 
+  // The holder publishes when the work it has queued will be done (0: not known). Nothing when
+  // this process does not hold the turn.
+  void Queued(uint64_t until_ns) {
+    if (Holding()) seg_->queued_until_ns.store(until_ns, std::memory_order_relaxed);
+  }
+
   // How long the current turn is (at most turn_ns).
   uint64_t TurnNs() const {
     const uint64_t start = seg_->turn_start_ns.load(std::memory_order_relaxed);
     const uint64_t deadline = seg_->deadline_ns.load(std::memory_order_relaxed);
     return deadline > start && deadline - start < seg_->turn_ns ? deadline - start : seg_->turn_ns;
   }
+  // When the current turn began (or begins: when the last holder's work ends).
+  uint64_t TurnStartNs() const { return seg_->turn_start_ns.load(std::memory_order_relaxed); }
   // Whether this process holds the turn now.
   bool Holding() const { return seg_->holder.load(std::memory_order_relaxed) == token_; }
   // GPU time charged to this workload so far.
@@ -204,8 +227,10 @@ class ComputeArbiter {
   void Bypass(uint64_t now, const char* why);
   bool Lock();
   void Unlock();
-  // Under the lock: gives the turn to the best waiting slot (or nobody) and wakes the waiters.
-  void HandOver(uint64_t now);
+  // Under the lock: gives the turn to the best waiting slot (or nobody), starting at `start`
+  // (when the last holder's work ends; at least `now`), and wakes the waiters.
+  void HandOver(uint64_t now, uint64_t start);
+  void HandOver(uint64_t now) { HandOver(now, now); }
   // Under the lock: charges `slot` `ns` of GPU time.
   void Charge(int slot, uint64_t ns);
   // Under the lock: adds what `slot`'s bucket filled since it was last filled.

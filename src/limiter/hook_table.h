@@ -90,6 +90,8 @@
   X(Cuda, cuEventCreate, 0)               \
   X(Cuda, cuEventRecord, 0)               \
   X(Cuda, cuEventRecord_ptsz, 0)          \
+  X(Cuda, cuEventQuery, 0)                \
+  X(Cuda, cuEventElapsedTime, 1)          \
   X(Cuda, cuStreamIsCapturing, 1)         \
   X(Cuda, cuStreamIsCapturing_ptsz, 1)    \
   X(Cuda, cuDeviceGetUuid_v2, 1)          \

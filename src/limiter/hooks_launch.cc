@@ -1,13 +1,16 @@
 // Every way work reaches a GPU (kernel launches of all kinds and graph launches, with their
 // per-thread-stream forms): on a GPU whose compute is arbitrated (the limit file's "compute"
 // pair), a launch first waits for this process's turn (compute_arbiter.h). While others wait, the
-// work a process has in flight is bounded: an event is recorded behind each launch, and a launch
-// waits until at most about half a turn's worth is in flight; at the end of its turn the process
-// waits for all its work before handing the turn on, and is charged for that time. Without a
-// compute setting, or alone and unlimited on the GPU, a launch costs a flag test or two loads.
+// work a process has in flight is bounded by time: an event is recorded behind each launch, the
+// GPU time a launch takes is measured from the events of launches queued back to back, and a
+// launch waits until at most about half a turn's worth is in flight. The holder publishes when
+// its queued work will be done; at the end of its turn it waits until that work ends within
+// kHandOverNs, then hands the turn on. Without a compute setting, or alone and unlimited on the
+// GPU, a launch costs a flag test or two loads.
 #include <pthread.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "limiter/compute_arbiter.h"
@@ -18,21 +21,31 @@ using namespace gpufrac::limiter;
 
 namespace {
 
-constexpr int kInFlight = 8;
-constexpr unsigned kEventDisableTiming = 0x2;  // CU_EVENT_DISABLE_TIMING
+constexpr int kInFlight = 16;
+constexpr int kSamples = 7;
 
 // Per arbitrated GPU, this process's launches in flight: the events recorded behind them, oldest
-// first, in a ring.
+// first, in a ring, and what they teach about how long a launch takes.
 struct InFlight {
   pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
   CUcontext context = nullptr;  // the events' context
   CUevent events[kInFlight] = {};
+  bool timed[kInFlight] = {};  // created with timing (else: the simulator or driver ran out)
+  CUstream streams[kInFlight] = {};
+  // Queued on the same stream while the launch before it was still unfinished, or right after a
+  // marker: the time between the two events is this launch's GPU time.
+  bool behind[kInFlight] = {};
+  // Not a launch's: recorded ahead of a launch onto an idle stream, to time it.
+  bool marker[kInFlight] = {};
   int oldest = 0;
   int pending = 0;
-  // How many launches may stay in flight (at most kInFlight - 1): fewer when waiting for the
-  // oldest takes long (long kernels), so that what is queued past the end of a turn stays about
-  // half a turn's worth.
-  int depth = 2;
+  // GPU time per launch: the median of the last kSamples measured (a launch that shared the GPU
+  // with another process's work measures long); 0 until one is measured.
+  uint64_t launch_ns = 0;
+  uint64_t samples[kSamples] = {};
+  int sampled = 0;
+  // When the launches in flight will be done, by launch_ns; 0: not known.
+  uint64_t queued_until_ns = 0;
 };
 
 ComputeArbiter g_arbiters[kMaxLimitedGpus];
@@ -45,18 +58,113 @@ int LaunchGpu() {
   return CurrentTarget().gpu;
 }
 
-// Waits for everything this process queued in its current context on the GPU.
-void Drain(ComputeArbiter& arbiter, InFlight& flight) {
+// Under flight.lock: the oldest launch is done; learns from it how long a launch takes. Its slot
+// keeps its event until the ring comes round (the ring holds at most kInFlight - 1), so the next
+// launch can still be measured against it.
+void Forget(InFlight& flight) {
+  const int i = flight.oldest;
+  const int before = (i + kInFlight - 1) % kInFlight;
+  float ms = 0;
+  auto elapsed = Real_cuEventElapsedTime();
+  if (flight.behind[i] && flight.timed[i] && flight.timed[before] && elapsed != nullptr &&
+      elapsed(&ms, flight.events[before], flight.events[i]) == CUDA_SUCCESS && ms > 0) {
+    flight.samples[flight.sampled++ % kSamples] =
+        static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
+    uint64_t sorted[kSamples];
+    const int n = std::min(flight.sampled, kSamples);
+    std::copy(flight.samples, flight.samples + n, sorted);
+    std::nth_element(sorted, sorted + n / 2, sorted + n);
+    flight.launch_ns = sorted[n / 2];
+  }
+  flight.oldest = (i + 1) % kInFlight;
+  --flight.pending;
+}
+
+// Under flight.lock: waits for the oldest launch. Its end is now (or was): what is still in
+// flight ends no sooner than its launches take from here.
+void WaitForOldest(InFlight& flight) {
+  Real_cuEventSynchronize()(flight.events[flight.oldest]);
+  Forget(flight);
+  if (flight.queued_until_ns != 0) {
+    uint64_t launches = 0;
+    for (int k = 0; k < flight.pending; ++k) {
+      launches += flight.marker[(flight.oldest + k) % kInFlight] ? 0 : 1;
+    }
+    flight.queued_until_ns =
+        std::max(flight.queued_until_ns, MonotonicNs() + launches * flight.launch_ns);
+  }
+}
+
+// At the end of a turn: waits until this process's work ends within kHandOverNs (by its
+// measure; for all of it when that is not known) and returns when it ends (0: by now).
+uint64_t Drain(ComputeArbiter& arbiter, InFlight& flight) {
   arbiter.SetDraining(true);
-  Real_cuCtxSynchronize()();
-  arbiter.SetDraining(false);
   pthread_mutex_lock(&flight.lock);
-  flight.pending = 0;
+  uint64_t end = 0;
+  if (flight.launch_ns != 0 && flight.queued_until_ns != 0) {
+    while (flight.pending > 0 && flight.queued_until_ns > MonotonicNs() + kHandOverNs) {
+      WaitForOldest(flight);
+    }
+    if (flight.pending > 0) end = flight.queued_until_ns;
+  } else {
+    pthread_mutex_unlock(&flight.lock);
+    Real_cuCtxSynchronize()();
+    pthread_mutex_lock(&flight.lock);
+    while (flight.pending > 0) Forget(flight);
+  }
+  if (flight.pending == 0) flight.queued_until_ns = 0;
+  pthread_mutex_unlock(&flight.lock);
+  arbiter.SetDraining(false);
+  return end;
+}
+
+// Under flight.lock: records the next event of the ring on `stream` (false: none could be).
+// `measurable`: the GPU is this process's alone (its turn has begun: the last holder's work is
+// done), so the launch's time between events is its own.
+bool Record(InFlight& flight, CUstream stream, bool per_thread, bool marker, bool measurable) {
+  const int i = (flight.oldest + flight.pending) % kInFlight;
+  const int before = (i + kInFlight - 1) % kInFlight;
+  if (flight.events[i] == nullptr) {
+    flight.timed[i] = Real_cuEventCreate()(&flight.events[i], CU_EVENT_DEFAULT) == CUDA_SUCCESS;
+    if (!flight.timed[i] &&
+        Real_cuEventCreate()(&flight.events[i], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      flight.events[i] = nullptr;
+      return false;
+    }
+  }
+  flight.behind[i] =
+      !marker && measurable && flight.pending > 0 && flight.streams[before] == stream &&
+      (flight.marker[before] || Real_cuEventQuery()(flight.events[before]) == CUDA_ERROR_NOT_READY);
+  if ((per_thread ? Real_cuEventRecord_ptsz()(flight.events[i], stream)
+                  : Real_cuEventRecord()(flight.events[i], stream)) != CUDA_SUCCESS) {
+    return false;
+  }
+  flight.streams[i] = stream;
+  flight.marker[i] = marker;
+  ++flight.pending;
+  return true;
+}
+
+// Before a launch on `stream`: when nothing this process queued is unfinished, records a marker
+// ahead of it, so that the launch's GPU time can be measured (a launch behind an unfinished one
+// is measured from that one's end).
+void MarkIfIdle(InFlight& flight, CUstream stream, bool per_thread) {
+  CUcontext context = nullptr;
+  if (Real_cuCtxGetCurrent()(&context) != CUDA_SUCCESS || context != flight.context) return;
+  pthread_mutex_lock(&flight.lock);
+  while (flight.pending > 0 && Real_cuEventQuery()(flight.events[flight.oldest]) == CUDA_SUCCESS) {
+    Forget(flight);
+  }
+  if (flight.pending == 0) {
+    flight.queued_until_ns = 0;
+    Record(flight, stream, per_thread, true, false);
+  }
   pthread_mutex_unlock(&flight.lock);
 }
 
-// Records an event behind the launch just queued on `stream`, then waits (as draining: the holder
-// is busy finishing work, not idle) until at most `depth` launches are in flight.
+// Records an event behind the launch just queued on `stream`, publishes when this process's
+// work will be done, then waits (as draining: the holder is busy finishing work, not idle) until
+// at most about half a turn's worth is in flight.
 void Track(ComputeArbiter& arbiter, InFlight& flight, CUstream stream, bool per_thread) {
   CUcontext context = nullptr;
   if (Real_cuCtxGetCurrent()(&context) != CUDA_SUCCESS || context == nullptr) return;
@@ -65,34 +173,31 @@ void Track(ComputeArbiter& arbiter, InFlight& flight, CUstream stream, bool per_
     // Events belong to a context: start over in this one (the old one's are left to it).
     for (CUevent& event : flight.events) event = nullptr;
     flight.pending = 0;
+    flight.queued_until_ns = 0;
     flight.context = context;
   }
-  const int i = (flight.oldest + flight.pending) % kInFlight;
-  if (flight.events[i] == nullptr &&
-      Real_cuEventCreate()(&flight.events[i], kEventDisableTiming) != CUDA_SUCCESS) {
-    flight.events[i] = nullptr;
-  } else if ((per_thread ? Real_cuEventRecord_ptsz()(flight.events[i], stream)
-                         : Real_cuEventRecord()(flight.events[i], stream)) == CUDA_SUCCESS) {
-    ++flight.pending;
+  const uint64_t now = MonotonicNs();
+  Record(flight, stream, per_thread, false, now >= arbiter.TurnStartNs());
+  // A launch starts when what this process queued before it ends, and at its turn's start at the
+  // earliest (the last holder's work runs until then).
+  if (flight.launch_ns != 0) {
+    flight.queued_until_ns =
+        std::max({flight.queued_until_ns, now, arbiter.TurnStartNs()}) + flight.launch_ns;
   }
-  if (flight.pending > flight.depth) {
+  // At most about half a turn's worth in flight (none past this one for launches that long: the
+  // next launch waits for this one, and a turn ends at most one launch late); two until the
+  // launches' time is known.
+  const uint64_t half_turn = arbiter.TurnNs() / 2;
+  const int depth =
+      flight.launch_ns == 0
+          ? 2
+          : static_cast<int>(std::min<uint64_t>(half_turn / flight.launch_ns, kInFlight - 2));
+  if (flight.pending > depth) {
     arbiter.SetDraining(true);
-    while (flight.pending > flight.depth) {
-      const uint64_t start = MonotonicNs();
-      Real_cuEventSynchronize()(flight.events[flight.oldest]);
-      const uint64_t waited = MonotonicNs() - start;
-      flight.oldest = (flight.oldest + 1) % kInFlight;
-      --flight.pending;
-      // With more in flight than the depth, the GPU finishes about one launch per wait: keep
-      // at most half a turn's worth queued (none, for launches that long: the next launch waits
-      // for this one, and a turn ends at most one launch late).
-      if (waited > 0) {
-        const uint64_t want = arbiter.TurnNs() / 2 / waited;
-        flight.depth = want >= kInFlight - 1 ? kInFlight - 1 : static_cast<int>(want);
-      }
-    }
+    while (flight.pending > depth) WaitForOldest(flight);
     arbiter.SetDraining(false);
   }
+  arbiter.Queued(flight.queued_until_ns);
   pthread_mutex_unlock(&flight.lock);
 }
 
@@ -118,8 +223,7 @@ CUresult Gated(CUstream stream, bool per_thread, Launch launch) {
   if (Capturing(stream, per_thread)) return launch();
   while (gate != ComputeArbiter::Gate::kGo) {
     if (gate == ComputeArbiter::Gate::kDrainThenRelease) {
-      Drain(arbiter, g_in_flight[gpu]);
-      if (arbiter.Release()) {
+      if (arbiter.Release(Drain(arbiter, g_in_flight[gpu]))) {
         gate = arbiter.Check();
         continue;
       }
@@ -128,7 +232,10 @@ CUresult Gated(CUstream stream, bool per_thread, Launch launch) {
     gate = arbiter.Check();
   }
   const bool contended = arbiter.Contended();
-  if (contended) arbiter.Touch();
+  if (contended) {
+    arbiter.Touch();
+    MarkIfIdle(g_in_flight[gpu], stream, per_thread);
+  }
   const CUresult result = launch();
   if (result == CUDA_SUCCESS && contended) Track(arbiter, g_in_flight[gpu], stream, per_thread);
   return result;
@@ -166,6 +273,9 @@ void ForkComputeArbiters() {
     flight.context = nullptr;
     for (CUevent& event : flight.events) event = nullptr;
     flight.pending = 0;
+    flight.launch_ns = 0;
+    flight.sampled = 0;
+    flight.queued_until_ns = 0;
   }
 }
 

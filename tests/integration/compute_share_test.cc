@@ -44,6 +44,33 @@ struct Share {
   int processes = 1;  // processes of the workload, each running `mode`
 };
 
+// While it lives, `per_core` busy loops per core, each in a session of its own as other users'
+// work is (in the workloads' own session, the kernel's autogroup would have them take the
+// workloads' own CPU share instead).
+class BusyLoops {
+ public:
+  explicit BusyLoops(int per_core) {
+    for (long i = 0; i < per_core * sysconf(_SC_NPROCESSORS_ONLN); ++i) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        setsid();
+        volatile unsigned long spins = 0;
+        for (;;) spins = spins + 1;
+      }
+      if (pid > 0) pids_.push_back(pid);
+    }
+  }
+  ~BusyLoops() {
+    for (pid_t pid : pids_) kill(pid, SIGKILL);
+    for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
+  }
+  BusyLoops(const BusyLoops&) = delete;
+  BusyLoops& operator=(const BusyLoops&) = delete;
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
 class ComputeShareTest : public ::testing::Test {
  protected:
   ComputeShareTest() : machine_("1xH100-80GB"), uuid_(machine_.Uuid()) {
@@ -192,7 +219,7 @@ class ComputeShareTest : public ::testing::Test {
   // starves the workloads' threads (a loaded 2-core machine) leaves the GPU idle now and then, and
   // that idle time is nobody's; it is checked apart (the arbiter may not waste a tenth of it).
   void ExpectShares(const std::vector<Share>& shares, const std::vector<double>& expected,
-                    double seconds, double tolerance) {
+                    double seconds, double tolerance, double busy_floor = 0.9) {
     std::string line;
     const std::vector<double> got = RunShares(shares, expected, seconds, &line);
     double busy = 0, charged = 0;
@@ -202,7 +229,7 @@ class ComputeShareTest : public ::testing::Test {
     }
     line += "; GPU busy " + std::to_string(busy);
     std::printf("shares: %s\n", line.c_str());
-    ASSERT_GT(busy, 0.9) << "the GPU idled more than a tenth of the time: " << line;
+    ASSERT_GT(busy, busy_floor) << "the GPU idled more than it may: " << line;
     ASSERT_GT(charged, 0.9) << "the arbiter charged less than nine tenths of the time: " << line;
     for (size_t i = 0; i < got.size(); ++i) {
       EXPECT_NEAR(got[i] / busy, expected[i], tolerance) << line;
@@ -355,6 +382,15 @@ TEST_F(ComputeShareTest, AWorkloadThatTruncatesTheArbiterCannotKillTheOthers) {
                                 : "status " + std::to_string(WEXITSTATUS(status)));
   }
   pids_.clear();
+}
+
+// Beside CPU-bound neighbours (two busy loops per core) the shares hold and the GPU stays busy
+// (without a limiter it is busy all the time here): a turn passes as the holder's work runs out,
+// whether or not the CPU runs the holder's thread then, and waiters no longer take a turn from a
+// holder the CPU did not run in time. Before, 0.948 of the time busy in the same setting.
+TEST_F(ComputeShareTest, SharesHoldBesideBusyLoops) {
+  BusyLoops loops(2);
+  ExpectShares({{250, 1000}, {750, 1000}}, {0.25, 0.75}, 4, 0.03, 0.96);
 }
 
 // A kernel longer than a turn cannot be cut short, but is charged: over time the workload still

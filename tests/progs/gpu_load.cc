@@ -11,6 +11,8 @@
 //           does: through the cuCtxSynchronize that cuGetProcAddress gives for CUDA 13.0,
 //           cuCtxSynchronize_v2)
 //         | sleep (no work: an idle workload)
+//         | burst (a bursty workload: about 50 ms of kernels, a synchronisation, then 50 ms with
+//           no work, over and over; prints "burst" as each quiet period begins)
 //         | latency (one kernel at a time, synchronising after each, like an inference loop; at
 //           the end prints "lat START_S LATENCY_US" per kernel: when it was launched, seconds
 //           after "ready", and how long until its synchronisation returned)
@@ -160,6 +162,18 @@ int main(int argc, char** argv) {
     if (mode == "sleep") {
       timespec pause{0, 10'000'000};
       nanosleep(&pause, nullptr);
+      continue;
+    }
+    if (mode == "burst") {
+      for (long i = 0; i < sync_every; ++i) {
+        Check(cuLaunchKernel(kernel, blocks, 1, 1, 1024, 1, 1, 0, nullptr, nullptr, nullptr),
+              "cuLaunchKernel");
+      }
+      launches += sync_every;
+      Check(cuCtxSynchronize(), "cuCtxSynchronize");
+      std::printf("burst\n");
+      timespec quiet{0, 50'000'000};
+      nanosleep(&quiet, nullptr);
       continue;
     }
     if (mode == "kernel" || mode == "runtime13") {

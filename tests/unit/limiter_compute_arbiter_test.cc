@@ -12,11 +12,13 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "limiter/budget.h"
@@ -127,6 +129,40 @@ TEST_F(ComputeArbiterSlotsTest, ChargesAreReadOnlyFromASegment) {
     EXPECT_FALSE(ComputeArbiter::PeekUsedNs(dir_fd_, name, "w", &ns));
     EXPECT_LT(NowNs() - start, 1'000'000'000u);  // it did not wait for a writer
   }
+}
+
+// A turn passes as the holder's published work runs out, with nothing from the holder's own
+// thread (which a busy CPU may not run for milliseconds): the waiter takes it then, not at the
+// end of the holder's turn (20 ms) nor 250 ms past it; the holder is charged up to the end of its
+// work, and the waiter's turn starts there.
+TEST_F(ComputeArbiterSlotsTest, ATurnPassesAsTheHoldersPublishedWorkRunsOut) {
+  std::string error;
+  auto holder = Join("holder", &error);
+  ASSERT_NE(holder, nullptr) << error;
+  auto waiter = Join("waiter", &error);
+  ASSERT_NE(waiter, nullptr) << error;
+  const uint64_t start = NowNs();
+  ASSERT_TRUE(holder->Acquire());
+  ASSERT_TRUE(holder->Holding());
+  const uint64_t work_end = start + 60'000'000;
+  holder->Queued(work_end);
+  bool got = false;
+  uint64_t got_at = 0;
+  std::thread wait([&] {
+    got = waiter->Acquire();
+    got_at = NowNs();
+  });
+  wait.join();
+  EXPECT_TRUE(got);
+  EXPECT_TRUE(waiter->Holding());
+  EXPECT_FALSE(holder->Holding());
+  std::printf("taken %.1f ms after the holder's turn began (its work ended at 60 ms)\n",
+              (got_at - start) / 1e6);
+  EXPECT_GE(got_at, work_end);
+  EXPECT_LT(got_at - start, 200'000'000u);
+  EXPECT_GE(holder->UsedNs(), 59'000'000u);
+  EXPECT_LE(holder->UsedNs(), 60'000'000u);
+  EXPECT_GE(waiter->TurnStartNs(), work_end);
 }
 
 // A segment an older version made (another layout), or a file cut short, is replaced by one this
