@@ -132,7 +132,7 @@ struct Books {
   Ledger* ledger;
   Extender* extender;
   json names = json::array();     // the nodes'
-  std::vector<std::string> live;  // keys of the pods booked
+  std::vector<std::string> live = {};  // keys of the pods booked
   int next_id = 0;
 };
 

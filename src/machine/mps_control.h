@@ -18,13 +18,13 @@ struct MpsControlOptions {
   std::string control;
   // The daemon's pipe and log directories (CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY;
   // "" leaves the variable out: the program's default).
-  std::string pipe_dir;
-  std::string log_dir;
+  std::string pipe_dir = {};
+  std::string log_dir = {};
   // CUDA_VISIBLE_DEVICES for a daemon being started: the devices its servers serve ("": not set).
-  std::string visible_devices;
+  std::string visible_devices = {};
   // NAME=value entries set on top of the caller's environment, whose CUDA_* variables are left
   // out (they would configure the daemon instead of the ones above).
-  std::vector<std::string> env;
+  std::vector<std::string> env = {};
   // The longest a call waits for the program to exit. Then it is killed and the call fails: a
   // daemon that stops answering cannot hold its caller for longer.
   std::chrono::milliseconds timeout{5000};

@@ -49,8 +49,8 @@ StatusOr<std::vector<GpuGroup>> GroupHostGpus(const std::vector<HostGpu>& gpus);
 inline constexpr uint64_t kHostPlenty = uint64_t{1} << 60;
 
 // The placement node of `group` (from GroupHostGpus: at most kMaxGpusPerNode members), named
-// `name`, its GPUs of
-// model id `model`: one node spec for the node service's groups and the extender's alike.
+// `name`, its GPUs of model id `model`: one node spec for the node service's groups and the
+// extender's alike.
 NodeSpec GroupNodeSpec(std::string name, const GpuGroup& group, int model);
 
 // What `request` takes on the GPUs of `group`: its GPU count, the share of each and the memory
