@@ -3,6 +3,8 @@
 # bench/run_compute_bench.sh or bench/run_mps_bench.sh.
 add_executable(compute_share_bench compute_share_bench.cc mps_daemon.cc)
 target_link_libraries(compute_share_bench PRIVATE gpufrac_budget gpufrac_machine_mps simgpu_nvml)
+# The busy loops of its CPU-pressure part are the timing tests'.
+target_include_directories(compute_share_bench PRIVATE ${PROJECT_SOURCE_DIR}/tests)
 target_compile_definitions(compute_share_bench PRIVATE
   GPUFRAC_BUILD_DIR="${CMAKE_BINARY_DIR}" GPUFRAC_SIMGPU_DIR="${GPUFRAC_SIMGPU_DIR}")
 add_dependencies(compute_share_bench gpu_load cuda_probe gpufrac hami_like simgpu_cuda simgpu_nvml

@@ -11,7 +11,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "busy_loops.h"
 #include "limiter/budget.h"
 #include "limiter/compute_arbiter.h"
 #include "limiter/limit_config.h"
@@ -462,36 +462,6 @@ void SharesPart(std::FILE* md) {
 
 // --- CPU pressure ---------------------------------------------------------------------------
 
-// While it lives, `per_core` busy loops per core: CPU-bound neighbours (a parallel build's
-// compilers, without their memory traffic), at the workloads' own priority, each in a session of
-// its own as another user's work is (with the kernel's autogroup, busy loops in the workloads'
-// own session would take the workloads' own CPU share instead).
-class CpuHogs {
- public:
-  explicit CpuHogs(int per_core) {
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    for (long i = 0; i < per_core * cores; ++i) {
-      const pid_t pid = fork();
-      if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        setsid();  // a neighbour of its own: not in the workloads' session's CPU group
-        volatile unsigned long spins = 0;
-        for (;;) spins = spins + 1;
-      }
-      if (pid > 0) pids_.push_back(pid);
-    }
-  }
-  ~CpuHogs() {
-    for (pid_t pid : pids_) kill(pid, SIGKILL);
-    for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
-  }
-  CpuHogs(const CpuHogs&) = delete;
-  CpuHogs& operator=(const CpuHogs&) = delete;
-
- private:
-  std::vector<pid_t> pids_;
-};
-
 struct BurstRun {
   double busy = 0;
   int quiets = 0;              // quiet periods the bursty workload began in the window
@@ -556,7 +526,7 @@ void PressurePart(std::FILE* md) {
                    "| idle per quiet (ms) |\n|---:|---|---:|---:|---:|---:|---:|\n",
                g_opt.pressure_seeds, g_opt.warmup_s, g_opt.window_s);
   for (int level : HogLevels()) {
-    CpuHogs hogs(level);
+    gpufrac::testing::BusyLoops hogs(level);
     std::map<Arm, std::map<int, std::vector<ShareRun>>> shares;  // arm, mix
     std::map<Arm, std::vector<BurstRun>> bursts;
     for (int seed = 0; seed < g_opt.pressure_seeds; ++seed) {

@@ -197,6 +197,17 @@ bool WorkloadCgroup::KillAll(std::chrono::milliseconds wait) const {
   }
 }
 
-bool WorkloadCgroup::Remove() const { return rmdir(dir_.c_str()) == 0 || errno == ENOENT; }
+bool WorkloadCgroup::Remove() const {
+  // A killed process leaves cgroup.procs before the kernel has finished its exit, and until then
+  // the directory is busy: a short wait for that, never for a process that is still a member.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (;;) {
+    if (rmdir(dir_.c_str()) == 0 || errno == ENOENT) return true;
+    if (errno != EBUSY || !Members().empty() || std::chrono::steady_clock::now() >= deadline) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
 
 }  // namespace gpufrac::launch

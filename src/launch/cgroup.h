@@ -60,7 +60,8 @@ class WorkloadCgroup {
   // Sends SIGKILL to every process in it, again until none is left or `wait` has passed; true
   // when it is empty.
   bool KillAll(std::chrono::milliseconds wait) const;
-  // Removes it; false while processes remain.
+  // Removes it; false while processes remain. Waits up to a second for the exits of processes
+  // that have left it but whose exit the kernel has not finished.
   bool Remove() const;
 
  private:

@@ -486,6 +486,54 @@ bool ComputeArbiter::Release(uint64_t work_end_ns) {
   return kept;
 }
 
+void ComputeArbiter::PassFromHolder(uint64_t holder, uint64_t now) {
+  const uint64_t start = seg_->turn_start_ns.load(std::memory_order_relaxed);
+  const uint64_t deadline = seg_->deadline_ns.load(std::memory_order_relaxed);
+  const uint64_t queued = seg_->queued_until_ns.load(std::memory_order_relaxed);
+  const uint64_t active = seg_->active_ns.load(std::memory_order_relaxed);
+  // A holder that went quiet within its turn: the work it published ran out kStealSlackNs ago and
+  // it has neither launched nor stopped waiting since. It is idle, not about to queue more (as a
+  // holder at the end of its turn is): the rest of its turn goes to the others, and it is charged
+  // up to the end of its work. If it comes back, it waits like anyone else.
+  if (now < deadline && queued != 0 && now >= std::max(queued, active) + kStealSlackNs) {
+    Charge(SlotOf(holder), Age(queued, start));
+    HandOver(now, queued);
+    return;
+  }
+  // (bogus: a turn no hand-over gives; the segment was written by someone else.)
+  const bool bogus = Age(deadline, start) > 4 * seg_->turn_ns + kDrainGraceNs;
+  if (now < deadline && !bogus) return;
+  const pid_t pid = PidOf(holder);
+  const bool draining = seg_->draining.load(std::memory_order_relaxed) != 0;
+  const bool gone = kill(pid, 0) != 0 && errno == ESRCH;
+  const uint64_t last_active = std::max(deadline, active);
+  // When the holder's queued work will be done is known: the turn passes as that work runs out,
+  // whatever the holder's thread is doing (waiting for it, or not run by the CPU).
+  const bool stopped = queued != 0 ? queued <= now + kHandOverNs
+                                   : !draining && Age(now, last_active) >= kStealSlackNs;
+  if (!bogus && !stopped && !gone && now < deadline + kDrainGraceNs) return;
+  // Its turn is over and it is not finishing it: its work ends, it stopped queueing work, died or
+  // hung. It is charged for as long as it was using the GPU, and the next turn starts when its
+  // work ends.
+  uint64_t used_until = draining || gone ? now : std::min(now, last_active);
+  // A live holder whose work runs out is still using the GPU (it waits for that work, or its
+  // thread is about to queue more): it competes for the next turn as if it waited, and keeps the
+  // GPU while its workload is the most owed.
+  const bool live = !gone && !bogus && queued != 0;
+  if (live) used_until = std::min(queued, now + kHandOverNs);
+  Charge(SlotOf(holder), used_until - start);
+  ArbiterSlot& held = seg_->slots[SlotOf(holder) % kArbiterSlots];
+  if (live) held.waiting.fetch_add(1, std::memory_order_relaxed);
+  HandOver(now, used_until);
+  if (!live) return;
+  held.waiting.fetch_sub(1, std::memory_order_relaxed);
+  uint64_t handed = seg_->holder.load(std::memory_order_relaxed);
+  if (SlotOf(handed) == SlotOf(holder) && PidOf(handed) == 0 &&
+      seg_->holder.compare_exchange_strong(handed, holder, std::memory_order_relaxed)) {
+    seg_->draining.store(draining ? 1 : 0, std::memory_order_relaxed);
+  }
+}
+
 bool ComputeArbiter::Acquire() {
   // Its slot was given to another workload while it was idle for kStaleNs: it joins again.
   if (seg_->slots[slot_].key.load(std::memory_order_relaxed) != key_) {
@@ -526,7 +574,6 @@ bool ComputeArbiter::Acquire() {
     mine.missed_at_ns.store(0, std::memory_order_relaxed);
     uint64_t holder = seg_->holder.load(std::memory_order_relaxed);
     const uint64_t start = seg_->turn_start_ns.load(std::memory_order_relaxed);
-    const uint64_t deadline = seg_->deadline_ns.load(std::memory_order_relaxed);
     if (first && Age(now, last_busy) < kIdleNs &&
         mine.used_ns.load(std::memory_order_relaxed) != 0) {
       first = false;  // Busy lately (it just had a turn): it keeps its virtual time.
@@ -564,41 +611,8 @@ bool ComputeArbiter::Acquire() {
       // Handed to a workload whose waiters did not come for it.
       seg_->slots[SlotOf(holder)].missed_at_ns.store(now, std::memory_order_relaxed);
       HandOver(now);
-    } else if (const bool bogus = Age(deadline, start) > 4 * seg_->turn_ns + kDrainGraceNs;
-               now >= deadline || bogus) {
-      // (bogus: a turn no hand-over gives; the segment was written by someone else.)
-      const pid_t pid = PidOf(holder);
-      const bool draining = seg_->draining.load(std::memory_order_relaxed) != 0;
-      const bool gone = pid != 0 && kill(pid, 0) != 0 && errno == ESRCH;
-      const uint64_t active = std::max(deadline, seg_->active_ns.load(std::memory_order_relaxed));
-      // When the holder's queued work will be done is known: the turn passes as that work runs
-      // out, whatever the holder's thread is doing (waiting for it, or not run by the CPU).
-      const uint64_t queued = seg_->queued_until_ns.load(std::memory_order_relaxed);
-      const bool stopped = queued != 0 ? queued <= now + kHandOverNs
-                                       : !draining && Age(now, active) >= kStealSlackNs;
-      if (bogus || stopped || gone || now >= deadline + kDrainGraceNs) {
-        // Its turn is over and it is not finishing it: its work ends, it stopped queueing work,
-        // died or hung. It is charged for as long as it was using the GPU, and the next turn
-        // starts when its work ends.
-        uint64_t used_until = draining || gone ? now : std::min(now, active);
-        // A live holder whose work runs out is still using the GPU (it waits for that work, or
-        // its thread is about to queue more): it competes for the next turn as if it waited,
-        // and keeps the GPU while its workload is the most owed.
-        const bool live = !gone && !bogus && queued != 0;
-        if (live) used_until = std::min(queued, now + kHandOverNs);
-        Charge(SlotOf(holder), used_until - seg_->turn_start_ns.load());
-        ArbiterSlot& held = seg_->slots[SlotOf(holder) % kArbiterSlots];
-        if (live) held.waiting.fetch_add(1, std::memory_order_relaxed);
-        HandOver(now, used_until);
-        if (live) {
-          held.waiting.fetch_sub(1, std::memory_order_relaxed);
-          uint64_t handed = seg_->holder.load(std::memory_order_relaxed);
-          if (SlotOf(handed) == SlotOf(holder) && PidOf(handed) == 0 &&
-              seg_->holder.compare_exchange_strong(handed, holder, std::memory_order_relaxed)) {
-            seg_->draining.store(draining ? 1 : 0, std::memory_order_relaxed);
-          }
-        }
-      }
+    } else if (PidOf(holder) != 0) {
+      PassFromHolder(holder, now);
     }
     holder = seg_->holder.load(std::memory_order_relaxed);
     if (Claim(holder, now)) {
@@ -618,9 +632,12 @@ bool ComputeArbiter::Acquire() {
                 (passed && SlotOf(holder) == slot_ ? kClaimNs / 2 : kClaimNs);
       } else if (const uint64_t queued = seg_->queued_until_ns.load(std::memory_order_relaxed);
                  queued != 0) {
-        // Until the holder's work is about to end (at most the grace past its turn).
+        // Until the holder's work is about to end (at most the grace past its turn), or, within
+        // its turn, until it would have been quiet for kStealSlackNs.
         const uint64_t ends = queued > kHandOverNs ? queued - kHandOverNs : 0;
-        until = std::min(std::max(until, ends), until + kDrainGraceNs);
+        const uint64_t quiet =
+            std::max(queued, seg_->active_ns.load(std::memory_order_relaxed)) + kStealSlackNs;
+        until = std::min({std::max(until, ends), until + kDrainGraceNs, quiet});
       } else if (seg_->draining.load(std::memory_order_relaxed) != 0) {
         until += kDrainGraceNs;
       }

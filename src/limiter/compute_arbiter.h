@@ -33,7 +33,10 @@
 //    that is not known: after kStealSlackNs without a launch or a wait if the holder is not
 //    draining), after kDrainGraceNs at the latest, at once if its process is gone, so that no
 //    process can stall the others beyond a bounded time. A holder whose published work runs out
-//    competes for the next turn as a waiter would (it is about to queue more). A turn handed to
+//    competes for the next turn as a waiter would (it is about to queue more). Within its turn,
+//    a holder whose published work ran out kStealSlackNs ago, and that has neither launched nor
+//    stopped waiting since, has gone quiet: a waiter takes the rest of its turn (it is charged up
+//    to the end of its work, and waits like anyone else when it comes back). A turn handed to
 //    a workload none of whose processes takes it within kClaimNs passes on.
 //  - Waiting sleeps on a futex in the segment (no spinning); hand-overs happen under a robust
 //    process-shared mutex that is only ever locked with a timeout. A process that waited
@@ -68,9 +71,12 @@ constexpr uint32_t kArbiterVersion = 3;
 constexpr uint64_t kDefaultTurnNs = 20'000'000;
 constexpr uint64_t kShortestTurnDivisor = 8;
 // How much of a holder's work may still be queued when its turn passes on, so that the next
-// holder's first work is queued before the GPU would idle. None for now: with 1 ms, the GPU's
-// time-slicing between the two at the hand-over gave a workload of 2 ms kernels at 0.25 beside
-// one of 0.5 ms kernels at 0.75 a part of 0.27 (charged 0.25), where the test allows 0.02.
+// holder's first work is queued before the GPU would idle. None: with 1 ms, and again with
+// 0.3 ms, a workload of 2 ms kernels at 0.25 beside one of 0.5 ms kernels at 0.75 got 0.27
+// (charged 0.25), where the test allows 0.02. The next holder's kernels arrive while the last
+// one's still runs, the GPU time-slices between the two, and what is left of the last kernel
+// runs in the next turn, uncharged. Only a dependency on the GPU (the next holder's stream
+// waiting on an event of the last one's) would start its work exactly as the last work ends.
 constexpr uint64_t kHandOverNs = 0;
 // How long a draining holder keeps its turn past its end (a kernel longer than this is shared
 // with the next holder, as the GPU would).
@@ -227,6 +233,9 @@ class ComputeArbiter {
   void Bypass(uint64_t now, const char* why);
   bool Lock();
   void Unlock();
+  // Under the lock, for a waiter: passes the turn from `holder` (a process) when it has gone
+  // quiet within its turn, or its turn is over and it is not finishing it (see the contract).
+  void PassFromHolder(uint64_t holder, uint64_t now);
   // Under the lock: gives the turn to the best waiting slot (or nobody), starting at `start`
   // (when the last holder's work ends; at least `now`), and wakes the waiters.
   void HandOver(uint64_t now, uint64_t start);

@@ -76,7 +76,12 @@ class Daemon {
     Stop(SIGTERM);
     // Jobs of a killed test may still run: end them before removing their files; and MPS
     // daemons still serving them.
-    RunCommand({"pkill", "-KILL", "-f", dir_}, {});
+    // Again until none is left: a process forked while pkill ran carries its parent's command
+    // line and escapes the round that killed the parent.
+    for (int round = 0; round < 50 && RunCommand({"pkill", "-KILL", "-f", dir_}, {}).status == 0;
+         ++round) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     const std::string instance = node::ServiceInstanceName(dir_ + "/state");
     std::error_code ec;
     for (const auto& gpu : std::filesystem::directory_iterator(dir_ + "/state/mps", ec)) {

@@ -165,6 +165,38 @@ TEST_F(ComputeArbiterSlotsTest, ATurnPassesAsTheHoldersPublishedWorkRunsOut) {
   EXPECT_GE(waiter->TurnStartNs(), work_end);
 }
 
+// A holder that goes quiet within its turn (its published work ran out and it launches nothing)
+// leaves the rest of its turn to the others within kStealSlackNs of its work's end, not at the
+// end of its 20 ms turn; it is charged up to the end of its work.
+TEST_F(ComputeArbiterSlotsTest, AQuietHoldersTurnPassesWithinTheSlackOfItsWorksEnd) {
+  std::string error;
+  auto holder = Join("holder", &error);
+  ASSERT_NE(holder, nullptr) << error;
+  auto waiter = Join("waiter", &error);
+  ASSERT_NE(waiter, nullptr) << error;
+  const uint64_t start = NowNs();
+  ASSERT_TRUE(holder->Acquire());
+  ASSERT_EQ(holder->TurnNs(), kDefaultTurnNs);
+  const uint64_t work_end = start + 3'000'000;
+  holder->Queued(work_end);
+  bool got = false;
+  uint64_t got_at = 0;
+  std::thread wait([&] {
+    got = waiter->Acquire();
+    got_at = NowNs();
+  });
+  wait.join();
+  EXPECT_TRUE(got);
+  EXPECT_FALSE(holder->Holding());
+  std::printf("taken %.1f ms after the holder's turn began (its work ended at 3 ms, its turn "
+              "would at 20 ms)\n",
+              (got_at - start) / 1e6);
+  EXPECT_GE(got_at, work_end + kStealSlackNs);
+  EXPECT_LT(got_at, start + kDefaultTurnNs);
+  EXPECT_LE(holder->UsedNs(), 3'000'000u);
+  EXPECT_GE(waiter->TurnStartNs(), work_end);
+}
+
 // A segment an older version made (another layout), or a file cut short, is replaced by one this
 // version's workloads can join.
 TEST_F(ComputeArbiterSlotsTest, AnOlderVersionsSegmentIsReplaced) {
