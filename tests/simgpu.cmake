@@ -23,4 +23,4 @@ target_compile_definitions(simgpu_test PRIVATE
   GPUFRAC_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 set_target_properties(simgpu_test PROPERTIES BUILD_RPATH ${GPUFRAC_SIMGPU_DIR})
 gtest_discover_tests(simgpu_test TEST_PREFIX "simgpu." PROPERTIES LABELS integration
-                     DISCOVERY_TIMEOUT 60)
+                     FIXTURES_REQUIRED suite DISCOVERY_TIMEOUT 60)

@@ -14,7 +14,7 @@ target_compile_definitions(simgpu_mig_test PRIVATE
 set_target_properties(simgpu_mig_test PROPERTIES BUILD_RPATH ${GPUFRAC_SIMGPU_DIR})
 add_dependencies(simgpu_mig_test cuda_probe)
 gtest_discover_tests(simgpu_mig_test TEST_PREFIX "simgpu." PROPERTIES LABELS integration
-                     DISCOVERY_TIMEOUT 60)
+                     FIXTURES_REQUIRED suite DISCOVERY_TIMEOUT 60)
 
 add_executable(gpu_mig_device_test
   integration/gpu_mig_device_test.cc
@@ -28,4 +28,4 @@ target_compile_definitions(gpu_mig_device_test PRIVATE
 set_target_properties(gpu_mig_device_test PROPERTIES BUILD_RPATH ${GPUFRAC_SIMGPU_DIR})
 add_dependencies(gpu_mig_device_test cuda_probe)
 gtest_discover_tests(gpu_mig_device_test TEST_PREFIX "simgpu." PROPERTIES LABELS integration
-                     DISCOVERY_TIMEOUT 60)
+                     FIXTURES_REQUIRED suite DISCOVERY_TIMEOUT 60)

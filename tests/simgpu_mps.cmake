@@ -20,4 +20,4 @@ target_compile_definitions(simgpu_mps_test PRIVATE
 add_dependencies(simgpu_mps_test mps_probe cuda_probe simgpu_mps_control simgpu_mps_server
                  simgpu_cuda simgpu_nvml)
 gtest_discover_tests(simgpu_mps_test TEST_PREFIX "simgpu." PROPERTIES LABELS integration
-                     RUN_SERIAL TRUE DISCOVERY_TIMEOUT 60)
+                     FIXTURES_REQUIRED suite RUN_SERIAL TRUE DISCOVERY_TIMEOUT 60)

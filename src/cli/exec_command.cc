@@ -254,7 +254,7 @@ int LimitOnDevice(const GpuRequest& request, const gpu::DeviceInfo& device,
       placement::LimitsOnOneGpu(request, device.memory_total, context,
                                 "GPU " + std::to_string(device.index) + " (" + device.name + ")");
   if (!limits.ok()) return Fail(kExitBadInput, limits.status().message());
-  const bool asked_compute = request.compute_milli != 0 || request.compute_limit_milli != 0;
+  const bool asked_compute = request.compute_milli || request.compute_limit_milli;
   *limited = launch::LimitedGpu{.uuid = device.uuid,
                                 .limit_bytes = limits->memory_bytes,
                                 .context_bytes = context,

@@ -27,14 +27,9 @@ const char* ComputePolicyName(ComputePolicy policy) {
 }
 
 uint32_t ComputeRequestMilli(const GpuRequest& request, uint32_t memory_milli) {
-  const uint32_t asked = request.compute_milli != 0 ? request.compute_milli : memory_milli;
-  const std::optional<uint32_t> limit = AskedComputeLimit(request);
+  const uint32_t asked = request.compute_milli.value_or(memory_milli);
+  const std::optional<uint32_t> limit = request.compute_limit_milli;
   return limit ? std::min(asked, *limit) : asked;
-}
-
-std::optional<uint32_t> AskedComputeLimit(const GpuRequest& request) {
-  if (request.compute_limit_milli == 0) return std::nullopt;
-  return request.compute_limit_milli;
 }
 
 std::optional<ComputePair> DecideComputePair(uint32_t request_milli,

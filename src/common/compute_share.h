@@ -37,9 +37,6 @@ struct ComputePair {
 // memory's share, never above its compute limit when one is given.
 uint32_t ComputeRequestMilli(const GpuRequest& request, uint32_t memory_milli);
 
-// The compute limit `request` asked for (--gpu-compute-limit); nullopt when it gave none.
-std::optional<uint32_t> AskedComputeLimit(const GpuRequest& request);
-
 // The pair of a workload booked `request_milli` of a GPU's time (ComputeRequestMilli) that asked
 // for `asked_limit` (nullopt: the policy's default; held between the request and all of the GPU)
 // under `policy`; nullopt when its time is not arbitrated: the policy is off, or it holds all of

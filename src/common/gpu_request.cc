@@ -104,7 +104,7 @@ StatusOr<uint32_t> ParseComputeShare(const std::string& flag, const std::string&
 
 Status ParseComputeField(const std::string& text, GpuRequest* r) {
   GPUFRAC_ASSIGN_OR_RETURN(r->compute_milli, ParseComputeShare("gpu-compute", text));
-  if (r->compute_milli >= kMilliPerGpu) {
+  if (*r->compute_milli >= kMilliPerGpu) {
     return InvalidArgumentError("--gpu-compute " + text +
                                 " guarantees all of the GPU's time: that is a whole GPU; write "
                                 "--gpus 1");
@@ -120,7 +120,7 @@ Status ParseComputeLimitField(const std::string& text, GpuRequest* r) {
 // What the fields say together: a compute share qualifies a shared GPU only, and its limit is
 // not below its request.
 Status CheckCompute(const GpuRequest& r) {
-  if (r.compute_milli == 0 && r.compute_limit_milli == 0) return OkStatus();
+  if (!r.compute_milli && !r.compute_limit_milli) return OkStatus();
   const char* flag = r.compute_milli ? "--gpu-compute" : "--gpu-compute-limit";
   if (r.kind == GpuRequest::Kind::kWholeGpus) {
     return InvalidArgumentError(std::string(flag) +
@@ -132,9 +132,9 @@ Status CheckCompute(const GpuRequest& r) {
                                 " is for a share of a GPU (--gpu-memory or --gpu-fraction); a "
                                 "MIG instance has its own compute slices");
   }
-  if (r.compute_milli && r.compute_limit_milli && r.compute_limit_milli < r.compute_milli) {
-    return InvalidArgumentError("--gpu-compute-limit " + FormatMilli(r.compute_limit_milli) +
-                                " is below --gpu-compute " + FormatMilli(r.compute_milli) +
+  if (r.compute_milli && r.compute_limit_milli && *r.compute_limit_milli < *r.compute_milli) {
+    return InvalidArgumentError("--gpu-compute-limit " + FormatMilli(*r.compute_limit_milli) +
+                                " is below --gpu-compute " + FormatMilli(*r.compute_milli) +
                                 "; the limit is the most it may take, at least what it is "
                                 "guaranteed");
   }
@@ -276,8 +276,8 @@ std::string FormatGpuRequest(const GpuRequest& r) {
       break;
   }
   if (!r.gpu_model.empty()) out += " --gpu-model " + r.gpu_model;
-  if (r.compute_milli) out += " --gpu-compute " + FormatMilli(r.compute_milli);
-  if (r.compute_limit_milli) out += " --gpu-compute-limit " + FormatMilli(r.compute_limit_milli);
+  if (r.compute_milli) out += " --gpu-compute " + FormatMilli(*r.compute_milli);
+  if (r.compute_limit_milli) out += " --gpu-compute-limit " + FormatMilli(*r.compute_limit_milli);
   return out;
 }
 

@@ -25,13 +25,13 @@ struct GpuRequest {
   uint32_t fraction_milli = 0;  // kFraction: share of one GPU's memory, 1..999 thousandths.
   std::string mig_profile;      // kMigProfile: canonical lower case, e.g. "2g.20gb", "1g.10gb+me".
   std::string gpu_model;        // Optional (empty = any), e.g. "A100-80GB"; checked by its user.
-  // A share of a GPU's time, in thousandths, for a request that shares a GPU (kMemory or
-  // kFraction); whole GPUs and MIG instances have their own compute. compute_milli is what it is
-  // guaranteed when others compete (0: the same share as its memory); compute_limit_milli the
-  // most it may take when others are idle (0: the node's or queue's default, 1000 unless strict).
-  // When both are given, request <= limit.
-  uint32_t compute_milli = 0;
-  uint32_t compute_limit_milli = 0;
+  // A share of a GPU's time, in thousandths (1..1000), for a request that shares a GPU (kMemory
+  // or kFraction); whole GPUs and MIG instances have their own compute. compute_milli is what it
+  // is guaranteed when others compete (not given: the same share as its memory);
+  // compute_limit_milli the most it may take when others are idle (not given: the node's or
+  // queue's default, 1000 unless strict). When both are given, request <= limit.
+  std::optional<uint32_t> compute_milli;
+  std::optional<uint32_t> compute_limit_milli;
 
   // Named constructors; `gpus` is the number of GPUs, each with that amount.
   static GpuRequest Memory(uint64_t bytes, uint32_t gpus = 1);

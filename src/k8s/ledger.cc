@@ -425,7 +425,7 @@ struct Ledger::Impl {
     if (g.mps) granted.mps_user = c.run_as;
     // Only a share has a compute limit and pair (a whole GPU has all of its time).
     if (choose && best.request.gpu_milli < pl::kMilli) {
-      granted.compute_limit_milli = AskedComputeLimit(c.request);
+      granted.compute_limit_milli = c.request.compute_limit_milli;
       DecideComputePairs(pass.entry, granted);
     }
   }

@@ -187,8 +187,8 @@ StatusOr<uint32_t> ComputeAnnotation(const std::string& text, std::string_view k
 // a container's request once its amount is known. Only a share of a GPU (memory or fraction, not
 // on a MIG profile) has a compute setting: whole GPUs and MIG instances have their own.
 struct ComputeAnnotations {
-  uint32_t request_milli = 0;  // 0: not given.
-  uint32_t limit_milli = 0;
+  std::optional<uint32_t> request_milli;
+  std::optional<uint32_t> limit_milli;
 };
 
 StatusOr<ComputeAnnotations> ReadComputeAnnotations(const json& pod) {
@@ -206,10 +206,10 @@ StatusOr<ComputeAnnotations> ReadComputeAnnotations(const json& pod) {
 
 Status ApplyCompute(const json& container, const ComputeAnnotations& pod, ContainerRequest& r) {
   const std::string where = "container " + r.container + ": ";
-  uint32_t request = pod.request_milli;
+  std::optional<uint32_t> request = pod.request_milli;
   if (const json* value = ResourceValue(container, kResourceGpuCompute)) {
     const std::string key = where + std::string(kResourceGpuCompute);
-    if (pod.request_milli != 0) {
+    if (pod.request_milli) {
       return InvalidArgumentError(key + " and the annotation " +
                                   std::string(kAnnotationGpuCompute) +
                                   " are both given; keep one of them");
@@ -222,12 +222,12 @@ Status ApplyCompute(const json& container, const ComputeAnnotations& pod, Contai
     }
     request = static_cast<uint32_t>(milli);
   }
-  if (request == 0 && pod.limit_milli == 0) return OkStatus();
+  if (!request && !pod.limit_milli) return OkStatus();
   const bool shared =
       r.request.kind == GpuRequest::Kind::kMemory || r.request.kind == GpuRequest::Kind::kFraction;
   if (!shared) {
     const std::string what =
-        request != 0 ? std::string(kResourceGpuCompute) : std::string(kAnnotationGpuComputeLimit);
+        request ? std::string(kResourceGpuCompute) : std::string(kAnnotationGpuComputeLimit);
     return InvalidArgumentError(where + what + " is for a share of a GPU (" +
                                 std::string(kResourceGpuMemory) + " or " +
                                 std::string(kResourceGpuFraction) + "); " +
@@ -235,10 +235,10 @@ Status ApplyCompute(const json& container, const ComputeAnnotations& pod, Contai
                                      ? "a MIG instance has its own compute slices"
                                      : "whole GPUs have all of their compute"));
   }
-  if (request != 0 && pod.limit_milli != 0 && pod.limit_milli < request) {
+  if (request && pod.limit_milli && *pod.limit_milli < *request) {
     return InvalidArgumentError(where + std::string(kAnnotationGpuComputeLimit) + " " +
-                                FormatMilli(pod.limit_milli) + " is below its compute request " +
-                                FormatMilli(request) +
+                                FormatMilli(*pod.limit_milli) + " is below its compute request " +
+                                FormatMilli(*request) +
                                 "; the limit is the most it may take, at least what it is "
                                 "guaranteed");
   }
@@ -390,7 +390,7 @@ StatusOr<PodRequest> ParsePodRequest(const json& pod) {
     }
   }
   GPUFRAC_ASSIGN_OR_RETURN(ComputeAnnotations compute, ReadComputeAnnotations(pod));
-  if (out.containers.empty() && (compute.request_milli != 0 || compute.limit_milli != 0)) {
+  if (out.containers.empty() && (compute.request_milli || compute.limit_milli)) {
     return InvalidArgumentError(
         "annotation " +
         std::string(compute.request_milli != 0 ? kAnnotationGpuCompute
@@ -568,9 +568,9 @@ std::string DescribeRequest(const ContainerRequest& c) {
     if (r.kind == GpuRequest::Kind::kMigProfile)
       s += ", " + key(kAnnotationMigProfile) + r.mig_profile;
   }
-  if (r.compute_milli != 0) s += ", " + key(kAnnotationGpuCompute) + FormatMilli(r.compute_milli);
-  if (r.compute_limit_milli != 0) {
-    s += ", " + key(kAnnotationGpuComputeLimit) + FormatMilli(r.compute_limit_milli);
+  if (r.compute_milli) s += ", " + key(kAnnotationGpuCompute) + FormatMilli(*r.compute_milli);
+  if (r.compute_limit_milli) {
+    s += ", " + key(kAnnotationGpuComputeLimit) + FormatMilli(*r.compute_limit_milli);
   }
   if (!r.gpu_model.empty()) s += ", " + key(kAnnotationGpuModel) + r.gpu_model;
   return s;

@@ -26,7 +26,8 @@ size_t RequestShapes::Hash::operator()(const GpuRequest& r) const {
   size_t h = std::hash<std::string>{}(r.gpu_model) ^ std::hash<std::string>{}(r.mig_profile);
   for (uint64_t v :
        {uint64_t(r.kind), r.memory_bytes, uint64_t{r.fraction_milli}, uint64_t{r.gpus},
-        uint64_t{r.compute_milli} << 32 | r.compute_limit_milli}) {
+        // (A compute share is at least one thousandth: 0 stands for none only in this hash.)
+        uint64_t{r.compute_milli.value_or(0)} << 32 | r.compute_limit_milli.value_or(0)}) {
     h = (h ^ v) * 0x100000001b3ULL + (h >> 29);
   }
   return h;

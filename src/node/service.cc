@@ -482,7 +482,7 @@ void Service::Launch(Job& job, const StartDecision& decision) {
   for (GpuGrant& g : starting.gpus) {
     // A share that landed on a MIG instance has the instance's own compute.
     g.compute = shares && g.uuid.rfind("MIG-", 0) != 0
-                    ? DecideComputePair(g.milli, AskedComputeLimit(request), policy)
+                    ? DecideComputePair(g.milli, request.compute_limit_milli, policy)
                     : std::nullopt;
   }
   if (Status s = store_->Update(starting); !s.ok()) {

@@ -42,12 +42,12 @@ StatusOr<OneGpuLimits> LimitsOnOneGpu(const GpuRequest& request, uint64_t total,
                                 " cannot hold even the CUDA context on " + gpu + " (about " +
                                 FormatSize(context) + "); ask for more");
   }
-  const bool asked_compute = request.compute_milli != 0 || request.compute_limit_milli != 0;
+  const bool asked_compute = request.compute_milli || request.compute_limit_milli;
   if (share) out.share_milli = share->milli;
   if (share && share->milli < kMilliPerGpu) {
     // As the node service's fair policy gives.
     out.compute = DecideComputePair(ComputeRequestMilli(request, share->milli),
-                                    AskedComputeLimit(request), ComputePolicy::kFair);
+                                    request.compute_limit_milli, ComputePolicy::kFair);
   } else if (asked_compute) {
     return InvalidArgumentError(
         "--gpu-compute and --gpu-compute-limit need a share of the GPU, not all of its memory (" +

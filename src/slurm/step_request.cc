@@ -132,8 +132,8 @@ StatusOr<std::vector<launch::LimitedGpu>> StepLimits(const GpuRequest& request,
     // time: a step's compute request may be less than that share, never more (more would take
     // its neighbours' time), and is refused rather than cut unseen. Its limit, the idle time it
     // may use, stays as asked.
-    if (request.compute_milli > limits.share_milli) {
-      return InvalidArgumentError("--gpu-compute " + FormatMilli(request.compute_milli) +
+    if (request.compute_milli && *request.compute_milli > limits.share_milli) {
+      return InvalidArgumentError("--gpu-compute " + FormatMilli(*request.compute_milli) +
                                   " is more than the share of GPU " + std::to_string(device.index) +
                                   " (" + device.name + ") its memory books, " +
                                   FormatMilli(limits.share_milli) + ": ask for at most " +
@@ -155,10 +155,10 @@ StatusOr<std::vector<launch::LimitedGpu>> StepLimits(const GpuRequest& request,
 }
 
 std::optional<unsigned> MpsThreadPercentage(const GpuRequest& request) {
-  uint32_t milli =
-      request.compute_limit_milli != 0 ? request.compute_limit_milli : request.compute_milli;
-  if (milli == 0) return std::nullopt;
-  return gpufrac::MpsThreadPercentage(milli);
+  const std::optional<uint32_t> milli =
+      request.compute_limit_milli ? request.compute_limit_milli : request.compute_milli;
+  if (!milli) return std::nullopt;
+  return gpufrac::MpsThreadPercentage(*milli);
 }
 
 }  // namespace gpufrac::slurm

@@ -35,7 +35,13 @@ if [ $sim -eq 1 ]; then
   lib=$(cd "$(dirname "$gpufrac")/.." && pwd)/lib/simgpu
   export LD_LIBRARY_PATH=${GPUFRAC_SIMGPU_DIR:-$lib} SIMGPU_NAMESPACE=gpu-checks-$$ \
     SIMGPU_CONFIG=1xH100-80GB
-  trap 'rm -f /dev/shm/simgpu.$(id -u).gpu-checks-$$' EXIT
+  # A home of its own: `gpufrac exec` keeps its compute arbiters in a directory of /dev/shm that
+  # the home's state directory records, and the suite must leave neither behind.
+  HOME=$(mktemp -d /tmp/gpu-checks-home.XXXXXX)
+  export HOME
+  trap 'arbiters=$(head -n1 "$HOME/.local/state/gpufrac/exec-arbiters" 2>/dev/null)
+        case "$arbiters" in /dev/shm/gpufrac-*) rm -rf "$arbiters" ;; esac
+        rm -rf "$HOME" /dev/shm/simgpu.$(id -u).gpu-checks-$$' EXIT
 else
   nvidia-smi -L || { echo "no NVIDIA GPU"; exit 2; }
 fi

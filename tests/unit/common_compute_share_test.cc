@@ -7,7 +7,8 @@
 namespace gpufrac {
 namespace {
 
-GpuRequest Quarter(uint32_t compute = 0, uint32_t limit = 0) {
+GpuRequest Quarter(std::optional<uint32_t> compute = std::nullopt,
+                   std::optional<uint32_t> limit = std::nullopt) {
   GpuRequest r = GpuRequest::Fraction(250);
   r.compute_milli = compute;
   r.compute_limit_milli = limit;
@@ -18,7 +19,7 @@ TEST(ComputeShare, TheRequestIsTheMemorysShareUnlessGivenAndNeverAboveTheLimit) 
   EXPECT_EQ(ComputeRequestMilli(Quarter(), 250), 250u);
   EXPECT_EQ(ComputeRequestMilli(Quarter(100), 250), 100u);
   EXPECT_EQ(ComputeRequestMilli(Quarter(600), 250), 600u);  // More time than memory is a request.
-  EXPECT_EQ(ComputeRequestMilli(Quarter(0, 200), 250), 200u);
+  EXPECT_EQ(ComputeRequestMilli(Quarter(std::nullopt, 200), 250), 200u);
   EXPECT_EQ(ComputeRequestMilli(Quarter(300, 500), 250), 300u);
 }
 
@@ -35,8 +36,6 @@ TEST(ComputeShare, NothingIsArbitratedWithThePolicyOffOrOnAllOfAGpu) {
   EXPECT_EQ(DecideComputePair(250, 600, ComputePolicy::kOff), std::nullopt);
   EXPECT_EQ(DecideComputePair(1000, std::nullopt, ComputePolicy::kFair), std::nullopt);
   EXPECT_EQ(DecideComputePair(0, std::nullopt, ComputePolicy::kStrict), std::nullopt);
-  EXPECT_EQ(AskedComputeLimit(Quarter()), std::nullopt);
-  EXPECT_EQ(AskedComputeLimit(Quarter(0, 700)), 700u);
 }
 
 TEST(ComputeShare, PoliciesAreNamedAsTheFlagsAndQueuesSpellThem) {

@@ -132,7 +132,7 @@ TEST(GpuRequest, AComputeShareQualifiesASharedGpuOnly) {
   EXPECT_EQ(r.compute_limit_milli, 700u);
   EXPECT_EQ(FormatGpuRequest(r), "--gpu-memory 20GiB --gpu-compute 0.3 --gpu-compute-limit 0.7");
   // Not given: 0, which the node reads as "the memory share" and "its default limit".
-  EXPECT_EQ(Parse({.gpu_fraction = "0.5"}).compute_milli, 0u);
+  EXPECT_EQ(Parse({.gpu_fraction = "0.5"}).compute_milli, std::nullopt);
   EXPECT_EQ(Parse({.gpu_fraction = "0.5", .gpu_compute_limit = "1"}).compute_limit_milli, 1000u);
 
   EXPECT_EQ(Error({.gpus = "2", .gpu_compute = "0.5"}),

@@ -495,7 +495,8 @@ TEST(LedgerTest, FractionsAndMemoryShareOneGpu) {
   EXPECT_FALSE(Fits(*ledger, Pod({Whole(1)}), "n1"));
 }
 
-ContainerRequest Computing(ContainerRequest c, uint32_t compute, uint32_t limit = 0) {
+ContainerRequest Computing(ContainerRequest c, std::optional<uint32_t> compute,
+                           std::optional<uint32_t> limit = std::nullopt) {
   c.request.compute_milli = compute;
   c.request.compute_limit_milli = limit;
   return c;
@@ -533,7 +534,7 @@ TEST(LedgerTest, ComputeRequestsAreTheSharesOfAGpu) {
 TEST(LedgerTest, OnlySharesRecordAComputeLimit) {
   auto ledger = NewLedger();
   ledger->SetNode("n1", Inventory("n1", 2, "A100-40GB"));
-  Assignment a = Place(*ledger, "ns/a", Pod({Computing(Fraction(250), 0, 500)}), "n1");
+  Assignment a = Place(*ledger, "ns/a", Pod({Computing(Fraction(250), std::nullopt, 500)}), "n1");
   ASSERT_EQ(a.containers.size(), 1u);
   EXPECT_EQ(a.containers[0].gpus.at(0).milli, 250u);
   EXPECT_EQ(a.containers[0].compute_limit_milli, 500u);
@@ -557,19 +558,19 @@ TEST(LedgerTest, SharesGetTheComputePairOfTheNodesPolicy) {
   Assignment fair = Place(*ledger, "ns/f", Pod({Fraction(250)}), "fair");
   EXPECT_EQ(fair.compute_policy, ComputePolicy::kFair);
   EXPECT_EQ(fair.containers[0].gpus[0].compute, (ComputePair{250, 1000}));
-  Assignment asked = Place(*ledger, "ns/a", Pod({Computing(Fraction(250), 0, 500)}), "fair");
+  Assignment asked = Place(*ledger, "ns/a", Pod({Computing(Fraction(250), std::nullopt, 500)}), "fair");
   EXPECT_EQ(asked.containers[0].gpus[0].compute, (ComputePair{250, 500}));
   Assignment strict = Place(*ledger, "ns/s", Pod({Fraction(250)}), "strict");
   EXPECT_EQ(strict.compute_policy, ComputePolicy::kStrict);
   EXPECT_EQ(strict.containers[0].gpus[0].compute, (ComputePair{250, 250}));
-  Assignment off = Place(*ledger, "ns/o", Pod({Computing(Fraction(250), 0, 500)}), "off");
+  Assignment off = Place(*ledger, "ns/o", Pod({Computing(Fraction(250), std::nullopt, 500)}), "off");
   EXPECT_EQ(off.compute_policy, ComputePolicy::kOff);
   EXPECT_EQ(off.containers[0].gpus[0].compute, std::nullopt) << "not arbitrated";
   Assignment whole = Place(*ledger, "ns/w", Pod({Whole(1)}), "fair");
   EXPECT_EQ(whole.containers[0].gpus[0].compute, std::nullopt);
 
   ledger->SetNode("old", Inventory("old", 1, "A100-40GB"));
-  Assignment old = Place(*ledger, "ns/old", Pod({Computing(Fraction(250), 0, 500)}), "old");
+  Assignment old = Place(*ledger, "ns/old", Pod({Computing(Fraction(250), std::nullopt, 500)}), "old");
   EXPECT_EQ(old.compute_policy, std::nullopt);
   EXPECT_EQ(old.containers[0].gpus[0].compute, std::nullopt);
   EXPECT_EQ(old.containers[0].compute_limit_milli, 500u) << "what the agent decides from";

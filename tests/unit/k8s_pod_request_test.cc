@@ -271,7 +271,7 @@ TEST(PodRequestTest, ComputeResourceIsThousandthsOfEachGpusTime) {
                                     {"gpufrac.io/gpu-compute", "300"}}));
   EXPECT_EQ(r.request.memory_bytes, 4 * kGiB);
   EXPECT_EQ(r.request.compute_milli, 300u);
-  EXPECT_EQ(r.request.compute_limit_milli, 0u) << "the node agent's policy decides";
+  EXPECT_EQ(r.request.compute_limit_milli, std::nullopt) << "the node agent's policy decides";
   // As the API server sends it, a number; and with a fraction.
   ContainerRequest f = Only(Simple(json::parse(
       R"({"gpufrac.io/gpu": 2, "gpufrac.io/gpu-fraction": 100, "gpufrac.io/gpu-compute": 450})")));
@@ -289,7 +289,7 @@ TEST(PodRequestTest, ComputeAnnotationsAreSharesAsTheGrammarWritesThem) {
   // A limit alone (the request is then the memory's share), up to all of the GPU's time.
   ContainerRequest limit = Only(Simple({{"gpufrac.io/gpu", "1"}, {"gpufrac.io/gpu-memory", "4096"}},
                                        {{"gpufrac.io/gpu-compute-limit", "1"}}));
-  EXPECT_EQ(limit.request.compute_milli, 0u);
+  EXPECT_EQ(limit.request.compute_milli, std::nullopt);
   EXPECT_EQ(limit.request.compute_limit_milli, 1000u);
   // The limit annotation qualifies a compute resource too.
   ContainerRequest both = Only(Simple({{"gpufrac.io/gpu", "1"},
