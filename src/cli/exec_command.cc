@@ -33,6 +33,7 @@
 #include "gpu/devices.h"
 #include "launch/budgets.h"
 #include "launch/environment.h"
+#include "launch/grant_limits.h"
 #include "launch/limit_file.h"
 #include "placement/gpu_share.h"
 
@@ -255,10 +256,16 @@ int LimitOnDevice(const GpuRequest& request, const gpu::DeviceInfo& device,
                                 "GPU " + std::to_string(device.index) + " (" + device.name + ")");
   if (!limits.ok()) return Fail(kExitBadInput, limits.status().message());
   const bool asked_compute = request.compute_milli || request.compute_limit_milli;
-  *limited = launch::LimitedGpu{.uuid = device.uuid,
-                                .limit_bytes = limits->memory_bytes,
-                                .context_bytes = context,
-                                .compute = limits->compute};
+  // From the grant, by the step every launcher takes (no MPS: exec runs no MPS client).
+  const launch::GpuGrant grant{.index = static_cast<int>(device.index),
+                               .uuid = device.uuid,
+                               .milli = limits->share_milli,
+                               .memory_bytes = limits->memory_bytes,
+                               .compute = limits->compute};
+  StatusOr<launch::GrantLimits> granted = launch::LimitsOfGrants(
+      {grant}, [context](int) { return context; }, [](int) { return false; }, "the command");
+  if (!granted.ok()) return Fail(kExitFailure, granted.status().message());
+  *limited = granted->gpus.at(0);
   if (limited->compute) {
     StatusOr<launch::BudgetDir> dir = UserArbiterDir();
     Status made = dir.ok() ? launch::EnsureComputeArbiter(*dir, device.uuid) : dir.status();

@@ -534,6 +534,14 @@ void ComputeArbiter::PassFromHolder(uint64_t holder, uint64_t now) {
   }
 }
 
+void ComputeArbiter::BeginTurn(uint64_t now) {
+  const uint64_t start = seg_->turn_start_ns.load(std::memory_order_relaxed);
+  if (now <= start) return;
+  seg_->deadline_ns.store(seg_->deadline_ns.load(std::memory_order_relaxed) + (now - start),
+                          std::memory_order_relaxed);
+  seg_->turn_start_ns.store(now, std::memory_order_relaxed);
+}
+
 bool ComputeArbiter::Acquire() {
   // Its slot was given to another workload while it was idle for kStaleNs: it joins again.
   if (seg_->slots[slot_].key.load(std::memory_order_relaxed) != key_) {
@@ -601,6 +609,7 @@ bool ComputeArbiter::Acquire() {
       }
     }
     if (holder == token_ || Claim(holder, now)) {
+      if (holder != token_) BeginTurn(now);
       holding = true;
       Unlock();
       break;
@@ -616,6 +625,7 @@ bool ComputeArbiter::Acquire() {
     }
     holder = seg_->holder.load(std::memory_order_relaxed);
     if (Claim(holder, now)) {
+      BeginTurn(now);
       holding = true;
       Unlock();
       break;

@@ -21,9 +21,10 @@
 //    with events and measure how long its launches take on the GPU), and publishes when what it
 //    queued will be done. When the turn is over it waits until that work ends within
 //    kHandOverNs ("drains"), then hands the turn on: it is charged from the start of its turn
-//    to the end of its work, and the next holder's turn starts there. A waiter takes the turn
-//    as the holder's published work ends, so the hand-over needs nothing from the holder's own
-//    thread, which a busy CPU may not run for milliseconds.
+//    to the end of its work, and the next holder's turn starts there (or when that holder takes
+//    it, if its thread runs later: the GPU's idle time between is nobody's). A waiter takes the
+//    turn as the holder's published work ends, so the hand-over needs nothing from the holder's
+//    own thread, which a busy CPU may not run for milliseconds.
 //    With nobody else waiting and no limit, a turn is simply renewed, without draining.
 //  - A turn is one process's. A workload's turn is handed to its slot, and whichever of its
 //    processes comes first takes it; a process whose workload keeps the GPU for another turn
@@ -236,6 +237,10 @@ class ComputeArbiter {
   // Under the lock, for a waiter: passes the turn from `holder` (a process) when it has gone
   // quiet within its turn, or its turn is over and it is not finishing it (see the contract).
   void PassFromHolder(uint64_t holder, uint64_t now);
+  // Under the lock, by a waiter that has just taken a turn: the turn starts `now` if it was to
+  // start earlier (the waiter's thread ran late), so that the GPU's idle time between the last
+  // holder's work and this one's first is charged to neither, and the turn keeps its length.
+  void BeginTurn(uint64_t now);
   // Under the lock: gives the turn to the best waiting slot (or nobody), starting at `start`
   // (when the last holder's work ends; at least `now`), and wakes the waiters.
   void HandOver(uint64_t now, uint64_t start);
