@@ -64,6 +64,19 @@ class ComputeArbiterSlotsTest : public ::testing::Test {
     return arbiter;
   }
 
+  // `holder` publishes that its work ends at `work_end`, then `waiter` waits for a turn on a
+  // thread of its own: when it got one (0: it did not).
+  static uint64_t TakenAfterPublishedWork(ComputeArbiter& holder, ComputeArbiter& waiter,
+                                          uint64_t work_end) {
+    holder.Queued(work_end);
+    uint64_t got_at = 0;
+    std::thread wait([&] {
+      if (waiter.Acquire()) got_at = NowNs();
+    });
+    wait.join();
+    return got_at;
+  }
+
   std::string dir_;
   int dir_fd_ = -1;
 };
@@ -147,15 +160,8 @@ TEST_F(ComputeArbiterSlotsTest, ATurnPassesAsTheHoldersPublishedWorkRunsOut) {
   ASSERT_TRUE(holder->Acquire());
   ASSERT_TRUE(holder->Holding());
   const uint64_t work_end = start + 60'000'000;
-  holder->Queued(work_end);
-  bool got = false;
-  uint64_t got_at = 0;
-  std::thread wait([&] {
-    got = waiter->Acquire();
-    got_at = NowNs();
-  });
-  wait.join();
-  EXPECT_TRUE(got);
+  const uint64_t got_at = TakenAfterPublishedWork(*holder, *waiter, work_end);
+  ASSERT_NE(got_at, 0u);
   EXPECT_TRUE(waiter->Holding());
   EXPECT_FALSE(holder->Holding());
   std::printf("taken %.1f ms after the holder's turn began (its work ended at 60 ms)\n",
@@ -180,15 +186,8 @@ TEST_F(ComputeArbiterSlotsTest, AQuietHoldersTurnPassesWithinTheSlackOfItsWorksE
   ASSERT_TRUE(holder->Acquire());
   ASSERT_EQ(holder->TurnNs(), kDefaultTurnNs);
   const uint64_t work_end = start + 3'000'000;
-  holder->Queued(work_end);
-  bool got = false;
-  uint64_t got_at = 0;
-  std::thread wait([&] {
-    got = waiter->Acquire();
-    got_at = NowNs();
-  });
-  wait.join();
-  EXPECT_TRUE(got);
+  const uint64_t got_at = TakenAfterPublishedWork(*holder, *waiter, work_end);
+  ASSERT_NE(got_at, 0u);
   EXPECT_FALSE(holder->Holding());
   std::printf("taken %.1f ms after the holder's turn began (its work ended at 3 ms, its turn "
               "would at 20 ms)\n",
