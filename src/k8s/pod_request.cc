@@ -393,7 +393,7 @@ StatusOr<PodRequest> ParsePodRequest(const json& pod) {
   if (out.containers.empty() && (compute.request_milli || compute.limit_milli)) {
     return InvalidArgumentError(
         "annotation " +
-        std::string(compute.request_milli != 0 ? kAnnotationGpuCompute
+        std::string(compute.request_milli ? kAnnotationGpuCompute
                                                : kAnnotationGpuComputeLimit) +
         " needs a container with " + std::string(kResourceGpu) + " and " +
         std::string(kResourceGpuMemory) + " or " + std::string(kResourceGpuFraction));

@@ -521,7 +521,7 @@ void ComputeArbiter::PassFromHolder(uint64_t holder, uint64_t now) {
   // GPU while its workload is the most owed.
   const bool live = !gone && !bogus && queued != 0;
   if (live) used_until = std::min(queued, now + kHandOverNs);
-  Charge(SlotOf(holder), used_until - start);
+  Charge(SlotOf(holder), Age(used_until, start));
   ArbiterSlot& held = seg_->slots[SlotOf(holder) % kArbiterSlots];
   if (live) held.waiting.fetch_add(1, std::memory_order_relaxed);
   HandOver(now, used_until);

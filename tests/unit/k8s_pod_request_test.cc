@@ -340,6 +340,8 @@ TEST(PodRequestTest, ComputeWithoutAShareToQualify) {
   EXPECT_THAT(zero, HasSubstr("gpufrac.io/gpu-compute needs gpufrac.io/gpu"));
   std::string pod = Error(Simple({{"cpu", "1"}}, {{"gpufrac.io/gpu-compute", "0.3"}}));
   EXPECT_THAT(pod, HasSubstr("annotation gpufrac.io/gpu-compute needs a container"));
+  std::string limit = Error(Simple({{"cpu", "1"}}, {{"gpufrac.io/gpu-compute-limit", "0.5"}}));
+  EXPECT_THAT(limit, HasSubstr("annotation gpufrac.io/gpu-compute-limit needs a container"));
 }
 
 TEST(PodRequestTest, ComputeValuesOutOfRange) {
