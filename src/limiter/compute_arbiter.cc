@@ -591,8 +591,10 @@ bool ComputeArbiter::Acquire() {
       // The holder is charged up to now, so that its time alone counts before this workload's
       // virtual time is compared with it; and an idle workload banks no credit: it starts at the
       // least virtual time of those using the GPU.
+      // (Up to the end of its published work, if that was earlier: it was idle since.)
       if (holder != 0 && PidOf(holder) != 0 && now > start) {
-        Charge(SlotOf(holder), now - start);
+        const uint64_t queued = seg_->queued_until_ns.load(std::memory_order_relaxed);
+        Charge(SlotOf(holder), (queued > start && queued < now ? queued : now) - start);
         seg_->turn_start_ns.store(now, std::memory_order_relaxed);
       }
       uint64_t least = UINT64_MAX;
