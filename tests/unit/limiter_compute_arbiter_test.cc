@@ -64,17 +64,30 @@ class ComputeArbiterSlotsTest : public ::testing::Test {
     return arbiter;
   }
 
-  // `holder` publishes that its work ends at `work_end`, then `waiter` waits for a turn on a
-  // thread of its own: when it got one (0: it did not).
-  static uint64_t TakenAfterPublishedWork(ComputeArbiter& holder, ComputeArbiter& waiter,
-                                          uint64_t work_end) {
-    holder.Queued(work_end);
-    uint64_t got_at = 0;
-    std::thread wait([&] {
-      if (waiter.Acquire()) got_at = NowNs();
+  // A hand-over after published work: a holder takes a turn (a whole one: it is alone) and
+  // publishes that its work ends `work_ns` later, then a waiter waits for a turn on a thread of
+  // its own, and gets one at `got_at`.
+  struct HandOver {
+    std::unique_ptr<ComputeArbiter> holder, waiter;
+    uint64_t start = 0, work_end = 0, got_at = 0;
+  };
+  void HandOverAfterWork(uint64_t work_ns, HandOver* h) {
+    std::string error;
+    h->holder = Join("holder", &error);
+    ASSERT_NE(h->holder, nullptr) << error;
+    h->waiter = Join("waiter", &error);
+    ASSERT_NE(h->waiter, nullptr) << error;
+    h->start = NowNs();
+    ASSERT_TRUE(h->holder->Acquire());
+    ASSERT_TRUE(h->holder->Holding());
+    ASSERT_EQ(h->holder->TurnNs(), kDefaultTurnNs);
+    h->work_end = h->start + work_ns;
+    h->holder->Queued(h->work_end);
+    std::thread wait([h] {
+      if (h->waiter->Acquire()) h->got_at = NowNs();
     });
     wait.join();
-    return got_at;
+    ASSERT_NE(h->got_at, 0u) << "the waiter got no turn";
   }
 
   std::string dir_;
@@ -151,17 +164,9 @@ TEST_F(ComputeArbiterSlotsTest, ChargesAreReadOnlyFromASegment) {
 // end of the holder's turn (20 ms) nor 250 ms past it; the holder is charged up to the end of its
 // work, and the waiter's turn starts there.
 TEST_F(ComputeArbiterSlotsTest, ATurnPassesAsTheHoldersPublishedWorkRunsOut) {
-  std::string error;
-  auto holder = Join("holder", &error);
-  ASSERT_NE(holder, nullptr) << error;
-  auto waiter = Join("waiter", &error);
-  ASSERT_NE(waiter, nullptr) << error;
-  const uint64_t start = NowNs();
-  ASSERT_TRUE(holder->Acquire());
-  ASSERT_TRUE(holder->Holding());
-  const uint64_t work_end = start + 60'000'000;
-  const uint64_t got_at = TakenAfterPublishedWork(*holder, *waiter, work_end);
-  ASSERT_NE(got_at, 0u);
+  HandOver h;
+  ASSERT_NO_FATAL_FAILURE(HandOverAfterWork(60'000'000, &h));
+  const auto& [holder, waiter, start, work_end, got_at] = h;
   EXPECT_TRUE(waiter->Holding());
   EXPECT_FALSE(holder->Holding());
   std::printf("taken %.1f ms after the holder's turn began (its work ended at 60 ms)\n",
@@ -177,17 +182,9 @@ TEST_F(ComputeArbiterSlotsTest, ATurnPassesAsTheHoldersPublishedWorkRunsOut) {
 // leaves the rest of its turn to the others within kStealSlackNs of its work's end, not at the
 // end of its 20 ms turn; it is charged up to the end of its work.
 TEST_F(ComputeArbiterSlotsTest, AQuietHoldersTurnPassesWithinTheSlackOfItsWorksEnd) {
-  std::string error;
-  auto holder = Join("holder", &error);
-  ASSERT_NE(holder, nullptr) << error;
-  auto waiter = Join("waiter", &error);
-  ASSERT_NE(waiter, nullptr) << error;
-  const uint64_t start = NowNs();
-  ASSERT_TRUE(holder->Acquire());
-  ASSERT_EQ(holder->TurnNs(), kDefaultTurnNs);
-  const uint64_t work_end = start + 3'000'000;
-  const uint64_t got_at = TakenAfterPublishedWork(*holder, *waiter, work_end);
-  ASSERT_NE(got_at, 0u);
+  HandOver h;
+  ASSERT_NO_FATAL_FAILURE(HandOverAfterWork(3'000'000, &h));
+  const auto& [holder, waiter, start, work_end, got_at] = h;
   EXPECT_FALSE(holder->Holding());
   std::printf("taken %.1f ms after the holder's turn began (its work ended at 3 ms, its turn "
               "would at 20 ms)\n",
