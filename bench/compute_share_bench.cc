@@ -77,6 +77,9 @@ struct Options {
   std::string hami_step;  // "" (published) or "linear"
   // The part "pressure": busy loops per core beside the workloads, one level after another.
   std::string hogs = "0,2,8";
+  // "own": each loop in a session of its own (autogroup schedules it as a group beside the
+  // workloads'); "callers": in the bench's, where every thread competes alone (busy_loops.h).
+  std::string hog_group = "own";
   int pressure_seeds = 3;
 };
 
@@ -517,16 +520,20 @@ void PressurePart(std::FILE* md) {
   std::ofstream burst_csv(g_opt.out + "/pressure-burst.csv");
   burst_csv << "hogs_per_core,arm,seed,busy,quiets,idle_ms_per_quiet\n";
   const int mixes[] = {0, 3};  // 0.25/0.75 and 0.2/0.3/0.5
-  std::fprintf(md, "\n### CPU pressure (busy loops per core beside the workloads; %d seeds, %.1f s "
-                   "warm-up, %.1f s window)\n\nShare error: percentage points, median (worst) "
+  std::fprintf(md, "\n### CPU pressure (busy loops per core beside the workloads, %s; %d seeds, "
+                   "%.1f s warm-up, %.1f s window)\n\nShare error: percentage points, median (worst) "
                    "over seeds. Lost: 1 - busy(arm) / busy(none), paired by seed, over both "
                    "mixes. Idle per quiet: the GPU's idle time while a bursty workload (50 ms on, "
                    "50 ms off) and a saturating one run, per quiet period, median.\n\n| busy "
                    "loops per core | arm | error 0.25/0.75 | error 0.2/0.3/0.5 | GPU busy | lost "
                    "| idle per quiet (ms) |\n|---:|---|---:|---:|---:|---:|---:|\n",
+               g_opt.hog_group == "callers" ? "in the workloads' scheduling group"
+                                            : "each in a session of its own",
                g_opt.pressure_seeds, g_opt.warmup_s, g_opt.window_s);
   for (int level : HogLevels()) {
-    gpufrac::testing::BusyLoops hogs(level);
+    gpufrac::testing::BusyLoops hogs(level, g_opt.hog_group == "callers"
+                                                ? gpufrac::testing::BusyLoops::Group::kCallersGroup
+                                                : gpufrac::testing::BusyLoops::Group::kOwnSessions);
     std::map<Arm, std::map<int, std::vector<ShareRun>>> shares;  // arm, mix
     std::map<Arm, std::vector<BurstRun>> bursts;
     for (int seed = 0; seed < g_opt.pressure_seeds; ++seed) {
@@ -891,10 +898,12 @@ void Usage() {
       stderr,
       "usage: compute_share_bench [--seeds N] [--warmup S] [--window S] [--cost-reps N] "
       "[--cost-seconds S] [--latency-runs N] [--latency-seconds S] [--length-runs N] "
-      "[--mps-runs N] [--mps-seconds S] [--hogs N,N,...] [--pressure-seeds N] "
+      "[--mps-runs N] [--mps-seconds S] [--hogs N,N,...] [--hog-group own|callers] "
+      "[--pressure-seeds N] "
       "[--parts shares,lengths,cost,latency,mps,pressure] [--hami-step linear] [--out DIR]\n"
       "(--parts defaults to shares,lengths,cost,latency; --hogs: busy loops per core, one "
-      "level after another, for the part pressure)\n");
+      "level after another, for the part pressure; --hog-group: each loop in a session of its own, "
+      "or all in the bench's)\n");
   std::exit(2);
 }
 
@@ -918,6 +927,9 @@ int main(int argc, char** argv) {
     else if (a == "--parts") g_opt.parts = v;
     else if (a == "--hami-step") g_opt.hami_step = v;
     else if (a == "--hogs") g_opt.hogs = v;
+    else if (a == "--hog-group" && (std::string(v) == "own" || std::string(v) == "callers")) {
+      g_opt.hog_group = v;
+    }
     else if (a == "--pressure-seeds") g_opt.pressure_seeds = std::atoi(v);
     else if (a == "--out") g_opt.out = v;
     else Usage();

@@ -363,11 +363,24 @@ TEST_F(ComputeShareTest, AWorkloadThatTruncatesTheArbiterCannotKillTheOthers) {
 // whether or not the CPU runs the holder's thread then, and waiters no longer take a turn from a
 // holder the CPU did not run in time. Before, 0.949-0.953 of the time busy in the same setting
 // on an otherwise idle machine, 0.970-0.983 after; with 2 more loops per core outside the test
-// 0.957-0.968, and CI's machine read below 0.96 once: the floor is 0.95. (The rule itself is
-// checked exactly by ComputeArbiterSlotsTest.ATurnPassesAsTheHoldersPublishedWorkRunsOut.)
+// 0.957-0.968. Where autogroup does not apply (a host without it, a CI runner's cgroup) this is
+// the next test's case, and its floor, 0.94. (The rule itself is checked exactly by
+// ComputeArbiterSlotsTest.ATurnPassesAsTheHoldersPublishedWorkRunsOut.)
 TEST_F(ComputeShareTest, SharesHoldBesideBusyLoops) {
   BusyLoops loops(2);
-  ExpectShares({{250, 1000}, {750, 1000}}, {0.25, 0.75}, 4, 0.03, 0.95);
+  ExpectShares({{250, 1000}, {750, 1000}}, {0.25, 0.75}, 4, 0.03, 0.94);
+}
+
+// The same with the loops in the workloads' own scheduling group, where each thread competes
+// with each loop alone (a host without autogroup, one container or service, CI's runner). There
+// the GPU was busy only 0.83-0.85 of the time: a woken limiter thread waited for the running
+// loop's slice to end, and a holder's estimate of when its work ends counted the time its thread
+// was not run, so the waiter took the turn late. With the launching threads asking for the
+// shortest slice (prompt_wake.h) and the estimate taken from before the waits, 0.961-0.977 over 6
+// runs (the loops still run up to 0.1 ms before a woken thread): the floor is 0.94.
+TEST_F(ComputeShareTest, SharesHoldBesideBusyLoopsOfTheirOwnGroup) {
+  BusyLoops loops(2, BusyLoops::Group::kCallersGroup);
+  ExpectShares({{250, 1000}, {750, 1000}}, {0.25, 0.75}, 4, 0.03, 0.94);
 }
 
 // A kernel longer than a turn cannot be cut short, but is charged: over time the workload still
