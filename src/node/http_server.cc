@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/posix.h"
 #include "node/tcp_peer.h"
 
 namespace gpufrac::node {
@@ -61,7 +62,6 @@ constexpr int kAcceptorNice = -10;
 // once, without the text (which it has just been told), which saves the write and the shutdown.
 constexpr auto kBareRefusals = std::chrono::milliseconds(1);
 
-std::string ErrnoText(int error) { return std::strerror(error); }
 
 // A JSON object {"error": message}; the message is escaped by hand because this library does
 // not link a JSON library for one field.
@@ -172,8 +172,7 @@ Status MakeParentDirectories(const std::string& socket_path) {
     if (mkdir(prefix.c_str(), 0755) == 0) {
       chmod(prefix.c_str(), 0755);  // Whatever the umask: callers must reach the socket.
     } else if (errno != EEXIST) {
-      return UnavailableError("cannot create directory " + prefix + " for socket " + socket_path +
-                              ": " + ErrnoText(errno));
+      return ErrnoStatus("cannot create directory " + prefix + " for socket " + socket_path, errno);
     }
   }
   return OkStatus();
@@ -193,32 +192,31 @@ Status RemoveStaleSocket(const std::string& path, const sockaddr_un& address) {
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return OkStatus();
-    return UnavailableError("cannot inspect socket " + path + ": " + ErrnoText(errno));
+    return ErrnoStatus("cannot inspect socket " + path, errno);
   }
   if (!S_ISSOCK(st.st_mode)) {
     return FailedPreconditionError(path +
                                    " exists and is not a socket; remove it or choose another path");
   }
-  int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (probe < 0) return UnavailableError("cannot create a socket: " + ErrnoText(errno));
-  int rc = connect(probe, reinterpret_cast<const sockaddr*>(&address), sizeof(address));
-  int error = errno;
-  close(probe);
+  const UniqueFd probe(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!probe.valid()) return ErrnoStatus("cannot create a socket", errno);
+  const int rc = connect(probe.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address));
+  const int error = errno;
   // EAGAIN: a live listener whose backlog is full; still live.
   if (rc == 0 || error == EAGAIN || error == EINPROGRESS) {
     return FailedPreconditionError("another gpufracd is already serving " + path);
   }
   if (error != ECONNREFUSED) {
-    return UnavailableError("cannot check existing socket " + path + ": " + ErrnoText(error));
+    return ErrnoStatus("cannot check existing socket " + path, error);
   }
   if (unlink(path.c_str()) != 0 && errno != ENOENT) {
-    return UnavailableError("cannot remove stale socket " + path + ": " + ErrnoText(errno));
+    return ErrnoStatus("cannot remove stale socket " + path, errno);
   }
   return OkStatus();
 }
 
 struct UnixSocket {
-  int fd = -1;
+  UniqueFd fd;
   dev_t dev = 0;
   ino_t ino = 0;
 };
@@ -234,40 +232,38 @@ StatusOr<UnixSocket> OpenUnixListener(const UnixListen& listen_spec) {
   GPUFRAC_RETURN_IF_ERROR(MakeParentDirectories(path));
   GPUFRAC_RETURN_IF_ERROR(RemoveStaleSocket(path, address));
 
-  UnixSocket result;
-  result.fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (result.fd < 0) return UnavailableError("cannot create a socket: " + ErrnoText(errno));
-  if (bind(result.fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
-    Status status = UnavailableError("cannot bind " + path + ": " + ErrnoText(errno));
-    close(result.fd);
-    return status;
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoStatus("cannot create a socket", errno);
+  if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    return ErrnoStatus("cannot bind " + path, errno);
   }
   // Mode and group are applied before listen(): until then a connect() is refused, so nobody
   // slips in under the wider mode bind() created the file with.
   Status status;
   struct stat st;
   if (chmod(path.c_str(), listen_spec.mode) != 0) {
-    status = UnavailableError("cannot set the mode of " + path + ": " + ErrnoText(errno));
+    status = ErrnoStatus("cannot set the mode of " + path, errno);
   } else if (listen_spec.group && chown(path.c_str(), static_cast<uid_t>(-1), *listen_spec.group)) {
-    status = UnavailableError("cannot set the group of " + path + " to " +
-                              std::to_string(*listen_spec.group) + ": " + ErrnoText(errno));
+    status = ErrnoStatus("cannot set the group of " + path + " to " +
+                              std::to_string(*listen_spec.group), errno);
   } else if (stat(path.c_str(), &st) != 0) {
-    status = UnavailableError("cannot inspect socket " + path + ": " + ErrnoText(errno));
-  } else if (listen(result.fd, SOMAXCONN) != 0) {
-    status = UnavailableError("cannot listen on " + path + ": " + ErrnoText(errno));
+    status = ErrnoStatus("cannot inspect socket " + path, errno);
+  } else if (listen(fd.get(), SOMAXCONN) != 0) {
+    status = ErrnoStatus("cannot listen on " + path, errno);
   }
   if (!status.ok()) {
     unlink(path.c_str());
-    close(result.fd);
     return status;
   }
+  UnixSocket result;
+  result.fd = std::move(fd);
   result.dev = st.st_dev;
   result.ino = st.st_ino;
   return result;
 }
 
 // Returns the listening fd; *port receives the bound port (useful when 0 was asked for).
-StatusOr<int> OpenTcpListener(const TcpListen& listen_spec, uint16_t* port) {
+StatusOr<UniqueFd> OpenTcpListener(const TcpListen& listen_spec, uint16_t* port) {
   std::string host = listen_spec.address;
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
@@ -290,24 +286,18 @@ StatusOr<int> OpenTcpListener(const TcpListen& listen_spec, uint16_t* port) {
     return InvalidArgumentError("TCP address " + listen_spec.address +
                                 " is not an IPv4 or IPv6 address");
   }
-  int fd = socket(storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return UnavailableError("cannot create a socket for " + where + ": " + ErrnoText(errno));
+  UniqueFd fd(socket(storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoStatus("cannot create a socket for " + where, errno);
   int one = 1;
   // A restarted service must be able to take its port back while old connections linger.
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  Status status;
-  if (bind(fd, reinterpret_cast<const sockaddr*>(&storage), length) != 0) {
-    status = UnavailableError("cannot listen on " + where + ": " + ErrnoText(errno));
-  } else if (listen(fd, SOMAXCONN) != 0) {
-    status = UnavailableError("cannot listen on " + where + ": " + ErrnoText(errno));
-  } else if (length = sizeof(storage);
-             getsockname(fd, reinterpret_cast<sockaddr*>(&storage), &length) != 0) {
-    status = UnavailableError("cannot read the port of " + where + ": " + ErrnoText(errno));
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&storage), length) != 0 ||
+      listen(fd.get(), SOMAXCONN) != 0) {
+    return ErrnoStatus("cannot listen on " + where, errno);
   }
-  if (!status.ok()) {
-    close(fd);
-    return status;
+  length = sizeof(storage);
+  if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&storage), &length) != 0) {
+    return ErrnoStatus("cannot read the port of " + where, errno);
   }
   *port = ntohs(storage.ss_family == AF_INET ? v4->sin_port : v6->sin6_port);
   return fd;
@@ -342,8 +332,8 @@ struct HttpServer::Impl {
     Impl* impl;
     bool tcp;
     bool tls = false;
-    int fd = -1;       // The listening socket (non-blocking); ours, closed by ~Impl.
-    int wake_fd = -1;  // An eventfd that wakes the acceptor: to stop, or for a sooner deadline.
+    UniqueFd fd;       // The listening socket (non-blocking); closed by ~Impl.
+    UniqueFd wake_fd;  // An eventfd that wakes the acceptor: to stop, or for a sooner deadline.
     MHD_Daemon* daemon = nullptr;
     std::thread acceptor;
     // Under mu: admitted connections not yet closed, and when the acceptor next looks at their
@@ -407,15 +397,15 @@ struct HttpServer::Impl {
     stopping = true;
     for (Listener* listener : {&unix_listener, &tcp_listener}) {
       if (!listener->acceptor.joinable()) continue;
-      Wake(listener->wake_fd);
+      Wake(listener->wake_fd.get());
       listener->acceptor.join();
     }
     // MHD_stop_daemon joins every connection thread, so no handler runs after this; a handler
     // in a long poll delays it until the poll returns (the owner wakes them first).
     for (Listener* listener : {&unix_listener, &tcp_listener}) {
       if (listener->daemon != nullptr) MHD_stop_daemon(listener->daemon);
-      if (listener->fd >= 0) close(listener->fd);
-      if (listener->wake_fd >= 0) close(listener->wake_fd);
+      listener->fd.Reset();
+      listener->wake_fd.Reset();
     }
     // Only our own socket file: another service may have replaced it since (e.g. after we were
     // thought dead).
@@ -493,12 +483,12 @@ struct HttpServer::Impl {
     for (int i = 0; i < kMaxAcceptsPerWakeup; ++i) {
       sockaddr_storage address;
       socklen_t length = sizeof(address);
-      int fd = accept4(listener->fd, reinterpret_cast<sockaddr*>(&address), &length,
+      int fd = accept4(listener->fd.get(), reinterpret_cast<sockaddr*>(&address), &length,
                        SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-        LogWarning("http: cannot accept a connection: %s", ErrnoText(errno).c_str());
+        LogWarning("http: %s", ErrnoStatus("cannot accept a connection", errno).message().c_str());
         return false;
       }
       Admit(listener, fd, address, length);
@@ -568,7 +558,7 @@ struct HttpServer::Impl {
     if (MHD_add_connection(listener->daemon, connection.fd,
                            reinterpret_cast<const sockaddr*>(&connection.address),
                            connection.length) != MHD_YES) {
-      LogWarning("http: cannot serve a new connection: %s", ErrnoText(errno).c_str());
+      LogWarning("http: %s", ErrnoStatus("cannot serve a new connection", errno).message().c_str());
       Forget(connection.fd);  // MHD has closed it.
     }
     return true;
@@ -653,7 +643,7 @@ struct HttpServer::Impl {
     Listener* listener = it->second.listener;
     if (due < listener->next_deadline) {
       listener->next_deadline = due;
-      Wake(listener->wake_fd);
+      Wake(listener->wake_fd.get());
     }
   }
 
@@ -681,8 +671,8 @@ struct HttpServer::Impl {
       const bool paused = paused_until > now;
       if (paused) next = std::min(next, paused_until);
       fds.clear();
-      fds.push_back({listener->wake_fd, POLLIN, 0});
-      fds.push_back({paused ? -1 : listener->fd, POLLIN, 0});
+      fds.push_back({listener->wake_fd.get(), POLLIN, 0});
+      fds.push_back({paused ? -1 : listener->fd.get(), POLLIN, 0});
       for (const Silent& connection : silent) fds.push_back({connection.fd, POLLIN, 0});
       int timeout_ms = -1;
       if (next != Clock::time_point::max()) {
@@ -692,7 +682,7 @@ struct HttpServer::Impl {
       if (poll(fds.data(), fds.size(), timeout_ms) < 0) continue;  // EINTR
       if (fds[0].revents != 0) {
         uint64_t count;
-        (void)!read(listener->wake_fd, &count, sizeof(count));
+        (void)!read(listener->wake_fd.get(), &count, sizeof(count));
       }
       size_t kept = 0;
       for (size_t i = 0; i < silent.size(); ++i) {
@@ -735,8 +725,10 @@ struct HttpServer::Impl {
       }
       caller = service_caller;
     } else if (!PeerCredentials(FdOf(connection), &caller)) {
-      LogWarning("http: cannot read the peer credentials of a connection: %s",
-                 ErrnoText(errno).c_str());
+      LogWarning("http: %s",
+                 ErrnoStatus("cannot read the peer credentials of a connection", errno)
+                     .message()
+                     .c_str());
       return ErrorResponse(500, "cannot identify the caller");
     }
 
@@ -846,12 +838,16 @@ struct HttpServer::Impl {
 
   // Serves listening socket `fd` (taken over: closed by ~Impl, whatever happens) with an MHD
   // daemon fed by a new acceptor thread.
-  Status StartListener(int fd, Listener* listener, const std::string& where) {
-    listener->fd = fd;
+  Status StartListener(UniqueFd fd, Listener* listener, const std::string& where) {
+    listener->fd = std::move(fd);
     listener->tls = listener->tcp && !tls_cert_pem.empty();
-    if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0 ||
-        (listener->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
-      return UnavailableError("cannot start the HTTP server on " + where + ": " + ErrnoText(errno));
+    const int listening = listener->fd.get();
+    if (fcntl(listening, F_SETFL, fcntl(listening, F_GETFL) | O_NONBLOCK) != 0) {
+      return ErrnoStatus("cannot start the HTTP server on " + where, errno);
+    }
+    listener->wake_fd.Reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!listener->wake_fd.valid()) {
+      return ErrnoStatus("cannot start the HTTP server on " + where, errno);
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ITC | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG;
@@ -924,16 +920,16 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(std::optional<UnixListen
     impl->socket_dev = socket.dev;
     impl->socket_ino = socket.ino;
     GPUFRAC_RETURN_IF_ERROR(
-        impl->StartListener(socket.fd, &impl->unix_listener, unix_listen->path));
+        impl->StartListener(std::move(socket.fd), &impl->unix_listener, unix_listen->path));
   }
   if (tcp_listen) {
     impl->token = tcp_listen->token;
     impl->tls_cert_pem = tcp_listen->tls_cert_pem;
     impl->tls_key_pem = tcp_listen->tls_key_pem;
     uint16_t port = 0;
-    GPUFRAC_ASSIGN_OR_RETURN(int fd, OpenTcpListener(*tcp_listen, &port));
+    GPUFRAC_ASSIGN_OR_RETURN(UniqueFd fd, OpenTcpListener(*tcp_listen, &port));
     GPUFRAC_RETURN_IF_ERROR(impl->StartListener(
-        fd, &impl->tcp_listener, tcp_listen->address + ":" + std::to_string(tcp_listen->port)));
+        std::move(fd), &impl->tcp_listener, tcp_listen->address + ":" + std::to_string(tcp_listen->port)));
     impl->tcp_port = port;
   }
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));

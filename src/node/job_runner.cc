@@ -37,7 +37,6 @@ constexpr const char* kLimitsFile = "limits";
 // Where the shim finds its go-ahead pipe.
 constexpr int kGoAheadFd = 3;
 
-std::string ErrnoText(const std::string& what, int err) { return what + ": " + std::strerror(err); }
 
 Status Validate(const LaunchSpec& spec) {
   if (spec.job_dir.empty() || spec.job_dir[0] != '/') {
@@ -128,11 +127,6 @@ class PrepareUndo {
   bool committed_ = false;
 };
 
-void CloseIfOpen(int& fd) {
-  if (fd >= 0) close(fd);
-  fd = -1;
-}
-
 // Step 1 of Prepare: JOB_DIR with the shim's spec (the job's command and environment), the
 // read-only limit file and empty logs.
 Status WriteJobDir(const LaunchSpec& spec, const std::string& limits_text,
@@ -140,12 +134,12 @@ Status WriteJobDir(const LaunchSpec& spec, const std::string& limits_text,
   const std::string& dir = spec.job_dir;
   const std::string limit_file = dir + "/" + kLimitsFile;
   if (mkdir(dir.c_str(), 0711) != 0) {
-    return UnavailableError(ErrnoText("cannot create the job directory " + dir, errno));
+    return ErrnoStatus("cannot create the job directory " + dir, errno);
   }
   undo->SetDir(dir);
   // 0711: the job's user reaches the limit file by name but cannot list or change the directory.
   if (chmod(dir.c_str(), 0711) != 0) {
-    return UnavailableError(ErrnoText("cannot set the mode of " + dir, errno));
+    return ErrnoStatus("cannot set the mode of " + dir, errno);
   }
   std::vector<std::string> uuids;
   for (const launch::LimitedGpu& gpu : spec.gpus) uuids.push_back(gpu.uuid);
@@ -174,23 +168,24 @@ Status WriteJobDir(const LaunchSpec& spec, const std::string& limits_text,
 // Step 3 of Prepare: forks and execs `shim_path JOB_DIR` with its go-ahead pipe on kGoAheadFd,
 // /dev/null as stdin and stdout and the job's stderr log as stderr. Returns the write end of the
 // go-ahead pipe; the shim's pid is handed to `undo` as soon as it exists.
-StatusOr<int> ForkShim(const std::string& shim_path, const std::string& dir, PrepareUndo* undo) {
+StatusOr<UniqueFd> ForkShim(const std::string& shim_path, const std::string& dir,
+                            PrepareUndo* undo) {
   // Everything the child needs is made before fork: the service is multi-threaded, so the child
   // may only make async-signal-safe calls until it execs.
   std::string shim_arg0 = shim_path, dir_arg = dir;
   char* argv[] = {shim_arg0.data(), dir_arg.data(), nullptr};
   char* envp[] = {nullptr};  // The shim needs none; the service's own must not leak into it.
-  int dev_null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  int err = 0;
+  UniqueFd dev_null(open("/dev/null", O_RDWR | O_CLOEXEC));
+  if (!dev_null.valid()) err = errno;
   // The shim's own complaints go where the user will look: the job's stderr log.
-  int err_log = open((dir + "/" + JobRunner::kStderr).c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  int go[2] = {-1, -1}, exec_err[2] = {-1, -1};
-  if (dev_null < 0 || err_log < 0 || pipe2(go, O_CLOEXEC) != 0 || pipe2(exec_err, O_CLOEXEC) != 0) {
-    int err = errno;
-    for (int* fd : {&dev_null, &err_log, &go[0], &go[1], &exec_err[0], &exec_err[1]}) {
-      CloseIfOpen(*fd);
-    }
-    return UnavailableError(ErrnoText("cannot set up the job's supervisor", err));
-  }
+  UniqueFd err_log(open((dir + "/" + JobRunner::kStderr).c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
+  if (err == 0 && !err_log.valid()) err = errno;
+  int fds[4] = {-1, -1, -1, -1};  // the go-ahead pipe, then the exec report's
+  if (err == 0 && pipe2(fds, O_CLOEXEC) != 0) err = errno;
+  if (err == 0 && pipe2(fds + 2, O_CLOEXEC) != 0) err = errno;
+  UniqueFd go_read(fds[0]), go_write(fds[1]), report_read(fds[2]), report_write(fds[3]);
+  if (err != 0) return ErrnoStatus("cannot set up the job's supervisor", err);
   struct rlimit files {};
   const int max_fd = getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
                          ? static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 20))
@@ -203,10 +198,10 @@ StatusOr<int> ForkShim(const std::string& shim_path, const std::string& dir, Pre
   pid_t pid = fork();
   if (pid == 0) {
     // Copies above fd 10 first, so that placing them on 0..3 cannot overwrite one another.
-    int in = fcntl(dev_null, F_DUPFD, 10);
-    int log = fcntl(err_log, F_DUPFD, 10);
-    int pipe_in = fcntl(go[0], F_DUPFD, 10);
-    int report = fcntl(exec_err[1], F_DUPFD_CLOEXEC, 10);
+    int in = fcntl(dev_null.get(), F_DUPFD, 10);
+    int log = fcntl(err_log.get(), F_DUPFD, 10);
+    int pipe_in = fcntl(go_read.get(), F_DUPFD, 10);
+    int report = fcntl(report_write.get(), F_DUPFD_CLOEXEC, 10);
     if (in < 0 || log < 0 || pipe_in < 0 || report < 0 || dup2(in, 0) < 0 || dup2(in, 1) < 0 ||
         dup2(log, 2) < 0 || dup2(pipe_in, kGoAheadFd) < 0 || dup2(report, kGoAheadFd + 1) < 0 ||
         fcntl(kGoAheadFd + 1, F_SETFD, FD_CLOEXEC) < 0) {
@@ -225,27 +220,19 @@ StatusOr<int> ForkShim(const std::string& shim_path, const std::string& dir, Pre
   }
   int fork_errno = errno;
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  CloseIfOpen(dev_null);
-  CloseIfOpen(err_log);
-  CloseIfOpen(go[0]);
-  CloseIfOpen(exec_err[1]);
-  if (pid < 0) {
-    CloseIfOpen(go[1]);
-    CloseIfOpen(exec_err[0]);
-    return UnavailableError(ErrnoText("cannot fork the job's supervisor", fork_errno));
-  }
+  dev_null.Reset();
+  err_log.Reset();
+  go_read.Reset();
+  report_write.Reset();
+  if (pid < 0) return ErrnoStatus("cannot fork the job's supervisor", fork_errno);
   undo->SetShim(pid);
   // The report pipe closes on a successful exec; otherwise it carries the child's errno.
   int exec_errno = 0;
   ssize_t n;
-  while ((n = read(exec_err[0], &exec_errno, sizeof(exec_errno))) < 0 && errno == EINTR) {
+  while ((n = read(report_read.get(), &exec_errno, sizeof(exec_errno))) < 0 && errno == EINTR) {
   }
-  CloseIfOpen(exec_err[0]);
-  if (n > 0) {
-    CloseIfOpen(go[1]);
-    return UnavailableError(ErrnoText("cannot run the job supervisor " + shim_path, exec_errno));
-  }
-  return go[1];
+  if (n > 0) return ErrnoStatus("cannot run the job supervisor " + shim_path, exec_errno);
+  return go_write;
 }
 
 }  // namespace
@@ -270,9 +257,7 @@ std::string Outcome::Describe() const {
 JobRunner::JobRunner(std::string shim_path, launch::BudgetDir budgets)
     : shim_path_(std::move(shim_path)), budgets_(std::move(budgets)) {}
 
-JobRunner::~JobRunner() {
-  for (auto& [pid, fd] : go_pipes_) close(fd);
-}
+JobRunner::~JobRunner() = default;
 
 StatusOr<proc::ProcessId> JobRunner::Prepare(const LaunchSpec& spec) {
   GPUFRAC_RETURN_IF_ERROR(Validate(spec));
@@ -300,16 +285,15 @@ StatusOr<proc::ProcessId> JobRunner::Prepare(const LaunchSpec& spec) {
   GPUFRAC_ASSIGN_OR_RETURN(budgets, launch::WorkloadBudgets::Create(budgets_, spec.workload,
                                                                     spec.gpus, owner, &budgets_));
   // 4. Its supervisor, waiting for the go-ahead.
-  GPUFRAC_ASSIGN_OR_RETURN(int go, ForkShim(shim_path_, spec.job_dir, &undo));
+  GPUFRAC_ASSIGN_OR_RETURN(UniqueFd go, ForkShim(shim_path_, spec.job_dir, &undo));
   proc::ProcessId ref;
   if (!proc::ReadProcessId(undo.shim(), &ref)) {
-    close(go);
     return UnavailableError("the job's supervisor (pid " + std::to_string(undo.shim()) +
                             ") ended as soon as it started");
   }
   undo.Commit();
   budgets->Keep();  // Cleanup() removes them when the job has ended.
-  go_pipes_[ref.pid] = go;
+  go_pipes_[ref.pid] = std::move(go);
   return ref;
 }
 
@@ -318,15 +302,11 @@ Status JobRunner::Release(const proc::ProcessId& shim) {
   if (it == go_pipes_.end()) {
     return NotFoundError("no prepared job supervisor with pid " + std::to_string(shim.pid));
   }
-  int fd = it->second;
+  const UniqueFd fd = std::move(it->second);
   go_pipes_.erase(it);
   const char go = 'g';
-  ssize_t n = WriteWithoutSigpipe(fd, &go, 1);
-  int err = errno;
-  close(fd);
-  if (n != 1) {
-    return UnavailableError(
-        ErrnoText("the job's supervisor (pid " + std::to_string(shim.pid) + ") is gone", err));
+  if (WriteWithoutSigpipe(fd.get(), &go, 1) != 1) {
+    return ErrnoStatus("the job's supervisor (pid " + std::to_string(shim.pid) + ") is gone", errno);
   }
   return OkStatus();
 }
@@ -334,7 +314,6 @@ Status JobRunner::Release(const proc::ProcessId& shim) {
 void JobRunner::Abandon(const proc::ProcessId& shim) {
   auto it = go_pipes_.find(shim.pid);
   if (it == go_pipes_.end()) return;
-  close(it->second);
   go_pipes_.erase(it);
 }
 
@@ -358,10 +337,7 @@ void JobRunner::ReapChildren() {
     if (pid <= 0) return;
     // A shim that died before its go-ahead: its pipe is of no more use.
     auto it = go_pipes_.find(pid);
-    if (it != go_pipes_.end()) {
-      close(it->second);
-      go_pipes_.erase(it);
-    }
+    if (it != go_pipes_.end()) go_pipes_.erase(it);
   }
 }
 
@@ -373,25 +349,22 @@ Status JobRunner::Signal(const proc::ProcessId& ref, int sig) {
   if (kill(ref.pid, sig) != 0) {
     int err = errno;
     std::string what = "cannot signal the job's supervisor (pid " + std::to_string(ref.pid) + ")";
-    if (err == ESRCH) return NotFoundError(ErrnoText(what, err));
-    if (err == EPERM) return PermissionDeniedError(ErrnoText(what, err));
-    return InternalError(ErrnoText(what, err));
+    return ErrnoStatus(what, err);  // ESRCH: kNotFound, EPERM: kPermissionDenied
   }
   return OkStatus();
 }
 
 std::optional<Outcome> JobRunner::ReadOutcome(const std::string& job_dir) {
   std::string path = job_dir + "/" + kOutcome;
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
+  const UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return std::nullopt;
   char buf[128];
   size_t len = 0;
   ssize_t n;
   while (len < sizeof(buf) &&
-         ((n = read(fd, buf + len, sizeof(buf) - len)) > 0 || (n < 0 && errno == EINTR))) {
+         ((n = read(fd.get(), buf + len, sizeof(buf) - len)) > 0 || (n < 0 && errno == EINTR))) {
     if (n > 0) len += static_cast<size_t>(n);
   }
-  close(fd);
   // The shim writes one whole line; anything else is not (yet) an outcome.
   if (len == 0 || len == sizeof(buf) || buf[len - 1] != '\n') return std::nullopt;
   std::string line(buf, len - 1);

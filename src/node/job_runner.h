@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "common/posix.h"
 #include "common/status.h"
 #include "launch/budget_dir.h"
 #include "launch/cgroup.h"
@@ -117,7 +118,7 @@ class JobRunner {
  private:
   std::string shim_path_;
   launch::BudgetDir budgets_;
-  std::map<pid_t, int> go_pipes_;  // Prepared shims: the write end of their go-ahead pipe.
+  std::map<pid_t, UniqueFd> go_pipes_;  // Prepared shims: the write end of their go-ahead pipe.
 };
 
 }  // namespace gpufrac::node
