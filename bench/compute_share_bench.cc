@@ -520,6 +520,7 @@ void PressurePart(std::FILE* md) {
   std::ofstream burst_csv(g_opt.out + "/pressure-burst.csv");
   burst_csv << "hogs_per_core,arm,seed,busy,quiets,idle_ms_per_quiet\n";
   const int mixes[] = {0, 3};  // 0.25/0.75 and 0.2/0.3/0.5
+  const bool callers = g_opt.hog_group == "callers";
   std::fprintf(md, "\n### CPU pressure (busy loops per core beside the workloads, %s; %d seeds, "
                    "%.1f s warm-up, %.1f s window)\n\nShare error: percentage points, median (worst) "
                    "over seeds. Lost: 1 - busy(arm) / busy(none), paired by seed, over both "
@@ -527,11 +528,10 @@ void PressurePart(std::FILE* md) {
                    "50 ms off) and a saturating one run, per quiet period, median.\n\n| busy "
                    "loops per core | arm | error 0.25/0.75 | error 0.2/0.3/0.5 | GPU busy | lost "
                    "| idle per quiet (ms) |\n|---:|---|---:|---:|---:|---:|---:|\n",
-               g_opt.hog_group == "callers" ? "in the workloads' scheduling group"
-                                            : "each in a session of its own",
+               callers ? "in the workloads' scheduling group" : "each in a session of its own",
                g_opt.pressure_seeds, g_opt.warmup_s, g_opt.window_s);
   for (int level : HogLevels()) {
-    gpufrac::testing::BusyLoops hogs(level, g_opt.hog_group == "callers"
+    gpufrac::testing::BusyLoops hogs(level, callers
                                                 ? gpufrac::testing::BusyLoops::Group::kCallersGroup
                                                 : gpufrac::testing::BusyLoops::Group::kOwnSessions);
     std::map<Arm, std::map<int, std::vector<ShareRun>>> shares;  // arm, mix
@@ -927,13 +927,12 @@ int main(int argc, char** argv) {
     else if (a == "--parts") g_opt.parts = v;
     else if (a == "--hami-step") g_opt.hami_step = v;
     else if (a == "--hogs") g_opt.hogs = v;
-    else if (a == "--hog-group" && (std::string(v) == "own" || std::string(v) == "callers")) {
-      g_opt.hog_group = v;
-    }
+    else if (a == "--hog-group") g_opt.hog_group = v;
     else if (a == "--pressure-seeds") g_opt.pressure_seeds = std::atoi(v);
     else if (a == "--out") g_opt.out = v;
     else Usage();
   }
+  if (g_opt.hog_group != "own" && g_opt.hog_group != "callers") Usage();
   signal(SIGPIPE, SIG_IGN);
   // A private simulated machine (one H100-80GB) for the whole run; every workload joins it.
   const std::string name_space = "compute-bench-" + std::to_string(getpid());

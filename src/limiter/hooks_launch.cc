@@ -110,8 +110,7 @@ void WaitForOldest(InFlight& flight) {
     for (int k = 0; k < flight.pending; ++k) {
       launches += flight.marker[(flight.oldest + k) % kInFlight] ? 0 : 1;
     }
-    flight.queued_until_ns =
-        std::max(flight.queued_until_ns, ended + launches * flight.launch_ns);
+    flight.queued_until_ns = std::max(flight.queued_until_ns, ended + launches * flight.launch_ns);
   }
 }
 

@@ -62,7 +62,6 @@ constexpr int kAcceptorNice = -10;
 // once, without the text (which it has just been told), which saves the write and the shutdown.
 constexpr auto kBareRefusals = std::chrono::milliseconds(1);
 
-
 // A JSON object {"error": message}; the message is escaped by hand because this library does
 // not link a JSON library for one field.
 std::string JsonError(std::string_view message) {
@@ -244,8 +243,8 @@ StatusOr<UnixSocket> OpenUnixListener(const UnixListen& listen_spec) {
   if (chmod(path.c_str(), listen_spec.mode) != 0) {
     status = ErrnoStatus("cannot set the mode of " + path, errno);
   } else if (listen_spec.group && chown(path.c_str(), static_cast<uid_t>(-1), *listen_spec.group)) {
-    status = ErrnoStatus("cannot set the group of " + path + " to " +
-                              std::to_string(*listen_spec.group), errno);
+    status = ErrnoStatus(
+        "cannot set the group of " + path + " to " + std::to_string(*listen_spec.group), errno);
   } else if (stat(path.c_str(), &st) != 0) {
     status = ErrnoStatus("cannot inspect socket " + path, errno);
   } else if (listen(fd.get(), SOMAXCONN) != 0) {
@@ -725,10 +724,9 @@ struct HttpServer::Impl {
       }
       caller = service_caller;
     } else if (!PeerCredentials(FdOf(connection), &caller)) {
-      LogWarning("http: %s",
-                 ErrnoStatus("cannot read the peer credentials of a connection", errno)
-                     .message()
-                     .c_str());
+      LogWarning(
+          "http: %s",
+          ErrnoStatus("cannot read the peer credentials of a connection", errno).message().c_str());
       return ErrorResponse(500, "cannot identify the caller");
     }
 
@@ -928,8 +926,9 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(std::optional<UnixListen
     impl->tls_key_pem = tcp_listen->tls_key_pem;
     uint16_t port = 0;
     GPUFRAC_ASSIGN_OR_RETURN(UniqueFd fd, OpenTcpListener(*tcp_listen, &port));
-    GPUFRAC_RETURN_IF_ERROR(impl->StartListener(
-        std::move(fd), &impl->tcp_listener, tcp_listen->address + ":" + std::to_string(tcp_listen->port)));
+    GPUFRAC_RETURN_IF_ERROR(
+        impl->StartListener(std::move(fd), &impl->tcp_listener,
+                            tcp_listen->address + ":" + std::to_string(tcp_listen->port)));
     impl->tcp_port = port;
   }
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));

@@ -37,7 +37,6 @@ constexpr const char* kLimitsFile = "limits";
 // Where the shim finds its go-ahead pipe.
 constexpr int kGoAheadFd = 3;
 
-
 Status Validate(const LaunchSpec& spec) {
   if (spec.job_dir.empty() || spec.job_dir[0] != '/') {
     return InvalidArgumentError("the job directory must be an absolute path, not '" + spec.job_dir +
@@ -306,7 +305,8 @@ Status JobRunner::Release(const proc::ProcessId& shim) {
   go_pipes_.erase(it);
   const char go = 'g';
   if (WriteWithoutSigpipe(fd.get(), &go, 1) != 1) {
-    return ErrnoStatus("the job's supervisor (pid " + std::to_string(shim.pid) + ") is gone", errno);
+    return ErrnoStatus("the job's supervisor (pid " + std::to_string(shim.pid) + ") is gone",
+                       errno);
   }
   return OkStatus();
 }

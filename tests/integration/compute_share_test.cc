@@ -376,8 +376,9 @@ TEST_F(ComputeShareTest, SharesHoldBesideBusyLoops) {
 // the GPU was busy only 0.83-0.85 of the time: a woken limiter thread waited for the running
 // loop's slice to end, and a holder's estimate of when its work ends counted the time its thread
 // was not run, so the waiter took the turn late. With the launching threads asking for the
-// shortest slice (prompt_wake.h) and the estimate taken from before the waits, 0.961-0.977 over 6
-// runs (the loops still run up to 0.1 ms before a woken thread): the floor is 0.94.
+// shortest slice (prompt_wake.h) and a late thread's estimate taken from the GPU's end (the
+// anchor in hooks_launch.cc), 0.961-0.977 over 6 runs (the loops still run up to 0.1 ms before a
+// woken thread): the floor is 0.94.
 TEST_F(ComputeShareTest, SharesHoldBesideBusyLoopsOfTheirOwnGroup) {
   BusyLoops loops(2, BusyLoops::Group::kCallersGroup);
   ExpectShares({{250, 1000}, {750, 1000}}, {0.25, 0.75}, 4, 0.03, 0.94);
