@@ -363,6 +363,69 @@ struct AgentService::Impl {
     }
     return OkStatus();
   }
+
+  // Opens the node's GPUs and the watch of their health.
+  Status OpenGpus() {
+    std::string warning;
+    GPUFRAC_ASSIGN_OR_RETURN(
+        gpus, machine::OpenNodeGpus({.sim = options.sim,
+                                     // One simulated machine per host directory.
+                                     .sim_namespace = "k8s-" + StateDirTag(options.agent.host_dir),
+                                     .whole_gpus = options.whole_gpus,
+                                     .mps_gpus = options.mps_gpus},
+                                    &warning));
+    if (!warning.empty()) LogWarning("%s", warning.c_str());
+    // After OpenNodeGpus, which names the simulated machine when GPUs are simulated.
+    if (auto monitor = gpu::HealthMonitor::Open(gpus->inventory.nvml_library); monitor.ok()) {
+      health = std::move(*monitor);
+    } else {
+      LogWarning("GPU health is not watched (%s); every GPU is reported healthy",
+                 monitor.status().message().c_str());
+    }
+    return OkStatus();
+  }
+
+  // The static MIG GPUs' label handler, and the NVIDIA resources' sharing, for `all`.
+  Status SetUpNvidia(const NodeInventory& all) {
+    if (!nvidia.static_mig.empty()) {
+      if (nvidia.mig_strategy == MigStrategy::kSingle) {
+        if (auto uniform = UniformMigProfile(all, nvidia.static_mig); !uniform.ok()) {
+          LogWarning("%s (until then no instance is served as nvidia.com/gpu)",
+                     uniform.status().message().c_str());
+        }
+      }
+      mig_config = std::make_unique<MigConfigLabel>(
+          client, gpus.get(),
+          MigConfigLabelOptions{.node = options.agent.node,
+                                .configs = mig_configs,
+                                .configmap_file = options.mig_parted_config,
+                                .gpus = nvidia});
+    }
+    for (const std::string& line : sharing_config.notices) LogWarning("%s", line.c_str());
+    GPUFRAC_ASSIGN_OR_RETURN(sharing, ResolveNvidiaSharing(sharing_config, all, nvidia.whole));
+    for (const auto& [index, shared] : sharing.gpus) {
+      LogInfo("GPU %d: %d replicas served as %s (%s), each container limited to its share", index,
+              shared.replicas, shared.resource.c_str(), NvidiaSharingKindName(sharing.kind));
+    }
+    return OkStatus();
+  }
+
+  // gpufrac.io/gpu's provider and device plugin, serving `inv`.
+  void MakeGpuPlugin(const NodeInventory& inv) {
+    limiter = std::make_unique<ContainerLimiter>(options.agent.host_dir);
+    if (!options.pod_resources_socket.empty()) {
+      pod_resources = std::make_unique<PodResourcesClient>(options.pod_resources_socket);
+    }
+    provider = std::make_unique<GpuProvider>(options.agent, inv, api.get(), gpus->mig_backend.get(),
+                                             limiter.get(), mps.get(), pod_resources.get());
+    DevicePluginOptions plugin_options;
+    plugin_options.resource_name = std::string(kResourceGpu);
+    plugin_options.kubelet_dir = options.kubelet_dir;
+    plugin_options.socket_name = "gpufrac-gpu.sock";
+    // Steers the kubelet to slots of the GPUs a container is booked on.
+    plugin_options.preferred_allocation = true;
+    plugin = std::make_unique<DevicePlugin>(plugin_options, provider.get());
+  }
 };
 
 AgentService::AgentService(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -414,64 +477,16 @@ Status AgentService::Start() {
     GPUFRAC_ASSIGN_OR_RETURN(
         s.probes, HealthEndpoint::Start(s.options.health_listen, [&s] { return s.ready.load(); }));
   }
-  std::string warning;
-  GPUFRAC_ASSIGN_OR_RETURN(
-      s.gpus,
-      machine::OpenNodeGpus({.sim = s.options.sim,
-                             // One simulated machine per host directory.
-                             .sim_namespace = "k8s-" + StateDirTag(s.options.agent.host_dir),
-                             .whole_gpus = s.options.whole_gpus,
-                             .mps_gpus = s.options.mps_gpus},
-                            &warning));
-  if (!warning.empty()) LogWarning("%s", warning.c_str());
-  // After OpenNodeGpus, which names the simulated machine when GPUs are simulated.
-  if (auto monitor = gpu::HealthMonitor::Open(s.gpus->inventory.nvml_library); monitor.ok()) {
-    s.health = std::move(*monitor);
-  } else {
-    LogWarning("GPU health is not watched (%s); every GPU is reported healthy",
-               monitor.status().message().c_str());
-  }
+  GPUFRAC_RETURN_IF_ERROR(s.OpenGpus());
   // The GPUs as they are; which pods hold MIG instances is filled in below.
   NodeInventory all = s.Observe({});
   GPUFRAC_RETURN_IF_ERROR(CheckMpsGpus(all, s.options.mps_gpus));
   GPUFRAC_RETURN_IF_ERROR(CheckNvidiaGpus(all, s.nvidia));
-  if (!s.nvidia.static_mig.empty()) {
-    if (s.nvidia.mig_strategy == MigStrategy::kSingle) {
-      if (auto uniform = UniformMigProfile(all, s.nvidia.static_mig); !uniform.ok()) {
-        LogWarning("%s (until then no instance is served as nvidia.com/gpu)",
-                   uniform.status().message().c_str());
-      }
-    }
-    s.mig_config = std::make_unique<MigConfigLabel>(
-        s.client, s.gpus.get(),
-        MigConfigLabelOptions{.node = s.options.agent.node,
-                              .configs = s.mig_configs,
-                              .configmap_file = s.options.mig_parted_config,
-                              .gpus = s.nvidia});
-  }
-  for (const std::string& line : s.sharing_config.notices) LogWarning("%s", line.c_str());
-  GPUFRAC_ASSIGN_OR_RETURN(s.sharing, ResolveNvidiaSharing(s.sharing_config, all, s.nvidia.whole));
-  for (const auto& [index, shared] : s.sharing.gpus) {
-    LogInfo("GPU %d: %d replicas served as %s (%s), each container limited to its share", index,
-            shared.replicas, shared.resource.c_str(), NvidiaSharingKindName(s.sharing.kind));
-  }
+  GPUFRAC_RETURN_IF_ERROR(s.SetUpNvidia(all));
   NodeInventory inv = WithoutNvidiaGpus(all, s.nvidia);
   std::map<int, std::string> mps_uuids;
   GPUFRAC_RETURN_IF_ERROR(s.MakeMps(inv, &mps_uuids));
-  s.limiter = std::make_unique<ContainerLimiter>(s.options.agent.host_dir);
-  if (!s.options.pod_resources_socket.empty()) {
-    s.pod_resources = std::make_unique<PodResourcesClient>(s.options.pod_resources_socket);
-  }
-  s.provider =
-      std::make_unique<GpuProvider>(s.options.agent, inv, s.api.get(), s.gpus->mig_backend.get(),
-                                    s.limiter.get(), s.mps.get(), s.pod_resources.get());
-  DevicePluginOptions plugin;
-  plugin.resource_name = std::string(kResourceGpu);
-  plugin.kubelet_dir = s.options.kubelet_dir;
-  plugin.socket_name = "gpufrac-gpu.sock";
-  // Steers the kubelet to slots of the GPUs a container is booked on.
-  plugin.preferred_allocation = true;
-  s.plugin = std::make_unique<DevicePlugin>(plugin, s.provider.get());
+  s.MakeGpuPlugin(inv);
   // Registered before the slow rest of the start (the limiter's install, MPS daemons, the API
   // server): from a restart on, the kubelet has no devices of gpufrac.io/gpu and fails every pod
   // it admits meanwhile (UnexpectedAdmissionError), while an Allocate that comes early waits

@@ -79,7 +79,7 @@ StatusOr<std::unique_ptr<ExtenderService>> ExtenderService::Create(ApiClient* cl
   return std::unique_ptr<ExtenderService>(new ExtenderService(std::move(impl)));
 }
 
-Status ExtenderService::Run() {
+void ExtenderService::StartWatches() {
   Impl& s = *impl_;
   Extender* extender = s.extender.get();
   s.nodes = std::make_unique<Reflector>(
@@ -96,7 +96,38 @@ Status ExtenderService::Run() {
   s.nodes->Start();
   s.pods->Start();
   if (s.reservations) s.reservations->Start([this] { return ready(); });
+}
 
+std::string ExtenderService::MetricsText() const {
+  const Impl& s = *impl_;
+  // The node service's Prometheus writer, filled afresh from the counters at each scrape.
+  Metrics m;
+  auto counter = [&m](const char* name, const char* help, uint64_t v) {
+    m.Declare(name, "counter", help);
+    m.Set(name, {}, static_cast<double>(v));
+  };
+  Extender::Stats st = s.extender->stats();
+  counter("gpufrac_extender_filters_total", "Filter calls.", st.filters);
+  counter("gpufrac_extender_prioritizes_total", "Prioritize calls.", st.prioritizes);
+  counter("gpufrac_extender_binds_total", "Bind calls.", st.binds);
+  counter("gpufrac_extender_bind_failures_total", "Bind calls that failed.", st.bind_failures);
+  counter("gpufrac_extender_pending_conflicts_total",
+          "Writes of a node's pending bookings that another bind's write beat.",
+          st.pending_conflicts);
+  if (s.reservations) {
+    Reservations::Stats r = s.reservations->stats();
+    counter("gpufrac_extender_reservations_created_total", "Reservation pods created.", r.created);
+    counter("gpufrac_extender_reservations_deleted_total", "Reservation pods deleted.", r.deleted);
+    counter("gpufrac_extender_reservation_failures_total",
+            "Failed reservation pod calls (retried at the next reconcile).", r.failures);
+    m.Declare("gpufrac_extender_reserved_gpus", "gauge", "GPUs that need a reservation pod now.");
+    m.Set("gpufrac_extender_reserved_gpus", {}, static_cast<double>(s.reservations->wanted()));
+  }
+  return m.Render() + s.latency.Render();
+}
+
+void ExtenderService::AddRoutes() {
+  Impl& s = *impl_;
   // Until the books are built, answers would be guesses: say so, and kube-scheduler retries.
   auto body_route = [this, &s](std::string (Extender::*verb)(const std::string&),
                                std::string histogram) {
@@ -129,34 +160,15 @@ Status ExtenderService::Run() {
     res.status = ok ? 200 : 503;
     res.set_content(ok ? "ok\n" : "reading nodes and pods\n", "text/plain");
   });
-  s.server.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
-    // The node service's Prometheus writer, filled afresh from the counters at each scrape.
-    Metrics m;
-    auto counter = [&m](const char* name, const char* help, uint64_t v) {
-      m.Declare(name, "counter", help);
-      m.Set(name, {}, static_cast<double>(v));
-    };
-    Extender::Stats st = s.extender->stats();
-    counter("gpufrac_extender_filters_total", "Filter calls.", st.filters);
-    counter("gpufrac_extender_prioritizes_total", "Prioritize calls.", st.prioritizes);
-    counter("gpufrac_extender_binds_total", "Bind calls.", st.binds);
-    counter("gpufrac_extender_bind_failures_total", "Bind calls that failed.", st.bind_failures);
-    counter("gpufrac_extender_pending_conflicts_total",
-            "Writes of a node's pending bookings that another bind's write beat.",
-            st.pending_conflicts);
-    if (s.reservations) {
-      Reservations::Stats r = s.reservations->stats();
-      counter("gpufrac_extender_reservations_created_total", "Reservation pods created.",
-              r.created);
-      counter("gpufrac_extender_reservations_deleted_total", "Reservation pods deleted.",
-              r.deleted);
-      counter("gpufrac_extender_reservation_failures_total",
-              "Failed reservation pod calls (retried at the next reconcile).", r.failures);
-      m.Declare("gpufrac_extender_reserved_gpus", "gauge", "GPUs that need a reservation pod now.");
-      m.Set("gpufrac_extender_reserved_gpus", {}, static_cast<double>(s.reservations->wanted()));
-    }
-    res.set_content(m.Render() + s.latency.Render(), "text/plain; version=0.0.4");
+  s.server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(MetricsText(), "text/plain; version=0.0.4");
   });
+}
+
+Status ExtenderService::Run() {
+  Impl& s = *impl_;
+  StartWatches();
+  AddRoutes();
 
   int port = s.requested_port == 0
                  ? s.server.bind_to_any_port(s.host)

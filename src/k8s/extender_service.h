@@ -53,6 +53,12 @@ class ExtenderService {
  private:
   struct Impl;
   explicit ExtenderService(std::unique_ptr<Impl> impl);
+  // Starts the watches of nodes and pods (and the reservation pods' upkeep).
+  void StartWatches();
+  // The HTTP routes: the extender's verbs, /healthz and /metrics.
+  void AddRoutes();
+  // The Prometheus text of /metrics, from the counters now.
+  std::string MetricsText() const;
   std::unique_ptr<Impl> impl_;
 };
 

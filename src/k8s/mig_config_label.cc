@@ -203,6 +203,72 @@ void MigConfigLabel::Finish(const std::string& name, const Status& result,
       message, !result.ok());
 }
 
+Status MigConfigLabel::UnknownConfig(const std::string& name) const {
+  std::string names;
+  for (const mig::MigPartedConfig& c : options_.configs.configs) {
+    names += (names.empty() ? "" : ", ") + c.name;
+  }
+  const std::string where =
+      options_.configmap_file.empty()
+          ? " among NVIDIA's default configurations, and the agent has no mig-parted ConfigMap "
+            "(create gpufrac-mig-parted from deploy/kubernetes/mig-parted-configmap.yaml, then "
+            "restart the agent)"
+          : " among NVIDIA's default configurations and the mig-parted ConfigMap the agent "
+            "read at start from " +
+                options_.configmap_file +
+                " (after changing the ConfigMap, restart the agent: kubectl -n gpufrac-system "
+                "rollout restart daemonset/gpufrac-agent)";
+  return NotFoundError("no configuration " + name + where + " (known: " + names + ")");
+}
+
+Status MigConfigLabel::CheckApplicable(const mig::MigPartedConfig& config,
+                                       const std::vector<mig::ApplyTarget>& targets) const {
+  // The agent never switches MIG mode (mig::CheckConfig would say so in the CLI's words).
+  for (const mig::ApplyTarget& t : targets) {
+    const mig::MigPartedEntry* entry = mig::EntryFor(config, t);
+    if (entry == nullptr || entry->mig_enabled == t.mig_enabled) continue;
+    const std::string gpu = std::to_string(t.index);
+    return FailedPreconditionError(
+        "GPU " + gpu + " (" + std::string(t.model->short_name) + ") is " +
+        (t.mig_enabled ? "in" : "not in") + " MIG mode but the configuration has " +
+        "mig-enabled: " + (entry->mig_enabled ? "true" : "false") +
+        " for it; the agent does not switch MIG mode: label the node with a "
+        "configuration of mig-enabled: " +
+        (t.mig_enabled ? "true" : "false") +
+        ", or switch the mode on the node yourself (nvidia-smi -i " + gpu + " -mig " +
+        (entry->mig_enabled ? "1" : "0") + ", with no pod using the GPU)");
+  }
+  if (!gpus_->mig_backend) return UnavailableError("MIG control is not available on this node");
+  Status check = mig::CheckConfig(config, targets);
+  if (check.ok()) check = CheckSingle(config, targets);
+  return check;
+}
+
+bool MigConfigLabel::Withdraw(const std::string& name, const mig::MigPartedConfig& config,
+                              const std::vector<mig::ApplyTarget>& targets) {
+  // The GPUs it would change are withdrawn from the kubelet first, and changed only at a later
+  // Sync: by then the kubelet has taken the unhealthy devices and admits no new pod to them, so
+  // every pod that may hold an instance is in `pods`. GPUs withdrawn for a configuration the
+  // label named before count, as they have been withdrawn as long.
+  std::vector<int> matched;
+  for (const mig::ApplyTarget& t : targets) {
+    if (mig::EntryFor(config, t) != nullptr) matched.push_back(t.index);
+  }
+  std::sort(matched.begin(), matched.end());
+  const bool settled =
+      std::includes(withdrawn_.begin(), withdrawn_.end(), matched.begin(), matched.end());
+  if (matched != withdrawn_) {
+    std::string list;
+    for (int index : matched) list += (list.empty() ? "" : ", ") + std::to_string(index);
+    LogInfo(
+        "MIG configuration %s: the devices of GPU(s) %s are withdrawn from the kubelet until "
+        "it is applied",
+        name.c_str(), list.c_str());
+    withdrawn_ = std::move(matched);
+  }
+  return settled;
+}
+
 bool MigConfigLabel::Sync(const std::vector<nlohmann::json>& pods) {
   if (!owed_state_.empty() && SetState(owed_state_)) owed_state_.clear();
   StatusOr<nlohmann::json> node = KubeClusterApi(client_).GetNode(options_.node);
@@ -236,71 +302,14 @@ bool MigConfigLabel::Sync(const std::vector<nlohmann::json>& pods) {
   }
   if (LabelOf(*node, kLabelMigConfigState) != "pending" && !SetState("pending")) return false;
   if (config == nullptr) {
-    std::string names;
-    for (const mig::MigPartedConfig& c : options_.configs.configs) {
-      names += (names.empty() ? "" : ", ") + c.name;
-    }
-    const std::string where =
-        options_.configmap_file.empty()
-            ? " among NVIDIA's default configurations, and the agent has no mig-parted ConfigMap "
-              "(create gpufrac-mig-parted from deploy/kubernetes/mig-parted-configmap.yaml, then "
-              "restart the agent)"
-            : " among NVIDIA's default configurations and the mig-parted ConfigMap the agent "
-              "read at start from " +
-                  options_.configmap_file +
-                  " (after changing the ConfigMap, restart the agent: kubectl -n gpufrac-system "
-                  "rollout restart daemonset/gpufrac-agent)";
-    Finish(name, NotFoundError("no configuration " + name + where + " (known: " + names + ")"), "");
+    Finish(name, UnknownConfig(name), "");
     return false;
   }
-  // The agent never switches MIG mode (mig::CheckConfig would say so in the CLI's words).
-  for (const mig::ApplyTarget& t : targets) {
-    const mig::MigPartedEntry* entry = mig::EntryFor(*config, t);
-    if (entry == nullptr || entry->mig_enabled == t.mig_enabled) continue;
-    const std::string gpu = std::to_string(t.index);
-    Finish(name,
-           FailedPreconditionError(
-               "GPU " + gpu + " (" + std::string(t.model->short_name) + ") is " +
-               (t.mig_enabled ? "in" : "not in") + " MIG mode but the configuration has " +
-               "mig-enabled: " + (entry->mig_enabled ? "true" : "false") +
-               " for it; the agent does not switch MIG mode: label the node with a "
-               "configuration of mig-enabled: " +
-               (t.mig_enabled ? "true" : "false") +
-               ", or switch the mode on the node yourself (nvidia-smi -i " + gpu + " -mig " +
-               (entry->mig_enabled ? "1" : "0") + ", with no pod using the GPU)"),
-           "");
-    return false;
-  }
-  if (!gpus_->mig_backend) {
-    Finish(name, UnavailableError("MIG control is not available on this node"), "");
-    return false;
-  }
-  Status check = mig::CheckConfig(*config, targets);
-  if (check.ok()) check = CheckSingle(*config, targets);
-  if (!check.ok()) {
+  if (Status check = CheckApplicable(*config, targets); !check.ok()) {
     Finish(name, check, "");
     return false;
   }
-  // The GPUs it would change are withdrawn from the kubelet first, and changed only at a later
-  // Sync: by then the kubelet has taken the unhealthy devices and admits no new pod to them, so
-  // every pod that may hold an instance is in `pods`. GPUs withdrawn for a configuration the
-  // label named before count, as they have been withdrawn as long.
-  std::vector<int> matched;
-  for (const mig::ApplyTarget& t : targets) {
-    if (mig::EntryFor(*config, t) != nullptr) matched.push_back(t.index);
-  }
-  std::sort(matched.begin(), matched.end());
-  const bool settled =
-      std::includes(withdrawn_.begin(), withdrawn_.end(), matched.begin(), matched.end());
-  if (matched != withdrawn_) {
-    std::string list;
-    for (int index : matched) list += (list.empty() ? "" : ", ") + std::to_string(index);
-    LogInfo(
-        "MIG configuration %s: the devices of GPU(s) %s are withdrawn from the kubelet until "
-        "it is applied",
-        name.c_str(), list.c_str());
-    withdrawn_ = std::move(matched);
-  }
+  const bool settled = Withdraw(name, *config, targets);
   if (std::string busy = BusyReason(*config, targets, pods); !busy.empty()) {
     if (!wait_noted_) {
       wait_noted_ = true;

@@ -31,7 +31,7 @@ struct MigConfigLabelOptions {
   // Where the operator's mig-parted file was read from (--mig-parted-config; "" for none), for
   // the events: on Kubernetes it is the ConfigMap mounted there.
   std::string configmap_file;
-  NvidiaGpus gpus;             // The static MIG GPUs and the MIG strategy.
+  NvidiaGpus gpus;  // The static MIG GPUs and the MIG strategy.
 };
 
 // Not thread-safe: the agent calls Sync from its resync only.
@@ -82,6 +82,16 @@ class MigConfigLabel {
   // The layout the single strategy would serve after `config`: an error if not uniform.
   Status CheckSingle(const mig::MigPartedConfig& config,
                      const std::vector<mig::ApplyTarget>& targets) const;
+  // Why the label's `name` is none of the configurations known, and where to add it.
+  Status UnknownConfig(const std::string& name) const;
+  // Why `config` cannot be applied here at all (a MIG mode the agent would have to switch, no
+  // MIG control, a layout that does not fit or that the single strategy cannot serve).
+  Status CheckApplicable(const mig::MigPartedConfig& config,
+                         const std::vector<mig::ApplyTarget>& targets) const;
+  // Withdraws the GPUs `config` matches (logging a change); whether they were all withdrawn
+  // already, at an earlier Sync.
+  bool Withdraw(const std::string& name, const mig::MigPartedConfig& config,
+                const std::vector<mig::ApplyTarget>& targets);
   // Sets the state label; "" removes it.
   bool SetState(const std::string& state);
   // Gives up the waiting configuration: its withdrawal ends.
@@ -92,12 +102,12 @@ class MigConfigLabel {
   ApiClient* client_;
   machine::NodeGpus* gpus_;
   MigConfigLabelOptions options_;
-  std::string handled_;        // The configuration last applied or failed,
-  std::string handled_state_;  // and which of the two.
-  std::string pending_;        // The configuration waiting for its GPUs.
-  bool wait_noted_ = false;    // The wait for `pending_` has been reported.
+  std::string handled_;         // The configuration last applied or failed,
+  std::string handled_state_;   // and which of the two.
+  std::string pending_;         // The configuration waiting for its GPUs.
+  bool wait_noted_ = false;     // The wait for `pending_` has been reported.
   std::vector<int> withdrawn_;  // The GPUs withdrawn for `pending_`, sorted.
-  std::string owed_state_;     // A final state the API server has not taken yet.
+  std::string owed_state_;      // A final state the API server has not taken yet.
 };
 
 }  // namespace gpufrac::k8s

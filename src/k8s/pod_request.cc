@@ -47,13 +47,13 @@ StatusOr<uint64_t> WholeQuantity(const json& value, const std::string& where) {
   std::string_view suffix = std::string_view(text).substr(i);
   struct Unit {
     std::string_view name;
-    int power;    // Of `base`.
+    int power;  // Of `base`.
     uint64_t base;
   };
-  static constexpr Unit kUnits[] = {{"", 0, 10},    {"k", 1, 1000}, {"M", 2, 1000}, {"G", 3, 1000},
-                                    {"T", 4, 1000}, {"P", 5, 1000}, {"E", 6, 1000}, {"Ki", 1, 1024},
-                                    {"Mi", 2, 1024}, {"Gi", 3, 1024}, {"Ti", 4, 1024},
-                                    {"Pi", 5, 1024}, {"Ei", 6, 1024}};
+  static constexpr Unit kUnits[] = {
+      {"", 0, 10},     {"k", 1, 1000},  {"M", 2, 1000},  {"G", 3, 1000},  {"T", 4, 1000},
+      {"P", 5, 1000},  {"E", 6, 1000},  {"Ki", 1, 1024}, {"Mi", 2, 1024}, {"Gi", 3, 1024},
+      {"Ti", 4, 1024}, {"Pi", 5, 1024}, {"Ei", 6, 1024}};
   for (const Unit& u : kUnits) {
     if (u.name != suffix) continue;
     for (int p = 0; p < u.power; ++p) {
@@ -126,7 +126,8 @@ StatusOr<std::optional<ContainerRequest>> FromResources(const json& container,
                                 " are both given; ask for one of them per GPU");
   }
   if (ResourceValue(container, "nvidia.com/gpu") != nullptr) {
-    return InvalidArgumentError(where + "nvidia.com/gpu and gpufrac.io resources are both given; "
+    return InvalidArgumentError(where +
+                                "nvidia.com/gpu and gpufrac.io resources are both given; "
                                 "ask for gpufrac.io/gpu only");
   }
   ContainerRequest r;
@@ -137,10 +138,11 @@ StatusOr<std::optional<ContainerRequest>> FromResources(const json& container,
   }
   if (gpus == 0 && memory == nullptr && fraction == nullptr) return none();  // "0": none.
   if (gpus == 0) {
-    return InvalidArgumentError(where + (memory != nullptr ? std::string(kResourceGpuMemory)
-                                                           : std::string(kResourceGpuFraction)) +
-                                " needs " + std::string(kResourceGpu) +
-                                ": N, the number of GPUs it applies to (quotas count it)");
+    return InvalidArgumentError(
+        where +
+        (memory != nullptr ? std::string(kResourceGpuMemory) : std::string(kResourceGpuFraction)) +
+        " needs " + std::string(kResourceGpu) +
+        ": N, the number of GPUs it applies to (quotas count it)");
   }
   if (gpus > kMaxWholeGpus) {
     return InvalidArgumentError(where + std::string(kResourceGpu) + " is " + std::to_string(gpus) +
@@ -254,8 +256,9 @@ StatusOr<std::optional<ContainerRequest>> FromKaiAnnotations(const json& pod,
   std::string memory = Annotation(pod, kKaiGpuMemory);
   if (fraction.empty() && memory.empty()) return std::nullopt;
   if (!fraction.empty() && !memory.empty()) {
-    return InvalidArgumentError("annotations gpu-fraction and gpu-memory are both given; "
-                                "keep one of them");
+    return InvalidArgumentError(
+        "annotations gpu-fraction and gpu-memory are both given; "
+        "keep one of them");
   }
   std::string target = Annotation(pod, kKaiContainerName);
   const json* chosen = nullptr;
@@ -323,6 +326,54 @@ StatusOr<std::optional<ContainerRequest>> FromKaiAnnotations(const json& pod,
   return std::optional<ContainerRequest>(std::move(r));
 }
 
+// Only regular containers may ask for gpufrac.io resources.
+Status CheckInitContainers(const json* spec) {
+  const json* init = spec ? Find(*spec, "initContainers") : nullptr;
+  if (init == nullptr || !init->is_array()) return OkStatus();
+  for (size_t i = 0; i < init->size(); ++i) {
+    if (AsksForGpufrac((*init)[i])) {
+      return InvalidArgumentError("init container " + ContainerName((*init)[i], i) +
+                                  " asks for gpufrac.io resources; only regular containers "
+                                  "may (move the GPU work into one)");
+    }
+  }
+  return OkStatus();
+}
+
+// The pod's MIG profile annotation, when it has one, turns each container's one whole GPU into
+// an instance of that profile.
+Status ApplyMigProfile(const json& pod, std::vector<ContainerRequest>* containers) {
+  std::string profile = Annotation(pod, kAnnotationMigProfile);
+  if (profile.empty()) return OkStatus();
+  GpuRequestText text;
+  text.mig_profile = profile;
+  StatusOr<GpuRequest> parsed = ParseGpuRequest(text);
+  if (!parsed.ok()) {
+    return InvalidArgumentError("annotation " + std::string(kAnnotationMigProfile) + " is \"" +
+                                profile + "\"; write a profile name such as 1g.10gb or 2g.20gb");
+  }
+  if (containers->empty()) {
+    return InvalidArgumentError("annotation " + std::string(kAnnotationMigProfile) +
+                                " needs a container with " + std::string(kResourceGpu) + ": 1");
+  }
+  for (ContainerRequest& r : *containers) {
+    if (r.request.kind != GpuRequest::Kind::kWholeGpus || r.from_annotations) {
+      return InvalidArgumentError("container " + r.container + ": annotation " +
+                                  std::string(kAnnotationMigProfile) +
+                                  " and a GPU memory or fraction are both given; a MIG "
+                                  "instance has its own memory, keep one of them");
+    }
+    if (r.request.gpus != 1) {
+      return InvalidArgumentError("container " + r.container + ": annotation " +
+                                  std::string(kAnnotationMigProfile) + " gives one instance, but " +
+                                  std::string(kResourceGpu) + " is " +
+                                  std::to_string(r.request.gpus) + "; set it to 1");
+    }
+    r.request = *parsed;
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 StatusOr<PodRequest> ParsePodRequest(const json& pod) {
@@ -331,17 +382,10 @@ StatusOr<PodRequest> ParsePodRequest(const json& pod) {
   static const json kNone = json::array();
   const json* containers = spec ? Find(*spec, "containers") : nullptr;
   if (containers == nullptr || !containers->is_array()) containers = &kNone;
-  if (const json* init = spec ? Find(*spec, "initContainers") : nullptr; init && init->is_array()) {
-    for (size_t i = 0; i < init->size(); ++i) {
-      if (AsksForGpufrac((*init)[i])) {
-        return InvalidArgumentError("init container " + ContainerName((*init)[i], i) +
-                                    " asks for gpufrac.io resources; only regular containers "
-                                    "may (move the GPU work into one)");
-      }
-    }
-  }
+  GPUFRAC_RETURN_IF_ERROR(CheckInitContainers(spec));
 
-  GPUFRAC_ASSIGN_OR_RETURN(std::optional<ContainerRequest> kai, FromKaiAnnotations(pod, *containers));
+  GPUFRAC_ASSIGN_OR_RETURN(std::optional<ContainerRequest> kai,
+                           FromKaiAnnotations(pod, *containers));
   PodRequest out;
   std::vector<const json*> sources;  // The container each of out.containers was read from.
   for (size_t i = 0; i < containers->size(); ++i) {
@@ -360,41 +404,12 @@ StatusOr<PodRequest> ParsePodRequest(const json& pod) {
     }
   }
 
-  std::string profile = Annotation(pod, kAnnotationMigProfile);
-  if (!profile.empty()) {
-    GpuRequestText text;
-    text.mig_profile = profile;
-    StatusOr<GpuRequest> parsed = ParseGpuRequest(text);
-    if (!parsed.ok()) {
-      return InvalidArgumentError("annotation " + std::string(kAnnotationMigProfile) + " is \"" +
-                                  profile + "\"; write a profile name such as 1g.10gb or 2g.20gb");
-    }
-    if (out.containers.empty()) {
-      return InvalidArgumentError("annotation " + std::string(kAnnotationMigProfile) +
-                                  " needs a container with " + std::string(kResourceGpu) + ": 1");
-    }
-    for (ContainerRequest& r : out.containers) {
-      if (r.request.kind != GpuRequest::Kind::kWholeGpus || r.from_annotations) {
-        return InvalidArgumentError("container " + r.container + ": annotation " +
-                                    std::string(kAnnotationMigProfile) +
-                                    " and a GPU memory or fraction are both given; a MIG "
-                                    "instance has its own memory, keep one of them");
-      }
-      if (r.request.gpus != 1) {
-        return InvalidArgumentError("container " + r.container + ": annotation " +
-                                    std::string(kAnnotationMigProfile) + " gives one instance, but " +
-                                    std::string(kResourceGpu) + " is " +
-                                    std::to_string(r.request.gpus) + "; set it to 1");
-      }
-      r.request = *parsed;
-    }
-  }
+  GPUFRAC_RETURN_IF_ERROR(ApplyMigProfile(pod, &out.containers));
   GPUFRAC_ASSIGN_OR_RETURN(ComputeAnnotations compute, ReadComputeAnnotations(pod));
   if (out.containers.empty() && (compute.request_milli || compute.limit_milli)) {
     return InvalidArgumentError(
         "annotation " +
-        std::string(compute.request_milli ? kAnnotationGpuCompute
-                                               : kAnnotationGpuComputeLimit) +
+        std::string(compute.request_milli ? kAnnotationGpuCompute : kAnnotationGpuComputeLimit) +
         " needs a container with " + std::string(kResourceGpu) + " and " +
         std::string(kResourceGpuMemory) + " or " + std::string(kResourceGpuFraction));
   }
@@ -438,18 +453,32 @@ std::string ProfileType(const json* context, std::string_view key) {
   return type != nullptr && type->is_string() ? type->get<std::string>() : "";
 }
 
-}  // namespace
+// A boolean of a container's securityContext `context`, else (with `pod_level`) of the pod's.
+std::optional<bool> ContextFlag(const json* context, const json* pod_context, std::string_view key,
+                                bool pod_level) {
+  for (const json* c : {context, pod_level ? pod_context : nullptr}) {
+    const json* v = c ? Find(*c, key) : nullptr;
+    if (v != nullptr && v->is_boolean()) return v->get<bool>();
+  }
+  return std::nullopt;
+}
 
-std::string UnenforcedReason(const json& pod) {
-  const json* spec = Find(pod, "spec");
-  if (spec == nullptr) return "";
-  const json* pod_context = Find(*spec, "securityContext");
+bool RunsAsNonRoot(const json* context, const json* pod_context) {
+  for (const json* c : {context, pod_context}) {
+    const json* uid = c ? Find(*c, "runAsUser") : nullptr;
+    if (uid != nullptr && uid->is_number_integer()) return uid->get<int64_t>() != 0;
+  }
+  return ContextFlag(context, pod_context, "runAsNonRoot", true).value_or(false);
+}
+
+// What of the pod's own spec lets it past the limiter (host namespaces, hostPath), or "".
+std::string PodSpecUnenforcedReason(const json& spec) {
   for (const char* field : {"hostPID", "hostIPC"}) {
-    const json* v = Find(*spec, field);
+    const json* v = Find(spec, field);
     if (v != nullptr && v->is_boolean() && v->get<bool>())
       return std::string("the pod sets spec.") + field;
   }
-  if (const json* volumes = Find(*spec, "volumes"); volumes != nullptr && volumes->is_array()) {
+  if (const json* volumes = Find(spec, "volumes"); volumes != nullptr && volumes->is_array()) {
     for (size_t i = 0; i < volumes->size(); ++i) {
       const json& volume = (*volumes)[i];
       const json* host_path = Find(volume, "hostPath");
@@ -459,22 +488,60 @@ std::string UnenforcedReason(const json& pod) {
              Printable(path != nullptr && path->is_string() ? path->get<std::string>() : "");
     }
   }
-  // A boolean of the container's securityContext, else of the pod's (with `pod_level`).
-  auto flag = [&](const json* context, std::string_view key,
-                  bool pod_level) -> std::optional<bool> {
-    for (const json* c : {context, pod_level ? pod_context : nullptr}) {
-      const json* v = c ? Find(*c, key) : nullptr;
-      if (v != nullptr && v->is_boolean()) return v->get<bool>();
+  return "";
+}
+
+// What lets container `c` (called `who` in the reason) past the limiter, or "".
+std::string ContainerUnenforcedReason(const json& pod, const json* pod_context, const json& c,
+                                      const std::string& name, const std::string& who) {
+  const json* context = Find(c, "securityContext");
+  if (ContextFlag(context, pod_context, "privileged", false).value_or(false)) {
+    return who + " is privileged";
+  }
+  const json* proc_mount = context ? Find(*context, "procMount") : nullptr;
+  if (proc_mount != nullptr && proc_mount->is_string() &&
+      proc_mount->get<std::string>() == "Unmasked") {
+    return who + " sets securityContext.procMount Unmasked";
+  }
+  // Without seccomp, `unshare -Urm` gives any user a mount namespace of its own, where a
+  // bind mount covers /etc/ld.so.preload; AppArmor's default profile refuses that mount.
+  std::string seccomp = ProfileType(context, "seccompProfile");
+  if (seccomp == "Unconfined") return who + " sets securityContext.seccompProfile Unconfined";
+  if (seccomp.empty() && ProfileType(pod_context, "seccompProfile") == "Unconfined") {
+    return "the pod sets securityContext.seccompProfile Unconfined (for " + who + ")";
+  }
+  std::string apparmor = ProfileType(context, "appArmorProfile");
+  if (apparmor == "Unconfined") return who + " sets securityContext.appArmorProfile Unconfined";
+  const std::string annotation = "container.apparmor.security.beta.kubernetes.io/" + name;
+  if (Annotation(pod, annotation) == "unconfined") {
+    return "the pod's annotation " + Printable(annotation) + " is unconfined";
+  }
+  if (apparmor.empty() && ProfileType(pod_context, "appArmorProfile") == "Unconfined") {
+    return "the pod sets securityContext.appArmorProfile Unconfined (for " + who + ")";
+  }
+  const json* caps = context ? Find(*context, "capabilities") : nullptr;
+  const json* add = caps ? Find(*caps, "add") : nullptr;
+  if (add == nullptr || !add->is_array()) return "";
+  for (const json& cap : *add) {
+    if (!cap.is_string() || BaselineCapability(cap.get<std::string>())) continue;
+    // A capability outside the baseline that a non-root process under no_new_privs can
+    // never hold.
+    if (ContextFlag(context, pod_context, "allowPrivilegeEscalation", false) == false &&
+        RunsAsNonRoot(context, pod_context)) {
+      continue;
     }
-    return std::nullopt;
-  };
-  auto non_root = [&](const json* context) {
-    for (const json* c : {context, pod_context}) {
-      const json* uid = c ? Find(*c, "runAsUser") : nullptr;
-      if (uid != nullptr && uid->is_number_integer()) return uid->get<int64_t>() != 0;
-    }
-    return flag(context, "runAsNonRoot", true).value_or(false);
-  };
+    return who + " adds capability " + Printable(cap.get<std::string>());
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string UnenforcedReason(const json& pod) {
+  const json* spec = Find(pod, "spec");
+  if (spec == nullptr) return "";
+  if (std::string reason = PodSpecUnenforcedReason(*spec); !reason.empty()) return reason;
+  const json* pod_context = Find(*spec, "securityContext");
   // Ephemeral containers are added after scheduling, but a pod read later may hold them.
   constexpr std::pair<const char*, const char*> kLists[] = {
       {"initContainers", "init container"},
@@ -487,40 +554,8 @@ std::string UnenforcedReason(const json& pod) {
       const json& c = (*containers)[i];
       const std::string name = ContainerName(c, i);
       const std::string who = std::string(kind) + " \"" + Printable(name) + "\"";
-      const json* context = Find(c, "securityContext");
-      if (flag(context, "privileged", false).value_or(false)) return who + " is privileged";
-      const json* proc_mount = context ? Find(*context, "procMount") : nullptr;
-      if (proc_mount != nullptr && proc_mount->is_string() &&
-          proc_mount->get<std::string>() == "Unmasked") {
-        return who + " sets securityContext.procMount Unmasked";
-      }
-      // Without seccomp, `unshare -Urm` gives any user a mount namespace of its own, where a
-      // bind mount covers /etc/ld.so.preload; AppArmor's default profile refuses that mount.
-      std::string seccomp = ProfileType(context, "seccompProfile");
-      if (seccomp == "Unconfined") return who + " sets securityContext.seccompProfile Unconfined";
-      if (seccomp.empty() && ProfileType(pod_context, "seccompProfile") == "Unconfined") {
-        return "the pod sets securityContext.seccompProfile Unconfined (for " + who + ")";
-      }
-      std::string apparmor = ProfileType(context, "appArmorProfile");
-      if (apparmor == "Unconfined") return who + " sets securityContext.appArmorProfile Unconfined";
-      const std::string annotation = "container.apparmor.security.beta.kubernetes.io/" + name;
-      if (Annotation(pod, annotation) == "unconfined") {
-        return "the pod's annotation " + Printable(annotation) + " is unconfined";
-      }
-      if (apparmor.empty() && ProfileType(pod_context, "appArmorProfile") == "Unconfined") {
-        return "the pod sets securityContext.appArmorProfile Unconfined (for " + who + ")";
-      }
-      const json* caps = context ? Find(*context, "capabilities") : nullptr;
-      const json* add = caps ? Find(*caps, "add") : nullptr;
-      if (add == nullptr || !add->is_array()) continue;
-      for (const json& cap : *add) {
-        if (!cap.is_string() || BaselineCapability(cap.get<std::string>())) continue;
-        // A capability outside the baseline that a non-root process under no_new_privs can
-        // never hold.
-        if (flag(context, "allowPrivilegeEscalation", false) == false && non_root(context))
-          continue;
-        return who + " adds capability " + Printable(cap.get<std::string>());
-      }
+      std::string reason = ContainerUnenforcedReason(pod, pod_context, c, name, who);
+      if (!reason.empty()) return reason;
     }
   }
   return "";

@@ -542,20 +542,97 @@ void ComputeArbiter::BeginTurn(uint64_t now) {
   seg_->turn_start_ns.store(now, std::memory_order_relaxed);
 }
 
-bool ComputeArbiter::Acquire() {
-  // Its slot was given to another workload while it was idle for kStaleNs: it joins again.
-  if (seg_->slots[slot_].key.load(std::memory_order_relaxed) != key_) {
-    if (!Lock()) {
-      Bypass(MonotonicNs(), "the GPU's compute arbiter stays locked");
-      return false;
-    }
-    const bool joined = JoinLocked(MonotonicNs());
-    Unlock();
-    if (!joined) {
-      Bypass(MonotonicNs(), "the GPU's compute arbiter has no free slot");
-      return false;
+bool ComputeArbiter::Rejoin() {
+  if (seg_->slots[slot_].key.load(std::memory_order_relaxed) == key_) return true;
+  if (!Lock()) {
+    Bypass(MonotonicNs(), "the GPU's compute arbiter stays locked");
+    return false;
+  }
+  const bool joined = JoinLocked(MonotonicNs());
+  Unlock();
+  if (!joined) Bypass(MonotonicNs(), "the GPU's compute arbiter has no free slot");
+  return joined;
+}
+
+void ComputeArbiter::ComeBackFromIdle(uint64_t holder, uint64_t now) {
+  // The holder is charged up to now, so that its time alone counts before this workload's
+  // virtual time is compared with it; and an idle workload banks no credit: it starts at the
+  // least virtual time of those using the GPU.
+  // (Up to the end of its published work, if that was earlier: it was idle since.)
+  const uint64_t start = seg_->turn_start_ns.load(std::memory_order_relaxed);
+  if (holder != 0 && PidOf(holder) != 0 && now > start) {
+    const uint64_t queued = seg_->queued_until_ns.load(std::memory_order_relaxed);
+    Charge(SlotOf(holder), (queued > start && queued < now ? queued : now) - start);
+    seg_->turn_start_ns.store(now, std::memory_order_relaxed);
+  }
+  uint64_t least = UINT64_MAX;
+  for (int s = 0; s < kArbiterSlots; ++s) {
+    const ArbiterSlot& other = seg_->slots[s];
+    const bool active = s == SlotOf(holder) || (s != slot_ && other.waiting.load() != 0);
+    if (other.key.load(std::memory_order_relaxed) != 0 && active) {
+      const uint64_t v = other.vtime.load(std::memory_order_relaxed);
+      if (v < least) least = v;
     }
   }
+  ArbiterSlot& mine = seg_->slots[slot_];
+  if (least != UINT64_MAX && mine.vtime.load(std::memory_order_relaxed) < least) {
+    mine.vtime.store(least, std::memory_order_relaxed);
+  }
+}
+
+void ComputeArbiter::MoveTurnOn(uint64_t holder, uint64_t now) {
+  const uint64_t start = seg_->turn_start_ns.load(std::memory_order_relaxed);
+  if (holder == 0) {
+    HandOver(now);
+  } else if (PidOf(holder) == 0 && Age(now, start) >= kClaimNs) {
+    // Handed to a workload whose waiters did not come for it.
+    seg_->slots[SlotOf(holder)].missed_at_ns.store(now, std::memory_order_relaxed);
+    HandOver(now);
+  } else if (PidOf(holder) != 0) {
+    PassFromHolder(holder, now);
+  }
+}
+
+uint64_t ComputeArbiter::SleepNs(uint64_t holder, uint64_t now) const {
+  // Until the turn may change hands: its end (plus the grace while it drains), or when this
+  // workload's bucket is deep enough again; a hand-over wakes it sooner.
+  uint64_t sleep = kMaxSleepNs;
+  if (holder != 0) {
+    uint64_t until = seg_->deadline_ns.load(std::memory_order_relaxed);
+    if (PidOf(holder) == 0) {
+      const bool passed =
+          seg_->passed_by.load(std::memory_order_relaxed) == static_cast<uint32_t>(getpid());
+      until = seg_->turn_start_ns.load(std::memory_order_relaxed) +
+              (passed && SlotOf(holder) == slot_ ? kClaimNs / 2 : kClaimNs);
+    } else if (const uint64_t queued = seg_->queued_until_ns.load(std::memory_order_relaxed);
+               queued != 0) {
+      // Until the holder's work is about to end (at most the grace past its turn), or, within
+      // its turn, until it would have been quiet for kStealSlackNs.
+      const uint64_t ends = queued > kHandOverNs ? queued - kHandOverNs : 0;
+      const uint64_t quiet =
+          std::max(queued, seg_->active_ns.load(std::memory_order_relaxed)) + kStealSlackNs;
+      until = std::min({std::max(until, ends), until + kDrainGraceNs, quiet});
+    } else if (seg_->draining.load(std::memory_order_relaxed) != 0) {
+      until += kDrainGraceNs;
+    }
+    if (until > now && until - now < sleep) sleep = until - now;
+    if (until <= now) sleep = kStealSlackNs / 2;
+  } else if (limited_) {
+    const ArbiterSlot& mine = seg_->slots[slot_];
+    const int64_t missing =
+        static_cast<int64_t>(seg_->turn_ns / 4) - mine.tokens_ns.load(std::memory_order_relaxed);
+    const uint32_t limit = mine.limit.load(std::memory_order_relaxed);
+    if (missing > 0 && limit > 0) {
+      const uint64_t refill = static_cast<uint64_t>(missing) * 1000 / limit + 1;
+      if (refill < sleep) sleep = refill;
+    }
+  }
+  return sleep;
+}
+
+bool ComputeArbiter::Acquire() {
+  // Its slot was given to another workload while it was idle for kStaleNs: it joins again.
+  if (!Rejoin()) return false;
   ArbiterSlot& mine = seg_->slots[slot_];
   // When it was last busy, before waiting refreshes it: whether it comes back from idleness.
   const uint64_t last_busy = mine.busy_at_ns.load(std::memory_order_relaxed);
@@ -581,50 +658,19 @@ bool ComputeArbiter::Acquire() {
     // does not keep its workload passed over.
     mine.missed_at_ns.store(0, std::memory_order_relaxed);
     uint64_t holder = seg_->holder.load(std::memory_order_relaxed);
-    const uint64_t start = seg_->turn_start_ns.load(std::memory_order_relaxed);
-    if (first && Age(now, last_busy) < kIdleNs &&
-        mine.used_ns.load(std::memory_order_relaxed) != 0) {
-      first = false;  // Busy lately (it just had a turn): it keeps its virtual time.
+    // Busy lately (it just had a turn), it keeps its virtual time; else it comes back from idle.
+    if (first &&
+        (Age(now, last_busy) >= kIdleNs || mine.used_ns.load(std::memory_order_relaxed) == 0)) {
+      ComeBackFromIdle(holder, now);
     }
-    if (first) {
-      first = false;
-      // The holder is charged up to now, so that its time alone counts before this workload's
-      // virtual time is compared with it; and an idle workload banks no credit: it starts at the
-      // least virtual time of those using the GPU.
-      // (Up to the end of its published work, if that was earlier: it was idle since.)
-      if (holder != 0 && PidOf(holder) != 0 && now > start) {
-        const uint64_t queued = seg_->queued_until_ns.load(std::memory_order_relaxed);
-        Charge(SlotOf(holder), (queued > start && queued < now ? queued : now) - start);
-        seg_->turn_start_ns.store(now, std::memory_order_relaxed);
-      }
-      uint64_t least = UINT64_MAX;
-      for (int s = 0; s < kArbiterSlots; ++s) {
-        const ArbiterSlot& other = seg_->slots[s];
-        const bool active = s == SlotOf(holder) || (s != slot_ && other.waiting.load() != 0);
-        if (other.key.load(std::memory_order_relaxed) != 0 && active) {
-          const uint64_t v = other.vtime.load(std::memory_order_relaxed);
-          if (v < least) least = v;
-        }
-      }
-      if (least != UINT64_MAX && mine.vtime.load(std::memory_order_relaxed) < least) {
-        mine.vtime.store(least, std::memory_order_relaxed);
-      }
-    }
+    first = false;
     if (holder == token_ || Claim(holder, now)) {
       if (holder != token_) BeginTurn(now);
       holding = true;
       Unlock();
       break;
     }
-    if (holder == 0) {
-      HandOver(now);
-    } else if (PidOf(holder) == 0 && Age(now, start) >= kClaimNs) {
-      // Handed to a workload whose waiters did not come for it.
-      seg_->slots[SlotOf(holder)].missed_at_ns.store(now, std::memory_order_relaxed);
-      HandOver(now);
-    } else if (PidOf(holder) != 0) {
-      PassFromHolder(holder, now);
-    }
+    MoveTurnOn(holder, now);
     holder = seg_->holder.load(std::memory_order_relaxed);
     if (Claim(holder, now)) {
       BeginTurn(now);
@@ -632,38 +678,7 @@ bool ComputeArbiter::Acquire() {
       Unlock();
       break;
     }
-    // Sleep until the turn may change hands: its end (plus the grace while it drains), or when
-    // this workload's bucket is deep enough again; a hand-over wakes it sooner.
-    uint64_t sleep = kMaxSleepNs;
-    if (holder != 0) {
-      uint64_t until = seg_->deadline_ns.load(std::memory_order_relaxed);
-      if (PidOf(holder) == 0) {
-        const bool passed =
-            seg_->passed_by.load(std::memory_order_relaxed) == static_cast<uint32_t>(getpid());
-        until = seg_->turn_start_ns.load(std::memory_order_relaxed) +
-                (passed && SlotOf(holder) == slot_ ? kClaimNs / 2 : kClaimNs);
-      } else if (const uint64_t queued = seg_->queued_until_ns.load(std::memory_order_relaxed);
-                 queued != 0) {
-        // Until the holder's work is about to end (at most the grace past its turn), or, within
-        // its turn, until it would have been quiet for kStealSlackNs.
-        const uint64_t ends = queued > kHandOverNs ? queued - kHandOverNs : 0;
-        const uint64_t quiet =
-            std::max(queued, seg_->active_ns.load(std::memory_order_relaxed)) + kStealSlackNs;
-        until = std::min({std::max(until, ends), until + kDrainGraceNs, quiet});
-      } else if (seg_->draining.load(std::memory_order_relaxed) != 0) {
-        until += kDrainGraceNs;
-      }
-      if (until > now && until - now < sleep) sleep = until - now;
-      if (until <= now) sleep = kStealSlackNs / 2;
-    } else if (limited_) {
-      const int64_t missing =
-          static_cast<int64_t>(seg_->turn_ns / 4) - mine.tokens_ns.load(std::memory_order_relaxed);
-      const uint32_t limit = mine.limit.load(std::memory_order_relaxed);
-      if (missing > 0 && limit > 0) {
-        const uint64_t refill = static_cast<uint64_t>(missing) * 1000 / limit + 1;
-        if (refill < sleep) sleep = refill;
-      }
-    }
+    const uint64_t sleep = SleepNs(holder, now);
     const uint32_t seen = seg_->seq.load(std::memory_order_acquire);
     Unlock();
     FutexWait(&seg_->seq, seen, sleep);

@@ -230,6 +230,17 @@ class ComputeArbiter {
   // Under the lock: finds or claims this workload's slot (see kStaleNs). False when all are in
   // use.
   bool JoinLocked(uint64_t now);
+  // Joins again when its slot was given to another workload while it was idle (see kStaleNs);
+  // false (bypassing) when it cannot.
+  bool Rejoin();
+  // Under the lock, for a waiter back from idleness: charges the holder up to now and raises
+  // this workload's virtual time to the least of those using the GPU.
+  void ComeBackFromIdle(uint64_t holder, uint64_t now);
+  // Under the lock, for a waiter: hands on a turn nobody holds or nobody came for, or passes it
+  // from a holder that is done with it (PassFromHolder).
+  void MoveTurnOn(uint64_t holder, uint64_t now);
+  // Under the lock: how long a waiter sleeps before looking at the turn again.
+  uint64_t SleepNs(uint64_t holder, uint64_t now) const;
   // Stops taking turns for kBypassNs (once per period, a line on stderr says why).
   void Bypass(uint64_t now, const char* why);
   bool Lock();

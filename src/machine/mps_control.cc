@@ -167,25 +167,79 @@ int64_t MonotonicMs() {
   _exit(0);
 }
 
-// Runs the control program with `args`, `input` on its standard input, and waits for it up to
-// the timeout; what it printed in `out`.
-Status Run(const MpsControlOptions& options, const std::vector<std::string>& args,
-           const std::string& input, std::string* out) {
+// The control program's argv and envp, with the strings they point into.
+struct CommandLine {
+  std::vector<std::string> arg_text;
+  std::vector<std::string> env_text;
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+};
+
+CommandLine MakeCommandLine(const MpsControlOptions& options,
+                            const std::vector<std::string>& args) {
   std::vector<std::string> set = options.env;
   if (!options.pipe_dir.empty()) set.push_back("CUDA_MPS_PIPE_DIRECTORY=" + options.pipe_dir);
   if (!options.log_dir.empty()) set.push_back("CUDA_MPS_LOG_DIRECTORY=" + options.log_dir);
   if (!options.visible_devices.empty()) {
     set.push_back("CUDA_VISIBLE_DEVICES=" + options.visible_devices);
   }
-  std::vector<std::string> env_text = Environment(set);
-  std::vector<char*> envp;
-  for (std::string& e : env_text) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> arg_text = {options.control};
-  arg_text.insert(arg_text.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : arg_text) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  CommandLine line;
+  line.env_text = Environment(set);
+  for (std::string& e : line.env_text) line.envp.push_back(e.data());
+  line.envp.push_back(nullptr);
+  line.arg_text = {options.control};
+  line.arg_text.insert(line.arg_text.end(), args.begin(), args.end());
+  for (std::string& a : line.arg_text) line.argv.push_back(a.data());
+  line.argv.push_back(nullptr);
+  return line;
+}
+
+// Waits up to `limit` for the supervisor `pidfd` names to end (killing it past that) and reaps
+// it.
+void AwaitSupervisor(int pidfd, std::chrono::milliseconds limit) {
+  const Clock::time_point deadline = Clock::now() + limit;
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+    pollfd p{pidfd, POLLIN, 0};
+    const int ready = left.count() > 0 ? poll(&p, 1, static_cast<int>(left.count())) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    // (glibc 2.36's <sys/pidfd.h> declares its wrappers without C linkage: the system call.)
+    if (ready <= 0) syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0u);
+    break;
+  }
+  siginfo_t info{};
+  while (waitid(kPidfdId, static_cast<id_t>(pidfd), &info, WEXITED | __WALL) != 0 &&
+         errno == EINTR) {
+  }
+}
+
+// What the supervisor's `report` says of the control program; `stderr_fd`: what it printed
+// there.
+Status Outcome(const MpsControlOptions& options, const Report& report, int stderr_fd) {
+  switch (report.kind) {
+    case Report::kTimedOut:
+      return UnavailableError(options.control + " did not answer within " +
+                              std::to_string(options.timeout.count()) + " ms");
+    case Report::kNotStarted:
+      return ErrnoStatus("cannot start " + options.control, report.value);
+    case Report::kExited:
+      if (report.value == 0) break;
+      [[fallthrough]];
+    case Report::kSignaled: {
+      const std::string err = OneLineTail(ReadFrom(stderr_fd));
+      return UnavailableError(options.control + " failed (" +
+                              (report.kind == Report::kExited ? "exit code " : "signal ") +
+                              std::to_string(report.value) + ")" + (err.empty() ? "" : ": " + err));
+    }
+  }
+  return OkStatus();
+}
+
+// Runs the control program with `args`, `input` on its standard input, and waits for it up to
+// the timeout; what it printed in `out`.
+Status Run(const MpsControlOptions& options, const std::vector<std::string>& args,
+           const std::string& input, std::string* out) {
+  CommandLine line = MakeCommandLine(options, args);
   GPUFRAC_ASSIGN_OR_RETURN(UniqueFd in, MemoryFile("mps-control-in", input));
   // With no output wanted (-d), stdout is /dev/null: a daemon may keep what it inherited and
   // write there for as long as it runs.
@@ -198,8 +252,8 @@ Status Run(const MpsControlOptions& options, const std::vector<std::string>& arg
   }
   GPUFRAC_ASSIGN_OR_RETURN(UniqueFd stderr_file, MemoryFile("mps-control-err", ""));
   GPUFRAC_ASSIGN_OR_RETURN(UniqueFd report_file, MemoryFile("mps-control-report", ""));
-  Spawn spawn{.argv = argv.data(),
-              .envp = envp.data(),
+  Spawn spawn{.argv = line.argv.data(),
+              .envp = line.envp.data(),
               .in = in.get(),
               .out = stdout_file.get(),
               .err = stderr_file.get(),
@@ -221,40 +275,11 @@ Status Run(const MpsControlOptions& options, const std::vector<std::string>& arg
   if (pid < 0) return ErrnoStatus("cannot start " + options.control, clone_errno);
   UniqueFd supervisor(pidfd);
   // It reports within the timeout; the margin is for a machine too loaded to run it.
-  const auto limit = options.timeout + std::chrono::seconds(5);
-  const Clock::time_point deadline = Clock::now() + limit;
-  for (;;) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-    pollfd p{supervisor.get(), POLLIN, 0};
-    const int ready = left.count() > 0 ? poll(&p, 1, static_cast<int>(left.count())) : 0;
-    if (ready < 0 && errno == EINTR) continue;
-    // (glibc 2.36's <sys/pidfd.h> declares its wrappers without C linkage: the system call.)
-    if (ready <= 0) syscall(SYS_pidfd_send_signal, supervisor.get(), SIGKILL, nullptr, 0u);
-    break;
-  }
-  siginfo_t info{};
-  while (waitid(kPidfdId, static_cast<id_t>(supervisor.get()), &info, WEXITED | __WALL) != 0 &&
-         errno == EINTR) {
-  }
+  AwaitSupervisor(supervisor.get(), options.timeout + std::chrono::seconds(5));
   Report report;
   report.kind = Report::kTimedOut;  // Unless it says otherwise: killed above.
   (void)!pread(report_file.get(), &report, sizeof(report), 0);
-  switch (report.kind) {
-    case Report::kTimedOut:
-      return UnavailableError(options.control + " did not answer within " +
-                              std::to_string(options.timeout.count()) + " ms");
-    case Report::kNotStarted:
-      return ErrnoStatus("cannot start " + options.control, report.value);
-    case Report::kExited:
-      if (report.value == 0) break;
-      [[fallthrough]];
-    case Report::kSignaled: {
-      const std::string err = OneLineTail(ReadFrom(stderr_file.get()));
-      return UnavailableError(options.control + " failed (" +
-                              (report.kind == Report::kExited ? "exit code " : "signal ") +
-                              std::to_string(report.value) + ")" + (err.empty() ? "" : ": " + err));
-    }
-  }
+  GPUFRAC_RETURN_IF_ERROR(Outcome(options, report, stderr_file.get()));
   if (out != nullptr) *out = ReadFrom(stdout_file.get());
   return OkStatus();
 }

@@ -218,6 +218,91 @@ std::string NodeState::JobBudgetDir(uint32_t job) const {
   return budgets_.path() + "/" + JobDirName(job);
 }
 
+StatusOr<std::string> NodeState::StartJobLocked(
+    int dir, uint32_t job, const std::string& limits_text,
+    const std::vector<launch::LimitedGpu>& gpus,
+    const std::optional<launch::WorkloadBudgets::Owner>& owner) {
+  const std::string name = JobDirName(job);
+  const std::string shown = path_ + "/" + name;
+  const mode_t dir_mode = private_limits_ ? 0700 : 0711;
+  const mode_t file_mode = private_limits_ ? 0400 : 0444;
+  // The job's user may search its directory and read its limit file, no one else (root aside).
+  if (fchmod(dir, dir_mode) != 0) {
+    return ErrnoStatus("cannot set the mode of " + shown, errno);
+  }
+  if (private_limits_ && owner) {
+    Status granted = GrantUserAccess(dir, owner->uid, 07, 01);
+    if (!granted.ok()) return UnavailableError(shown + ": " + granted.message());
+  }
+  unlinkat(dir, kLimitsFile, 0);
+  GPUFRAC_RETURN_IF_ERROR(
+      WriteNewFileAt(dir, kLimitsFile, limits_text, file_mode, shown + "/" + kLimitsFile));
+  if (private_limits_ && owner) {
+    UniqueFd file(openat(dir, kLimitsFile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    Status granted = !file.valid() ? ErrnoStatus("cannot open it", errno)
+                                   : GrantUserAccess(file.get(), owner->uid, 04, 04);
+    if (!granted.ok()) {
+      RemoveJobLocked(name, job);
+      return UnavailableError(shown + "/" + kLimitsFile + ": " + granted.message());
+    }
+  }
+  StatusOr<std::string> made_dir = MakeJobBudgetDirLocked(job, gpus.size());
+  if (!made_dir.ok()) {
+    RemoveJobLocked(name, job);
+    return made_dir.status();
+  }
+  std::string warning = *made_dir;
+  auto warn = [&warning](const std::string& text) {
+    warning += (warning.empty() ? "" : "; ") + text;
+  };
+  if (!private_limits_ && owner) {
+    warn(path_ +
+         " keeps no POSIX ACLs, so the job's limit file is readable by every local user (give "
+         "state_dir= a directory on tmpfs or another filesystem with ACLs)");
+  }
+  if (UniqueFd up(openat(budgets_.fd(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      up.valid() && !IsMountedOn(budgets_.fd(), up.get())) {
+    warn(budgets_.path() +
+         " is not a tmpfs of its own (it held files when first used, or none could be "
+         "mounted), so a user who fills /dev/shm stops new gpufrac steps on this node");
+  }
+  StatusOr<launch::BudgetDir> job_budgets = launch::BudgetDir::Open(JobBudgetDir(job));
+  if (!job_budgets.ok()) {
+    RemoveJobLocked(name, job);
+    return job_budgets.status();
+  }
+  // The budgets in the job's directory; the compute arbiters in the node's, where every job on
+  // the GPU meets.
+  StatusOr<launch::WorkloadBudgets> made =
+      launch::WorkloadBudgets::Create(*job_budgets, WorkloadName(job), gpus, owner, &budgets_);
+  if (!made.ok()) {
+    RemoveJobLocked(name, job);
+    return made.status();
+  }
+  made->Keep();  // Removed with the job's last step.
+  return warning;
+}
+
+Status NodeState::RecordStepLocked(int dir, uint32_t step, const proc::ProcessId& stepd,
+                                   const std::string& shown) {
+  const std::string marker = MarkerName(step, stepd);
+  unlinkat(dir, marker.c_str(), 0);
+  Status recorded = WriteNewFileAt(
+      dir, marker, std::to_string(stepd.pid) + " " + std::to_string(stepd.start_ticks) + "\n", 0600,
+      shown + "/" + marker);
+  if (!recorded.ok()) return recorded;
+  const std::string ran = kRanPrefix + std::to_string(step);
+  struct stat st {};
+  if (fstatat(dir, ran.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    Status noted = WriteNewFileAt(dir, ran, "", 0600, shown + "/" + ran);
+    if (!noted.ok()) {
+      unlinkat(dir, marker.c_str(), 0);
+      return noted;
+    }
+  }
+  return OkStatus();
+}
+
 StatusOr<BegunStep> NodeState::BeginStep(uint32_t job, uint32_t step, const proc::ProcessId& stepd,
                                          const std::string& limits_text,
                                          const std::vector<launch::LimitedGpu>& gpus,
@@ -229,7 +314,6 @@ StatusOr<BegunStep> NodeState::BeginStep(uint32_t job, uint32_t step, const proc
   const std::string shown = path_ + "/" + name;
   // Without ACLs the job's user could not reach a private directory: the old, open modes.
   const mode_t dir_mode = private_limits_ ? 0700 : 0711;
-  const mode_t file_mode = private_limits_ ? 0400 : 0444;
   if (mkdirat(fd_.get(), name.c_str(), dir_mode) != 0 && errno != EEXIST) {
     return ErrnoStatus("cannot create " + shown, errno);
   }
@@ -245,80 +329,13 @@ StatusOr<BegunStep> NodeState::BeginStep(uint32_t job, uint32_t step, const proc
         "the same, or leave gpufrac's options off to join the job's");
   }
   if (!existing) {
-    // Left without a limit file (a step that failed half-way): start the job afresh. The job's
-    // user may search its directory and read its limit file, no one else (root aside).
-    if (fchmod(dir.get(), dir_mode) != 0) {
-      return ErrnoStatus("cannot set the mode of " + shown, errno);
-    }
-    if (private_limits_ && owner) {
-      Status granted = GrantUserAccess(dir.get(), owner->uid, 07, 01);
-      if (!granted.ok()) return UnavailableError(shown + ": " + granted.message());
-    }
-    unlinkat(dir.get(), kLimitsFile, 0);
-    GPUFRAC_RETURN_IF_ERROR(
-        WriteNewFileAt(dir.get(), kLimitsFile, limits_text, file_mode, shown + "/" + kLimitsFile));
-    if (private_limits_ && owner) {
-      UniqueFd file(openat(dir.get(), kLimitsFile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-      Status granted = !file.valid() ? ErrnoStatus("cannot open it", errno)
-                                     : GrantUserAccess(file.get(), owner->uid, 04, 04);
-      if (!granted.ok()) {
-        RemoveJobLocked(name, job);
-        return UnavailableError(shown + "/" + kLimitsFile + ": " + granted.message());
-      }
-    }
-    StatusOr<std::string> warning = MakeJobBudgetDirLocked(job, gpus.size());
-    if (!warning.ok()) {
-      RemoveJobLocked(name, job);
-      return warning.status();
-    }
-    begun.warning = *warning;
-    auto warn = [&begun](const std::string& text) {
-      begun.warning += (begun.warning.empty() ? "" : "; ") + text;
-    };
-    if (!private_limits_ && owner) {
-      warn(path_ +
-           " keeps no POSIX ACLs, so the job's limit file is readable by every local user (give "
-           "state_dir= a directory on tmpfs or another filesystem with ACLs)");
-    }
-    if (UniqueFd up(openat(budgets_.fd(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-        up.valid() && !IsMountedOn(budgets_.fd(), up.get())) {
-      warn(budgets_.path() +
-           " is not a tmpfs of its own (it held files when first used, or none could be "
-           "mounted), so a user who fills /dev/shm stops new gpufrac steps on this node");
-    }
-    StatusOr<launch::BudgetDir> job_budgets = launch::BudgetDir::Open(JobBudgetDir(job));
-    if (!job_budgets.ok()) {
-      RemoveJobLocked(name, job);
-      return job_budgets.status();
-    }
-    // The budgets in the job's directory; the compute arbiters in the node's, where every job on
-    // the GPU meets.
-    StatusOr<launch::WorkloadBudgets> made =
-        launch::WorkloadBudgets::Create(*job_budgets, WorkloadName(job), gpus, owner, &budgets_);
-    if (!made.ok()) {
-      RemoveJobLocked(name, job);
-      return made.status();
-    }
-    made->Keep();  // Removed with the job's last step.
+    // Left without a limit file (a step that failed half-way): start the job afresh.
+    GPUFRAC_ASSIGN_OR_RETURN(begun.warning,
+                             StartJobLocked(dir.get(), job, limits_text, gpus, owner));
   }
-  const std::string marker = MarkerName(step, stepd);
-  unlinkat(dir.get(), marker.c_str(), 0);
-  Status recorded = WriteNewFileAt(
-      dir.get(), marker, std::to_string(stepd.pid) + " " + std::to_string(stepd.start_ticks) + "\n",
-      0600, shown + "/" + marker);
-  if (!recorded.ok()) {
+  if (Status recorded = RecordStepLocked(dir.get(), step, stepd, shown); !recorded.ok()) {
     if (!existing) RemoveJobLocked(name, job);
     return recorded;
-  }
-  const std::string ran = kRanPrefix + std::to_string(step);
-  struct stat st {};
-  if (fstatat(dir.get(), ran.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    Status noted = WriteNewFileAt(dir.get(), ran, "", 0600, shown + "/" + ran);
-    if (!noted.ok()) {
-      unlinkat(dir.get(), marker.c_str(), 0);
-      if (!existing) RemoveJobLocked(name, job);
-      return noted;
-    }
   }
   begun.limit_file = shown + "/" + kLimitsFile;
   return begun;

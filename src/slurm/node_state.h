@@ -114,6 +114,15 @@ class NodeState {
   // Makes B/job-<id> afresh, a tmpfs for `gpus` budgets where it can; the warning when not.
   StatusOr<std::string> MakeJobBudgetDirLocked(uint32_t job, size_t gpus);
   void RemoveJobBudgetDirLocked(uint32_t job);
+  // Writes a new job's limit file (`dir`: its directory, open) and makes its budgets; the
+  // warnings for the step.
+  StatusOr<std::string> StartJobLocked(int dir, uint32_t job, const std::string& limits_text,
+                                       const std::vector<launch::LimitedGpu>& gpus,
+                                       const std::optional<launch::WorkloadBudgets::Owner>& owner);
+  // Records step `step` of the job in `dir` (its marker, and that it ran); on failure nothing
+  // of it is left.
+  Status RecordStepLocked(int dir, uint32_t step, const proc::ProcessId& stepd,
+                          const std::string& shown);
 
   std::string path_;
   UniqueFd fd_;
