@@ -12,6 +12,7 @@ case "${1:-all}" in
   demo) ;;
   all)
     pkgs+=(strace                       # a limiter test traces the hot path's system calls
+           python3                      # suite.no_long_functions runs scripts/long-functions
            clang-14 libclang-rt-14-dev  # clang and libFuzzer: the fuzz targets (tests/fuzz/)
            libslurm-dev slurmctld slurmd slurm-client munge)  # the Slurm plugin and its real-Slurm test
     ;;
