@@ -17,6 +17,7 @@
 
 #include "common/log.h"
 #include "common/paths.h"
+#include "common/posix.h"
 #include "gpu/health.h"
 #include "gpu/mig_catalogue.h"
 #include "k8s/device_plugin.h"
@@ -74,10 +75,7 @@ Status InstallLimiter(const std::string& from, const std::string& host_dir) {
       launch::WriteNewFile(preload_temp, std::string(kContainerLimiter) + "\n", 0444));
   // On disk before it replaces the old one: after a power loss the kubelet may restart
   // containers before this agent runs again, and an empty file would leave them unlimited.
-  if (int fd = open(preload_temp.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
+  if (UniqueFd fd(open(preload_temp.c_str(), O_RDONLY | O_CLOEXEC)); fd.valid()) fsync(fd.get());
   fs::rename(preload_temp, preload, ec);
   if (ec) return UnavailableError("cannot install " + preload + ": " + ec.message());
   return OkStatus();

@@ -24,6 +24,7 @@
 #include "CLI/CLI.hpp"
 #include "common/log.h"
 #include "common/paths.h"
+#include "common/posix.h"
 #include "common/text.h"
 #include "common/units.h"
 #include "machine/mps_daemons.h"
@@ -102,19 +103,16 @@ bool Loopback(const std::string& address) {
 // readable by every user.
 StatusOr<std::string> ReadPem(const std::string& flag, const std::string& path, bool secret) {
   struct stat st {};
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    if (fd >= 0) close(fd);
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid() || fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return InvalidArgumentError(flag + " " + path + ": cannot read it as a file");
   }
   if (secret && (st.st_mode & 007)) {
-    close(fd);
     return InvalidArgumentError(flag + " " + path +
                                 ": every user may read this private key; chmod o-rwx it");
   }
   std::string text(1 << 20, '\0');
-  ssize_t n = read(fd, text.data(), text.size());
-  close(fd);
+  ssize_t n = read(fd.get(), text.data(), text.size());
   if (n <= 0 || static_cast<size_t>(n) == text.size() ||
       text.find("-----BEGIN ") == std::string::npos) {
     return InvalidArgumentError(flag + " " + path + ": not a PEM file");

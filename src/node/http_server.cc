@@ -311,7 +311,7 @@ struct HttpServer::Impl {
 
   // A connection the acceptor turned away: answered and shut for writing, closed at `until`.
   struct Lingering {
-    int fd = -1;
+    UniqueFd fd;
     Clock::time_point until;
   };
 
@@ -319,7 +319,7 @@ struct HttpServer::Impl {
   // (which gives it a thread) once it has something to read, so that a caller connecting and
   // hanging up in a loop costs no thread.
   struct Silent {
-    int fd = -1;
+    UniqueFd fd;
     sockaddr_storage address;
     socklen_t length = 0;
   };
@@ -482,23 +482,23 @@ struct HttpServer::Impl {
     for (int i = 0; i < kMaxAcceptsPerWakeup; ++i) {
       sockaddr_storage address;
       socklen_t length = sizeof(address);
-      int fd = accept4(listener->fd.get(), reinterpret_cast<sockaddr*>(&address), &length,
-                       SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) {
+      UniqueFd fd(accept4(listener->fd.get(), reinterpret_cast<sockaddr*>(&address), &length,
+                          SOCK_NONBLOCK | SOCK_CLOEXEC));
+      if (!fd.valid()) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
         LogWarning("http: %s", ErrnoStatus("cannot accept a connection", errno).message().c_str());
         return false;
       }
-      Admit(listener, fd, address, length);
+      Admit(listener, std::move(fd), address, length);
     }
     return true;
   }
 
   // Admits `fd` (to be handed to MHD once it sends something) if its caller is under the caps,
   // else answers 503 without a thread.
-  void Admit(Listener* listener, int fd, const sockaddr_storage& address, socklen_t length) {
-    std::optional<std::string> who = CountedAs(*listener, fd);
+  void Admit(Listener* listener, UniqueFd fd, const sockaddr_storage& address, socklen_t length) {
+    std::optional<std::string> who = CountedAs(*listener, fd.get());
     std::unique_lock<std::mutex> admit_lock(admit_mu);
     std::string refusal;
     bool bare = false;  // Refused without the 503's text.
@@ -522,63 +522,55 @@ struct HttpServer::Impl {
         // An entry still there is a connection MHD closed without its close notice (a setup
         // that failed after MHD_add_connection took it): its slots are given back, and the new
         // connection that got its fd number is the one the entry then names.
-        if (admitted.count(fd) != 0) {
+        if (admitted.count(fd.get()) != 0) {
           LogWarning("http: a connection was closed without notice; its slots are freed");
-          ForgetLocked(fd);
+          ForgetLocked(fd.get());
         }
-        admitted[fd] = Admitted{listener, who, due};
+        admitted[fd.get()] = Admitted{listener, who, due};
         listener->next_deadline = std::min(listener->next_deadline, due);
       }
     }
     if (!refusal.empty()) {
       admit_lock.unlock();
-      if (bare) {
-        close(fd);
-      } else {
-        Refuse(listener, fd, refusal);
-      }
+      if (!bare) Refuse(listener, std::move(fd), refusal);
       return;
     }
-    listener->silent.push_back({fd, address, length});
+    listener->silent.push_back({std::move(fd), address, length});
   }
 
   // A silent connection has become readable: handed to MHD if it sent something, else (it hung
   // up, or the header deadline shut it) forgotten and closed. False while it is still silent.
-  bool HandOver(Listener* listener, const Silent& connection) {
+  bool HandOver(Listener* listener, Silent& connection) {
     char byte;
-    const ssize_t n = recv(connection.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    const ssize_t n = recv(connection.fd.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
     if (n <= 0) {
-      Forget(connection.fd);
-      close(connection.fd);
+      Forget(connection.fd.get());
+      connection.fd.Reset();
       return true;
     }
     std::lock_guard<std::mutex> admit_lock(admit_mu);
-    if (MHD_add_connection(listener->daemon, connection.fd,
+    // MHD owns it from here, closing it also when it cannot take it.
+    const int fd = connection.fd.Release();
+    if (MHD_add_connection(listener->daemon, fd,
                            reinterpret_cast<const sockaddr*>(&connection.address),
                            connection.length) != MHD_YES) {
       LogWarning("http: %s", ErrnoStatus("cannot serve a new connection", errno).message().c_str());
-      Forget(connection.fd);  // MHD has closed it.
+      Forget(fd);
     }
     return true;
   }
 
   // Answers 503 with `message` (on plain HTTP; a TLS client would read noise) and keeps the fd
   // open a moment (see kLinger); never blocks.
-  void Refuse(Listener* listener, int fd, const std::string& message) {
-    if (listener->tls) {
-      close(fd);
-      return;
-    }
+  void Refuse(Listener* listener, UniqueFd fd, const std::string& message) {
+    if (listener->tls) return;
     const std::string reply = RawErrorResponse("503 Service Unavailable", message);
-    (void)!send(fd, reply.data(), reply.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    shutdown(fd, SHUT_WR);
+    (void)!send(fd.get(), reply.data(), reply.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    shutdown(fd.get(), SHUT_WR);
     std::deque<Lingering>& lingering = listener->lingering;
-    if (lingering.size() >= kMaxLingering) {
-      close(lingering.front().fd);
-      lingering.pop_front();
-    }
-    lingering.push_back({fd, Clock::now() + kLinger});
+    if (lingering.size() >= kMaxLingering) lingering.pop_front();
+    lingering.push_back({std::move(fd), Clock::now() + kLinger});
   }
 
   // Forgets an admitted connection before its fd is closed (by MHD after its close notice or
@@ -662,17 +654,14 @@ struct HttpServer::Impl {
     while (!stopping) {
       Clock::time_point now = Clock::now();
       Clock::time_point next = CutOffLateHeaders(listener, now);
-      while (!lingering.empty() && lingering.front().until <= now) {
-        close(lingering.front().fd);
-        lingering.pop_front();
-      }
+      while (!lingering.empty() && lingering.front().until <= now) lingering.pop_front();
       if (!lingering.empty()) next = std::min(next, lingering.front().until);
       const bool paused = paused_until > now;
       if (paused) next = std::min(next, paused_until);
       fds.clear();
       fds.push_back({listener->wake_fd.get(), POLLIN, 0});
       fds.push_back({paused ? -1 : listener->fd.get(), POLLIN, 0});
-      for (const Silent& connection : silent) fds.push_back({connection.fd, POLLIN, 0});
+      for (const Silent& connection : silent) fds.push_back({connection.fd.get(), POLLIN, 0});
       int timeout_ms = -1;
       if (next != Clock::time_point::max()) {
         timeout_ms =
@@ -685,18 +674,19 @@ struct HttpServer::Impl {
       }
       size_t kept = 0;
       for (size_t i = 0; i < silent.size(); ++i) {
-        if (fds[2 + i].revents == 0 || !HandOver(listener, silent[i])) silent[kept++] = silent[i];
+        if (fds[2 + i].revents != 0 && HandOver(listener, silent[i])) continue;
+        if (kept != i) silent[kept] = std::move(silent[i]);
+        ++kept;
       }
       silent.resize(kept);
       if (fds[1].revents != 0 && !AcceptWaiting(listener)) {
         paused_until = Clock::now() + std::chrono::milliseconds(100);
       }
     }
-    for (const Lingering& refused : lingering) close(refused.fd);
-    for (const Silent& connection : silent) {
-      Forget(connection.fd);
-      close(connection.fd);
-    }
+    lingering.clear();
+    // Forgotten before closed: until then the fd names the connection `admitted` counts.
+    for (const Silent& connection : silent) Forget(connection.fd.get());
+    silent.clear();
   }
 
   // MHD's notice that an admitted connection is closing (before it closes the socket).

@@ -18,11 +18,6 @@ constexpr size_t kChunk = 64 * 1024;
 // Reads per pipe in one Pump: 1 MiB.
 constexpr int kReadsPerPump = 16;
 
-void CloseIfOpen(int& fd) {
-  if (fd >= 0) close(fd);
-  fd = -1;
-}
-
 // Writes all of `data`; a log the disk refuses loses the rest of this piece (the job's output
 // would have been lost as much had it written to the file itself).
 void WriteAll(int fd, const char* data, size_t size) {
@@ -43,21 +38,16 @@ int64_t NowMs() {
 
 }  // namespace
 
-OutputRelay::~OutputRelay() {
-  for (std::array<int, 2>* fds : {&logs_, &read_ends_, &write_ends_}) {
-    for (int& fd : *fds) CloseIfOpen(fd);
-  }
-}
-
 int OutputRelay::Open(int stdout_log, int stderr_log, uint64_t max_bytes) {
-  logs_ = {stdout_log, stderr_log};
+  logs_[kStdout].Reset(stdout_log);
+  logs_[kStderr].Reset(stderr_log);
   max_bytes_ = max_bytes;
   buffer_.resize(kChunk);
   for (int stream : {kStdout, kStderr}) {
     int ends[2];
     if (pipe2(ends, O_CLOEXEC) != 0) return errno;
-    read_ends_[stream] = ends[0];
-    write_ends_[stream] = ends[1];
+    read_ends_[stream].Reset(ends[0]);
+    write_ends_[stream].Reset(ends[1]);
     // Only the shim's end: the job's stays blocking, as a pipe or file it was given would be.
     int flags = fcntl(ends[0], F_GETFL);
     if (flags < 0 || fcntl(ends[0], F_SETFL, flags | O_NONBLOCK) != 0) return errno;
@@ -66,12 +56,12 @@ int OutputRelay::Open(int stdout_log, int stderr_log, uint64_t max_bytes) {
 }
 
 void OutputRelay::CloseJobEnds() {
-  for (int& fd : write_ends_) CloseIfOpen(fd);
+  for (UniqueFd& fd : write_ends_) fd.Reset();
 }
 
 void OutputRelay::AddPollFds(std::vector<pollfd>* fds) const {
-  for (int fd : read_ends_) {
-    if (fd >= 0) fds->push_back({fd, POLLIN, 0});
+  for (const UniqueFd& fd : read_ends_) {
+    if (fd.valid()) fds->push_back({fd.get(), POLLIN, 0});
   }
 }
 
@@ -83,13 +73,13 @@ void OutputRelay::Pump() {
 }
 
 bool OutputRelay::ReadOnce(Stream stream) {
-  int& fd = read_ends_[stream];
-  if (fd < 0) return false;
-  ssize_t n = read(fd, buffer_.data(), buffer_.size());
+  UniqueFd& fd = read_ends_[stream];
+  if (!fd.valid()) return false;
+  ssize_t n = read(fd.get(), buffer_.data(), buffer_.size());
   if (n < 0 && errno == EINTR) return true;
   if (n < 0 && errno == EAGAIN) return false;
   if (n <= 0) {  // Every writer has closed it (or it broke): nothing more will come.
-    CloseIfOpen(fd);
+    fd.Reset();
     return false;
   }
   Keep(stream, buffer_.data(), static_cast<size_t>(n));
@@ -100,7 +90,7 @@ void OutputRelay::Keep(Stream stream, const char* data, size_t size) {
   const uint64_t room = max_bytes_ - kept_;
   const size_t keep = size < room ? size : static_cast<size_t>(room);
   if (keep > 0) {
-    WriteAll(logs_[stream], data, keep);
+    WriteAll(logs_[stream].get(), data, keep);
     kept_ += keep;
     if (stream == kStderr) stderr_at_line_start_ = data[keep - 1] == '\n';
   }
@@ -116,7 +106,7 @@ void OutputRelay::Keep(Stream stream, const char* data, size_t size) {
 void OutputRelay::Note(const char* text) {
   std::string line = stderr_at_line_start_ ? "" : "\n";
   line += std::string("[gpufrac: ") + text + "]\n";
-  WriteAll(logs_[kStderr], line.data(), line.size());
+  WriteAll(logs_[kStderr].get(), line.data(), line.size());
   stderr_at_line_start_ = true;
 }
 
@@ -130,7 +120,7 @@ void OutputRelay::Finish(std::chrono::milliseconds limit) {
     if (poll(fds.data(), fds.size(), static_cast<int>(left)) < 0 && errno != EINTR) break;
     Pump();
   }
-  for (int& fd : read_ends_) CloseIfOpen(fd);
+  for (UniqueFd& fd : read_ends_) fd.Reset();
   std::string what;
   for (Stream stream : {kStdout, kStderr}) {
     if (dropped_[stream] == 0) continue;

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/posix.h"
+
 namespace gpufrac::node {
 
 // Contract:
@@ -26,7 +28,7 @@ class OutputRelay {
   enum Stream { kStdout = 0, kStderr = 1 };
 
   OutputRelay() = default;
-  ~OutputRelay();  // Closes every descriptor it still holds.
+  ~OutputRelay() = default;  // Closes every descriptor it still holds.
   OutputRelay(const OutputRelay&) = delete;
   OutputRelay& operator=(const OutputRelay&) = delete;
 
@@ -34,7 +36,7 @@ class OutputRelay {
   // pipes. 0, or an errno.
   int Open(int stdout_log, int stderr_log, uint64_t max_bytes);
   // The write end of a pipe, to become the job's fd 1 or 2 (close-on-exec, so dup2 it there).
-  int job_end(Stream stream) const { return write_ends_[stream]; }
+  int job_end(Stream stream) const { return write_ends_[stream].get(); }
   // Closes the write ends once the job has its copies: the pipes end when the job's copies do.
   void CloseJobEnds();
 
@@ -54,9 +56,9 @@ class OutputRelay {
   void Keep(Stream stream, const char* data, size_t size);
   void Note(const char* text);
 
-  std::array<int, 2> logs_{-1, -1};
-  std::array<int, 2> read_ends_{-1, -1};
-  std::array<int, 2> write_ends_{-1, -1};
+  std::array<UniqueFd, 2> logs_;
+  std::array<UniqueFd, 2> read_ends_;
+  std::array<UniqueFd, 2> write_ends_;
   uint64_t max_bytes_ = 0;
   uint64_t kept_ = 0;
   std::array<uint64_t, 2> dropped_{0, 0};

@@ -91,21 +91,12 @@ StatusOr<std::unique_ptr<Service>> Service::Start(ServiceConfig config) {
   chmod((config.state_dir + "/jobs").c_str(), 0711);
   // Two services on one state directory would run the same jobs twice.
   std::string lock_path = config.state_dir + "/gpufracd.lock";
-  int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lock_fd < 0) {
-    return UnavailableError("cannot open " + lock_path + ": " + std::strerror(errno));
-  }
-  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    close(lock_fd);
+  UniqueFd lock_fd(open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock_fd.valid()) return ErrnoStatus("cannot open " + lock_path, errno);
+  if (flock(lock_fd.get(), LOCK_EX | LOCK_NB) != 0) {
     return FailedPreconditionError("another gpufracd is already using the state directory " +
                                    config.state_dir + "; stop it or choose another --state-dir");
   }
-  struct LockGuard {
-    int fd;
-    ~LockGuard() {
-      if (fd >= 0) close(fd);
-    }
-  } guard{lock_fd};
   GPUFRAC_ASSIGN_OR_RETURN(auto store, Store::Open(config.state_dir + "/gpufracd.db"));
   GPUFRAC_RETURN_IF_ERROR(CheckStoreAgainstJobDirs(*store, config.state_dir));
   // Every job's environment is in there: owner only, also for files an older version made.
@@ -117,8 +108,7 @@ StatusOr<std::unique_ptr<Service>> Service::Start(ServiceConfig config) {
                            launch::BudgetDir::ForService(config.state_dir + "/budget-dir"));
   std::unique_ptr<Service> service(
       new Service(std::move(config), std::move(store), std::move(budgets)));
-  service->lock_fd_ = lock_fd;
-  guard.fd = -1;
+  service->lock_fd_ = std::move(lock_fd);
   GPUFRAC_RETURN_IF_ERROR(service->mps_.Load(&service->config_.inventory.gpus));
   GPUFRAC_RETURN_IF_ERROR(service->BuildLanes());
   GPUFRAC_RETURN_IF_ERROR(service->Recover());
@@ -134,7 +124,6 @@ Service::~Service() {
   }
   wake_.notify_all();
   if (loop_.joinable()) loop_.join();
-  if (lock_fd_ >= 0) close(lock_fd_);
 }
 
 int64_t Service::NowMs() const {

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/posix.h"
 #include "common/status.h"
 #include "machine/node_gpus.h"
 #include "node/compute_samples.h"
@@ -162,6 +163,8 @@ class Service {
   ComputePolicy QueueComputePolicy(const std::string& queue) const;
   int64_t NowMs() const;
 
+  // flock on STATE/gpufracd.lock, held for the service's life: first, so released last.
+  UniqueFd lock_fd_;
   ServiceConfig config_;
   std::string instance_;  // Distinguishes this state directory's workloads from others'.
   std::mutex mu_;
@@ -180,7 +183,6 @@ class Service {
   NodeMetrics metrics_;
   ComputeSamples compute_samples_;  // measured compute shares (status, metrics)
   std::thread loop_;
-  int lock_fd_ = -1;  // flock on STATE/gpufracd.lock, held for the service's life.
 };
 
 }  // namespace gpufrac::node

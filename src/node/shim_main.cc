@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "common/posix.h"
 #include "launch/cgroup.h"
 #include "node/job_runner.h"
 #include "node/output_relay.h"
@@ -180,17 +181,15 @@ int OpenJobOutput(const ShimSpec& spec, OutputRelay* relay, int* out, int* err) 
   auto open_log = [](const char* name) {
     return openat(g_dir_fd, name, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
   };
-  *out = open_log(JobRunner::kStdout);
-  *err = open_log(JobRunner::kStderr);
-  if (*out < 0 || *err < 0) {
-    int error = errno;
-    for (int fd : {*out, *err}) {
-      if (fd >= 0) close(fd);
-    }
+  UniqueFd out_log(open_log(JobRunner::kStdout));
+  if (!out_log.valid()) return errno;
+  UniqueFd err_log(open_log(JobRunner::kStderr));
+  if (!err_log.valid()) return errno;
+  // The job gets pipes, never the logs themselves: it could write past any cap through those.
+  if (int error = relay->Open(out_log.Release(), err_log.Release(), spec.max_log_bytes);
+      error != 0) {
     return error;
   }
-  // The job gets pipes, never the logs themselves: it could write past any cap through those.
-  if (int error = relay->Open(*out, *err, spec.max_log_bytes); error != 0) return error;
   *out = relay->job_end(OutputRelay::kStdout);
   *err = relay->job_end(OutputRelay::kStderr);
   return 0;
@@ -258,12 +257,12 @@ struct JobExec {
 
 // In the shim, once `pid` is forked: whether its exec succeeded, as the child reported through
 // the pipe's read end `report` (closed on exec, so an empty read is success).
-Started AwaitExec(pid_t pid, int report) {
+Started AwaitExec(pid_t pid, UniqueFd report) {
   int exec_errno = 0;
   ssize_t n;
-  while ((n = read(report, &exec_errno, sizeof(exec_errno))) < 0 && errno == EINTR) {
+  while ((n = read(report.get(), &exec_errno, sizeof(exec_errno))) < 0 && errno == EINTR) {
   }
-  close(report);
+  report.Reset();
   if (n > 0) {
     while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
@@ -279,14 +278,12 @@ Started StartJob(const ShimSpec& spec, OutputRelay* relay) {
   JobExec x;
   x.spec = &spec;
   if (int error = OpenJobOutput(spec, relay, &x.out, &x.err); error != 0) return {-1, error};
-  x.in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  UniqueFd in(open("/dev/null", O_RDONLY | O_CLOEXEC));
   int report[2] = {-1, -1};
-  if (x.in < 0 || pipe2(report, O_CLOEXEC) != 0) {
-    int error = errno;
-    if (x.in >= 0) close(x.in);
-    return {-1, error};
-  }
-  x.report = report[1];
+  if (!in.valid() || pipe2(report, O_CLOEXEC) != 0) return {-1, errno};
+  UniqueFd report_read(report[0]), report_write(report[1]);
+  x.in = in.get();
+  x.report = report_write.get();
   x.root = geteuid() == 0;
   if (x.root) {
     if (const passwd* pw = getpwuid(spec.uid)) x.user = pw->pw_name;
@@ -300,14 +297,11 @@ Started StartJob(const ShimSpec& spec, OutputRelay* relay) {
   pid_t pid = fork();
   if (pid == 0) BecomeJob(x);
   int fork_errno = errno;
-  close(report[1]);
-  close(x.in);
+  report_write.Reset();
+  in.Reset();
   relay->CloseJobEnds();
-  if (pid < 0) {
-    close(report[0]);
-    return {-1, fork_errno};
-  }
-  return AwaitExec(pid, report[0]);
+  if (pid < 0) return {-1, fork_errno};
+  return AwaitExec(pid, std::move(report_read));
 }
 
 // Reads one pending signal from the signalfd (0 if none).
