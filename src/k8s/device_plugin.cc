@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "common/posix.h"
 #include "k8s/proto/deviceplugin_v1beta1.grpc.pb.h"
 
 namespace gpufrac::k8s {
@@ -406,8 +407,7 @@ Status DevicePlugin::Impl::StartServer() {
                                      " exists and is not a socket; choose another socket name");
     }
     if (::unlink(socket_path_.c_str()) != 0 && errno != ENOENT) {
-      return UnavailableError("cannot remove the stale socket " + socket_path_ + ": " +
-                              std::strerror(errno));
+      return ErrnoStatus("cannot remove the stale socket " + socket_path_, errno);
     }
   }
   if (::access(options_.kubelet_dir.c_str(), W_OK | X_OK) != 0) {

@@ -1,6 +1,7 @@
 // The MPS control daemons (see mps_daemons.h).
 #include "machine/mps_daemons.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -8,7 +9,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "common/paths.h"
+#include "common/posix.h"
 
 namespace gpufrac::machine {
 namespace {
@@ -24,20 +25,14 @@ constexpr char kPidFile[] = "nvidia-cuda-mps-control.pid";
 
 using Clock = std::chrono::steady_clock;
 
-// Makes `path` a directory of the service's own with `mode`, or checks the one there is: not a
-// link, owned by the service, writable by nobody else.
+// Makes `path` a directory of the service's own with `mode`, or checks the one there is
+// (posix.h: not a link, the service's, writable by nobody else) and sets its mode.
 Status OwnDirectory(const std::string& path, mode_t mode) {
   if (mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
-    return UnavailableError("cannot create " + path + ": " + std::strerror(errno));
+    return ErrnoStatus("cannot create " + path, errno);
   }
-  struct stat st;
-  if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
-      (st.st_mode & 022) != 0) {
-    return FailedPreconditionError(path +
-                                   " is not a directory of the service's own that only it can "
-                                   "write; move it away");
-  }
-  if ((st.st_mode & 07777) != mode) chmod(path.c_str(), mode);
+  GPUFRAC_ASSIGN_OR_RETURN(UniqueFd dir, OpenOurDirectoryAt(AT_FDCWD, path, path));
+  if (fchmod(dir.get(), mode) != 0) return ErrnoStatus("cannot set the mode of " + path, errno);
   return OkStatus();
 }
 

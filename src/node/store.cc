@@ -10,7 +10,6 @@
 #include <array>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -18,6 +17,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "common/posix.h"
 #include "common/text.h"
 #include "common/units.h"
 
@@ -537,8 +537,7 @@ Status CheckDirectory(const std::string& path) {
       return NotFoundError("job store " + path + ": directory " + dir +
                            " does not exist (create the service's state directory first)");
     }
-    return UnavailableError("job store " + path + ": cannot use directory " + dir + ": " +
-                            std::strerror(err));
+    return ErrnoStatus("job store " + path + ": cannot use directory " + dir, err);
   }
   if (!S_ISDIR(st.st_mode)) {
     return NotFoundError("job store " + path + ": " + dir + " is not a directory");
