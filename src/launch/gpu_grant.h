@@ -24,11 +24,12 @@ struct MigGrant {
 struct GpuGrant {
   int index = 0;     // NVML index on its node.
   std::string uuid;  // "GPU-..." (the physical GPU), or the node service's MIG instance "MIG-...".
-  // Share of the GPU in thousandths (1000: all of it): of its time, the compute request (by
-  // default its memory's share).
+  // Share of the GPU booked for it, in thousandths (1000: all of it): the node service and the
+  // extender book its compute request (by default its memory's share), `gpufrac exec` and Slurm
+  // its memory's share. What its limiter is given of the GPU's time is `compute`, not this.
   uint32_t milli = 0;
   uint64_t memory_bytes = 0;  // Memory limit on it (all of it for a whole GPU).
-  // Its share of the GPU's time as its limiter is given it (request = milli), decided where it is
+  // Its share of the GPU's time as its limiter is given it, decided where it is placed or
   // started; nullopt when its time is not arbitrated (whole GPUs, MIG, the policy off) or not
   // decided yet (an assignment the agent has not allocated).
   std::optional<ComputePair> compute = std::nullopt;
