@@ -84,7 +84,7 @@ StatusOr<std::string> LimitFileText(const std::string& workload,
     limiter::ParseUuid(g.uuid, g.uuid_bytes);
     g.limit_bytes = gpus[i].limit_bytes;
     g.context_bytes = gpus[i].context_bytes;
-    // The limiter's format: both 0 when the GPU's time is not arbitrated.
+    g.arbitrated = gpus[i].compute.has_value();
     g.compute_milli = gpus[i].compute ? gpus[i].compute->request_milli : 0;
     g.compute_limit_milli = gpus[i].compute ? gpus[i].compute->limit_milli : 0;
   }

@@ -294,7 +294,7 @@ void AttachComputeArbiters() {
   if (dir[0] == '\0') return;
   for (int g = 0; g < g_rt.config.gpu_count; ++g) {
     const GpuLimit& limit = g_rt.config.gpus[g];
-    if (limit.compute_milli == 0) continue;
+    if (!limit.arbitrated) continue;
     char name[96];
     snprintf(name, sizeof(name), "compute.%s", limit.uuid);
     char err[400];

@@ -194,6 +194,7 @@ bool ParseGpuLine(char** tok, int count, int line_no, LimitConfig* out, char* er
   }
   static const char* const kKeys[] = {"context", "compute", "compute-limit"};
   uint64_t* const values[] = {&g.context_bytes, &g.compute_milli, &g.compute_limit_milli};
+  bool seen[3] = {false, false, false};
   int key = 0;
   for (int t = 4; t < count; t += 2) {
     while (key < 3 && strcmp(tok[t], kKeys[key]) != 0) ++key;
@@ -204,11 +205,12 @@ bool ParseGpuLine(char** tok, int count, int line_no, LimitConfig* out, char* er
                line_no);
       return false;
     }
-    ++key;
+    seen[key++] = true;
   }
-  if (g.compute_milli > 1000 || g.compute_limit_milli > 1000 ||
-      (g.compute_milli == 0) != (g.compute_limit_milli == 0) ||
-      g.compute_limit_milli < g.compute_milli) {
+  g.arbitrated = seen[1];
+  if (seen[1] != seen[2] ||
+      (g.arbitrated && (g.compute_milli == 0 || g.compute_limit_milli > 1000 ||
+                        g.compute_limit_milli < g.compute_milli))) {
     snprintf(err, err_len,
              "line %d: compute and compute-limit go together, 1..1000 thousandths, the limit "
              "at least the request",
@@ -428,7 +430,7 @@ size_t FormatLimitConfig(const LimitConfig& config, char* buf, size_t buf_len) {
                          static_cast<unsigned long long>(g.context_bytes)))) {
       return 0;
     }
-    if (g.compute_milli != 0 &&
+    if (g.arbitrated &&
         !append(snprintf(buf + used, buf_len - used, " compute %llu compute-limit %llu",
                          static_cast<unsigned long long>(g.compute_milli),
                          static_cast<unsigned long long>(g.compute_limit_milli)))) {

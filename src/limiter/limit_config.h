@@ -36,8 +36,10 @@ struct GpuLimit {
   unsigned char uuid_bytes[16];  // the 16 bytes the driver reports, parsed from uuid
   uint64_t limit_bytes;
   uint64_t context_bytes;
-  // The workload's share of the GPU's time in thousandths: guaranteed when others compete, and
-  // the most it may take; both 0 when its compute is not arbitrated.
+  // Whether its time is arbitrated (the line has "compute" and "compute-limit"); then its share
+  // of the GPU's time in thousandths (1..1000): guaranteed when others compete, and the most it
+  // may take (at least the request). Both 0 otherwise, and read only when arbitrated.
+  bool arbitrated;
   uint64_t compute_milli;
   uint64_t compute_limit_milli;
 };

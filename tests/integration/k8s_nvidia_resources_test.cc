@@ -578,7 +578,7 @@ sharing:
   ASSERT_EQ(limits.gpu_count, 1);
   EXPECT_EQ(limits.gpus[0].limit_bytes, memory / 3);
   // MPS divides the GPU's SMs, not its time: no compute pair, no arbiter.
-  EXPECT_EQ(limits.gpus[0].compute_milli, 0u);
+  EXPECT_FALSE(limits.gpus[0].arbitrated);
   EXPECT_EQ(Mounted(c).count("/etc/gpufrac/compute." + gpu1), 0u);
   // As in NVIDIA's plugin, an MPS container takes one replica unless the file says otherwise.
   s = Allocate("nvidia.com/gpu", {gpu1 + "::0", gpu1 + "::2"}, &c);

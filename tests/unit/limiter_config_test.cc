@@ -251,7 +251,8 @@ TEST(LimitConfigTest, CarriesAComputeShareWithItsLimit) {
   ASSERT_TRUE(ParseLimitConfig(text.data(), text.size(), &c, err, sizeof(err))) << err;
   EXPECT_EQ(c.gpus[0].compute_milli, 250u);
   EXPECT_EQ(c.gpus[0].compute_limit_milli, 1000u);
-  EXPECT_EQ(c.gpus[1].compute_milli, 0u);  // not arbitrated
+  EXPECT_TRUE(c.gpus[0].arbitrated);
+  EXPECT_FALSE(c.gpus[1].arbitrated);
   char buf[1024];
   size_t n = FormatLimitConfig(c, buf, sizeof(buf));
   ASSERT_GT(n, 0u);
@@ -264,7 +265,7 @@ TEST(LimitConfigTest, CarriesAComputeShareWithItsLimit) {
   for (const char* bad :
        {"compute 250", "compute 300 compute-limit 200", "compute 0 compute-limit 500",
         "compute 1001 compute-limit 1001", "compute-limit 500 compute 250", "context 1 context 2",
-        "compute x compute-limit 5"}) {
+        "compute x compute-limit 5", "compute 0 compute-limit 0", "compute-limit 500"}) {
     EXPECT_NE(ParseError(head + bad + "\n").find("line 3"), std::string::npos) << bad;
   }
 }
