@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <string>
 
 #include "machine/mps_daemons.h"
@@ -15,13 +16,10 @@ namespace {
 
 class MpsDaemonsTest : public ::testing::Test {
  protected:
-  // A control program that records that it ran (it must never run here).
+  // A stand-in control program that records that it ran, and fails.
   MpsDaemonsTest() {
     control_ = scratch_.File("control");
-    const std::string script = "#!/bin/sh\ntouch " + scratch_.File("ran") + "\nexit 1\n";
-    FILE* f = std::fopen(control_.c_str(), "w");
-    std::fputs(script.c_str(), f);
-    std::fclose(f);
+    std::ofstream(control_) << "#!/bin/sh\ntouch " << scratch_.File("ran") << "\nexit 1\n";
     chmod(control_.c_str(), 0755);
   }
   Status EnsureGpu0() {
