@@ -42,9 +42,11 @@ int64_t Int(const json& j, const char* key) {
   return j.contains(key) && j[key].is_number() ? j[key].get<int64_t>() : 0;
 }
 
-double Num(const json& j, const char* key) {
-  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0;
+std::optional<double> OptionalNum(const json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() ? std::optional(j[key].get<double>()) : std::nullopt;
 }
+
+double Num(const json& j, const char* key) { return OptionalNum(j, key).value_or(0); }
 
 // A table cell: `s` made safe to print (another user's job name or command may hold newlines or
 // terminal escapes), then cut to `width` bytes without splitting a character.
@@ -81,8 +83,8 @@ std::string Share(double share) { return FormatMilli(static_cast<uint32_t>(share
 
 // A share of a GPU's time as "request..limit" ("0.3..0.6": guaranteed 0.3 when others compete,
 // at most 0.6); the request alone where the node does not arbitrate it (no limit).
-std::string ComputeText(double share, double limit) {
-  return limit > 0 ? Share(share) + ".." + Share(limit) : Share(share);
+std::string ComputeText(double share, std::optional<double> limit) {
+  return limit ? Share(share) + ".." + Share(*limit) : Share(share);
 }
 
 // A job's compute on its shared GPUs (alike on each), "-" for whole GPUs, MIG instances and
@@ -249,7 +251,7 @@ void PrintStatus(FILE* out, const json& status) {
       const std::string compute =
           w.contains("mps_thread_percentage")
               ? "sm " + std::to_string(Int(w, "mps_thread_percentage")) + "%"
-              : "compute " + ComputeText(Num(w, "share"), Num(w, "compute_limit"));
+              : "compute " + ComputeText(Num(w, "share"), OptionalNum(w, "compute_limit"));
       std::fprintf(out, "     job %-6lld %-10s %-18s memory %-10s used %s\n",
                    static_cast<long long>(Int(w, "job")), Cell(Str(w, "user"), 10).c_str(),
                    compute.c_str(), FormatSize(Int(w, "memory_limit")).c_str(),

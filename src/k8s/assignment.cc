@@ -89,15 +89,16 @@ StatusOr<Assignment> AssignmentFromJson(const json& document) {
     const bool yes = true;
     GPUFRAC_ASSIGN_OR_RETURN(c.device_plugin,
                              JsonField<bool>(containers[i], "device_plugin", at, &yes));
-    // Absent, or 0 as no writer of this record gives it: none asked.
-    const uint32_t none = 0;
-    GPUFRAC_ASSIGN_OR_RETURN(uint32_t limit,
-                             JsonField<uint32_t>(containers[i], "compute_limit_milli", at, &none));
-    if (limit > 1000) {
-      return InvalidArgumentError(at + ".compute_limit_milli is " + std::to_string(limit) +
-                                  "; at most 1000 (all of the GPU's time)");
+    // Absent: none asked.
+    if (containers[i].contains("compute_limit_milli")) {
+      GPUFRAC_ASSIGN_OR_RETURN(uint32_t limit,
+                               JsonField<uint32_t>(containers[i], "compute_limit_milli", at));
+      if (limit == 0 || limit > 1000) {
+        return InvalidArgumentError(at + ".compute_limit_milli is " + std::to_string(limit) +
+                                    "; expected 1 to 1000 (thousandths of the GPU's time)");
+      }
+      c.compute_limit_milli = limit;
     }
-    if (limit != 0) c.compute_limit_milli = limit;
     const std::string nobody;
     GPUFRAC_ASSIGN_OR_RETURN(c.mps_user,
                              JsonField<std::string>(containers[i], "mps_user", at, &nobody));

@@ -30,8 +30,9 @@ struct GpuGrant {
   uint32_t milli = 0;
   uint64_t memory_bytes = 0;  // Memory limit on it (all of it for a whole GPU).
   // Its share of the GPU's time as its limiter is given it, decided where it is placed or
-  // started; nullopt when its time is not arbitrated (whole GPUs, MIG, the policy off) or not
-  // decided yet (an assignment the agent has not allocated).
+  // started; nullopt when its time is not arbitrated (whole GPUs, MIG, the policy off). (A
+  // Kubernetes assignment from an extender before compute pairs carries none at all and says so
+  // by its missing compute_policy: the agent decides them on reading it; k8s::Assignment.)
   std::optional<ComputePair> compute = std::nullopt;
   std::optional<MigGrant> mig = std::nullopt;  // Kubernetes' dynamic MIG: the instance to use.
   friend bool operator==(const GpuGrant&, const GpuGrant&) = default;

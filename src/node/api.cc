@@ -366,7 +366,7 @@ class Api {
             {{"job", w.job},
              {"user", w.user},
              {"share", w.milli / 1000.0},
-             {"compute_limit", w.compute ? w.compute->limit_milli / 1000.0 : 0.0},
+             {"compute_limit", w.compute ? json(w.compute->limit_milli / 1000.0) : json(nullptr)},
              {"memory_limit", w.memory_limit},
              {"memory_used", w.memory_used},
              {"gpu_seconds", w.gpu_seconds},

@@ -37,9 +37,10 @@ Status Read(const json& j, const char* key, T* out, bool required = true) {
   return OkStatus();
 }
 
+// A missing key, or null, is nullopt.
 template <typename T>
 Status ReadOptional(const json& j, const char* key, std::optional<T>* out) {
-  if (!j.contains(key)) return OkStatus();
+  if (auto it = j.find(key); it == j.end() || it->is_null()) return OkStatus();
   T value{};
   GPUFRAC_RETURN_IF_ERROR(Read(j, key, &value));
   *out = std::move(value);
@@ -64,7 +65,7 @@ JobWire JobWire::Of(const Job& job, const std::string& wait_reason) {
   w.ended_ms = job.ended_ms;
   for (const GpuGrant& g : job.gpus) {
     w.gpus.push_back({g.index, g.uuid, g.milli / 1000.0, g.memory_bytes,
-                      g.compute ? g.compute->limit_milli / 1000.0 : 0.0});
+                      g.compute ? std::optional(g.compute->limit_milli / 1000.0) : std::nullopt});
   }
   w.cancel_requested = job.cancel_requested;
   if (IsFinal(job.state)) {
@@ -83,7 +84,7 @@ json JobWire::ToJson() const {
                         {"uuid", g.uuid},
                         {"share", g.share},
                         {"memory_limit", g.memory_limit},
-                        {"compute_limit", g.compute_limit}});
+                        {"compute_limit", g.compute_limit ? json(*g.compute_limit) : json(nullptr)}});
   }
   json j = {{"id", id},
             {"name", name},
@@ -137,7 +138,7 @@ StatusOr<JobWire> JobWire::FromJson(const json& j) {
       GPUFRAC_RETURN_IF_ERROR(Read(g, "uuid", &gpu.uuid, false));
       GPUFRAC_RETURN_IF_ERROR(Read(g, "share", &gpu.share, false));
       GPUFRAC_RETURN_IF_ERROR(Read(g, "memory_limit", &gpu.memory_limit, false));
-      GPUFRAC_RETURN_IF_ERROR(Read(g, "compute_limit", &gpu.compute_limit, false));
+      GPUFRAC_RETURN_IF_ERROR(ReadOptional(g, "compute_limit", &gpu.compute_limit));
       w.gpus.push_back(std::move(gpu));
     }
   }

@@ -22,7 +22,9 @@ struct JobWire {
     std::string uuid;
     double share = 0;           // Of the GPU, 0..1 (of its time: the compute request).
     uint64_t memory_limit = 0;  // Bytes.
-    double compute_limit = 0;   // The most of the GPU's time it may take; 0: not arbitrated.
+    // The most of the GPU's time it may take, 0..1; nullopt (JSON null) where its time is not
+    // arbitrated.
+    std::optional<double> compute_limit = std::nullopt;
   };
 
   int64_t id = 0;

@@ -300,13 +300,14 @@ bool DecodeStrings(std::string_view text, std::vector<std::string>* out) {
 std::string EncodeGpus(const std::vector<GpuGrant>& gpus) {
   json array = json::array();
   for (const GpuGrant& g : gpus) {
-    // The compute request is the share booked ("milli"); "compute_limit_milli" 0 (or absent, in
-    // rows written before compute shares) is a share whose time is not arbitrated.
-    array.push_back({{"index", g.index},
-                     {"uuid", StringToJson(g.uuid)},
-                     {"milli", g.milli},
-                     {"memory_bytes", g.memory_bytes},
-                     {"compute_limit_milli", g.compute ? g.compute->limit_milli : 0}});
+    // The compute request is the share booked ("milli"); "compute_limit_milli" is there only
+    // for a share whose time is arbitrated.
+    json gpu = {{"index", g.index},
+                {"uuid", StringToJson(g.uuid)},
+                {"milli", g.milli},
+                {"memory_bytes", g.memory_bytes}};
+    if (g.compute) gpu["compute_limit_milli"] = g.compute->limit_milli;
+    array.push_back(std::move(gpu));
   }
   return Dump(array);
 }
@@ -343,15 +344,13 @@ bool DecodeGpus(std::string_view text, std::vector<GpuGrant>* out) {
         !JsonToInt(element, "memory_bytes", &g.memory_bytes)) {
       return false;
     }
+    if (!element.contains("compute_limit_milli")) continue;
     uint32_t limit = 0;
-    if (element.contains("compute_limit_milli") &&
-        !JsonToInt(element, "compute_limit_milli", &limit)) {
-      return false;
-    }
-    if (limit != 0) {
-      if (g.milli == 0 || limit < g.milli || limit > kMilliPerGpu) return false;
-      g.compute = ComputePair{.request_milli = g.milli, .limit_milli = limit};
-    }
+    if (!JsonToInt(element, "compute_limit_milli", &limit)) return false;
+    // Rows written before arbitration was optional in this form held 0 for "not arbitrated".
+    if (limit == 0) continue;
+    if (g.milli == 0 || limit < g.milli || limit > kMilliPerGpu) return false;
+    g.compute = ComputePair{.request_milli = g.milli, .limit_milli = limit};
   }
   return true;
 }

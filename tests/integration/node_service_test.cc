@@ -746,6 +746,26 @@ TEST(NodeService, PsAndStatusShowComputeRequestsAndLimits) {
   d.Cli({"cancel", std::to_string(asked), std::to_string(plain)});
 }
 
+// Where the GPU's time is not arbitrated (the policy off), a shared job has no compute limit: the
+// JSON says null, and ps and status give the share alone.
+TEST(NodeService, AShareWhoseTimeIsNotArbitratedHasNoComputeLimit) {
+  Daemon d("1xH100-80GB", {"--gpu-compute-policy", "off"});
+  int64_t id = d.Submit({"sh", "-c", "sleep 30"}, {{"gpu-fraction", "0.25"}}).body["id"];
+  json job = d.WaitFor(id, "running");
+  EXPECT_TRUE(job["gpus"][0].contains("compute_limit")) << job.dump();
+  EXPECT_TRUE(job["gpus"][0]["compute_limit"].is_null()) << job.dump();
+  RunResult ps = d.Cli({"ps"});
+  ASSERT_EQ(ps.status, 0) << ps.err;
+  EXPECT_NE(ps.out.find(" 0.25 "), std::string::npos) << ps.out;
+  EXPECT_EQ(ps.out.find("0.25.."), std::string::npos) << ps.out;
+  json status = json::parse(d.Cli({"status", "--json"}).out);
+  ASSERT_EQ(status["gpus"][0]["workloads"].size(), 1u) << status.dump();
+  EXPECT_TRUE(status["gpus"][0]["workloads"][0]["compute_limit"].is_null()) << status.dump();
+  RunResult table = d.Cli({"status"});
+  EXPECT_NE(table.out.find("compute 0.25 "), std::string::npos) << table.out;
+  d.Cli({"cancel", std::to_string(id)});
+}
+
 TEST(NodeService, CancelEndsARunningJobAndFreesItsShare) {
   Daemon d("1xH100-80GB");
   int64_t id = d.Submit({"sh", "-c", "trap '' TERM; sleep 30"}, {{"gpu-fraction", 0.5}}).body["id"];

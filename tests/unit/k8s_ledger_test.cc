@@ -303,10 +303,15 @@ TEST(AssignmentTest, AComputeLimitIsKeptOnlyWhenGiven) {
   StatusOr<Assignment> back = AssignmentFromJson(json::parse(doc.dump()));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, a);
-  doc["containers"][0]["compute_limit_milli"] = 1001;
-  StatusOr<Assignment> bad = AssignmentFromJson(doc);
-  ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(bad.status().message(), HasSubstr("containers[0].compute_limit_milli"));
+  // 0 is not "none asked" (that is its absence): it is refused like any number out of range.
+  for (int limit : {0, 1001}) {
+    doc["containers"][0]["compute_limit_milli"] = limit;
+    // As the annotation's text parses: the numbers unsigned.
+    StatusOr<Assignment> bad = AssignmentFromJson(json::parse(doc.dump()));
+    ASSERT_FALSE(bad.ok()) << limit;
+    EXPECT_THAT(bad.status().message(), HasSubstr("containers[0].compute_limit_milli is"))
+        << limit;
+  }
 }
 
 // The pairs the extender decided, and the node's policy it decided them by; an assignment of

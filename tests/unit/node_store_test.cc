@@ -110,6 +110,7 @@ Job FullJob(Job job) {
   job.ended_ms = 1'700'000'999'999;
   job.gpus = {{0, "GPU-0b6e6d0e-1111-2222-3333-444455556666", 250, uint64_t{20} << 30},
               {7, "GPU-ffffffff-0000", 1000, std::numeric_limits<uint64_t>::max()}};
+  job.gpus[0].compute = ComputePair{.request_milli = 250, .limit_milli = 600};
   job.shim = {4'194'303, std::numeric_limits<uint64_t>::max() - 5};
   job.cancel_requested = true;
   job.exit_code = 3;
@@ -551,17 +552,20 @@ TEST_F(StoreTest, DamagedRowIsAnInternalErrorNamingTheJob) {
   {
     auto store = OpenOrDie();
     ASSERT_TRUE(store);
-    for (int i = 0; i < 6; ++i) ASSERT_TRUE(store->Insert(BasicSpec(), i).ok());
+    for (int i = 0; i < 7; ++i) ASSERT_TRUE(store->Insert(BasicSpec(), i).ok());
   }
   RawSql(
       "UPDATE jobs SET state = 'paused' || char(10) || 'x' WHERE id = 1;"
       "UPDATE jobs SET env = '[\"A=1\", 7]' WHERE id = 2;"
       "UPDATE jobs SET command = 'python3 x.py' WHERE id = 3;"
       "UPDATE jobs SET gpus = '[{\"index\": \"zero\"}]' WHERE id = 4;"
-      "UPDATE jobs SET request = '--gpus lots' WHERE id = 5;");
+      "UPDATE jobs SET request = '--gpus lots' WHERE id = 5;"
+      // A compute limit below the share it booked.
+      "UPDATE jobs SET gpus = '[{\"index\": 0, \"uuid\": \"GPU-a\", \"milli\": 500, "
+      "\"memory_bytes\": 1, \"compute_limit_milli\": 100}]' WHERE id = 6;");
   auto store = OpenOrDie();
   ASSERT_TRUE(store);
-  for (int64_t id = 1; id <= 5; ++id) {
+  for (int64_t id = 1; id <= 6; ++id) {
     StatusOr<std::optional<Job>> job = store->Get(id);
     ASSERT_FALSE(job.ok()) << id;
     EXPECT_EQ(job.status().code(), StatusCode::kInternal) << job.status();
@@ -569,11 +573,36 @@ TEST_F(StoreTest, DamagedRowIsAnInternalErrorNamingTheJob) {
         << job.status();
     EXPECT_EQ(job.status().message().find('\n'), std::string::npos) << job.status();
   }
-  EXPECT_TRUE(store->Get(6).ok());
+  EXPECT_TRUE(store->Get(7).ok());
   EXPECT_EQ(store->List({}).status().code(), StatusCode::kInternal);
   EXPECT_EQ(store->LoadUnfinished().status().code(), StatusCode::kInternal);
   // After the failed reads the store still writes (no statement was left holding the database).
   EXPECT_TRUE(store->Insert(BasicSpec(), 7).ok());
+}
+
+TEST_F(StoreTest, ARowWrittenBeforeOptionalComputeReadsAsNotArbitrated) {
+  {
+    auto store = OpenOrDie();
+    ASSERT_TRUE(store);
+    ASSERT_TRUE(store->Insert(BasicSpec(), 1).ok());
+    ASSERT_TRUE(store->Insert(BasicSpec(), 2).ok());
+  }
+  // Earlier writers gave every GPU a "compute_limit_milli", 0 where not arbitrated; the oldest
+  // gave none.
+  RawSql(
+      "UPDATE jobs SET gpus = '[{\"index\": 1, \"uuid\": \"GPU-a\", \"milli\": 250, "
+      "\"memory_bytes\": 5, \"compute_limit_milli\": 0}]' WHERE id = 1;"
+      "UPDATE jobs SET gpus = '[{\"index\": 1, \"uuid\": \"GPU-a\", \"milli\": 250, "
+      "\"memory_bytes\": 5}]' WHERE id = 2;");
+  auto store = OpenOrDie();
+  ASSERT_TRUE(store);
+  for (int64_t id : {1, 2}) {
+    StatusOr<std::optional<Job>> job = store->Get(id);
+    ASSERT_TRUE(job.ok() && *job) << id;
+    ASSERT_EQ((**job).gpus.size(), 1u);
+    EXPECT_EQ((**job).gpus[0].milli, 250u);
+    EXPECT_FALSE((**job).gpus[0].compute) << id;
+  }
 }
 
 // --- A writer killed at a random moment ---
