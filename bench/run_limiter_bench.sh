@@ -15,7 +15,7 @@ else
   build=$PWD/build
 fi
 work=$(mktemp -d)
-trap 'rm -rf "$work"; rm -f /dev/shm/simgpu.$(id -u).bench-$$ /dev/shm/gpufrac.bench-$$.*' EXIT
+trap 'rm -rf "$work"; rm -f /dev/shm/simgpu.bench-$$ /dev/shm/gpufrac.bench-$$.*' EXIT
 if [[ ${GPUFRAC_BENCH_DRIVER:-sim} != real ]]; then
   export LD_LIBRARY_PATH=$build/lib/simgpu SIMGPU_NAMESPACE=bench-$$ SIMGPU_CONFIG=1xH100-80GB
 fi

@@ -41,7 +41,7 @@ if [ $sim -eq 1 ]; then
   export HOME
   trap 'arbiters=$(head -n1 "$HOME/.local/state/gpufrac/exec-arbiters" 2>/dev/null)
         case "$arbiters" in /dev/shm/gpufrac-*) rm -rf "$arbiters" ;; esac
-        rm -rf "$HOME" /dev/shm/simgpu.$(id -u).gpu-checks-$$' EXIT
+        rm -rf "$HOME" /dev/shm/simgpu.gpu-checks-$$' EXIT
 else
   nvidia-smi -L || { echo "no NVIDIA GPU"; exit 2; }
 fi

@@ -132,8 +132,7 @@ std::vector<std::string> BudgetsStartingWith(const std::string& workload_prefix)
 SimMachine::SimMachine(std::string config) : name_space_(Unique("t")), config_(std::move(config)) {}
 
 SimMachine::~SimMachine() {
-  std::string name = "/simgpu." + std::to_string(getuid()) + "." + name_space_;
-  shm_unlink(name.c_str());
+  shm_unlink(("/simgpu." + name_space_).c_str());  // as simgpu::SharedMemoryName names it
 }
 
 std::map<std::string, std::string> SimMachine::Env() const {

@@ -511,8 +511,6 @@ TEST_F(JobRunnerTest, AJobRunsAsItsUserAndCanUseItsLimitAndBudget) {
   spec.gid = kNobody;
   spec.cwd = cwd;
   std::optional<Outcome> outcome = Run(spec);
-  // The simulated driver keeps its machine per user.
-  shm_unlink(("/simgpu." + std::to_string(kNobody) + "." + machine_.name_space()).c_str());
   ASSERT_TRUE(outcome);
   EXPECT_EQ(outcome->Describe(), "exit code 0") << Log(JobRunner::kStderr);
   RunResult r = Parsed(Log(JobRunner::kStdout));

@@ -3,6 +3,7 @@
 // gets nothing, a long kernel is preempted at slice ends, a killed process stalls nobody, and
 // separate GPUs or MIG instances do not slow each other down. Shares are read from the
 // simulator's ground truth (engine_truth.h).
+#include <grp.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "../progs/spin_kernel.h"
 #include "gpu/catalogue.h"
 #include "simgpu/core/engine_truth.h"
+#include "simgpu/core/shared_machine.h"
 #include "simgpu/core/sim_time.h"
 #include "simgpu_test_util.h"
 
@@ -123,6 +125,13 @@ std::vector<double> MeasureShares(const std::vector<Helper*>& helpers, int windo
   return shares;
 }
 
+// From here on the process is user `uid` (the test runs as root).
+void BecomeUser(uid_t uid) {
+  ASSERT_EQ(0, ::setgroups(0, nullptr));
+  ASSERT_EQ(0, ::setgid(uid));
+  ASSERT_EQ(0, ::setuid(uid));
+}
+
 using SimGpuEngineTest = SimGpuTest;
 
 TEST_F(SimGpuEngineTest, TwoSaturatingProcessesSplitTheGpuInHalves) {
@@ -134,6 +143,45 @@ TEST_F(SimGpuEngineTest, TwoSaturatingProcessesSplitTheGpuInHalves) {
     double busy = 0;
     const std::vector<double> shares = MeasureShares({&a, &b}, 400, &busy);
     std::printf("two processes: %.3f / %.3f of the GPU, busy %.3f\n", shares[0], shares[1], busy);
+    EXPECT_NEAR(0.5, shares[0], 0.03);
+    EXPECT_NEAR(0.5, shares[1], 0.03);
+    EXPECT_NEAR(1.0, busy, 0.03);
+    a.Send('Q');
+    b.Send('Q');
+    EXPECT_EQ(0, a.Wait());
+    EXPECT_EQ(0, b.Wait());
+  });
+}
+
+// One GPU for every user of the host: two users' saturating processes split its engine time, and
+// what one user's process holds of its memory the other's cannot have.
+TEST_F(SimGpuEngineTest, TwoUsersSaturatingProcessesShareOneGpu) {
+  if (::getuid() != 0) GTEST_SKIP() << "needs root to run processes as two users";
+  RunInChild("1xH100-80GB", [] {
+    // The first to start creates the machine, the other joins it.
+    Helper a([](Helper& self) {
+      BecomeUser(65534);
+      InitAndUsePrimary(0);
+      abi::CUdeviceptr held = 0;
+      ASSERT_CU(cuMemAlloc_v2(&held, 60 * kGiB));
+      Saturate(self, 2.0);
+    });
+    ASSERT_EQ('R', a.Receive());
+    Helper b([](Helper& self) {
+      BecomeUser(65533);
+      InitAndUsePrimary(0);
+      std::size_t free = 0, total = 0;
+      ASSERT_CU(cuMemGetInfo_v2(&free, &total));
+      EXPECT_LT(free, 20 * kGiB) << "the other user's 60 GiB are in use";
+      abi::CUdeviceptr pointer = 0;
+      EXPECT_EQ(abi::CUDA_ERROR_OUT_OF_MEMORY, cuMemAlloc_v2(&pointer, 30 * kGiB));
+      Saturate(self, 2.0);
+    });
+    ASSERT_EQ('R', b.Receive());
+    double busy = 0;
+    const std::vector<double> shares = MeasureShares({&a, &b}, 400, &busy);
+    std::printf("two users' processes: %.3f / %.3f of the GPU, busy %.3f\n", shares[0], shares[1],
+                busy);
     EXPECT_NEAR(0.5, shares[0], 0.03);
     EXPECT_NEAR(0.5, shares[1], 0.03);
     EXPECT_NEAR(1.0, busy, 0.03);
@@ -224,6 +272,24 @@ TEST_F(SimGpuEngineTest, AKilledProcessDoesNotStallTheOthers) {
     const double took = GpuMsOf(kernel, [&] { LaunchKernels(kernel, 100, 1.0); });
     std::printf("100 ms of work after the other process was killed: %.1f ms on the GPU\n", took);
     EXPECT_NEAR(100.0, took, 2.0);
+  });
+}
+
+// Killed processes leave no contexts behind: more of them than the engine has room for, none of
+// which ever waited on the GPU (nothing else looked for dead contexts meanwhile), do not keep a
+// new process from making its context.
+TEST_F(SimGpuEngineTest, KilledProcessesContextsDoNotFillTheGpu) {
+  RunInChild("1xH100-80GB", [] {
+    for (int i = 0; i < kEngineClientsPerDevice + 8; ++i) {
+      Helper victim([](Helper& self) {
+        self.Send(InitAndUsePrimary() != nullptr ? 'R' : 'F');
+        self.Receive();
+      });
+      ASSERT_EQ('R', victim.Receive()) << "process " << i << " got no context";
+      ASSERT_EQ(0, ::kill(victim.pid(), SIGKILL));
+      victim.Wait();
+    }
+    EXPECT_NE(nullptr, InitAndUsePrimary());
   });
 }
 

@@ -28,6 +28,51 @@ constexpr std::uint32_t kLayoutVersion = 5;
 
 std::string ErrnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
+// How long a process waits for the segment to become usable: its creator is between shm_open and
+// fchmod, or another process holds the creation lock. Bounded, so that a stuck or hostile
+// process of another user cannot block the others' cuInit (or a service's NVML) for ever.
+constexpr int kAttachTries = 400;
+constexpr useconds_t kAttachPauseUs = 5000;
+
+// Opens the namespace's segment for reading and writing, creating it if there is none. One
+// machine serves every user, as a GPU does: its creator makes it readable and writable by all
+// (0666, whatever the umask). -1 with `error` when it cannot be opened in time.
+int OpenSegment(const std::string& name, std::string* error) {
+  for (int attempt = 0;; ++attempt) {
+    int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+      if (::fchmod(fd, 0666) == 0) return fd;
+      *error = ErrnoText(("fchmod " + name).c_str());
+      ::close(fd);
+      ::shm_unlink(name.c_str());
+      return -1;
+    }
+    if (errno == EEXIST) fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd >= 0) return fd;
+    // EACCES: made a moment ago and not yet opened to all; ENOENT: removed since.
+    if ((errno != EACCES && errno != ENOENT && errno != EEXIST) || attempt == kAttachTries) {
+      *error = ErrnoText(("shm_open " + name).c_str());
+      if (errno == EACCES) *error += " (made by another user without access for all; remove it)";
+      return -1;
+    }
+    ::usleep(kAttachPauseUs);
+  }
+}
+
+// Takes the creation lock on `fd`, waiting a bounded time. False with `error`.
+bool LockSegment(int fd, std::string* error) {
+  for (int attempt = 0;; ++attempt) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return true;
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK || attempt == kAttachTries) {
+      *error = errno == EWOULDBLOCK ? "flock: another process holds the machine's creation lock"
+                                    : ErrnoText("flock");
+      return false;
+    }
+    ::usleep(kAttachPauseUs);
+  }
+}
+
 // Builds the device table. The segment is fresh zero-filled memory or a half-initialised one
 // whose creator died; both are overwritten completely before `magic` is published.
 void InitialiseMachine(SharedMachine* machine, std::string_view name_space,
@@ -59,7 +104,7 @@ void InitialiseMachine(SharedMachine* machine, std::string_view name_space,
 }  // namespace
 
 std::string SharedMemoryName(std::string_view name_space) {
-  std::string name = "/simgpu." + std::to_string(::getuid()) + ".";
+  std::string name = "/simgpu.";
   for (char c : name_space.substr(0, 200)) {
     const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                        c == '.' || c == '_' || c == '-';
@@ -71,18 +116,12 @@ std::string SharedMemoryName(std::string_view name_space) {
 SharedMachine* AttachSharedMachine(std::string_view name_space, const MachineConfig& config,
                                    std::string* error) {
   const std::string name = SharedMemoryName(name_space);
-  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    *error = ErrnoText(("shm_open " + name).c_str());
-    return nullptr;
-  }
+  const int fd = OpenSegment(name, error);
+  if (fd < 0) return nullptr;
   // Everyone takes the lock, so whoever finds the segment empty initialises it alone.
-  while (::flock(fd, LOCK_EX) != 0) {
-    if (errno != EINTR) {
-      *error = ErrnoText("flock");
-      ::close(fd);
-      return nullptr;
-    }
+  if (!LockSegment(fd, error)) {
+    ::close(fd);
+    return nullptr;
   }
   SharedMachine* machine = nullptr;
   struct stat info {};

@@ -199,12 +199,15 @@ static_assert(std::atomic<std::uint32_t>::is_always_lock_free &&
                   sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t),
               "the event signal must be usable as a futex word");
 
-// "/simgpu.<uid>.<namespace>", with characters other than [A-Za-z0-9._-] replaced by '_'.
+// "/simgpu.<namespace>", with characters other than [A-Za-z0-9._-] replaced by '_'. One machine
+// per namespace for every user, as a GPU is one for every user of its host.
 std::string SharedMemoryName(std::string_view name_space);
 
 // Maps the machine of `name_space`, creating and initialising it from `config` if this process
 // is the first (a file lock on the segment makes creation race-free, and a creator that died
-// half-way is detected and redone). If the machine exists, its own configuration wins and
+// half-way is detected and redone). The segment is mode 0666: every user's processes share its
+// GPUs' memory and engine time. (Its integrity rests on them using it through the driver API
+// only: any of them can write it, as no process can write a real GPU's driver state.) If the machine exists, its own configuration wins and
 // `config` is ignored. The mapping lives until the process exits. nullptr + `error` on failure.
 SharedMachine* AttachSharedMachine(std::string_view name_space, const MachineConfig& config,
                                    std::string* error);

@@ -316,7 +316,12 @@ CUresult Driver::ActivateContextLocked(Context* context) {
                       .group = device.mps_group,
                       .share_ppm = device.mps_share_ppm};
   EngineSeat seat;
-  if (!JoinEngine(*machine, key, static_cast<int>(slot - machine->slots), &seat)) {
+  const int slot_index = static_cast<int>(slot - machine->slots);
+  // A dead process's contexts are gone, as the driver tears them down at its exit: when the
+  // engine's table is full, those still in it are removed before the new one is refused.
+  if (!JoinEngine(*machine, key, slot_index, &seat) &&
+      (RemoveDeadClients(*machine, key.device, /*force=*/true) == 0 ||
+       !JoinEngine(*machine, key, slot_index, &seat))) {
     ReleaseLocked(context->ordinal, context->model->context_bytes);
     return abi::CUDA_ERROR_OUT_OF_MEMORY;
   }
