@@ -15,7 +15,7 @@ add_executable(simgpu_test
   integration/simgpu_process_test.cc
   integration/simgpu_test_util.cc
   integration/simgpu_vmm_test.cc)
-target_link_libraries(simgpu_test PRIVATE simgpu_cuda simgpu_nvml simgpu_core ${CMAKE_DL_LIBS}
+target_link_libraries(simgpu_test PRIVATE simgpu_cuda simgpu_nvml simgpu_core gpufrac_gpu ${CMAKE_DL_LIBS}
                       GTest::gtest GTest::gtest_main Threads::Threads)
 target_compile_definitions(simgpu_test PRIVATE
   GPUFRAC_BUILD_DIR="${CMAKE_BINARY_DIR}"

@@ -43,6 +43,21 @@ struct nvmlUtilization_t {
   unsigned int memory;
 };
 
+// nvmlDeviceGetProcessUtilization: one process's utilisation over one sample period, in percent
+// (sm: time a kernel of it ran), and when the sample was taken (CPU time, microseconds since the
+// Unix epoch).
+struct nvmlProcessUtilizationSample_t {
+  unsigned int pid;
+  unsigned long long timeStamp;
+  unsigned int smUtil;
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+};
+static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32 &&
+                  offsetof(nvmlProcessUtilizationSample_t, smUtil) == 16,
+              "nvmlProcessUtilizationSample_t must match nvml.h");
+
 struct nvmlMemory_v2_t {
   unsigned int version;
   unsigned long long total;
@@ -109,6 +124,12 @@ using nvmlDeviceGetMemoryInfo_t = nvmlReturn_t (*)(nvmlDevice_t device, nvmlMemo
 using nvmlDeviceGetMemoryInfo_v2_t = nvmlReturn_t (*)(nvmlDevice_t device, nvmlMemory_v2_t* memory);
 using nvmlDeviceGetUtilizationRates_t = nvmlReturn_t (*)(nvmlDevice_t device,
                                                          nvmlUtilization_t* utilization);
+// Samples newer than `lastSeenTimeStamp` (0: all the driver keeps), one per process with work in
+// the last sample period. A null `utilization` (or too small a `*processSamplesCount`) answers
+// NVML_ERROR_INSUFFICIENT_SIZE with the count needed; none newer: NVML_ERROR_NOT_FOUND.
+using nvmlDeviceGetProcessUtilization_t =
+    nvmlReturn_t (*)(nvmlDevice_t device, nvmlProcessUtilizationSample_t* utilization,
+                     unsigned int* processSamplesCount, unsigned long long lastSeenTimeStamp);
 
 // ---- Running processes ---------------------------------------------------------------------
 // nvmlDeviceGetComputeRunningProcesses (v1, no suffix) fills the legacy layout. _v2 and _v3 fill

@@ -28,6 +28,7 @@
   X(nvmlDeviceGetMemoryInfo)                       \
   X(nvmlDeviceGetMemoryInfo_v2)                    \
   X(nvmlDeviceGetUtilizationRates)                 \
+  X(nvmlDeviceGetProcessUtilization)               \
   X(nvmlDeviceGetComputeRunningProcesses)          \
   X(nvmlDeviceGetComputeRunningProcesses_v2)       \
   X(nvmlDeviceGetComputeRunningProcesses_v3)       \

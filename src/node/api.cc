@@ -369,7 +369,8 @@ class Api {
              {"compute_limit", w.compute ? json(w.compute->limit_milli / 1000.0) : json(nullptr)},
              {"memory_limit", w.memory_limit},
              {"memory_used", w.memory_used},
-             {"gpu_seconds", w.gpu_seconds},
+             {"gpu_seconds", w.gpu_seconds ? json(*w.gpu_seconds) : json(nullptr)},
+             {"charged_seconds", w.charged_seconds ? json(*w.charged_seconds) : json(nullptr)},
              {"measured_share", w.measured_share ? json(*w.measured_share) : json(nullptr)}});
         // Under MPS, its share of the SMs (its compute limit) and its pinned-memory limit.
         if (w.mps_thread_percentage) {

@@ -22,9 +22,14 @@ struct WorkloadStatus {
   std::optional<unsigned> mps_thread_percentage = std::nullopt;
   uint64_t memory_limit = 0;
   uint64_t memory_used = 0;  // As the limiter's budget counts it now.
-  double gpu_seconds = 0;    // GPU time its arbiter charged it so far.
-  // Its share of the GPU's time over the last interval of at least a second (of the arbiter's
-  // charges); nullopt until two samples a second apart exist, or when not arbitrated.
+  // GPU time its processes used so far as the driver measured it (node/job_gpu_time.h); nullopt
+  // where the driver gives none (a service without cgroups, MIG).
+  std::optional<double> gpu_seconds;
+  // GPU time its arbiter charged it so far; nullopt when not arbitrated.
+  std::optional<double> charged_seconds;
+  // Its share of the GPU's time over the last interval of at least a second: of what the driver
+  // measured (of what the arbiter charged where the driver gives nothing); nullopt until two
+  // samples a second apart exist, or when neither is known.
   std::optional<double> measured_share;
 };
 
@@ -33,7 +38,7 @@ struct GpuStatus {
   uint32_t allocated_milli = 0;
   uint64_t allocated_memory = 0;
   uint64_t used_memory = 0;
-  // The measured shares of its arbitrated workloads, added up (nullopt when none is measured).
+  // The measured shares of its workloads, added up (nullopt when none is measured).
   std::optional<double> compute_in_use;
   std::optional<int64_t> reserved_for;
   std::vector<WorkloadStatus> workloads;

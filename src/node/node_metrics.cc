@@ -12,6 +12,7 @@ constexpr const char* kSnapshotGauges[] = {"gpufrac_gpu_memory_bytes",
                                            "gpufrac_queue_pending_jobs",
                                            "gpufrac_queue_running_jobs",
                                            "gpufrac_workload_gpu_seconds_total",
+                                           "gpufrac_workload_charged_seconds_total",
                                            "gpufrac_gpu_compute_busy_ratio",
                                            "gpufrac_workload_memory_limit_bytes",
                                            "gpufrac_workload_memory_used_bytes",
@@ -31,9 +32,12 @@ NodeMetrics::NodeMetrics() {
                    "Share of each GPU held by running jobs (1 = the whole GPU)");
   metrics_.Declare("gpufrac_gpu_workloads", "gauge", "Running jobs on each GPU");
   metrics_.Declare("gpufrac_workload_gpu_seconds_total", "counter",
-                   "GPU time each running job on a shared GPU was charged by its compute arbiter");
+                   "GPU time each running job's processes used on a shared GPU, as the driver "
+                   "measured it");
+  metrics_.Declare("gpufrac_workload_charged_seconds_total", "counter",
+                   "GPU time each arbitrated job was charged by its GPU's compute arbiter");
   metrics_.Declare("gpufrac_gpu_compute_busy_ratio", "gauge",
-                   "Share of each shared GPU's time its arbitrated jobs used over the last "
+                   "Share of each shared GPU's time its running jobs used over the last "
                    "interval (at least a second)");
   metrics_.Declare("gpufrac_workload_memory_limit_bytes", "gauge",
                    "GPU memory each running job may hold on each of its GPUs (its limit)");
@@ -44,8 +48,8 @@ NodeMetrics::NodeMetrics() {
   metrics_.Declare("gpufrac_workload_compute_limit", "gauge",
                    "Most of each shared GPU's time each arbitrated job may take");
   metrics_.Declare("gpufrac_workload_compute_used_share", "gauge",
-                   "Share of each shared GPU's time each arbitrated job used over the last "
-                   "interval (at least a second)");
+                   "Share of each shared GPU's time each running job used over the last "
+                   "interval (at least a second), as the driver measured it");
   metrics_.Declare("gpufrac_queue_pending_jobs", "gauge", "Jobs waiting in each queue");
   metrics_.Declare("gpufrac_queue_running_jobs", "gauge", "Running jobs of each queue");
   metrics_.Declare("gpufrac_jobs_submitted_total", "counter", "Jobs accepted");
@@ -91,13 +95,15 @@ std::string NodeMetrics::Render(const std::vector<GpuStatus>& gpus,
       metrics_.Set("gpufrac_workload_memory_limit_bytes", job, static_cast<double>(w.memory_limit));
       metrics_.Set("gpufrac_workload_memory_used_bytes", job, static_cast<double>(w.memory_used));
       metrics_.Set("gpufrac_workload_compute_share", job, w.milli / 1000.0);
-      if (!w.compute) continue;
-      metrics_.Set("gpufrac_workload_compute_limit", job, w.compute->limit_milli / 1000.0);
+      const Labels counter = {{"gpu", std::to_string(g.gpu.index)}, {"job", std::to_string(w.job)}};
+      if (w.gpu_seconds) metrics_.Set("gpufrac_workload_gpu_seconds_total", counter, *w.gpu_seconds);
+      if (w.charged_seconds) {
+        metrics_.Set("gpufrac_workload_charged_seconds_total", counter, *w.charged_seconds);
+      }
       if (w.measured_share)
         metrics_.Set("gpufrac_workload_compute_used_share", job, *w.measured_share);
-      metrics_.Set("gpufrac_workload_gpu_seconds_total",
-                   {{"gpu", std::to_string(g.gpu.index)}, {"job", std::to_string(w.job)}},
-                   w.gpu_seconds);
+      if (!w.compute) continue;
+      metrics_.Set("gpufrac_workload_compute_limit", job, w.compute->limit_milli / 1000.0);
     }
   }
   for (const QueueScheduler::QueueView& q : queues) {

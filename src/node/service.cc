@@ -62,6 +62,20 @@ std::string SharesText(const std::vector<GpuGrant>& gpus) {
   return out;
 }
 
+// The driver's per-process GPU time for the node's GPUs; none (with a warning) when its NVML
+// cannot give it, or without NVML (an inventory made without a driver).
+std::unique_ptr<gpu::GpuTimeMeter> OpenGpuTimeMeter(const machine::Inventory& inventory) {
+  if (inventory.nvml_library.empty()) return nullptr;
+  std::vector<int> indices;
+  for (const machine::NodeGpu& g : inventory.gpus) indices.push_back(g.index);
+  StatusOr<std::unique_ptr<gpu::GpuTimeMeter>> meter =
+      gpu::GpuTimeMeter::Open(inventory.nvml_library, indices);
+  if (meter.ok()) return std::move(*meter);
+  LogWarning("status shows no GPU time measured by the driver: %s",
+             meter.status().message().c_str());
+  return nullptr;
+}
+
 }  // namespace
 
 Service::Service(ServiceConfig config, std::unique_ptr<Store> store, launch::BudgetDir budgets)
@@ -76,7 +90,8 @@ Service::Service(ServiceConfig config, std::unique_ptr<Store> store, launch::Bud
               std::lock_guard<std::mutex> lock(mu_);
               kicked_ = true;
               wake_.notify_one();
-            }}) {
+            }}),
+      gpu_time_(OpenGpuTimeMeter(config_.inventory)) {
   instance_ = ServiceInstanceName(config_.state_dir);
 }
 
@@ -147,6 +162,7 @@ Status Service::Recover() {
       // Its shares are held again here; a job that ended while no service watched it is settled
       // by CheckRunning below with the outcome its shim recorded, which frees them once.
       active_[job.id] = job;
+      gpu_time_.Track(job.id, WorkloadName(job.id));  // from now on
       AddRunningToLane(job, queue.value_or(0));
       mps_.Keep(job.id, job.gpus, config_.inventory.gpus);
       if (proc::IsRunning(job.shim))
@@ -338,10 +354,14 @@ std::vector<GpuStatus> Service::Gpus() {
     for (WorkloadStatus& w : g.workloads) {
       w.memory_used = runner_.MemoryInUse(WorkloadName(w.job), g.gpu.uuid);
       g.used_memory += w.memory_used;
-      if (!w.compute) continue;
-      const uint64_t ns = runner_.ComputeTimeUsed(WorkloadName(w.job), g.gpu.uuid);
-      w.gpu_seconds = ns / 1e9;
-      w.measured_share = compute_samples_.Share(w.job, g.gpu.index, ns, now_ms);
+      const std::optional<uint64_t> measured = gpu_time_.UsedNs(w.job, g.gpu.index);
+      std::optional<uint64_t> charged;
+      if (w.compute) charged = runner_.ComputeTimeUsed(WorkloadName(w.job), g.gpu.uuid);
+      if (measured) w.gpu_seconds = *measured / 1e9;
+      if (charged) w.charged_seconds = *charged / 1e9;
+      const std::optional<uint64_t> ns = measured ? measured : charged;
+      if (!ns) continue;
+      w.measured_share = compute_samples_.Share(w.job, g.gpu.index, *ns, now_ms);
       if (w.measured_share) g.compute_in_use = g.compute_in_use.value_or(0) + *w.measured_share;
       live.insert(w.job);
     }
@@ -535,6 +555,7 @@ void Service::LaunchPrepared(Job& job, const StatusOr<std::map<int, std::string>
     return;
   }
   job = running;
+  gpu_time_.Track(job.id, WorkloadName(job.id));
   if (Status s = runner_.Release(*shim); !s.ok()) {
     LogStoreFailure(job.id, s);
   }
@@ -567,6 +588,7 @@ StatusOr<Job> Service::Finish(Job& job, JobState state, const std::string& reaso
   metrics_.JobFinished(state);
   LogDebug("job %lld %s%s%s", static_cast<long long>(job.id),
            std::string(JobStateName(state)).c_str(), reason.empty() ? "" : ": ", reason.c_str());
+  gpu_time_.Forget(job.id);
   active_.erase(job.id);
   return final_job;
 }
@@ -579,6 +601,7 @@ void Service::ReturnToQueue(Job& job) {
     return;
   }
   runner_.Cleanup(JobDir(job.id), WorkloadName(job.id), Uuids(job));
+  gpu_time_.Forget(job.id);
   std::error_code ec;
   std::filesystem::remove_all(JobDir(job.id), ec);
   Job pending = job;

@@ -24,6 +24,7 @@
 #include "node/compute_samples.h"
 #include "node/gpu_status.h"
 #include "node/job.h"
+#include "node/job_gpu_time.h"
 #include "node/job_runner.h"
 #include "node/mig_hardware.h"
 #include "node/mig_scheduler.h"
@@ -182,6 +183,7 @@ class Service {
   MpsGpus mps_;
   NodeMetrics metrics_;
   ComputeSamples compute_samples_;  // measured compute shares (status, metrics)
+  JobGpuTime gpu_time_;             // what the driver measured of each job (status, metrics)
   std::thread loop_;
 };
 

@@ -685,6 +685,44 @@ TEST(NodeService, JobsGetTheirComputeSharesAndStatusShowsThem) {
   d.Cli({"cancel", std::to_string(rest)});
 }
 
+// Status gives what the GPU did, not what the arbiter charged: a job whose process removed the
+// limiter takes half the GPU beside a job that keeps it (the GPU time-slices the two), and the
+// driver's measure says so, where the arbiter charged it nothing.
+TEST(NodeService, StatusShowsTheGpuTimeTheDriverMeasuredNotWhatWasCharged) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root: a job's processes are found by its cgroup";
+  Daemon d("1xH100-80GB");
+  const std::string load = BuildPath("tests/gpu_load");
+  int64_t kept = d.Submit({load, "kernel", "1", "20"}, {{"gpu-fraction", 0.5}}).body["id"];
+  int64_t removed =
+      d.Submit({"env", "-u", "LD_PRELOAD", load, "kernel", "1", "20"}, {{"gpu-fraction", 0.5}})
+          .body["id"];
+  d.WaitFor(kept, "running");
+  d.WaitFor(removed, "running");
+  std::this_thread::sleep_for(1500ms);
+  d.Get("/v1/status");  // the first sample
+  std::this_thread::sleep_for(2500ms);
+  json status = d.Get("/v1/status").body;
+  std::map<int64_t, json> by_job;
+  for (const json& w : status["gpus"][0]["workloads"]) by_job[w["job"].get<int64_t>()] = w;
+  for (int64_t id : {kept, removed}) {
+    ASSERT_TRUE(by_job[id]["measured_share"].is_number()) << status.dump();
+    ASSERT_TRUE(by_job[id]["gpu_seconds"].is_number()) << status.dump();
+    ASSERT_TRUE(by_job[id]["charged_seconds"].is_number()) << status.dump();
+  }
+  std::printf("measured shares %.3f (limiter kept) / %.3f (removed); GPU seconds measured %.2f / "
+              "%.2f, charged %.2f / %.2f\n",
+              by_job[kept]["measured_share"].get<double>(),
+              by_job[removed]["measured_share"].get<double>(),
+              by_job[kept]["gpu_seconds"].get<double>(), by_job[removed]["gpu_seconds"].get<double>(),
+              by_job[kept]["charged_seconds"].get<double>(),
+              by_job[removed]["charged_seconds"].get<double>());
+  EXPECT_NEAR(by_job[kept]["measured_share"].get<double>(), 0.5, 0.05) << status.dump();
+  EXPECT_NEAR(by_job[removed]["measured_share"].get<double>(), 0.5, 0.05) << status.dump();
+  EXPECT_LT(by_job[removed]["charged_seconds"].get<double>(), 0.05) << "it never took a turn";
+  EXPECT_GT(by_job[removed]["gpu_seconds"].get<double>(), 1.0) << status.dump();
+  d.Cli({"cancel", std::to_string(kept), std::to_string(removed)});
+}
+
 // What the job's limiter is told: its share of the GPU's time and the most it may take, by the
 // node's policy, its queue's, or its own limit.
 TEST(NodeService, AJobsLimitFileCarriesItsComputeShare) {

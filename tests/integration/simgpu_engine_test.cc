@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -16,6 +17,8 @@
 
 #include "../progs/spin_kernel.h"
 #include "gpu/catalogue.h"
+#include "gpu/process_gpu_time.h"
+#include "simgpu/core/engine.h"
 #include "simgpu/core/engine_truth.h"
 #include "simgpu/core/shared_machine.h"
 #include "simgpu/core/sim_time.h"
@@ -358,6 +361,115 @@ TEST_F(SimGpuEngineTest, UtilizationIsTheBusyPartOfTheLastSamplePeriod) {
     ASSERT_NVML(nvmlDeviceGetUtilizationRates(device, &utilization));
     EXPECT_EQ(0u, utilization.gpu);
     EXPECT_NVML(nvmlShutdown());
+  });
+}
+
+// NVML's per-process samples: one per process that had engine time in the last complete sample
+// period, its part of the period in percent, stamped with the period's end; a process without
+// work has none, and a caller gets only samples newer than the last one it saw.
+TEST_F(SimGpuEngineTest, ProcessUtilizationIsEachProcesssPartOfTheLastSamplePeriod) {
+  RunInChild("1xH100-80GB", [] {
+    ASSERT_NVML(nvmlInit_v2());
+    abi::nvmlDevice_t device = nullptr;
+    ASSERT_NVML(nvmlDeviceGetHandleByIndex_v2(0, &device));
+    unsigned int count = 0;
+    EXPECT_EQ(abi::NVML_ERROR_NOT_FOUND, nvmlDeviceGetProcessUtilization(device, nullptr, &count, 0));
+    EXPECT_EQ(abi::NVML_ERROR_INVALID_ARGUMENT,
+              nvmlDeviceGetProcessUtilization(device, nullptr, nullptr, 0));
+    Helper a([](Helper& self) { Saturate(self, 2.0); });
+    Helper b([](Helper& self) { Saturate(self, 2.0); });
+    Helper idle([](Helper& self) {
+      InitAndUsePrimary();
+      self.Send('R');
+      self.Receive();
+    });
+    ASSERT_EQ('R', a.Receive());
+    ASSERT_EQ('R', b.Receive());
+    ASSERT_EQ('R', idle.Receive());
+    SleepMs(350);  // two sample periods
+    ASSERT_EQ(abi::NVML_ERROR_INSUFFICIENT_SIZE,
+              nvmlDeviceGetProcessUtilization(device, nullptr, &count, 0));
+    EXPECT_EQ(2u, count);
+    abi::nvmlProcessUtilizationSample_t samples[4] = {};
+    count = 1;
+    EXPECT_EQ(abi::NVML_ERROR_INSUFFICIENT_SIZE,
+              nvmlDeviceGetProcessUtilization(device, samples, &count, 0));
+    EXPECT_EQ(2u, count);
+    count = 4;
+    ASSERT_NVML(nvmlDeviceGetProcessUtilization(device, samples, &count, 0));
+    ASSERT_EQ(2u, count);
+    const auto real_us = static_cast<unsigned long long>(
+        std::chrono::duration_cast<std::chrono::microseconds>(
+            std::chrono::system_clock::now().time_since_epoch())
+            .count());
+    for (unsigned int i = 0; i < count; ++i) {
+      std::printf("pid %u: sm %u%% at %llu us\n", samples[i].pid, samples[i].smUtil,
+                  samples[i].timeStamp);
+      EXPECT_TRUE(samples[i].pid == static_cast<unsigned int>(a.pid()) ||
+                  samples[i].pid == static_cast<unsigned int>(b.pid()));
+      EXPECT_NEAR(50.0, samples[i].smUtil, 3.0);
+      EXPECT_EQ(0u, samples[i].memUtil);
+      EXPECT_LE(samples[i].timeStamp, real_us);
+      EXPECT_GE(samples[i].timeStamp + kUtilizationPeriodNs / 1000 + 50000, real_us);
+      EXPECT_EQ(samples[0].timeStamp, samples[i].timeStamp) << "one period for all";
+    }
+    EXPECT_NE(samples[0].pid, samples[1].pid);
+    // Only newer samples: none, or those of a period that ended since.
+    const unsigned long long seen = samples[0].timeStamp;
+    count = 4;
+    const abi::nvmlReturn_t again = nvmlDeviceGetProcessUtilization(device, samples, &count, seen);
+    if (again == abi::NVML_SUCCESS) {
+      for (unsigned int i = 0; i < count; ++i) EXPECT_GT(samples[i].timeStamp, seen);
+    } else {
+      EXPECT_EQ(abi::NVML_ERROR_NOT_FOUND, again);
+    }
+    a.Send('Q');
+    b.Send('Q');
+    idle.Send('Q');
+    EXPECT_EQ(0, a.Wait());
+    EXPECT_EQ(0, b.Wait());
+    EXPECT_EQ(0, idle.Wait());
+    EXPECT_NVML(nvmlShutdown());
+  });
+}
+
+// gpufrac's meter of the driver's samples (gpu/process_gpu_time.h), polled every 50 ms, adds up
+// to each process's engine time within a sample period at each end of the window.
+TEST_F(SimGpuEngineTest, TheGpuTimeMeterAddsUpEachProcesssSamples) {
+  RunInChild("1xH100-80GB", [] {
+    Helper a([](Helper& self) { Saturate(self, 3.0); });
+    Helper b([](Helper& self) { Saturate(self, 3.0); });
+    ASSERT_EQ('R', a.Receive());
+    ASSERT_EQ('R', b.Receive());
+    auto meter =
+        gpu::GpuTimeMeter::Open(std::string(GPUFRAC_SIMGPU_DIR) + "/libnvidia-ml.so.1", {0});
+    ASSERT_TRUE(meter.ok()) << meter.status();
+    SleepMs(350);
+    (*meter)->Poll();  // what came before the window
+    const std::uint64_t a_before = ProcessNs(a.pid()), b_before = ProcessNs(b.pid());
+    std::map<pid_t, std::uint64_t> measured;
+    for (int i = 0; i < 30; ++i) {
+      SleepMs(50);
+      for (const gpu::GpuTimeMeter::Use& use : (*meter)->Poll()) {
+        EXPECT_EQ(0, use.gpu);
+        measured[use.pid] += use.ns;
+      }
+    }
+    const double truth_a = (ProcessNs(a.pid()) - a_before) / 1e9;
+    const double truth_b = (ProcessNs(b.pid()) - b_before) / 1e9;
+    const double got_a = measured[a.pid()] / 1e9, got_b = measured[b.pid()] / 1e9;
+    std::printf("engine time %.3f / %.3f s, the meter's %.3f / %.3f s\n", truth_a, truth_b, got_a,
+                got_b);
+    // Half of a period at each end of the window, at the process's half of the engine.
+    const double slack = kUtilizationPeriodNs / 1e9 / 2;
+    EXPECT_NEAR(truth_a, got_a, slack);
+    EXPECT_NEAR(truth_b, got_b, slack);
+    EXPECT_GT(got_a, 0.3);
+    EXPECT_EQ(measured.size(), 2u) << "no one else used the GPU";
+    a.Send('Q');
+    b.Send('Q');
+    EXPECT_EQ(0, a.Wait());
+    EXPECT_EQ(0, b.Wait());
   });
 }
 

@@ -216,6 +216,32 @@ void CountSample(SharedEngine& engine, std::uint64_t start, std::uint64_t step) 
   }
 }
 
+// Adds `weighted` ns of engine time, received over the real stretch [start, start + real), to
+// the process slot's NVML sample periods on `device`, in proportion to the time in each.
+void CountProcessSample(ProcessSlot& slot, int device, std::uint64_t start, std::uint64_t real,
+                        std::uint64_t weighted) {
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  const std::uint64_t end = start + real;
+  std::uint64_t t = start;
+  std::uint64_t given = 0;
+  do {
+    const std::uint64_t period = t / kUtilizationPeriodNs;
+    const std::uint64_t last = slot.sample_period[device].load(kRelaxed);
+    if (period != last) {
+      slot.previous_sample_ns[device].store(
+          period == last + 1 ? slot.sample_ns[device].load(kRelaxed) : 0, kRelaxed);
+      slot.sample_period[device].store(period, kRelaxed);
+      slot.sample_ns[device].store(0, kRelaxed);
+    }
+    const std::uint64_t until = std::min(end, (period + 1) * kUtilizationPeriodNs);
+    // What it received by `until`, in proportion to the real time.
+    const std::uint64_t by_then = until >= end ? weighted : MulDiv(weighted, until - start, real);
+    slot.sample_ns[device].fetch_add(by_then - given, kRelaxed);
+    given = by_then;
+    t = until;
+  } while (t < end);
+}
+
 // The client ran from real time `start` for `real` ns, its clock going from `before` by `clock`
 // and its engine time growing by `weighted`.
 void Serve(SharedMachine& machine, int device, int index, std::uint64_t before, std::uint64_t start,
@@ -230,6 +256,7 @@ void Serve(SharedMachine& machine, int device, int index, std::uint64_t before, 
   ProcessSlot& slot = machine.slots[client.slot];
   if (slot.owner.load(std::memory_order_relaxed) == client.owner) {
     slot.engine_ns[device].fetch_add(weighted, std::memory_order_relaxed);
+    CountProcessSample(slot, device, start, real, weighted);
   }
   if (client.served_ns >= client.pending_ns) --engine.busy_clients;
   if (client.armed_watches == 0 || clock == 0) return;
@@ -587,6 +614,31 @@ unsigned int DeviceUtilizationPercent(SharedMachine& machine, int device) {
                                      kUtilizationPeriodNs);
   }
   return 0;  // no context on the GPU: idle
+}
+
+std::vector<ProcessSample> ProcessSamples(SharedMachine& machine, int device) {
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  RemoveDeadClients(machine, device, /*force=*/false);
+  SharedEngineTable& table = machine.engines[device];
+  const std::uint64_t now = NowNs();
+  std::vector<ProcessSample> samples;
+  TableLock lock(table);
+  AdvanceAll(machine, device, now);
+  const std::uint64_t period = now / kUtilizationPeriodNs;
+  for (const ProcessSlot& slot : machine.slots) {
+    const std::optional<proc::ProcessId> owner = SlotOwner(slot);
+    if (!owner.has_value()) continue;
+    const std::uint64_t last = slot.sample_period[device].load(kRelaxed);
+    std::uint64_t ns = 0;
+    if (last + 1 == period) ns = slot.sample_ns[device].load(kRelaxed);
+    if (last == period) ns = slot.previous_sample_ns[device].load(kRelaxed);
+    const auto percent = static_cast<unsigned int>(
+        std::min<std::uint64_t>(100, (ns * 100 + kUtilizationPeriodNs / 2) / kUtilizationPeriodNs));
+    if (percent == 0) continue;
+    samples.push_back({.pid = owner->pid, .end_ns = period * kUtilizationPeriodNs,
+                       .sm_percent = percent});
+  }
+  return samples;
 }
 
 int RemoveDeadClients(SharedMachine& machine, int device, bool force) {

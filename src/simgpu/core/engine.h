@@ -23,6 +23,8 @@
 // it; an engine's busy time is the sum over its clients, so it never exceeds real time.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -129,6 +131,17 @@ inline constexpr std::uint64_t kUtilizationPeriodNs = 1000000000 / 6;
 // Percent of the last complete sample period during which the whole-GPU engine of `device` was
 // busy (NVML's nvmlUtilization_t::gpu).
 unsigned int DeviceUtilizationPercent(SharedMachine& machine, int device);
+
+// One process's NVML utilisation sample on a device (nvmlDeviceGetProcessUtilization).
+struct ProcessSample {
+  pid_t pid = 0;
+  std::uint64_t end_ns = 0;     // when its sample period ended (CLOCK_MONOTONIC)
+  unsigned int sm_percent = 0;  // its engine time in that period, in percent of the period
+};
+
+// The samples of the last complete NVML sample period on `device`: one per attached process that
+// received at least half a percent of the period's engine time.
+std::vector<ProcessSample> ProcessSamples(SharedMachine& machine, int device);
 
 // Removes clients whose process is gone (its slot freed or reused, or the process not running).
 // Checks at most once per 10 ms per device unless `force`. Returns how many were removed.

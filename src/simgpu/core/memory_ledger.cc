@@ -123,6 +123,11 @@ ProcessSlot* ClaimSlot(SharedMachine& machine, const proc::ProcessId& self) {
     std::uint64_t expected = kFreeOwner;
     if (slot.owner.compare_exchange_strong(expected, packed, std::memory_order_acq_rel)) {
       for (auto& engine_ns : slot.engine_ns) engine_ns.store(0, std::memory_order_relaxed);
+      for (int d = 0; d < kMaxDevices; ++d) {
+        slot.sample_period[d].store(0, std::memory_order_relaxed);
+        slot.sample_ns[d].store(0, std::memory_order_relaxed);
+        slot.previous_sample_ns[d].store(0, std::memory_order_relaxed);
+      }
       slot.fault_devices.store(0, std::memory_order_relaxed);
       slot.fault_error.store(0, std::memory_order_relaxed);
       return &slot;

@@ -23,8 +23,9 @@ namespace gpufrac::simgpu {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x53494d47;  // "SIMG"
-// 2: MIG state; 3: events, lost GPUs; 4: engines; 5: MPS groups, weighted engine time, faults.
-constexpr std::uint32_t kLayoutVersion = 5;
+// 2: MIG state; 3: events, lost GPUs; 4: engines; 5: MPS groups, weighted engine time, faults;
+// 6: per-process utilisation samples.
+constexpr std::uint32_t kLayoutVersion = 6;
 
 std::string ErrnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 

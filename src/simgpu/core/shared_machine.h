@@ -82,6 +82,13 @@ struct ProcessSlot {
   // the share of the SMs they used; see SharedEngineClient::engine_ns); written by whichever
   // process advances the engine, under that device's engine mutex.
   std::atomic<std::uint64_t> engine_ns[kMaxDevices];
+  // NVML's per-process samples (nvmlDeviceGetProcessUtilization): on each device, the engine time
+  // (weighted as engine_ns) this process received in NVML sample period `sample_period` and in
+  // the period before it. Changed under that device's engine mutex (and cleared by a process
+  // that takes the slot).
+  std::atomic<std::uint64_t> sample_period[kMaxDevices];
+  std::atomic<std::uint64_t> sample_ns[kMaxDevices];
+  std::atomic<std::uint64_t> previous_sample_ns[kMaxDevices];
   // A sticky error of the process's contexts (kernel_fault.h): the devices it holds on (bit per
   // physical device; 0: none) and the CUresult every context-bound call there returns. Set by
   // whoever injects the fault or loses the process's MPS server; cleared when the slot is freed.

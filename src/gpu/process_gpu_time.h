@@ -1,0 +1,60 @@
+// The GPU time each process used, as the driver measured it: NVML's per-process utilisation
+// samples (nvmlDeviceGetProcessUtilization) added up, for status and metrics that report what
+// the GPU did rather than what an arbiter charged.
+//
+// The driver gives, for each process with work in its last sample period (1/6 s to 1 s by
+// product), that process's part of the period in percent. A meter polled at least once a period
+// sees every sample and counts each as its percent of one period, the period being the least
+// gap seen between two samples of one process on that GPU (1/6 s until one is seen). Its error
+// is then the driver's rounding, under a percent of each period. GPUs in MIG mode have no
+// per-process samples (NVML_ERROR_NOT_SUPPORTED): nothing is counted there.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "abi/nvml_abi.h"
+#include "common/status.h"
+#include "gpu/nvml_library.h"
+
+namespace gpufrac::gpu {
+
+class GpuTimeMeter {
+ public:
+  // Loads NVML from `library` for the GPUs of NVML indices `indices`. Errors as NvmlSession's,
+  // and as Resolve when the driver lacks nvmlDeviceGetProcessUtilization.
+  static StatusOr<std::unique_ptr<GpuTimeMeter>> Open(const std::string& library,
+                                                      const std::vector<int>& indices);
+
+  struct Use {
+    int gpu = 0;  // NVML index
+    pid_t pid = 0;
+    uint64_t ns = 0;
+  };
+  // The GPU time each process was measured to use, per GPU, in the samples that came since the
+  // last Poll. A GPU whose query fails (lost, MIG mode) adds nothing.
+  std::vector<Use> Poll();
+
+ private:
+  struct Gpu {
+    int index = 0;
+    abi::nvmlDevice_t handle = nullptr;
+    unsigned long long last_seen_us = 0;
+    uint64_t period_us = 1000000 / 6;
+    std::map<pid_t, unsigned long long> last_stamp_us;  // each process's latest sample
+  };
+
+  GpuTimeMeter() = default;
+
+  std::unique_ptr<NvmlSession> nvml_;
+  abi::nvmlDeviceGetProcessUtilization_t get_samples_ = nullptr;
+  std::vector<Gpu> gpus_;
+  std::vector<abi::nvmlProcessUtilizationSample_t> buffer_;
+};
+
+}  // namespace gpufrac::gpu

@@ -1,0 +1,57 @@
+// The GPU time each running job used, as the driver measured it (gpu/process_gpu_time.h): a
+// thread of its own polls the meter every kPollInterval (NVML is never called under the
+// service's lock) and gives each process's time to the job whose cgroup holds the process, so a
+// job's total counts every process it started, whether or not it kept the limiter. Totals stay
+// with a job after its processes end, until it is forgotten. Jobs without a cgroup (a service
+// not running as root) and GPUs in MIG mode are not measured.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "gpu/process_gpu_time.h"
+
+namespace gpufrac::node {
+
+class JobGpuTime {
+ public:
+  static constexpr std::chrono::milliseconds kPollInterval{50};
+
+  // Starts polling `meter`; with a null meter nothing is measured (UsedNs gives nullopt).
+  explicit JobGpuTime(std::unique_ptr<gpu::GpuTimeMeter> meter);
+  ~JobGpuTime();  // Stops the thread.
+  JobGpuTime(const JobGpuTime&) = delete;
+  JobGpuTime& operator=(const JobGpuTime&) = delete;
+
+  // Measures job `job`, whose processes are in the cgroup of workload `workload`.
+  void Track(int64_t job, std::string workload);
+  void Forget(int64_t job);
+  // GPU time (ns) job `job` was measured to use on GPU `gpu` since it was tracked; nullopt when
+  // it is not measured (no meter, not tracked).
+  std::optional<uint64_t> UsedNs(int64_t job, int gpu) const;
+
+ private:
+  void Run();
+  void PollOnce();
+
+  struct Tracked {
+    std::string workload;
+    std::map<int, uint64_t> used_ns;  // by GPU index
+  };
+
+  std::unique_ptr<gpu::GpuTimeMeter> meter_;
+  mutable std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::map<int64_t, Tracked> jobs_;
+  std::thread thread_;
+};
+
+}  // namespace gpufrac::node
