@@ -42,6 +42,7 @@ std::optional<uint64_t> JobGpuTime::UsedNs(int64_t job, int gpu) const {
 void JobGpuTime::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_cv_.wait_for(lock, kPollInterval, [this] { return stopping_; })) {
+    if (jobs_.empty()) continue;  // an idle service asks the driver nothing
     lock.unlock();
     PollOnce();
     lock.lock();

@@ -24,9 +24,11 @@ start_gpufracd "$gpufracd" "$gpufrac" ${GPUFRACD_ARGS:-} || exit 1
 alone=$(run_one alone "") || exit 1
 echo "alone: $alone iterations/s"
 ok=1
-# While the service's jobs run, the GPU time the arbiter charged each (gpu_seconds in the status)
-# over the middle of the measurement, to set beside their rates: a split of charged time that is
-# right while the rates are not means time was charged to a job that did not get it.
+# While the service's jobs run, each job's GPU time over the middle of the measurement, as the
+# driver measured it (gpu_seconds: NVML's per-process samples) and as the arbiter charged it
+# (charged_seconds), to set beside their rates: measured time that splits like the rates checks
+# NVML's samples on this GPU; charged time that is right while the rates are not means time was
+# charged to a job that did not get it.
 on_go() {
   "$gpufrac" status --json --socket "$dir/sock" >"$dir/$1-s1.json" 2>/dev/null
   sleep "$(python3 -c "print(max($seconds - 2, 1))")"
@@ -35,18 +37,19 @@ on_go() {
 charged() {
   python3 - "$dir/$1-s1.json" "$dir/$1-s2.json" <<'PY'
 import json, sys
-def used(path):
+def used(path, key):
     try:
         gpus = json.load(open(path))["gpus"]
     except (OSError, ValueError, KeyError):
         return {}
-    return {w["job"]: w["gpu_seconds"] for g in gpus for w in g["workloads"]}
-a, b = used(sys.argv[1]), used(sys.argv[2])
-delta = {j: b[j] - a[j] for j in sorted(b) if j in a}
-total = sum(delta.values())
-if len(delta) == 2 and total > 0:
-    print("  GPU time charged over the middle of the run: " + " / ".join(
-        f"job {j} {d:.2f} s ({d / total:.3f})" for j, d in delta.items()))
+    return {w["job"]: w[key] for g in gpus for w in g["workloads"] if w.get(key) is not None}
+for key, what in (("gpu_seconds", "measured by the driver"), ("charged_seconds", "charged")):
+    a, b = used(sys.argv[1], key), used(sys.argv[2], key)
+    delta = {j: b[j] - a[j] for j in sorted(b) if j in a}
+    total = sum(delta.values())
+    if len(delta) == 2 and total > 0:
+        print(f"  GPU time {what} over the middle of the run: " + " / ".join(
+            f"job {j} {d:.2f} s ({d / total:.3f})" for j, d in delta.items()))
 PY
 }
 read -r a b < <(run_pair plain "" "")
