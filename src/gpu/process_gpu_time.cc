@@ -9,6 +9,8 @@ namespace {
 // A process with no sample for this long is forgotten (it ended, or went idle: its next sample
 // counts as its first).
 constexpr unsigned long long kForgetUs = 10'000'000;
+// The most time one sample is taken to cover (a poll that came this late loses the rest).
+constexpr unsigned long long kMaxCoverUs = 1'000'000;
 
 }  // namespace
 
@@ -46,23 +48,38 @@ std::vector<GpuTimeMeter::Use> GpuTimeMeter::Poll() {
       rc = get_samples_(gpu.handle, buffer_.empty() ? nullptr : buffer_.data(), &count,
                         gpu.last_seen_us);
     }
+    gpu.measured = rc != abi::NVML_ERROR_NOT_SUPPORTED;
     if (rc != abi::NVML_SUCCESS) continue;  // none newer (NOT_FOUND), or nothing to count
+    const unsigned long long since_us = gpu.last_seen_us;
     for (unsigned int i = 0; i < count; ++i) {
       const abi::nvmlProcessUtilizationSample_t& s = buffer_[i];
       const auto pid = static_cast<pid_t>(s.pid);
       auto [last, first] = gpu.last_stamp_us.try_emplace(pid, 0);
+      uint64_t cover_us = gpu.period_us;
       if (!first && s.timeStamp > last->second) {
         gpu.period_us = std::min<uint64_t>(gpu.period_us, s.timeStamp - last->second);
+        const unsigned long long from = std::max(since_us, last->second);
+        cover_us = s.timeStamp > from ? std::min(s.timeStamp - from, kMaxCoverUs) : 0;
+      } else if (!first) {
+        cover_us = 0;  // a sample already counted
       }
       last->second = std::max(last->second, s.timeStamp);
       gpu.last_seen_us = std::max(gpu.last_seen_us, s.timeStamp);
-      const uint64_t ns = uint64_t{std::min(s.smUtil, 100u)} * gpu.period_us * 10;  // % of µs
+      const uint64_t ns = uint64_t{std::min(s.smUtil, 100u)} * cover_us * 10;  // % of µs
       if (ns > 0) uses.push_back({.gpu = gpu.index, .pid = pid, .ns = ns});
     }
     std::erase_if(gpu.last_stamp_us,
                   [&](const auto& entry) { return entry.second + kForgetUs < gpu.last_seen_us; });
   }
   return uses;
+}
+
+std::vector<int> GpuTimeMeter::Unmeasured() const {
+  std::vector<int> out;
+  for (const Gpu& g : gpus_) {
+    if (!g.measured) out.push_back(g.index);
+  }
+  return out;
 }
 
 }  // namespace gpufrac::gpu

@@ -2,12 +2,14 @@
 // samples (nvmlDeviceGetProcessUtilization) added up, for status and metrics that report what
 // the GPU did rather than what an arbiter charged.
 //
-// The driver gives, for each process with work in its last sample period (1/6 s to 1 s by
-// product), that process's part of the period in percent. A meter polled at least once a period
-// sees every sample and counts each as its percent of one period, the period being the least
-// gap seen between two samples of one process on that GPU (1/6 s until one is seen). Its error
-// is then the driver's rounding, under a percent of each period. GPUs in MIG mode have no
-// per-process samples (NVML_ERROR_NOT_SUPPORTED): nothing is counted there.
+// Asked for the samples since the last one it gave (lastSeenTimeStamp), the driver gives, for each
+// process with work since then, its utilisation in percent, stamped. The meter counts each as
+// that percent of the time it covers: since the newest sample of the previous poll, or since the
+// process's own previous sample if later, at most kMaxCoverUs; a process's first sample covers
+// one sample period (the least gap seen between two samples of one process on the GPU, 1/6 s,
+// the shortest NVML documents, until one is seen). Polled at least once a period, its error is
+// the driver's rounding, under a percent of each period. GPUs in MIG mode have no per-process
+// samples (NVML_ERROR_NOT_SUPPORTED): they are not measured (Unmeasured).
 #pragma once
 
 #include <sys/types.h>
@@ -39,11 +41,15 @@ class GpuTimeMeter {
   // The GPU time each process was measured to use, per GPU, in the samples that came since the
   // last Poll. A GPU whose query fails (lost, MIG mode) adds nothing.
   std::vector<Use> Poll();
+  // The GPUs that answered the last Poll that they have no per-process samples (e.g. in MIG
+  // mode): nothing is counted there. For the thread that polls.
+  std::vector<int> Unmeasured() const;
 
  private:
   struct Gpu {
     int index = 0;
     abi::nvmlDevice_t handle = nullptr;
+    bool measured = true;  // false while the driver says it has no per-process samples
     unsigned long long last_seen_us = 0;
     uint64_t period_us = 1000000 / 6;
     std::map<pid_t, unsigned long long> last_stamp_us;  // each process's latest sample

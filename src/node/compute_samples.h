@@ -1,5 +1,6 @@
-// Each arbitrated workload's share of a GPU's time over the last interval, from the GPU time its
-// compute arbiter has charged it (a running total), sampled whenever status or metrics are read.
+// Each workload's share of a GPU's time over the last interval, from a running total of its GPU
+// time (as the driver measured it, or as its arbiter charged it), sampled whenever status or
+// metrics are read.
 #pragma once
 
 #include <cstdint>

@@ -22,8 +22,9 @@ struct WorkloadStatus {
   std::optional<unsigned> mps_thread_percentage = std::nullopt;
   uint64_t memory_limit = 0;
   uint64_t memory_used = 0;  // As the limiter's budget counts it now.
-  // GPU time its processes used so far as the driver measured it (node/job_gpu_time.h); nullopt
-  // where the driver gives none (a service without cgroups, MIG).
+  // GPU time its processes used since this service started or adopted it, as the driver
+  // measured it (node/job_gpu_time.h); nullopt where the driver gives none (a service without
+  // cgroups, MIG).
   std::optional<double> gpu_seconds;
   // GPU time its arbiter charged it so far; nullopt when not arbitrated.
   std::optional<double> charged_seconds;

@@ -34,7 +34,9 @@ std::optional<uint64_t> JobGpuTime::UsedNs(int64_t job, int gpu) const {
   if (meter_ == nullptr) return std::nullopt;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job);
-  if (it == jobs_.end()) return std::nullopt;
+  if (it == jobs_.end() || !it->second.found || unmeasured_gpus_.count(gpu) != 0) {
+    return std::nullopt;
+  }
   auto used = it->second.used_ns.find(gpu);
   return used == it->second.used_ns.end() ? 0 : used->second;
 }
@@ -51,26 +53,33 @@ void JobGpuTime::Run() {
 
 void JobGpuTime::PollOnce() {
   const std::vector<gpu::GpuTimeMeter::Use> uses = meter_->Poll();
-  if (uses.empty()) return;
   std::vector<std::pair<int64_t, std::string>> tracked;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [job, t] : jobs_) tracked.emplace_back(job, t.workload);
   }
   // Whose process each is, read from the cgroups outside the lock.
-  std::map<pid_t, int64_t> owner;
+  const auto now = std::chrono::steady_clock::now();
+  std::set<int64_t> found;
   for (const auto& [job, workload] : tracked) {
     if (std::optional<launch::WorkloadCgroup> cgroup = launch::WorkloadCgroup::Find(workload)) {
-      for (pid_t pid : cgroup->Members()) owner[pid] = job;
+      found.insert(job);
+      for (pid_t pid : cgroup->Members()) owners_[pid] = {.job = job, .seen = now};
     }
   }
+  std::erase_if(owners_, [&](const auto& entry) { return now - entry.second.seen > kKeepOwnerFor; });
   std::lock_guard<std::mutex> lock(mu_);
+  for (int64_t job : found) {
+    if (auto it = jobs_.find(job); it != jobs_.end()) it->second.found = true;
+  }
   for (const gpu::GpuTimeMeter::Use& use : uses) {
-    auto who = owner.find(use.pid);
-    if (who == owner.end()) continue;
-    auto job = jobs_.find(who->second);
+    auto who = owners_.find(use.pid);
+    if (who == owners_.end()) continue;
+    auto job = jobs_.find(who->second.job);
     if (job != jobs_.end()) job->second.used_ns[use.gpu] += use.ns;
   }
+  const std::vector<int> unmeasured = meter_->Unmeasured();
+  unmeasured_gpus_ = std::set<int>(unmeasured.begin(), unmeasured.end());
 }
 
 }  // namespace gpufrac::node

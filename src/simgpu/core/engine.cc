@@ -666,7 +666,7 @@ int RemoveDeadClients(SharedMachine& machine, int device, bool force) {
     bool alive = slot.owner.load(std::memory_order_acquire) == candidate.owner;
     if (alive) {
       const std::optional<proc::ProcessId> owner = SlotOwner(slot);
-      alive = owner.has_value() && proc::IsRunning(*owner);
+      alive = owner.has_value() && proc::MayBeAlive(*owner);
     }
     if (!alive) dead.push_back(candidate.index);
   }

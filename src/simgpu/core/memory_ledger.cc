@@ -99,7 +99,7 @@ int ReclaimDeadProcesses(SharedMachine& machine, bool self_is_stale) {
     std::uint64_t owner = slot.owner.load(std::memory_order_acquire);
     if (owner == kFreeOwner || owner == kReclaiming) continue;
     const proc::ProcessId identity = UnpackOwner(owner);
-    const bool stale = identity == self ? self_is_stale : !proc::IsRunning(identity);
+    const bool stale = identity == self ? self_is_stale : !proc::MayBeAlive(identity);
     if (!stale) continue;
     if (!slot.owner.compare_exchange_strong(owner, kReclaiming, std::memory_order_acq_rel)) {
       continue;  // another process is reclaiming it
