@@ -252,10 +252,15 @@ void PrintStatus(FILE* out, const json& status) {
           w.contains("mps_thread_percentage")
               ? "sm " + std::to_string(Int(w, "mps_thread_percentage")) + "%"
               : "compute " + ComputeText(Num(w, "share"), OptionalNum(w, "compute_limit"));
+      // And what it got of the GPU's time lately, as measured (measured_share).
+      std::string used = FormatSize(Int(w, "memory_used"));
+      if (std::optional<double> got = OptionalNum(w, "measured_share")) {
+        used.resize(std::max<size_t>(used.size(), 10), ' ');
+        used += " got " + Share(*got);
+      }
       std::fprintf(out, "     job %-6lld %-10s %-18s memory %-10s used %s\n",
                    static_cast<long long>(Int(w, "job")), Cell(Str(w, "user"), 10).c_str(),
-                   compute.c_str(), FormatSize(Int(w, "memory_limit")).c_str(),
-                   FormatSize(Int(w, "memory_used")).c_str());
+                   compute.c_str(), FormatSize(Int(w, "memory_limit")).c_str(), used.c_str());
     }
     if (g.contains("reserved_for") && g["reserved_for"].is_number()) {
       std::fprintf(out, "     reserved for pending job %lld\n",

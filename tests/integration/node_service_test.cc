@@ -720,6 +720,10 @@ TEST(NodeService, StatusShowsTheGpuTimeTheDriverMeasuredNotWhatWasCharged) {
   EXPECT_NEAR(by_job[removed]["measured_share"].get<double>(), 0.5, 0.05) << status.dump();
   EXPECT_LT(by_job[removed]["charged_seconds"].get<double>(), 0.05) << "it never took a turn";
   EXPECT_GT(by_job[removed]["gpu_seconds"].get<double>(), 1.0) << status.dump();
+  // The table says what each got.
+  RunResult table = d.Cli({"status"});
+  ASSERT_EQ(table.status, 0) << table.err;
+  EXPECT_NE(table.out.find(" got 0."), std::string::npos) << table.out;
   d.Cli({"cancel", std::to_string(kept), std::to_string(removed)});
 }
 
