@@ -25,6 +25,12 @@ namespace {
 
 using nlohmann::json;
 
+// `value` in JSON, null when there is none.
+template <typename T>
+json OrNull(const std::optional<T>& value) {
+  return value ? json(*value) : json(nullptr);
+}
+
 constexpr size_t kMaxOutputChunk = 256 * 1024;
 constexpr int kMaxWaitSeconds = 30;
 // Listing reads and decodes the jobs under the service's lock: keep one call bounded.
@@ -369,9 +375,9 @@ class Api {
              {"compute_limit", w.compute ? json(w.compute->limit_milli / 1000.0) : json(nullptr)},
              {"memory_limit", w.memory_limit},
              {"memory_used", w.memory_used},
-             {"gpu_seconds", w.gpu_seconds ? json(*w.gpu_seconds) : json(nullptr)},
-             {"charged_seconds", w.charged_seconds ? json(*w.charged_seconds) : json(nullptr)},
-             {"measured_share", w.measured_share ? json(*w.measured_share) : json(nullptr)}});
+             {"gpu_seconds", OrNull(w.gpu_seconds)},
+             {"charged_seconds", OrNull(w.charged_seconds)},
+             {"measured_share", OrNull(w.measured_share)}});
         // Under MPS, its share of the SMs (its compute limit) and its pinned-memory limit.
         if (w.mps_thread_percentage) {
           workloads.back()["mps_thread_percentage"] = *w.mps_thread_percentage;
@@ -389,8 +395,8 @@ class Api {
           {"allocated_memory", g.allocated_memory},
           {"used_memory", g.used_memory},
           {"workloads", workloads}};
-      entry["reserved_for"] = g.reserved_for ? json(*g.reserved_for) : json(nullptr);
-      entry["compute_in_use"] = g.compute_in_use ? json(*g.compute_in_use) : json(nullptr);
+      entry["reserved_for"] = OrNull(g.reserved_for);
+      entry["compute_in_use"] = OrNull(g.compute_in_use);
       gpus.push_back(entry);
     }
     json mig = json::array();

@@ -646,6 +646,18 @@ TEST(NodeService, ComputeRequestsNeverOverbookAGpusTime) {
   EXPECT_EQ(d.WaitFor(over, "running")["gpus"][0]["share"], 0.3);
 }
 
+// GPU 0's workloads by job, from a status read 2.5 s after a first one (each then has a measured
+// share), taken 1.5 s after the jobs started running; `status` gets the whole answer.
+std::map<int64_t, json> MeasuredWorkloads(Daemon& d, json* status) {
+  std::this_thread::sleep_for(1500ms);
+  d.Get("/v1/status");  // the first sample
+  std::this_thread::sleep_for(2500ms);
+  *status = d.Get("/v1/status").body;
+  std::map<int64_t, json> by_job;
+  for (const json& w : (*status)["gpus"][0]["workloads"]) by_job[w["job"].get<int64_t>()] = w;
+  return by_job;
+}
+
 // The whole path: two jobs on one GPU, a quarter and three quarters, each keeping the GPU busy.
 // Their limiters take turns through the GPU's arbiter in the service's budget directory, and
 // status shows what each measured (the GPU would split them in halves by itself).
@@ -656,12 +668,8 @@ TEST(NodeService, JobsGetTheirComputeSharesAndStatusShowsThem) {
   int64_t rest = d.Submit({load, "kernel", "1", "20"}, {{"gpu-fraction", 0.75}}).body["id"];
   d.WaitFor(quarter, "running");
   d.WaitFor(rest, "running");
-  std::this_thread::sleep_for(1500ms);
-  d.Get("/v1/status");  // the first sample
-  std::this_thread::sleep_for(2500ms);
-  json status = d.Get("/v1/status").body;
-  std::map<int64_t, json> by_job;
-  for (const json& w : status["gpus"][0]["workloads"]) by_job[w["job"].get<int64_t>()] = w;
+  json status;
+  std::map<int64_t, json> by_job = MeasuredWorkloads(d, &status);
   ASSERT_TRUE(by_job[quarter]["measured_share"].is_number()) << status.dump();
   ASSERT_TRUE(by_job[rest]["measured_share"].is_number()) << status.dump();
   std::printf("measured shares: %.3f / %.3f\n", by_job[quarter]["measured_share"].get<double>(),
@@ -698,12 +706,8 @@ TEST(NodeService, StatusShowsTheGpuTimeTheDriverMeasuredNotWhatWasCharged) {
           .body["id"];
   d.WaitFor(kept, "running");
   d.WaitFor(removed, "running");
-  std::this_thread::sleep_for(1500ms);
-  d.Get("/v1/status");  // the first sample
-  std::this_thread::sleep_for(2500ms);
-  json status = d.Get("/v1/status").body;
-  std::map<int64_t, json> by_job;
-  for (const json& w : status["gpus"][0]["workloads"]) by_job[w["job"].get<int64_t>()] = w;
+  json status;
+  std::map<int64_t, json> by_job = MeasuredWorkloads(d, &status);
   for (int64_t id : {kept, removed}) {
     ASSERT_TRUE(by_job[id]["measured_share"].is_number()) << status.dump();
     ASSERT_TRUE(by_job[id]["gpu_seconds"].is_number()) << status.dump();

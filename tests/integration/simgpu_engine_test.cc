@@ -135,6 +135,21 @@ void BecomeUser(uid_t uid) {
   ASSERT_EQ(0, ::setuid(uid));
 }
 
+// Two saturating helpers (`what`) each get half of the GPU over 400 ms, which stays busy; then
+// they are told to end, and end cleanly.
+void ExpectHalvesThenStop(const char* what, Helper& a, Helper& b) {
+  double busy = 0;
+  const std::vector<double> shares = MeasureShares({&a, &b}, 400, &busy);
+  std::printf("%s: %.3f / %.3f of the GPU, busy %.3f\n", what, shares[0], shares[1], busy);
+  EXPECT_NEAR(0.5, shares[0], 0.03);
+  EXPECT_NEAR(0.5, shares[1], 0.03);
+  EXPECT_NEAR(1.0, busy, 0.03);
+  a.Send('Q');
+  b.Send('Q');
+  EXPECT_EQ(0, a.Wait());
+  EXPECT_EQ(0, b.Wait());
+}
+
 using SimGpuEngineTest = SimGpuTest;
 
 TEST_F(SimGpuEngineTest, TwoSaturatingProcessesSplitTheGpuInHalves) {
@@ -143,16 +158,7 @@ TEST_F(SimGpuEngineTest, TwoSaturatingProcessesSplitTheGpuInHalves) {
     Helper b([](Helper& self) { Saturate(self, 2.0); });
     ASSERT_EQ('R', a.Receive());
     ASSERT_EQ('R', b.Receive());
-    double busy = 0;
-    const std::vector<double> shares = MeasureShares({&a, &b}, 400, &busy);
-    std::printf("two processes: %.3f / %.3f of the GPU, busy %.3f\n", shares[0], shares[1], busy);
-    EXPECT_NEAR(0.5, shares[0], 0.03);
-    EXPECT_NEAR(0.5, shares[1], 0.03);
-    EXPECT_NEAR(1.0, busy, 0.03);
-    a.Send('Q');
-    b.Send('Q');
-    EXPECT_EQ(0, a.Wait());
-    EXPECT_EQ(0, b.Wait());
+    ExpectHalvesThenStop("two processes", a, b);
   });
 }
 
@@ -164,6 +170,7 @@ TEST_F(SimGpuEngineTest, TwoUsersSaturatingProcessesShareOneGpu) {
     // The first to start creates the machine, the other joins it.
     Helper a([](Helper& self) {
       BecomeUser(65534);
+      ASSERT_FALSE(::testing::Test::HasFatalFailure()) << "still root: not a second user";
       InitAndUsePrimary(0);
       abi::CUdeviceptr held = 0;
       ASSERT_CU(cuMemAlloc_v2(&held, 60 * kGiB));
@@ -172,6 +179,7 @@ TEST_F(SimGpuEngineTest, TwoUsersSaturatingProcessesShareOneGpu) {
     ASSERT_EQ('R', a.Receive());
     Helper b([](Helper& self) {
       BecomeUser(65533);
+      ASSERT_FALSE(::testing::Test::HasFatalFailure()) << "still root: not a second user";
       InitAndUsePrimary(0);
       std::size_t free = 0, total = 0;
       ASSERT_CU(cuMemGetInfo_v2(&free, &total));
@@ -181,17 +189,7 @@ TEST_F(SimGpuEngineTest, TwoUsersSaturatingProcessesShareOneGpu) {
       Saturate(self, 2.0);
     });
     ASSERT_EQ('R', b.Receive());
-    double busy = 0;
-    const std::vector<double> shares = MeasureShares({&a, &b}, 400, &busy);
-    std::printf("two users' processes: %.3f / %.3f of the GPU, busy %.3f\n", shares[0], shares[1],
-                busy);
-    EXPECT_NEAR(0.5, shares[0], 0.03);
-    EXPECT_NEAR(0.5, shares[1], 0.03);
-    EXPECT_NEAR(1.0, busy, 0.03);
-    a.Send('Q');
-    b.Send('Q');
-    EXPECT_EQ(0, a.Wait());
-    EXPECT_EQ(0, b.Wait());
+    ExpectHalvesThenStop("two users' processes", a, b);
   });
 }
 

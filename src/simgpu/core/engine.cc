@@ -199,6 +199,15 @@ void Load(const SharedEngineTable& table, int engine, EngineRun* run) {
   run->t = shared.advanced_ns;
 }
 
+// The time counted in the last complete NVML sample period before period `now`, of a count that
+// holds period `counted`'s time (`current`) and the time of the period before it (`previous`).
+std::uint64_t LastPeriodNs(std::uint64_t now, std::uint64_t counted, std::uint64_t current,
+                           std::uint64_t previous) {
+  if (now == counted + 1) return current;
+  if (now == counted) return previous;
+  return 0;
+}
+
 // Adds the stretch [start, start + step), during which some client ran, to the engine's NVML
 // sample periods.
 void CountSample(SharedEngine& engine, std::uint64_t start, std::uint64_t step) {
@@ -607,9 +616,8 @@ unsigned int DeviceUtilizationPercent(SharedMachine& machine, int device) {
   const std::uint64_t period = now / kUtilizationPeriodNs;
   for (const SharedEngine& engine : table.engines) {
     if (engine.clients == 0 || engine.gpu_instance >= 0) continue;
-    std::uint64_t busy = 0;
-    if (period == engine.sample_period + 1) busy = engine.sample_busy_ns;
-    if (period == engine.sample_period) busy = engine.previous_busy_ns;
+    const std::uint64_t busy = LastPeriodNs(period, engine.sample_period, engine.sample_busy_ns,
+                                            engine.previous_busy_ns);
     return static_cast<unsigned int>((busy * 100 + kUtilizationPeriodNs / 2) /
                                      kUtilizationPeriodNs);
   }
@@ -628,10 +636,9 @@ std::vector<ProcessSample> ProcessSamples(SharedMachine& machine, int device) {
   for (const ProcessSlot& slot : machine.slots) {
     const std::optional<proc::ProcessId> owner = SlotOwner(slot);
     if (!owner.has_value()) continue;
-    const std::uint64_t last = slot.sample_period[device].load(kRelaxed);
-    std::uint64_t ns = 0;
-    if (last + 1 == period) ns = slot.sample_ns[device].load(kRelaxed);
-    if (last == period) ns = slot.previous_sample_ns[device].load(kRelaxed);
+    const std::uint64_t ns = LastPeriodNs(period, slot.sample_period[device].load(kRelaxed),
+                                          slot.sample_ns[device].load(kRelaxed),
+                                          slot.previous_sample_ns[device].load(kRelaxed));
     const auto percent = static_cast<unsigned int>(
         std::min<std::uint64_t>(100, (ns * 100 + kUtilizationPeriodNs / 2) / kUtilizationPeriodNs));
     if (percent == 0) continue;

@@ -31,6 +31,25 @@ nvmlReturn_t TruthMachine(const char* caller, unsigned int index, unsigned long 
   return abi::NVML_SUCCESS;
 }
 
+// For a query of a whole GPU's engine: the physical index behind `handle`, or NVML's answer:
+// not supported on MIG devices nor on a GPU in MIG mode, an invalid argument for a handle that
+// is not a device or a null `out`.
+nvmlReturn_t WholeGpuOf(abi::nvmlDevice_t handle, const void* out, int* index) {
+  if (nvmlReturn_t result = simgpu::NvmlCheckInit(); result != abi::NVML_SUCCESS) return result;
+  simgpu::MigIds ids;
+  if (simgpu::NvmlMigDeviceFromHandle(handle, &ids)) return abi::NVML_ERROR_NOT_SUPPORTED;
+  const simgpu::NvmlDevice* device = simgpu::NvmlDeviceFromHandle(handle);
+  if (device == nullptr || out == nullptr) return abi::NVML_ERROR_INVALID_ARGUMENT;
+  if (nvmlReturn_t result = simgpu::NvmlCheckDevice(device->index); result != abi::NVML_SUCCESS) {
+    return result;
+  }
+  *index = static_cast<int>(device->index);
+  if (simgpu::NvmlMachine().devices[*index].mig_current == abi::NVML_DEVICE_MIG_ENABLE) {
+    return abi::NVML_ERROR_NOT_SUPPORTED;
+  }
+  return abi::NVML_SUCCESS;
+}
+
 // How far the real-time clock is ahead of the monotonic one, in microseconds, read once: a
 // period's timestamp must be the same at every query, or a caller would take it for a new sample.
 std::uint64_t RealMinusMonotonicUs() {
@@ -52,19 +71,11 @@ extern "C" {
 // on MIG devices, nor on a GPU in MIG mode.
 nvmlReturn_t nvmlDeviceGetUtilizationRates(abi::nvmlDevice_t handle,
                                            abi::nvmlUtilization_t* utilization) {
-  if (nvmlReturn_t result = simgpu::NvmlCheckInit(); result != abi::NVML_SUCCESS) return result;
-  simgpu::MigIds ids;
-  if (simgpu::NvmlMigDeviceFromHandle(handle, &ids)) return abi::NVML_ERROR_NOT_SUPPORTED;
-  const simgpu::NvmlDevice* device = simgpu::NvmlDeviceFromHandle(handle);
-  if (device == nullptr || utilization == nullptr) return abi::NVML_ERROR_INVALID_ARGUMENT;
-  if (nvmlReturn_t result = simgpu::NvmlCheckDevice(device->index); result != abi::NVML_SUCCESS) {
+  int index = 0;
+  if (nvmlReturn_t result = WholeGpuOf(handle, utilization, &index); result != abi::NVML_SUCCESS) {
     return result;
   }
   simgpu::SharedMachine& machine = simgpu::NvmlMachine();
-  const int index = static_cast<int>(device->index);
-  if (machine.devices[index].mig_current == abi::NVML_DEVICE_MIG_ENABLE) {
-    return abi::NVML_ERROR_NOT_SUPPORTED;
-  }
   utilization->gpu = simgpu::DeviceUtilizationPercent(machine, index);
   utilization->memory = 0;
   return abi::NVML_SUCCESS;
@@ -77,19 +88,11 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(abi::nvmlDevice_t handle,
 nvmlReturn_t nvmlDeviceGetProcessUtilization(abi::nvmlDevice_t handle,
                                              abi::nvmlProcessUtilizationSample_t* utilization,
                                              unsigned int* count, unsigned long long last_seen_us) {
-  if (nvmlReturn_t result = simgpu::NvmlCheckInit(); result != abi::NVML_SUCCESS) return result;
-  simgpu::MigIds ids;
-  if (simgpu::NvmlMigDeviceFromHandle(handle, &ids)) return abi::NVML_ERROR_NOT_SUPPORTED;
-  const simgpu::NvmlDevice* device = simgpu::NvmlDeviceFromHandle(handle);
-  if (device == nullptr || count == nullptr) return abi::NVML_ERROR_INVALID_ARGUMENT;
-  if (nvmlReturn_t result = simgpu::NvmlCheckDevice(device->index); result != abi::NVML_SUCCESS) {
+  int index = 0;
+  if (nvmlReturn_t result = WholeGpuOf(handle, count, &index); result != abi::NVML_SUCCESS) {
     return result;
   }
   simgpu::SharedMachine& machine = simgpu::NvmlMachine();
-  const int index = static_cast<int>(device->index);
-  if (machine.devices[index].mig_current == abi::NVML_DEVICE_MIG_ENABLE) {
-    return abi::NVML_ERROR_NOT_SUPPORTED;
-  }
   std::vector<abi::nvmlProcessUtilizationSample_t> fresh;
   for (const simgpu::ProcessSample& sample : simgpu::ProcessSamples(machine, index)) {
     const std::uint64_t stamp_us = sample.end_ns / 1000 + RealMinusMonotonicUs();
