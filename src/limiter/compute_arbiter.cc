@@ -243,6 +243,8 @@ bool ComputeArbiter::JoinLocked(uint64_t now) {
     slot.tokens_ns.store(static_cast<int64_t>(seg_->turn_ns / 2), std::memory_order_relaxed);
     slot.tokens_at_ns.store(now, std::memory_order_relaxed);
     slot.used_ns.store(0, std::memory_order_relaxed);
+    slot.estimated_ns.store(0, std::memory_order_relaxed);
+    slot.measured_mark_ns.store(0, std::memory_order_relaxed);
     slot.busy_at_ns.store(now, std::memory_order_relaxed);
     slot.missed_at_ns.store(0, std::memory_order_relaxed);
     slot.key.store(key_, std::memory_order_release);
@@ -266,6 +268,15 @@ bool ComputeArbiter::Lock() {
   int rc = pthread_mutex_timedlock(&seg_->lock, &deadline);
   if (rc == EOWNERDEAD) {
     pthread_mutex_consistent(&seg_->lock);  // Its holder died between two plain stores.
+    rc = 0;
+  }
+  return rc == 0;
+}
+
+bool ComputeArbiter::TryLock() {
+  int rc = pthread_mutex_trylock(&seg_->lock);
+  if (rc == EOWNERDEAD) {
+    pthread_mutex_consistent(&seg_->lock);
     rc = 0;
   }
   return rc == 0;
@@ -299,11 +310,51 @@ void ComputeArbiter::Charge(int s, uint64_t ns) {
   uint32_t weight = slot.weight.load(std::memory_order_relaxed);
   if (weight == 0) weight = 1;
   slot.used_ns.fetch_add(ns, std::memory_order_relaxed);
+  slot.estimated_ns.fetch_add(ns, std::memory_order_relaxed);
   slot.busy_at_ns.store(MonotonicNs(), std::memory_order_relaxed);
   slot.vtime.fetch_add(ns * 1000 / weight, std::memory_order_relaxed);
   if (slot.limit.load(std::memory_order_relaxed) < 1000) {
     slot.tokens_ns.fetch_sub(static_cast<int64_t>(ns), std::memory_order_relaxed);
   }
+}
+
+void ComputeArbiter::ChargeMeasured(uint64_t ns) {
+  ArbiterSlot& slot = seg_->slots[slot_];
+  const uint64_t estimated = slot.estimated_ns.load(std::memory_order_relaxed);
+  const uint64_t since = estimated - slot.measured_mark_ns.exchange(estimated);
+  if (ns > (uint64_t{1} << 62) || since > (uint64_t{1} << 62)) return;  // written by someone else
+  const uint32_t weight = std::max<uint32_t>(slot.weight.load(std::memory_order_relaxed), 1);
+  // The difference, either way, without going below nothing.
+  auto adjust = [](std::atomic<uint64_t>& value, uint64_t add, uint64_t remove) {
+    const uint64_t v = value.load(std::memory_order_relaxed);
+    value.store(v + add > remove ? v + add - remove : 0, std::memory_order_relaxed);
+  };
+  adjust(slot.used_ns, ns, since);
+  adjust(slot.vtime, ns * 1000 / weight, since * 1000 / weight);
+  if (slot.limit.load(std::memory_order_relaxed) < 1000) {
+    slot.tokens_ns.fetch_sub(static_cast<int64_t>(ns) - static_cast<int64_t>(since),
+                             std::memory_order_relaxed);
+  }
+}
+
+void ComputeArbiter::Measure() {
+  if (measure_ == nullptr || pthread_mutex_trylock(&measure_lock_) != 0) return;
+  const uint64_t now = MonotonicNs();
+  if (uint64_t ns = 0; measure_->Take(now, &ns)) {
+    unapplied_ns_ += ns;
+    unapplied_ = true;
+  }
+  // Never waits on the arbiter's lock (a stuck or hostile process may hold it): a measure that
+  // cannot be charged now is charged with the next.
+  if (unapplied_ && bypass_until_ns_.load(std::memory_order_relaxed) <= now && TryLock()) {
+    if (seg_->slots[slot_].key.load(std::memory_order_relaxed) == key_) {
+      ChargeMeasured(unapplied_ns_);
+    }
+    Unlock();
+    unapplied_ns_ = 0;
+    unapplied_ = false;
+  }
+  pthread_mutex_unlock(&measure_lock_);
 }
 
 void ComputeArbiter::HandOver(uint64_t now, uint64_t start) {
@@ -343,7 +394,6 @@ void ComputeArbiter::HandOver(uint64_t now, uint64_t start) {
     }
   }
   seg_->draining.store(0, std::memory_order_relaxed);
-  seg_->passed_by.store(0, std::memory_order_relaxed);
   seg_->queued_until_ns.store(0, std::memory_order_relaxed);
   start = std::max(start, now);
   if (best < 0) {
@@ -382,17 +432,14 @@ void ComputeArbiter::HandOver(uint64_t now, uint64_t start) {
   FutexWakeAll(&seg_->seq);
 }
 
-void ComputeArbiter::Account(uint64_t began, uint64_t now, bool holding, uint32_t sharers) {
+void ComputeArbiter::Account(uint64_t began, uint64_t now, bool holding) {
   pthread_mutex_lock(&account_lock_);
   if (acquired_at_ns_ != 0) {
-    window_held_ns_ += Age(began, acquired_at_ns_) * acquired_sharers_;
+    window_held_ns_ += Age(began, acquired_at_ns_);
     acquired_at_ns_ = 0;
   }
   window_waited_ns_ += Age(now, began);
-  if (holding) {
-    acquired_at_ns_ = now;
-    acquired_sharers_ = std::clamp<uint32_t>(sharers, 1, kMaxSharers);
-  }
+  if (holding) acquired_at_ns_ = now;
   if (window_start_ns_ == 0) window_start_ns_ = began;
   bool starved = false;
   const uint64_t window = Age(now, window_start_ns_);
@@ -416,15 +463,17 @@ void ComputeArbiter::Bypass(uint64_t now, const char* why) {
 
 ComputeArbiter::Gate ComputeArbiter::CheckSlow(uint64_t holder) {
   if (bypass_until_ns_.load(std::memory_order_relaxed) > MonotonicNs()) return Gate::kGo;
-  if (holder == token_) {
+  if (Taken(holder)) {
     const uint64_t now = MonotonicNs();
     if (now < seg_->deadline_ns.load(std::memory_order_relaxed)) return Gate::kGo;
     if (limited_ || seg_->check.load(std::memory_order_relaxed) != 0) {
+      drain_seq_.store(seg_->seq.load(std::memory_order_acquire), std::memory_order_relaxed);
       return Gate::kDrainThenRelease;
     }
     // Alone and unlimited: the turn is renewed without draining.
     if (!Lock()) return Gate::kGo;
-    if (seg_->holder.load(std::memory_order_relaxed) == token_) {
+    if (Taken(seg_->holder.load(std::memory_order_relaxed)) &&
+        MonotonicNs() >= seg_->deadline_ns.load(std::memory_order_relaxed)) {
       const uint64_t now = MonotonicNs();
       Charge(slot_, now - seg_->turn_start_ns.load(std::memory_order_relaxed));
       seg_->turn_start_ns.store(now, std::memory_order_relaxed);
@@ -434,52 +483,43 @@ ComputeArbiter::Gate ComputeArbiter::CheckSlow(uint64_t holder) {
     return Gate::kGo;
   }
   // Handed to this workload: any of its processes takes it.
-  if (SlotOf(holder) == slot_ && PidOf(holder) == 0 && Claim(holder, MonotonicNs())) {
-    return Gate::kGo;
-  }
+  if (Claim(holder)) return Gate::kGo;
   return Gate::kAcquire;
 }
 
-bool ComputeArbiter::Claim(uint64_t holder, uint64_t now) {
+bool ComputeArbiter::Claim(uint64_t holder) {
   if (SlotOf(holder) != slot_ || PidOf(holder) != 0) return false;
-  if (seg_->passed_by.load(std::memory_order_relaxed) == static_cast<uint32_t>(getpid()) &&
-      Age(now, seg_->turn_start_ns.load(std::memory_order_relaxed)) < kClaimNs / 2) {
-    return false;  // It passed this turn to its workload's other processes.
-  }
   return seg_->holder.compare_exchange_strong(holder, token_, std::memory_order_acquire);
 }
 
 bool ComputeArbiter::Release(uint64_t work_end_ns) {
+  Measure();
   if (!Lock()) {
     // Cannot take the lock: give the turn up anyway, uncharged, so that nobody waits on it.
-    uint64_t mine = token_;
-    seg_->holder.compare_exchange_strong(mine, 0, std::memory_order_release);
+    uint64_t mine = seg_->holder.load(std::memory_order_relaxed);
+    if (Taken(mine)) seg_->holder.compare_exchange_strong(mine, 0, std::memory_order_release);
     seg_->seq.fetch_add(1, std::memory_order_release);
     FutexWakeAll(&seg_->seq);
     return false;
   }
   // Taken from it while it drained: whoever took it charged it up to then.
   bool kept = false;
-  if (seg_->holder.load(std::memory_order_relaxed) == token_) {
-    const uint64_t now = MonotonicNs();
-    const uint64_t end = std::max(now, work_end_ns);
+  const uint64_t now = MonotonicNs();
+  const uint64_t seen = drain_seq_.exchange(kNoSeq, std::memory_order_relaxed);
+  if (Taken(seg_->holder.load(std::memory_order_relaxed)) && seen != kNoSeq &&
+      seen != seg_->seq.load(std::memory_order_relaxed)) {
+    kept = true;  // Another of its processes handed the turn on while it drained, and got it back.
+  } else if (Taken(seg_->holder.load(std::memory_order_relaxed))) {
+    // Its workload's other processes may have work queued past its own.
+    const uint64_t end = std::max(
+        {now, work_end_ns, seg_->queued_until_ns.load(std::memory_order_relaxed)});
     Charge(slot_, end - seg_->turn_start_ns.load(std::memory_order_relaxed));
     // It wants the GPU again at once, so it competes for the next turn like the waiters: its
-    // workload keeps the GPU while its virtual time is still the least. The turn is then this
-    // process's again unless other processes of its workload wait for one (threads of this
-    // process do not wait while it holds the turn): they take it, in turn.
+    // workload keeps the GPU while its virtual time is still the least.
     ArbiterSlot& mine = seg_->slots[slot_];
-    const bool siblings = mine.waiting.load(std::memory_order_relaxed) != 0;
     mine.waiting.fetch_add(1, std::memory_order_relaxed);
     HandOver(now, end);
-    uint64_t holder = seg_->holder.load(std::memory_order_relaxed);
-    if (SlotOf(holder) == slot_ && PidOf(holder) == 0) {
-      if (siblings) {
-        seg_->passed_by.store(static_cast<uint32_t>(getpid()), std::memory_order_relaxed);
-      } else {
-        kept = seg_->holder.compare_exchange_strong(holder, token_, std::memory_order_acquire);
-      }
-    }
+    kept = Claim(seg_->holder.load(std::memory_order_relaxed));
     mine.waiting.fetch_sub(1, std::memory_order_relaxed);
   }
   Unlock();
@@ -600,10 +640,7 @@ uint64_t ComputeArbiter::SleepNs(uint64_t holder, uint64_t now) const {
   if (holder != 0) {
     uint64_t until = seg_->deadline_ns.load(std::memory_order_relaxed);
     if (PidOf(holder) == 0) {
-      const bool passed =
-          seg_->passed_by.load(std::memory_order_relaxed) == static_cast<uint32_t>(getpid());
-      until = seg_->turn_start_ns.load(std::memory_order_relaxed) +
-              (passed && SlotOf(holder) == slot_ ? kClaimNs / 2 : kClaimNs);
+      until = seg_->turn_start_ns.load(std::memory_order_relaxed) + kClaimNs;
     } else if (const uint64_t queued = seg_->queued_until_ns.load(std::memory_order_relaxed);
                queued != 0) {
       // Until the holder's work is about to end (at most the grace past its turn), or, within
@@ -642,6 +679,7 @@ bool ComputeArbiter::Acquire() {
   bool holding = false;
   const uint64_t began = MonotonicNs();
   for (;;) {
+    Measure();
     if (!Lock()) {
       // Degraded: go without turns rather than wait on a stuck process.
       Bypass(MonotonicNs(), "the GPU's compute arbiter stays locked");
@@ -664,15 +702,15 @@ bool ComputeArbiter::Acquire() {
       ComeBackFromIdle(holder, now);
     }
     first = false;
-    if (holder == token_ || Claim(holder, now)) {
-      if (holder != token_) BeginTurn(now);
+    if (Taken(holder) || Claim(holder)) {
+      if (!Taken(holder)) BeginTurn(now);
       holding = true;
       Unlock();
       break;
     }
     MoveTurnOn(holder, now);
     holder = seg_->holder.load(std::memory_order_relaxed);
-    if (Claim(holder, now)) {
+    if (Claim(holder)) {
       BeginTurn(now);
       holding = true;
       Unlock();
@@ -685,13 +723,21 @@ bool ComputeArbiter::Acquire() {
   }
   const uint64_t end = MonotonicNs();
   mine.busy_at_ns.store(end, std::memory_order_relaxed);
-  const uint32_t sharers = mine.waiting.fetch_sub(1, std::memory_order_relaxed);
-  Account(began, end, holding, sharers);
+  mine.waiting.fetch_sub(1, std::memory_order_relaxed);
+  Account(began, end, holding);
   return holding;
 }
 
 void ComputeArbiter::Touch() {
   if (Holding()) seg_->active_ns.store(MonotonicNs(), std::memory_order_relaxed);
+}
+
+void ComputeArbiter::Queued(uint64_t until_ns) {
+  if (!Holding()) return;
+  uint64_t until = seg_->queued_until_ns.load(std::memory_order_relaxed);
+  while (until < until_ns && !seg_->queued_until_ns.compare_exchange_weak(
+                                 until, until_ns, std::memory_order_relaxed)) {
+  }
 }
 
 uint64_t ComputeArbiter::UsedNs() const {

@@ -26,9 +26,11 @@
 //    turn as the holder's published work ends, so the hand-over needs nothing from the holder's
 //    own thread, which a busy CPU may not run for milliseconds.
 //    With nobody else waiting and no limit, a turn is simply renewed, without draining.
-//  - A turn is one process's. A workload's turn is handed to its slot, and whichever of its
-//    processes comes first takes it; a process whose workload keeps the GPU for another turn
-//    passes it to the workload's other waiting processes, if any, so they take turns.
+//  - A turn is the workload's: it is handed to its slot, the first of its processes to come takes
+//    it (the turn is timed from then), and every process of the workload may then launch, as its
+//    streams may: the GPU time-slices between them within the workload's turn, and nothing waits
+//    for a sibling's thread. The workload's work is done when the last of theirs is. The first of
+//    them to find the turn over drains its own work and hands it on.
 //  - A holder that stops queueing work, dies or is stopped loses its turn: once its turn is over
 //    a waiter takes it as soon as the holder's published work ends within kHandOverNs (when
 //    that is not known: after kStealSlackNs without a launch or a wait if the holder is not
@@ -43,14 +45,19 @@
 //    process-shared mutex that is only ever locked with a timeout. A process that waited
 //    kMaxWaitNs for one turn, could not take the lock, or was starved over a window goes without
 //    turns for kBypassNs.
+//  - What a workload is charged is estimated from its turns, and replaced by what the driver
+//    measured of its processes' GPU time where it can (MeasureBy, own_gpu_time.h).
 //
-// The fast path of a launch (this process holds the turn, nobody else waits, no limit) is two
+// The fast path of a launch (its workload holds the turn, nobody else waits, no limit) is two
 // relaxed loads. Everything here is heap-free; only the slow path makes system calls.
 //
 // Trust: every workload on the GPU can write the segment (it is how they take turns), so a hostile
-// one can disturb the turns. Waits are bounded, so the worst it can do to the others is what the
-// GPU does without gpufrac: an equal share of time. One that truncates the file would make the
-// others' mappings fault: arbiter_guard.h keeps them running, without turns.
+// one can disturb the turns. Waits are bounded, so a member that stalls the others meets their
+// bypass: the GPU's equal share of time. But its charges and its weight are in the segment, and
+// written by its own processes: one that writes them takes more than its share, up to just below
+// what would trip its neighbours' starvation bypass (issue 31: a root-side arbiter decides what
+// nobody else may write). One that truncates the file would make the others' mappings fault:
+// arbiter_guard.h keeps them running, without turns.
 #pragma once
 
 #include <pthread.h>
@@ -66,7 +73,7 @@ namespace gpufrac::limiter {
 constexpr int kArbiterSlots = 64;
 // A segment's first fields: what makes it an arbiter of this layout.
 constexpr uint64_t kArbiterMagic = 0x6770756672616361ULL;  // "gpufraca"
-constexpr uint32_t kArbiterVersion = 3;
+constexpr uint32_t kArbiterVersion = 4;
 // The heaviest busy workload's turn; a lighter one's is shorter in proportion to its request, but
 // never below turn_ns / kShortestTurnDivisor.
 constexpr uint64_t kDefaultTurnNs = 20'000'000;
@@ -96,13 +103,12 @@ constexpr uint64_t kStaleNs = 60'000'000'000;
 constexpr uint64_t kClaimNs = 5'000'000;
 constexpr uint64_t kMissedNs = 1'000'000'000;
 // A process that waited this long for one turn, or could not take the arbiter's lock, or over a
-// window of kStarveWindowNs held turns for less than a quarter of its request while mostly
-// waiting, stops taking turns for kBypassNs: the arbiter is not working for it (a stuck or
-// hostile member), and the GPU's own equal time-slicing is better than waiting on it.
+// window of kStarveWindowNs had its workload hold turns for less than a quarter of its request
+// while mostly waiting, stops taking turns for kBypassNs: the arbiter is not working for it (a
+// stuck or hostile member), and the GPU's own equal time-slicing is better than waiting on it.
 constexpr uint64_t kMaxWaitNs = 2'000'000'000;
 constexpr uint64_t kStarveWindowNs = 2'000'000'000;
 constexpr uint64_t kBypassNs = 10'000'000'000;
-constexpr uint32_t kMaxSharers = 8;
 
 // The clock turns are timed by (CLOCK_MONOTONIC, ns).
 uint64_t MonotonicNs();
@@ -116,6 +122,9 @@ struct alignas(64) ArbiterSlot {
   std::atomic<int64_t> tokens_ns;  // limited slots: GPU time it may still take
   std::atomic<uint64_t> tokens_at_ns;
   std::atomic<uint64_t> used_ns;     // all GPU time charged to it, for status and metrics
+  // What turns charged it (estimates), and how much of that the last measure replaced.
+  std::atomic<uint64_t> estimated_ns;
+  std::atomic<uint64_t> measured_mark_ns;
   std::atomic<uint64_t> busy_at_ns;  // when it last held or waited for a turn
   // When a turn handed to it went untaken (its waiting processes were stopped or killed).
   std::atomic<uint64_t> missed_at_ns;
@@ -127,22 +136,30 @@ struct ArbiterSegment {
   std::atomic<uint32_t> ready;
   uint64_t turn_ns;
   pthread_mutex_t lock;  // robust, process-shared; hand-overs only
-  // The turn: (slot + 1) << 32 | pid of the holding process; pid 0: handed to the slot, for any of
-  // its processes to take; 0: nobody.
+  // The turn: (slot + 1) << 32 | pid of the process that took it for its workload; pid 0: handed
+  // to the slot, for any of its processes to take; 0: nobody.
   alignas(64) std::atomic<uint64_t> holder;
   std::atomic<uint32_t> check;      // the holder must look at the clock: someone waits, or a limit
   std::atomic<uint32_t> draining;   // the holder is waiting for its own work to finish
   std::atomic<uint64_t> active_ns;  // when the holder last launched or stopped waiting
   std::atomic<uint64_t> turn_start_ns;
   std::atomic<uint64_t> deadline_ns;
-  // When the work the holder queued will be done, by its own measure of its launches; 0: not
-  // known. Reset at every hand-over.
+  // When the work the holding workload's processes queued will be done, by their measures of
+  // their launches; 0: not known. Reset at every hand-over.
   std::atomic<uint64_t> queued_until_ns;
-  // The process that passed a turn handed to its own workload to the workload's other processes:
-  // it takes the turn back only if none of them has within kClaimNs / 2.
-  std::atomic<uint32_t> passed_by;
   alignas(64) std::atomic<uint32_t> seq;  // futex word, bumped at every hand-over
   alignas(64) ArbiterSlot slots[kArbiterSlots];
+};
+
+// Where a process learns the GPU time it used, as the driver measured it (own_gpu_time.h).
+class GpuTimeSource {
+ public:
+  // The GPU time measured since the last call that measured; false when there is no new
+  // measure (not due yet, or the driver has none).
+  virtual bool Take(uint64_t now_ns, uint64_t* ns) = 0;
+
+ protected:
+  ~GpuTimeSource() = default;
 };
 
 // One process's membership of one GPU's arbiter.
@@ -164,27 +181,34 @@ class ComputeArbiter {
   bool Attach(const char* dir, const char* name, const char* workload, uint32_t weight,
               uint32_t limit, char* err, size_t err_len);
   bool attached() const { return seg_ != nullptr; }
+  // Charges this workload what `source` measured of this process's GPU time instead of what its
+  // turns were estimated to take: each new measure replaces the estimates charged to the
+  // workload since the last one (Measure). Unset, the estimates stand.
+  void MeasureBy(GpuTimeSource* source) { measure_ = source; }
+  // Takes a new measure when one is due (a clock read and a load when not).
+  void Measure();
 
   // What a launch must do first.
   enum class Gate { kGo, kDrainThenRelease, kAcquire };
   Gate Check() {
     const uint64_t h = seg_->holder.load(std::memory_order_relaxed);
-    if (h == token_ && !limited_ && seg_->check.load(std::memory_order_relaxed) == 0) {
+    if (Taken(h) && !limited_ && seg_->check.load(std::memory_order_relaxed) == 0) {
       return Gate::kGo;
     }
     return CheckSlow(h);
   }
   // After draining: charges this process's workload for its turn, up to `work_end_ns` (when its
   // queued work will be done; 0 or past: done now), and hands the turn on from then, or keeps it
-  // when this workload is still the most owed (true: it holds a new turn).
+  // when this workload is still the most owed (true: it holds a new turn). True at once when the
+  // turn is not over (another of its processes handed it on and got it back).
   bool Release(uint64_t work_end_ns = 0);
   // Blocks (sleeping) until this process holds a turn; false when the arbiter could not be used
   // (its lock was held too long), in which case the launch goes ahead without a turn.
   bool Acquire();
   // Whether to bound and track in-flight work: someone else waits or this workload is limited.
   bool Contended() const { return seg_->check.load(std::memory_order_relaxed) != 0; }
-  // The holder is (or is no longer) blocked waiting for its own work; nothing when this process
-  // does not hold the turn (it bypasses the arbiter, or the turn was taken from it).
+  // The holder is (or is no longer) blocked waiting for its own work; nothing when this process's
+  // workload does not hold the turn (it bypasses the arbiter, or the turn was taken from it).
   void SetDraining(bool draining) {
     if (!Holding()) return;
     seg_->draining.store(draining ? 1 : 0, std::memory_order_relaxed);
@@ -192,14 +216,13 @@ class ComputeArbiter {
   }
   // The holder is active (it launches): a turn that is over is taken from it only once it has
   // been inactive for kStealSlackNs, since it is about to notice the end and finish the turn.
-  // Nothing when this process does not hold the turn.
+  // Nothing when this process's workload does not hold the turn.
   void Touch();
 
-  // The holder publishes when the work it has queued will be done (0: not known). Nothing when
-  // this process does not hold the turn.
-  void Queued(uint64_t until_ns) {
-    if (Holding()) seg_->queued_until_ns.store(until_ns, std::memory_order_relaxed);
-  }
+  // A process of the holding workload publishes when the work it queued will be done: the
+  // workload's work is done when all of its processes' is (the latest they published). Nothing
+  // when its workload does not hold the turn.
+  void Queued(uint64_t until_ns);
 
   // How long the current turn is (at most turn_ns).
   uint64_t TurnNs() const {
@@ -209,24 +232,31 @@ class ComputeArbiter {
   }
   // When the current turn began (or begins: when the last holder's work ends).
   uint64_t TurnStartNs() const { return seg_->turn_start_ns.load(std::memory_order_relaxed); }
-  // Whether this process holds the turn now.
-  bool Holding() const { return seg_->holder.load(std::memory_order_relaxed) == token_; }
+  // Whether this process's workload holds the turn now (one of its processes took it).
+  bool Holding() const { return Taken(seg_->holder.load(std::memory_order_relaxed)); }
   // GPU time charged to this workload so far.
   uint64_t UsedNs() const;
-  // In a forked child: the turn is its parent's, not its own.
+  // In a forked child: a process of its parent's workload.
   void ForkedChild() {
     pthread_mutex_init(&account_lock_, nullptr);
+    pthread_mutex_init(&measure_lock_, nullptr);
+    unapplied_ns_ = 0;
+    unapplied_ = false;
     window_start_ns_ = window_waited_ns_ = window_held_ns_ = acquired_at_ns_ = 0;
+    drain_seq_.store(kNoSeq, std::memory_order_relaxed);
     if (seg_ != nullptr) {
       token_ = (static_cast<uint64_t>(slot_) + 1) << 32 | static_cast<uint32_t>(getpid());
     }
   }
 
  private:
+  // Whether `holder` is this process's workload, with the turn taken by one of its processes.
+  bool Taken(uint64_t holder) const {
+    return holder >> 32 == token_ >> 32 && static_cast<uint32_t>(holder) != 0;
+  }
   Gate CheckSlow(uint64_t holder);
-  // Takes a turn handed to this workload (`holder`: its slot, pid 0), unless this process passed
-  // it on to its workload's other processes less than kClaimNs / 2 ago.
-  bool Claim(uint64_t holder, uint64_t now);
+  // Takes a turn handed to this workload (`holder`: its slot, pid 0).
+  bool Claim(uint64_t holder);
   // Under the lock: finds or claims this workload's slot (see kStaleNs). False when all are in
   // use.
   bool JoinLocked(uint64_t now);
@@ -244,6 +274,7 @@ class ComputeArbiter {
   // Stops taking turns for kBypassNs (once per period, a line on stderr says why).
   void Bypass(uint64_t now, const char* why);
   bool Lock();
+  bool TryLock();
   void Unlock();
   // Under the lock, for a waiter: passes the turn from `holder` (a process) when it has gone
   // quiet within its turn, or its turn is over and it is not finishing it (see the contract).
@@ -256,8 +287,18 @@ class ComputeArbiter {
   // (when the last holder's work ends; at least `now`), and wakes the waiters.
   void HandOver(uint64_t now, uint64_t start);
   void HandOver(uint64_t now) { HandOver(now, now); }
-  // Under the lock: charges `slot` `ns` of GPU time.
+  // Under the lock: charges `slot` `ns` of GPU time, as estimated from a turn.
   void Charge(int slot, uint64_t ns);
+  // Under the lock: this process's GPU time measured since its last measure was `ns`: it
+  // replaces what turns charged its workload since the workload's last measure. (Measures of its
+  // other processes come at other times; what one misses, the next covers: the workload's charge
+  // is what the driver measured, give or take its latest period.)
+  void ChargeMeasured(uint64_t ns);
+  GpuTimeSource* measure_ = nullptr;
+  // Measured and not yet charged (the arbiter's lock was busy), under measure_lock_.
+  pthread_mutex_t measure_lock_ = PTHREAD_MUTEX_INITIALIZER;
+  uint64_t unapplied_ns_ = 0;
+  bool unapplied_ = false;
   // Under the lock: adds what `slot`'s bucket filled since it was last filled.
   void Refill(int slot, uint64_t now);
   bool Eligible(int slot, uint64_t now);
@@ -267,22 +308,22 @@ class ComputeArbiter {
   uint64_t token_ = 0;  // (slot + 1) << 32 | pid
   bool limited_ = false;
   std::atomic<uint64_t> bypass_until_ns_{0};
+  // The hand-over count when this process found its workload's turn over (kNoSeq: none since it
+  // last released one).
+  static constexpr uint64_t kNoSeq = UINT64_MAX;
+  std::atomic<uint64_t> drain_seq_{kNoSeq};
   // This process's own account of its turns (no other process can write it), per window.
   pthread_mutex_t account_lock_ = PTHREAD_MUTEX_INITIALIZER;
   uint64_t window_start_ns_ = 0;
   uint64_t window_waited_ns_ = 0;
   uint64_t window_held_ns_ = 0;
   uint64_t acquired_at_ns_ = 0;  // when it last got a turn; 0 while waiting
-  // How many of its workload's waiters (this one included) the turn it got was to be shared by.
-  uint32_t acquired_sharers_ = 1;
   uint32_t weight_ = 1000;
   uint32_t limit_milli_ = 1000;
   uint64_t key_ = 0;
   // Adds a wait from `began` to `now` (and the turn held before it) to the window and bypasses
-  // when the window shows the arbiter failing this process. `sharers`: the workload's waiters
-  // when it got the turn; its processes take turns, so each counts its held time that many times
-  // over (at most kMaxSharers: a member inflating the count weakens the check that much at most).
-  void Account(uint64_t began, uint64_t now, bool holding, uint32_t sharers);
+  // when the window shows the arbiter failing this process.
+  void Account(uint64_t began, uint64_t now, bool holding);
 };
 
 }  // namespace gpufrac::limiter

@@ -98,4 +98,6 @@
   X(Cuda, cuDeviceGetUuid, 0)             \
   X(Nvml, nvmlDeviceGetUUID, 0)           \
   X(Nvml, nvmlDeviceIsMigDeviceHandle, 1) \
-  X(Nvml, nvmlDeviceGetDeviceHandleFromMigDeviceHandle, 1)
+  X(Nvml, nvmlDeviceGetDeviceHandleFromMigDeviceHandle, 1) \
+  X(Nvml, nvmlInit_v2, 0)                 \
+  X(Nvml, nvmlDeviceGetProcessUtilization, 1)

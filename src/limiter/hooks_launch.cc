@@ -15,6 +15,7 @@
 
 #include "limiter/compute_arbiter.h"
 #include "limiter/hooks.h"
+#include "limiter/own_gpu_time.h"
 #include "limiter/prompt_wake.h"
 
 using namespace gpufrac::abi;
@@ -60,6 +61,7 @@ struct InFlight {
 
 ComputeArbiter g_arbiters[kMaxLimitedGpus];
 InFlight g_in_flight[kMaxLimitedGpus];
+OwnGpuTime g_own_time[kMaxLimitedGpus];
 // Whether any GPU is arbitrated, and which when exactly one GPU is limited (no lookup needed).
 std::atomic<bool> g_any_arbiter{false};
 
@@ -217,7 +219,9 @@ void Track(ComputeArbiter& arbiter, InFlight& flight, CUstream stream, bool per_
   const uint64_t now = MonotonicNs();
   Record(flight, stream, per_thread, false, now >= arbiter.TurnStartNs());
   // A launch starts when what this process queued before it ends, when it was queued, and at its
-  // turn's start at the earliest (the last holder's work runs until then).
+  // turn's start at the earliest (the last holder's work runs until then). (Its launches measure
+  // the time the GPU gave its workload's other processes between them: this is when its work
+  // ends beside theirs.)
   if (flight.launch_ns != 0) {
     flight.queued_until_ns =
         std::max({flight.queued_until_ns, launched_ns, arbiter.TurnStartNs()}) + flight.launch_ns;
@@ -237,6 +241,7 @@ void Track(ComputeArbiter& arbiter, InFlight& flight, CUstream stream, bool per_
   }
   arbiter.Queued(flight.queued_until_ns);
   pthread_mutex_unlock(&flight.lock);
+  arbiter.Measure();
 }
 
 // Whether launches on `stream` are being captured into a graph (they put no work on the GPU, and
@@ -302,6 +307,7 @@ void AttachComputeArbiters() {
                              static_cast<uint32_t>(limit.compute_milli),
                              static_cast<uint32_t>(limit.compute_limit_milli), err, sizeof(err))) {
       g_any_arbiter.store(true, std::memory_order_relaxed);
+      if (g_own_time[g].Open(limit.uuid)) g_arbiters[g].MeasureBy(&g_own_time[g]);
     } else if (!g_rt.config.quiet) {
       PrintError("gpufrac: %s; this process's GPU time on %s is not arbitrated\n", err, limit.uuid);
     }
@@ -310,6 +316,7 @@ void AttachComputeArbiters() {
 
 void ForkComputeArbiters() {
   for (ComputeArbiter& arbiter : g_arbiters) arbiter.ForkedChild();
+  for (OwnGpuTime& own : g_own_time) own.ForkedChild();
   for (InFlight& flight : g_in_flight) {
     pthread_mutex_init(&flight.lock, nullptr);
     flight.context = nullptr;

@@ -234,6 +234,78 @@ TEST_F(ComputeArbiterSlotsTest, ATurnTakenLateStartsWhenItIsTaken) {
   EXPECT_GE(started, handed + 2'500'000);
 }
 
+// A turn is the workload's: while one of its processes holds it, every other process of the
+// workload may launch too (nothing waits for a sibling's thread), and no process of another
+// workload may.
+TEST_F(ComputeArbiterSlotsTest, AWorkloadsTurnIsEveryOneOfItsProcesses) {
+  std::string error;
+  auto holder = Join("w", &error);
+  ASSERT_NE(holder, nullptr) << error;
+  ASSERT_TRUE(holder->Acquire());
+  // In processes of their own (a turn is taken by a process: its pid is in the holder word).
+  auto gate_in_child = [&](const char* workload) {
+    int report[2];
+    EXPECT_EQ(pipe(report), 0);
+    const pid_t child = fork();
+    if (child == 0) {
+      close(report[0]);
+      std::string child_error;
+      auto member = Join(workload, &child_error);
+      const int gate = member == nullptr ? -1
+                       : member->Check() == ComputeArbiter::Gate::kGo && member->Holding() ? 1
+                                                                                           : 0;
+      (void)!write(report[1], &gate, sizeof(gate));
+      _exit(0);
+    }
+    close(report[1]);
+    int gate = -1;
+    EXPECT_EQ(read(report[0], &gate, sizeof(gate)), static_cast<ssize_t>(sizeof(gate)));
+    close(report[0]);
+    waitpid(child, nullptr, 0);
+    return gate;
+  };
+  EXPECT_EQ(gate_in_child("w"), 1) << "a sibling process may launch in its workload's turn";
+  EXPECT_EQ(gate_in_child("other"), 0) << "another workload's process must wait for a turn";
+}
+
+// Where the driver measures the process's GPU time, a measure replaces what the turns charged
+// since the last one: the workload is charged what the GPU did, not how long its turns lasted.
+TEST_F(ComputeArbiterSlotsTest, AMeasureReplacesWhatTheTurnsEstimated) {
+  struct Scripted final : GpuTimeSource {
+    uint64_t next = 0;
+    bool due = false;
+    bool Take(uint64_t, uint64_t* ns) override {
+      if (!due) return false;
+      due = false;
+      *ns = next;
+      return true;
+    }
+  } measured;
+  std::string error;
+  auto arbiter = Join("w", &error);
+  ASSERT_NE(arbiter, nullptr) << error;
+  arbiter->MeasureBy(&measured);
+  auto turn = [&] {
+    ASSERT_TRUE(arbiter->Acquire());
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    arbiter->Release();  // charged from the turn's start: at least 3 ms
+  };
+  ASSERT_NO_FATAL_FAILURE(turn());
+  EXPECT_GE(arbiter->UsedNs(), 3'000'000u);
+  arbiter->Measure();  // nothing due: the estimate stands
+  EXPECT_GE(arbiter->UsedNs(), 3'000'000u);
+  measured.next = 1'000'000;  // the GPU ran its work for 1 ms of those turns
+  measured.due = true;
+  arbiter->Measure();
+  EXPECT_EQ(arbiter->UsedNs(), 1'000'000u);
+  ASSERT_NO_FATAL_FAILURE(turn());
+  EXPECT_GE(arbiter->UsedNs(), 4'000'000u);
+  measured.next = 10'000'000;  // more than the turns' wall time (others' streams, for example)
+  measured.due = true;
+  arbiter->Measure();
+  EXPECT_EQ(arbiter->UsedNs(), 11'000'000u);
+}
+
 // A segment an older version made (another layout), or a file cut short, is replaced by one this
 // version's workloads can join.
 TEST_F(ComputeArbiterSlotsTest, AnOlderVersionsSegmentIsReplaced) {

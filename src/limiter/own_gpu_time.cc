@@ -1,0 +1,68 @@
+// Adding up this process's NVML utilisation samples (see own_gpu_time.h).
+#include "limiter/own_gpu_time.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "limiter/runtime.h"
+
+namespace gpufrac::limiter {
+
+bool OwnGpuTime::Open(const char* uuid) {
+  if (strncmp(uuid, "MIG-", 4) == 0 || Real_nvmlInit_v2()() != abi::NVML_SUCCESS) return false;
+  open_ = Real_nvmlDeviceGetHandleByUUID()(uuid, &device_) == abi::NVML_SUCCESS;
+  return open_;
+}
+
+void OwnGpuTime::ForkedChild() {
+  pthread_mutex_init(&lock_, nullptr);
+  next_poll_ns_.store(0, std::memory_order_relaxed);
+  last_seen_us_ = own_last_us_ = 0;
+}
+
+bool OwnGpuTime::Take(uint64_t now_ns, uint64_t* ns) {
+  if (!open_ || now_ns < next_poll_ns_.load(std::memory_order_relaxed) ||
+      pthread_mutex_trylock(&lock_) != 0) {
+    return false;
+  }
+  bool measured = false;
+  if (now_ns >= next_poll_ns_.load(std::memory_order_relaxed)) {
+    next_poll_ns_.store(now_ns + kPollNs, std::memory_order_relaxed);
+    unsigned int count = kSamples;
+    const abi::nvmlReturn_t rc =
+        Real_nvmlDeviceGetProcessUtilization()(device_, samples_, &count, last_seen_us_);
+    // More processes than fit: the newest sample of this process may be among those left out,
+    // and the next poll finds it.
+    if (rc == abi::NVML_SUCCESS && count > 0) {
+      const bool first = last_seen_us_ == 0;
+      const unsigned long long since_us = last_seen_us_;
+      const auto self = static_cast<unsigned int>(getpid());
+      uint64_t total = 0;
+      for (unsigned int i = 0; i < count && i < kSamples; ++i) {
+        const abi::nvmlProcessUtilizationSample_t& s = samples_[i];
+        last_seen_us_ = std::max(last_seen_us_, s.timeStamp);
+        if (s.pid != self || s.timeStamp <= own_last_us_) continue;
+        unsigned long long cover_us = period_us_;
+        if (own_last_us_ != 0) {
+          period_us_ = std::min(period_us_, s.timeStamp - own_last_us_);
+          cover_us = std::min(s.timeStamp - std::max(since_us, own_last_us_), kMaxCoverUs);
+        }
+        own_last_us_ = s.timeStamp;
+        total += uint64_t{std::min(s.smUtil, 100u)} * cover_us * 10;  // percent of µs, in ns
+      }
+      // The first poll finds what the driver kept from before: where counting starts. Until the
+      // driver has shown this process once, its samples may be under another pid (a container's
+      // namespace): nothing is measured.
+      if (!first && own_last_us_ != 0) {
+        *ns = total;
+        measured = true;
+      }
+    }
+  }
+  pthread_mutex_unlock(&lock_);
+  return measured;
+}
+
+}  // namespace gpufrac::limiter
