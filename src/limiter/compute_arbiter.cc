@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <climits>
 #include <cstddef>
 #include <cstdio>
@@ -318,10 +319,12 @@ void ComputeArbiter::Charge(int s, uint64_t ns) {
   }
 }
 
-void ComputeArbiter::ChargeMeasured(uint64_t ns) {
+void ComputeArbiter::ChargeMeasured(std::optional<uint64_t> measured) {
   ArbiterSlot& slot = seg_->slots[slot_];
   const uint64_t estimated = slot.estimated_ns.load(std::memory_order_relaxed);
   const uint64_t since = estimated - slot.measured_mark_ns.exchange(estimated);
+  if (!measured.has_value()) return;  // a new baseline: the estimates since the last one stand
+  const uint64_t ns = *measured;
   if (ns > (uint64_t{1} << 62) || since > (uint64_t{1} << 62)) return;  // written by someone else
   const uint32_t weight = std::max<uint32_t>(slot.weight.load(std::memory_order_relaxed), 1);
   // The difference, either way, without going below nothing.
@@ -338,21 +341,33 @@ void ComputeArbiter::ChargeMeasured(uint64_t ns) {
 }
 
 void ComputeArbiter::Measure() {
+  using Measured = GpuTimeSource::Measured;
   if (measure_ == nullptr || pthread_mutex_trylock(&measure_lock_) != 0) return;
   const uint64_t now = MonotonicNs();
-  if (uint64_t ns = 0; measure_->Take(now, &ns)) {
-    unapplied_ns_ += ns;
-    unapplied_ = true;
+  uint64_t ns = 0;
+  switch (measure_->Take(now, &ns)) {
+    case Measured::kTime:
+      unapplied_ns_ += ns;
+      if (unapplied_ == Measured::kNothing) unapplied_ = Measured::kTime;
+      break;
+    case Measured::kBaseline:  // what is pending, and what was charged since, stands
+      unapplied_ = Measured::kBaseline;
+      unapplied_ns_ = 0;
+      break;
+    case Measured::kNothing:
+      break;
   }
   // Never waits on the arbiter's lock (a stuck or hostile process may hold it): a measure that
   // cannot be charged now is charged with the next.
-  if (unapplied_ && bypass_until_ns_.load(std::memory_order_relaxed) <= now && TryLock()) {
+  if (unapplied_ != Measured::kNothing && bypass_until_ns_.load(std::memory_order_relaxed) <= now &&
+      TryLock()) {
     if (seg_->slots[slot_].key.load(std::memory_order_relaxed) == key_) {
-      ChargeMeasured(unapplied_ns_);
+      ChargeMeasured(unapplied_ == Measured::kTime ? std::optional<uint64_t>(unapplied_ns_)
+                                                   : std::nullopt);
     }
     Unlock();
+    unapplied_ = Measured::kNothing;
     unapplied_ns_ = 0;
-    unapplied_ = false;
   }
   pthread_mutex_unlock(&measure_lock_);
 }
@@ -734,9 +749,13 @@ void ComputeArbiter::Touch() {
 
 void ComputeArbiter::Queued(uint64_t until_ns) {
   if (!Holding()) return;
+  // The latest end of its workload's processes: raised by any of them, lowered only by the one
+  // that published it (its work turned out to end sooner).
+  const uint64_t mine = published_ns_.exchange(until_ns, std::memory_order_relaxed);
   uint64_t until = seg_->queued_until_ns.load(std::memory_order_relaxed);
-  while (until < until_ns && !seg_->queued_until_ns.compare_exchange_weak(
-                                 until, until_ns, std::memory_order_relaxed)) {
+  while ((until < until_ns || (until == mine && until != until_ns)) &&
+         !seg_->queued_until_ns.compare_exchange_weak(until, until_ns,
+                                                      std::memory_order_relaxed)) {
   }
 }
 

@@ -67,6 +67,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 namespace gpufrac::limiter {
 
@@ -154,9 +155,12 @@ struct ArbiterSegment {
 // Where a process learns the GPU time it used, as the driver measured it (own_gpu_time.h).
 class GpuTimeSource {
  public:
-  // The GPU time measured since the last call that measured; false when there is no new
-  // measure (not due yet, or the driver has none).
-  virtual bool Take(uint64_t now_ns, uint64_t* ns) = 0;
+  enum class Measured {
+    kNothing,   // no new measure (not due yet, or the driver has none)
+    kBaseline,  // counting starts again: what was charged until now stands
+    kTime,      // `ns`: the GPU time since the last measure
+  };
+  virtual Measured Take(uint64_t now_ns, uint64_t* ns) = 0;
 
  protected:
   ~GpuTimeSource() = default;
@@ -220,8 +224,9 @@ class ComputeArbiter {
   void Touch();
 
   // A process of the holding workload publishes when the work it queued will be done: the
-  // workload's work is done when all of its processes' is (the latest they published). Nothing
-  // when its workload does not hold the turn.
+  // workload's work is done when all of its processes' is (the latest they published; a process
+  // whose own end was the latest may move it sooner). Nothing when its workload does not hold
+  // the turn.
   void Queued(uint64_t until_ns);
 
   // How long the current turn is (at most turn_ns).
@@ -240,10 +245,11 @@ class ComputeArbiter {
   void ForkedChild() {
     pthread_mutex_init(&account_lock_, nullptr);
     pthread_mutex_init(&measure_lock_, nullptr);
+    unapplied_ = GpuTimeSource::Measured::kNothing;
     unapplied_ns_ = 0;
-    unapplied_ = false;
     window_start_ns_ = window_waited_ns_ = window_held_ns_ = acquired_at_ns_ = 0;
     drain_seq_.store(kNoSeq, std::memory_order_relaxed);
+    published_ns_.store(0, std::memory_order_relaxed);
     if (seg_ != nullptr) {
       token_ = (static_cast<uint64_t>(slot_) + 1) << 32 | static_cast<uint32_t>(getpid());
     }
@@ -289,16 +295,17 @@ class ComputeArbiter {
   void HandOver(uint64_t now) { HandOver(now, now); }
   // Under the lock: charges `slot` `ns` of GPU time, as estimated from a turn.
   void Charge(int slot, uint64_t ns);
-  // Under the lock: this process's GPU time measured since its last measure was `ns`: it
+  // Under the lock: this process's GPU time measured since its last measure was `measured`: it
   // replaces what turns charged its workload since the workload's last measure. (Measures of its
   // other processes come at other times; what one misses, the next covers: the workload's charge
-  // is what the driver measured, give or take its latest period.)
-  void ChargeMeasured(uint64_t ns);
+  // is what the driver measured, give or take its latest period.) None: a new baseline, what
+  // turns charged until now stands.
+  void ChargeMeasured(std::optional<uint64_t> measured);
   GpuTimeSource* measure_ = nullptr;
   // Measured and not yet charged (the arbiter's lock was busy), under measure_lock_.
   pthread_mutex_t measure_lock_ = PTHREAD_MUTEX_INITIALIZER;
+  GpuTimeSource::Measured unapplied_ = GpuTimeSource::Measured::kNothing;
   uint64_t unapplied_ns_ = 0;
-  bool unapplied_ = false;
   // Under the lock: adds what `slot`'s bucket filled since it was last filled.
   void Refill(int slot, uint64_t now);
   bool Eligible(int slot, uint64_t now);
@@ -312,6 +319,8 @@ class ComputeArbiter {
   // last released one).
   static constexpr uint64_t kNoSeq = UINT64_MAX;
   std::atomic<uint64_t> drain_seq_{kNoSeq};
+  // The work end this process last published (Queued).
+  std::atomic<uint64_t> published_ns_{0};
   // This process's own account of its turns (no other process can write it), per window.
   pthread_mutex_t account_lock_ = PTHREAD_MUTEX_INITIALIZER;
   uint64_t window_start_ns_ = 0;

@@ -23,8 +23,12 @@ using namespace gpufrac::limiter;
 
 namespace {
 
-constexpr int kInFlight = 16;
+constexpr int kInFlight = 48;
 constexpr int kSamples = 7;
+// Launches one sample of a launch's GPU time spans at most (Forget).
+constexpr int kWindow = 8;
+// Launches in flight at most, leaving the ring room for a window of forgotten ones.
+constexpr int kMaxDepth = kInFlight - 2 - kWindow;
 // A thread that saw its oldest launch end this much later than the GPU did was run late (a busy
 // CPU): what follows is counted from the GPU's end. Sooner, from when it looked: with the GPU's
 // end every time, an idle host's shares erred 0.95 points instead of 0.35 in the benchmark.
@@ -37,9 +41,8 @@ struct InFlight {
   CUcontext context = nullptr;  // the events' context
   CUevent events[kInFlight] = {};
   bool timed[kInFlight] = {};  // created with timing (else: the simulator or driver ran out)
-  CUstream streams[kInFlight] = {};
-  // Queued on the same stream while the launch before it was still unfinished, or right after a
-  // marker: the time between the two events is this launch's GPU time.
+  // Queued while the launch before it (on any stream) was still unfinished, or right after a
+  // marker: the GPU had this process's work all along from the one before's end to its own.
   bool behind[kInFlight] = {};
   // Not a launch's: recorded ahead of a launch onto an idle stream, to time it.
   bool marker[kInFlight] = {};
@@ -71,17 +74,28 @@ int LaunchGpu() {
 }
 
 // Under flight.lock: the oldest launch is done; learns from it how long a launch takes. Its slot
-// keeps its event until the ring comes round (the ring holds at most kInFlight - 1), so the next
-// launch can still be measured against it.
+// keeps its event until the ring comes round (the ring holds at most kInFlight - 1), so later
+// launches can still be measured against it.
+//
+// A launch takes the GPU's time from an earlier launch's end to its own, divided by the launches
+// between, when each of them was queued behind the one before (up to kWindow): on one stream
+// that is each launch's length; across streams whose work runs side by side it is their
+// spacing, the GPU time each adds. (Timed one by one, four streams of 1 ms kernels that the GPU
+// ran side by side measured 4 ms a launch: the holder's published end lay tens of milliseconds
+// past its work's, and waiters slept while the GPU idled.)
 void Forget(InFlight& flight) {
   const int i = flight.oldest;
-  const int before = (i + kInFlight - 1) % kInFlight;
+  // The slots before it still hold the events of launches forgotten since they were recorded.
+  const int history = kInFlight - flight.pending;
+  int k = 0;
+  while (k < kWindow && k < history && flight.behind[(i - k + kInFlight) % kInFlight]) ++k;
+  const int from = (i - k + kInFlight) % kInFlight;
   float ms = 0;
   auto elapsed = Real_cuEventElapsedTime();
-  if (flight.behind[i] && flight.timed[i] && flight.timed[before] && elapsed != nullptr &&
-      elapsed(&ms, flight.events[before], flight.events[i]) == CUDA_SUCCESS && ms > 0) {
+  if (k > 0 && flight.timed[i] && flight.timed[from] && elapsed != nullptr &&
+      elapsed(&ms, flight.events[from], flight.events[i]) == CUDA_SUCCESS && ms > 0) {
     flight.samples[flight.sampled++ % kSamples] =
-        static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
+        static_cast<uint64_t>(static_cast<double>(ms) * 1e6) / static_cast<uint64_t>(k);
     uint64_t sorted[kSamples];
     const int n = std::min(flight.sampled, kSamples);
     std::copy(flight.samples, flight.samples + n, sorted);
@@ -92,9 +106,10 @@ void Forget(InFlight& flight) {
   --flight.pending;
 }
 
-// Under flight.lock: waits for the oldest launch. What is still in flight ends no sooner than its
-// launches take from the oldest one's end: now, or, when this thread was run more than
-// kLateWakeNs after it, when it was by the GPU's clock against the anchor.
+// Under flight.lock: waits for the oldest launch. What is still in flight ends when its launches
+// take from the oldest one's end (sooner or later than estimated before): now, or, when this
+// thread was run more than kLateWakeNs after it, when it was by the GPU's clock against the
+// anchor.
 void WaitForOldest(InFlight& flight) {
   const int i = flight.oldest;
   Real_cuEventSynchronize()(flight.events[i]);
@@ -112,7 +127,7 @@ void WaitForOldest(InFlight& flight) {
     for (int k = 0; k < flight.pending; ++k) {
       launches += flight.marker[(flight.oldest + k) % kInFlight] ? 0 : 1;
     }
-    flight.queued_until_ns = std::max(flight.queued_until_ns, ended + launches * flight.launch_ns);
+    flight.queued_until_ns = ended + launches * flight.launch_ns;
   }
 }
 
@@ -154,13 +169,12 @@ bool Record(InFlight& flight, CUstream stream, bool per_thread, bool marker, boo
     }
   }
   flight.behind[i] =
-      !marker && measurable && flight.pending > 0 && flight.streams[before] == stream &&
+      !marker && measurable && flight.pending > 0 &&
       (flight.marker[before] || Real_cuEventQuery()(flight.events[before]) == CUDA_ERROR_NOT_READY);
   if ((per_thread ? Real_cuEventRecord_ptsz()(flight.events[i], stream)
                   : Real_cuEventRecord()(flight.events[i], stream)) != CUDA_SUCCESS) {
     return false;
   }
-  flight.streams[i] = stream;
   flight.marker[i] = marker;
   ++flight.pending;
   return true;
@@ -233,7 +247,7 @@ void Track(ComputeArbiter& arbiter, InFlight& flight, CUstream stream, bool per_
   const int depth =
       flight.launch_ns == 0
           ? 2
-          : static_cast<int>(std::min<uint64_t>(half_turn / flight.launch_ns, kInFlight - 2));
+          : static_cast<int>(std::min<uint64_t>(half_turn / flight.launch_ns, kMaxDepth));
   if (flight.pending > depth) {
     arbiter.SetDraining(true);
     while (flight.pending > depth) WaitForOldest(flight);

@@ -20,23 +20,30 @@ void OwnGpuTime::ForkedChild() {
   pthread_mutex_init(&lock_, nullptr);
   next_poll_ns_.store(0, std::memory_order_relaxed);
   last_seen_us_ = own_last_us_ = 0;
+  last_poll_ns_ = 0;
 }
 
-bool OwnGpuTime::Take(uint64_t now_ns, uint64_t* ns) {
+GpuTimeSource::Measured OwnGpuTime::Take(uint64_t now_ns, uint64_t* ns) {
   if (!open_ || now_ns < next_poll_ns_.load(std::memory_order_relaxed) ||
       pthread_mutex_trylock(&lock_) != 0) {
-    return false;
+    return Measured::kNothing;
   }
-  bool measured = false;
+  Measured measured = Measured::kNothing;
   if (now_ns >= next_poll_ns_.load(std::memory_order_relaxed)) {
     next_poll_ns_.store(now_ns + kPollNs, std::memory_order_relaxed);
+    // Polled within a period of the last poll, it misses no sample: what it finds is all of this
+    // process's GPU time since. Later (the process went without turns, alone on the GPU, or was
+    // stopped), periods may have gone (the driver keeps a few; the simulator, one): it only
+    // starts counting again.
+    const bool timely = last_poll_ns_ != 0 && now_ns - last_poll_ns_ <= period_us_ * 1000;
+    last_poll_ns_ = now_ns;
     unsigned int count = kSamples;
     const abi::nvmlReturn_t rc =
         Real_nvmlDeviceGetProcessUtilization()(device_, samples_, &count, last_seen_us_);
     // More processes than fit: the newest sample of this process may be among those left out,
     // and the next poll finds it.
     if (rc == abi::NVML_SUCCESS && count > 0) {
-      const bool first = last_seen_us_ == 0;
+      const bool shown_before = own_last_us_ != 0;
       const unsigned long long since_us = last_seen_us_;
       const auto self = static_cast<unsigned int>(getpid());
       uint64_t total = 0;
@@ -47,17 +54,16 @@ bool OwnGpuTime::Take(uint64_t now_ns, uint64_t* ns) {
         unsigned long long cover_us = period_us_;
         if (own_last_us_ != 0) {
           period_us_ = std::min(period_us_, s.timeStamp - own_last_us_);
-          cover_us = std::min(s.timeStamp - std::max(since_us, own_last_us_), kMaxCoverUs);
+          cover_us = std::min(s.timeStamp - std::max(since_us, own_last_us_), period_us_);
         }
         own_last_us_ = s.timeStamp;
         total += uint64_t{std::min(s.smUtil, 100u)} * cover_us * 10;  // percent of µs, in ns
       }
-      // The first poll finds what the driver kept from before: where counting starts. Until the
-      // driver has shown this process once, its samples may be under another pid (a container's
-      // namespace): nothing is measured.
-      if (!first && own_last_us_ != 0) {
+      // Until the driver has shown this process once, its samples may be under another pid (a
+      // container's namespace): nothing is measured.
+      if (own_last_us_ != 0) {
+        measured = timely && shown_before ? Measured::kTime : Measured::kBaseline;
         *ns = total;
-        measured = true;
       }
     }
   }

@@ -3,10 +3,13 @@
 // charges what the GPU did rather than how long a turn lasted (compute_arbiter.h).
 //
 // Each sample is a percent of the period it covers: since this process's previous sample, or
-// since the newest sample of the previous poll if later, at most kMaxCoverUs; a first sample
-// covers one sample period (the least gap seen between two samples of this process, 1/6 s until
-// one is seen, the shortest NVML documents). A poll that finds samples of any process but none of
-// this one measured 0 for it: a period passed in which it did not use the GPU. Where the driver
+// since the newest sample of the previous poll if later, at most one sample period (the least gap
+// seen between two samples of this process; 1/6 s, the shortest NVML documents, until one is
+// seen). A poll that finds samples of any process but none of this one measured 0 for it: a
+// period passed in which it did not use the GPU. A poll more than a period after the last one
+// may have missed samples, and only starts counting again (kBaseline): replacing a workload's
+// estimates with it, a process alone on the GPU for 2 s (no polls: its launches take the fast
+// path) was charged 0.9 s for those 2 s, and its neighbour got 0.40 instead of 0.5 after. Where the driver
 // has no per-process samples (MIG), or shows the process under another pid (a container's pid
 // namespace on a real GPU), nothing is measured and the arbiter's own charges stand.
 //
@@ -28,14 +31,13 @@ namespace gpufrac::limiter {
 class OwnGpuTime final : public GpuTimeSource {
  public:
   static constexpr uint64_t kPollNs = 50'000'000;
-  static constexpr unsigned long long kMaxCoverUs = 1'000'000;
 
   // For the GPU of NVML UUID `uuid` (a MIG device's: not measured). False when NVML is not there
   // or does not know the GPU; Take then measures nothing.
   bool Open(const char* uuid);
   // GPU time measured since the last Take that measured, when a poll is due and its samples show
   // a period passed; false otherwise (and while another thread polls).
-  bool Take(uint64_t now_ns, uint64_t* ns) override;
+  Measured Take(uint64_t now_ns, uint64_t* ns) override;
   // In a forked child: its own pid's samples, from its first.
   void ForkedChild();
 
@@ -45,6 +47,7 @@ class OwnGpuTime final : public GpuTimeSource {
   abi::nvmlDevice_t device_ = nullptr;
   bool open_ = false;
   std::atomic<uint64_t> next_poll_ns_{0};
+  uint64_t last_poll_ns_ = 0;
   unsigned long long last_seen_us_ = 0;  // newest sample of any process so far
   unsigned long long own_last_us_ = 0;   // this process's newest sample; 0: none yet
   unsigned long long period_us_ = 1'000'000 / 6;

@@ -273,12 +273,12 @@ TEST_F(ComputeArbiterSlotsTest, AWorkloadsTurnIsEveryOneOfItsProcesses) {
 TEST_F(ComputeArbiterSlotsTest, AMeasureReplacesWhatTheTurnsEstimated) {
   struct Scripted final : GpuTimeSource {
     uint64_t next = 0;
-    bool due = false;
-    bool Take(uint64_t, uint64_t* ns) override {
-      if (!due) return false;
-      due = false;
+    Measured due = Measured::kNothing;
+    Measured Take(uint64_t, uint64_t* ns) override {
+      const Measured now = due;
+      due = Measured::kNothing;
       *ns = next;
-      return true;
+      return now;
     }
   } measured;
   std::string error;
@@ -295,15 +295,30 @@ TEST_F(ComputeArbiterSlotsTest, AMeasureReplacesWhatTheTurnsEstimated) {
   arbiter->Measure();  // nothing due: the estimate stands
   EXPECT_GE(arbiter->UsedNs(), 3'000'000u);
   measured.next = 1'000'000;  // the GPU ran its work for 1 ms of those turns
-  measured.due = true;
+  measured.due = GpuTimeSource::Measured::kTime;
   arbiter->Measure();
   EXPECT_EQ(arbiter->UsedNs(), 1'000'000u);
   ASSERT_NO_FATAL_FAILURE(turn());
   EXPECT_GE(arbiter->UsedNs(), 4'000'000u);
   measured.next = 10'000'000;  // more than the turns' wall time (others' streams, for example)
-  measured.due = true;
+  measured.due = GpuTimeSource::Measured::kTime;
   arbiter->Measure();
   EXPECT_EQ(arbiter->UsedNs(), 11'000'000u);
+  // A measure after a gap in which the driver's samples may have gone only starts counting
+  // again: the turns' estimates since the last measure stand, and the next replaces only later
+  // ones.
+  ASSERT_NO_FATAL_FAILURE(turn());
+  const uint64_t estimated = arbiter->UsedNs();
+  EXPECT_GE(estimated, 14'000'000u);
+  measured.next = 0;
+  measured.due = GpuTimeSource::Measured::kBaseline;
+  arbiter->Measure();
+  EXPECT_EQ(arbiter->UsedNs(), estimated);
+  ASSERT_NO_FATAL_FAILURE(turn());
+  measured.next = 2'000'000;
+  measured.due = GpuTimeSource::Measured::kTime;
+  arbiter->Measure();
+  EXPECT_EQ(arbiter->UsedNs(), estimated + 2'000'000u);
 }
 
 // A segment an older version made (another layout), or a file cut short, is replaced by one this
