@@ -99,10 +99,11 @@ struct Spawn {
   std::chrono::milliseconds timeout;
 };
 
-int64_t MonotonicMs() {
+// (In ns: counted in whole milliseconds, the program was killed up to 1 ms before its timeout.)
+int64_t MonotonicNs() {
   timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
-  return int64_t{now.tv_sec} * 1000 + now.tv_nsec / 1'000'000;
+  return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
 }
 
 // The supervisor: a child of the caller that starts the program as its own child, waits for it
@@ -144,7 +145,7 @@ int64_t MonotonicMs() {
     sigset_t child_set;
     sigemptyset(&child_set);
     sigaddset(&child_set, SIGCHLD);
-    const int64_t deadline = MonotonicMs() + s.timeout.count();
+    const int64_t deadline = MonotonicNs() + s.timeout.count() * 1'000'000;
     for (;;) {
       int status = 0;
       if (waitpid(static_cast<pid_t>(program), &status, WNOHANG) == program) {
@@ -152,14 +153,14 @@ int64_t MonotonicMs() {
         report.value = WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status);
         break;
       }
-      const int64_t left = deadline - MonotonicMs();
+      const int64_t left = deadline - MonotonicNs();
       if (left <= 0) {
         kill(static_cast<pid_t>(program), SIGKILL);
         waitpid(static_cast<pid_t>(program), &status, 0);
         report.kind = Report::kTimedOut;
         break;
       }
-      const timespec wait{.tv_sec = left / 1000, .tv_nsec = (left % 1000) * 1'000'000};
+      const timespec wait{.tv_sec = left / 1'000'000'000, .tv_nsec = left % 1'000'000'000};
       sigtimedwait(&child_set, nullptr, &wait);
     }
   }
