@@ -1,6 +1,8 @@
 // Adding up NVML's per-process utilisation samples (see process_gpu_time.h).
 #include "gpu/process_gpu_time.h"
 
+#include <time.h>
+
 #include <algorithm>
 
 namespace gpufrac::gpu {
@@ -11,6 +13,13 @@ namespace {
 constexpr unsigned long long kForgetUs = 10'000'000;
 // The most time one sample is taken to cover (a poll that came this late loses the rest).
 constexpr unsigned long long kMaxCoverUs = 1'000'000;
+
+unsigned long long RealtimeUs() {
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<unsigned long long>(now.tv_sec) * 1'000'000 +
+         static_cast<unsigned long long>(now.tv_nsec) / 1000;
+}
 
 }  // namespace
 
@@ -49,6 +58,13 @@ std::vector<GpuTimeMeter::Use> GpuTimeMeter::Poll() {
                         gpu.last_seen_us);
     }
     gpu.measured = rc != abi::NVML_ERROR_NOT_SUPPORTED;
+    if (rc == abi::NVML_ERROR_NOT_FOUND) {
+      // No sample newer than the last: the period is not over yet, or nobody had work in it.
+      const unsigned long long now_us = RealtimeUs();
+      if (now_us > gpu.last_seen_us + 2 * gpu.period_us) {
+        gpu.counted_until_us = std::max(gpu.counted_until_us, now_us - gpu.period_us);
+      }
+    }
     if (rc != abi::NVML_SUCCESS) continue;  // none newer (NOT_FOUND), or nothing to count
     const unsigned long long since_us = gpu.last_seen_us;
     for (unsigned int i = 0; i < count; ++i) {
@@ -68,10 +84,17 @@ std::vector<GpuTimeMeter::Use> GpuTimeMeter::Poll() {
       const uint64_t ns = uint64_t{std::min(s.smUtil, 100u)} * cover_us * 10;  // % of µs
       if (ns > 0) uses.push_back({.gpu = gpu.index, .pid = pid, .ns = ns});
     }
+    gpu.counted_until_us = std::max(gpu.counted_until_us, gpu.last_seen_us);
     std::erase_if(gpu.last_stamp_us,
                   [&](const auto& entry) { return entry.second + kForgetUs < gpu.last_seen_us; });
   }
   return uses;
+}
+
+std::vector<std::pair<int, unsigned long long>> GpuTimeMeter::CountedUntilUs() const {
+  std::vector<std::pair<int, unsigned long long>> out;
+  for (const Gpu& g : gpus_) out.emplace_back(g.index, g.counted_until_us);
+  return out;
 }
 
 std::vector<int> GpuTimeMeter::Unmeasured() const {

@@ -44,6 +44,12 @@ class GpuTimeMeter {
   // The GPUs that answered the last Poll that they have no per-process samples (e.g. in MIG
   // mode): nothing is counted there. For the thread that polls.
   std::vector<int> Unmeasured() const;
+  // For each GPU (NVML index), up to when (CLOCK_REALTIME, µs) its time is all counted: the end
+  // of the newest sample period polled, or, when no sample came for two periods (no process had
+  // work), a period before the last poll; 0 before either. The counts grow a period at a time,
+  // so a rate is their difference over the difference of these, not of when they were read.
+  // For the thread that polls.
+  std::vector<std::pair<int, unsigned long long>> CountedUntilUs() const;
 
  private:
   struct Gpu {
@@ -51,6 +57,7 @@ class GpuTimeMeter {
     abi::nvmlDevice_t handle = nullptr;
     bool measured = true;  // false while the driver says it has no per-process samples
     unsigned long long last_seen_us = 0;
+    unsigned long long counted_until_us = 0;
     uint64_t period_us = 1000000 / 6;
     std::map<pid_t, unsigned long long> last_stamp_us;  // each process's latest sample
   };

@@ -2,12 +2,14 @@
 
 namespace gpufrac::node {
 
-std::optional<double> ComputeSamples::Share(int64_t job, int gpu, uint64_t ns, int64_t now_ms) {
+std::optional<double> ComputeSamples::Share(int64_t job, int gpu, uint64_t ns, int64_t now_ms,
+                                            Source source) {
   std::lock_guard<std::mutex> lock(mu_);
   auto [it, added] = samples_.try_emplace({job, gpu});
   Sample& s = it->second;
-  if (added || ns < s.base_ns) {  // new, or a counter that went back (a new arbiter segment)
-    s = Sample{ns, now_ms, std::nullopt};
+  // New, another source, or a counter that went back (a new arbiter segment).
+  if (added || s.source != source || ns < s.base_ns || now_ms < s.base_ms) {
+    s = Sample{ns, now_ms, std::nullopt, source};
     return std::nullopt;
   }
   if (now_ms - s.base_ms >= kIntervalMs) {

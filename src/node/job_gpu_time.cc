@@ -1,6 +1,9 @@
 // Giving the driver's per-process GPU time to jobs (see job_gpu_time.h).
 #include "node/job_gpu_time.h"
 
+#include <time.h>
+
+#include <algorithm>
 #include <vector>
 
 #include "launch/cgroup.h"
@@ -30,15 +33,17 @@ void JobGpuTime::Forget(int64_t job) {
   jobs_.erase(job);
 }
 
-std::optional<uint64_t> JobGpuTime::UsedNs(int64_t job, int gpu) const {
+std::optional<JobGpuTime::Used> JobGpuTime::UsedNs(int64_t job, int gpu) const {
   if (meter_ == nullptr) return std::nullopt;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job);
-  if (it == jobs_.end() || !it->second.found || unmeasured_gpus_.count(gpu) != 0) {
+  auto until = counted_until_ms_.find(gpu);
+  if (it == jobs_.end() || !it->second.found || unmeasured_gpus_.count(gpu) != 0 ||
+      until == counted_until_ms_.end()) {
     return std::nullopt;
   }
   auto used = it->second.used_ns.find(gpu);
-  return used == it->second.used_ns.end() ? 0 : used->second;
+  return Used{.ns = used == it->second.used_ns.end() ? 0 : used->second, .until_ms = until->second};
 }
 
 void JobGpuTime::Run() {
@@ -80,6 +85,19 @@ void JobGpuTime::PollOnce() {
   }
   const std::vector<int> unmeasured = meter_->Unmeasured();
   unmeasured_gpus_ = std::set<int>(unmeasured.begin(), unmeasured.end());
+  // The driver stamps samples on the real-time clock; shares are taken on the steady one.
+  timespec real;
+  clock_gettime(CLOCK_REALTIME, &real);
+  const int64_t real_ms = int64_t{real.tv_sec} * 1000 + real.tv_nsec / 1'000'000;
+  const int64_t steady_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::steady_clock::now().time_since_epoch())
+                                .count();
+  for (const auto& [gpu, until_us] : meter_->CountedUntilUs()) {
+    if (until_us == 0) continue;
+    const int64_t until_ms = steady_ms - (real_ms - static_cast<int64_t>(until_us / 1000));
+    int64_t& counted = counted_until_ms_[gpu];
+    counted = std::max(counted, until_ms);
+  }
 }
 
 }  // namespace gpufrac::node

@@ -38,10 +38,18 @@ class JobGpuTime {
   // Measures job `job`, whose processes are in the cgroup of workload `workload`.
   void Track(int64_t job, std::string workload);
   void Forget(int64_t job);
+  struct Used {
+    uint64_t ns = 0;
+    // Up to when that is counted, on the steady clock (ms): the driver's samples come a period
+    // at a time, so a rate over the time between two reads would be off by up to a period
+    // (a 0.25 / 0.75 pair read 0.268 / 0.798).
+    int64_t until_ms = 0;
+  };
   // GPU time (ns) job `job` was measured to use on GPU `gpu` since it was tracked (since this
   // service adopted it, after a restart); nullopt when it is not measured: no meter, not
-  // tracked, its cgroup not found yet (or none), or a GPU without per-process samples.
-  std::optional<uint64_t> UsedNs(int64_t job, int gpu) const;
+  // tracked, its cgroup not found yet (or none), a GPU without per-process samples, or none
+  // counted yet.
+  std::optional<Used> UsedNs(int64_t job, int gpu) const;
 
  private:
   void Run();
@@ -63,6 +71,7 @@ class JobGpuTime {
   bool stopping_ = false;
   std::map<int64_t, Tracked> jobs_;
   std::set<int> unmeasured_gpus_;
+  std::map<int, int64_t> counted_until_ms_;  // by GPU index, steady clock
   std::map<pid_t, Owner> owners_;  // only the polling thread uses it
   std::thread thread_;
 };

@@ -354,14 +354,17 @@ std::vector<GpuStatus> Service::Gpus() {
     for (WorkloadStatus& w : g.workloads) {
       w.memory_used = runner_.MemoryInUse(WorkloadName(w.job), g.gpu.uuid);
       g.used_memory += w.memory_used;
-      const std::optional<uint64_t> measured = gpu_time_.UsedNs(w.job, g.gpu.index);
+      const std::optional<JobGpuTime::Used> measured = gpu_time_.UsedNs(w.job, g.gpu.index);
       std::optional<uint64_t> charged;
       if (w.compute) charged = runner_.ComputeTimeUsed(WorkloadName(w.job), g.gpu.uuid);
-      if (measured) w.gpu_seconds = *measured / 1e9;
+      if (measured) w.gpu_seconds = measured->ns / 1e9;
       if (charged) w.charged_seconds = *charged / 1e9;
-      const std::optional<uint64_t> ns = measured ? measured : charged;
-      if (!ns) continue;
-      w.measured_share = compute_samples_.Share(w.job, g.gpu.index, *ns, now_ms);
+      if (!measured && !charged) continue;
+      w.measured_share =
+          measured ? compute_samples_.Share(w.job, g.gpu.index, measured->ns, measured->until_ms,
+                                            ComputeSamples::Source::kMeasured)
+                   : compute_samples_.Share(w.job, g.gpu.index, *charged, now_ms,
+                                            ComputeSamples::Source::kCharged);
       if (w.measured_share) g.compute_in_use = g.compute_in_use.value_or(0) + *w.measured_share;
       live.insert(w.job);
     }

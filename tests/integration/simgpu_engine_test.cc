@@ -444,6 +444,7 @@ TEST_F(SimGpuEngineTest, TheGpuTimeMeterAddsUpEachProcesssSamples) {
     ASSERT_TRUE(meter.ok()) << meter.status();
     SleepMs(350);
     (*meter)->Poll();  // what came before the window
+    const unsigned long long counted_from = (*meter)->CountedUntilUs().at(0).second;
     const std::uint64_t a_before = ProcessNs(a.pid()), b_before = ProcessNs(b.pid());
     std::map<pid_t, std::uint64_t> measured;
     for (int i = 0; i < 30; ++i) {
@@ -464,6 +465,11 @@ TEST_F(SimGpuEngineTest, TheGpuTimeMeterAddsUpEachProcesssSamples) {
     EXPECT_NEAR(truth_b, got_b, slack);
     EXPECT_GT(got_a, 0.3);
     EXPECT_EQ(measured.size(), 2u) << "no one else used the GPU";
+    // The counts come a period at a time; over the time they are counted for (not the time
+    // between the polls) the two saturating processes used the whole GPU.
+    const double counted_s = ((*meter)->CountedUntilUs().at(0).second - counted_from) / 1e6;
+    std::printf("counted over %.3f s: %.4f of the GPU\n", counted_s, (got_a + got_b) / counted_s);
+    EXPECT_NEAR((got_a + got_b) / counted_s, 1.0, 0.02);
     a.Send('Q');
     b.Send('Q');
     EXPECT_EQ(0, a.Wait());
