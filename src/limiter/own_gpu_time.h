@@ -9,9 +9,10 @@
 // period passed in which it did not use the GPU. A poll more than a period after the last one
 // may have missed samples, and only starts counting again (kBaseline): replacing a workload's
 // estimates with it, a process alone on the GPU for 2 s (no polls: its launches take the fast
-// path) was charged 0.9 s for those 2 s, and its neighbour got 0.40 instead of 0.5 after. Where the driver
-// has no per-process samples (MIG), or shows the process under another pid (a container's pid
-// namespace on a real GPU), nothing is measured and the arbiter's own charges stand.
+// path) was charged 0.9 s for those 2 s, and its neighbour got 0.40 instead of 0.5 after. Where
+// the driver has no per-process samples (MIG), or shows the process under another pid (a
+// container's pid namespace on a real GPU), nothing is measured and the arbiter's own charges
+// stand.
 //
 // Heap-free; a poll is a few NVML calls, made at most every kPollNs, never under the arbiter's
 // lock.
