@@ -35,7 +35,7 @@ GpuTimeSource::Measured OwnGpuTime::Take(uint64_t now_ns, uint64_t* ns) {
     // process's GPU time since. Later (the process went without turns, alone on the GPU, or was
     // stopped), periods may have gone (the driver keeps a few; the simulator, one): it only
     // starts counting again.
-    const bool timely = last_poll_ns_ != 0 && now_ns - last_poll_ns_ <= period_us_ * 1000;
+    const bool timely = last_poll_ns_ != 0 && now_ns - last_poll_ns_ <= Period() * 1000;
     last_poll_ns_ = now_ns;
     unsigned int count = kSamples;
     const abi::nvmlReturn_t rc =
@@ -51,10 +51,13 @@ GpuTimeSource::Measured OwnGpuTime::Take(uint64_t now_ns, uint64_t* ns) {
         const abi::nvmlProcessUtilizationSample_t& s = samples_[i];
         last_seen_us_ = std::max(last_seen_us_, s.timeStamp);
         if (s.pid != self || s.timeStamp <= own_last_us_) continue;
-        unsigned long long cover_us = period_us_;
         if (own_last_us_ != 0) {
-          period_us_ = std::min(period_us_, s.timeStamp - own_last_us_);
-          cover_us = std::min(s.timeStamp - std::max(since_us, own_last_us_), period_us_);
+          const unsigned long long gap = s.timeStamp - own_last_us_;
+          period_us_ = period_us_ == 0 ? gap : std::min(period_us_, gap);
+        }
+        unsigned long long cover_us = Period();
+        if (own_last_us_ != 0) {
+          cover_us = std::min(s.timeStamp - std::max(since_us, own_last_us_), cover_us);
         }
         own_last_us_ = s.timeStamp;
         total += uint64_t{std::min(s.smUtil, 100u)} * cover_us * 10;  // percent of µs, in ns

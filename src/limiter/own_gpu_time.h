@@ -5,7 +5,7 @@
 // Each sample is a percent of the period it covers: since this process's previous sample, or
 // since the newest sample of the previous poll if later, at most one sample period (the least gap
 // seen between two samples of this process; 1/6 s, the shortest NVML documents, until one is
-// seen). A poll that finds samples of any process but none of this one measured 0 for it: a
+// seen: a product that samples every second is learned from its gaps, not held to 1/6 s). A poll that finds samples of any process but none of this one measured 0 for it: a
 // period passed in which it did not use the GPU. A poll more than a period after the last one
 // may have missed samples, and only starts counting again (kBaseline): replacing a workload's
 // estimates with it, a process alone on the GPU for 2 s (no polls: its launches take the fast
@@ -51,7 +51,10 @@ class OwnGpuTime final : public GpuTimeSource {
   uint64_t last_poll_ns_ = 0;
   unsigned long long last_seen_us_ = 0;  // newest sample of any process so far
   unsigned long long own_last_us_ = 0;   // this process's newest sample; 0: none yet
-  unsigned long long period_us_ = 1'000'000 / 6;
+  // The driver's sample period: the least gap seen between two samples of this process (NVML
+  // documents 1/6 s to 1 s by product); 0 until one is seen, when the shortest is assumed.
+  unsigned long long period_us_ = 0;
+  unsigned long long Period() const { return period_us_ != 0 ? period_us_ : 1'000'000 / 6; }
   abi::nvmlProcessUtilizationSample_t samples_[kSamples] = {};
 };
 
