@@ -357,6 +357,12 @@ void ComputeArbiter::Measure() {
     case Measured::kNothing:
       break;
   }
+  // Going without turns, it takes the GPU's equal split uncharged (as its turns are): what it
+  // used meanwhile is not charged when it comes back, counting starts again.
+  if (unapplied_ != Measured::kNothing && bypass_until_ns_.load(std::memory_order_relaxed) > now) {
+    unapplied_ = Measured::kBaseline;
+    unapplied_ns_ = 0;
+  }
   // Never waits on the arbiter's lock (a stuck or hostile process may hold it): a measure that
   // cannot be charged now is charged with the next.
   if (unapplied_ != Measured::kNothing && bypass_until_ns_.load(std::memory_order_relaxed) <= now &&
@@ -520,7 +526,9 @@ bool ComputeArbiter::Release(uint64_t work_end_ns) {
   // Taken from it while it drained: whoever took it charged it up to then.
   bool kept = false;
   const uint64_t now = MonotonicNs();
-  const uint64_t seen = drain_seq_.exchange(kNoSeq, std::memory_order_relaxed);
+  // (Read, not taken: two of its threads may have found the turn over; the second to come here
+  // finds the turn the first began, and keeps it.)
+  const uint64_t seen = drain_seq_.load(std::memory_order_relaxed);
   if (Taken(seg_->holder.load(std::memory_order_relaxed)) && seen != kNoSeq &&
       seen != seg_->seq.load(std::memory_order_relaxed)) {
     kept = true;  // Another of its processes handed the turn on while it drained, and got it back.

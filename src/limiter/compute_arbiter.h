@@ -315,8 +315,7 @@ class ComputeArbiter {
   uint64_t token_ = 0;  // (slot + 1) << 32 | pid
   bool limited_ = false;
   std::atomic<uint64_t> bypass_until_ns_{0};
-  // The hand-over count when this process found its workload's turn over (kNoSeq: none since it
-  // last released one).
+  // The hand-over count when this process last found its workload's turn over (kNoSeq: never).
   static constexpr uint64_t kNoSeq = UINT64_MAX;
   std::atomic<uint64_t> drain_seq_{kNoSeq};
   // The work end this process last published (Queued).

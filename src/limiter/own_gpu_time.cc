@@ -1,6 +1,7 @@
 // Adding up this process's NVML utilisation samples (see own_gpu_time.h).
 #include "limiter/own_gpu_time.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,7 +42,16 @@ GpuTimeSource::Measured OwnGpuTime::Take(uint64_t now_ns, uint64_t* ns) {
     const abi::nvmlReturn_t rc =
         Real_nvmlDeviceGetProcessUtilization()(device_, samples_, &count, last_seen_us_);
     // More processes than fit: the newest sample of this process may be among those left out,
-    // and the next poll finds it.
+    // and the next poll finds it. More samples than fit (the driver's history, on a first poll):
+    // the next asks only for the last period's, and starts counting again.
+    if (rc == abi::NVML_ERROR_INSUFFICIENT_SIZE) {
+      timespec real;
+      clock_gettime(CLOCK_REALTIME, &real);
+      const auto real_us = static_cast<unsigned long long>(real.tv_sec) * 1'000'000 +
+                           static_cast<unsigned long long>(real.tv_nsec) / 1000;
+      last_seen_us_ = std::max(last_seen_us_, real_us - Period());
+      last_poll_ns_ = 0;
+    }
     if (rc == abi::NVML_SUCCESS && count > 0) {
       const bool shown_before = own_last_us_ != 0;
       const unsigned long long since_us = last_seen_us_;
