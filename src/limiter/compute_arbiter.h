@@ -161,6 +161,8 @@ class GpuTimeSource {
     kTime,      // `ns`: the GPU time since the last measure
   };
   virtual Measured Take(uint64_t now_ns, uint64_t* ns) = 0;
+  // When Take may next measure (a load; 0: any time).
+  virtual uint64_t NextPollNs() const = 0;
 
  protected:
   ~GpuTimeSource() = default;
@@ -247,6 +249,7 @@ class ComputeArbiter {
     pthread_mutex_init(&measure_lock_, nullptr);
     unapplied_ = GpuTimeSource::Measured::kNothing;
     unapplied_ns_ = 0;
+    has_unapplied_.store(false, std::memory_order_relaxed);
     window_start_ns_ = window_waited_ns_ = window_held_ns_ = acquired_at_ns_ = 0;
     drain_seq_.store(kNoSeq, std::memory_order_relaxed);
     published_ns_.store(0, std::memory_order_relaxed);
@@ -306,6 +309,7 @@ class ComputeArbiter {
   pthread_mutex_t measure_lock_ = PTHREAD_MUTEX_INITIALIZER;
   GpuTimeSource::Measured unapplied_ = GpuTimeSource::Measured::kNothing;
   uint64_t unapplied_ns_ = 0;
+  std::atomic<bool> has_unapplied_{false};  // unapplied_ is not kNothing, read without the lock
   // Under the lock: adds what `slot`'s bucket filled since it was last filled.
   void Refill(int slot, uint64_t now);
   bool Eligible(int slot, uint64_t now);

@@ -39,6 +39,9 @@ class OwnGpuTime final : public GpuTimeSource {
   // GPU time measured since the last Take that measured, when a poll is due and its samples show
   // a period passed; false otherwise (and while another thread polls).
   Measured Take(uint64_t now_ns, uint64_t* ns) override;
+  uint64_t NextPollNs() const override {
+    return open_ ? next_poll_ns_.load(std::memory_order_relaxed) : UINT64_MAX;
+  }
   // In a forked child: its own pid's samples, from its first.
   void ForkedChild();
 

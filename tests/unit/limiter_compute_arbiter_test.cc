@@ -274,6 +274,7 @@ TEST_F(ComputeArbiterSlotsTest, AMeasureReplacesWhatTheTurnsEstimated) {
   struct Scripted final : GpuTimeSource {
     uint64_t next = 0;
     Measured due = Measured::kNothing;
+    uint64_t NextPollNs() const override { return 0; }
     Measured Take(uint64_t, uint64_t* ns) override {
       const Measured now = due;
       due = Measured::kNothing;
