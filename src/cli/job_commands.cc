@@ -232,6 +232,32 @@ Status PrintJobs(FILE* out, const json& jobs) {
   return OkStatus();
 }
 
+// One workload line of `status`: its share, memory, what it got of the GPU's time lately, and
+// whether it is over its share or held for it.
+void PrintWorkload(FILE* out, const json& w) {
+  // Under MPS a job's compute is its share of the SMs.
+  const std::string compute =
+      w.contains("mps_thread_percentage")
+          ? "sm " + std::to_string(Int(w, "mps_thread_percentage")) + "%"
+          : "compute " + ComputeText(Num(w, "share"), OptionalNum(w, "compute_limit"));
+  // And what it got of the GPU's time lately, as measured (measured_share).
+  std::string used = FormatSize(Int(w, "memory_used"));
+  if (std::optional<double> got = OptionalNum(w, "measured_share")) {
+    used.resize(std::max<size_t>(used.size(), 10), ' ');
+    used += " got " + Share(*got);
+  }
+  // Over its share, as the service judged what the driver measured; and held for it.
+  if (w.contains("over_share") && w["over_share"].is_string()) {
+    used += " OVER its " + Str(w, "over_share");
+  }
+  if (std::optional<double> held = OptionalNum(w, "compute_held"); held && *held > 0) {
+    used += " held " + std::to_string(static_cast<int>(*held * 100 + 0.5)) + "%";
+  }
+  std::fprintf(out, "     job %-6lld %-10s %-18s memory %-10s used %s\n",
+               static_cast<long long>(Int(w, "job")), Cell(Str(w, "user"), 10).c_str(),
+               compute.c_str(), FormatSize(Int(w, "memory_limit")).c_str(), used.c_str());
+}
+
 void PrintStatus(FILE* out, const json& status) {
   // A GPU's share is of its time: allocated_share is the sum of its jobs' compute requests.
   std::fprintf(out, "%-4s %-18s %-40s %10s %10s %10s %13s %12s\n", "GPU", "MODEL", "UUID", "MEMORY",
@@ -246,22 +272,7 @@ void PrintStatus(FILE* out, const json& status) {
                  FormatSize(Int(g, "allocated_memory")).c_str(),
                  FormatSize(Int(g, "used_memory")).c_str(),
                  Share(Num(g, "allocated_share")).c_str(), Share(Num(g, "free_share")).c_str());
-    for (const json& w : g["workloads"]) {
-      // Under MPS a job's compute is its share of the SMs.
-      const std::string compute =
-          w.contains("mps_thread_percentage")
-              ? "sm " + std::to_string(Int(w, "mps_thread_percentage")) + "%"
-              : "compute " + ComputeText(Num(w, "share"), OptionalNum(w, "compute_limit"));
-      // And what it got of the GPU's time lately, as measured (measured_share).
-      std::string used = FormatSize(Int(w, "memory_used"));
-      if (std::optional<double> got = OptionalNum(w, "measured_share")) {
-        used.resize(std::max<size_t>(used.size(), 10), ' ');
-        used += " got " + Share(*got);
-      }
-      std::fprintf(out, "     job %-6lld %-10s %-18s memory %-10s used %s\n",
-                   static_cast<long long>(Int(w, "job")), Cell(Str(w, "user"), 10).c_str(),
-                   compute.c_str(), FormatSize(Int(w, "memory_limit")).c_str(), used.c_str());
-    }
+    for (const json& w : g["workloads"]) PrintWorkload(out, w);
     if (g.contains("reserved_for") && g["reserved_for"].is_number()) {
       std::fprintf(out, "     reserved for pending job %lld\n",
                    static_cast<long long>(g["reserved_for"].get<int64_t>()));

@@ -20,8 +20,9 @@ namespace {
 
 constexpr char kParent[] = "gpufrac";
 
-// The mount point of the v1 hierarchy holding the devices controller, or of cgroup v2.
-std::string MountPoint(WorkloadCgroup::Kind kind) {
+// The mount point of the v1 hierarchy holding `controller`, or of cgroup v2 where `controller`
+// is empty.
+std::string MountPoint(const std::string& controller) {
   std::ifstream in("/proc/self/mountinfo");
   for (std::string line; std::getline(in, line);) {
     // ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTIONS
@@ -33,13 +34,17 @@ std::string MountPoint(WorkloadCgroup::Kind kind) {
     std::istringstream tail(line.substr(dash + 3));
     std::string type, source, options;
     tail >> type >> source >> options;
-    if (kind == WorkloadCgroup::Kind::kUnifiedV2 && type == "cgroup2") return point;
-    if (kind == WorkloadCgroup::Kind::kDevicesV1 && type == "cgroup" &&
-        ("," + options + ",").find(",devices,") != std::string::npos) {
+    if (controller.empty() && type == "cgroup2") return point;
+    if (!controller.empty() && type == "cgroup" &&
+        ("," + options + ",").find("," + controller + ",") != std::string::npos) {
       return point;
     }
   }
   return "";
+}
+
+std::string MountPoint(WorkloadCgroup::Kind kind) {
+  return MountPoint(kind == WorkloadCgroup::Kind::kDevicesV1 ? "devices" : "");
 }
 
 Status WriteText(const std::string& path, const std::string& text) {
@@ -50,6 +55,19 @@ Status WriteText(const std::string& path, const std::string& text) {
     return ErrnoStatus("cannot write '" + text + "' to " + path, n < 0 ? errno : EIO);
   }
   return OkStatus();
+}
+
+// Where a cgroup in the v1 devices hierarchy is frozen: its namesake in the v1 freezer
+// hierarchy ("" where none is mounted). A cgroup v2 freezes itself (cgroup.freeze).
+std::string FreezerTwin(const std::string& dir) {
+  const std::string mount = MountPoint("freezer");
+  if (mount.empty()) return "";
+  return mount + "/" + kParent + "/" + dir.substr(dir.rfind('/') + 1);
+}
+
+bool IsUnified(const std::string& dir) {
+  struct stat st;
+  return stat((dir + "/cgroup.freeze").c_str(), &st) == 0;
 }
 
 bool ValidName(const std::string& name) {
@@ -152,6 +170,19 @@ StatusOr<WorkloadCgroup> WorkloadCgroup::Create(Kind kind, const std::string& na
     denying = fd.valid() ? AttachDeviceProgram(fd.get(), denied)
                          : ErrnoStatus("cannot open the cgroup " + cgroup.dir_, errno);
   }
+  if (denying.ok() && kind == Kind::kDevicesV1) {
+    if (const std::string twin = FreezerTwin(cgroup.dir_); !twin.empty()) {
+      const std::string twin_parent = twin.substr(0, twin.rfind('/'));
+      if (mkdir(twin_parent.c_str(), 0755) != 0 && errno != EEXIST) {
+        denying = ErrnoStatus("cannot create the cgroup " + twin_parent, errno);
+      } else {
+        rmdir(twin.c_str());
+        if (mkdir(twin.c_str(), 0755) != 0) {
+          denying = ErrnoStatus("cannot create the cgroup " + twin, errno);
+        }
+      }
+    }
+  }
   if (!denying.ok()) {
     rmdir(cgroup.dir_.c_str());
     return denying;
@@ -173,8 +204,27 @@ std::optional<WorkloadCgroup> WorkloadCgroup::Find(const std::string& name) {
 
 WorkloadCgroup WorkloadCgroup::At(std::string dir) { return WorkloadCgroup(std::move(dir)); }
 
+std::vector<std::string> WorkloadCgroup::ProcsFiles() const {
+  std::vector<std::string> files = {dir_ + "/cgroup.procs"};
+  if (IsUnified(dir_)) return files;
+  const std::string twin = FreezerTwin(dir_);
+  struct stat st;
+  if (!twin.empty() && stat(twin.c_str(), &st) == 0) files.push_back(twin + "/cgroup.procs");
+  return files;
+}
+
 Status WorkloadCgroup::Join(pid_t pid) const {
-  return WriteText(dir_ + "/cgroup.procs", std::to_string(pid));
+  for (const std::string& procs : ProcsFiles()) {
+    GPUFRAC_RETURN_IF_ERROR(WriteText(procs, std::to_string(pid)));
+  }
+  return OkStatus();
+}
+
+Status WorkloadCgroup::Freeze(bool frozen) const {
+  if (IsUnified(dir_)) return WriteText(dir_ + "/cgroup.freeze", frozen ? "1" : "0");
+  const std::string twin = FreezerTwin(dir_);
+  if (twin.empty()) return UnavailableError("no cgroup v1 freezer controller is mounted");
+  return WriteText(twin + "/freezer.state", frozen ? "FROZEN" : "THAWED");
 }
 
 std::vector<pid_t> WorkloadCgroup::Members() const {
@@ -185,7 +235,9 @@ std::vector<pid_t> WorkloadCgroup::Members() const {
 }
 
 bool WorkloadCgroup::KillAll(std::chrono::milliseconds wait) const {
-  // cgroup v2 kills them all at once, forks in flight included; v1 is emptied by rounds.
+  // cgroup v2 kills them all at once, forks in flight included; v1 is emptied by rounds, thawed
+  // first (a frozen v1 task does not act on SIGKILL until it is thawed).
+  (void)Freeze(false);
   (void)WriteText(dir_ + "/cgroup.kill", "1");
   auto deadline = std::chrono::steady_clock::now() + wait;
   for (;;) {
@@ -201,8 +253,16 @@ bool WorkloadCgroup::Remove() const {
   // A killed process leaves cgroup.procs before the kernel has finished its exit, and until then
   // the directory is busy: a short wait for that, never for a process that is still a member.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  const std::string twin = IsUnified(dir_) ? "" : FreezerTwin(dir_);
   for (;;) {
-    if (rmdir(dir_.c_str()) == 0 || errno == ENOENT) return true;
+    if (rmdir(dir_.c_str()) == 0 || errno == ENOENT) {
+      // Its twin empties with it: the same processes, whose exits the kernel has finished.
+      while (!twin.empty() && rmdir(twin.c_str()) != 0 && errno == EBUSY &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      return true;
+    }
     if (errno != EBUSY || !Members().empty() || std::chrono::steady_clock::now() >= deadline) {
       return false;
     }

@@ -54,6 +54,15 @@ class WorkloadCgroup {
   // Moves process `pid` into it (the job's supervisor does this to the job's process before it
   // drops privileges, so that everything the job starts is born inside).
   Status Join(pid_t pid) const;
+  // The files Join writes the pid to (its own cgroup.procs, and its freezer twin's in v1), for a
+  // process that joins after fork, where it may not allocate.
+  std::vector<std::string> ProcsFiles() const;
+
+  // Stops (true) or resumes (false) every process in it, as cgroup v2's cgroup.freeze does (in
+  // v1, through its namesake in the freezer hierarchy, which Create makes and Join joins).
+  // A frozen process cannot run, or undo the freezing by any signal; work it queued on a GPU
+  // before it was frozen still runs.
+  Status Freeze(bool frozen) const;
 
   // The processes in it now.
   std::vector<pid_t> Members() const;

@@ -377,7 +377,11 @@ class Api {
              {"memory_used", w.memory_used},
              {"gpu_seconds", OrNull(w.gpu_seconds)},
              {"charged_seconds", OrNull(w.charged_seconds)},
-             {"measured_share", OrNull(w.measured_share)}});
+             {"measured_share", OrNull(w.measured_share)},
+             {"over_share", w.over_share == ComputeGuard::Over::kNo
+                                ? json(nullptr)
+                                : json(OverName(w.over_share))},
+             {"compute_held", w.held}});
         // Under MPS, its share of the SMs (its compute limit) and its pinned-memory limit.
         if (w.mps_thread_percentage) {
           workloads.back()["mps_thread_percentage"] = *w.mps_thread_percentage;

@@ -9,6 +9,7 @@
 
 #include "common/compute_share.h"
 #include "machine/node_gpu.h"
+#include "node/compute_guard.h"
 
 namespace gpufrac::node {
 
@@ -32,6 +33,10 @@ struct WorkloadStatus {
   // measured (of what the arbiter charged where the driver gives nothing); nullopt until two
   // samples a second apart exist, or when neither is known.
   std::optional<double> measured_share;
+  // Whether it took more than its share in the last windows (node/compute_guard.h), and the
+  // part of the time the service holds it frozen for that; kNo and 0 until judged.
+  ComputeGuard::Over over_share = ComputeGuard::Over::kNo;
+  double held = 0;
 };
 
 struct GpuStatus {

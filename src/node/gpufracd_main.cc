@@ -66,6 +66,7 @@ struct Flags {
   double starvation_seconds = 600;
   int kill_grace_seconds = 10;
   std::string compute_policy = "fair";
+  bool compute_enforce = false;
   bool verbose = false;
 };
 
@@ -188,6 +189,7 @@ Status ConfigureService(const Flags& f, ServiceConfig* config) {
     return InvalidArgumentError("--gpu-compute-policy " + f.compute_policy +
                                 ": expected fair, strict or off");
   }
+  config->compute_enforce = f.compute_enforce;
   config->max_pending_per_user = f.max_pending_per_user;
   for (auto [text, flag, out] :
        {std::tuple{&f.max_pending_bytes_per_user, "--max-pending-bytes-per-user",
@@ -357,6 +359,11 @@ int main(int argc, char** argv) {
                  "How a shared GPU's time is divided: fair (a job may use idle time up to its "
                  "--gpu-compute-limit, default 1), strict (the limit defaults to its request) or "
                  "off (the GPU's own equal time-slicing); queues may override it (default fair)");
+  app.add_flag("--gpu-compute-enforce", f.compute_enforce,
+               "Hold a job whose processes take more of a shared GPU's time than its share (as "
+               "the driver measures it: one that removed the limiter, for example) by freezing "
+               "its cgroup part of the time; without it such jobs are only flagged in status, "
+               "metrics and the log");
   app.add_option("--sim", f.sim,
                  "Simulated GPUs instead of this machine's, e.g. 2xH100-80GB,1xA30-24GB");
   app.add_option("--admin-group", f.admin_group, "Members see and cancel every user's jobs");

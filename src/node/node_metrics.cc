@@ -18,7 +18,9 @@ constexpr const char* kSnapshotGauges[] = {"gpufrac_gpu_memory_bytes",
                                            "gpufrac_workload_memory_used_bytes",
                                            "gpufrac_workload_compute_share",
                                            "gpufrac_workload_compute_limit",
-                                           "gpufrac_workload_compute_used_share"};
+                                           "gpufrac_workload_compute_used_share",
+                                           "gpufrac_workload_over_share",
+                                           "gpufrac_workload_compute_held_ratio"};
 
 }  // namespace
 
@@ -50,6 +52,13 @@ NodeMetrics::NodeMetrics() {
   metrics_.Declare("gpufrac_workload_compute_used_share", "gauge",
                    "Share of each shared GPU's time each running job used over the last "
                    "interval (at least a second), as the driver measured it");
+  metrics_.Declare("gpufrac_workload_over_share", "gauge",
+                   "1 while an arbitrated job takes more of a shared GPU's time than its share "
+                   "(over its limit, or over its request while a neighbour is starved), as the "
+                   "driver measured it");
+  metrics_.Declare("gpufrac_workload_compute_held_ratio", "gauge",
+                   "Part of the time the service holds an arbitrated job frozen for taking more "
+                   "than its share (--gpu-compute-enforce)");
   metrics_.Declare("gpufrac_queue_pending_jobs", "gauge", "Jobs waiting in each queue");
   metrics_.Declare("gpufrac_queue_running_jobs", "gauge", "Running jobs of each queue");
   metrics_.Declare("gpufrac_jobs_submitted_total", "counter", "Jobs accepted");
@@ -104,6 +113,9 @@ std::string NodeMetrics::Render(const std::vector<GpuStatus>& gpus,
         metrics_.Set("gpufrac_workload_compute_used_share", job, *w.measured_share);
       if (!w.compute) continue;
       metrics_.Set("gpufrac_workload_compute_limit", job, w.compute->limit_milli / 1000.0);
+      metrics_.Set("gpufrac_workload_over_share", job,
+                   w.over_share == ComputeGuard::Over::kNo ? 0.0 : 1.0);
+      metrics_.Set("gpufrac_workload_compute_held_ratio", job, w.held);
     }
   }
   for (const QueueScheduler::QueueView& q : queues) {

@@ -45,6 +45,15 @@ std::string UserName(uid_t uid) {
   return std::to_string(uid);
 }
 
+// The compute pair of each GPU a job's time is arbitrated on, by GPU index.
+std::map<int, ComputePair> ArbitratedCompute(const std::vector<GpuGrant>& grants) {
+  std::map<int, ComputePair> pairs;
+  for (const GpuGrant& grant : grants) {
+    if (grant.compute) pairs[grant.index] = *grant.compute;
+  }
+  return pairs;
+}
+
 std::vector<std::string> Uuids(const Job& job) {
   std::vector<std::string> uuids;
   for (const GpuGrant& g : job.gpus) uuids.push_back(g.uuid);
@@ -91,7 +100,15 @@ Service::Service(ServiceConfig config, std::unique_ptr<Store> store, launch::Bud
               kicked_ = true;
               wake_.notify_one();
             }}),
-      gpu_time_(OpenGpuTimeMeter(config_.inventory)) {
+      gpu_time_(OpenGpuTimeMeter(config_.inventory)),
+      compute_watch_(gpu_time_, config_.compute_enforce,
+                     [](bool warning, const std::string& line) {
+                       if (warning) {
+                         LogWarning("%s", line.c_str());
+                       } else {
+                         LogInfo("%s", line.c_str());
+                       }
+                     }) {
   instance_ = ServiceInstanceName(config_.state_dir);
 }
 
@@ -163,6 +180,7 @@ Status Service::Recover() {
       // by CheckRunning below with the outcome its shim recorded, which frees them once.
       active_[job.id] = job;
       gpu_time_.Track(job.id, WorkloadName(job.id));  // from now on
+      compute_watch_.Track(job.id, WorkloadName(job.id), ArbitratedCompute(job.gpus));
       AddRunningToLane(job, queue.value_or(0));
       mps_.Keep(job.id, job.gpus, config_.inventory.gpus);
       if (proc::IsRunning(job.shim))
@@ -366,6 +384,10 @@ std::vector<GpuStatus> Service::Gpus() {
                    : compute_samples_.Share(w.job, g.gpu.index, *charged, now_ms,
                                             ComputeSamples::Source::kCharged);
       if (w.measured_share) g.compute_in_use = g.compute_in_use.value_or(0) + *w.measured_share;
+      if (std::optional<ComputeGuard::Verdict> v = compute_watch_.Of(w.job, g.gpu.index)) {
+        w.over_share = v->over;
+        w.held = v->held;
+      }
       live.insert(w.job);
     }
   }
@@ -559,6 +581,7 @@ void Service::LaunchPrepared(Job& job, const StatusOr<std::map<int, std::string>
   }
   job = running;
   gpu_time_.Track(job.id, WorkloadName(job.id));
+  compute_watch_.Track(job.id, WorkloadName(job.id), ArbitratedCompute(job.gpus));
   if (Status s = runner_.Release(*shim); !s.ok()) {
     LogStoreFailure(job.id, s);
   }
@@ -571,6 +594,7 @@ void Service::LaunchPrepared(Job& job, const StatusOr<std::map<int, std::string>
 StatusOr<Job> Service::Finish(Job& job, JobState state, const std::string& reason, int exit_code,
                               int signal) {
   bool held = job.state == JobState::kRunning || job.state == JobState::kStarting;
+  compute_watch_.Forget(job.id);  // thawed and let go before it is cleaned up
   // Cleaning up a job that has ended is harmless even if the record below fails.
   if (held) runner_.Cleanup(JobDir(job.id), WorkloadName(job.id), Uuids(job));
   Job final_job = job;
@@ -603,6 +627,7 @@ void Service::ReturnToQueue(Job& job) {
                  "queue " + job.spec.queue + " no longer exists in the queue file", -1, 0);
     return;
   }
+  compute_watch_.Forget(job.id);
   runner_.Cleanup(JobDir(job.id), WorkloadName(job.id), Uuids(job));
   gpu_time_.Forget(job.id);
   std::error_code ec;

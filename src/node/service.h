@@ -22,6 +22,7 @@
 #include "common/status.h"
 #include "machine/node_gpus.h"
 #include "node/compute_samples.h"
+#include "node/compute_watch.h"
 #include "node/gpu_status.h"
 #include "node/job.h"
 #include "node/job_gpu_time.h"
@@ -46,6 +47,9 @@ struct ServiceConfig {
   int kill_grace_seconds = 10;   // Cancel: SIGTERM, then SIGKILL after this long.
   // How shared GPUs' time is divided, for queues that do not say (common/compute_share.h).
   ComputePolicy compute_policy = ComputePolicy::kFair;
+  // Hold a job whose processes take more of a GPU's time than its share (as the driver measured
+  // it) by freezing its cgroup part of the time (node/compute_watch.h); else only flag it.
+  bool compute_enforce = false;
   // Bytes of output one job's logs keep (stdout and stderr together); the rest is dropped.
   uint64_t max_log_bytes = kDefaultMaxLogBytes;
   // What one user may have waiting, so that no user can fill the disk or the queues for others
@@ -184,6 +188,7 @@ class Service {
   NodeMetrics metrics_;
   ComputeSamples compute_samples_;  // measured compute shares (status, metrics)
   JobGpuTime gpu_time_;             // what the driver measured of each job (status, metrics)
+  ComputeWatch compute_watch_;      // who is over its share, by gpu_time_; holds them if enforcing
   std::thread loop_;
 };
 

@@ -202,7 +202,7 @@ struct JobExec {
   int report = -1;                  // where the child writes the errno of a failed start
   bool root = false;
   std::string user;  // the job's user's name (as root), for its supplementary groups
-  std::string cgroup_procs;
+  std::vector<std::string> cgroup_procs;  // the files that join its cgroup
   std::vector<char*> argv, envp;
 };
 
@@ -215,10 +215,10 @@ struct JobExec {
 [[noreturn]] void BecomeJob(JobExec& x) {
   const ShimSpec& spec = *x.spec;
   // Into its cgroup first, while still root: everything it starts is born there.
-  if (!x.cgroup_procs.empty()) {
+  for (const std::string& procs : x.cgroup_procs) {
     char self[24];
     int n = std::snprintf(self, sizeof(self), "%d", static_cast<int>(getpid()));
-    int fd = open(x.cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
+    int fd = open(procs.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0 || write(fd, self, static_cast<size_t>(n)) != n) ReportFailure(x.report, errno);
     close(fd);
   }
@@ -292,7 +292,7 @@ Started StartJob(const ShimSpec& spec, OutputRelay* relay) {
   x.argv.push_back(nullptr);
   for (const std::string& e : spec.env) x.envp.push_back(const_cast<char*>(e.c_str()));
   x.envp.push_back(nullptr);
-  x.cgroup_procs = spec.cgroup.empty() ? "" : spec.cgroup + "/cgroup.procs";
+  if (!spec.cgroup.empty()) x.cgroup_procs = launch::WorkloadCgroup::At(spec.cgroup).ProcsFiles();
 
   pid_t pid = fork();
   if (pid == 0) BecomeJob(x);

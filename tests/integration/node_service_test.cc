@@ -731,6 +731,108 @@ TEST(NodeService, StatusShowsTheGpuTimeTheDriverMeasuredNotWhatWasCharged) {
   d.Cli({"cancel", std::to_string(kept), std::to_string(removed)});
 }
 
+// Two jobs on one GPU, a quarter and three quarters of its time; the quarter removed the limiter,
+// so the GPU time-slices the two in halves. Returns {kept, removed}.
+std::pair<int64_t, int64_t> AQuarterThatRemovedTheLimiter(Daemon& d) {
+  const std::string load = BuildPath("tests/gpu_load");
+  int64_t kept = d.Submit({load, "kernel", "1", "30"}, {{"gpu-fraction", 0.75}}).body["id"];
+  int64_t removed =
+      d.Submit({"env", "-u", "LD_PRELOAD", load, "kernel", "1", "30"}, {{"gpu-fraction", 0.25}})
+          .body["id"];
+  d.WaitFor(kept, "running");
+  d.WaitFor(removed, "running");
+  return {kept, removed};
+}
+
+// GPU 0's workloads in a status read now, by job.
+std::map<int64_t, json> WorkloadsNow(Daemon& d) {
+  const json status = d.Get("/v1/status").body;
+  std::map<int64_t, json> by_job;
+  for (const json& w : status["gpus"][0]["workloads"]) by_job[w["job"].get<int64_t>()] = w;
+  return by_job;
+}
+
+// The service judges shares from what the driver measured: a job that took half the GPU for a
+// quarter, beside a job that got half for three quarters, is flagged within a few seconds in
+// status, the metrics and the service's log; nothing holds it unless the service enforces.
+TEST(NodeService, AJobOverItsComputeShareIsFlaggedFromWhatTheDriverMeasured) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root: a job's processes are found by its cgroup";
+  Daemon d("1xH100-80GB");
+  auto [kept, removed] = AQuarterThatRemovedTheLimiter(d);
+  const auto start = std::chrono::steady_clock::now();
+  std::map<int64_t, json> by_job;
+  while (std::chrono::steady_clock::now() - start < 10s) {
+    by_job = WorkloadsNow(d);
+    if (by_job[removed]["over_share"] == "request") break;
+    std::this_thread::sleep_for(100ms);
+  }
+  const double after_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("flagged %.1f s after both ran; shares %.3f (removed, request 0.25) / %.3f (kept, "
+              "request 0.75)\n",
+              after_s, by_job[removed]["measured_share"].get<double>(),
+              by_job[kept]["measured_share"].get<double>());
+  EXPECT_EQ(by_job[removed]["over_share"], "request") << by_job[removed].dump();
+  EXPECT_LT(after_s, 5.0);
+  EXPECT_TRUE(by_job[kept]["over_share"].is_null()) << by_job[kept].dump();
+  EXPECT_EQ(by_job[removed]["compute_held"], 0.0) << "not enforcing";
+  httplib::Client c(d.socket());
+  c.set_address_family(AF_UNIX);
+  auto res = c.Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_NE(res->body.find("gpufrac_workload_over_share{gpu=\"0\",job=\"" +
+                           std::to_string(removed) + "\",user=\"root\"} 1"),
+            std::string::npos)
+      << res->body;
+  EXPECT_NE(d.Log().find("job " + std::to_string(removed) + " is over its compute request on GPU 0"),
+            std::string::npos)
+      << d.Log();
+  RunResult table = d.Cli({"status"});
+  EXPECT_NE(table.out.find(" OVER its request"), std::string::npos) << table.out;
+  d.Cli({"cancel", std::to_string(kept), std::to_string(removed)});
+}
+
+// With --gpu-compute-enforce the service holds that job from outside its processes (it froze
+// their cgroup part of the time), so that its neighbour keeps at least 90% of its share over
+// 10 s; when the neighbour ends, the job is let go.
+TEST(NodeService, EnforcingHoldsAJobOverItsShareFromOutsideItsProcesses) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root: a job's processes are found by its cgroup";
+  Daemon d("1xH100-80GB", {"--gpu-compute-enforce"});
+  auto [kept, removed] = AQuarterThatRemovedTheLimiter(d);
+  // Ten seconds from the first measure of both.
+  std::map<int64_t, json> first;
+  for (int i = 0; i < 100; ++i) {
+    first = WorkloadsNow(d);
+    if (first[kept]["gpu_seconds"].is_number() && first[removed]["gpu_seconds"].is_number()) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_TRUE(first[removed]["gpu_seconds"].is_number()) << first[removed].dump();
+  std::this_thread::sleep_for(10s);
+  std::map<int64_t, json> last = WorkloadsNow(d);
+  auto used = [&](int64_t job) {
+    return last[job]["gpu_seconds"].get<double>() - first[job]["gpu_seconds"].get<double>();
+  };
+  const double kept_part = used(kept) / (used(kept) + used(removed));
+  std::printf("over 10 s: kept %.2f s, removed %.2f s of GPU time: the kept job's part %.3f "
+              "(request 0.75); the removed one held %.2f of the time\n",
+              used(kept), used(removed), kept_part, last[removed]["compute_held"].get<double>());
+  EXPECT_GE(kept_part, 0.9 * 0.75);
+  EXPECT_GT(last[removed]["compute_held"].get<double>(), 0.2);
+  EXPECT_NE(d.Log().find("holding job " + std::to_string(removed) + " frozen"), std::string::npos)
+      << d.Log();
+  // Its neighbour gone, the GPU's idle time is its again.
+  d.Cli({"cancel", std::to_string(kept)});
+  d.WaitFor(kept, "final");
+  std::map<int64_t, json> alone;
+  for (int i = 0; i < 60; ++i) {
+    alone = WorkloadsNow(d);
+    if (alone[removed]["compute_held"] == 0.0) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(alone[removed]["compute_held"], 0.0) << alone[removed].dump();
+  d.Cli({"cancel", std::to_string(removed)});
+}
+
 // What the job's limiter is told: its share of the GPU's time and the most it may take, by the
 // node's policy, its queue's, or its own limit.
 TEST(NodeService, AJobsLimitFileCarriesItsComputeShare) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -11,11 +12,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cgroup_probe.h"
@@ -394,6 +397,63 @@ TEST(WorkloadCgroupTest, KillsEveryProcessOfTheWorkloadEvenOnesThatLeftItsSessio
   EXPECT_TRUE(cgroup->Members().empty());
   EXPECT_TRUE(cgroup->Remove());
   EXPECT_FALSE(WorkloadCgroup::Find("launch-kill-" + std::to_string(getpid())).has_value());
+}
+
+// What the node service holds a workload over its compute share with: a frozen workload stops
+// (no signal it sends itself resumes it), resumes when thawed, and can still be killed frozen.
+void ExpectFreezeStopsTheWorkload(WorkloadCgroup::Kind kind) {
+  const std::string name = "launch-freeze-" + std::to_string(getpid());
+  StatusOr<WorkloadCgroup> cgroup = WorkloadCgroup::Create(kind, name, {});
+  ASSERT_TRUE(cgroup.ok()) << cgroup.status();
+  auto* counter = static_cast<std::atomic<uint64_t>*>(
+      mmap(nullptr, sizeof(std::atomic<uint64_t>), PROT_READ | PROT_WRITE,
+           MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(counter, MAP_FAILED);
+  counter->store(0);
+  pid_t child = fork();
+  if (child == 0) {
+    if (!cgroup->Join(getpid()).ok()) _exit(3);
+    for (;;) {
+      counter->fetch_add(1);
+      kill(getpid(), SIGCONT);  // what a workload would try
+    }
+  }
+  auto advances = [&] {
+    const uint64_t before = counter->load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return counter->load() - before;
+  };
+  while (counter->load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(cgroup->Freeze(true).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // v1 freezes asynchronously
+  EXPECT_EQ(advances(), 0u);
+  kill(child, SIGCONT);
+  EXPECT_EQ(advances(), 0u);
+  ASSERT_TRUE(cgroup->Freeze(false).ok());
+  EXPECT_GT(advances(), 0u);
+  ASSERT_TRUE(cgroup->Freeze(true).ok());
+  EXPECT_TRUE(cgroup->KillAll(std::chrono::seconds(5)));
+  waitpid(child, nullptr, 0);
+  EXPECT_TRUE(cgroup->Remove());
+  EXPECT_FALSE(WorkloadCgroup::Find(name).has_value());
+  EXPECT_FALSE(fs::exists("/sys/fs/cgroup/freezer/gpufrac/" + name));
+  munmap(counter, sizeof(std::atomic<uint64_t>));
+}
+
+TEST(WorkloadCgroupTest, AFrozenWorkloadStopsUntilThawedV1) {
+  if (geteuid() != 0 || WorkloadCgroup::Available() != WorkloadCgroup::Kind::kDevicesV1 ||
+      !fs::exists("/sys/fs/cgroup/freezer")) {
+    GTEST_SKIP() << "needs root and the cgroup v1 devices and freezer controllers";
+  }
+  ExpectFreezeStopsTheWorkload(WorkloadCgroup::Kind::kDevicesV1);
+}
+
+TEST(WorkloadCgroupTest, AFrozenWorkloadStopsUntilThawedV2) {
+  if (geteuid() != 0 || (!fs::exists("/sys/fs/cgroup/unified/cgroup.procs") &&
+                          !fs::exists("/sys/fs/cgroup/cgroup.controllers"))) {
+    GTEST_SKIP() << "needs root and a cgroup v2 hierarchy";
+  }
+  ExpectFreezeStopsTheWorkload(WorkloadCgroup::Kind::kUnifiedV2);
 }
 
 TEST(BudgetDirTest, OnlyADirectoryOfTheLaunchersOwnIsUsed) {

@@ -1,0 +1,131 @@
+// Judging workloads' measured parts of a GPU's time against their shares (see compute_guard.h).
+#include "node/compute_guard.h"
+
+#include <algorithm>
+
+namespace gpufrac::node {
+namespace {
+
+double Milli(uint32_t milli) { return milli / 1000.0; }
+
+// The part frozen that brings a workload using `used` while held `held` to `target`.
+double HoldFor(double used, double held, double target) {
+  const double unheld = used / (1 - held);
+  if (unheld <= 0) return 0;
+  return std::clamp(1 - target / unheld, 0.0, ComputeGuard::kMostHeld);
+}
+
+}  // namespace
+
+const char* OverName(ComputeGuard::Over over) {
+  switch (over) {
+    case ComputeGuard::Over::kNo:
+      return "no";
+    case ComputeGuard::Over::kLimit:
+      return "limit";
+    case ComputeGuard::Over::kRequest:
+      return "request";
+  }
+  return "no";
+}
+
+void ComputeGuard::Observe(int gpu, int64_t until_ms, const std::vector<Workload>& workloads) {
+  auto [it, first] = gpus_.try_emplace(gpu);
+  Gpu& base = it->second;
+  if (!first && until_ms - base.base_ms >= kWindowMs) {
+    Judge(gpu, until_ms, static_cast<double>(until_ms - base.base_ms), workloads, base);
+  } else if (!first) {
+    // Not a window yet; a workload that arrives now starts from its total now.
+    for (const Workload& w : workloads) base.base_ns.try_emplace(w.job, w.used_ns);
+    return;
+  }
+  base.base_ms = until_ms;
+  base.base_ns.clear();
+  for (const Workload& w : workloads) base.base_ns[w.job] = w.used_ns;
+}
+
+void ComputeGuard::Judge(int gpu, int64_t until_ms, double window_ms,
+                         const std::vector<Workload>& workloads, const Gpu& base) {
+  struct Part {
+    const Workload* w;
+    double used;
+  };
+  std::vector<Part> parts;
+  double busy = 0;
+  for (const Workload& w : workloads) {
+    auto b = base.base_ns.find(w.job);
+    if (b == base.base_ns.end()) continue;  // new in this window: judged from the next
+    const double used = w.used_ns >= b->second ? (w.used_ns - b->second) / 1e6 / window_ms : 0;
+    parts.push_back({&w, used});
+    busy += used;
+  }
+  double shortfall = 0;
+  for (const Part& p : parts) {
+    Judged& j = judged_[{p.w->job, gpu}];
+    if (busy < kBusy) {
+      j.satisfied_ms = until_ms;  // it could have had more, and took this
+      j.satisfied_used = p.used;
+    }
+    const double request = Milli(p.w->compute.request_milli);
+    const bool wants_no_more = j.satisfied_ms != 0 && until_ms - j.satisfied_ms <= kRememberMs &&
+                               p.used <= j.satisfied_used + kTolerance;
+    if (p.used >= kActive && p.used < request - kTolerance && !wants_no_more) {
+      shortfall += request - p.used;
+    }
+  }
+  const bool contended = busy >= kBusy && shortfall > 0;
+  for (const Part& p : parts) {
+    const double request = Milli(p.w->compute.request_milli);
+    const double limit = Milli(p.w->compute.limit_milli);
+    Over now = Over::kNo;
+    if (p.used > limit + kTolerance) {
+      now = Over::kLimit;
+    } else if (contended && p.used > request + kTolerance) {
+      now = Over::kRequest;
+    }
+    Judged& j = judged_[{p.w->job, gpu}];
+    j.verdict.used = p.used;
+    if (now != Over::kNo) {
+      ++j.over_streak;
+      j.within_streak = 0;
+      if (j.over_streak >= kWindowsToFlag) j.verdict.over = now;
+    } else {
+      ++j.within_streak;
+      j.over_streak = 0;
+      if (j.within_streak >= kWindowsToFlag) j.verdict.over = Over::kNo;
+    }
+    if (!enforce_) continue;
+    double& held = j.verdict.held;
+    if (now == Over::kLimit) {
+      held = HoldFor(p.used, held, limit);
+    } else if (now == Over::kRequest) {
+      held = HoldFor(p.used, held, std::min(limit, std::max(request, p.used - shortfall)));
+    } else if (held > 0 && busy - p.used < kActive) {
+      held = 0;  // no neighbour uses the GPU: nobody to hold it for
+    } else if (held > 0 && busy < kBusy) {
+      held = HoldFor(p.used, held, std::min(limit, p.used + (1 - busy)));
+    }
+  }
+}
+
+std::optional<ComputeGuard::Verdict> ComputeGuard::Of(int64_t job, int gpu) const {
+  auto it = judged_.find({job, gpu});
+  if (it == judged_.end()) return std::nullopt;
+  return it->second.verdict;
+}
+
+double ComputeGuard::Held(int64_t job) const {
+  double most = 0;
+  for (auto it = judged_.lower_bound({job, INT32_MIN}); it != judged_.end() && it->first.first == job;
+       ++it) {
+    most = std::max(most, it->second.verdict.held);
+  }
+  return most;
+}
+
+void ComputeGuard::Forget(int64_t job) {
+  std::erase_if(judged_, [job](const auto& entry) { return entry.first.first == job; });
+  for (auto& [gpu, base] : gpus_) base.base_ns.erase(job);
+}
+
+}  // namespace gpufrac::node
