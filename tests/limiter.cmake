@@ -70,6 +70,10 @@ target_include_directories(gpu_load PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(gpu_load PRIVATE simgpu_cuda)
 set_target_properties(gpu_load PROPERTIES SKIP_BUILD_RPATH ON
                       RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+# A workload that rewrites its own weight in its GPU's compute arbiter (an attack).
+add_executable(arbiter_forger progs/arbiter_forger.cc)
+target_include_directories(arbiter_forger PRIVATE ${PROJECT_SOURCE_DIR}/src)
+set_target_properties(arbiter_forger PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 gpufrac_test(compute_share_test integration SERIAL SOURCES integration/compute_share_test.cc
              LIBS gpufrac_test_harness simgpu_nvml)
 add_dependencies(compute_share_test gpu_load gpufrac gpufrac_main simgpu_cuda simgpu_nvml)

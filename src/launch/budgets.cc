@@ -90,6 +90,14 @@ uint64_t WorkloadBudgets::MemoryInUse(const BudgetDir& dir, const std::string& w
   return limiter::Budget::PeekUsedAt(dir.fd(), name.c_str(), &used) ? used : 0;
 }
 
+bool WorkloadBudgets::HoldsComputeTurn(const BudgetDir& dir, const std::string& workload,
+                                       const std::string& uuid) {
+  limiter::ComputeArbiter::Peeked peeked;
+  return limiter::ComputeArbiter::Peek(dir.fd(), ComputeArbiterName(uuid).c_str(),
+                                       workload.c_str(), &peeked) &&
+         peeked.holds_turn;
+}
+
 uint64_t WorkloadBudgets::ComputeTimeUsed(const BudgetDir& dir, const std::string& workload,
                                           const std::string& uuid) {
   uint64_t ns = 0;

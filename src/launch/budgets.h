@@ -62,6 +62,10 @@ class WorkloadBudgets {
   // compute is not arbitrated. Never blocks.
   static uint64_t ComputeTimeUsed(const BudgetDir& dir, const std::string& workload,
                                   const std::string& uuid);
+  // Whether the workload holds the turn of GPU `uuid`'s compute arbiter in `dir` now, as the
+  // segment says. Never blocks.
+  static bool HoldsComputeTurn(const BudgetDir& dir, const std::string& workload,
+                               const std::string& uuid);
 
  private:
   explicit WorkloadBudgets(const BudgetDir* dir) : dir_(dir) {}

@@ -132,7 +132,7 @@ bool ComputeArbiter::CreateAt(int dir_fd, const char* name, uint64_t turn_ns, ch
   return true;
 }
 
-bool ComputeArbiter::PeekUsedNs(int dir_fd, const char* name, const char* workload, uint64_t* ns) {
+bool ComputeArbiter::Peek(int dir_fd, const char* name, const char* workload, Peeked* out) {
   int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return false;
   struct stat st;
@@ -140,6 +140,11 @@ bool ComputeArbiter::PeekUsedNs(int dir_fd, const char* name, const char* worklo
   if (StatFd(fd, &st) == 0 && S_ISREG(st.st_mode) &&
       st.st_size == static_cast<off_t>(sizeof(ArbiterSegment))) {
     const uint64_t key = WorkloadKey(workload);
+    uint64_t holder = 0;
+    if (pread(fd, &holder, sizeof(holder), offsetof(ArbiterSegment, holder)) !=
+        static_cast<ssize_t>(sizeof(holder))) {
+      holder = 0;
+    }
     for (int s = 0; s < kArbiterSlots && !found; ++s) {
       const off_t at =
           static_cast<off_t>(offsetof(ArbiterSegment, slots) + s * sizeof(ArbiterSlot));
@@ -150,7 +155,8 @@ bool ComputeArbiter::PeekUsedNs(int dir_fd, const char* name, const char* worklo
           slot_key == key &&
           pread(fd, &used, sizeof(used), at + offsetof(ArbiterSlot, used_ns)) ==
               static_cast<ssize_t>(sizeof(used))) {
-        *ns = used;
+        out->used_ns = used;
+        out->holds_turn = holder >> 32 == static_cast<uint64_t>(s) + 1;
         found = true;
       }
     }
@@ -594,10 +600,12 @@ void ComputeArbiter::PassFromHolder(uint64_t holder, uint64_t now) {
   HandOver(now, used_until);
   if (!live) return;
   held.waiting.fetch_sub(1, std::memory_order_relaxed);
+  // Given back to it, the turn is its process's again, not draining: the work it drained ran out,
+  // so a holder that does not come back to launch (stopped, frozen) loses it kStealSlackNs past
+  // the new turn's end, not a drain's grace later.
   uint64_t handed = seg_->holder.load(std::memory_order_relaxed);
-  if (SlotOf(handed) == SlotOf(holder) && PidOf(handed) == 0 &&
-      seg_->holder.compare_exchange_strong(handed, holder, std::memory_order_relaxed)) {
-    seg_->draining.store(draining ? 1 : 0, std::memory_order_relaxed);
+  if (SlotOf(handed) == SlotOf(holder) && PidOf(handed) == 0) {
+    seg_->holder.compare_exchange_strong(handed, holder, std::memory_order_relaxed);
   }
 }
 

@@ -177,10 +177,21 @@ class ComputeArbiter {
   // otherwise.
   static bool CreateAt(int dir_fd, const char* name, uint64_t turn_ns, char* err, size_t err_len);
 
-  // For launchers: the GPU time charged so far to `workload` in the segment `name` of their
-  // budget directory, read with pread after checking it is a segment-sized regular file, never
-  // blocking (every workload can write the segment). False when there is none.
-  static bool PeekUsedNs(int dir_fd, const char* name, const char* workload, uint64_t* ns);
+  // For launchers: what the segment `name` of their budget directory says of `workload`: the GPU
+  // time charged to it so far, and whether it holds the turn now; read with pread after checking
+  // it is a segment-sized regular file, never blocking (every workload can write the segment,
+  // so neither decides anything for another workload). False when it has no slot there.
+  struct Peeked {
+    uint64_t used_ns = 0;
+    bool holds_turn = false;
+  };
+  static bool Peek(int dir_fd, const char* name, const char* workload, Peeked* out);
+  static bool PeekUsedNs(int dir_fd, const char* name, const char* workload, uint64_t* ns) {
+    Peeked peeked;
+    if (!Peek(dir_fd, name, workload, &peeked)) return false;
+    *ns = peeked.used_ns;
+    return true;
+  }
 
   // Maps `dir`/`name` (never creates it) and joins as workload `workload` with request
   // `weight` and limit `limit` (thousandths). False with a reason.

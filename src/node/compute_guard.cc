@@ -59,10 +59,16 @@ void ComputeGuard::Judge(int gpu, int64_t until_ms, double window_ms,
     parts.push_back({&w, used});
     busy += used;
   }
+  // Idle time shows what a neighbour wants only while a hold made it (a workload starting up
+  // leaves some too), and only of a neighbour not held itself that took no more than in the
+  // window before: one that took more of the freed time wanted it (what it could not take was
+  // kept from it some other way, e.g. by a turn the held workload was frozen in).
+  bool holding = false;
+  for (const Part& p : parts) holding = holding || judged_[{p.w->job, gpu}].verdict.held > 0;
   double shortfall = 0;
   for (const Part& p : parts) {
     Judged& j = judged_[{p.w->job, gpu}];
-    if (busy < kBusy) {
+    if (busy < kBusy && holding && j.verdict.held == 0 && p.used <= j.verdict.used + kTolerance) {
       j.satisfied_ms = until_ms;  // it could have had more, and took this
       j.satisfied_used = p.used;
     }

@@ -11,10 +11,12 @@
 //                     got less than its own request - kTolerance: a starved neighbour.
 // The second is what a neighbour that removed the limiter does; it is also what a workload that
 // keeps the limiter looks like beside a neighbour that wants less than its request (the driver's
-// samples cannot tell the two apart). Idle time tells them apart: a neighbour seen in a window
-// with idle time on the GPU took what it wanted then, so for kRememberMs it is not starved while
-// it uses no more than that (plus kTolerance). Only a hold makes idle time on a busy GPU, so the
-// flag alone may name a workload beside such a neighbour; a hold costs one window to learn it.
+// samples cannot tell the two apart). A hold tells them apart: a neighbour that, in a window with
+// idle time on the GPU while a workload there was held, took no more than in the window before
+// took what it wanted, so for kRememberMs it is not starved while it uses no more than that
+// (plus kTolerance). Without
+// enforcing, the flag may name a workload beside such a neighbour; a hold costs one window to
+// learn it.
 //
 // A workload is flagged once it was over for kWindowsToFlag windows in a row, and unflagged after
 // as many windows within its share. A held workload's part frozen, h, is set so that its rate
@@ -36,7 +38,7 @@ namespace gpufrac::node {
 
 class ComputeGuard {
  public:
-  static constexpr int64_t kWindowMs = 1000;
+  static constexpr int64_t kWindowMs = 500;
   static constexpr double kTolerance = 0.05;
   static constexpr double kBusy = 0.95;
   static constexpr int kWindowsToFlag = 2;

@@ -22,9 +22,12 @@ std::string Format(const char* format, double a, double b, double c) {
 
 }  // namespace
 
-ComputeWatch::ComputeWatch(const JobGpuTime& gpu_time, bool enforce,
+ComputeWatch::ComputeWatch(const JobGpuTime& gpu_time, bool enforce, HoldsTurn holds_turn,
                            std::function<void(bool warning, const std::string&)> log)
-    : gpu_time_(gpu_time), log_(std::move(log)), guard_(enforce) {
+    : gpu_time_(gpu_time),
+      holds_turn_(std::move(holds_turn)),
+      log_(std::move(log)),
+      guard_(enforce) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -38,12 +41,12 @@ ComputeWatch::~ComputeWatch() {
   thread_.join();
 }
 
-void ComputeWatch::Track(int64_t job, std::string workload, std::map<int, ComputePair> compute) {
-  if (compute.empty()) return;
+void ComputeWatch::Track(int64_t job, std::string workload, std::map<int, ArbitratedGpu> gpus) {
+  if (gpus.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
   Watched& w = jobs_[job];
   w.workload = std::move(workload);
-  w.compute = std::move(compute);
+  w.gpus = std::move(gpus);
   // A job re-adopted after a service stopped while holding it is thawed first.
   w.frozen = true;
   SetFrozen(w, false);
@@ -77,16 +80,17 @@ void ComputeWatch::Judge() {
   std::map<int, std::vector<ComputeGuard::Workload>> by_gpu;
   std::map<int, int64_t> until;
   for (const auto& [job, w] : jobs_) {
-    for (const auto& [gpu, pair] : w.compute) {
+    for (const auto& [gpu, arbitrated] : w.gpus) {
       std::optional<JobGpuTime::Used> used = gpu_time_.UsedNs(job, gpu);
       if (!used) continue;  // not measured (yet): neither judged nor counted as a neighbour
-      by_gpu[gpu].push_back({.job = job, .compute = pair, .used_ns = used->ns});
+      by_gpu[gpu].push_back({.job = job, .compute = arbitrated.compute, .used_ns = used->ns});
       until[gpu] = std::max(until[gpu], used->until_ms);
     }
   }
   for (const auto& [gpu, workloads] : by_gpu) guard_.Observe(gpu, until[gpu], workloads);
   for (auto& [job, w] : jobs_) {
-    for (const auto& [gpu, pair] : w.compute) {
+    for (const auto& [gpu, arbitrated] : w.gpus) {
+      const ComputePair& pair = arbitrated.compute;
       std::optional<ComputeGuard::Verdict> v = guard_.Of(job, gpu);
       if (!v || v->over == w.logged) continue;
       const std::string who = "job " + std::to_string(job) + " ";
@@ -114,8 +118,30 @@ void ComputeWatch::Hold(int64_t now_ms) {
                     : "no longer holding job " + std::to_string(job));
       w.logged_held = held > 0;
     }
-    SetFrozen(w, phase < held * static_cast<double>(kCycle.count()));
+    const bool freeze = phase < held * static_cast<double>(kCycle.count());
+    if (!freeze || w.frozen) {
+      SetFrozen(w, freeze);
+      continue;
+    }
+    if (w.deferred < kMostDeferred && HoldsAnyTurn(w)) {
+      ++w.deferred;
+      continue;
+    }
+    SetFrozen(w, true);
+    if (w.deferred < kMostDeferred && HoldsAnyTurn(w)) {
+      SetFrozen(w, false);  // it took a turn as it was frozen
+      ++w.deferred;
+      continue;
+    }
+    w.deferred = 0;
   }
+}
+
+bool ComputeWatch::HoldsAnyTurn(const Watched& w) const {
+  for (const auto& [gpu, arbitrated] : w.gpus) {
+    if (holds_turn_(w.workload, arbitrated.uuid)) return true;
+  }
+  return false;
 }
 
 void ComputeWatch::SetFrozen(Watched& w, bool frozen) {

@@ -398,6 +398,10 @@ uint64_t JobRunner::ComputeTimeUsed(const std::string& workload, const std::stri
   return launch::WorkloadBudgets::ComputeTimeUsed(budgets_, workload, uuid);
 }
 
+bool JobRunner::HoldsComputeTurn(const std::string& workload, const std::string& uuid) const {
+  return launch::WorkloadBudgets::HoldsComputeTurn(budgets_, workload, uuid);
+}
+
 uint64_t JobRunner::MemoryInUse(const std::string& workload, const std::string& uuid) const {
   return launch::WorkloadBudgets::MemoryInUse(budgets_, workload, uuid);
 }

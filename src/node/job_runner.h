@@ -108,6 +108,9 @@ class JobRunner {
   uint64_t MemoryInUse(const std::string& workload, const std::string& uuid) const;
   // GPU time (ns) the workload was charged on GPU `uuid` by its compute arbiter; 0 when none.
   uint64_t ComputeTimeUsed(const std::string& workload, const std::string& uuid) const;
+  // Whether the workload holds the turn of GPU `uuid`'s compute arbiter now (as the segment,
+  // which every workload may write, says).
+  bool HoldsComputeTurn(const std::string& workload, const std::string& uuid) const;
   const launch::BudgetDir& budget_dir() const { return budgets_; }
 
   // File names inside JOB_DIR.

@@ -45,13 +45,13 @@ std::string UserName(uid_t uid) {
   return std::to_string(uid);
 }
 
-// The compute pair of each GPU a job's time is arbitrated on, by GPU index.
-std::map<int, ComputePair> ArbitratedCompute(const std::vector<GpuGrant>& grants) {
-  std::map<int, ComputePair> pairs;
+// The GPUs a job's time is arbitrated on, by index.
+std::map<int, ComputeWatch::ArbitratedGpu> ArbitratedCompute(const std::vector<GpuGrant>& grants) {
+  std::map<int, ComputeWatch::ArbitratedGpu> gpus;
   for (const GpuGrant& grant : grants) {
-    if (grant.compute) pairs[grant.index] = *grant.compute;
+    if (grant.compute) gpus[grant.index] = {.uuid = grant.uuid, .compute = *grant.compute};
   }
-  return pairs;
+  return gpus;
 }
 
 std::vector<std::string> Uuids(const Job& job) {
@@ -102,6 +102,9 @@ Service::Service(ServiceConfig config, std::unique_ptr<Store> store, launch::Bud
             }}),
       gpu_time_(OpenGpuTimeMeter(config_.inventory)),
       compute_watch_(gpu_time_, config_.compute_enforce,
+                     [this](const std::string& workload, const std::string& uuid) {
+                       return runner_.HoldsComputeTurn(workload, uuid);
+                     },
                      [](bool warning, const std::string& line) {
                        if (warning) {
                          LogWarning("%s", line.c_str());

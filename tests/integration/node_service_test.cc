@@ -731,17 +731,50 @@ TEST(NodeService, StatusShowsTheGpuTimeTheDriverMeasuredNotWhatWasCharged) {
   d.Cli({"cancel", std::to_string(kept), std::to_string(removed)});
 }
 
-// Two jobs on one GPU, a quarter and three quarters of its time; the quarter removed the limiter,
-// so the GPU time-slices the two in halves. Returns {kept, removed}.
-std::pair<int64_t, int64_t> AQuarterThatRemovedTheLimiter(Daemon& d) {
+// Two jobs of two users on one GPU, a quarter and three quarters of its time: the quarter (of
+// user 65534) runs `hog`, a command that takes more than its share; the three quarters (root's)
+// keeps the limiter. The service must let user 65534 in (--socket-group nogroup). Returns
+// {kept, hog}.
+std::pair<int64_t, int64_t> AQuarterThatTakesMore(Daemon& d, const std::string& hog) {
   const std::string load = BuildPath("tests/gpu_load");
   int64_t kept = d.Submit({load, "kernel", "1", "30"}, {{"gpu-fraction", 0.75}}).body["id"];
-  int64_t removed =
-      d.Submit({"env", "-u", "LD_PRELOAD", load, "kernel", "1", "30"}, {{"gpu-fraction", 0.25}})
-          .body["id"];
+  int ids[2];
+  EXPECT_EQ(pipe(ids), 0);
+  const std::string socket = d.socket();
+  const int rc = AsNobody([&] {
+    httplib::Client c(socket);
+    c.set_address_family(AF_UNIX);
+    json body = {{"command", {"sh", "-c", hog}},
+                 {"cwd", "/tmp"},
+                 {"env", {"PATH=/usr/bin:/bin"}},
+                 {"request", {{"gpu-fraction", 0.25}}}};
+    auto submit = c.Post("/v1/jobs", body.dump(), "application/json");
+    if (!submit || submit->status != 201) return 10;
+    const int64_t id = json::parse(submit->body)["id"];
+    return write(ids[1], &id, sizeof(id)) == sizeof(id) ? 0 : 11;
+  });
+  close(ids[1]);
+  int64_t quarter = 0;
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(read(ids[0], &quarter, sizeof(quarter)), static_cast<ssize_t>(sizeof(quarter)));
+  close(ids[0]);
   d.WaitFor(kept, "running");
-  d.WaitFor(removed, "running");
-  return {kept, removed};
+  d.WaitFor(quarter, "running");
+  return {kept, quarter};
+}
+
+// A quarter that removed the limiter from its process: the GPU time-slices the two in halves.
+std::string RemovedTheLimiter() {
+  return "exec env -u LD_PRELOAD " + BuildPath("tests/gpu_load") + " kernel 1 30";
+}
+
+// A quarter that kept the limiter and rewrites its own weight in the GPU's arbiter to 1000
+// (issue 31's first attack: it took 0.74-0.80), every millisecond.
+std::string RewroteItsWeight() {
+  return "l=\"$GPUFRAC_LIMIT_FILE\"; a=\"$(awk '/^budgets /{print $2}' \"$l\")/compute.$(awk "
+         "'/^gpu /{print $2}' \"$l\")\"; " +
+         BuildPath("tests/arbiter_forger") + " \"$a\" 250 1000 30 & exec " +
+         BuildPath("tests/gpu_load") + " kernel 1 30";
 }
 
 // GPU 0's workloads in a status read now, by job.
@@ -752,13 +785,37 @@ std::map<int64_t, json> WorkloadsNow(Daemon& d) {
   return by_job;
 }
 
+// The part of the GPU time of `kept` and `hog` that `kept` used over the `seconds` after both
+// were first measured (the driver's measure, from status); `last` gets the last status read.
+double KeptPartOver(Daemon& d, int64_t kept, int64_t hog, std::chrono::seconds seconds,
+                    std::map<int64_t, json>* last) {
+  std::map<int64_t, json> first;
+  for (int i = 0; i < 100; ++i) {
+    first = WorkloadsNow(d);
+    if (first[kept]["gpu_seconds"].is_number() && first[hog]["gpu_seconds"].is_number()) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(first[hog]["gpu_seconds"].is_number()) << first[hog].dump();
+  if (!first[hog]["gpu_seconds"].is_number()) return 0;
+  std::this_thread::sleep_for(seconds);
+  *last = WorkloadsNow(d);
+  auto used = [&](int64_t job) {
+    return (*last)[job]["gpu_seconds"].get<double>() - first[job]["gpu_seconds"].get<double>();
+  };
+  std::printf("over %lld s: kept %.2f s, the quarter %.2f s of GPU time: the kept job's part "
+              "%.3f (request 0.75); the quarter held %.2f of the time\n",
+              static_cast<long long>(seconds.count()), used(kept), used(hog),
+              used(kept) / (used(kept) + used(hog)), (*last)[hog]["compute_held"].get<double>());
+  return used(kept) / (used(kept) + used(hog));
+}
+
 // The service judges shares from what the driver measured: a job that took half the GPU for a
 // quarter, beside a job that got half for three quarters, is flagged within a few seconds in
 // status, the metrics and the service's log; nothing holds it unless the service enforces.
 TEST(NodeService, AJobOverItsComputeShareIsFlaggedFromWhatTheDriverMeasured) {
   if (getuid() != 0) GTEST_SKIP() << "needs root: a job's processes are found by its cgroup";
-  Daemon d("1xH100-80GB");
-  auto [kept, removed] = AQuarterThatRemovedTheLimiter(d);
+  Daemon d("1xH100-80GB", {"--socket-group", "nogroup"});
+  auto [kept, removed] = AQuarterThatTakesMore(d, RemovedTheLimiter());
   const auto start = std::chrono::steady_clock::now();
   std::map<int64_t, json> by_job;
   while (std::chrono::steady_clock::now() - start < 10s) {
@@ -781,7 +838,7 @@ TEST(NodeService, AJobOverItsComputeShareIsFlaggedFromWhatTheDriverMeasured) {
   auto res = c.Get("/metrics");
   ASSERT_TRUE(res);
   EXPECT_NE(res->body.find("gpufrac_workload_over_share{gpu=\"0\",job=\"" +
-                           std::to_string(removed) + "\",user=\"root\"} 1"),
+                           std::to_string(removed) + "\",user=\"nobody\"} 1"),
             std::string::npos)
       << res->body;
   EXPECT_NE(d.Log().find("job " + std::to_string(removed) + " is over its compute request on GPU 0"),
@@ -797,26 +854,10 @@ TEST(NodeService, AJobOverItsComputeShareIsFlaggedFromWhatTheDriverMeasured) {
 // 10 s; when the neighbour ends, the job is let go.
 TEST(NodeService, EnforcingHoldsAJobOverItsShareFromOutsideItsProcesses) {
   if (getuid() != 0) GTEST_SKIP() << "needs root: a job's processes are found by its cgroup";
-  Daemon d("1xH100-80GB", {"--gpu-compute-enforce"});
-  auto [kept, removed] = AQuarterThatRemovedTheLimiter(d);
-  // Ten seconds from the first measure of both.
-  std::map<int64_t, json> first;
-  for (int i = 0; i < 100; ++i) {
-    first = WorkloadsNow(d);
-    if (first[kept]["gpu_seconds"].is_number() && first[removed]["gpu_seconds"].is_number()) break;
-    std::this_thread::sleep_for(50ms);
-  }
-  ASSERT_TRUE(first[removed]["gpu_seconds"].is_number()) << first[removed].dump();
-  std::this_thread::sleep_for(10s);
-  std::map<int64_t, json> last = WorkloadsNow(d);
-  auto used = [&](int64_t job) {
-    return last[job]["gpu_seconds"].get<double>() - first[job]["gpu_seconds"].get<double>();
-  };
-  const double kept_part = used(kept) / (used(kept) + used(removed));
-  std::printf("over 10 s: kept %.2f s, removed %.2f s of GPU time: the kept job's part %.3f "
-              "(request 0.75); the removed one held %.2f of the time\n",
-              used(kept), used(removed), kept_part, last[removed]["compute_held"].get<double>());
-  EXPECT_GE(kept_part, 0.9 * 0.75);
+  Daemon d("1xH100-80GB", {"--socket-group", "nogroup", "--gpu-compute-enforce"});
+  auto [kept, removed] = AQuarterThatTakesMore(d, RemovedTheLimiter());
+  std::map<int64_t, json> last;
+  EXPECT_GE(KeptPartOver(d, kept, removed, 10s, &last), 0.9 * 0.75);
   EXPECT_GT(last[removed]["compute_held"].get<double>(), 0.2);
   EXPECT_NE(d.Log().find("holding job " + std::to_string(removed) + " frozen"), std::string::npos)
       << d.Log();
@@ -831,6 +872,34 @@ TEST(NodeService, EnforcingHoldsAJobOverItsShareFromOutsideItsProcesses) {
   }
   EXPECT_EQ(alone[removed]["compute_held"], 0.0) << alone[removed].dump();
   d.Cli({"cancel", std::to_string(removed)});
+}
+
+// A job that keeps the limiter and rewrites its own weight in the GPU's arbiter (which every
+// workload on the GPU may write) takes more than its share; the service, which judges what the
+// driver measured, flags it, and holds it when it enforces. (Not to its neighbour's 0.9 of 0.75:
+// a job that takes turns and is frozen part of the time keeps the others waiting on a turn it
+// cannot use; docs/node-service.md.)
+TEST(NodeService, AJobThatRewritesItsWeightInTheArbiterIsFlaggedAndHeld) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root: a job's processes are found by its cgroup";
+  double alone = 0;
+  {
+    Daemon d("1xH100-80GB", {"--socket-group", "nogroup"});
+    auto [kept, forger] = AQuarterThatTakesMore(d, RewroteItsWeight());
+    std::map<int64_t, json> last;
+    alone = KeptPartOver(d, kept, forger, 5s, &last);
+    EXPECT_LT(alone, 0.6) << "the attack works on the arbiter alone";
+    EXPECT_EQ(last[forger]["over_share"], "request") << last[forger].dump();
+    EXPECT_NE(d.Cli({"logs", std::to_string(forger)}).out.find("forging slot"), std::string::npos)
+        << "the forger ran";
+    d.Cli({"cancel", std::to_string(kept), std::to_string(forger)});
+  }
+  Daemon d("1xH100-80GB", {"--socket-group", "nogroup", "--gpu-compute-enforce"});
+  auto [kept, forger] = AQuarterThatTakesMore(d, RewroteItsWeight());
+  std::map<int64_t, json> last;
+  const double held = KeptPartOver(d, kept, forger, 10s, &last);
+  EXPECT_GE(held, 0.6);
+  EXPECT_GT(held, alone + 0.1);
+  d.Cli({"cancel", std::to_string(kept), std::to_string(forger)});
 }
 
 // What the job's limiter is told: its share of the GPU's time and the most it may take, by the

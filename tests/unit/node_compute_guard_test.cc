@@ -114,13 +114,15 @@ TEST(ComputeGuardTest, ANeighbourThatWantsLessThanItsRequestCostsOneHeldWindow) 
 
 TEST(ComputeGuardTest, AWorkloadThatArrivesInAWindowIsJudgedFromTheNext) {
   ComputeGuard guard(false);
+  constexpr int64_t kWindow = ComputeGuard::kWindowMs;
+  constexpr uint64_t kFifthNs = kWindow * 1'000'000 / 5;  // a fifth of a window's time
   std::vector<ComputeGuard::Workload> one = {{.job = 1, .compute = {250, 250}, .used_ns = 0}};
   guard.Observe(0, 0, one);
-  one.push_back({.job = 2, .compute = {250, 250}, .used_ns = 5'000'000'000});  // earlier use
-  guard.Observe(0, 500, one);
-  one[0].used_ns = 200'000'000;
-  one[1].used_ns += 200'000'000;
-  guard.Observe(0, 1000, one);
+  one.push_back({.job = 2, .compute = {250, 250}, .used_ns = 25 * kFifthNs});  // earlier use
+  guard.Observe(0, kWindow / 2, one);
+  one[0].used_ns = kFifthNs;
+  one[1].used_ns += kFifthNs;
+  guard.Observe(0, kWindow, one);
   EXPECT_NEAR(guard.Of(1, 0)->used, 0.2, 1e-6);
   EXPECT_NEAR(guard.Of(2, 0)->used, 0.2, 1e-6) << "its use before it was seen is not its window's";
 }
