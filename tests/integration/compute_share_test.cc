@@ -285,6 +285,13 @@ TEST_F(ComputeShareTest, AWorkloadsProcessesAndStreamsShareItsShare) {
   ExpectShares({{250, 1000, "streams"}, {750, 1000, "kernel", 1.0, 3}}, {0.25, 0.75}, 4, 0.02);
 }
 
+// Work queued in several contexts of one process is that process's work: eight contexts, each
+// with a 5 ms kernel queued at once, are held to the process's share (issue 31: 0.887 at a 0.25
+// request, when only the current context was drained and charged).
+TEST_F(ComputeShareTest, AProcessWithEightContextsIsHeldToItsShare) {
+  ExpectShares({{250, 1000, "contexts", 5.0}, {750, 1000}}, {0.25, 0.75}, 4, 0.02);
+}
+
 // Containers (the Kubernetes agent's limit files: memory budgets in their own /dev/shm, the
 // GPU's arbiter mounted) take turns as the node service's jobs do.
 TEST_F(ComputeShareTest, ContainersTakeTurnsThroughTheArbiterTheirAgentMounted) {

@@ -16,6 +16,9 @@
 //         | latency (one kernel at a time, synchronising after each, like an inference loop; at
 //           the end prints "lat START_S LATENCY_US" per kernel: when it was launched, seconds
 //           after "ready", and how long until its synchronisation returned)
+//         | contexts (8 contexts of its own, one kernel queued in each in turn and then each
+//           synchronised, over and over: work queued in several contexts at once, which the GPU
+//           time-slices as it does processes)
 //         | cost (tiny one-block kernels launched in batches of 1,000 with a synchronisation
 //           between batches; prints the launch calls' wall and thread CPU time per launch,
 //           "wall_ns_per_launch=X cpu_ns_per_launch=Y", synchronisations excluded; KERNEL_MS is
@@ -100,6 +103,38 @@ int RunCost(CUfunction kernel, double seconds) {
 
 }  // namespace
 
+// contexts mode: a kernel of `threads` threads in each of 8 contexts, then a synchronisation of
+// each, until `seconds` have passed.
+int RunContexts(CUdevice device, double threads, double seconds) {
+  constexpr int kContexts = 8;
+  CUcontext contexts[kContexts] = {};
+  CUfunction kernels[kContexts] = {};
+  for (int i = 0; i < kContexts; ++i) {
+    Check(cuCtxCreate_v2(&contexts[i], 0, device), "cuCtxCreate_v2");
+    CUmodule module = nullptr;
+    Check(cuModuleLoadData(&module, kSpinPtx), "cuModuleLoadData");
+    Check(cuModuleGetFunction(&kernels[i], module, "spin"), "cuModuleGetFunction");
+  }
+  const unsigned blocks = threads > 1024 ? static_cast<unsigned>(threads / 1024) : 1;
+  std::printf("ready\n");
+  long launches = 0;
+  const double end = Now() + seconds;
+  while (Now() < end) {
+    for (int i = 0; i < kContexts; ++i) {
+      Check(cuCtxSetCurrent(contexts[i]), "cuCtxSetCurrent");
+      Check(cuLaunchKernel(kernels[i], blocks, 1, 1, 1024, 1, 1, 0, nullptr, nullptr, nullptr),
+            "cuLaunchKernel");
+      ++launches;
+    }
+    for (int i = 0; i < kContexts; ++i) {
+      Check(cuCtxSetCurrent(contexts[i]), "cuCtxSetCurrent");
+      Check(cuCtxSynchronize(), "cuCtxSynchronize");
+    }
+  }
+  std::printf("launches=%ld\n", launches);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc != 4 && argc != 5) {
@@ -125,6 +160,7 @@ int main(int argc, char** argv) {
   // Threads for kernel_ms on every SM at full occupancy (2048 per SM), less the launch latency.
   const double threads = (kernel_ms * 1000 - 2) * sized_for * 2048;
   const unsigned blocks = threads > 1024 ? static_cast<unsigned>(threads / 1024) : 1;
+  if (mode == "contexts") return RunContexts(device, threads, seconds);
   CUgraphExec graph_exec = nullptr;
   if (mode == "graph") {
     CUstream capture = nullptr;
