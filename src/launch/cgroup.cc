@@ -58,11 +58,18 @@ Status WriteText(const std::string& path, const std::string& text) {
 }
 
 // Where a cgroup in the v1 devices hierarchy is frozen: its namesake in the v1 freezer
-// hierarchy ("" where none is mounted). A cgroup v2 freezes itself (cgroup.freeze).
+// hierarchy ("" where none is mounted, or where the freezer shares the devices controller's
+// hierarchy: the cgroup freezes itself there, as a cgroup v2 does with cgroup.freeze).
 std::string FreezerTwin(const std::string& dir) {
   const std::string mount = MountPoint("freezer");
-  if (mount.empty()) return "";
+  if (mount.empty() || mount == MountPoint("devices")) return "";
   return mount + "/" + kParent + "/" + dir.substr(dir.rfind('/') + 1);
+}
+
+// Whether the cgroup at `dir` has a freezer of its own (v1 with the freezer beside devices).
+bool FreezesItself(const std::string& dir) {
+  struct stat st;
+  return stat((dir + "/freezer.state").c_str(), &st) == 0;
 }
 
 bool IsUnified(const std::string& dir) {
@@ -222,6 +229,7 @@ Status WorkloadCgroup::Join(pid_t pid) const {
 
 Status WorkloadCgroup::Freeze(bool frozen) const {
   if (IsUnified(dir_)) return WriteText(dir_ + "/cgroup.freeze", frozen ? "1" : "0");
+  if (FreezesItself(dir_)) return WriteText(dir_ + "/freezer.state", frozen ? "FROZEN" : "THAWED");
   const std::string twin = FreezerTwin(dir_);
   if (twin.empty()) return UnavailableError("no cgroup v1 freezer controller is mounted");
   return WriteText(twin + "/freezer.state", frozen ? "FROZEN" : "THAWED");
@@ -257,8 +265,9 @@ bool WorkloadCgroup::Remove() const {
   for (;;) {
     if (rmdir(dir_.c_str()) == 0 || errno == ENOENT) {
       // Its twin empties with it: the same processes, whose exits the kernel has finished.
-      while (!twin.empty() && rmdir(twin.c_str()) != 0 && errno == EBUSY &&
-             std::chrono::steady_clock::now() < deadline) {
+      const auto twin_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      while (!twin.empty() && rmdir(twin.c_str()) != 0 && errno != ENOENT) {
+        if (errno != EBUSY || std::chrono::steady_clock::now() >= twin_deadline) return false;
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
       return true;

@@ -577,14 +577,15 @@ void ComputeArbiter::PassFromHolder(uint64_t holder, uint64_t now) {
   const bool bogus = Age(deadline, start) > 4 * seg_->turn_ns + kDrainGraceNs;
   if (now < deadline && !bogus) return;
   const pid_t pid = PidOf(holder);
-  const bool draining = seg_->draining.load(std::memory_order_relaxed) != 0;
+  const uint32_t drain_state = seg_->draining.load(std::memory_order_relaxed);
+  const bool draining = drain_state != 0;
   const bool gone = kill(pid, 0) != 0 && errno == ESRCH;
   const uint64_t last_active = std::max(deadline, active);
   // When the holder's queued work will be done is known: the turn passes as that work runs out,
   // whatever the holder's thread is doing (waiting for it, or not run by the CPU).
   const bool stopped = queued != 0 ? queued <= now + kHandOverNs
                                    : !draining && Age(now, last_active) >= kStealSlackNs;
-  if (!bogus && !stopped && !gone && now < deadline + kDrainGraceNs) return;
+  if (!bogus && !stopped && !gone && now < deadline + DrainGraceNs(drain_state)) return;
   // Its turn is over and it is not finishing it: its work ends, it stopped queueing work, died or
   // hung. It is charged for as long as it was using the GPU, and the next turn starts when its
   // work ends.
@@ -600,12 +601,14 @@ void ComputeArbiter::PassFromHolder(uint64_t holder, uint64_t now) {
   HandOver(now, used_until);
   if (!live) return;
   held.waiting.fetch_sub(1, std::memory_order_relaxed);
-  // Given back to it, the turn is its process's again, not draining: the work it drained ran out,
-  // so a holder that does not come back to launch (stopped, frozen) loses it kStealSlackNs past
-  // the new turn's end, not a drain's grace later.
+  // Given back to it, the turn is its process's again; one that was draining may still be
+  // finishing that drain (its thread not run yet, on a busy CPU), but the work it drained ran
+  // out: it keeps the new turn a short grace past its end, not a drain's (a holder that does not
+  // come back to launch, stopped or frozen, would otherwise keep the others waiting 250 ms).
   uint64_t handed = seg_->holder.load(std::memory_order_relaxed);
-  if (SlotOf(handed) == SlotOf(holder) && PidOf(handed) == 0) {
-    seg_->holder.compare_exchange_strong(handed, holder, std::memory_order_relaxed);
+  if (SlotOf(handed) == SlotOf(holder) && PidOf(handed) == 0 &&
+      seg_->holder.compare_exchange_strong(handed, holder, std::memory_order_relaxed)) {
+    seg_->draining.store(draining ? kDrainGivenBack : 0, std::memory_order_relaxed);
   }
 }
 
@@ -684,8 +687,9 @@ uint64_t ComputeArbiter::SleepNs(uint64_t holder, uint64_t now) const {
       const uint64_t quiet =
           std::max(queued, seg_->active_ns.load(std::memory_order_relaxed)) + kStealSlackNs;
       until = std::min({std::max(until, ends), until + kDrainGraceNs, quiet});
-    } else if (seg_->draining.load(std::memory_order_relaxed) != 0) {
-      until += kDrainGraceNs;
+    } else if (const uint32_t drain_state = seg_->draining.load(std::memory_order_relaxed);
+               drain_state != 0) {
+      until += DrainGraceNs(drain_state);
     }
     if (until > now && until - now < sleep) sleep = until - now;
     if (until <= now) sleep = kStealSlackNs / 2;

@@ -90,6 +90,17 @@ constexpr uint64_t kHandOverNs = 0;
 // How long a draining holder keeps its turn past its end (a kernel longer than this is shared
 // with the next holder, as the GPU would).
 constexpr uint64_t kDrainGraceNs = 250'000'000;
+// A turn given back to a holder that was draining (its work ran out, and its workload was still
+// the most owed) keeps only this grace past its end: long enough for a thread a busy CPU has not
+// run yet, short enough that a stopped or frozen holder does not keep the others waiting.
+constexpr uint64_t kGivenBackGraceNs = 5'000'000;
+// ArbiterSegment::draining: 0, kDrainOwn (the holder is waiting for its own work), or
+// kDrainGivenBack (it was, when its turn was given back to it).
+constexpr uint32_t kDrainOwn = 1;
+constexpr uint32_t kDrainGivenBack = 2;
+constexpr uint64_t DrainGraceNs(uint32_t drain_state) {
+  return drain_state == kDrainGivenBack ? kGivenBackGraceNs : kDrainGraceNs;
+}
 // A workload that neither held nor waited for a turn for this long was idle: it starts again at
 // the others' virtual time, and a holder no longer counts on it coming back.
 constexpr uint64_t kIdleNs = 100'000'000;
@@ -141,7 +152,7 @@ struct ArbiterSegment {
   // to the slot, for any of its processes to take; 0: nobody.
   alignas(64) std::atomic<uint64_t> holder;
   std::atomic<uint32_t> check;      // the holder must look at the clock: someone waits, or a limit
-  std::atomic<uint32_t> draining;   // the holder is waiting for its own work to finish
+  std::atomic<uint32_t> draining;   // kDrainOwn / kDrainGivenBack: the holder waits for its work
   std::atomic<uint64_t> active_ns;  // when the holder last launched or stopped waiting
   std::atomic<uint64_t> turn_start_ns;
   std::atomic<uint64_t> deadline_ns;
@@ -228,7 +239,7 @@ class ComputeArbiter {
   // workload does not hold the turn (it bypasses the arbiter, or the turn was taken from it).
   void SetDraining(bool draining) {
     if (!Holding()) return;
-    seg_->draining.store(draining ? 1 : 0, std::memory_order_relaxed);
+    seg_->draining.store(draining ? kDrainOwn : 0, std::memory_order_relaxed);
     if (!draining) Touch();
   }
   // The holder is active (it launches): a turn that is over is taken from it only once it has

@@ -35,9 +35,7 @@ void ComputeGuard::Observe(int gpu, int64_t until_ms, const std::vector<Workload
   if (!first && until_ms - base.base_ms >= kWindowMs) {
     Judge(gpu, until_ms, static_cast<double>(until_ms - base.base_ms), workloads, base);
   } else if (!first) {
-    // Not a window yet; a workload that arrives now starts from its total now.
-    for (const Workload& w : workloads) base.base_ns.try_emplace(w.job, w.used_ns);
-    return;
+    return;  // not a window yet (a workload that arrived since starts at the next)
   }
   base.base_ms = until_ms;
   base.base_ns.clear();
@@ -80,6 +78,12 @@ void ComputeGuard::Judge(int gpu, int64_t until_ms, double window_ms,
     }
   }
   const bool contended = busy >= kBusy && shortfall > 0;
+  // The shortfall is made up by those over their requests, in proportion to how far over.
+  double excess = 0;
+  for (const Part& p : parts) {
+    const double request = Milli(p.w->compute.request_milli);
+    if (p.used > request + kTolerance) excess += p.used - request;
+  }
   for (const Part& p : parts) {
     const double request = Milli(p.w->compute.request_milli);
     const double limit = Milli(p.w->compute.limit_milli);
@@ -101,11 +105,16 @@ void ComputeGuard::Judge(int gpu, int64_t until_ms, double window_ms,
       if (j.within_streak >= kWindowsToFlag) j.verdict.over = Over::kNo;
     }
     if (!enforce_) continue;
+    // A first hold waits for the flag; a hold is then set again at every window.
     double& held = j.verdict.held;
-    if (now == Over::kLimit) {
+    const bool holds = held > 0 || j.verdict.over != Over::kNo;
+    if (now == Over::kLimit && holds) {
       held = HoldFor(p.used, held, limit);
-    } else if (now == Over::kRequest) {
-      held = HoldFor(p.used, held, std::min(limit, std::max(request, p.used - shortfall)));
+    } else if (now == Over::kRequest && holds) {
+      const double give = shortfall * (p.used - request) / excess;
+      held = HoldFor(p.used, held, std::min(limit, std::max(request, p.used - give)));
+    } else if (held > 0 && j.within_streak >= kWindowsToFlag && p.used < request - kTolerance) {
+      held = std::min(held, HoldFor(p.used, held, request));  // never below its request
     } else if (held > 0 && busy - p.used < kActive) {
       held = 0;  // no neighbour uses the GPU: nobody to hold it for
     } else if (held > 0 && busy < kBusy) {

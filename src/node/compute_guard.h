@@ -19,9 +19,12 @@
 // learn it.
 //
 // A workload is flagged once it was over for kWindowsToFlag windows in a row, and unflagged after
-// as many windows within its share. A held workload's part frozen, h, is set so that its rate
-// unheld, used / (1 - h), held to the new part gives its target: its limit when over its limit,
-// else what is left after its starved neighbours' shortfall, never below its request. When it is
+// as many windows within its share; a workload that arrives within a window is judged from the
+// next. A flagged workload is held: its part frozen, h, is set so that its rate unheld,
+// used / (1 - h), held to the new part gives its target: its limit when over its limit, else
+// what is left after its part of its starved neighbours' shortfall (shared by those over their
+// requests in proportion to how far over), never below its request; a held workload that got
+// less than its request for kWindowsToFlag windows is held less. When it is
 // no longer over and the GPU has idle time, h is lowered to give it that idle time; when no
 // neighbour uses the GPU any more, it is let go.
 #pragma once

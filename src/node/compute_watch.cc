@@ -47,9 +47,12 @@ void ComputeWatch::Track(int64_t job, std::string workload, std::map<int, Arbitr
   Watched& w = jobs_[job];
   w.workload = std::move(workload);
   w.gpus = std::move(gpus);
-  // A job re-adopted after a service stopped while holding it is thawed first.
-  w.frozen = true;
-  SetFrozen(w, false);
+  // A job re-adopted after a service stopped while holding it is thawed first (where nothing
+  // can freeze, nothing was frozen: no word).
+  if (std::optional<launch::WorkloadCgroup> cgroup = launch::WorkloadCgroup::Find(w.workload)) {
+    (void)cgroup->Freeze(false);
+  }
+  w.frozen = false;
 }
 
 void ComputeWatch::Forget(int64_t job) {
@@ -63,7 +66,11 @@ void ComputeWatch::Forget(int64_t job) {
 
 std::optional<ComputeGuard::Verdict> ComputeWatch::Of(int64_t job, int gpu) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return guard_.Of(job, gpu);
+  std::optional<ComputeGuard::Verdict> verdict = guard_.Of(job, gpu);
+  // What is held is what the service does, not what the guard asks for.
+  auto it = jobs_.find(job);
+  if (verdict && (it == jobs_.end() || it->second.cannot_hold)) verdict->held = 0;
+  return verdict;
 }
 
 void ComputeWatch::Run() {
@@ -109,8 +116,10 @@ void ComputeWatch::Judge() {
 }
 
 void ComputeWatch::Hold(int64_t now_ms) {
-  const int64_t phase = now_ms % kCycle.count();
   for (auto& [job, w] : jobs_) {
+    if (w.cannot_hold) continue;
+    // Each job's cycle starts at its own time, so that two held jobs are not frozen together.
+    const int64_t phase = (now_ms + job * 97) % kCycle.count();
     const double held = guard_.Held(job);
     if ((held > 0) != w.logged_held) {
       log_(held > 0, held > 0 ? "holding job " + std::to_string(job) +
@@ -149,7 +158,8 @@ void ComputeWatch::SetFrozen(Watched& w, bool frozen) {
   std::optional<launch::WorkloadCgroup> cgroup = launch::WorkloadCgroup::Find(w.workload);
   if (!cgroup) return;
   if (Status s = cgroup->Freeze(frozen); !s.ok()) {
-    if (frozen && !w.cannot_hold) log_(true, "cannot hold " + w.workload + ": " + std::string(s.message()));
+    // Said once; the job is not held again (and frozen as it is, it is not frozen further).
+    if (!w.cannot_hold) log_(true, "cannot hold " + w.workload + ": " + std::string(s.message()));
     w.cannot_hold = true;
     return;
   }

@@ -81,6 +81,7 @@ TEST(ComputeGuardTest, EnforcingHoldsAWorkloadToWhatItsStarvedNeighbourIsShortAn
   gpu.Add(1, 250, 1000);
   gpu.Add(2, 750, 1000);
   gpu.Window({{1, 0.5}, {2, 0.5}});
+  gpu.Window({{1, 0.5}, {2, 0.5}});
   // Its neighbour is 0.25 short: it is to run half the time, at a quarter of the GPU.
   EXPECT_NEAR(gpu.Of(1).held, 0.5, 1e-6);
   EXPECT_NEAR(guard.Held(1), 0.5, 1e-6);
@@ -124,7 +125,41 @@ TEST(ComputeGuardTest, AWorkloadThatArrivesInAWindowIsJudgedFromTheNext) {
   one[1].used_ns += kFifthNs;
   guard.Observe(0, kWindow, one);
   EXPECT_NEAR(guard.Of(1, 0)->used, 0.2, 1e-6);
-  EXPECT_NEAR(guard.Of(2, 0)->used, 0.2, 1e-6) << "its use before it was seen is not its window's";
+  // Half a window's use would read as a starved neighbour's: it is judged from the next window.
+  EXPECT_FALSE(guard.Of(2, 0).has_value());
+  one[0].used_ns += kFifthNs;
+  one[1].used_ns += 2 * kFifthNs;
+  guard.Observe(0, 2 * kWindow, one);
+  EXPECT_NEAR(guard.Of(2, 0)->used, 0.4, 1e-6) << "its use before it was seen is not its window's";
+}
+
+TEST(ComputeGuardTest, AHoldWaitsForTheFlagAndNeverKeepsAWorkloadBelowItsRequest) {
+  ComputeGuard guard(true);
+  OneGpu gpu(&guard);
+  gpu.Add(1, 250, 1000);
+  gpu.Add(2, 750, 1000);
+  gpu.Window({{1, 0.5}, {2, 0.5}});
+  EXPECT_EQ(gpu.Of(1).held, 0) << "one window over is not a hold";
+  gpu.Window({{1, 0.5}, {2, 0.5}});
+  EXPECT_NEAR(gpu.Of(1).held, 0.5, 1e-6);
+  // Held, it got less than its request (its neighbour took more): after a second such window,
+  // it is held less.
+  gpu.Window({{1, 0.15}, {2, 0.85}});
+  EXPECT_NEAR(gpu.Of(1).held, 0.5, 1e-6);
+  gpu.Window({{1, 0.15}, {2, 0.85}});
+  EXPECT_NEAR(gpu.Of(1).held, 1 - 0.25 / 0.3, 1e-6);
+}
+
+TEST(ComputeGuardTest, TwoWorkloadsOverTheirRequestsShareTheShortfall) {
+  ComputeGuard guard(true);
+  OneGpu gpu(&guard);
+  gpu.Add(1, 100, 1000);
+  gpu.Add(2, 100, 1000);
+  gpu.Add(3, 800, 1000);
+  for (int i = 0; i < 2; ++i) gpu.Window({{1, 0.4}, {2, 0.4}, {3, 0.2}});
+  // Short 0.6 of its neighbour's 0.8, each gives up 0.3: 0.1 left, its request.
+  EXPECT_NEAR(gpu.Of(1).held, 1 - 0.1 / 0.4, 1e-6);
+  EXPECT_NEAR(gpu.Of(2).held, 1 - 0.1 / 0.4, 1e-6);
 }
 
 }  // namespace
