@@ -129,10 +129,12 @@ std::optional<ComputeGuard::Verdict> ComputeGuard::Of(int64_t job, int gpu) cons
   return it->second.verdict;
 }
 
-double ComputeGuard::Held(int64_t job) const {
+double ComputeGuard::Held(int64_t job, int64_t now_ms) const {
   double most = 0;
   for (auto it = judged_.lower_bound({job, INT32_MIN}); it != judged_.end() && it->first.first == job;
        ++it) {
+    auto gpu = gpus_.find(it->first.second);
+    if (gpu == gpus_.end() || now_ms - gpu->second.base_ms > kStaleMs) continue;
     most = std::max(most, it->second.verdict.held);
   }
   return most;

@@ -51,6 +51,7 @@ class ComputeGuard {
   static constexpr double kActive = 0.01;
   // How long a neighbour seen taking less than it could is believed to want no more.
   static constexpr int64_t kRememberMs = 30'000;
+  static constexpr int64_t kStaleMs = 2'000;
 
   // `enforce`: compute holds (else Held is always 0 and workloads are only flagged).
   explicit ComputeGuard(bool enforce) : enforce_(enforce) {}
@@ -72,8 +73,10 @@ class ComputeGuard {
   };
   // Job `job` on GPU `gpu`; nullopt before a window with it was judged.
   std::optional<Verdict> Of(int64_t job, int gpu) const;
-  // The part of the time job `job` is to be held frozen: the most any of its GPUs asks for.
-  double Held(int64_t job) const;
+  // The part of the time job `job` is to be held frozen at `now_ms` (the clock of Observe): the
+  // most any of its GPUs asks for, of GPUs judged within kStaleMs (a GPU whose samples stopped
+  // coming, or whose clock stepped back, holds nobody).
+  double Held(int64_t job, int64_t now_ms) const;
   void Forget(int64_t job);
 
  private:

@@ -120,7 +120,7 @@ void ComputeWatch::Hold(int64_t now_ms) {
     if (w.cannot_hold) continue;
     // Each job's cycle starts at its own time, so that two held jobs are not frozen together.
     const int64_t phase = (now_ms + job * 97) % kCycle.count();
-    const double held = guard_.Held(job);
+    const double held = guard_.Held(job, now_ms);
     if ((held > 0) != w.logged_held) {
       log_(held > 0, held > 0 ? "holding job " + std::to_string(job) +
                           Format(" frozen %.0f%% of the time, from outside", held * 100, 0, 0)

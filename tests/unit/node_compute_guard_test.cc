@@ -24,6 +24,7 @@ class OneGpu {
     Feed();
   }
   ComputeGuard::Verdict Of(int64_t job) const { return guard_->Of(job, 0).value(); }
+  int64_t now_ms() const { return now_ms_ + 1; }  // the time of the last window's end
 
  private:
   void Feed() {
@@ -84,7 +85,9 @@ TEST(ComputeGuardTest, EnforcingHoldsAWorkloadToWhatItsStarvedNeighbourIsShortAn
   gpu.Window({{1, 0.5}, {2, 0.5}});
   // Its neighbour is 0.25 short: it is to run half the time, at a quarter of the GPU.
   EXPECT_NEAR(gpu.Of(1).held, 0.5, 1e-6);
-  EXPECT_NEAR(guard.Held(1), 0.5, 1e-6);
+  EXPECT_NEAR(guard.Held(1, gpu.now_ms()), 0.5, 1e-6);
+  // Samples that stop coming hold nobody.
+  EXPECT_EQ(guard.Held(1, gpu.now_ms() + ComputeGuard::kStaleMs + 1), 0);
   EXPECT_EQ(gpu.Of(2).held, 0);
   // Held, each gets its request and the GPU stays busy: the hold stays.
   gpu.Window({{1, 0.25}, {2, 0.75}});
@@ -105,12 +108,12 @@ TEST(ComputeGuardTest, ANeighbourThatWantsLessThanItsRequestCostsOneHeldWindow) 
   gpu.Add(2, 750, 1000);
   int held_windows = 0;
   for (int i = 0; i < 20; ++i) {
-    const double used = 0.9 * (1 - guard.Held(1));  // what the hold leaves of its 0.9
+    const double used = 0.9 * (1 - guard.Held(1, gpu.now_ms()));  // what the hold leaves
     if (used < 0.85) ++held_windows;
     gpu.Window({{1, used}, {2, 0.1}});
   }
   EXPECT_EQ(held_windows, 1);
-  EXPECT_EQ(guard.Held(1), 0);
+  EXPECT_EQ(guard.Held(1, gpu.now_ms()), 0);
 }
 
 TEST(ComputeGuardTest, AWorkloadThatArrivesInAWindowIsJudgedFromTheNext) {
