@@ -116,7 +116,7 @@ void ComputeGuard::Judge(int gpu, int64_t until_ms, double window_ms,
     } else if (held > 0 && j.within_streak >= kWindowsToFlag && p.used < request - kTolerance) {
       held = std::min(held, HoldFor(p.used, held, request));  // never below its request
     } else if (held > 0 && busy - p.used < kActive) {
-      held = 0;  // no neighbour uses the GPU: nobody to hold it for
+      held = HoldFor(p.used, held, limit);  // no neighbour uses the GPU: held to its limit only
     } else if (held > 0 && busy < kBusy) {
       held = HoldFor(p.used, held, std::min(limit, p.used + (1 - busy)));
     }

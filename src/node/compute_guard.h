@@ -25,8 +25,8 @@
 // what is left after its part of its starved neighbours' shortfall (shared by those over their
 // requests in proportion to how far over), never below its request; a held workload that got
 // less than its request for kWindowsToFlag windows is held less. When it is
-// no longer over and the GPU has idle time, h is lowered to give it that idle time; when no
-// neighbour uses the GPU any more, it is let go.
+// no longer over and the GPU has idle time, h is lowered to give it that idle time, up to its
+// limit; when no neighbour uses the GPU any more, it is held to its limit only.
 #pragma once
 
 #include <cstdint>

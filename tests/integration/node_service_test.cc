@@ -874,6 +874,37 @@ TEST(NodeService, EnforcingHoldsAJobOverItsShareFromOutsideItsProcesses) {
   d.Cli({"cancel", std::to_string(removed)});
 }
 
+// A strict share is a ceiling even on an idle GPU: a job that removed the limiter from a 0.25
+// strict share takes the whole GPU alone, is flagged over its limit, and, enforced, held near it.
+TEST(NodeService, AStrictJobThatRemovedTheLimiterIsHeldToItsLimitAlone) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root: a job's processes are found by its cgroup";
+  Daemon d("1xH100-80GB", {"--gpu-compute-enforce"},
+           "version: 1\nqueues:\n  - name: strict\n    default: {gpus: 1}\n    compute: strict\n");
+  int64_t id = d.Submit({"sh", "-c", RemovedTheLimiter()}, {{"gpu-fraction", 0.25}}, "strict")
+                   .body["id"];
+  d.WaitFor(id, "running");
+  std::map<int64_t, json> by_job;
+  for (int i = 0; i < 100; ++i) {
+    by_job = WorkloadsNow(d);
+    if (by_job[id]["over_share"] == "limit") break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(by_job[id]["over_share"], "limit") << by_job[id].dump();
+  // Held from then on: its part of the GPU's time over the next 5 s.
+  std::this_thread::sleep_for(1s);
+  const double before = WorkloadsNow(d)[id]["gpu_seconds"].get<double>();
+  std::this_thread::sleep_for(5s);
+  const json last = WorkloadsNow(d)[id];
+  const double part = (last["gpu_seconds"].get<double>() - before) / 5;
+  std::printf("a strict 0.25 job without the limiter, held: %.3f of the GPU over 5 s, held %.2f\n",
+              part, last["compute_held"].get<double>());
+  // Unheld it takes all of the GPU; at the most hold (0.95) its queued batches still run while it
+  // is frozen (docs/node-service.md).
+  EXPECT_LT(part, 0.4);
+  EXPECT_GT(part, 0.1);
+  d.Cli({"cancel", std::to_string(id)});
+}
+
 // A job that keeps the limiter and rewrites its own weight in the GPU's arbiter (which every
 // workload on the GPU may write) takes more than its share; the service, which judges what the
 // driver measured, flags it, and holds it when it enforces. (Not to its neighbour's 0.9 of 0.75:
