@@ -8,11 +8,13 @@ namespace {
 
 double Milli(uint32_t milli) { return milli / 1000.0; }
 
-// The part frozen that brings a workload using `used` while held `held` to `target`.
+// The part frozen that brings a workload using `used` while held `held` to `target`; none below
+// kLeastHeld (less than a tick of the watch's cycle, and what the samples' noise alone asks).
 double HoldFor(double used, double held, double target) {
   const double unheld = used / (1 - held);
   if (unheld <= 0) return 0;
-  return std::clamp(1 - target / unheld, 0.0, ComputeGuard::kMostHeld);
+  const double part = 1 - target / unheld;
+  return part < ComputeGuard::kLeastHeld ? 0 : std::min(part, ComputeGuard::kMostHeld);
 }
 
 }  // namespace

@@ -47,6 +47,7 @@ class ComputeGuard {
   static constexpr int kWindowsToFlag = 2;
   // The most of the time a workload is held frozen: it always runs some of the time.
   static constexpr double kMostHeld = 0.95;
+  static constexpr double kLeastHeld = 0.04;
   // A neighbour that used less than this of a window did not want the GPU then.
   static constexpr double kActive = 0.01;
   // How long a neighbour seen taking less than it could is believed to want no more.

@@ -95,6 +95,13 @@ TEST(ComputeGuardTest, EnforcingHoldsAWorkloadToWhatItsStarvedNeighbourIsShortAn
   // Its neighbour ended its work: the idle time is given back.
   gpu.Window({{1, 0.25}, {2, 0.0}});
   EXPECT_EQ(gpu.Of(1).held, 0);
+  // Alone, what the samples' noise asks (a share read a little above 1) holds nothing.
+  gpu.Window({{1, 0.5}, {2, 0.5}});
+  gpu.Window({{1, 0.5}, {2, 0.5}});
+  ASSERT_GT(gpu.Of(1).held, 0);
+  gpu.Window({{1, 0.999 * (1 - gpu.Of(1).held) / (1 - 0.0125)}, {2, 0.0}});
+  gpu.Window({{1, 0.999}, {2, 0.0}});
+  EXPECT_EQ(gpu.Of(1).held, 0);
   guard.Forget(1);
   EXPECT_FALSE(guard.Of(1, 0).has_value());
 }
