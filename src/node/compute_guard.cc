@@ -34,10 +34,10 @@ const char* OverName(ComputeGuard::Over over) {
 void ComputeGuard::Observe(int gpu, int64_t until_ms, const std::vector<Workload>& workloads) {
   auto [it, first] = gpus_.try_emplace(gpu);
   Gpu& base = it->second;
-  if (!first && until_ms - base.base_ms >= kWindowMs) {
+  if (!first) {
+    // Not a window yet: a workload that arrived since starts at the next.
+    if (until_ms - base.base_ms < kWindowMs) return;
     Judge(gpu, until_ms, static_cast<double>(until_ms - base.base_ms), workloads, base);
-  } else if (!first) {
-    return;  // not a window yet (a workload that arrived since starts at the next)
   }
   base.base_ms = until_ms;
   base.base_ns.clear();

@@ -3,8 +3,6 @@
 
 #include <cstdio>
 
-#include "launch/cgroup.h"
-
 namespace gpufrac::node {
 namespace {
 
@@ -47,11 +45,10 @@ void ComputeWatch::Track(int64_t job, std::string workload, std::map<int, Arbitr
   Watched& w = jobs_[job];
   w.workload = std::move(workload);
   w.gpus = std::move(gpus);
+  w.cgroup = launch::WorkloadCgroup::Find(w.workload);  // none: a service without cgroups
   // A job re-adopted after a service stopped while holding it is thawed first (where nothing
   // can freeze, nothing was frozen: no word).
-  if (std::optional<launch::WorkloadCgroup> cgroup = launch::WorkloadCgroup::Find(w.workload)) {
-    (void)cgroup->Freeze(false);
-  }
+  if (w.cgroup) (void)w.cgroup->Freeze(false);
   w.frozen = false;
 }
 
@@ -155,9 +152,8 @@ bool ComputeWatch::HoldsAnyTurn(const Watched& w) const {
 
 void ComputeWatch::SetFrozen(Watched& w, bool frozen) {
   if (w.frozen == frozen) return;
-  std::optional<launch::WorkloadCgroup> cgroup = launch::WorkloadCgroup::Find(w.workload);
-  if (!cgroup) return;
-  if (Status s = cgroup->Freeze(frozen); !s.ok()) {
+  if (!w.cgroup) return;
+  if (Status s = w.cgroup->Freeze(frozen); !s.ok()) {
     // Said once; the job is not held again (and frozen as it is, it is not frozen further).
     if (!w.cannot_hold) log_(true, "cannot hold " + w.workload + ": " + std::string(s.message()));
     w.cannot_hold = true;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/compute_share.h"
+#include "launch/cgroup.h"
 #include "node/compute_guard.h"
 #include "node/job_gpu_time.h"
 
@@ -70,6 +71,7 @@ class ComputeWatch {
   struct Watched {
     std::string workload;
     std::map<int, ArbitratedGpu> gpus;
+    std::optional<launch::WorkloadCgroup> cgroup;  // found once, when tracked
     bool frozen = false;
     ComputeGuard::Over logged = ComputeGuard::Over::kNo;
     bool logged_held = false;
